@@ -1,0 +1,336 @@
+"""Controller side of the worker group: launch, channel, requests, progress, interrupt, failure.
+
+One group = N worker processes (one per chip; a single chip is a group of size 1), launched by torch's
+own elastic launcher (`torch.distributed.run`, i.e. torchrun) so that ranks get the standard
+RANK/WORLD_SIZE/MASTER_* environment and a c10d rendezvous that other hosts can join. Each rank dials
+back to this process over a local TCP socket authenticated with a per-group secret (HMAC challenge of
+`multiprocessing.connection`), so no other local user can drive the workers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import device
+from .spec import GroupConfig
+
+log = logging.getLogger("comfyui_tpu")
+
+PACK_ROOT = Path(__file__).resolve().parent.parent
+START_TIMEOUT_S = float(os.environ.get("COMFYUI_TPU_START_TIMEOUT", "180"))
+SILENCE_TIMEOUT_S = float(os.environ.get("COMFYUI_TPU_SILENCE_TIMEOUT", "120"))
+HEARTBEAT_S = 2.0
+INTERRUPT_GRACE_S = 30.0
+
+
+class WorkerError(RuntimeError):
+    """A request failed inside a worker; the group is still usable."""
+
+
+class WorkerCrashed(RuntimeError):
+    """A worker died or stopped answering; the group was torn down and the next request starts anew."""
+
+
+class Interrupted(Exception):
+    """The user interrupted; every rank stopped at its next step."""
+
+
+ProgressFn = Callable[[dict], None]
+
+
+class WorkerGroup:
+    """N warm worker processes for one GroupConfig, reused across requests until it changes or dies."""
+
+    def __init__(self, config: GroupConfig):
+        self.config = config
+        self.secret = secrets.token_bytes(32)
+        self.conns: list[Connection] = []
+        self.pids: list[int] = []
+        self.proc: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self.closed = False
+
+    # ---- lifecycle
+    def start(self, on_status: Callable[[str], None] | None = None) -> None:
+        n = self.config.world_size
+        fd, log_name = tempfile.mkstemp(prefix="comfyui-tpu-group-", suffix=".log")
+        self.log_path = Path(log_name)
+        server = socket.create_server(("127.0.0.1", 0))
+        server.settimeout(0.2)
+        host, port = server.getsockname()[:2]
+        env = device.worker_env(self.config.kind)
+        env.update({
+            "COMFYUI_TPU_CONTROLLER": f"{host}:{port}",
+            "COMFYUI_TPU_SECRET": self.secret.hex(),
+            "COMFYUI_TPU_DEVICE_KIND": self.config.kind,
+            "PYTHONPATH": os.pathsep.join([str(PACK_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+            "PYTHONUNBUFFERED": "1",
+        })
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={n}",
+               "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:0", "--max-restarts=0",
+               "--monitor-interval=0.5", "-m", "backend.worker"]
+        if on_status:
+            on_status(f"starting {n} {self.config.kind} worker{'s' if n > 1 else ''}")
+        log.info("comfyui-tpu: starting worker group %s (log: %s)", self.config, self.log_path)
+        self.proc = subprocess.Popen(cmd, env=env, cwd=str(PACK_ROOT), stdin=subprocess.DEVNULL,
+                                     stdout=fd, stderr=subprocess.STDOUT, start_new_session=True)
+        os.close(fd)
+        hellos: dict[int, tuple[Connection, dict]] = {}
+        deadline = time.monotonic() + START_TIMEOUT_S
+        try:
+            while len(hellos) < n:
+                if self.proc.poll() is not None:
+                    raise WorkerCrashed(f"the worker launcher exited (code {self.proc.returncode}) before all "
+                                        f"{n} workers were ready.{self._log_tail()}")
+                if time.monotonic() > deadline:
+                    raise WorkerCrashed(f"workers were not ready after {START_TIMEOUT_S:.0f} s "
+                                        f"(COMFYUI_TPU_START_TIMEOUT).{self._log_tail()}")
+                try:
+                    sock, _ = server.accept()
+                except TimeoutError:
+                    continue
+                conn = self._authenticate(sock)
+                if conn is None:
+                    continue
+                if not conn.poll(30):
+                    conn.close()
+                    continue
+                hello = conn.recv()
+                hellos[hello["rank"]] = (conn, hello)
+        except BaseException:
+            for conn, _ in hellos.values():
+                conn.close()
+            self.close()
+            raise
+        finally:
+            server.close()
+        self.conns = [hellos[r][0] for r in range(n)]
+        self.pids = [hellos[r][1]["pid"] for r in range(n)]
+        log.info("comfyui-tpu: worker group ready, pids %s", self.pids)
+
+    def _authenticate(self, sock: socket.socket) -> Connection | None:
+        sock.settimeout(10)
+        sock.setblocking(True)
+        conn = Connection(sock.detach())
+        try:
+            deliver_challenge(conn, self.secret)
+            answer_challenge(conn, self.secret)
+            return conn
+        except Exception as e:  # a local process without the secret: refuse it and go on
+            log.warning("comfyui-tpu: refused a worker-channel connection that failed authentication (%s)", e)
+            conn.close()
+            return None
+
+    def alive(self) -> bool:
+        return not self.closed and self.proc is not None and self.proc.poll() is None
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stops every rank: asks politely, then terminates, then kills. Leaves no process behind."""
+        if self.closed:
+            return
+        self.closed = True
+        for conn in self.conns:
+            try:
+                conn.send({"op": "shutdown"})
+            except Exception:
+                pass
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=timeout / 2)
+            except subprocess.TimeoutExpired:
+                self._signal_all(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=timeout / 2)
+                except subprocess.TimeoutExpired:
+                    self._signal_all(signal.SIGKILL)
+                    self.proc.wait()
+        self._signal_all(signal.SIGKILL, workers_only=True)
+        for conn in self.conns:
+            conn.close()
+        if self.log_path is not None:
+            try:
+                self.log_path.unlink()
+            except OSError:
+                pass
+
+    def _signal_all(self, sig: int, workers_only: bool = False) -> None:
+        targets = list(self.pids) + ([] if workers_only or self.proc is None else [self.proc.pid])
+        for pid in targets:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if not workers_only and self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines() if self.log_path else []
+        except OSError:
+            return ""
+        return ("\nLast worker log lines:\n" + "\n".join(text[-lines:])) if text else ""
+
+    # ---- requests
+    def request(self, op: str, payload: dict[str, Any], on_progress: ProgressFn | None = None,
+                should_interrupt: Callable[[], bool] | None = None) -> list[dict]:
+        """Sends one request to every rank and waits for every rank's answer; returns them by rank.
+
+        Progress messages go to `on_progress` while waiting. If `should_interrupt()` turns true, or
+        `on_progress` raises (ComfyUI's progress hook raises on interrupt), every rank is told to stop at
+        its next step, and the exception (or `Interrupted`) is raised once they have.
+        """
+        with self._lock:
+            if not self.alive():
+                raise WorkerCrashed("the worker group is not running.")
+            rid = next(self._ids)
+            msg = {"op": op, "id": rid, **payload}
+            for rank, conn in enumerate(self.conns):
+                self._send(rank, conn, msg)
+            replies: dict[int, dict] = {}
+            try:
+                self._collect(rid, replies, on_progress, should_interrupt)
+            except (Interrupted, WorkerCrashed, WorkerError):
+                raise
+            except BaseException:
+                self._interrupt_and_drain(rid, replies)
+                raise
+            return [replies[r] for r in range(len(self.conns))]
+
+    def _send(self, rank: int, conn: Connection, msg: dict) -> None:
+        try:
+            conn.send(msg)
+        except OSError as e:
+            self._crashed(rank, e)
+
+    def _collect(self, rid: int, replies: dict[int, dict], on_progress: ProgressFn | None,
+                 should_interrupt: Callable[[], bool] | None) -> None:
+        last_heard = time.monotonic()
+        interrupted = False
+        while len(replies) < len(self.conns):
+            if should_interrupt is not None and not interrupted and should_interrupt():
+                interrupted = True
+                self._broadcast_interrupt(rid)
+            pending = [c for r, c in enumerate(self.conns) if r not in replies]
+            ready = wait(pending, timeout=0.1)
+            if not ready:
+                if time.monotonic() - last_heard > SILENCE_TIMEOUT_S:
+                    self.close()
+                    raise WorkerCrashed(
+                        f"the {self.config.kind} workers stopped answering for {SILENCE_TIMEOUT_S:.0f} s; "
+                        f"they were stopped and the next run starts fresh ones.{self._log_tail()}")
+                continue
+            last_heard = time.monotonic()
+            for conn in ready:
+                rank = self.conns.index(conn)
+                msg = self._recv(rank, conn)
+                kind = msg.get("type")
+                if kind == "heartbeat" or msg.get("id") not in (rid, None):
+                    continue
+                if kind == "progress":
+                    if on_progress is not None:
+                        on_progress({**msg, "rank": rank})
+                elif kind in ("result", "error", "interrupted"):
+                    replies[rank] = msg
+        if any(r["type"] == "interrupted" for r in replies.values()):
+            raise Interrupted("interrupted by the user")
+        errors = [r for r in replies.values() if r["type"] == "error"]
+        if errors:
+            raise WorkerError(errors[0]["message"])
+
+    def _recv(self, rank: int, conn: Connection) -> dict:
+        try:
+            msg = conn.recv()
+            for spec in msg.pop("arrays", []):
+                arr = np.empty(spec["shape"], dtype=spec["dtype"])
+                conn.recv_bytes_into(memoryview(arr).cast("B"))  # one copy, socket → final buffer
+                msg.setdefault("values", {})[spec["name"]] = arr
+            return msg
+        except (EOFError, OSError) as e:
+            self._crashed(rank, e)
+            raise AssertionError("unreachable") from None
+
+    def _broadcast_interrupt(self, rid: int) -> None:
+        for rank, conn in enumerate(self.conns):
+            self._send(rank, conn, {"op": "interrupt", "id": rid})
+
+    def _interrupt_and_drain(self, rid: int, replies: dict[int, dict]) -> None:
+        """After an exception in the controller: stop the ranks and wait until they are idle again."""
+        try:
+            self._broadcast_interrupt(rid)
+            deadline = time.monotonic() + INTERRUPT_GRACE_S
+            while len(replies) < len(self.conns) and time.monotonic() < deadline:
+                pending = [c for r, c in enumerate(self.conns) if r not in replies]
+                for conn in wait(pending, timeout=0.2):
+                    rank = self.conns.index(conn)
+                    msg = self._recv(rank, conn)
+                    if msg.get("id") == rid and msg.get("type") in ("result", "error", "interrupted"):
+                        replies[rank] = msg
+            if len(replies) < len(self.conns):
+                self.close()
+        except WorkerCrashed:
+            pass
+
+    def _crashed(self, rank: int, error: BaseException) -> None:
+        pid = self.pids[rank] if rank < len(self.pids) else "?"
+        time.sleep(0.3)  # let the launcher notice and log the cause
+        code = self.proc.poll() if self.proc else None
+        tail = self._log_tail()
+        self.close(timeout=2.0)
+        cause = f" ({type(error).__name__})" if not isinstance(error, EOFError) else ""
+        raise WorkerCrashed(
+            f"{self.config.kind} worker rank {rank} (pid {pid}) stopped unexpectedly{cause}"
+            f"{'' if code is None else f'; launcher exit code {code}'}. The group was stopped; the next run "
+            f"starts a fresh one.{tail}")
+
+
+_groups: dict[GroupConfig, WorkerGroup] = {}
+_groups_lock = threading.Lock()
+
+
+def get_group(config: GroupConfig, on_status: Callable[[str], None] | None = None) -> WorkerGroup:
+    """The running group for `config`, started if needed. Chips are exclusive: other groups are stopped."""
+    with _groups_lock:
+        group = _groups.get(config)
+        if group is not None and group.alive():
+            return group
+        for other in list(_groups.values()):
+            other.close()
+        _groups.clear()
+        group = WorkerGroup(config)
+        group.start(on_status)
+        _groups[config] = group
+        return group
+
+
+def current_group() -> WorkerGroup | None:
+    with _groups_lock:
+        return next((g for g in _groups.values() if g.alive()), None)
+
+
+def shutdown_all() -> None:
+    """Stops every worker group (called at exit and by the Free Memory node)."""
+    with _groups_lock:
+        for group in _groups.values():
+            group.close()
+        _groups.clear()

@@ -1,0 +1,156 @@
+"""Finding diffusers model folders, checking them before any worker loads them, and what each
+pipeline family needs (size factor, which arguments mean guidance and negative prompt).
+
+Runs in ComfyUI's process: reads JSON and lists files, never imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+ALLOW_ABSOLUTE_ENV = "COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS"
+
+
+class ModelError(ValueError):
+    """A model folder cannot be used; the message names it and says how to fix it."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """What differs between the pipeline classes we support."""
+
+    name: str
+    size_multiple_of_vae: int  # latent packing/patching on top of the VAE's downscale
+    guidance_arg: str  # the __call__ argument our "guidance" maps to
+    tp_plan: bool  # diffusers ships a tensor-parallel plan for its transformer
+
+
+FAMILIES: dict[str, Family] = {
+    "FluxPipeline": Family("FLUX.1", 2, "guidance_scale", True),
+    "Flux2Pipeline": Family("FLUX.2", 2, "guidance_scale", True),
+    "Flux2KleinPipeline": Family("FLUX.2", 2, "guidance_scale", True),
+    "StableDiffusion3Pipeline": Family("SD3", 2, "guidance_scale", False),
+    "StableDiffusionXLPipeline": Family("SDXL", 1, "guidance_scale", False),
+    "QwenImagePipeline": Family("Qwen-Image", 2, "true_cfg_scale", True),
+}
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    path: str  # absolute, resolved
+    class_name: str
+    family: Family
+    size_factor: int  # width and height must be multiples of this
+
+
+def find_models(roots: Iterable[str], max_depth: int = 3) -> list[str]:
+    """Diffusers folders (holding model_index.json) under each root, as paths relative to that root."""
+    found: list[str] = []
+    for root in roots:
+        base = Path(root)
+        if not base.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(base, followlinks=True):
+            rel = Path(dirpath).relative_to(base)
+            if "model_index.json" in filenames:
+                found.append(rel.as_posix())
+                dirnames.clear()  # components of a pipeline are not pipelines
+            elif len(rel.parts) >= max_depth:
+                dirnames.clear()
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    return sorted(set(found))
+
+
+def resolve_model_path(name: str, roots: Iterable[str]) -> Path:
+    """Resolves a model name (relative to ComfyUI's diffusers folders) to a folder inside one of them.
+
+    `..` escapes are refused; absolute paths only when COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS=1.
+    """
+    roots = [Path(r).resolve() for r in roots]
+    name = name.strip()
+    if not name:
+        raise ModelError("model: no model was chosen. Pick one from the list, or type a folder name in model_path.")
+    candidate = Path(name)
+    if candidate.is_absolute():
+        if os.environ.get(ALLOW_ABSOLUTE_ENV) != "1":
+            raise ModelError(
+                f"model_path: '{name}' is an absolute path, which is refused by default. Put the model under "
+                f"ComfyUI's diffusers folder ({', '.join(map(str, roots)) or 'models/diffusers'}) and give its "
+                f"name, or start ComfyUI with {ALLOW_ABSOLUTE_ENV}=1 to allow absolute paths.")
+        path = candidate.resolve()
+        if path.is_dir():
+            return path
+        raise ModelError(f"model_path: the folder '{name}' does not exist. Check the path.")
+    for root in roots:
+        path = (root / candidate).resolve()
+        if path != root and root not in path.parents:
+            raise ModelError(f"model_path: '{name}' points outside ComfyUI's diffusers folders; "
+                             "give a folder name inside them (no '..').")
+        if path.is_dir():
+            return path
+    where = ", ".join(map(str, roots)) or "(no diffusers folder configured)"
+    raise ModelError(
+        f"model: '{name}' was not found in ComfyUI's diffusers folders ({where}). Put the diffusers model "
+        "folder (the one holding model_index.json) there, or fix the name.")
+
+
+def _read_json(path: Path) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
+    """Checks a folder is a loadable diffusers pipeline we support, without loading weights."""
+    index_file = path / "model_index.json"
+    if not index_file.is_file():
+        raise ModelError(
+            f"model: the folder '{path.name}' has no model_index.json, so it is not a diffusers pipeline "
+            "folder. Choose the top folder of a model saved with save_pretrained (or downloaded from the "
+            "Hugging Face Hub), which holds model_index.json.")
+    index = _read_json(index_file)
+    class_name = index.get("_class_name", "")
+    family = FAMILIES.get(class_name)
+    if family is None:
+        raise ModelError(
+            f"model: '{path.name}' is a {class_name or 'unknown'} pipeline, which ComfyUI-TPU does not support. "
+            f"Supported: {', '.join(sorted(FAMILIES))}.")
+    for component, value in index.items():
+        if component.startswith("_") or not isinstance(value, list) or value[0] is None:
+            continue
+        comp_dir = path / component
+        if not comp_dir.is_dir():
+            raise ModelError(f"model: '{path.name}' lists the component '{component}' but the folder "
+                             f"'{component}/' is missing. The download is incomplete: fetch the model again.")
+        weights = [p.name for p in comp_dir.iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".pth")]
+        if weights and not any(w.endswith(".safetensors") for w in weights) and not allow_pickle:
+            raise ModelError(
+                f"model: '{path.name}/{component}' has only pickle weights ({', '.join(sorted(weights)[:3])}), "
+                "which can run arbitrary code when loaded and are refused. Convert them to .safetensors "
+                "(or download the safetensors variant of the model).")
+    return ModelInfo(str(path), class_name, family, _vae_scale(path) * family.size_multiple_of_vae)
+
+
+def _vae_scale(path: Path) -> int:
+    cfg = path / "vae" / "config.json"
+    if cfg.is_file():
+        blocks = _read_json(cfg).get("block_out_channels")
+        if blocks:
+            return 2 ** (len(blocks) - 1)
+    return 8
+
+
+def check_size(info: ModelInfo, width: int, height: int, max_side: int = 8192) -> None:
+    """Width/height must be positive multiples of the pipeline's factor and not absurdly large."""
+    f = info.size_factor
+    for name, value in (("width", width), ("height", height)):
+        if value <= 0 or value > max_side:
+            raise ModelError(f"{name}: {value} is out of range; use a value between {f} and {max_side}.")
+        if value % f:
+            lo, hi = (value // f) * f, (value // f + 1) * f
+            near = f"{lo} or {hi}" if lo else str(hi)
+            raise ModelError(f"{name}: {value} is not a multiple of {f}, which {info.family.name} needs; "
+                             f"use {near}.")

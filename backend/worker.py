@@ -1,0 +1,105 @@
+"""One worker process (one rank, one chip). Started by torchrun from backend.group; never by hand.
+
+It dials the controller, joins torch.distributed, then serves requests: a receiver thread reads the
+channel (so an interrupt arrives while the main thread is busy sampling) and exits the process when
+the controller goes away, so a worker never outlives ComfyUI.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import traceback
+from multiprocessing.connection import Client
+
+from . import device
+
+
+class Channel:
+    """The worker's end of the controller connection; sends are serialised across threads."""
+
+    def __init__(self, address: str, secret: bytes):
+        host, port = address.rsplit(":", 1)
+        self.conn = Client((host, int(port)), authkey=secret)
+        self.send_lock = threading.Lock()
+        self.requests: queue.Queue[dict] = queue.Queue()
+        self.interrupt = threading.Event()
+
+    def send(self, msg: dict, arrays: dict | None = None) -> None:
+        """Sends a message, then each numpy array's raw bytes (no pickling of image data)."""
+        with self.send_lock:
+            if arrays:
+                msg = {**msg, "arrays": [{"name": k, "shape": a.shape, "dtype": a.dtype.str}
+                                         for k, a in arrays.items()]}
+            self.conn.send(msg)
+            for a in (arrays or {}).values():
+                self.conn.send_bytes(memoryview(a).cast("B"))
+
+    def receive_forever(self) -> None:
+        try:
+            while True:
+                msg = self.conn.recv()
+                if msg.get("op") == "interrupt":
+                    self.interrupt.set()
+                else:
+                    self.requests.put(msg)
+        except (EOFError, OSError):
+            os._exit(3)  # the controller is gone: nothing left to serve
+
+    def heartbeat_forever(self) -> None:
+        while True:
+            time.sleep(2.0)
+            try:
+                self.send({"type": "heartbeat"})
+            except OSError:
+                os._exit(3)
+
+
+def main() -> None:
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    kind = os.environ["COMFYUI_TPU_DEVICE_KIND"]
+    channel = Channel(os.environ["COMFYUI_TPU_CONTROLLER"], bytes.fromhex(os.environ["COMFYUI_TPU_SECRET"]))
+
+    device.prepare_worker(kind)
+    import torch
+    import torch.distributed as dist
+
+    threads = os.environ.get("COMFYUI_TPU_WORKER_THREADS")
+    if threads:
+        torch.set_num_threads(int(threads))
+    dist.init_process_group(backend=device.dist_backend(kind))
+
+    from .runtime import Runtime
+
+    runtime = Runtime(kind=kind, rank=rank, local_rank=local_rank, world_size=world_size, channel=channel)
+    threading.Thread(target=channel.receive_forever, daemon=True, name="receiver").start()
+    channel.send({"type": "hello", "rank": rank, "local_rank": local_rank, "world_size": world_size,
+                  "pid": os.getpid(), "device": str(runtime.device)})
+    threading.Thread(target=channel.heartbeat_forever, daemon=True, name="heartbeat").start()
+
+    while True:
+        msg = channel.requests.get()
+        op, rid = msg.get("op"), msg.get("id")
+        if op == "shutdown":
+            break
+        channel.interrupt.clear()
+        try:
+            value, arrays = runtime.handle(op, msg)
+            channel.send({"type": "result", "id": rid, "value": value}, arrays)
+        except runtime.Interrupted:
+            channel.send({"type": "interrupted", "id": rid})
+        except Exception as e:
+            channel.send({"type": "error", "id": rid, "message": runtime.describe_error(e),
+                          "traceback": traceback.format_exc()})
+    try:
+        dist.destroy_process_group()
+    finally:
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

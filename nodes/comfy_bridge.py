@@ -1,0 +1,59 @@
+"""The few ComfyUI facilities the nodes use: model folders, progress, text next to a node, interrupt."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import comfy.model_management
+import comfy.utils
+import folder_paths
+
+
+def diffusers_roots() -> list[str]:
+    """ComfyUI's diffusers model folders (models/diffusers plus extra_model_paths entries)."""
+    try:
+        return list(folder_paths.get_folder_paths("diffusers"))
+    except Exception:
+        return []
+
+
+def send_text(node_id: str | None, text: str) -> None:
+    """Shows `text` next to the node in the UI (ComfyUI's progress-text channel)."""
+    if node_id is None:
+        return
+    try:
+        from server import PromptServer
+
+        PromptServer.instance.send_progress_text(text, node_id)
+    except Exception:
+        pass
+
+
+def progress_reporter(node_id: str | None, total: int) -> Callable[[dict], None]:
+    """Turns worker progress messages into ComfyUI's progress bar plus 's/step, ETA' text.
+
+    The progress bar's hook raises ComfyUI's interrupt exception when the user presses Cancel;
+    the backend catches it, stops every rank at its next step and re-raises it.
+    """
+    bar = comfy.utils.ProgressBar(total)
+    started = time.perf_counter()
+
+    def on_progress(msg: dict) -> None:
+        if "step" in msg:
+            step, steps = msg["step"], msg["total"]
+            per_step = (time.perf_counter() - started) / max(step, 1)
+            bar.update_absolute(step, steps)
+            send_text(node_id, f"step {step}/{steps} · {per_step:.2f} s/step · ETA {per_step * (steps - step):.0f} s")
+        elif msg.get("text"):
+            send_text(node_id, msg["text"])
+
+    return on_progress
+
+
+def interrupted() -> bool:
+    return comfy.model_management.processing_interrupted()
+
+
+def interrupt_exception() -> BaseException:
+    return comfy.model_management.InterruptProcessingException()

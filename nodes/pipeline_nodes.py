@@ -1,0 +1,113 @@
+"""Load TPU Pipeline and Sample: inputs, tooltips and validation; the backend does the work.
+
+Saved workflows store widget values by position: never reorder or remove inputs here; add new ones
+last, with defaults (tests/test_node_contract.py guards this).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..backend import api
+from ..backend.device import DEVICE_CHOICES
+from ..backend.group import Interrupted
+from ..backend.models import ModelError
+from ..backend.spec import DTYPE_CHOICES, OFFLOAD_CHOICES, SampleRequest
+from . import comfy_bridge
+
+CATEGORY = "TPU"
+
+
+class LoadTPUPipeline:
+    DESCRIPTION = ("Chooses a diffusers model folder (FLUX.1, FLUX.2, SD3/3.5, SDXL, Qwen-Image) and how to run it. "
+                   "Nothing is loaded here: the weights load in a worker process on the first Sample and stay "
+                   "warm across prompts.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("TPU_PIPELINE",)
+    RETURN_NAMES = ("pipeline",)
+    OUTPUT_TOOLTIPS = ("The pipeline description; connect it to Sample.",)
+    FUNCTION = "describe"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        models = api.list_models(comfy_bridge.diffusers_roots())
+        return {
+            "required": {
+                "model": (models, {"tooltip": "A diffusers model folder (one holding model_index.json) found in "
+                                              "ComfyUI's models/diffusers folder. Put new models there and refresh."}),
+                "dtype": (list(DTYPE_CHOICES), {"default": "auto", "tooltip":
+                          "Number format of the weights. auto = bfloat16 on TPU and GPU, float32 on CPU. "
+                          "float32 doubles memory; float16 is for older GPUs."}),
+                "device": (list(DEVICE_CHOICES), {"default": "auto", "tooltip":
+                           "Where to run. auto picks a TPU if one is present, else a CUDA GPU, else the CPU."}),
+                "offload": (list(OFFLOAD_CHOICES), {"default": "none", "tooltip":
+                            "Keep parts of the model in host memory when the chip's memory is too small. "
+                            "model: each sub-model moves to the chip while it runs (a little slower). "
+                            "sequential: layer by layer (much slower, least memory). none: fastest."}),
+            },
+            "optional": {
+                "model_path": ("STRING", {"default": "", "tooltip":
+                               "Optional: a model folder name typed by hand (relative to models/diffusers). "
+                               "When set, it is used instead of 'model'."}),
+            },
+        }
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, model, model_path=""):
+        try:
+            api.make_spec(model_path or model, comfy_bridge.diffusers_roots())
+        except (ModelError, api.device.DeviceError) as e:
+            return str(e)
+        return True
+
+    def describe(self, model, dtype, device, offload, model_path=""):
+        return (api.make_spec(model_path or model, comfy_bridge.diffusers_roots(), dtype, device, offload),)
+
+
+class TPUSample:
+    DESCRIPTION = ("Generates images with the pipeline from Load TPU Pipeline. The same seed gives the same image; "
+                   "image i of a batch uses seed + i. Shows progress with seconds per step and can be cancelled.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("IMAGE",)
+    RETURN_NAMES = ("images",)
+    OUTPUT_TOOLTIPS = ("The generated images, ready for Save Image or Preview Image.",)
+    FUNCTION = "sample"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline."}),
+                "prompt": ("STRING", {"multiline": True, "default": "", "tooltip": "What the image should show."}),
+                "negative_prompt": ("STRING", {"multiline": True, "default": "", "tooltip":
+                                    "What the image should not show. Used by SD3, SDXL and Qwen-Image; FLUX "
+                                    "ignores it."}),
+                "width": ("INT", {"default": 1024, "min": 16, "max": 8192, "step": 16, "tooltip":
+                          "Image width in pixels; a multiple of 16 for FLUX/SD3/Qwen-Image, of 8 for SDXL. "
+                          "On TPU each new size compiles once."}),
+                "height": ("INT", {"default": 1024, "min": 16, "max": 8192, "step": 16, "tooltip":
+                           "Image height in pixels; same rules as width."}),
+                "steps": ("INT", {"default": 20, "min": 1, "max": 1000, "tooltip":
+                          "Denoising steps. FLUX.1-schnell: 4; FLUX.1-dev/FLUX.2: 28; SD3.5: 28-40; SDXL: 25-40."}),
+                "guidance": ("FLOAT", {"default": 3.5, "min": 0.0, "max": 30.0, "step": 0.1, "round": 0.01,
+                             "tooltip": "How strongly to follow the prompt. FLUX.1-schnell: 0; FLUX.1-dev: 3.5; "
+                                        "SD3.5: 4.5; SDXL: 5-7; Qwen-Image: 4 (true CFG, uses the negative prompt)."}),
+                "seed": ("INT", {"default": 0, "min": 0, "max": 0xFFFFFFFFFFFFFFFF, "control_after_generate": True,
+                         "tooltip": "Random seed. The same seed, size and settings give the same image."}),
+                "batch_size": ("INT", {"default": 1, "min": 1, "max": 64, "tooltip":
+                               "Images per run; image i uses seed + i, so each can be reproduced alone."}),
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    def sample(self, pipeline, prompt, negative_prompt, width, height, steps, guidance, seed, batch_size,
+               unique_id=None):
+        request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,
+                                steps=steps, guidance=guidance, seed=seed, batch_size=batch_size)
+        api.check_request(pipeline, request)
+        on_progress = comfy_bridge.progress_reporter(unique_id, steps)
+        try:
+            images = api.sample(pipeline, request, on_progress, comfy_bridge.interrupted)
+        except Interrupted:
+            raise comfy_bridge.interrupt_exception() from None
+        return (torch.from_numpy(images),)

@@ -1,0 +1,58 @@
+"""Shared fixtures: tiny models built at test time, a real ComfyUI server with the pack, env for 2-core CI."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+# One torch thread per process: on 2-core machines more threads make tiny models 10-40x slower.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("COMFYUI_TPU_WORKER_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
+TPU_VENV = os.environ.get("TPU_VENV")
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> Path:
+    """A diffusers models folder holding tiny-flux, tiny-sd3, tiny-sdxl, ... (random weights, built here)."""
+    from backend.tiny_models import build_all
+
+    root = Path(os.environ.get("COMFYUI_TPU_TEST_MODELS") or tmp_path_factory.mktemp("models"))
+    build_all(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def comfyui_dir() -> Path:
+    if not COMFYUI_DIR:
+        pytest.skip("COMFYUI_DIR is not set: run the tests through scripts/test.sh")
+    return Path(COMFYUI_DIR)
+
+
+@pytest.fixture(scope="session")
+def server(comfyui_dir, tiny_models, tmp_path_factory):
+    """One real ComfyUI server with ComfyUI-TPU loaded, shared by the tests that only queue prompts."""
+    from comfy_server import ComfyServer
+
+    srv = ComfyServer(str(comfyui_dir), str(tiny_models), work_dir=str(tmp_path_factory.mktemp("comfy")))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _stop_workers_at_end():
+    yield
+    from backend import api
+
+    api.shutdown()

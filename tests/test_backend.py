@@ -1,0 +1,169 @@
+"""The backend alone (no ComfyUI): worker processes load tiny pipelines and sample reproducibly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from backend import api, group
+from backend.spec import SampleRequest
+
+FAMILY_DIRS = ["tiny-flux", "tiny-flux2", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage"]
+
+
+def _request(**kw) -> SampleRequest:
+    base = dict(prompt="a red fox in the snow", width=64, height=64, steps=2, guidance=2.0, seed=7, batch_size=1)
+    return SampleRequest(**{**base, **kw})
+
+
+@pytest.mark.parametrize("name", FAMILY_DIRS)
+def test_each_family_samples_in_a_worker(tiny_models, name):
+    if not (tiny_models / name).exists():
+        pytest.skip(f"{name} is not built by backend.tiny_models")
+    spec = api.make_spec(name, [str(tiny_models)])
+    images = api.sample(spec, _request(width=64, height=48, batch_size=2))
+    assert images.shape == (2, 48, 64, 3) and images.dtype == np.float32
+    assert np.isfinite(images).all() and images.min() >= 0.0 and images.max() <= 1.0
+    again = api.sample(spec, _request(width=64, height=48, batch_size=2))
+    assert np.array_equal(images, again), "same seed must give the same pixels"
+    other = api.sample(spec, _request(width=64, height=48, batch_size=2, seed=8))
+    assert not np.array_equal(images, other)
+
+
+def test_matches_plain_diffusers_in_process(tiny_models):
+    """The worker's image equals what a plain diffusers script gives for the same seed (tolerance 1e-5)."""
+    from diffusers import DiffusionPipeline
+
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    ours = api.sample(spec, _request(guidance=0.0, steps=3))
+    pipe = DiffusionPipeline.from_pretrained(str(tiny_models / "tiny-flux"), dtype=torch.float32,
+                                             local_files_only=True, use_safetensors=True)
+    plain = pipe(prompt="a red fox in the snow", height=64, width=64, num_inference_steps=3, guidance_scale=0.0,
+                 generator=[torch.Generator("cpu").manual_seed(7)], output_type="np").images
+    assert np.abs(ours - plain).max() <= 1e-5
+
+
+def test_each_image_of_a_batch_has_its_own_seed(tiny_models):
+    """Image i of a batch with seed s is image 0 of a batch of one with seed s + i (tolerance 1e-4)."""
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    batch = api.sample(spec, _request(seed=100, batch_size=3))
+    single = api.sample(spec, _request(seed=102, batch_size=1))
+    assert np.abs(batch[2] - single[0]).max() <= 1e-4
+    assert not np.allclose(batch[0], batch[1])
+
+
+def test_seed_or_prompt_change_does_not_reload_but_model_change_does(tiny_models):
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    api.sample(spec, _request())
+    loads = api.worker_info()[0]["loads"]
+    api.sample(spec, _request(seed=1234, prompt="another prompt", steps=3))
+    assert api.worker_info()[0]["loads"] == loads
+    api.sample(api.make_spec("tiny-sdxl", [str(tiny_models)]), _request())
+    assert api.worker_info()[0]["loads"] == loads + 1
+
+
+def test_model_offload_uses_diffusers_hooks(tiny_models):
+    plain = api.make_spec("tiny-flux", [str(tiny_models)])
+    offloaded = api.make_spec("tiny-flux", [str(tiny_models)], offload="model")
+    a = api.sample(plain, _request())
+    b = api.sample(offloaded, _request())
+    assert np.abs(a - b).max() <= 1e-5
+
+
+def test_progress_and_interrupt_stop_the_worker_at_the_next_step(tiny_models):
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    api.load(spec)
+    steps_seen: list[int] = []
+    stop = threading.Event()
+    stopped_at = []
+
+    def on_progress(msg):
+        if "step" in msg:
+            steps_seen.append(msg["step"])
+            if msg["step"] == 3:
+                stopped_at.append(time.monotonic())
+                stop.set()
+
+    with pytest.raises(group.Interrupted):
+        api.sample(spec, _request(steps=5000), on_progress, stop.is_set)
+    assert steps_seen[:3] == [1, 2, 3]
+    # Tiny steps take ~5 ms, so "the next step" is a few steps after the flag, far from the 5000 asked for.
+    assert max(steps_seen) < 50 and time.monotonic() - stopped_at[0] < 2.0
+    assert api.sample(spec, _request()).shape == (1, 64, 64, 3), "the next request works"
+
+
+def test_exception_in_progress_callback_interrupts_and_reraises(tiny_models):
+    """ComfyUI's progress hook raises on Cancel: the workers stop and the same exception comes out."""
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+
+    class Cancel(Exception):
+        pass
+
+    def on_progress(msg):
+        if msg.get("step") == 2:
+            raise Cancel()
+
+    with pytest.raises(Cancel):
+        api.sample(spec, _request(steps=5000), on_progress)
+    assert api.sample(spec, _request()).shape == (1, 64, 64, 3)
+
+
+def test_killed_worker_gives_a_clear_error_and_the_next_request_starts_fresh(tiny_models):
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    api.load(spec)
+    pid = api.worker_info()[0]["pid"]
+
+    def kill_on_step(msg):
+        if msg.get("step") == 2:
+            os.kill(pid, signal.SIGKILL)
+
+    t0 = time.monotonic()
+    with pytest.raises(group.WorkerCrashed, match=r"rank 0 \(pid \d+\) stopped unexpectedly"):
+        api.sample(spec, _request(steps=5000), kill_on_step)
+    assert time.monotonic() - t0 < 15
+    assert api.sample(spec, _request()).shape == (1, 64, 64, 3)
+    assert api.worker_info()[0]["pid"] != pid
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_worker_channel_refuses_a_peer_without_the_secret():
+    """Another local process that connects to a starting group without the secret is turned away."""
+    from multiprocessing.connection import AuthenticationError, Client
+
+    cfg = group.GroupConfig("cpu", 1)
+    g = group.WorkerGroup(cfg)
+    captured = {}
+    real_create = group.socket.create_server
+
+    def spy(addr, *a, **kw):
+        sock = real_create(addr, *a, **kw)
+        captured["addr"] = sock.getsockname()
+        return sock
+
+    def intruder():
+        while "addr" not in captured:
+            time.sleep(0.01)
+        try:
+            Client(captured["addr"], authkey=b"wrong secret")
+            captured["result"] = "accepted"
+        except (AuthenticationError, EOFError, OSError):
+            captured["result"] = "refused"
+
+    group.socket.create_server = spy
+    try:
+        t = threading.Thread(target=intruder)
+        t.start()
+        g.start()
+        t.join(10)
+    finally:
+        group.socket.create_server = real_create
+        g.close()
+    assert captured["result"] == "refused"
+    assert captured["addr"][0] == "127.0.0.1"
