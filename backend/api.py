@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import atexit
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
 
-from . import device, group, models
-from .spec import DTYPE_CHOICES, OFFLOAD_CHOICES, GroupConfig, PipelineSpec, SampleRequest
+from . import compiler, device, group, models, parallel
+from .spec import (
+    DTYPE_CHOICES,
+    MODE_CHOICES,
+    OFFLOAD_CHOICES,
+    CompilePlan,
+    GroupConfig,
+    PipelineSpec,
+    SampleRequest,
+)
 
 StatusFn = Callable[[str], None]
 ProgressFn = Callable[[dict], None]
@@ -44,18 +53,23 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
         raise models.ModelError(f"batch_size: {req.batch_size} is too small; use at least 1.")
     if not req.prompt.strip():
         raise models.ModelError("prompt: the prompt is empty; describe the image you want.")
+    if (count := len(parallel.images_of(req))) > 4096:
+        raise models.ModelError(f"batch_size: {count} images in one run (prompt lines × batch_size) is too "
+                                "many; use at most 4096.")
     if not 0 <= req.seed < 2**64:
         raise models.ModelError(f"seed: {req.seed} is out of range; use 0 to 2^64-1.")
 
 
 def group_config(spec: PipelineSpec) -> GroupConfig:
+    parallel.check_spec(spec)  # TP degree / replicas against the model and this host, before any launch
     return GroupConfig(kind=device.resolve_kind(spec.device), world_size=spec.world_size)
 
 
-def load(spec: PipelineSpec, on_progress: ProgressFn | None = None) -> dict:
-    """Makes sure the pipeline is loaded and warm in the workers; returns rank 0's info."""
+def load(spec: PipelineSpec, on_progress: ProgressFn | None = None,
+         should_interrupt: Callable[[], bool] | None = None) -> dict:
+    """Makes sure the pipeline is loaded and warm in the workers (warm-up shapes compiled); returns rank 0's info."""
     workers = group.get_group(group_config(spec), _status_adapter(on_progress))
-    return workers.request("load", {"spec": spec.to_dict()}, on_progress)[0]["value"]
+    return workers.request("load", {"spec": spec.to_dict()}, on_progress, should_interrupt)[0]["value"]
 
 
 def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None = None,
@@ -64,8 +78,10 @@ def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | Non
     check_request(spec, req)
     workers = group.get_group(group_config(spec), _status_adapter(on_progress))
     replies = workers.request("sample", {"spec": spec.to_dict(), "request": req.to_dict()},
-                              on_progress, should_interrupt)
-    return replies[0]["values"]["images"]
+                              _group_progress(spec, req, on_progress), should_interrupt)
+    # Each replica's first rank sends its slice; rank order is image order.
+    parts = [r["values"]["images"] for r in replies if "images" in r.get("values", {})]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def worker_info() -> list[dict]:
@@ -89,7 +105,70 @@ def list_models(roots: Iterable[str]) -> list[str]:
     return models.find_models([str(Path(r)) for r in roots])
 
 
+def _group_progress(spec: PipelineSpec, req: SampleRequest,
+                    on_progress: ProgressFn | None) -> ProgressFn | None:
+    """One progress bar for the whole group: completed steps of all replicas over the steps of all images."""
+    if on_progress is None:
+        return None
+    total = len(parallel.images_of(req)) * req.steps
+    done: dict[int, int] = {}
+
+    def aggregate(msg: dict) -> None:
+        if "step" in msg:
+            done[msg.get("rank", 0) // spec.tp_degree] = msg["step"]  # each replica reports its own share
+            msg = {**msg, "step": sum(done.values()), "total": total}
+        on_progress(msg)
+
+    return aggregate
+
+
 def _status_adapter(on_progress: ProgressFn | None) -> StatusFn | None:
     if on_progress is None:
         return None
     return lambda text: on_progress({"type": "progress", "text": text})
+
+
+# ---- execution modes and compiling (backend/compiler.py does the work)
+
+def with_mode(spec: PipelineSpec, mode: str) -> tuple[PipelineSpec, list[str]]:
+    """`spec` run in `mode` (no reload when it changes), and notes for the user about this device."""
+    if mode not in MODE_CHOICES:
+        raise compiler.CompileError(f"mode: '{mode}' is not one of {', '.join(MODE_CHOICES)}.")
+    spec = spec.with_changes(mode=mode)
+    kind = device.resolve_kind(spec.device)
+    plan, notes = compiler.resolve_plan(spec, kind)
+    note = device.mode_note(kind, mode)
+    if plan is not None and spec.compile is None:
+        notes.append(f"compiled with the defaults ({plan.target}, backend {plan.backend}); each new size compiles "
+                     "on its first Sample. Add a Compile node to choose, or to compile sizes up front.")
+    return spec, ([note] if note else []) + notes
+
+
+def with_compile(spec: PipelineSpec, target: str, backend: str, warmup: str,
+                 snap_to_warmup: bool = False) -> tuple[PipelineSpec, list[str]]:
+    """`spec` in compiled mode with this plan, checked against the model and device; and notes for the user."""
+    shapes = compiler.parse_warmup(warmup)
+    info = models.ModelInfo(spec.model_path, spec.class_name, models.FAMILIES[spec.class_name], spec.size_factor)
+    for w, h, _ in shapes:
+        try:
+            models.check_size(info, w, h)
+        except models.ModelError as e:
+            raise compiler.CompileError(f"warmup: {w}x{h}: {e}") from None
+    if snap_to_warmup and not shapes:
+        raise compiler.CompileError("snap_to_warmup: there are no warm-up sizes to snap to; list some in warmup.")
+    spec = spec.with_changes(mode="compiled", compile=CompilePlan(target, backend, shapes, bool(snap_to_warmup)))
+    return spec, compiler.resolve_plan(spec, device.resolve_kind(spec.device))[1]
+
+
+def compile_stats() -> dict | None:
+    """Rank 0's mode, compile and cache statistics (compiles, hits, seconds per shape); None without workers."""
+    info = worker_info()
+    return info[0].get("compile") if info else None
+
+
+def set_compile_cache_dir(path: str, override: bool = False) -> str:
+    """The folder the persistent compile caches use from the next worker start; an explicit
+    COMFYUI_TPU_COMPILE_CACHE in the environment wins unless `override`. Returns the folder in use."""
+    if override or not os.environ.get(compiler.CACHE_ENV):
+        os.environ[compiler.CACHE_ENV] = str(path)
+    return os.environ[compiler.CACHE_ENV]

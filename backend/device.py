@@ -162,6 +162,37 @@ def dist_backend(kind: str) -> str:
     return {"tpu": "tpu_dist", "cuda": "nccl"}.get(kind, "gloo")
 
 
+_TPU_LAUNCH_ENV = """
+import json, os, sys
+import torch, torch_tpu  # noqa: F401
+before = dict(os.environ)
+torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=int(sys.argv[1]))
+print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))
+"""
+
+
+def tpu_launch_env(nproc_per_node: int, env: dict[str, str], timeout: float = 120.0) -> dict[str, str]:
+    """TorchTPU's launch environment for one host's ranks, computed once for all of them (not run on a TPU).
+
+    `torch.tpu.distributed.set_tpu_launch_env()` must run once in the launcher's parent: on one host it picks
+    a random port per chip, so ranks calling it each on their own would disagree. ComfyUI's process must not
+    load TorchTPU, so a short child process (with the workers' environment) calls it and reports what it set
+    (TORCH_TPU_TOPOLOGY, TORCH_TPU_SLICEBUILDER_ADDRESSES, ...). It reads the PCI bus only; no runtime starts.
+    """
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _TPU_LAUNCH_ENV, str(nproc_per_node)], env=env, timeout=timeout,
+                         capture_output=True, text=True)
+    lines = out.stdout.strip().splitlines()
+    if out.returncode or not lines:
+        tail = "\n".join((out.stderr or "").strip().splitlines()[-5:])
+        raise DeviceError(f"TorchTPU could not prepare the launch of {nproc_per_node} TPU workers "
+                          f"(torch.tpu.distributed.set_tpu_launch_env failed):\n{tail}")
+    return json.loads(lines[-1])
+
+
 # ---- Below: worker-side only. These may start a device runtime; never call them in ComfyUI's process.
 
 def prepare_worker(kind: str) -> None:
@@ -170,7 +201,8 @@ def prepare_worker(kind: str) -> None:
         import torch
         import torch_tpu  # noqa: F401  (registers torch.tpu when autoload is off)
 
-        torch.tpu.distributed.set_tpu_launch_env()
+        # A no-op for what the controller already set (backend.device.tpu_launch_env); fills in the rest.
+        torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
 def torch_device(kind: str, local_rank: int):
@@ -181,6 +213,11 @@ def torch_device(kind: str, local_rank: int):
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
     if kind == "tpu":
+        # Start this process's chip now (not run on a TPU yet): a DeviceMesh built later for tensor
+        # parallelism otherwise calls set_device(LOCAL_RANK) on an uninitialised device, which fails on
+        # ranks >= 1 because TorchTPU gives each process its one chip as tpu:0.
+        torch.accelerator.set_device_index(0)
+        torch.empty(1, device="tpu:0")
         return torch.device("tpu", 0)
     return torch.device("cpu")
 
@@ -201,3 +238,57 @@ def synchronize(kind: str) -> None:
 
     if kind in ("tpu", "cuda"):
         torch.accelerator.synchronize()
+
+
+# ---- Execution modes and compile backends. Pure except set_execution_mode (worker only).
+
+# Our mode names → torch.tpu.EagerMode members (torch_tpu 0.2). "compiled" runs the parts outside the
+# compiled denoiser (text encoders, VAE) in strict eager.
+TPU_EAGER_MODES = {
+    "strict eager": "DEFER_NEVER",
+    "defer-and-fuse eager": "DEFER_AND_FUSE",
+    "compiled": "DEFER_NEVER",
+    "debug eager (launch blocking)": "DEFER_NEVER_AND_LAUNCH_BLOCKING",
+}
+
+
+def mode_note(kind: str, mode: str) -> str | None:
+    """What the user should know when `kind` runs `mode` differently from a TPU (None: runs as asked)."""
+    if kind == "tpu":
+        return None
+    if mode == "defer-and-fuse eager":
+        return f"defer-and-fuse eager exists only on TPU; running strict eager on {kind}."
+    if mode == "debug eager (launch blocking)" and kind == "cuda":
+        return ("debug eager on CUDA: launch blocking needs CUDA_LAUNCH_BLOCKING=1 in ComfyUI's environment "
+                "before the workers start; running strict eager.")
+    return None
+
+
+def set_execution_mode(kind: str, mode: str) -> None:
+    """Applies `mode` process-wide before sampling (worker only). Only TorchTPU has eager modes to set."""
+    if kind != "tpu":
+        return
+    import torch
+
+    torch.tpu.eager_mode = getattr(torch.tpu.EagerMode, TPU_EAGER_MODES[mode])
+
+
+def compile_backend(kind: str, choice: str) -> str:
+    """torch.compile backend for a device kind: auto = TorchTPU's "tpu" on TPU, inductor on CUDA/CPU."""
+    if choice == "auto":
+        return "tpu" if kind == "tpu" else "inductor"
+    if choice == "tpu" and kind != "tpu":
+        raise DeviceError(f"backend: 'tpu' compiles for TPU chips only, and this pipeline runs on {kind}. "
+                          "Choose 'auto' (inductor here).")
+    if choice == "inductor" and kind == "tpu":
+        raise DeviceError("backend: 'inductor' cannot compile for TPU tensors. Choose 'auto' (TorchTPU's 'tpu').")
+    return choice
+
+
+def compile_cache_env(root: str) -> dict[str, str]:
+    """Environment that puts the persistent compile caches under `root` (read when the device starts)."""
+    return {
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "inductor"),  # FX graph + AOT autograd caches (CPU, CUDA)
+        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+        "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT": os.path.join(root, "tpu"),  # TorchTPU's on-disk executables
+    }

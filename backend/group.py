@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import re
 import secrets
 import signal
 import socket
@@ -37,6 +38,8 @@ START_TIMEOUT_S = float(os.environ.get("COMFYUI_TPU_START_TIMEOUT", "180"))
 SILENCE_TIMEOUT_S = float(os.environ.get("COMFYUI_TPU_SILENCE_TIMEOUT", "120"))
 HEARTBEAT_S = 2.0
 INTERRUPT_GRACE_S = 30.0
+CRASH_REPORT_S = 2.0  # how long a crash report waits for torchrun's account of the cause
+ERROR_GRACE_S = float(os.environ.get("COMFYUI_TPU_ERROR_GRACE", "10"))  # peers of a failed rank, then restart
 
 
 class WorkerError(RuntimeError):
@@ -54,6 +57,22 @@ class Interrupted(Exception):
 ProgressFn = Callable[[dict], None]
 
 
+def launch_command(nproc_per_node: int, nnodes: int = 1, rdzv_endpoint: str = "127.0.0.1:0",
+                   rdzv_id: str | None = None) -> list[str]:
+    """The torchrun command that starts one host's workers (one per chip) and joins them into a group.
+
+    One host: nnodes=1 and a local endpoint (port 0: torchrun picks a free one). Several hosts (a TPU pod
+    slice): every host runs this same command with nnodes=H, the same rdzv_id and rdzv_endpoint=HOST0:PORT;
+    torchrun's c10d rendezvous then numbers the ranks across hosts (README, "Several hosts").
+    """
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
+           f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}",
+           "--max-restarts=0", "--monitor-interval=0.5"]
+    if rdzv_id:
+        cmd.append(f"--rdzv-id={rdzv_id}")
+    return [*cmd, "-m", "backend.worker"]
+
+
 class WorkerGroup:
     """N warm worker processes for one GroupConfig, reused across requests until it changes or dies."""
 
@@ -63,7 +82,7 @@ class WorkerGroup:
         self.conns: list[Connection] = []
         self.pids: list[int] = []
         self.proc: subprocess.Popen | None = None
-        self.log_path: Path | None = None
+        self._log_fd: int | None = None  # the launcher's output file, already unlinked
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.closed = False
@@ -71,8 +90,13 @@ class WorkerGroup:
     # ---- lifecycle
     def start(self, on_status: Callable[[str], None] | None = None) -> None:
         n = self.config.world_size
+        # TorchTPU's launch environment, once for all ranks (each rank on its own would pick other ports).
+        tpu_env = device.tpu_launch_env(n, device.worker_env("tpu")) if self.config.kind == "tpu" else {}
         fd, log_name = tempfile.mkstemp(prefix="comfyui-tpu-group-", suffix=".log")
-        self.log_path = Path(log_name)
+        # Unlinked at once (the launcher writes through its fd, we read the tail through ours), so no log
+        # file is left behind even when ComfyUI is killed.
+        self._log_fd = fd
+        os.unlink(log_name)
         server = socket.create_server(("127.0.0.1", 0))
         server.settimeout(0.2)
         host, port = server.getsockname()[:2]
@@ -84,16 +108,15 @@ class WorkerGroup:
             "PYTHONPATH": os.pathsep.join([str(PACK_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
             "PYTHONUNBUFFERED": "1",
         })
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={n}",
-               "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:0", "--max-restarts=0",
-               "--monitor-interval=0.5", "-m", "backend.worker"]
+        env.update(tpu_env)
+        cmd = launch_command(n)
         if on_status:
             on_status(f"starting {n} {self.config.kind} worker{'s' if n > 1 else ''}")
-        log.info("comfyui-tpu: starting worker group %s (log: %s)", self.config, self.log_path)
+        log.info("comfyui-tpu: starting worker group %s", self.config)
         self.proc = subprocess.Popen(cmd, env=env, cwd=str(PACK_ROOT), stdin=subprocess.DEVNULL,
                                      stdout=fd, stderr=subprocess.STDOUT, start_new_session=True)
-        os.close(fd)
         hellos: dict[int, tuple[Connection, dict]] = {}
+        joined: list[Connection] = []  # authenticated, hello not yet received (it comes after the rendezvous)
         deadline = time.monotonic() + START_TIMEOUT_S
         try:
             while len(hellos) < n:
@@ -103,20 +126,25 @@ class WorkerGroup:
                 if time.monotonic() > deadline:
                     raise WorkerCrashed(f"workers were not ready after {START_TIMEOUT_S:.0f} s "
                                         f"(COMFYUI_TPU_START_TIMEOUT).{self._log_tail()}")
+                # Ranks say hello only once all of them joined torch.distributed, so accept every rank's
+                # connection first and never wait on one rank's hello while another waits to be accepted.
+                for conn in wait(joined, timeout=0) if joined else []:
+                    joined.remove(conn)
+                    try:
+                        hello = conn.recv()
+                    except (EOFError, OSError):
+                        conn.close()
+                        continue
+                    hellos[hello["rank"]] = (conn, hello)
                 try:
                     sock, _ = server.accept()
                 except TimeoutError:
                     continue
                 conn = self._authenticate(sock)
-                if conn is None:
-                    continue
-                if not conn.poll(30):
-                    conn.close()
-                    continue
-                hello = conn.recv()
-                hellos[hello["rank"]] = (conn, hello)
+                if conn is not None:
+                    joined.append(conn)
         except BaseException:
-            for conn, _ in hellos.values():
+            for conn in [*joined, *(c for c, _ in hellos.values())]:
                 conn.close()
             self.close()
             raise
@@ -165,11 +193,10 @@ class WorkerGroup:
         self._signal_all(signal.SIGKILL, workers_only=True)
         for conn in self.conns:
             conn.close()
-        if self.log_path is not None:
-            try:
-                self.log_path.unlink()
-            except OSError:
-                pass
+        if self._log_fd is not None:
+            os.close(self._log_fd)
+            self._log_fd = None
+        log.info("comfyui-tpu: worker group %s stopped", self.config)
 
     def _signal_all(self, sig: int, workers_only: bool = False) -> None:
         targets = list(self.pids) + ([] if workers_only or self.proc is None else [self.proc.pid])
@@ -184,11 +211,15 @@ class WorkerGroup:
             except (ProcessLookupError, PermissionError):
                 pass
 
-    def _log_tail(self, lines: int = 15) -> str:
+    def _log_tail(self, lines: int = 15, max_bytes: int = 16384) -> str:
+        if self._log_fd is None:
+            return ""
         try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines() if self.log_path else []
+            size = os.fstat(self._log_fd).st_size
+            data = os.pread(self._log_fd, max_bytes, max(0, size - max_bytes))
         except OSError:
             return ""
+        text = data.decode(errors="replace").strip().splitlines()
         return ("\nLast worker log lines:\n" + "\n".join(text[-lines:])) if text else ""
 
     # ---- requests
@@ -227,10 +258,23 @@ class WorkerGroup:
                  should_interrupt: Callable[[], bool] | None) -> None:
         last_heard = time.monotonic()
         interrupted = False
+        failed_at: float | None = None  # when the first rank reported an error
         while len(replies) < len(self.conns):
             if should_interrupt is not None and not interrupted and should_interrupt():
                 interrupted = True
                 self._broadcast_interrupt(rid)
+            if failed_at is None and any(r["type"] == "error" for r in replies.values()):
+                failed_at = time.monotonic()  # stop the others at their next step: the request has failed
+                if not interrupted:
+                    interrupted = True
+                    self._broadcast_interrupt(rid)
+            if failed_at is not None and time.monotonic() - failed_at > ERROR_GRACE_S:
+                # The others are stuck, e.g. in a collective with the failed rank: only a restart frees them.
+                rank, error = self._first_error(replies)
+                self.close()
+                raise WorkerError(f"{error} The other workers did not stop within {ERROR_GRACE_S:.0f} s "
+                                  "(they wait for the failed one), so the group was stopped; the next run "
+                                  "starts a fresh one.")
             pending = [c for r, c in enumerate(self.conns) if r not in replies]
             ready = wait(pending, timeout=0.1)
             if not ready:
@@ -252,11 +296,21 @@ class WorkerGroup:
                         on_progress({**msg, "rank": rank})
                 elif kind in ("result", "error", "interrupted"):
                     replies[rank] = msg
+        errors = [r for r in replies.values() if r["type"] == "error"]
+        if errors:  # before "interrupted": a failure stops the other ranks, which then report interrupted
+            rank, error = self._first_error(replies)
+            log.error("comfyui-tpu: a worker request failed:\n%s", replies[rank].get("traceback", ""))
+            raise WorkerError(error)
         if any(r["type"] == "interrupted" for r in replies.values()):
             raise Interrupted("interrupted by the user")
-        errors = [r for r in replies.values() if r["type"] == "error"]
-        if errors:
-            raise WorkerError(errors[0]["message"])
+
+    def _first_error(self, replies: dict[int, dict]) -> tuple[int, str]:
+        """The first rank that failed (replies keep their arrival order) and its message, naming the rank."""
+        rank = next(r for r, msg in replies.items() if msg["type"] == "error")
+        message = replies[rank]["message"]
+        if len(self.conns) > 1:
+            message = f"{self.config.kind} worker rank {rank}: {message}"
+        return rank, message
 
     def _recv(self, rank: int, conn: Connection) -> dict:
         try:
@@ -293,15 +347,37 @@ class WorkerGroup:
 
     def _crashed(self, rank: int, error: BaseException) -> None:
         pid = self.pids[rank] if rank < len(self.pids) else "?"
-        time.sleep(0.3)  # let the launcher notice and log the cause
+        if self.proc is not None:  # torchrun notices within its monitor interval, logs why, stops the rest
+            try:
+                self.proc.wait(timeout=CRASH_REPORT_S)
+            except subprocess.TimeoutExpired:
+                pass
         code = self.proc.poll() if self.proc else None
         tail = self._log_tail()
+        cause = self._exit_cause(pid)
+        if not cause and not isinstance(error, EOFError):
+            cause = f" ({type(error).__name__})"
         self.close(timeout=2.0)
-        cause = f" ({type(error).__name__})" if not isinstance(error, EOFError) else ""
         raise WorkerCrashed(
             f"{self.config.kind} worker rank {rank} (pid {pid}) stopped unexpectedly{cause}"
             f"{'' if code is None else f'; launcher exit code {code}'}. The group was stopped; the next run "
             f"starts a fresh one.{tail}")
+
+    def _exit_cause(self, pid: int | str) -> str:
+        """How torchrun saw the rank with `pid` end (from its failure report), e.g. ' (killed by SIGKILL)'."""
+        pattern = rf"exitcode\s*:\s*(-?\d+)\s*\(pid:\s*{re.escape(str(pid))}\)"
+        found = re.findall(pattern, self._log_tail(lines=200))
+        if not found:
+            return ""
+        code = int(found[-1])
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            hint = ": a kill command, or the kernel's out-of-memory killer" if code == -signal.SIGKILL else ""
+            return f" (killed by {name}{hint})"
+        return f" (exit code {code})"
 
 
 _groups: dict[GroupConfig, WorkerGroup] = {}

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import device
+from . import device, parallel
+from .compiler import Compiler
 from .models import FAMILIES
 from .spec import PipelineSpec, SampleRequest
 
@@ -35,7 +36,10 @@ class Runtime:
         self.load_key: tuple | None = None
         self.loads = 0
         self.samples = 0
+        self.steps = 0  # denoising steps run, all requests together (ranks of one sharded model agree)
         self._rid = None
+        self.compiler = Compiler(kind, self.status)  # execution mode, compile plan, shape cache
+        self.vote = parallel.StopVote(1)  # replaced at load time when the model is sharded
 
     # ---- dispatch
     def handle(self, op: str, msg: dict) -> tuple[Any, dict | None]:
@@ -45,23 +49,31 @@ class Runtime:
         if op == "sample":
             spec, req = PipelineSpec.from_dict(msg["spec"]), SampleRequest(**msg["request"])
             self.ensure_loaded(spec)
+            if self.should_stop():  # loading cannot stop midway; stop right after it (all TP ranks agree)
+                self.status("stopped after loading finished (loading cannot be interrupted midway)")
+                raise self.Interrupted()
             images = self.sample(spec, req)
-            return {"loads": self.loads}, {"images": images}
+            return {"loads": self.loads}, ({"images": images} if images is not None else None)
         if op == "info":
             return self.info(), None
         raise ValueError(f"unknown worker op '{op}'")
 
     def status(self, text: str) -> None:
+        if self.rank != 0:  # every rank does the same; one voice is enough
+            return
         self.channel.send({"type": "progress", "id": self._rid, "text": text})
 
     def info(self) -> dict:
-        return {"rank": self.rank, "pid": os.getpid(), "device": str(self.device), "loads": self.loads, "samples": self.samples,
+        return {"rank": self.rank, "pid": os.getpid(), "device": str(self.device), "loads": self.loads,
+                "samples": self.samples, "steps": self.steps,
                 "model": self.load_key[0] if self.load_key else None,
-                "dtype": str(self.pipe.dtype).replace("torch.", "") if self.pipe is not None else None}
+                "dtype": str(self.pipe.dtype).replace("torch.", "") if self.pipe is not None else None,
+                "compile": self.compiler.stats()}
 
     # ---- loading
     def ensure_loaded(self, spec: PipelineSpec) -> dict:
         if self.load_key == spec.load_key() and self.pipe is not None:
+            self.compiler.configure(self, spec)  # mode / compile plan changes never reload
             return self.info()
         self.unload()
         from diffusers import DiffusionPipeline
@@ -71,8 +83,11 @@ class Runtime:
         self.status(f"loading {name} ({dtype_name}) on {self.device}")
         t0 = time.perf_counter()
         try:
-            pipe = DiffusionPipeline.from_pretrained(
-                spec.model_path, dtype=_DTYPES[dtype_name], local_files_only=True, use_safetensors=True)
+            if spec.tp_degree > 1:
+                pipe = parallel.load_pipeline(spec, _DTYPES[dtype_name], self.kind)
+            else:
+                pipe = DiffusionPipeline.from_pretrained(
+                    spec.model_path, dtype=_DTYPES[dtype_name], local_files_only=True, use_safetensors=True)
         except OSError as e:
             raise RuntimeError(
                 f"model: '{name}' could not be loaded from its folder ({e}). ComfyUI-TPU never downloads at "
@@ -85,48 +100,71 @@ class Runtime:
         else:
             pipe.to(self.device)
         pipe.set_progress_bar_config(disable=True)
+        self.vote = parallel.StopVote(spec.tp_degree)
         self.pipe, self.load_key = pipe, spec.load_key()
         self.loads += 1
         self.status(f"loaded {name} in {time.perf_counter() - t0:.1f} s")
+        self.compiler.configure(self, spec)
         return self.info()
 
     def unload(self) -> None:
         if self.pipe is None:
             return
+        self.compiler.forget()
         self.pipe, self.load_key = None, None
         gc.collect()
         if self.kind == "cuda":
             torch.cuda.empty_cache()
 
     # ---- sampling
-    def sample(self, spec: PipelineSpec, req: SampleRequest) -> np.ndarray:
-        """Images [B, H, W, C] float32 in 0..1; image i is drawn from its own generator (seed + i)."""
-        if self.channel.interrupt.is_set():
-            raise self.Interrupted()
-        generators = [torch.Generator("cpu").manual_seed((req.seed + i) % 2**64) for i in range(req.batch_size)]
-        kwargs = self._call_kwargs(spec, req, generators)
-        with torch.inference_mode():
-            out = self.pipe(**kwargs)
-        self.samples += 1
-        return np.ascontiguousarray(out.images, dtype=np.float32)
+    def sample(self, spec: PipelineSpec, req: SampleRequest) -> np.ndarray | None:
+        """This replica's images [B, H, W, C] float32 in 0..1 (None on ranks that do not send images).
 
-    def _call_kwargs(self, spec: PipelineSpec, req: SampleRequest, generators: list) -> dict:
+        Global image i is drawn from its own generator (seed + i) and with its own pipeline call, so the
+        same seed gives the same pixels whatever the batch size or the number of replicas (batched matmuls
+        differ in the last bits between a batch of 4 and two of 2). Replica r draws a contiguous slice.
+        """
+        layout = parallel.Layout(spec.tp_degree, self.world_size, self.rank)
+        items = layout.my_images(req)
+        if self.should_stop():
+            raise self.Interrupted()
+        images = []
+        for k, (prompt, seed) in enumerate(items):
+            kwargs = self._call_kwargs(spec, req, [torch.Generator("cpu").manual_seed(seed)], prompt=prompt,
+                                       done=k * req.steps, total=len(items) * req.steps, report=layout.leader)
+            with torch.inference_mode(), self.compiler.sampling(self.pipe, spec, kwargs):
+                out = self.pipe(**kwargs)
+            images.append(np.asarray(out.images, dtype=np.float32))
+        self.samples += 1
+        if not layout.leader or not images:
+            return None
+        return np.ascontiguousarray(np.concatenate(images))
+
+    def should_stop(self) -> bool:
+        """The controller asked to stop; with a sharded model, agreed by all its ranks at the same step."""
+        return self.vote(self.channel.interrupt.is_set())
+
+    def _call_kwargs(self, spec: PipelineSpec, req: SampleRequest, generators: list,
+                     prompt: str | None = None, done: int = 0, total: int | None = None,
+                     report: bool = True) -> dict:
         params = inspect.signature(self.pipe.__call__).parameters
         family = FAMILIES[spec.class_name]
         kwargs: dict[str, Any] = {
-            "prompt": req.prompt, "height": req.height, "width": req.width,
+            "prompt": req.prompt if prompt is None else prompt, "height": req.height, "width": req.width,
             "num_inference_steps": req.steps, "generator": generators,
-            "num_images_per_prompt": req.batch_size, "output_type": "np",
+            "num_images_per_prompt": len(generators), "output_type": "np",
             family.guidance_arg: req.guidance,
         }
         if "negative_prompt" in params and (req.negative_prompt or family.guidance_arg == "true_cfg_scale"):
             kwargs["negative_prompt"] = req.negative_prompt  # Qwen-Image enables true CFG only with one
-        total, start = req.steps, time.perf_counter()
+        total, start = req.steps if total is None else total, time.perf_counter()
 
         def on_step_end(pipe, step, timestep, callback_kwargs):
-            self.channel.send({"type": "progress", "id": self._rid, "step": step + 1, "total": total,
-                               "elapsed": time.perf_counter() - start})
-            if self.channel.interrupt.is_set():
+            self.steps += 1
+            if report:  # steps of this rank's whole share: done before this image + this image's
+                self.channel.send({"type": "progress", "id": self._rid, "step": done + step + 1,
+                                   "total": total, "elapsed": time.perf_counter() - start})
+            if self.should_stop():
                 raise self.Interrupted()
             return {}
 

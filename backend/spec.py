@@ -75,6 +75,7 @@ class SampleRequest:
     guidance: float = 3.5
     seed: int = 0
     batch_size: int = 1
+    prompt_per_line: bool = False  # each non-empty line is a prompt; batch_size images each
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -14,7 +14,7 @@ import time
 import traceback
 from multiprocessing.connection import Client
 
-from . import device
+from . import compiler, device
 
 
 class Channel:
@@ -26,6 +26,7 @@ class Channel:
         self.send_lock = threading.Lock()
         self.requests: queue.Queue[dict] = queue.Queue()
         self.interrupt = threading.Event()
+        self.busy = threading.Event()  # heartbeats only while serving a request: nobody reads them when idle
 
     def send(self, msg: dict, arrays: dict | None = None) -> None:
         """Sends a message, then each numpy array's raw bytes (no pickling of image data)."""
@@ -44,6 +45,9 @@ class Channel:
                 if msg.get("op") == "interrupt":
                     self.interrupt.set()
                 else:
+                    # Cleared here, not when the main loop picks the request up: an interrupt that follows
+                    # this request on the channel must not be lost.
+                    self.interrupt.clear()
                     self.requests.put(msg)
         except (EOFError, OSError):
             os._exit(3)  # the controller is gone: nothing left to serve
@@ -51,6 +55,8 @@ class Channel:
     def heartbeat_forever(self) -> None:
         while True:
             time.sleep(2.0)
+            if not self.busy.is_set():
+                continue
             try:
                 self.send({"type": "heartbeat"})
             except OSError:
@@ -64,6 +70,7 @@ def main() -> None:
     kind = os.environ["COMFYUI_TPU_DEVICE_KIND"]
     channel = Channel(os.environ["COMFYUI_TPU_CONTROLLER"], bytes.fromhex(os.environ["COMFYUI_TPU_SECRET"]))
 
+    compiler.prepare_cache_env()  # before torch loads and the device starts: they read the cache folders once
     device.prepare_worker(kind)
     import torch
     import torch.distributed as dist
@@ -71,6 +78,8 @@ def main() -> None:
     threads = os.environ.get("COMFYUI_TPU_WORKER_THREADS")
     if threads:
         torch.set_num_threads(int(threads))
+    elif kind == "cpu" and int(os.environ.get("LOCAL_WORLD_SIZE", "1")) > 1:  # torchrun would leave 1 each
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"])))
     dist.init_process_group(backend=device.dist_backend(kind))
 
     from .runtime import Runtime
@@ -86,15 +95,17 @@ def main() -> None:
         op, rid = msg.get("op"), msg.get("id")
         if op == "shutdown":
             break
-        channel.interrupt.clear()
+        channel.busy.set()
         try:
             value, arrays = runtime.handle(op, msg)
-            channel.send({"type": "result", "id": rid, "value": value}, arrays)
+            reply, reply_arrays = {"type": "result", "id": rid, "value": value}, arrays
         except runtime.Interrupted:
-            channel.send({"type": "interrupted", "id": rid})
+            reply, reply_arrays = {"type": "interrupted", "id": rid}, None
         except Exception as e:
-            channel.send({"type": "error", "id": rid, "message": runtime.describe_error(e),
-                          "traceback": traceback.format_exc()})
+            reply, reply_arrays = {"type": "error", "id": rid, "message": runtime.describe_error(e),
+                                   "traceback": traceback.format_exc()}, None
+        channel.busy.clear()
+        channel.send(reply, reply_arrays)
     try:
         dist.destroy_process_group()
     finally:

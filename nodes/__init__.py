@@ -1,6 +1,8 @@
 """ComfyUI nodes of ComfyUI-TPU: thin wrappers (inputs, tooltips, validation, progress) over backend.api."""
 
+from .compile_nodes import TPUCompile, TPUSetExecutionMode
 from .info_nodes import TPUDeviceInfo, TPUFreeWorkers
+from .parallel_nodes import TPUDataParallel, TPUShardTP
 from .pipeline_nodes import LoadTPUPipeline, TPUSample
 
 NODE_CLASS_MAPPINGS = {
@@ -8,6 +10,10 @@ NODE_CLASS_MAPPINGS = {
     "TPUSample": TPUSample,
     "TPUDeviceInfo": TPUDeviceInfo,
     "TPUFreeWorkers": TPUFreeWorkers,
+    "TPUShardTP": TPUShardTP,
+    "TPUDataParallel": TPUDataParallel,
+    "TPUSetExecutionMode": TPUSetExecutionMode,
+    "TPUCompile": TPUCompile,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -15,4 +21,8 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "TPUSample": "Sample (TPU)",
     "TPUDeviceInfo": "TPU Device Info",
     "TPUFreeWorkers": "Free TPU Workers",
+    "TPUShardTP": "Shard TP",
+    "TPUDataParallel": "Data Parallel",
+    "TPUSetExecutionMode": "Set Execution Mode",
+    "TPUCompile": "Compile (TPU)",
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -16,6 +17,11 @@ def diffusers_roots() -> list[str]:
         return list(folder_paths.get_folder_paths("diffusers"))
     except Exception:
         return []
+
+
+def compile_cache_dir() -> str:
+    """Where compiled graphs are kept across restarts: a folder in ComfyUI's user directory."""
+    return os.path.join(folder_paths.get_user_directory(), "comfyui-tpu", "compile-cache")
 
 
 def send_text(node_id: str | None, text: str) -> None:

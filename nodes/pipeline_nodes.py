@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..backend import api
+from ..backend import api, parallel
 from ..backend.device import DEVICE_CHOICES
 from ..backend.group import Interrupted
 from ..backend.models import ModelError
@@ -97,15 +97,23 @@ class TPUSample:
                 "batch_size": ("INT", {"default": 1, "min": 1, "max": 64, "tooltip":
                                "Images per run; image i uses seed + i, so each can be reproduced alone."}),
             },
+            "optional": {
+                "prompt_per_line": ("BOOLEAN", {"default": False, "tooltip":
+                                    "Each non-empty line of the prompt is a prompt of its own, with "
+                                    "batch_size images each, in order (seeds continue: line 2 starts at "
+                                    "seed + batch_size). With Data Parallel, the images are split across "
+                                    "the replicas."}),
+            },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, steps, guidance, seed, batch_size,
-               unique_id=None):
+               prompt_per_line=False, unique_id=None):
         request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,
-                                steps=steps, guidance=guidance, seed=seed, batch_size=batch_size)
+                                steps=steps, guidance=guidance, seed=seed, batch_size=batch_size,
+                                prompt_per_line=prompt_per_line)
         api.check_request(pipeline, request)
-        on_progress = comfy_bridge.progress_reporter(unique_id, steps)
+        on_progress = comfy_bridge.progress_reporter(unique_id, steps * len(parallel.images_of(request)))
         try:
             images = api.sample(pipeline, request, on_progress, comfy_bridge.interrupted)
         except Interrupted:

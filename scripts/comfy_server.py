@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -141,7 +142,8 @@ class ComfyServer:
 
     def run(self, prompt: dict, timeout: float = 300.0, on_message=None) -> dict:
         """Queues `prompt`, follows it on the websocket to the end, returns
-        {"prompt_id", "status": "success"|"error"|"interrupted", "messages", "history", "images"}."""
+        {"prompt_id", "status": "success"|"error"|"interrupted", "messages", "history", "images"}.
+        `messages` holds the JSON messages and, decoded, the progress text shown next to nodes (`progress_text`)."""
         client_id = uuid.uuid4().hex
         ws = websocket.create_connection(f"ws://127.0.0.1:{self.port}/ws?clientId={client_id}", timeout=timeout)
         try:
@@ -152,9 +154,12 @@ class ComfyServer:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"prompt {prompt_id} did not finish in {timeout:.0f} s:\n{self.log_tail()}")
                 raw = ws.recv()
-                if not isinstance(raw, str):
-                    continue  # binary preview frames
-                msg = json.loads(raw)
+                if isinstance(raw, str):
+                    msg = json.loads(raw)
+                else:
+                    msg = decode_binary(raw)
+                    if msg is None:
+                        continue  # preview images
                 data = msg.get("data", {})
                 if data.get("prompt_id") not in (None, prompt_id):
                     continue
@@ -180,6 +185,16 @@ class ComfyServer:
                 if img.get("type") == "output":
                     paths.append(self.output_dir / img.get("subfolder", "") / img["filename"])
         return paths
+
+
+def decode_binary(raw: bytes) -> dict | None:
+    """A binary websocket frame as a message: ComfyUI's progress text (event 3: node id length, node id, text)
+    becomes {"type": "progress_text", "data": {"node": id, "text": text}}; other frames (previews) give None."""
+    if len(raw) < 8 or struct.unpack(">I", raw[:4])[0] != 3:
+        return None
+    n = struct.unpack(">I", raw[4:8])[0]
+    return {"type": "progress_text",
+            "data": {"node": raw[8:8 + n].decode("utf-8", "replace"), "text": raw[8 + n:].decode("utf-8", "replace")}}
 
 
 def error_message(result: dict) -> str:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: build the environment (cached), start a real ComfyUI headless with this pack,
-# run workflows/tiny_demo.api.json (or --workflow FILE) and print the path of each PNG it wrote.
+# run workflows/api/tiny_demo.json (or --workflow FILE) and print the path of each PNG it wrote.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 eval "$(bash scripts/bootstrap.sh)"

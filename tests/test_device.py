@@ -69,14 +69,21 @@ def _run_in_tpu_venv(code: str, timeout: float, env: dict | None = None) -> subp
 
 @needs_tpu_venv
 def test_detection_with_real_torch_tpu_installed_is_fast_and_says_no_tpu():
-    t0 = time.monotonic()
+    """Timed inside the child, after `import torch` (which autoloads torch_tpu): process start and imports
+    vary with machine load; the detection itself must not wait on anything."""
     out = _run_in_tpu_venv("""
+        import time
+        import torch
         from backend import device
-        print(device.torch_tpu_installed(), device.tpu_present(), device.detect().kind)
+        t0 = time.monotonic()
+        kind = device.detect().kind
+        elapsed = time.monotonic() - t0
+        print(device.torch_tpu_installed(), device.tpu_present(), kind, elapsed)
     """, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "False", "cpu"]
-    assert time.monotonic() - t0 < 5
+    installed, present, kind, elapsed = out.stdout.split()
+    assert [installed, present, kind] == ["True", "False", "cpu"]
+    assert float(elapsed) < 1.0
 
 
 @needs_tpu_venv
@@ -125,7 +132,7 @@ def test_comfyui_with_torch_tpu_installed_starts_and_runs_the_demo(comfyui_dir, 
     with srv:
         info = srv.get("/object_info/LoadTPUPipeline").json()
         assert "LoadTPUPipeline" in info
-        result = srv.run(load_workflow(ROOT / "workflows/tiny_demo.api.json"), timeout=240)
+        result = srv.run(load_workflow(ROOT / "workflows/api/tiny_demo.json"), timeout=240)
         assert result["status"] == "success", srv.log_tail()
         assert result["images"] and result["images"][0].exists()
     assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in srv.log_path.read_text()

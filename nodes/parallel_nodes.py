@@ -1,0 +1,78 @@
+"""Shard TP and Data Parallel: how many chips one pipeline uses, and how. The backend checks and runs it.
+
+Saved workflows store widget values by position: never reorder or remove inputs here; add new ones last,
+with defaults (tests/test_node_contract.py guards this).
+"""
+
+from __future__ import annotations
+
+from ..backend import parallel
+from . import comfy_bridge
+
+CATEGORY = "TPU"
+
+
+class TPUShardTP:
+    DESCRIPTION = ("Splits the model's transformer over several chips (tensor parallelism): each chip holds "
+                   "and computes a slice of every layer, so a model too big for one chip fits and each step "
+                   "is faster. FLUX.1, FLUX.2 and Qwen-Image can be sharded; SD3 and SDXL cannot. Text "
+                   "encoders are replicated on every chip unless shard_text_encoders is on and they have a "
+                   "TP plan (Qwen2.5-VL, Qwen3, Mistral; CLIP and T5 have none). The VAE is replicated. "
+                   "Checked before anything starts; the text next to the node shows what is sharded.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("TPU_PIPELINE",)
+    RETURN_NAMES = ("pipeline",)
+    OUTPUT_TOOLTIPS = ("The same pipeline, sharded; connect it to Sample (or to Data Parallel first).",)
+    FUNCTION = "shard"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline (offload must be 'none')."}),
+                "degree": ("INT", {"default": 0, "min": 0, "max": 64, "tooltip":
+                           "Chips to split the model over. 0 = auto: all chips of this host (on a CPU host, "
+                           "which has no chips, auto is 1; a number up to the core count runs that many "
+                           "processes). Must divide the chip count and the model's attention heads."}),
+                "shard_text_encoders": ("BOOLEAN", {"default": False, "tooltip":
+                                        "Also split text encoders that have a tensor-parallel plan "
+                                        "(Qwen2.5-VL in Qwen-Image, Qwen3/Mistral in FLUX.2). CLIP and T5 "
+                                        "(FLUX.1, SD3) have none and stay replicated on every chip."}),
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    def shard(self, pipeline, degree, shard_text_encoders, unique_id=None):
+        spec, text = parallel.plan_tp(pipeline, degree, shard_text_encoders)  # ModelError: input, value, fix
+        comfy_bridge.send_text(unique_id, text)
+        return (spec,)
+
+
+class TPUDataParallel:
+    DESCRIPTION = ("Runs a copy of the (possibly sharded) model on each group of chips and splits the images "
+                   "of each Sample between them: more images per second, same time per image. Image i always "
+                   "uses seed + i, so the same seed gives the same image with any number of replicas (a "
+                   "workflow made on 8 chips reproduces on 1). Put it after Shard TP when you use both.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("TPU_PIPELINE",)
+    RETURN_NAMES = ("pipeline",)
+    OUTPUT_TOOLTIPS = ("The same pipeline, replicated; connect it to Sample.",)
+    FUNCTION = "replicate"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline or Shard TP."}),
+                "replicas": ("INT", {"default": 0, "min": 0, "max": 64, "tooltip":
+                             "Copies of the model. 0 = auto: all chips divided by the Shard TP degree (on a "
+                             "CPU host, auto is 1; a number up to the core count runs that many processes). "
+                             "Each copy needs the model's full memory (or its shard) on its chips."}),
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    def replicate(self, pipeline, replicas, unique_id=None):
+        spec, text = parallel.plan_dp(pipeline, replicas)
+        comfy_bridge.send_text(unique_id, text)
+        return (spec,)

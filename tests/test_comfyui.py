@@ -1,0 +1,315 @@
+"""The pack inside a real ComfyUI server, driven only over HTTP and the websocket like the web UI does.
+
+The worker processes belong to the server process, so worker state is read through the server (the TPU
+Device Info node) and processes are inspected with psutil; nothing here imports backend/ to look at them.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import json
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+from comfy_server import ComfyServer, PromptFailed, error_message, load_workflow
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "workflows" / "api" / "tiny_demo.json"
+OUR_NODES = {"LoadTPUPipeline", "TPUSample", "TPUDeviceInfo", "TPUFreeWorkers"}
+INFO_NODE = "90"  # id of the TPU Device Info node added to prompts
+LONG = {"width": 512, "height": 512, "batch_size": 4, "steps": 1000}  # ~50 s on one CPU thread: only cut short
+
+_seeds = itertools.count(1000)
+
+
+# ---- helpers
+def prompt(model: str = "tiny-flux", info: bool = False, **inputs) -> dict:
+    """The demo workflow at 64x64 with a fresh seed (so Sample really runs), `inputs` set on Sample."""
+    sample = {"width": 64, "height": 64, "seed": next(_seeds), **inputs}
+    wf = load_workflow(DEMO, models={"tiny-flux": model}, **{f"2.{k}": v for k, v in sample.items()})
+    if info:
+        wf[INFO_NODE] = {"class_type": "TPUDeviceInfo", "inputs": {}}
+    return wf
+
+
+def run_ok(server: ComfyServer, wf: dict, **kw) -> dict:
+    result = server.run(wf, timeout=120, **kw)
+    assert result["status"] == "success", f"{error_message(result)}\n{server.log_tail()}"
+    return result
+
+
+def info_from(result: dict) -> dict:
+    """The TPU Device Info node's JSON from a finished prompt's history."""
+    return json.loads(result["history"]["outputs"][INFO_NODE]["text"][0])
+
+
+def worker_state(server: ComfyServer) -> dict | None:
+    """Rank 0's state ({"loads", "samples", "model", ...}) as the Device Info node reports it."""
+    workers = info_from(run_ok(server, {INFO_NODE: {"class_type": "TPUDeviceInfo", "inputs": {}}}))["workers"]
+    return workers[0] if workers else None
+
+
+def group_processes(server: ComfyServer, workers_only: bool = False) -> list[psutil.Process]:
+    """The server's running worker-group processes: the torchrun launcher and the `-m backend.worker` ranks."""
+    procs = []
+    for p in psutil.Process(server.proc.pid).children(recursive=True):
+        try:
+            cmd = p.cmdline()
+        except psutil.Error:
+            continue
+        if "backend.worker" in cmd and alive(p) and not (workers_only and "torch.distributed.run" in cmd):
+            procs.append(p)
+    return procs
+
+
+def alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Waits until none of `procs` runs; returns those still running after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(alive(p) for p in procs):
+        time.sleep(0.05)
+    return [p for p in procs if alive(p)]
+
+
+def kill_all(procs: list[psutil.Process]) -> None:
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def cached_nodes(result: dict) -> list[str]:
+    return [n for m in result["messages"] if m["type"] == "execution_cached" for n in m["data"]["nodes"]]
+
+
+def pixels(path: Path) -> np.ndarray:
+    with Image.open(path) as img:
+        assert img.format == "PNG"
+        return np.asarray(img.convert("RGB"))
+
+
+# ---- 1. the nodes as the UI sees them
+def test_nodes_in_object_info(server, tiny_models):
+    info = server.get("/object_info").json()
+    ours = {name: d for name, d in info.items() if d.get("python_module", "").endswith("ComfyUI-TPU")}
+    assert OUR_NODES <= set(ours), f"missing from /object_info: {OUR_NODES - set(ours)}"
+    problems = []
+    for name, node in ours.items():
+        if node.get("category") != "TPU":
+            problems.append(f"{name}: category {node.get('category')!r}")
+        if not str(node.get("description", "")).strip():
+            problems.append(f"{name}: no description")
+        for section in ("required", "optional"):
+            for inp, spec in node["input"].get(section, {}).items():
+                opts = spec[1] if len(spec) > 1 else {}
+                if not str(opts.get("tooltip", "")).strip():
+                    problems.append(f"{name}.{inp}: no tooltip")
+        tips = node.get("output_tooltips", [])
+        if len(tips) != len(node["output"]) or not all(str(t).strip() for t in tips):
+            problems.append(f"{name}: output tooltips {tips} for outputs {node['output']}")
+    assert problems == []
+
+    models = ours["LoadTPUPipeline"]["input"]["required"]["model"][0]
+    assert {"tiny-flux", "tiny-sd3", "tiny-sdxl"} <= set(models)
+    roots = [tiny_models, server.work_dir / "models" / "diffusers"]
+    not_pipelines = [m for m in models if not any((r / m / "model_index.json").is_file() for r in roots)]
+    assert not_pipelines == [], "only folders holding model_index.json may be offered"
+
+
+# ---- 2. the shipped demo workflow
+def test_demo_workflow_writes_png(server):
+    result = run_ok(server, load_workflow(DEMO))
+    assert len(result["images"]) == 1
+    path = result["images"][0]
+    assert path.is_file()
+    px = pixels(path)
+    assert px.shape == (256, 256, 3)
+    assert px.std() > 1.0 and len(np.unique(px.reshape(-1, 3), axis=0)) > 100, "the image is (nearly) constant"
+
+
+# ---- 3, 4. what ComfyUI's cache and the warm worker save
+def test_requeue_is_served_from_cache(server):
+    wf = prompt(info=True)  # Device Info re-runs every time (IS_CHANGED = NaN); the rest may be cached
+    run_ok(server, wf)
+    second = run_ok(server, wf)
+    third = run_ok(server, wf)
+    assert {"1", "2", "3"} <= set(cached_nodes(second)) and {"1", "2", "3"} <= set(cached_nodes(third))
+    before, after = info_from(second)["workers"][0], info_from(third)["workers"][0]
+    assert (after["samples"], after["loads"]) == (before["samples"], before["loads"]), "the worker sampled again"
+    assert after.get("pid") == before.get("pid")
+    assert third["images"] == second["images"] and third["images"][0].is_file()
+
+
+def test_new_seed_resamples_warm_and_new_model_reloads(server):
+    first = run_ok(server, prompt())  # makes sure tiny-flux is the loaded model
+    s0 = worker_state(server)
+    second = run_ok(server, prompt())
+    s1 = worker_state(server)
+    assert s1["samples"] == s0["samples"] + 1
+    assert s1["loads"] == s0["loads"], "a new seed must not reload the weights"
+    assert s1.get("pid") == s0.get("pid"), "a new seed must not restart the worker"
+    assert not np.array_equal(pixels(first["images"][0]), pixels(second["images"][0])), "new seed, same image"
+
+    sd3 = run_ok(server, prompt(model="tiny-sd3"))
+    s2 = worker_state(server)
+    assert s2["loads"] == s1["loads"] + 1 and s2["samples"] == s1["samples"] + 1
+    assert s2["model"].rstrip("/").endswith("tiny-sd3")
+    assert s2.get("pid") == s1.get("pid"), "another model on the same device reuses the worker"
+    assert pixels(sd3["images"][0]).shape == (64, 64, 3)
+
+
+def test_free_workers_node_stops_the_group(server):
+    run_ok(server, prompt())
+    group = group_processes(server)
+    assert group, "a sample must leave a warm worker group"
+    result = run_ok(server, {"1": {"class_type": "TPUFreeWorkers", "inputs": {}}})
+    assert result["history"]["status"]["status_str"] == "success"
+    assert wait_gone(group, timeout=10) == [], "Free TPU Workers left worker processes running"
+    assert worker_state(server) is None, "Device Info still reports workers after Free"
+    run_ok(server, prompt())
+    state = worker_state(server)
+    assert (state["loads"], state["samples"]) == (1, 1), "the next Sample must start a fresh worker"
+
+
+# ---- 5. progress on the websocket
+def test_progress_messages(server):
+    result = run_ok(server, prompt(steps=8))
+    progress = [m["data"] for m in result["messages"] if m["type"] == "progress" and m["data"].get("node") == "2"]
+    values = [p["value"] for p in progress]
+    assert len(values) >= 2, f"progress for Sample: {progress}"
+    assert values == sorted(set(values)), f"not increasing: {values}"
+    assert {p["max"] for p in progress} == {8} and values[-1] == 8
+
+
+# ---- 6. Cancel
+def test_interrupt_stops_a_long_sample(server):
+    run_ok(server, prompt())  # warm: worker started, tiny-flux loaded
+    before = worker_state(server)
+    marks: dict[str, float] = {}
+
+    def on_message(msg):
+        if msg["type"] == "progress" and "interrupt" not in marks:
+            marks["interrupt"] = time.monotonic()
+            server.interrupt()
+        elif msg["type"] == "execution_interrupted":
+            marks["end"] = time.monotonic()
+
+    result = server.run(prompt(**LONG), timeout=90, on_message=on_message)
+    assert result["status"] == "interrupted", error_message(result)
+    assert marks["end"] - marks["interrupt"] < 5.0
+    assert [m["data"]["node_id"] for m in result["messages"] if m["type"] == "execution_interrupted"] == ["2"]
+
+    after = worker_state(server)
+    assert after["samples"] == before["samples"], "the interrupted sample must not complete"
+    assert after.get("pid") == before.get("pid"), "an interrupt must not cost a worker restart"
+    t0 = time.monotonic()
+    run_ok(server, prompt())
+    assert time.monotonic() - t0 < 10, "the worker was still busy with the interrupted sample"
+
+
+# ---- 7. bad input leaves the server up
+def _not_a_pipeline(server) -> dict:
+    (server.work_dir / "models" / "diffusers" / "not-a-pipeline").mkdir(parents=True, exist_ok=True)
+    return {"1.model_path": "not-a-pipeline"}
+
+
+@pytest.mark.parametrize("case", ["unknown_model", "not_a_pipeline", "bad_width", "zero_steps"])
+def test_bad_input_is_reported_and_server_stays_up(server, case):
+    if case == "unknown_model":
+        with pytest.raises(PromptFailed) as e:
+            server.run(load_workflow(DEMO, **{"1.model": "no-such-model"}))
+        errors = e.value.details["node_errors"]["1"]["errors"]
+        assert "model" in {err["extra_info"].get("input_name") for err in errors}
+        assert "no-such-model" in str(e.value) and "model" in str(e.value)
+    elif case == "not_a_pipeline":
+        with pytest.raises(PromptFailed) as e:
+            server.run(load_workflow(DEMO, **_not_a_pipeline(server)))
+        assert "model_index.json" in str(e.value) and "not-a-pipeline" in str(e.value)
+        assert list(e.value.details["node_errors"]) == ["1"]
+    elif case == "bad_width":
+        result = server.run(prompt(width=1000))
+        assert result["status"] == "error"
+        message = error_message(result)
+        assert "width" in message and "1000" in message and "multiple of 16" in message, message
+    else:
+        with pytest.raises(PromptFailed) as e:
+            server.run(prompt(steps=0))
+        errors = e.value.details["node_errors"]["2"]["errors"]
+        assert [(err["type"], err["extra_info"]["input_name"]) for err in errors] == \
+            [("value_smaller_than_min", "steps")]
+    assert server.proc.poll() is None
+    assert len(run_ok(server, prompt())["images"]) == 1
+
+
+# ---- 8. a worker dies mid-sample
+def test_worker_crash_fails_the_prompt_and_next_prompt_recovers(server):
+    run_ok(server, prompt())
+    state = worker_state(server)
+    group = group_processes(server)
+    workers = group_processes(server, workers_only=True)
+    assert len(workers) == 1, f"expected one worker rank, found {[p.cmdline() for p in workers]}"
+    victim = workers[0]
+    if "pid" in state:
+        assert state["pid"] == victim.pid
+    marks: dict[str, float] = {}
+
+    def on_message(msg):
+        if msg["type"] == "progress" and "kill" not in marks:
+            marks["kill"] = time.monotonic()
+            os.kill(victim.pid, signal.SIGKILL)
+        elif msg["type"] == "execution_error":
+            marks["end"] = time.monotonic()
+
+    try:
+        result = server.run(prompt(**LONG), timeout=90, on_message=on_message)
+        assert result["status"] == "error"
+        message = error_message(result)
+        assert "rank 0" in message and "stopped unexpectedly" in message, message
+        assert marks["end"] - marks["kill"] < 10.0
+        assert server.proc.poll() is None and server.get("/system_stats").ok
+
+        run_ok(server, prompt())
+        fresh = group_processes(server, workers_only=True)
+        assert len(fresh) == 1 and fresh[0].pid != victim.pid
+        assert wait_gone(group, timeout=10) == [], "processes of the killed group were left behind"
+    finally:
+        kill_all([p for p in group if alive(p)])
+
+
+# ---- 9. stopping ComfyUI stops the workers
+@pytest.mark.parametrize("how", ["sigint", "sigkill"])
+def test_stopping_the_server_stops_its_workers(comfyui_dir, tiny_models, tmp_path, how):
+    srv = ComfyServer(str(comfyui_dir), str(tiny_models), work_dir=str(tmp_path)).start()
+    group: list[psutil.Process] = []
+    leftovers_before = set(glob.glob(os.path.join(tempfile.gettempdir(), "comfyui-tpu-group-*")))
+    try:
+        run_ok(srv, prompt())
+        group = group_processes(srv)
+        assert len(group) >= 2, "expected the launcher and one worker"
+        if how == "sigint":  # Ctrl+C: ComfyUI exits normally and stops its worker group on the way out
+            assert srv.stop(timeout=15) != -signal.SIGKILL, "ComfyUI did not exit on SIGINT"
+        else:  # a crash: each worker notices its controller is gone and exits by itself
+            srv.kill()
+        assert wait_gone(group, timeout=10) == [], f"workers outlived ComfyUI ({how})"
+        if how == "sigint":  # the group was closed by the pack (its cleanup ran), not merely orphaned
+            assert "worker group GroupConfig(kind='cpu', world_size=1) stopped" in srv.log_path.read_text()
+        leftovers = set(glob.glob(os.path.join(tempfile.gettempdir(), "comfyui-tpu-group-*")))
+        assert leftovers <= leftovers_before, f"temp files left behind: {leftovers - leftovers_before}"
+    finally:
+        srv.stop()
+        kill_all([p for p in group if alive(p)])

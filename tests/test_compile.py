@@ -1,0 +1,335 @@
+"""Execution modes, Compile and the static-shape compile cache (issue 3), on the CPU.
+
+Workers compile with the 'eager'/'aot_eager' backends (seconds) except the one persistence test, which
+needs inductor's on-disk cache. Recompiles are proven absent with dynamo's own counters, which the worker
+reports through api.compile_stats().
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import textwrap
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from backend import api, compiler, device
+from backend.spec import MODE_CHOICES, CompilePlan, SampleRequest
+
+ROOT = Path(__file__).resolve().parent.parent
+TPU_VENV = os.environ.get("TPU_VENV")
+
+
+def _request(**kw) -> SampleRequest:
+    base = dict(prompt="a red fox in the snow", width=64, height=64, steps=2, guidance=2.0, seed=7, batch_size=1)
+    return SampleRequest(**{**base, **kw})
+
+
+def _spec(tiny_models, name="tiny-flux", **kw):
+    return api.make_spec(name, [str(tiny_models)], **kw)
+
+
+class Messages(list):
+    """Progress messages of one call, in order."""
+
+    def __call__(self, msg: dict) -> None:
+        self.append(msg)
+
+    @property
+    def texts(self) -> list[str]:
+        return [m["text"] for m in self if m.get("text")]
+
+    def index(self, predicate) -> int:
+        return next(i for i, m in enumerate(self) if predicate(m))
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    """Workers of this module keep compiled graphs in a fresh folder that starts with a stale manifest."""
+    root = tmp_path_factory.mktemp("compile-cache")
+    (root / "inductor").mkdir()
+    (root / "inductor" / "stale-entry").write_text("built by another torch")
+    (root / compiler.MANIFEST).write_text(json.dumps({**compiler.versions(), "torch": "0.0.1"}))
+    api.shutdown()  # a running group would keep its own cache folder
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(compiler.CACHE_ENV, str(root))
+        yield root
+    api.shutdown()
+
+
+# ---- controller-side checks (no worker)
+
+def test_warmup_list_parses_sizes_and_batches_and_names_bad_entries():
+    assert compiler.parse_warmup("1024x1024, 832x1216x2; 64 X 64\n") == ((1024, 1024, 1), (832, 1216, 2), (64, 64, 1))
+    assert compiler.parse_warmup("  ") == ()
+    assert compiler.parse_warmup("64x64, 64x64x1") == ((64, 64, 1),)
+    for bad, words in (("1024", "'1024' is not a size"), ("64x64x0", "batch 0"), ("axb", "WIDTHxHEIGHT")):
+        with pytest.raises(compiler.CompileError, match=words):
+            compiler.parse_warmup(bad)
+
+
+def test_compile_plan_checks_name_the_input_and_the_fix(tiny_models):
+    flux = _spec(tiny_models)
+    spec, notes = api.with_compile(flux, "whole denoiser", "auto", "64x64, 128x64x2", True)
+    assert spec.mode == "compiled" and spec.load_key() == flux.load_key()
+    assert spec.compile == CompilePlan("whole denoiser", "auto", ((64, 64, 1), (128, 64, 2)), True) and not notes
+    plan, _ = compiler.resolve_plan(spec, "cpu")
+    assert plan.backend == "inductor" and compiler.resolve_plan(spec, "tpu")[0].backend == "tpu"
+    # 'compiled' without a Compile node: whole denoiser, the device's own backend, and a note saying so
+    spec, notes = api.with_mode(flux, "compiled")
+    assert compiler.resolve_plan(spec, "cpu")[0] == CompilePlan("whole denoiser", "inductor")
+    assert "whole denoiser, backend inductor" in notes[0]
+    assert api.with_mode(flux, "defer-and-fuse eager")[1] == [
+        "defer-and-fuse eager exists only on TPU; running strict eager on cpu."]
+    # offload 'model' forces repeated blocks; 'sequential' cannot be compiled
+    spec, notes = api.with_compile(_spec(tiny_models, offload="model"), "whole denoiser", "eager", "", False)
+    assert compiler.resolve_plan(spec, "cpu")[0].target == "repeated blocks" and "repeated blocks" in notes[0]
+    failures = [
+        (lambda: api.with_compile(_spec(tiny_models, offload="sequential"), "whole denoiser", "eager", "", False),
+         "offload: 'sequential'"),
+        (lambda: api.with_compile(_spec(tiny_models, "tiny-sd3"), "repeated blocks", "eager", "", False),
+         "SD3's transformer has no repeated blocks"),
+        (lambda: api.with_compile(_spec(tiny_models, "tiny-sd3", offload="model"), "whole denoiser", "eager", "",
+                                  False), "forced by offload 'model'"),
+        (lambda: api.with_compile(flux, "whole denoiser", "tpu", "", False), "backend: 'tpu'"),
+        (lambda: api.with_compile(flux, "whole denoiser", "eager", "64x60", False), "warmup: 64x60: height"),
+        (lambda: api.with_compile(flux, "whole denoiser", "eager", "", True), "snap_to_warmup"),
+    ]
+    for call, words in failures:
+        with pytest.raises(compiler.CompileError, match=words):
+            call()
+
+
+def test_manifest_mismatch_renews_the_cache_with_a_logged_reason(tmp_path, caplog):
+    root = tmp_path / "cache"
+    env: dict = {}
+    assert compiler.prepare_cache_env(env, str(root))["status"] == "new"
+    assert env == device.compile_cache_env(str(root)) and env["TORCHINDUCTOR_FX_GRAPH_CACHE"] == "1"
+    stale = root / "tpu" / "entry"
+    stale.write_text("x")
+    assert compiler.prepare_cache_env({}, str(root))["status"] == "reused" and stale.exists()
+
+    manifest = json.loads((root / compiler.MANIFEST).read_text())
+    (root / compiler.MANIFEST).write_text(json.dumps({**manifest, "libtpu": "0.0.1", "diffusers": "0.1"}))
+    with caplog.at_level(logging.WARNING, logger="comfyui_tpu"):
+        info = compiler.prepare_cache_env({}, str(root))
+    assert info["status"].startswith("renewed (built with other versions: ") and "diffusers 0.1 → " in info["status"]
+    assert "starting a fresh one" in caplog.text and "libtpu 0.0.1 → " in caplog.text
+    assert not stale.exists() and json.loads((root / compiler.MANIFEST).read_text())["diffusers"] != "0.1"
+
+    (root / compiler.MANIFEST).write_text("{not json")
+    assert "manifest is unreadable" in compiler.prepare_cache_env({}, str(root))["status"]
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = {}
+    info = compiler.prepare_cache_env(env, str(blocker / "cache"))  # cannot be created: no crash, no env
+    assert info["status"].startswith("disabled") and env == {}
+
+
+# ---- in worker processes
+
+def test_worker_start_renews_a_stale_cache_and_samples(tiny_models, cache_dir):
+    messages = Messages()
+    images = api.sample(_spec(tiny_models), _request(), messages)
+    assert images.shape == (1, 64, 64, 3)
+    assert any(t.startswith(f"compile cache {cache_dir}: renewed (built with other versions: torch 0.0.1 → ")
+               for t in messages.texts), messages.texts
+    cache = api.compile_stats()["cache"]
+    assert cache["dir"] == str(cache_dir) and cache["status"].startswith("renewed (built with other versions: torch")
+    assert not (cache_dir / "inductor" / "stale-entry").exists()
+    assert json.loads((cache_dir / compiler.MANIFEST).read_text())["torch"] == compiler.versions()["torch"]
+
+
+@pytest.mark.parametrize("name", ["tiny-flux", "tiny-sdxl"])
+def test_each_mode_gives_an_image_and_switching_modes_does_not_reload(tiny_models, cache_dir, name):
+    base = _spec(tiny_models, name)
+    reference = api.sample(base, _request())
+    loads = api.worker_info()[0]["loads"]
+    for mode in [*MODE_CHOICES, "strict eager"]:  # ... and back from compiled to eager
+        spec, notes = api.with_mode(base, mode)
+        if mode == "compiled":
+            spec = spec.with_changes(compile=CompilePlan(backend="eager"))
+        messages = Messages()
+        images = api.sample(spec, _request(), messages)
+        stats = api.compile_stats()
+        assert images.shape == (1, 64, 64, 3) and np.isfinite(images).all(), mode
+        assert np.abs(images - reference).max() <= 1e-4, f"{mode} draws another image"
+        assert stats["mode"] == mode
+        if mode == "defer-and-fuse eager":
+            assert notes == [stats["note"]] and stats["note"] in messages.texts
+        if mode == "compiled":
+            assert stats["compiled"]["backend"] == "eager" and stats["compiled"]["target"] == "whole denoiser"
+            assert any(t.startswith("compiling 64x64 (batch 1") for t in messages.texts)
+        else:
+            assert stats["compiled"] is None
+    assert api.worker_info()[0]["loads"] == loads, "switching modes reloaded the weights"
+
+
+def test_after_warmup_varied_samples_never_recompile_and_a_new_size_compiles_once(tiny_models, cache_dir):
+    spec, _ = api.with_compile(_spec(tiny_models), "whole denoiser", "aot_eager", "64x64", False)
+    messages = Messages()
+    warm = api.load(spec, messages)["compile"]
+    assert "warm-up 1/1: 64x64 (batch 1)" in messages.texts
+    assert messages.texts.index("compiling 64x64 (batch 1) for the first time…") < messages.index(lambda m: "step" in m)
+    # one graph for a 2-step warm-up: no per-step recompile (e.g. from the timestep tensor)
+    shape = next(s for s in warm["shapes"] if s["shape"] == "64x64 (batch 1)" and "aot_eager" in s["component"])
+    assert (shape["compiles"], shape["graphs"], warm["unexpected_recompiles"]) == (1, 1, 0)
+
+    varied = [dict(seed=1), dict(prompt="a much longer prompt about a lighthouse on a cliff at dusk"),
+              dict(steps=5), dict(guidance=0.0), dict(guidance=7.5, seed=3, steps=3), dict(negative_prompt="blurry")]
+    for change in varied:
+        api.sample(spec, _request(**change))
+    stats = api.compile_stats()
+    assert stats["graphs"] == warm["graphs"] and stats["compiles"] == warm["compiles"], "a Sample recompiled"
+    assert stats["unexpected_recompiles"] == 0 and stats["hits"] == warm["hits"] + len(varied)
+
+    messages = Messages()
+    api.sample(spec, _request(width=96), messages)
+    announced = messages.texts.index("compiling 96x64 (batch 1) for the first time…")
+    assert announced < messages.index(lambda m: "step" in m), "the compile must be announced before it starts"
+    after = api.compile_stats()
+    assert (after["compiles"], after["graphs"]) == (stats["compiles"] + 1, stats["graphs"] + 1)
+    new = next(s for s in after["shapes"] if s["shape"] == "96x64 (batch 1)" and "aot_eager" in s["component"])
+    assert new["compiles"] == 1 and new["compile_s"] > 0
+
+    # snapping (off by default) sends an unseen size to the closest warmed-up one, and says so
+    snapping = spec.with_changes(compile=replace(spec.compile, snap_to_warmup=True))
+    messages = Messages()
+    images = api.sample(snapping, _request(width=80, height=80), messages)
+    assert images.shape == (1, 64, 64, 3) and "snapped 80x80 to the warmed-up size 64x64" in messages.texts
+    assert api.compile_stats()["graphs"] == after["graphs"]
+
+
+def test_cfg_and_prompt_length_do_not_surprise(tiny_models, cache_dir):
+    """SDXL: CFG on/off is a different batch for the UNet, so a known signature; Qwen-Image: prompts of any
+    length up to the 128-token bucket share one graph (padded embeddings with a mask)."""
+    sdxl, _ = api.with_compile(_spec(tiny_models, "tiny-sdxl"), "whole denoiser", "eager", "64x64", False)
+    before = api.load(sdxl)["compile"]
+    api.sample(sdxl, _request(guidance=7.0, seed=2))
+    messages = Messages()
+    api.sample(sdxl, _request(guidance=1.0), messages)  # no CFG: half the batch, announced as a new shape
+    assert "compiling 64x64 (batch 1) for the first time…" in messages.texts
+    stats = api.compile_stats()
+    assert stats["compiles"] == before["compiles"] + 1 and stats["unexpected_recompiles"] == 0
+
+    qwen, _ = api.with_compile(_spec(tiny_models, "tiny-qwenimage"), "whole denoiser", "eager", "64x64", False)
+    warm = api.load(qwen)["compile"]
+    prompts = (("fox", ""), ("a lighthouse on a cliff at dusk, oil painting, warm light", "blurry, low quality"),
+               ("a very long prompt " * 4, "no"))
+    for prompt, negative in prompts:
+        images = api.sample(qwen, _request(prompt=prompt, negative_prompt=negative, guidance=4.0))
+        assert np.isfinite(images).all()
+    stats = api.compile_stats()
+    assert stats["graphs"] == warm["graphs"] and stats["unexpected_recompiles"] == 0
+    assert stats["hits"] == warm["hits"] + len(prompts)
+    messages = Messages()  # a prompt past the bucket: the next bucket, announced like a new size
+    api.sample(qwen, _request(prompt="a very long prompt " * 12, guidance=4.0), messages)
+    assert "compiling 64x64 (batch 1, prompt ≤ 256 tokens) for the first time…" in messages.texts
+    assert api.compile_stats()["graphs"] == warm["graphs"] + 1
+
+
+def test_offload_model_compiles_the_repeated_blocks_and_says_so(tiny_models, cache_dir):
+    offloaded = _spec(tiny_models, offload="model")
+    eager = api.sample(offloaded, _request())
+    spec, notes = api.with_compile(offloaded, "whole denoiser", "eager", "", False)
+    messages = Messages()
+    images = api.sample(spec, _request(), messages)
+    stats = api.compile_stats()
+    assert notes[0] in messages.texts and stats["compiled"]["target"] == "repeated blocks"
+    shape = next(s for s in stats["shapes"] if s["component"] == stats["compiled"]["component"])
+    assert shape["graphs"] == 2  # FluxTransformerBlock and FluxSingleTransformerBlock, each compiled once
+    assert np.abs(images - eager).max() <= 1e-4
+
+
+def test_inductor_graphs_come_back_from_disk_after_a_restart(tiny_models, tmp_path, monkeypatch):
+    monkeypatch.setenv(compiler.CACHE_ENV, str(tmp_path / "cache"))
+    api.shutdown()
+    spec, _ = api.with_compile(_spec(tiny_models), "repeated blocks", "inductor", "", False)
+    try:
+        cold_image = api.sample(spec, _request())
+        cold = api.compile_stats()
+        assert cold["cache"]["status"] == "new" and cold["disk_misses"] >= 1 and cold["disk_hits"] == 0
+        api.shutdown()  # like restarting ComfyUI: a fresh worker process
+        messages = Messages()
+        warm_image = api.sample(spec, _request(), messages)
+        warm = api.compile_stats()
+    finally:
+        api.shutdown()
+    assert warm["cache"]["status"] == "reused"
+    assert warm["disk_hits"] == cold["disk_misses"] and warm["disk_misses"] == 0, warm
+    assert warm["shapes"][0]["from_disk"] and any("on-disk cache" in t for t in messages.texts)
+    assert np.abs(cold_image - warm_image).max() <= 1e-5
+
+
+# ---- the real TorchTPU package, no TPU touched
+
+@pytest.mark.skipif(not TPU_VENV, reason="TPU_VENV (venv with torch-tpu + libtpu) not set")
+def test_modes_and_compile_names_exist_in_real_torch_tpu():
+    code = """
+        import glob, json, os
+        import torch, torch._dynamo
+        import torch_tpu
+        from backend import compiler, device
+        from backend.spec import MODE_CHOICES
+        modes = {}
+        for mode in MODE_CHOICES:
+            device.set_execution_mode("tpu", mode)   # process-wide torch.tpu.eager_mode, as the worker does
+            modes[mode] = torch.tpu.eager_mode.name
+        so = glob.glob(os.path.join(os.path.dirname(torch_tpu.__file__), "csrc/common/glue_*/libpywrap_*common.so"))
+        env = device.compile_cache_env("/x")
+        names = [k for k in env if k.startswith("TORCH_TPU")]
+        print(json.dumps({"modes": modes, "tpu_backend": "tpu" in torch._dynamo.list_backends(),
+                          "auto": device.compile_backend("tpu", "auto"),
+                          "env_known": {k: any(k.encode() in open(f, "rb").read() for f in so) for k in names},
+                          "torch_tpu": compiler.versions()["torch_tpu"]}))
+    """
+    out = subprocess.run([f"{TPU_VENV}/bin/python", "-W", "ignore", "-c", textwrap.dedent(code)], cwd=ROOT,
+                         timeout=120, capture_output=True, text=True, env={**os.environ, "TPU_SKIP_MDS_QUERY": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["modes"] == device.TPU_EAGER_MODES
+    assert got["tpu_backend"] and got["auto"] == "tpu" and got["torch_tpu"] == "0.2.0"
+    assert got["env_known"] == {"TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT": True}
+
+
+# ---- through a real ComfyUI
+
+def test_compile_workflow_in_comfyui_shows_compile_text_and_saves_a_png(server):
+    prefix = f"compile-{uuid.uuid4().hex[:8]}"
+    workflow = {
+        "1": {"class_type": "LoadTPUPipeline",
+              "inputs": {"model": "tiny-flux", "dtype": "auto", "device": "auto", "offload": "none", "model_path": ""}},
+        "2": {"class_type": "TPUSetExecutionMode", "inputs": {"pipeline": ["1", 0], "mode": "compiled"}},
+        "3": {"class_type": "TPUCompile", "inputs": {"pipeline": ["2", 0], "target": "whole denoiser",
+                                                     "backend": "eager", "warmup": "64x64", "snap_to_warmup": False}},
+        "4": {"class_type": "TPUSample", "inputs": {"pipeline": ["3", 0], "prompt": "a lighthouse", "negative_prompt": "",
+                                                    "width": 64, "height": 64, "steps": 2, "guidance": 0.0,
+                                                    "seed": 11, "batch_size": 1}},
+        "5": {"class_type": "SaveImage", "inputs": {"images": ["4", 0], "filename_prefix": prefix}},
+    }
+    result = server.run(workflow, timeout=180)
+    assert result["status"] == "success", server.log_tail()
+    assert len(result["images"]) == 1 and result["images"][0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    messages = result["messages"]
+    texts = [(i, m["data"]["text"]) for i, m in enumerate(messages)
+             if m["type"] == "progress_text" and m["data"]["node"] == "3"]
+    compiling = [i for i, t in texts if t == "compiling 64x64 (batch 1) for the first time…"]
+    assert compiling and compiling[0] < len(messages) - 1, texts  # before the end of the execution
+    assert any("compiled: tiny-flux/transformer (float32, whole denoiser, eager)" in t for _, t in texts), texts
+
+    info = server.run({"90": {"class_type": "TPUDeviceInfo", "inputs": {}}}, timeout=60)
+    stats = json.loads(info["history"]["outputs"]["90"]["text"][0])["workers"][0]["compile"]
+    assert stats["mode"] == "compiled" and stats["compiles"] >= 1 and stats["unexpected_recompiles"] == 0
+    # the nodes put the cache in ComfyUI's user directory unless the environment names a folder
+    chosen = psutil.Process(server.proc.pid).environ().get(compiler.CACHE_ENV)
+    if chosen:
+        assert stats["cache"]["dir"] == chosen
+    else:
+        assert Path(stats["cache"]["dir"]) == server.work_dir / "user" / "comfyui-tpu" / "compile-cache"

@@ -1,0 +1,316 @@
+"""Several workers on the CPU (gloo, world size 2, one torch thread each): Shard TP and Data Parallel.
+
+Tolerances: a sharded transformer sums its matmuls in another order, so TP images match one worker to
+max abs diff <= 1e-4 in float32 (seen: ~1e-6). Data parallel changes nothing in the arithmetic (each image
+is its own pipeline call with its own generator), so DP images are bit-identical to one worker's.
+
+World-size-1 references are computed first (one module fixture) so that the group restarts only a few times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from backend import api, group, parallel
+from backend.models import ModelError
+from backend.spec import SampleRequest
+
+TP_TOLERANCE = 1e-4
+FOX, CAR = "a red fox in the snow", "a blue car in the city"
+
+
+def _request(**kw) -> SampleRequest:
+    base = dict(prompt=FOX, width=64, height=64, steps=2, guidance=0.0, seed=100, batch_size=1)
+    return SampleRequest(**{**base, **kw})
+
+
+def _spec(tiny_models, name="tiny-flux", **kw):
+    return api.make_spec(name, [str(tiny_models)], **kw)
+
+
+@pytest.fixture(scope="module")
+def refs(tiny_models) -> dict[str, np.ndarray]:
+    """Images from a single worker (world size 1), drawn once for the whole module."""
+    flux = _spec(tiny_models)
+    qwen = _spec(tiny_models, "tiny-qwenimage")
+    return {
+        "flux4": api.sample(flux, _request(batch_size=4)),  # seeds 100..103
+        "fox2": api.sample(flux, _request(seed=300, batch_size=2)),  # seeds 300, 301
+        "car2": api.sample(flux, _request(prompt=CAR, seed=302, batch_size=2)),  # seeds 302, 303
+        "qwen": api.sample(qwen, _request(guidance=1.0)),
+    }
+
+
+def _group_processes() -> list[psutil.Process]:
+    g = group.current_group()
+    assert g is not None and g.proc is not None
+    launcher = psutil.Process(g.proc.pid)
+    return [launcher, *launcher.children(recursive=True)]
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+# ---- validation: before anything starts
+
+
+def test_tp_is_refused_for_models_without_a_plan(tiny_models):
+    for name in ("tiny-sd3", "tiny-sdxl"):
+        with pytest.raises(ModelError) as e:
+            parallel.plan_tp(_spec(tiny_models, name), 2)
+        text = str(e.value)
+        assert "tensor-parallel plan" in text and name in text
+        assert all(f in text for f in ("FLUX.1", "FLUX.2", "Qwen-Image")), text
+
+
+def test_tp_degree_is_checked_against_cores_chips_and_heads(tiny_models, monkeypatch):
+    spec = _spec(tiny_models)  # tiny-flux: 2 attention heads
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 2)
+    with pytest.raises(ModelError, match=r"degree: 3 is more than this CPU host has 2 cores.*use at most 2"):
+        parallel.plan_tp(spec, 3)
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 8)
+    with pytest.raises(ModelError, match=r"degree: 3 does not divide the 2 attention heads of 'tiny-flux'.*"
+                                         r"use one of 1, 2"):
+        parallel.plan_tp(spec, 3)
+    assert parallel.plan_tp(spec, 0)[0].tp_degree == 1, "auto on the CPU is 1"
+    assert parallel.plan_tp(spec, 2)[0].tp_degree == 2
+
+    monkeypatch.setattr(parallel, "chip_count", lambda kind: 8)  # as on an 8-chip host
+    with pytest.raises(ModelError, match=r"degree: 16 is more than this host has 8 CPU chips"):
+        parallel.plan_tp(spec, 16)
+    with pytest.raises(ModelError, match=r"degree: 3 does not divide the 8 chips"):
+        parallel.plan_tp(spec, 3)
+    tp, text = parallel.plan_tp(spec, 0)
+    assert tp.tp_degree == 2 and "largest count that divides both" in text
+    with pytest.raises(ModelError, match=r"replicas: 8 replicas × TP degree 2 = 16 workers"):
+        parallel.plan_dp(tp, 8)
+    assert parallel.plan_dp(tp, 0)[0].dp_replicas == 4, "auto = chips / degree"
+
+
+def test_offload_and_tp_are_refused_together(tiny_models):
+    with pytest.raises(ModelError, match=r"offload: 'model' cannot be combined with Shard TP.*'none'"):
+        parallel.plan_tp(_spec(tiny_models, offload="model"), 2)
+
+
+def test_a_bad_spec_fails_before_any_worker_starts(tiny_models, monkeypatch):
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 2)
+    before = group.current_group()
+    bad = _spec(tiny_models).with_changes(tp_degree=2, dp_replicas=2)
+    with pytest.raises(ModelError, match=r"replicas: 2 replicas × TP degree 2 = 4 workers"):
+        api.sample(bad, _request())
+    with pytest.raises(ModelError, match=r"offload"):
+        api.load(_spec(tiny_models, offload="model").with_changes(tp_degree=2))
+    assert group.current_group() is before
+
+
+def test_text_encoders_show_what_is_sharded(tiny_models):
+    _, flux = parallel.plan_tp(_spec(tiny_models), 2, shard_text_encoders=True)
+    assert "text_encoder (CLIPTextModel): replicated on every chip (no TP plan" in flux
+    assert "text_encoder_2 (T5EncoderModel): replicated on every chip (no TP plan" in flux
+    assert "transformer: sharded over 2 chips" in flux
+    _, qwen = parallel.plan_tp(_spec(tiny_models, "tiny-qwenimage"), 2, shard_text_encoders=True)
+    assert "text_encoder (Qwen2_5_VLForConditionalGeneration): sharded over 2 chips" in qwen
+    tp, _ = parallel.plan_tp(_spec(tiny_models, "tiny-qwenimage"), 2, shard_text_encoders=True)
+    with pytest.raises(ModelError, match=r"shard_text_encoders: .*Data Parallel"):
+        parallel.plan_dp(tp, 2)
+
+
+def test_images_are_split_in_order():
+    req = _request(prompt=f"{FOX}\n\n  \n{CAR}\n", prompt_per_line=True, seed=10, batch_size=3)
+    images = parallel.images_of(req)
+    assert images == [(FOX, 10), (FOX, 11), (FOX, 12), (CAR, 13), (CAR, 14), (CAR, 15)]
+    assert [list(parallel.share(5, 2, r)) for r in range(2)] == [[0, 1, 2], [3, 4]]
+    assert [list(parallel.share(1, 2, r)) for r in range(2)] == [[0], []]
+    assert [parallel.Layout(2, 4, r).replica for r in range(4)] == [0, 0, 1, 1]
+    assert [parallel.Layout(2, 4, r).leader for r in range(4)] == [True, False, True, False]
+
+
+def test_launch_command_is_torchrun_with_c10d_rendezvous():
+    one = group.launch_command(2)
+    assert one[1:3] == ["-m", "torch.distributed.run"] and one[-2:] == ["-m", "backend.worker"]
+    assert {"--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=c10d",
+            "--rdzv-endpoint=127.0.0.1:0"} <= set(one)
+    pod = group.launch_command(4, nnodes=4, rdzv_endpoint="host0:29400", rdzv_id="job7")
+    assert {"--nnodes=4", "--nproc-per-node=4", "--rdzv-endpoint=host0:29400", "--rdzv-id=job7"} <= set(pod)
+
+
+@pytest.mark.skipif(not os.environ.get("TPU_VENV"), reason="TPU_VENV is not set: run through scripts/test.sh")
+def test_tpu_launch_env_comes_from_torch_tpu_once_for_all_ranks():
+    """The real TorchTPU (installed, no TPU here): one child process computes the launch environment."""
+    code = textwrap.dedent("""
+        import json
+        from backend import device
+        try:
+            device.tpu_launch_env(2, device.worker_env("tpu"))
+        except device.DeviceError as e:
+            print(json.dumps(str(e)))
+        pod = {**device.worker_env("tpu"), "TPU_WORKER_HOSTNAMES": "h0,h1", "JOB_COMPLETION_INDEX": "1"}
+        print(json.dumps(device.tpu_launch_env(4, pod)))
+    """)
+    out = subprocess.run([f"{os.environ['TPU_VENV']}/bin/python", "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent.parent, timeout=120)
+    assert out.returncode == 0, out.stderr
+    error, pod = (json.loads(line) for line in out.stdout.strip().splitlines()[-2:])
+    assert "set_tpu_launch_env" in error and "expected TPU devices" in error  # no chip on this host
+    assert pod["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")[4] == "h1:8070"
+    assert (pod["NNODES"], pod["NODE_RANK"], pod["MASTER_ADDR"]) == ("2", "1", "h0")
+
+
+# ---- two workers
+
+
+def test_tp2_gives_the_same_image_as_one_worker(tiny_models, refs):
+    tp, _ = parallel.plan_tp(_spec(tiny_models), 2)
+    images = api.sample(tp, _request(batch_size=4))
+    assert images.shape == refs["flux4"].shape
+    assert np.abs(images - refs["flux4"]).max() <= TP_TOLERANCE
+    workers = api.worker_info()
+    assert [w["rank"] for w in workers] == [0, 1] and len({w["pid"] for w in workers}) == 2
+    assert workers[0]["steps"] == workers[1]["steps"], "both ranks ran every step"
+
+
+def test_tp2_with_sharded_text_encoder(tiny_models, refs):
+    tp, _ = parallel.plan_tp(_spec(tiny_models, "tiny-qwenimage"), 2, shard_text_encoders=True)
+    images = api.sample(tp, _request(guidance=1.0))
+    assert np.abs(images - refs["qwen"]).max() <= TP_TOLERANCE
+
+
+def test_tp2_compiled_sharded_transformer(tiny_models, refs):
+    from backend.spec import CompilePlan
+
+    spec = _spec(tiny_models).with_changes(mode="compiled", compile=CompilePlan(backend="eager"))
+    tp, _ = parallel.plan_tp(spec, 2)
+    images = api.sample(tp, _request(batch_size=2))
+    assert np.abs(images - refs["flux4"][:2]).max() <= TP_TOLERANCE
+    assert api.worker_info()[1]["compile"]["compiles"] >= 1, "rank 1 compiled its shard too"
+
+
+def test_dp2_is_bit_identical_to_one_worker_and_keeps_the_order(tiny_models, refs):
+    dp, _ = parallel.plan_dp(_spec(tiny_models), 2)
+    api.load(dp)
+    before = [w["steps"] for w in api.worker_info()]
+    progress = []
+    images = api.sample(dp, _request(batch_size=4), lambda m: progress.append((m["step"], m["total"]))
+                        if "step" in m else None)
+    assert np.array_equal(images, refs["flux4"]), "the same seeds must give the same pixels on 2 replicas"
+    steps = [w["steps"] for w in api.worker_info()]
+    assert [a - b for a, b in zip(steps, before, strict=True)] == [4, 4], "each replica drew 2 of 4 images"
+    assert progress[-1] == (8, 8) and [s for s, _ in progress] == sorted(s for s, _ in progress), progress
+    odd = api.sample(dp, _request(batch_size=3))  # 2 + 1
+    assert np.array_equal(odd, refs["flux4"][:3])
+    one = api.sample(dp, _request(batch_size=1))  # 1 + 0: replica 1 has nothing to draw
+    assert np.array_equal(one, refs["flux4"][:1])
+
+
+def test_dp2_prompt_per_line_splits_prompts_in_order(tiny_models, refs):
+    dp, _ = parallel.plan_dp(_spec(tiny_models), 2)
+    images = api.sample(dp, _request(prompt=f"{FOX}\n{CAR}", prompt_per_line=True, seed=300, batch_size=2))
+    assert np.array_equal(images, np.concatenate([refs["fox2"], refs["car2"]]))
+
+
+def test_interrupt_stops_both_tp_ranks_at_the_same_step(tiny_models):
+    tp, _ = parallel.plan_tp(_spec(tiny_models), 2)
+    api.load(tp)
+    before = [w["steps"] for w in api.worker_info()]
+    stop, seen = threading.Event(), []
+
+    def on_progress(msg):
+        if "step" in msg:
+            seen.append(msg["step"])
+            if msg["step"] == 3:
+                stop.set()
+
+    t0 = time.monotonic()
+    with pytest.raises(group.Interrupted):
+        api.sample(tp, _request(steps=5000), on_progress, stop.is_set)
+    assert time.monotonic() - t0 < 20 and max(seen) < 50
+    steps = [w["steps"] - b for w, b in zip(api.worker_info(), before, strict=True)]
+    assert steps[0] == steps[1] >= 3, f"the ranks stopped at different steps: {steps}"
+    assert api.sample(tp, _request()).shape == (1, 64, 64, 3), "the next request works"
+
+
+def test_sigkill_of_rank_1_fails_fast_naming_it_and_the_next_request_starts_fresh(tiny_models):
+    tp, _ = parallel.plan_tp(_spec(tiny_models), 2)
+    api.load(tp)
+    old = _group_processes()
+    victim = api.worker_info()[1]["pid"]
+    marks = {}
+
+    def kill_on_step(msg):
+        if msg.get("step") == 2 and "kill" not in marks:
+            marks["kill"] = time.monotonic()
+            os.kill(victim, signal.SIGKILL)
+
+    crash = rf"rank 1 \(pid {victim}\) stopped unexpectedly \(killed by SIGKILL"
+    with pytest.raises(group.WorkerCrashed, match=crash):
+        api.sample(tp, _request(steps=5000), kill_on_step)
+    assert time.monotonic() - marks["kill"] < 10
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in old) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [p.pid for p in old if _alive(p)] == [], "the launcher or the other rank was left running"
+    assert api.sample(tp, _request()).shape == (1, 64, 64, 3)
+    assert victim not in {w["pid"] for w in api.worker_info()}
+
+
+# ---- through a real ComfyUI server
+
+
+def _prompt(sample: dict, *middle: tuple[str, dict]) -> dict:
+    """Load (tiny-flux) → [middle nodes] → Sample → Save Image, in ComfyUI's API format."""
+    load = {"model": "tiny-flux", "dtype": "auto", "device": "auto", "offload": "none", "model_path": ""}
+    wf = {"1": {"class_type": "LoadTPUPipeline", "inputs": load}}
+    link = ["1", 0]
+    for i, (cls, inputs) in enumerate(middle, start=10):
+        wf[str(i)] = {"class_type": cls, "inputs": {"pipeline": link, **inputs}}
+        link = [str(i), 0]
+    wf["2"] = {"class_type": "TPUSample", "inputs": {
+        "pipeline": link, "prompt": FOX, "negative_prompt": "", "width": 64, "height": 64, "steps": 2,
+        "guidance": 0.0, "seed": 500, "batch_size": 1, **sample}}
+    wf["3"] = {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "parallel"}}
+    return wf
+
+
+def _run_ok(server, wf):
+    from comfy_server import error_message
+
+    result = server.run(wf, timeout=180)
+    assert result["status"] == "success", f"{error_message(result)}\n{server.log_tail()}"
+    return result
+
+
+def test_server_shard_tp_workflow_writes_a_png(server):
+    shard = ("TPUShardTP", {"degree": 2, "shard_text_encoders": False})
+    result = _run_ok(server, _prompt({"seed": 501}, shard))
+    assert len(result["images"]) == 1 and result["images"][0].is_file()
+
+
+def test_server_data_parallel_workflow_writes_one_png_per_image(server):
+    result = _run_ok(server, _prompt({"seed": 600, "batch_size": 4}, ("TPUDataParallel", {"replicas": 2})))
+    assert len(result["images"]) == 4 and all(p.is_file() for p in result["images"])
+
+
+def test_server_reports_tp_on_a_model_without_a_plan(server):
+    from comfy_server import error_message
+
+    wf = _prompt({"seed": 700}, ("TPUShardTP", {"degree": 2, "shard_text_encoders": False}))
+    wf["1"]["inputs"]["model"] = "tiny-sd3"
+    result = server.run(wf, timeout=60)
+    assert result["status"] == "error"
+    assert "no tensor-parallel plan" in error_message(result) and "FLUX.1" in error_message(result)
+    assert server.proc.poll() is None

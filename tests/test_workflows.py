@@ -1,0 +1,164 @@
+"""Every shipped workflow is a test: it loads in the real ComfyUI frontend, converts, runs and makes images.
+
+The UI workflows (workflows/*.json, what the frontend saves and artists share) are opened in the server's own
+web frontend in headless Chromium (scripts/frontend.py); the frontend must know every node and accept every
+widget value, and its app.graphToPrompt() gives the API prompt, which runs on the real server with the real
+model names replaced by tiny models (TINY below: the workflow files keep the real names). The derived API
+copies (workflows/api/) must match, and ComfyUI's template browser must list the workflows.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from comfy_server import error_message
+from export_api_workflows import api_path, render
+from frontend import (
+    Frontend,
+    find_chromium,
+    load_ui_workflow,
+    run_workflow,
+    substitute_models,
+    workflow_files,
+)
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKFLOWS = ROOT / "workflows"
+FILES = workflow_files(WORKFLOWS)
+PACK = "ComfyUI-TPU"  # the pack's folder name under custom_nodes (scripts/comfy_server.py links it so)
+NOTES = {"Note", "MarkdownNote"}  # frontend-only nodes: not part of the prompt
+
+# Real model name -> tiny stand-in (built by the `tiny_models` fixture). A workflow naming another model fails
+# here until its tiny stand-in is added.
+TINY = {
+    "tiny-flux": "tiny-flux",
+    "FLUX.1-schnell": "tiny-flux",
+}
+
+
+@pytest.fixture(scope="module")
+def ui(server):
+    if not find_chromium():
+        pytest.skip("no Chromium: scripts/ensure_chromium.sh installs Debian's chromium-headless-shell (needs apt "
+                    "and root), or set COMFYUI_TPU_CHROMIUM; the real-frontend tests need it")
+    with Frontend(server) as frontend:
+        yield frontend
+
+
+def _ids(files):
+    return [p.stem for p in files]
+
+
+def test_the_shipped_workflows_are_there_and_explain_themselves():
+    assert {"tiny_demo", "flux1_schnell_offload"} <= {p.stem for p in FILES}
+    for path in FILES:
+        wf = load_ui_workflow(path)
+        assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"
+        assert wf.get("extra", {}).get("description"), f"{path.name}: no extra.description"
+        notes = [n for n in wf["nodes"] if n["type"] in NOTES]
+        assert notes and notes[0]["widgets_values"][0].strip(), f"{path.name}: no note that describes it"
+
+
+@pytest.mark.parametrize("path", FILES, ids=_ids(FILES))
+def test_workflow_loads_converts_and_runs(ui, server, path):
+    wf = load_ui_workflow(path)
+    conversion = ui.convert(wf, path.stem)
+    problems = conversion.problems(allowed_values={"model": set(TINY)}) + conversion.console_errors
+    assert not problems, f"{path.name} in the frontend:\n" + "\n".join(problems)
+
+    prompt = conversion.prompt
+    expected = {str(n["id"]): n["type"] for n in wf["nodes"] if n["type"] not in NOTES and n.get("mode", 0) == 0}
+    assert {k: v["class_type"] for k, v in prompt.items()} == expected
+
+    models = {v["inputs"]["model"] for v in prompt.values() if v["class_type"] == "LoadTPUPipeline"}
+    assert models <= set(TINY), f"add a tiny stand-in for {models - set(TINY)} to TINY"
+    started = time.perf_counter()
+    result = run_workflow(server, conversion, models=TINY, timeout=300)
+    assert result["status"] == "success", f"{path.name}: {error_message(result)}\n{server.log_tail()}"
+    samples = [v["inputs"] for v in substitute_models(prompt, TINY).values() if v["class_type"] == "TPUSample"]
+    assert len(result["images"]) == sum(s["batch_size"] for s in samples), result["history"].get("outputs")
+    sizes = {(s["width"], s["height"]) for s in samples}
+    for image in result["images"]:
+        with Image.open(image) as im:
+            assert im.format == "PNG" and im.size in sizes, (image, im.format, im.size, sizes)
+    print(f"{path.stem}: converted in {conversion.seconds:.2f} s, ran in {time.perf_counter() - started:.1f} s",
+          *(f"\n  older than its nodes (fine; rebuild to show the new inputs): {o}" for o in conversion.outdated))
+
+
+@pytest.mark.parametrize("path", FILES, ids=_ids(FILES))
+def test_api_copy_is_what_the_frontend_makes(ui, path):
+    """workflows/api/<name>.json (used by the demo command) is derived, never edited by hand."""
+    conversion = ui.convert(load_ui_workflow(path), path.stem)
+    target = api_path(path)
+    assert target.exists() and target.read_text() == render(conversion.prompt), (
+        f"{target.relative_to(ROOT)} is stale or missing: run scripts/export_api_workflows.py")
+
+
+def test_no_api_copy_without_its_workflow():
+    orphans = {p.name for p in (WORKFLOWS / "api").glob("*.json")} - {p.name for p in FILES}
+    assert not orphans, f"workflows/api/ files without a UI workflow in workflows/: {sorted(orphans)}"
+
+
+def test_template_browser_lists_exactly_the_workflows(server):
+    """ComfyUI serves a pack's workflows/ folder as its template folder (like example_workflows/): the list
+    holds the UI workflows and nothing else, each file and its thumbnail come back as they are on disk."""
+    listing = server.get("/workflow_templates").json()
+    assert sorted(listing.get(PACK, [])) == sorted(p.stem for p in FILES), listing
+    for path in FILES:
+        r = server.get(f"/api/workflow_templates/{PACK}/{path.name}")
+        assert r.status_code == 200 and r.json() == load_ui_workflow(path)
+        thumb = server.get(f"/api/workflow_templates/{PACK}/{path.stem}.jpg")
+        assert thumb.status_code == 200 and thumb.content[:3] == b"\xff\xd8\xff", (
+            f"no template-browser thumbnail workflows/{path.stem}.jpg: run scripts/screenshots.py")
+        assert (ROOT / "docs" / "images" / f"{path.stem}.png").exists(), "run scripts/screenshots.py"
+
+
+@pytest.mark.parametrize("path", FILES[:1], ids=_ids(FILES[:1]))
+def test_template_opens_in_the_frontend(ui, server, path):
+    """What clicking the template in the browser does (the frontend's ?template= link takes the same path)."""
+    ui.open(f"{server.url}/?template={path.stem}&source={PACK}")
+    saved = load_ui_workflow(path)["nodes"]
+    wanted = sorted((n["id"], n["type"], n.get("widgets_values")) for n in saved)
+    deadline = time.monotonic() + 30
+    while True:
+        # (a node that gained inputs since the file was saved shows their defaults after the saved values)
+        count = {n["id"]: len(n.get("widgets_values") or []) for n in saved}
+        got = sorted((n["id"], n["type"], (n.get("widgets_values") or [])[: count.get(n["id"], 0)] or None)
+                     for n in ui.serialize()["nodes"])
+        if got == wanted or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert got == wanted
+
+
+def test_template_browser_shows_them(ui):
+    """The real template browser, opened as its side-bar button does, shows a card for each workflow."""
+    try:
+        texts = ui.template_browser(PACK)
+    finally:
+        ui.close_dialogs()
+    assert {p.stem for p in FILES} <= set(texts), texts
+
+
+def test_frontend_reports_what_is_wrong(ui, tmp_path):
+    """The checks above would notice: an unknown node, shifted widget values, a value not offered, an
+    API-format file opened as a workflow."""
+    wf = load_ui_workflow(WORKFLOWS / "tiny_demo.json")
+    sample = next(n for n in wf["nodes"] if n["type"] == "TPUSample")
+    sample["widgets_values"] = sample["widgets_values"][1:]  # one value lost: the rest shift by one
+    loader = next(n for n in wf["nodes"] if n["type"] == "LoadTPUPipeline")
+    loader["widgets_values"][1] = "float8"  # dtype
+    wf["nodes"].append({**json.loads(json.dumps(loader)), "id": 99, "type": "NoSuchNode", "outputs": []})
+    conversion = ui.convert(wf, "broken")
+    assert conversion.missing_nodes == ["NoSuchNode"]
+    assert any(e.startswith("node 2 (TPUSample): steps=0 is outside") for e in conversion.widget_errors), \
+        conversion.widget_errors
+    assert any(u["widget"] == "dtype" and u["value"] == "float8" for u in conversion.unknown_values)
+
+    api = json.loads(api_path(WORKFLOWS / "tiny_demo.json").read_text())
+    assert any("no nodes" in m for m in ui.convert(api, "api").messages)
+
