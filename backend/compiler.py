@@ -225,6 +225,7 @@ class Compiler:
         self.applied: tuple | None = None  # (target, backend, model, dtype) it was compiled with
         self.plan: CompilePlan | None = None
         self.seen: set[Shape] = set()  # signatures compiled for the current module and plan
+        self.compiling: str | None = None  # the shape being compiled by the pipeline call under way, if any
         self.warmed: set[tuple[int, int, int]] = set()
         self.shapes: dict[str, dict] = {}  # statistics per model, plan and shape (kept across plan changes)
         self.totals = {"compiles": 0, "hits": 0, "compile_s": 0.0, "graphs": 0, "unexpected_recompiles": 0,
@@ -316,9 +317,11 @@ class Compiler:
         if new:
             self.status(f"compiling {shape.label()} for the first time…")
         before, started = _dynamo_counts(), time.perf_counter()
+        self.compiling = shape.label() if new else None
         try:
             yield
         finally:
+            self.compiling = None
             delta = {k: v - before[k] for k, v in _dynamo_counts().items()}
             self._record(shape, new, entry, delta, time.perf_counter() - started)
 

@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,9 +27,7 @@ from multiprocessing.connection import Connection, answer_challenge, deliver_cha
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from . import device
+from . import device, handoff
 from .spec import GroupConfig
 
 log = logging.getLogger("comfyui_tpu")
@@ -58,7 +57,7 @@ ProgressFn = Callable[[dict], None]
 
 
 def launch_command(nproc_per_node: int, nnodes: int = 1, rdzv_endpoint: str = "127.0.0.1:0",
-                   rdzv_id: str | None = None) -> list[str]:
+                   rdzv_id: str | None = None, log_dir: str | None = None) -> list[str]:
     """The torchrun command that starts one host's workers (one per chip) and joins them into a group.
 
     One host: nnodes=1 and a local endpoint (port 0: torchrun picks a free one). Several hosts (a TPU pod
@@ -70,6 +69,8 @@ def launch_command(nproc_per_node: int, nnodes: int = 1, rdzv_endpoint: str = "1
            "--max-restarts=0", "--monitor-interval=0.5"]
     if rdzv_id:
         cmd.append(f"--rdzv-id={rdzv_id}")
+    if log_dir:  # torchrun otherwise leaves a /tmp/torchelastic_* folder behind at every start
+        cmd.append(f"--log-dir={log_dir}")
     return [*cmd, "-m", "backend.worker"]
 
 
@@ -79,10 +80,12 @@ class WorkerGroup:
     def __init__(self, config: GroupConfig):
         self.config = config
         self.secret = secrets.token_bytes(32)
+        self.group_id = secrets.token_hex(8)  # names this group's /dev/shm files
         self.conns: list[Connection] = []
         self.pids: list[int] = []
         self.proc: subprocess.Popen | None = None
         self._log_fd: int | None = None  # the launcher's output file, already unlinked
+        self._run_dir: str | None = None  # torchrun's log dir, removed when the group stops
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.closed = False
@@ -104,12 +107,15 @@ class WorkerGroup:
         env.update({
             "COMFYUI_TPU_CONTROLLER": f"{host}:{port}",
             "COMFYUI_TPU_SECRET": self.secret.hex(),
+            "COMFYUI_TPU_GROUP_ID": self.group_id,
             "COMFYUI_TPU_DEVICE_KIND": self.config.kind,
             "PYTHONPATH": os.pathsep.join([str(PACK_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
             "PYTHONUNBUFFERED": "1",
         })
         env.update(tpu_env)
-        cmd = launch_command(n)
+        _remove_stale_run_dirs()
+        self._run_dir = tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-")
+        cmd = launch_command(n, log_dir=self._run_dir)
         if on_status:
             on_status(f"starting {n} {self.config.kind} worker{'s' if n > 1 else ''}")
         log.info("comfyui-tpu: starting worker group %s", self.config)
@@ -196,6 +202,10 @@ class WorkerGroup:
         if self._log_fd is not None:
             os.close(self._log_fd)
             self._log_fd = None
+        if self._run_dir is not None:
+            shutil.rmtree(self._run_dir, ignore_errors=True)
+            self._run_dir = None
+        handoff.remove_leftovers(handoff.shm_prefix(self.group_id))
         log.info("comfyui-tpu: worker group %s stopped", self.config)
 
     def _signal_all(self, sig: int, workers_only: bool = False) -> None:
@@ -279,10 +289,12 @@ class WorkerGroup:
             ready = wait(pending, timeout=0.1)
             if not ready:
                 if time.monotonic() - last_heard > SILENCE_TIMEOUT_S:
+                    tail = self._log_tail()  # before close(), which closes the log
                     self.close()
                     raise WorkerCrashed(
-                        f"the {self.config.kind} workers stopped answering for {SILENCE_TIMEOUT_S:.0f} s; "
-                        f"they were stopped and the next run starts fresh ones.{self._log_tail()}")
+                        f"the {self.config.kind} workers stopped answering (no message, not even a "
+                        f"heartbeat, for {SILENCE_TIMEOUT_S:.0f} s, COMFYUI_TPU_SILENCE_TIMEOUT); they were "
+                        f"stopped and the next run starts fresh ones.{tail}")
                 continue
             last_heard = time.monotonic()
             for conn in ready:
@@ -315,10 +327,8 @@ class WorkerGroup:
     def _recv(self, rank: int, conn: Connection) -> dict:
         try:
             msg = conn.recv()
-            for spec in msg.pop("arrays", []):
-                arr = np.empty(spec["shape"], dtype=spec["dtype"])
-                conn.recv_bytes_into(memoryview(arr).cast("B"))  # one copy, socket → final buffer
-                msg.setdefault("values", {})[spec["name"]] = arr
+            if "arrays" in msg:
+                msg["values"] = handoff.unpack(conn, msg.pop("arrays"))
             return msg
         except (EOFError, OSError) as e:
             self._crashed(rank, e)
@@ -378,6 +388,17 @@ class WorkerGroup:
             hint = ": a kill command, or the kernel's out-of-memory killer" if code == -signal.SIGKILL else ""
             return f" (killed by {name}{hint})"
         return f" (exit code {code})"
+
+
+RUN_DIR_PREFIX = "comfyui-tpu-run-"
+
+
+def _remove_stale_run_dirs() -> None:
+    """torchrun log folders of controllers that died without cleaning up (named after the controller's pid)."""
+    for path in Path(tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}*-*"):
+        pid = path.name[len(RUN_DIR_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 _groups: dict[GroupConfig, WorkerGroup] = {}

@@ -13,6 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ALLOW_ABSOLUTE_ENV = "COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS"
+ALLOW_PICKLE_ENV = "COMFYUI_TPU_ALLOW_PICKLE"  # =1: also load pickle (.bin/.pt) weights; off by default
+
+
+def safetensors_only() -> bool | None:
+    """`use_safetensors` for every from_pretrained call: True (refuse pickle weights) unless the operator
+    started ComfyUI with COMFYUI_TPU_ALLOW_PICKLE=1; then None (safetensors when present, else pickle)."""
+    return None if os.environ.get(ALLOW_PICKLE_ENV) == "1" else True
 
 
 class ModelError(ValueError):
@@ -104,7 +111,10 @@ def _read_json(path: Path) -> dict:
 
 
 def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
-    """Checks a folder is a loadable diffusers pipeline we support, without loading weights."""
+    """Checks a folder is a loadable diffusers pipeline we support, without loading weights.
+
+    Pickle-only weights are refused unless `allow_pickle` or COMFYUI_TPU_ALLOW_PICKLE=1."""
+    allow_pickle = allow_pickle or safetensors_only() is None
     index_file = path / "model_index.json"
     if not index_file.is_file():
         raise ModelError(
@@ -130,7 +140,8 @@ def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
             raise ModelError(
                 f"model: '{path.name}/{component}' has only pickle weights ({', '.join(sorted(weights)[:3])}), "
                 "which can run arbitrary code when loaded and are refused. Convert them to .safetensors "
-                "(or download the safetensors variant of the model).")
+                "(or download the safetensors variant of the model), or, for models you trust, start ComfyUI "
+                f"with {ALLOW_PICKLE_ENV}=1.")
     return ModelInfo(str(path), class_name, family, _vae_scale(path) * family.size_multiple_of_vae)
 
 
@@ -143,12 +154,28 @@ def _vae_scale(path: Path) -> int:
     return 8
 
 
+def _model_max_side(path: Path, size_factor: int) -> int | None:
+    """The largest side the model can make, where its transformer has a fixed-size position embedding (SD3's
+    pos_embed_max_size, in patches): None where it has no such limit."""
+    try:
+        config = _read_json(path / "transformer" / "config.json")
+    except (OSError, ValueError):
+        return None
+    patches = config.get("pos_embed_max_size") if isinstance(config, dict) else None
+    return patches * size_factor if isinstance(patches, int) and patches > 0 else None
+
+
 def check_size(info: ModelInfo, width: int, height: int, max_side: int = 8192) -> None:
     """Width/height must be positive multiples of the pipeline's factor and not absurdly large."""
     f = info.size_factor
+    model_max = _model_max_side(Path(info.path), f)
     for name, value in (("width", width), ("height", height)):
         if value <= 0 or value > max_side:
             raise ModelError(f"{name}: {value} is out of range; use a value between {f} and {max_side}.")
+        if model_max is not None and value > model_max:
+            raise ModelError(f"{name}: {value} is more than '{Path(info.path).name}' can make: its "
+                             f"transformer's position embedding covers at most {model_max} pixels per side; "
+                             f"use at most {model_max}.")
         if value % f:
             lo, hi = (value // f) * f, (value // f + 1) * f
             near = f"{lo} or {hi}" if lo else str(hi)

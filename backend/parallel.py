@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import device
-from .models import FAMILIES, ModelError
+from .models import FAMILIES, ModelError, safetensors_only
 from .spec import PipelineSpec, SampleRequest
 
 # ---- controller side: plans and validation (no torch, no device runtime)
@@ -370,7 +370,7 @@ def load_pipeline(spec: PipelineSpec, dtype, kind: str):
     if kind == "cpu":
         patch_diffusers_tp_for_cpu()
     index = _read_json(Path(spec.model_path) / "model_index.json")
-    common = {"dtype": dtype, "local_files_only": True, "use_safetensors": True}
+    common = {"dtype": dtype, "local_files_only": True, "use_safetensors": safetensors_only()}
     mesh = tp_mesh(kind, spec.tp_degree)
     transformer_cls = getattr(diffusers, index["transformer"][1])
     config = TensorParallelConfig(tp_degree=spec.tp_degree, mesh=mesh)
@@ -385,6 +385,7 @@ def load_pipeline(spec: PipelineSpec, dtype, kind: str):
                 cls = getattr(transformers, enc.class_name)
                 components[enc.name] = cls.from_pretrained(
                     spec.model_path, subfolder=enc.name, dtype=dtype, local_files_only=True,
+                    use_safetensors=safetensors_only(),
                     distributed_config=DistributedConfig(tp_size=spec.tp_degree))
     return DiffusionPipeline.from_pretrained(spec.model_path, **components, **common)
 

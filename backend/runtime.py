@@ -17,11 +17,14 @@ import torch
 
 from . import device, parallel
 from .compiler import Compiler
-from .models import FAMILIES
+from .models import FAMILIES, safetensors_only
 from .spec import PipelineSpec, SampleRequest
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-_OOM_MARKERS = ("out of memory", "resource_exhausted", "resource exhausted", "cannot allocate memory")
+# Allocator messages: torch CUDA ("CUDA out of memory"), torch CPU ("DefaultCPUAllocator: can't allocate
+# memory ... Error code 12 (Cannot allocate memory)"; Windows: "not enough memory"), XLA (RESOURCE_EXHAUSTED).
+_OOM_MARKERS = ("out of memory", "resource_exhausted", "resource exhausted", "cannot allocate memory",
+                "can't allocate memory", "not enough memory")
 
 
 class Runtime:
@@ -49,9 +52,6 @@ class Runtime:
         if op == "sample":
             spec, req = PipelineSpec.from_dict(msg["spec"]), SampleRequest(**msg["request"])
             self.ensure_loaded(spec)
-            if self.should_stop():  # loading cannot stop midway; stop right after it (all TP ranks agree)
-                self.status("stopped after loading finished (loading cannot be interrupted midway)")
-                raise self.Interrupted()
             images = self.sample(spec, req)
             return {"loads": self.loads}, ({"images": images} if images is not None else None)
         if op == "info":
@@ -87,8 +87,11 @@ class Runtime:
                 pipe = parallel.load_pipeline(spec, _DTYPES[dtype_name], self.kind)
             else:
                 pipe = DiffusionPipeline.from_pretrained(
-                    spec.model_path, dtype=_DTYPES[dtype_name], local_files_only=True, use_safetensors=True)
+                    spec.model_path, dtype=_DTYPES[dtype_name], local_files_only=True,
+                    use_safetensors=safetensors_only())
         except OSError as e:
+            if _is_oom(e):
+                raise
             raise RuntimeError(
                 f"model: '{name}' could not be loaded from its folder ({e}). ComfyUI-TPU never downloads at "
                 "run time: make sure the folder holds every component (safetensors weights, configs, "
@@ -104,6 +107,10 @@ class Runtime:
         self.pipe, self.load_key = pipe, spec.load_key()
         self.loads += 1
         self.status(f"loaded {name} in {time.perf_counter() - t0:.1f} s")
+        if self.should_stop():  # loading cannot stop midway; stop right after it (all TP ranks agree)
+            self.status("stopped after loading finished (loading cannot be interrupted midway); the model "
+                        "stays loaded for the next run")
+            raise self.Interrupted()
         self.compiler.configure(self, spec)
         return self.info()
 
@@ -161,10 +168,15 @@ class Runtime:
 
         def on_step_end(pipe, step, timestep, callback_kwargs):
             self.steps += 1
+            stop = self.should_stop()
+            if stop and step == 0 and self.compiler.compiling:  # the compile ran inside this first step
+                # before the step's progress: ComfyUI's progress hook raises on it once Cancel was pressed
+                self.status(f"stopped right after compiling {self.compiler.compiling} (a compile cannot be "
+                            "interrupted midway); it is kept, so the next run at this size starts at once")
             if report:  # steps of this rank's whole share: done before this image + this image's
                 self.channel.send({"type": "progress", "id": self._rid, "step": done + step + 1,
                                    "total": total, "elapsed": time.perf_counter() - start})
-            if self.should_stop():
+            if stop:
                 raise self.Interrupted()
             return {}
 
@@ -175,7 +187,16 @@ class Runtime:
     # ---- errors
     def describe_error(self, e: BaseException) -> str:
         text = f"{type(e).__name__}: {e}"
-        if isinstance(e, torch.OutOfMemoryError) or any(m in str(e).lower() for m in _OOM_MARKERS):
-            return (f"out of memory on {self.device}: {e}. Try offload 'model' or 'sequential' in Load TPU "
-                    "Pipeline, a smaller width/height or batch_size, or shard the model over more chips.")
+        if _is_oom(e):
+            cap = os.environ.get("COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB", "").strip()
+            if cap:
+                cap = f" (this worker's memory is capped at {cap} GiB by COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB)"
+            return (f"out of memory on {self.device}{cap}: {text}. Try offload 'model' or 'sequential' in "
+                    "Load TPU Pipeline, a smaller width/height or batch_size, or Shard TP over more chips.")
         return text
+
+
+def _is_oom(e: BaseException) -> bool:
+    if isinstance(e, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return any(m in str(e).lower() for m in _OOM_MARKERS)

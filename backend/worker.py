@@ -14,7 +14,9 @@ import time
 import traceback
 from multiprocessing.connection import Client
 
-from . import compiler, device
+from . import compiler, device, handoff
+
+MEMORY_LIMIT_ENV = "COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB"
 
 
 class Channel:
@@ -27,15 +29,20 @@ class Channel:
         self.requests: queue.Queue[dict] = queue.Queue()
         self.interrupt = threading.Event()
         self.busy = threading.Event()  # heartbeats only while serving a request: nobody reads them when idle
+        rank = os.environ.get("RANK", "0")
+        self.shm_prefix = handoff.shm_prefix(os.environ.get("COMFYUI_TPU_GROUP_ID", "solo")) + f"{rank}-"
+        self.sent_arrays = 0
 
     def send(self, msg: dict, arrays: dict | None = None) -> None:
-        """Sends a message, then each numpy array's raw bytes (no pickling of image data)."""
+        """Sends a message; arrays travel through /dev/shm (backend.handoff), never pickled."""
         with self.send_lock:
+            inline = []
             if arrays:
-                msg = {**msg, "arrays": [{"name": k, "shape": a.shape, "dtype": a.dtype.str}
-                                         for k, a in arrays.items()]}
+                self.sent_arrays += 1
+                specs, inline = handoff.pack(arrays, self.shm_prefix, self.sent_arrays)
+                msg = {**msg, "arrays": specs}
             self.conn.send(msg)
-            for a in (arrays or {}).values():
+            for a in inline:
                 self.conn.send_bytes(memoryview(a).cast("B"))
 
     def receive_forever(self) -> None:
@@ -63,11 +70,32 @@ class Channel:
                 os._exit(3)
 
 
+def limit_memory(kind: str) -> None:
+    """Caps a CPU worker's private memory (RLIMIT_DATA: heap and anonymous mappings, not the mapped
+    libraries) at COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB (GiB) when set: a runaway request then fails in the
+    worker with an out-of-memory error instead of swapping the host or waking the kernel's OOM killer. Not
+    applied to TPU or CUDA workers, whose runtimes manage host memory of their own."""
+    value = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    if not value or kind != "cpu":
+        return
+    import resource
+
+    try:
+        limit = int(float(value) * 2**30)
+    except ValueError:
+        print(f"comfyui-tpu: ignoring {MEMORY_LIMIT_ENV}={value!r}: not a number of GiB", flush=True)
+        return
+    hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+    soft = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
 def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     kind = os.environ["COMFYUI_TPU_DEVICE_KIND"]
+    limit_memory(kind)
     channel = Channel(os.environ["COMFYUI_TPU_CONTROLLER"], bytes.fromhex(os.environ["COMFYUI_TPU_SECRET"]))
 
     compiler.prepare_cache_env()  # before torch loads and the device starts: they read the cache folders once

@@ -1,9 +1,12 @@
 """ComfyUI nodes of ComfyUI-TPU: thin wrappers (inputs, tooltips, validation, progress) over backend.api."""
 
+from . import comfy_bridge
 from .compile_nodes import TPUCompile, TPUSetExecutionMode
 from .info_nodes import TPUDeviceInfo, TPUFreeWorkers
 from .parallel_nodes import TPUDataParallel, TPUShardTP
 from .pipeline_nodes import LoadTPUPipeline, TPUSample
+
+comfy_bridge.treat_sigterm_as_ctrl_c()
 
 NODE_CLASS_MAPPINGS = {
     "LoadTPUPipeline": LoadTPUPipeline,

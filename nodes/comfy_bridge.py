@@ -57,6 +57,19 @@ def progress_reporter(node_id: str | None, total: int) -> Callable[[dict], None]
     return on_progress
 
 
+def treat_sigterm_as_ctrl_c() -> None:
+    """ComfyUI exits cleanly on Ctrl+C (KeyboardInterrupt), so the pack's exit hook stops the workers, but it
+    leaves SIGTERM (systemd, `docker stop`, `kill`) at Python's default, which ends the process on the spot.
+    Where nothing else has claimed SIGTERM, it is handled like Ctrl+C. Signal handlers can only be set from
+    the main thread, where ComfyUI imports custom nodes."""
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    if main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
 def interrupted() -> bool:
     return comfy.model_management.processing_interrupted()
 

@@ -37,22 +37,35 @@ def _note(node_id: int, pos: list[int], text: str, size=(330, 330)) -> dict:
 
 def _text_to_image(*, title: str, model: str, offload: str, prompt: str, width: int, height: int, steps: int,
                    guidance: float, seed: int, seed_control: str, prefix: str, note: str, description: str,
-                   note_height: int) -> dict:
-    """Load TPU Pipeline -> Sample (TPU) -> Save Image, with a note. Node ids 1, 2, 3 (the note is 4)."""
+                   note_height: int, negative_prompt: str = "", batch_size: int = 1,
+                   prompt_per_line: bool = False, between: tuple[tuple[str, dict], ...] = ()) -> dict:
+    """Load TPU Pipeline -> [the nodes of `between`, in order] -> Sample (TPU) -> Save Image, with a note.
+    Node ids: Load 1, Sample 2, Save 3, the note 4, then 5, 6, ... for `between` ((type, widgets) pairs)."""
+    sample_widgets = {"prompt": prompt, "negative_prompt": negative_prompt, "width": width, "height": height,
+                      "steps": steps, "guidance": guidance, "seed": seed,
+                      "control_after_generate": seed_control, "batch_size": batch_size}
+    if prompt_per_line:
+        sample_widgets["prompt_per_line"] = True
+    x, middle, chain = 410, [], [1]
+    for i, (node_type, widgets) in enumerate(between):
+        middle.append({"id": 5 + i, "type": node_type, "pos": [x, 130], "size": [300, 0], "widgets": widgets})
+        chain.append(5 + i)
+        x += 340
+    chain.append(2)
     return {
         "name": title,
         "nodes": [
             {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
              "widgets": {"model": model, "dtype": "auto", "device": "auto", "offload": offload, "model_path": ""}},
-            {"id": 2, "type": "TPUSample", "pos": [410, 130], "size": [400, 470],
-             "widgets": {"prompt": prompt, "negative_prompt": "", "width": width, "height": height, "steps": steps,
-                         "guidance": guidance, "seed": seed, "control_after_generate": seed_control,
-                         "batch_size": 1}},
-            {"id": 3, "type": "SaveImage", "pos": [850, 130], "size": [360, 470],
+            {"id": 2, "type": "TPUSample", "pos": [x, 130], "size": [400, 470], "widgets": sample_widgets},
+            {"id": 3, "type": "SaveImage", "pos": [x + 440, 130], "size": [360, 470],
              "widgets": {"filename_prefix": prefix}},
-            _note(4, [40, 360], note, size=(330, note_height)),
+            # with nodes in between, the note spans the width under Load and them
+            _note(4, [40, 360], note, size=(x - 80 if between else 330, note_height)),
+            *middle,
         ],
-        "links": [[1, "pipeline", 2, "pipeline"], [2, "images", 3, "images"]],
+        "links": [[a, "pipeline", b, "pipeline"] for a, b in zip(chain[:-1], chain[1:], strict=True)]
+        + [[2, "images", 3, "images"]],
         "extra": {"description": description},
     }
 
@@ -96,6 +109,89 @@ chip needs room for the largest part (the 12B transformer, about 24 GB in bfloat
 Use `none` on a chip with room for everything (faster), `sequential` when even that does not fit (slow).
 
 The first run loads the weights; on a TPU each new image size also compiles once.
+"""),
+    "sd35_medium_compiled": _text_to_image(
+        title="sd35_medium_compiled", model="stable-diffusion-3.5-medium", offload="none", note_height=240,
+        between=(("TPUSetExecutionMode", {"mode": "compiled"}),
+                 ("TPUCompile", {"target": "whole denoiser", "backend": "auto", "warmup": "1024x1024",
+                                 "snap_to_warmup": False})),
+        prompt="a watercolor painting of a hummingbird drinking from a red flower, soft morning light",
+        negative_prompt="blurry, low quality, distorted", width=1024, height=1024, steps=40, guidance=4.5,
+        seed=0, seed_control="randomize", prefix="sd35-medium",
+        description="SD3.5 Medium compiled on one chip with a warm-up: Load TPU Pipeline -> Set Execution "
+                    "Mode (compiled) -> Compile (whole denoiser, warm-up 1024x1024) -> Sample (1024x1024, 40 "
+                    "steps, guidance 4.5) -> Save Image. Needs models/diffusers/stable-diffusion-3.5-medium.",
+        note="""
+## SD3.5 Medium, compiled on one chip
+
+**Load TPU Pipeline** → **Set Execution Mode** (`compiled`) → **Compile (TPU)** (warm-up 1024×1024) →
+**Sample** (1024×1024, **40 steps, guidance 4.5**) → **Save Image**.
+
+**Model**: the diffusers folder of `stabilityai/stable-diffusion-3.5-medium` in
+`models/diffusers/stable-diffusion-3.5-medium`.
+
+**Compile** turns the transformer into one compiled graph (target `whole denoiser`: SD3's transformer has no
+repeated blocks) and compiles the warm-up size before the first image. On a TPU expect **minutes** the first
+time; the node says what it is compiling. After that every Sample at 1024×1024 reuses it, whatever the prompt,
+seed, steps or guidance. The graphs are kept in ComfyUI's `user/comfyui-tpu/compile-cache` and come back after
+a restart. Another size compiles once on its first Sample (or turn on `snap_to_warmup`).
+
+Guidance above 1 uses the negative prompt.
+"""),
+    "flux2_dev_tp8": _text_to_image(
+        title="flux2_dev_tp8", model="FLUX.2-dev", offload="none", note_height=240,
+        between=(("TPUShardTP", {"degree": 8, "shard_text_encoders": True}),),
+        prompt="a cozy reading nook with plants and a large window, morning light, photorealistic",
+        width=1024, height=1024, steps=28, guidance=4.0, seed=0, seed_control="randomize", prefix="flux2-dev",
+        description="FLUX.2-dev sharded over 8 chips with tensor parallel: Load TPU Pipeline -> Shard TP "
+                    "(degree 8) -> Sample (1024x1024, 28 steps, guidance 4) -> Save Image. Needs a host with "
+                    "8 chips and models/diffusers/FLUX.2-dev.",
+        note="""
+## FLUX.2-dev over 8 chips (tensor parallel)
+
+**Load TPU Pipeline** → **Shard TP** (degree 8) → **Sample** (1024×1024, **28 steps, guidance 4**) →
+**Save Image**.
+
+**Model**: the diffusers folder of `black-forest-labs/FLUX.2-dev` in `models/diffusers/FLUX.2-dev`.
+**Needs 8 chips** on one host (e.g. an 8-chip TPU VM).
+
+**Shard TP** splits every layer of the transformer over the 8 chips: each holds and computes an eighth (the
+32B transformer is about 64 GB in bfloat16, 8 GB per chip). `shard_text_encoders` is on, so the Mistral text
+encoder (24B) is split the same way instead of being copied onto every chip. The degree must divide the chip
+count and the attention heads; the text next to the node lists what is sharded. Offload must stay `none`.
+
+The first Sample loads the weights (each chip reads only its slices).
+"""),
+    "data_parallel_prompts": _text_to_image(
+        title="data_parallel_prompts", model="FLUX.1-schnell", offload="none", note_height=240,
+        between=(("TPUDataParallel", {"replicas": 0}),), prompt_per_line=True,
+        prompt="\n".join(["a red fox sitting in fresh snow at golden hour",
+                          "a lighthouse on a cliff at sunset, oil painting",
+                          "a bowl of ramen on a wooden table, studio photo",
+                          "a mountain village at night, warm lit windows, snow",
+                          "a vintage car on an empty desert road, film photo",
+                          "a hummingbird next to a red flower, macro photo",
+                          "a futuristic city street in the rain, neon lights",
+                          "a cozy reading nook with plants, morning light"]),
+        width=1024, height=1024, steps=4, guidance=0.0, seed=0, seed_control="randomize", prefix="flux1-dp",
+        description="Data-parallel throughput over all chips: Load TPU Pipeline (FLUX.1-schnell) -> Data "
+                    "Parallel (replicas auto: one model copy per chip) -> Sample (prompt_per_line: 8 "
+                    "prompts, 1024x1024, 4 steps, guidance 0) -> Save Image. Needs "
+                    "models/diffusers/FLUX.1-schnell.",
+        note="""
+## Data parallel: one prompt per chip
+
+**Load TPU Pipeline** (FLUX.1-schnell) → **Data Parallel** (replicas `0` = auto) → **Sample**
+(`prompt_per_line` on: 8 prompts, 1024×1024, **4 steps, guidance 0**) → **Save Image**.
+
+**Model**: `models/diffusers/FLUX.1-schnell`, as in the FLUX.1-schnell workflow.
+
+**Data Parallel** puts a copy of the model on every chip (auto: one per chip) and splits the images of each
+Sample between them, in order: on 8 chips the 8 prompts take about as long as one. Each prompt line gets
+`batch_size` images; image *i* uses seed + *i*, so any image comes out the same on 1 or 8 chips.
+
+Each copy needs the whole model on its chip (about 34 GB in bfloat16); on smaller chips set offload to
+`model` in Load TPU Pipeline (slower).
 """),
 }
 

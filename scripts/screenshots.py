@@ -3,7 +3,9 @@
 Writes, for each workflows/<name>.json:
   docs/images/<name>.png   the whole UI with the workflow open, for README.md;
   workflows/<name>.jpg     a small picture of the graph: the card ComfyUI's template browser shows for it;
-and docs/images/template_browser.png: the template browser showing the pack's workflows.
+docs/images/template_browser.png: the template browser showing the pack's workflows; and
+docs/images/nodes/<NodeType>.png: a close-up of each node (NODE_SHOTS) as one of the workflows sets it, for
+the README's section on that node.
 
     eval "$(bash scripts/bootstrap.sh)"; export COMFYUI_DIR
     "$VENV/bin/python" scripts/screenshots.py [NAME ...]
@@ -25,6 +27,16 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / "workflows"
 IMAGES = ROOT / "docs" / "images"
 THUMB_WIDTH = 480
+NODE_SCALE = 1.25  # zoom of the node close-ups
+# Node type -> (workflow, node id) whose close-up illustrates it in the README (nodes/<type>.png)
+NODE_SHOTS = {
+    "LoadTPUPipeline": ("flux1_schnell_offload", 1),
+    "TPUSample": ("data_parallel_prompts", 2),
+    "TPUSetExecutionMode": ("sd35_medium_compiled", 5),
+    "TPUCompile": ("sd35_medium_compiled", 6),
+    "TPUShardTP": ("flux2_dev_tp8", 5),
+    "TPUDataParallel": ("data_parallel_prompts", 5),
+}
 PACK = "ComfyUI-TPU"  # the folder name the throwaway server gives the pack (scripts/comfy_server.py)
 # Settings of this throwaway server's user for tidy pictures: no minimap or canvas statistics, open workflows listed in the side bar
 # rather than as tabs (each load opens a tab).
@@ -34,6 +46,34 @@ _QUIET_UI_JS = """async () => {
   await s.set('Comfy.Graph.CanvasInfo', false);
   await s.set('Comfy.Workflow.WorkflowTabsPosition', 'Sidebar');
 }"""
+
+
+# Centres one node in the canvas at a given zoom, redraws, and returns its box on the page (title bar and the
+# source badge above it included) with a margin.
+_NODE_JS = r"""async (id, scale, margin) => {
+  const app = window.app, canvas = app.canvas, el = canvas.canvas, node = app.graph.getNodeById(id);
+  if (!node) throw new Error(`no node ${id}`);
+  const title = window.LiteGraph.NODE_TITLE_HEIGHT, badge = 24;
+  const x0 = node.pos[0], y0 = node.pos[1] - title - badge;
+  const x1 = x0 + node.size[0], y1 = node.pos[1] + node.size[1];
+  canvas.ds.scale = scale;
+  canvas.ds.offset[0] = el.clientWidth / 2 / scale - (x0 + x1) / 2;
+  canvas.ds.offset[1] = el.clientHeight / 2 / scale - (y0 + y1) / 2;
+  canvas.deselectAll?.();
+  canvas.setDirty(true, true);
+  canvas.draw(true, true);
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const r = el.getBoundingClientRect(), [ox, oy] = canvas.ds.offset;
+  return {x: r.left + (x0 + ox) * scale - margin, y: r.top + (y0 + oy) * scale - margin,
+          width: (x1 - x0) * scale + 2 * margin, height: (y1 - y0) * scale + 2 * margin};
+}"""
+
+
+def node_closeup(ui, node_id: int, path: Path) -> Path:
+    """PNG of one node of the open graph, zoomed in, as the UI draws it."""
+    clip = ui.page.call_js(_NODE_JS, node_id, NODE_SCALE, 12)
+    time.sleep(0.3)  # let the frontend's DOM widgets (text areas) follow the canvas
+    return ui.page.screenshot(path, clip)
 
 
 def thumbnail(ui, path: Path) -> Path:
@@ -58,6 +98,12 @@ def main() -> int:
             ui.load(load_ui_workflow(path), path.stem)
             print(ui.screenshot(None, IMAGES / f"{path.stem}.png"))
             print(thumbnail(ui, WORKFLOWS / f"{path.stem}.jpg"))
+        for node_type, (name, node_id) in NODE_SHOTS.items():
+            if args.names and name not in args.names:
+                continue
+            ui.load(load_ui_workflow(WORKFLOWS / f"{name}.json"), name)
+            ui.page.evaluate("window.app.extensionManager.toast.removeAll()")
+            print(node_closeup(ui, node_id, IMAGES / "nodes" / f"{node_type}.png"))
         if not args.names:
             ui.template_browser(PACK)
             print(ui.page.screenshot(IMAGES / "template_browser.png"))

@@ -37,7 +37,19 @@ NOTES = {"Note", "MarkdownNote"}  # frontend-only nodes: not part of the prompt
 TINY = {
     "tiny-flux": "tiny-flux",
     "FLUX.1-schnell": "tiny-flux",
+    "stable-diffusion-3.5-medium": "tiny-sd3",
+    "FLUX.2-dev": "tiny-flux2",  # 2 attention heads: Shard TP 2 works
 }
+# Real-size settings that would take minutes on the CPU, by node type and input: set in the converted API
+# prompt of every workflow that names a real model (the files keep the real values; tiny_demo runs as
+# shipped). Multi-chip workflows run with world size 2 (two CPU worker processes).
+CPU_SETTINGS = {
+    "TPUSample": {"width": 64, "height": 64, "steps": 2},
+    "TPUCompile": {"backend": "eager", "warmup": "64x64"},
+    "TPUShardTP": {"degree": 2},
+    "TPUDataParallel": {"replicas": 2},
+}
+OLD_WORKFLOW = Path(__file__).parent / "data" / "tiny_demo_before_prompt_per_line.json"
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +65,40 @@ def _ids(files):
     return [p.stem for p in files]
 
 
+def for_the_cpu(prompt: dict) -> dict:
+    """An API prompt with tiny models (TINY) and, where it named real ones, the CPU settings."""
+    tiny = substitute_models(prompt, TINY)
+    if tiny != prompt:
+        for node in tiny.values():
+            node["inputs"].update(CPU_SETTINGS.get(node["class_type"], {}))
+    return tiny
+
+
+def expected_images(prompt: dict) -> int:
+    """Images the Sample nodes of an API prompt make: batch_size per prompt (per non-empty line with
+    prompt_per_line)."""
+    count = 0
+    for node in prompt.values():
+        if node["class_type"] == "TPUSample":
+            s = node["inputs"]
+            prompts = [p for p in s["prompt"].splitlines() if p.strip()] if s.get("prompt_per_line") else [1]
+            count += s["batch_size"] * len(prompts)
+    return count
+
+
+def world_size(prompt: dict) -> int:
+    """Worker processes the pipeline of a prompt runs on, on the CPU: Shard TP degree x Data Parallel replicas
+    (0 = auto is 1 on a CPU host)."""
+    size = 1
+    for node in prompt.values():
+        count = {"TPUShardTP": "degree", "TPUDataParallel": "replicas"}.get(node["class_type"])
+        size *= (node["inputs"][count] or 1) if count else 1
+    return size
+
+
 def test_the_shipped_workflows_are_there_and_explain_themselves():
-    assert {"tiny_demo", "flux1_schnell_offload"} <= {p.stem for p in FILES}
+    assert {"tiny_demo", "flux1_schnell_offload", "sd35_medium_compiled", "flux2_dev_tp8",
+            "data_parallel_prompts"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"
@@ -77,16 +121,42 @@ def test_workflow_loads_converts_and_runs(ui, server, path):
     models = {v["inputs"]["model"] for v in prompt.values() if v["class_type"] == "LoadTPUPipeline"}
     assert models <= set(TINY), f"add a tiny stand-in for {models - set(TINY)} to TINY"
     started = time.perf_counter()
-    result = run_workflow(server, conversion, models=TINY, timeout=300)
+    runnable = for_the_cpu(prompt)
+    result = run_workflow(server, runnable, timeout=300)
     assert result["status"] == "success", f"{path.name}: {error_message(result)}\n{server.log_tail()}"
-    samples = [v["inputs"] for v in substitute_models(prompt, TINY).values() if v["class_type"] == "TPUSample"]
-    assert len(result["images"]) == sum(s["batch_size"] for s in samples), result["history"].get("outputs")
+    assert len(result["images"]) == expected_images(runnable), result["history"].get("outputs")
+    samples = [v["inputs"] for v in runnable.values() if v["class_type"] == "TPUSample"]
     sizes = {(s["width"], s["height"]) for s in samples}
     for image in result["images"]:
         with Image.open(image) as im:
             assert im.format == "PNG" and im.size in sizes, (image, im.format, im.size, sizes)
-    print(f"{path.stem}: converted in {conversion.seconds:.2f} s, ran in {time.perf_counter() - started:.1f} s",
+    seconds = time.perf_counter() - started
+    info = server.run({"90": {"class_type": "TPUDeviceInfo", "inputs": {}}}, timeout=60)
+    workers = json.loads(info["history"]["outputs"]["90"]["text"][0])["workers"]
+    assert len(workers) == world_size(runnable), workers
+    print(f"{path.stem}: converted in {conversion.seconds:.2f} s, ran in {seconds:.1f} s on {len(workers)} "
+          "worker(s)",
           *(f"\n  older than its nodes (fine; rebuild to show the new inputs): {o}" for o in conversion.outdated))
+
+
+def test_a_workflow_saved_before_an_input_was_added_still_runs(ui, server):
+    """Saved workflows outlive node changes: tiny_demo as saved before Sample gained prompt_per_line (its last
+    input) opens without a widget error, converts with the input's default, and runs."""
+    old = load_ui_workflow(OLD_WORKFLOW)
+    sample = next(n for n in old["nodes"] if n["type"] == "TPUSample")
+    assert len(sample["widgets_values"]) == 9
+    assert "prompt_per_line" not in {i["name"] for i in sample["inputs"]}
+    conversion = ui.convert(old, OLD_WORKFLOW.stem)
+    problems = conversion.problems(allowed_values={"model": set(TINY)}) + conversion.console_errors
+    assert not problems, "\n".join(problems)
+    assert conversion.outdated == ["node 2 (TPUSample): saved without prompt_per_line (defaults used)"]
+    # the same prompt as today's tiny_demo, the new input at its default
+    today = json.loads(api_path(WORKFLOWS / "tiny_demo.json").read_text())
+    assert conversion.prompt["2"]["inputs"] == today["2"]["inputs"]
+    assert conversion.prompt["2"]["inputs"]["prompt_per_line"] is False
+    result = run_workflow(server, conversion, timeout=120)
+    assert result["status"] == "success", f"{error_message(result)}\n{server.log_tail()}"
+    assert len(result["images"]) == 1
 
 
 @pytest.mark.parametrize("path", FILES, ids=_ids(FILES))

@@ -1,0 +1,500 @@
+"""Figures 1, 2, 4, 5, 6 and the soak: this pack against the plain diffusers script, measured in the same run.
+
+Each figure is one function `f(ctx) -> list of rows` (bench/common.py: `row`, `not_available`); bench/run.py
+lists them. Ours runs through ComfyUI (bench/comfy.py) or through `backend.api`, the plain baseline through
+bench/plain.py in its own process. Both use the same model, size, steps, dtype, seeds and torch threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from .comfy import PROMPT, Comfy
+from .common import (
+    Ctx,
+    PlainServer,
+    alternate,
+    log,
+    median,
+    not_available,
+    paired,
+    plain_cold,
+    qty,
+    row,
+    summary,
+    target,
+    with_env,
+)
+
+MB = 2**20
+
+
+def seed_of(r: int) -> int:
+    """Round r's seed (warm-up rounds are negative): the same for every contestant of a round, new each round
+    so that ComfyUI's cache never skips the Sample node."""
+    return 1000 + r
+
+
+def request(ctx: Ctx, seed: int, **kw):
+    from backend.spec import SampleRequest
+
+    return SampleRequest(**{"prompt": PROMPT, "width": ctx.width, "height": ctx.height, "steps": ctx.steps,
+                            "guidance": 0.0, "seed": seed, **kw})
+
+
+def timed(fn, *args) -> float:
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
+
+
+def _spec(ctx: Ctx, model: str | None = None):
+    from backend import api
+
+    return api.make_spec(model or ctx.model, [str(ctx.models_dir)])
+
+
+# ---- figures 1 and 2: through ComfyUI (and through the backend API alone)
+
+MEMORY = ("controller_memory", "Controller memory: ComfyUI process RSS growth with a model loaded in the workers")
+COMFY = ("comfyui_throughput", "Warm throughput through ComfyUI (queue → done) vs plain pipe() + PNG")
+API = ("api_throughput", "Warm throughput through backend.api (no ComfyUI) vs plain pipe()")
+NOISE = ("noise_floor", "A/A control: plain pipe() in a second, identical process vs the first (noise only)")
+MEMORY_TARGET = target("<=", 150, on="ours", unit="MB")
+THROUGHPUT_TARGET = target(">=", 0.98)
+
+
+def comfyui(ctx: Ctx) -> list[dict]:
+    from backend import api
+
+    if not ctx.comfyui_dir:
+        why = "COMFYUI_DIR is not set: run the bench through bench/run.sh (it builds/finds ComfyUI)"
+        return [not_available(*MEMORY, why, MEMORY_TARGET), not_available(*COMFY, why, THROUGHPUT_TARGET),
+                not_available(*API, why, THROUGHPUT_TARGET), not_available(*NOISE, why)]
+    # Start-ups are not measured, so they overlap when the device allows: the plain server and the backend.api
+    # workers start while ComfyUI starts. All are up before anything is timed.
+    spec = _spec(ctx)
+    pool = ThreadPoolExecutor(max_workers=1)
+    comfy = Comfy(ctx, "main")
+    plain = None if ctx.exclusive else PlainServer(ctx, ctx.model)
+    twin = None if ctx.exclusive else PlainServer(ctx, ctx.model)  # the A/A control
+    api_up = None if ctx.exclusive else pool.submit(api.load, spec)
+    plain_rss: dict[str, int] = {}
+    t0 = time.perf_counter()
+    try:
+        comfy.start()
+        log(f"comfyui: server up in {time.perf_counter() - t0:.1f} s")
+        time.sleep(1.0)
+        rss0 = comfy.rss()
+        mem: dict[str, dict] = {}
+        for i, model in enumerate(ctx.sizes):  # the first prompt starts the workers and loads; then a model switch
+            first = comfy.run(comfy.prompt(model, seed_of(-100 - i), ctx.width, ctx.height, ctx.steps))
+            time.sleep(0.5)
+            mem[model] = {"controller_growth_mb": (comfy.rss() - rss0) / MB, "workers_rss_mb": comfy.worker_rss() / MB,
+                          "first_prompt_s": first}
+        log(f"comfyui: memory measured at {time.perf_counter() - t0:.1f} s: {mem}")
+
+        # Figure 1: ComfyUI, backend.api and plain pipe(), alternating.
+        png_dir = ctx.work / "plain-png"
+        png_dir.mkdir(exist_ok=True)
+        plain_calls: list[float] = []
+
+        def run_plain(r: int) -> float:
+            out = plain.call(seed_of(r), png_dir=str(png_dir))
+            if not plain_rss:  # after load + first image, like ours (outside the timed call)
+                plain_rss.update(torch=plain.wait_ready()["rss_torch"], first=plain.ask("rss")["rss"])
+            if r >= 0:
+                plain_calls.append(out["call_s"])
+            return out["call_s"] + out["save_s"]
+
+        def run_twin(r: int) -> float:
+            return twin.call(seed_of(r))["call_s"]
+
+        def run_comfy(r: int) -> float:
+            return comfy.run(comfy.prompt(ctx.model, seed_of(r), ctx.width, ctx.height, ctx.steps))
+
+        def run_api(r: int) -> float:
+            return timed(api.sample, spec, request(ctx, seed_of(r)))
+
+        if ctx.exclusive:  # one holder of the chip at a time: blocks, each holder released before the next
+            times = alternate({"comfyui": run_comfy}, ctx.repeats, ctx.warmup, blocks=True)
+            comfy.run({"1": {"class_type": "TPUFreeWorkers", "inputs": {}}})
+            api.load(spec)
+            times.update(alternate({"api": run_api}, ctx.repeats, ctx.warmup, blocks=True))
+            api.shutdown()
+            plain = PlainServer(ctx, ctx.model)
+            times.update(alternate({"plain": run_plain}, ctx.repeats, ctx.warmup, blocks=True))
+        else:
+            api_up.result()
+            plain.wait_ready()
+            twin.wait_ready()
+            log(f"comfyui: all up at {time.perf_counter() - t0:.1f} s")
+            times = alternate({"plain": run_plain, "comfyui": run_comfy, "twin": run_twin, "api": run_api},
+                              ctx.repeats, ctx.warmup)
+        after_rss = (comfy.rss() - rss0) / MB
+        log(f"comfyui: rounds done at {time.perf_counter() - t0:.1f} s")
+    finally:  # everything stops at once
+        pool.shutdown(wait=True)
+        with ThreadPoolExecutor(max_workers=3) as stopper:
+            stops = [stopper.submit(comfy.stop), stopper.submit(api.shutdown)]
+            stops += [stopper.submit(p.close) for p in (plain, twin) if p is not None]
+            for fut in stops:
+                fut.result()
+
+    plain_growth = (plain_rss["first"] - plain_rss["torch"]) / MB
+    sizes = ", ".join(f"{m}: +{v['controller_growth_mb']:.0f} MB (workers {v['workers_rss_mb']:.0f} MB)"
+                      for m, v in mem.items())
+    memory = row(
+        *MEMORY, ratio=max(v["controller_growth_mb"] for v in mem.values()) / plain_growth,
+        ratio_of=f"ComfyUI process RSS growth (the larger of the two models) ÷ RSS growth of the plain script after "
+                 f"`import torch` when it loads {ctx.model} and makes one image in its own process; lower is better",
+        ours=qty(max(v["controller_growth_mb"] for v in mem.values()), "MB"),
+        plain=qty(plain_growth, "MB", model=ctx.model, rss_mb=plain_rss["first"] / MB), tgt=MEMORY_TARGET,
+        details={"per_model": mem, "controller_growth_after_throughput_runs_mb": after_rss,
+                 "measured": "psutil RSS of the ComfyUI server process: idle after start, then after the first prompt "
+                             f"with {ctx.sizes[0]} (starts the workers, loads, one image), then after switching to "
+                             f"{ctx.sizes[1]} (reload in the same workers, one image); growth from idle. It includes "
+                             "ComfyUI's own first-prompt costs (imports, caches, Save Image). The workers' RSS is "
+                             "shown for contrast: the model lives there."},
+        notes=[f"per model (cumulative, same server): {sizes}"])
+    plain_total, plain_call = median(times["plain"]), median(plain_calls)
+    rounds = "blocks (TPU: one process holds the chip)" if ctx.exclusive else "alternating rounds"
+    comfy_row = row(
+        *COMFY, ratio=plain_total / median(times["comfyui"]),
+        ratio_of="plain (pipe() + 8-bit PNG) s/image ÷ ComfyUI s/image; ≥ 1 is as fast as plain",
+        ours=summary(times["comfyui"], "s/image"), plain=summary(times["plain"], "s/image"), tgt=THROUGHPUT_TARGET,
+        details={"workload": ctx.shape_text(), "rounds": rounds, "repeats": ctx.repeats, "warmup": ctx.warmup,
+                 "graph": "Load TPU Pipeline → Sample (TPU) → Save Image; seed changes every prompt",
+                 "measured": "POST /prompt → websocket 'executing: None' for that prompt (one websocket kept open)",
+                 "plain_call_only_s": plain_call,
+                 "paired_ratio_median": paired(times["plain"], times["comfyui"])})
+    api_row = row(
+        *API, ratio=plain_call / median(times["api"]),
+        ratio_of="plain pipe() s/image ÷ backend.api.sample s/image (float32 images back in the caller); ≥ 1 is "
+                 "as fast as plain",
+        ours=summary(times["api"], "s/image"), plain=summary(plain_calls, "s/image"), tgt=THROUGHPUT_TARGET,
+        details={"workload": ctx.shape_text(), "rounds": rounds, "repeats": ctx.repeats, "warmup": ctx.warmup,
+                 "paired_ratio_median": paired(plain_calls, times["api"])})
+    if ctx.exclusive:
+        noise = not_available(*NOISE, "needs two plain processes on the device at once (a TPU chip has one holder)")
+    else:
+        noise = row(*NOISE, ratio=plain_call / median(times["twin"]),
+                    ratio_of="first plain process s/image ÷ second plain process s/image (same code, same seeds): how "
+                             "far from 1.0 noise alone moves a ratio in this run",
+                    ours=summary(times["twin"], "s/image"), plain=summary(plain_calls, "s/image"),
+                    details={"paired_ratio_median": paired(plain_calls, times["twin"]), "repeats": ctx.repeats})
+    return [memory, comfy_row, api_row, noise]
+
+
+# ---- figure 4: cold start
+
+COLD = ("cold_start", "Cold start: group start + load + first image vs plain process start + import + load + image")
+COLD_TARGET = target("<=", 1.3)
+
+
+def cold_start(ctx: Ctx) -> list[dict]:
+    from backend import api
+
+    spec = _spec(ctx)
+    req = request(ctx, 0)
+    parts: list[dict] = []
+
+    def ours(_r: int) -> float:
+        api.shutdown()
+        try:
+            return timed(api.sample, spec, req)
+        finally:
+            api.shutdown()
+
+    def plain(r: int) -> float:
+        out = plain_cold(ctx, ctx.model)
+        if r >= 0:
+            parts.append(out)
+        return out["wall_s"]
+
+    try:
+        times = alternate({"ours": ours, "plain": plain}, ctx.cold_repeats, ctx.cold_warmup)
+    finally:
+        api.shutdown()
+    breakdown = {k: median([p[k] for p in parts]) for k in ("import_s", "load_s", "call_s")}
+    return [row(*COLD, ratio=median(times["ours"]) / median(times["plain"]),
+                ratio_of="ours s ÷ plain s; lower is better",
+                ours=summary(times["ours"], "s"), plain=summary(times["plain"], "s"), tgt=COLD_TARGET,
+                details={"workload": ctx.shape_text(), "repeats": ctx.cold_repeats, "warmup": ctx.cold_warmup,
+                         "ours_measured": "backend.api.sample with no worker group running, in a process that "
+                                          "already imported backend (as ComfyUI has): torchrun + worker start, "
+                                          "import, load, one image back",
+                         "plain_measured": "spawn → the line the script prints after its first image",
+                         "plain_breakdown_s": breakdown,
+                         "paired_ratio_median": paired(times["ours"], times["plain"])})]
+
+
+# ---- figure 5: compile
+
+COMPILE_COLD = ("compile_cold", "Compile: cold compile time of the denoiser (fresh persistent cache)")
+COMPILE_WARM = ("compile_warm_restart", "Compile: warm restart from the persistent cache ÷ cold compile")
+COMPILE_RECOMPILES = ("compile_recompiles", "Compile: recompiles over varied prompts at the warmed shape")
+WARM_TARGET = target("<=", 0.2)
+RECOMPILE_TARGET = target("==", 0, on="ours", unit="recompiles")
+
+_WORDS = ("a red fox in the snow, a small house by the river at night, an old astronaut riding a horse on the moon, "
+          "close up portrait of a young woman with blue flowers, detailed painting of a city street in the rain, "
+          "high quality photo of a black cat sitting on a yellow car").replace(",", "").split()
+
+
+def varied_prompts(n: int) -> list[str]:
+    """n different prompts of different lengths (the shape the denoiser sees must not follow them)."""
+    return [" ".join(_WORDS[(7 * i) % len(_WORDS):][: 2 + (i * 5) % 30] or _WORDS[:3]) + f" {i}" for i in range(n)]
+
+
+def _compile_support() -> str | None:
+    """None when backend supports the compiled mode with statistics; else why not."""
+    try:
+        from backend import compiler  # noqa: F401
+        from backend.spec import CompilePlan, PipelineSpec  # noqa: F401
+    except ImportError as e:
+        return f"backend has no compile support ({e})"
+    fields = {f.name for f in dataclasses.fields(PipelineSpec)}
+    if not {"mode", "compile"} <= fields:
+        return "backend.spec.PipelineSpec has no mode/compile fields"
+    if not hasattr(compiler, "CACHE_ENV"):
+        return "backend.compiler has no persistent cache (CACHE_ENV)"
+    return None
+
+
+def compile_figures(ctx: Ctx) -> list[dict]:
+    why = _compile_support()
+    if why:
+        return [not_available(*COMPILE_COLD, why), not_available(*COMPILE_WARM, why, WARM_TARGET),
+                not_available(*COMPILE_RECOMPILES, why, RECOMPILE_TARGET)]
+    import subprocess
+    import sys
+
+    from backend import api, compiler, device
+    from backend.spec import CompilePlan
+
+    backend = device.compile_backend(ctx.kind, ctx.compile_backend)
+    eager = _spec(ctx)
+    compiled = eager.with_changes(mode="compiled", compile=CompilePlan(backend=backend))
+    warm_n = max(2, min(ctx.repeats, 5))
+    prompts = varied_prompts(ctx.compile_prompts)
+    runs: dict[str, list[dict]] = {"ours": [], "plain": []}
+    plain_box: list[PlainServer] = []  # the last plain server stays up for the recompile count
+
+    def stats() -> dict:
+        return api.worker_info()[0]["compile"]
+
+    def plain_server(r: int) -> PlainServer:
+        env = {"TORCHINDUCTOR_CACHE_DIR": str(ctx.work / f"plain-inductor-{r}"), "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"}
+        return PlainServer(ctx, ctx.model, extra_env=env)
+
+    # Round 0's plain script starts while our first worker starts (not measured; both are up before timing).
+    early: dict[int, PlainServer] = {} if ctx.exclusive else {0: plain_server(0)}
+
+    def ours_compile(cache: Path) -> dict:
+        """A fresh worker with `cache` as its persistent compile cache: first compiled call, then warm calls."""
+        with with_env({compiler.CACHE_ENV: str(cache)}):
+            api.shutdown()
+            api.load(eager)  # group start + load: not part of the compile time
+        for waiting in early.values():
+            waiting.wait_ready()  # idle from here on
+        first = timed(api.sample, compiled, request(ctx, 0))
+        warm = [timed(api.sample, compiled, request(ctx, i + 1)) for i in range(warm_n)]
+        return {"compile_s": first - median(warm), "first_s": first, "warm_s": median(warm), "stats": stats()}
+
+    def ours_cold(r: int) -> float:
+        out = ours_compile(ctx.work / f"compile-cache-{r}")
+        api.shutdown()
+        runs["ours"].append(out)
+        return out["compile_s"]
+
+    def plain_cold(r: int) -> float:
+        for old in plain_box:
+            old.close()
+        plain_box.clear()
+        plain = early.pop(r, None) or plain_server(r)
+        plain_box.append(plain)
+        plain.wait_ready()
+        plain.ask("compile", backend=backend)
+        first = plain.call(0)["call_s"]
+        warm = median([plain.call(i + 1)["call_s"] for i in range(warm_n)])
+        runs["plain"].append({"compile_s": first - warm, "first_s": first, "warm_s": warm})
+        return first - warm
+
+    try:
+        if backend == "inductor":  # its modules come from disk the first time: read them once, for fairness
+            subprocess.run([sys.executable, "-c", "import torch._inductor.compile_fx, torch._dynamo"], check=True)
+        times = alternate({"ours": ours_cold, "plain": plain_cold}, ctx.compile_repeats, 0,
+                          blocks=ctx.exclusive)
+        if ctx.exclusive:  # the chip goes to the restarted worker
+            for old in plain_box:
+                old.close()
+            plain_box.clear()
+        last = len(runs["ours"]) - 1
+        restart = ours_compile(ctx.work / f"compile-cache-{last}")  # a new worker, the last cold run's cache
+        before = stats()
+        for i, text in enumerate(prompts):
+            api.sample(compiled, request(ctx, 5000 + i, prompt=text))
+        after = stats()
+        api.shutdown()
+        if not plain_box:
+            plain_cold(ctx.compile_repeats)
+        plain = plain_box[0]
+        g0 = plain.ask("graphs")["graphs"]
+        for i, text in enumerate(prompts):
+            plain.call(5000 + i, prompt=text)
+        p_graphs = plain.ask("graphs")["graphs"] - g0
+    finally:
+        api.shutdown()
+        for old in [*plain_box, *early.values()]:
+            old.close()
+
+    cold, plain_cold_s = median(times["ours"]), median(times["plain"])
+    ours_last = runs["ours"][-1]
+    recompiles = after["unexpected_recompiles"] - before["unexpected_recompiles"]
+    graphs = after["graphs"] - before["graphs"]
+    note = [] if backend in ("inductor", "tpu") else [
+        f"backend '{backend}' (--quick): no code is generated, so the persistent cache has nothing to keep and the "
+        "warm restart is not expected to be faster; a full run uses the device's real backend"]
+    workload = f"{ctx.shape_text()}, backend {backend}, whole denoiser"
+    measured = "first compiled call − median of the next warm calls, in a fresh process with a fresh cache folder"
+    return [
+        row(*COMPILE_COLD, ratio=cold / plain_cold_s,
+            ratio_of="ours ÷ plain torch.compile of pipe.transformer (same options: fullgraph, static shapes); "
+                     "lower is better",
+            ours=summary(times["ours"], "s"), plain=summary(times["plain"], "s"),
+            details={"workload": workload, "measured": measured, "rounds": ctx.compile_repeats,
+                     "ours_runs": [{k: v for k, v in o.items() if k != "stats"} for o in runs["ours"]],
+                     "ours_compile_s_reported": [o["stats"]["compile_s"] for o in runs["ours"]],
+                     "plain_runs": runs["plain"]}, notes=note),
+        row(*COMPILE_WARM, ratio=restart["compile_s"] / ours_last["compile_s"],
+            ratio_of="warm restart ÷ cold compile of the same cache folder (each: first compiled call − warm call, "
+                     "in a fresh worker process); the worker's own count (compile_s) is in details",
+            ours=qty(restart["compile_s"], "s", first_call_s=restart["first_s"],
+                     compile_s_reported=restart["stats"]["compile_s"], disk_hits=restart["stats"].get("disk_hits")),
+            plain=qty(ours_last["compile_s"], "s", what="ours, cold"), tgt=WARM_TARGET,
+            details={"workload": workload,
+                     "reported_ratio": (restart["stats"]["compile_s"] / ours_last["stats"]["compile_s"]
+                                        if ours_last["stats"]["compile_s"] else None)}, notes=note),
+        row(*COMPILE_RECOMPILES, ratio=recompiles / len(prompts),
+            ratio_of="ours recompiles ÷ prompts (the plain script's new dynamo graphs are in `plain`)",
+            ours=qty(recompiles, "recompiles", graphs=graphs, prompts=len(prompts)),
+            plain=qty(p_graphs, "graphs", prompts=len(prompts)), tgt=RECOMPILE_TARGET,
+            details={"workload": workload, "prompts": len(prompts),
+                     "measured": "the worker's unexpected_recompiles / graphs counters before and after; prompts "
+                                 "differ in words, length and seed"}),
+    ]
+
+
+# ---- figure 6: data parallel
+
+DP = ("data_parallel", "Data parallel: 2 replicas' throughput ÷ 2 × one replica's")
+DP_TARGET = target(">=", 0.9)
+
+
+def _dp_support(ctx: Ctx) -> str | None:
+    from backend.spec import PipelineSpec
+
+    if "dp_replicas" not in {f.name for f in dataclasses.fields(PipelineSpec)}:
+        return "backend.spec.PipelineSpec has no dp_replicas (no data-parallel support in backend)"
+    if ctx.kind == "cpu":
+        import os
+
+        if len(os.sched_getaffinity(0)) < 2:
+            return "needs 2 CPU cores (one worker each); this process may use 1"
+        return None
+    from backend import device
+
+    count = device.detect().count
+    return None if count >= 2 else f"needs 2 {ctx.kind} chips; this host has {count}"
+
+
+def data_parallel(ctx: Ctx) -> list[dict]:
+    why = _dp_support(ctx)
+    if why:
+        return [not_available(*DP, why, DP_TARGET)]
+    from backend import api, group
+
+    one = _spec(ctx)
+    two = one.with_changes(dp_replicas=2)
+    batch = ctx.dp_batch
+    groups: dict[str, group.WorkerGroup] = {}
+
+    def start(name: str, spec) -> group.WorkerGroup:
+        g = group.WorkerGroup(api.group_config(spec))  # checks the layout like api.sample does
+        g.start()
+        groups[name] = g
+        return g
+
+    def sample(name: str, spec, r: int) -> float:
+        req = request(ctx, seed_of(r), batch_size=batch)
+        api.check_request(spec, req)
+        t0 = time.perf_counter()
+        replies = groups[name].request("sample", {"spec": spec.to_dict(), "request": req.to_dict()})
+        parts = [rep["values"]["images"] for rep in replies if "images" in rep.get("values", {})]
+        images = np.concatenate(parts)
+        dt = time.perf_counter() - t0
+        assert images.shape[0] == batch, images.shape
+        return dt
+
+    contestants = {"one": lambda r: sample("one", one, r), "two": lambda r: sample("two", two, r)}
+    try:
+        if ctx.exclusive:
+            times = {}
+            for name, spec in (("one", one), ("two", two)):
+                start(name, spec)
+                times.update(alternate({name: contestants[name]}, ctx.repeats, ctx.warmup, blocks=True))
+                groups.pop(name).close()
+        else:  # both start at once (not measured), then alternate
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                for fut in [pool.submit(start, "one", one), pool.submit(start, "two", two)]:
+                    fut.result()
+            times = alternate(contestants, ctx.repeats, ctx.warmup)
+    finally:
+        for g in groups.values():
+            g.close()
+    t1, t2 = median(times["one"]), median(times["two"])
+    return [row(*DP, ratio=t1 / (2 * t2),
+                ratio_of=f"(images/s with 2 replicas) ÷ (2 × images/s with 1), batch of {batch}; 1.0 is perfect "
+                         "scaling",
+                ours=summary(times["two"], "s"), plain=summary(times["one"], "s"), tgt=DP_TARGET,
+                details={"workload": f"{ctx.shape_text()}, batch {batch}", "threads_per_worker": ctx.threads,
+                         "ours_is": "2 replicas (one worker each)", "plain_is": "1 replica (one worker)",
+                         "rounds": "blocks" if ctx.exclusive else "alternating rounds", "repeats": ctx.repeats,
+                         "paired_ratio_median": paired(times["one"], times["two"]) / 2})]
+
+
+# ---- soak (only with --soak N)
+
+SOAK = ("soak", "Soak: N prompts through ComfyUI, RSS growth of ComfyUI and the workers")
+
+
+def soak(ctx: Ctx) -> list[dict]:
+    if not ctx.comfyui_dir:
+        return [not_available(*SOAK, "COMFYUI_DIR is not set: run the bench through bench/run.sh")]
+    comfy = Comfy(ctx, "soak")
+    samples: list[dict] = []
+    every = max(1, ctx.soak // 20)
+    warm = min(5, ctx.soak)
+    try:
+        comfy.start()
+        t0 = time.perf_counter()
+        for i in range(ctx.soak):
+            comfy.run(comfy.prompt(ctx.model, seed_of(i), ctx.width, ctx.height, ctx.steps, text=f"{PROMPT} {i}"))
+            if i + 1 == warm or (i + 1) % every == 0 or i + 1 == ctx.soak:
+                samples.append({"prompt": i + 1, "controller_mb": comfy.rss() / MB,
+                                "workers_mb": comfy.worker_rss() / MB, "t_s": time.perf_counter() - t0})
+    finally:
+        comfy.stop()
+    base = next(s for s in samples if s["prompt"] >= warm)
+    end = samples[-1]
+    return [row(*SOAK, ratio=end["controller_mb"] / base["controller_mb"],
+                ratio_of=f"ComfyUI RSS after {ctx.soak} prompts ÷ after {warm} (warm); 1.0 is no growth",
+                ours=qty(end["controller_mb"] - base["controller_mb"], "MB"),
+                plain=None, details={"workers_growth_mb": end["workers_mb"] - base["workers_mb"],
+                                     "samples": samples, "workload": ctx.shape_text()})]

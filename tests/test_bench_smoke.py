@@ -1,0 +1,54 @@
+"""The benchmark suite runs end to end (bench/run.sh --quick: tiny model, few repeats) and writes a complete JSON.
+
+No timing assertions: this checks that every figure produced a numeric ratio or says why it is not available.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIGURE_IDS = {"controller_memory", "comfyui_throughput", "api_throughput", "noise_floor", "handback", "cold_start",
+              "data_parallel", "compile_cold", "compile_warm_restart", "compile_recompiles", "mfu_eager",
+              "mfu_compiled"}
+
+
+def test_bench_quick_writes_every_figure(tmp_path, comfyui_dir):
+    env = {**os.environ, "COMFYUI_DIR": str(comfyui_dir), "OMP_NUM_THREADS": "1", "COMFYUI_TPU_WORKER_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=900)
+    files = list(tmp_path.glob("*.json"))
+    assert len(files) == 1, f"exit {out.returncode}, no results file:\n{out.stderr[-4000:]}"
+    assert files[0].name.startswith(("cpu-", "cuda-", "tpu-"))
+    result = json.loads(files[0].read_text())
+
+    env_info = result["environment"]
+    assert env_info["versions"]["torch"] and env_info["versions"]["diffusers"] and env_info["versions"]["transformers"]
+    assert "torch_tpu" in env_info["versions"]
+    assert env_info["device"]["kind"] in ("cpu", "cuda", "tpu")
+    assert env_info["cpu"]["cores"] >= 1 and env_info["cpu"]["model"]
+
+    rows = {r["id"]: r for r in result["figures"]}
+    assert FIGURE_IDS <= set(rows), f"missing figures: {FIGURE_IDS - set(rows)}"
+    problems = []
+    for fid in sorted(FIGURE_IDS):
+        r = rows[fid]
+        if r["status"] == "ok":
+            if not (isinstance(r["ratio"], (int, float)) and math.isfinite(r["ratio"])):
+                problems.append(f"{fid}: ratio {r['ratio']!r} is not a number")
+            if not r.get("ratio_of"):
+                problems.append(f"{fid}: says nothing about what its ratio is")
+        elif r["status"] == "not available":
+            if not r.get("reason"):
+                problems.append(f"{fid}: not available without a reason")
+        else:
+            problems.append(f"{fid}: {r['status']}: {r.get('reason')}\n{r.get('traceback', '')}")
+    assert not problems, "\n".join(problems) + f"\n--- bench stderr ---\n{out.stderr[-3000:]}"
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "| Figure |" in out.stdout  # the table
+
