@@ -105,9 +105,15 @@ def resolve_model_path(name: str, roots: Iterable[str]) -> Path:
         "folder (the one holding model_index.json) there, or fix the name.")
 
 
-def _read_json(path: Path) -> dict:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+def read_json(path: Path, default: dict | None = None) -> dict:
+    """A JSON config file; with `default`, a missing or unreadable file gives `default` instead of raising."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        if default is None:
+            raise
+        return default
 
 
 def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
@@ -121,7 +127,7 @@ def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
             f"model: the folder '{path.name}' has no model_index.json, so it is not a diffusers pipeline "
             "folder. Choose the top folder of a model saved with save_pretrained (or downloaded from the "
             "Hugging Face Hub), which holds model_index.json.")
-    index = _read_json(index_file)
+    index = read_json(index_file)
     class_name = index.get("_class_name", "")
     family = FAMILIES.get(class_name)
     if family is None:
@@ -148,7 +154,7 @@ def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
 def _vae_scale(path: Path) -> int:
     cfg = path / "vae" / "config.json"
     if cfg.is_file():
-        blocks = _read_json(cfg).get("block_out_channels")
+        blocks = read_json(cfg).get("block_out_channels")
         if blocks:
             return 2 ** (len(blocks) - 1)
     return 8
@@ -158,7 +164,7 @@ def _model_max_side(path: Path, size_factor: int) -> int | None:
     """The largest side the model can make, where its transformer has a fixed-size position embedding (SD3's
     pos_embed_max_size, in patches): None where it has no such limit."""
     try:
-        config = _read_json(path / "transformer" / "config.json")
+        config = read_json(path / "transformer" / "config.json")
     except (OSError, ValueError):
         return None
     patches = config.get("pos_embed_max_size") if isinstance(config, dict) else None

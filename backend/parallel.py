@@ -10,14 +10,13 @@ never starts a device). The second half runs only inside worker processes.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import device
-from .models import FAMILIES, ModelError, safetensors_only
+from .models import FAMILIES, ModelError, read_json, safetensors_only
 from .spec import PipelineSpec, SampleRequest
 
 # ---- controller side: plans and validation (no torch, no device runtime)
@@ -36,17 +35,9 @@ def chip_count(kind: str) -> int | None:
     return None
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
-
-
 def transformer_heads(model_path: str) -> int | None:
     """num_attention_heads of the pipeline's transformer (from its config.json; no weights are read)."""
-    heads = _read_json(Path(model_path) / "transformer" / "config.json").get("num_attention_heads")
+    heads = read_json(Path(model_path) / "transformer" / "config.json", {}).get("num_attention_heads")
     return heads if isinstance(heads, int) else None
 
 
@@ -82,12 +73,12 @@ def _tp_plan_of(config: dict) -> bool:
 def text_encoders(model_path: str) -> list[TextEncoder]:
     """The pipeline's text encoders and whether each could be sharded (reads configs only)."""
     root = Path(model_path)
-    index = _read_json(root / "model_index.json")
+    index = read_json(root / "model_index.json", {})
     found = []
     for name, value in sorted(index.items()):
         if not name.startswith("text_encoder") or not isinstance(value, list) or value[0] is None:
             continue
-        config = _read_json(root / name / "config.json")
+        config = read_json(root / name / "config.json", {})
         text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
         heads = tuple(h for h in (text.get("num_attention_heads"), text.get("num_key_value_heads"))
                       if isinstance(h, int))
@@ -369,7 +360,7 @@ def load_pipeline(spec: PipelineSpec, dtype, kind: str):
 
     if kind == "cpu":
         patch_diffusers_tp_for_cpu()
-    index = _read_json(Path(spec.model_path) / "model_index.json")
+    index = read_json(Path(spec.model_path) / "model_index.json", {})
     common = {"dtype": dtype, "local_files_only": True, "use_safetensors": safetensors_only()}
     mesh = tp_mesh(kind, spec.tp_degree)
     transformer_cls = getattr(diffusers, index["transformer"][1])
