@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import device
-from .models import FAMILIES, ModelError, read_json, safetensors_only
+from .models import FAMILIES, ModelError, read_json
 from .spec import PipelineSpec, SampleRequest
 
 # ---- controller side: plans and validation (no torch, no device runtime)
@@ -349,36 +349,26 @@ def tp_mesh(kind: str, tp_degree: int):
     return init_device_mesh(kind, (replicas, tp_degree), mesh_dim_names=("dp", "tp"))["tp"]
 
 
-def load_pipeline(spec: PipelineSpec, dtype, kind: str):
-    """Loads a pipeline whose transformer (and, if asked, text encoders with a TP plan) is sharded.
+def tp_load_kwargs(spec: PipelineSpec, kind: str) -> dict[str, dict]:
+    """The extra from_pretrained arguments, per component, that load it sharded (see loading.load_pipeline).
 
-    The transformer is loaded alone with `parallel_config` (each rank reads only its slices of the
-    safetensors) and passed to DiffusionPipeline.from_pretrained, which has no parallel_config itself.
+    The transformer gets `parallel_config` (each rank reads only its slices of the safetensors); with
+    `tp_text_encoders`, each text encoder that has a transformers TP plan gets a `distributed_config`.
+    Collective (builds the device mesh): every rank must call it.
     """
-    import diffusers
-    from diffusers import DiffusionPipeline, TensorParallelConfig
+    from diffusers import TensorParallelConfig
 
     if kind == "cpu":
         patch_diffusers_tp_for_cpu()
-    index = read_json(Path(spec.model_path) / "model_index.json", {})
-    common = {"dtype": dtype, "local_files_only": True, "use_safetensors": safetensors_only()}
-    mesh = tp_mesh(kind, spec.tp_degree)
-    transformer_cls = getattr(diffusers, index["transformer"][1])
-    config = TensorParallelConfig(tp_degree=spec.tp_degree, mesh=mesh)
-    components = {"transformer": transformer_cls.from_pretrained(
-        spec.model_path, subfolder="transformer", parallel_config=config, **common)}
+    extra = {"transformer": {"parallel_config": TensorParallelConfig(tp_degree=spec.tp_degree,
+                                                                     mesh=tp_mesh(kind, spec.tp_degree))}}
     if spec.tp_text_encoders:
-        import transformers
         from transformers.distributed import DistributedConfig
 
         for enc in text_encoders(spec.model_path):
             if enc.has_tp_plan:
-                cls = getattr(transformers, enc.class_name)
-                components[enc.name] = cls.from_pretrained(
-                    spec.model_path, subfolder=enc.name, dtype=dtype, local_files_only=True,
-                    use_safetensors=safetensors_only(),
-                    distributed_config=DistributedConfig(tp_size=spec.tp_degree))
-    return DiffusionPipeline.from_pretrained(spec.model_path, **components, **common)
+                extra[enc.name] = {"distributed_config": DistributedConfig(tp_size=spec.tp_degree)}
+    return extra
 
 
 class StopVote:

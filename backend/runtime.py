@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import device, parallel
+from . import device, loading, parallel
 from .compiler import Compiler
-from .models import FAMILIES, safetensors_only
+from .models import FAMILIES
 from .spec import PipelineSpec, SampleRequest
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -76,19 +76,13 @@ class Runtime:
             self.compiler.configure(self, spec)  # mode / compile plan changes never reload
             return self.info()
         self.unload()
-        from diffusers import DiffusionPipeline
-
         dtype_name = device.default_dtype_name(self.kind) if spec.dtype == "auto" else spec.dtype
         name = spec.model_path.rstrip("/").rsplit("/", 1)[-1]
         self.status(f"loading {name} ({dtype_name}) on {self.device}")
         t0 = time.perf_counter()
         try:
-            if spec.tp_degree > 1:
-                pipe = parallel.load_pipeline(spec, _DTYPES[dtype_name], self.kind)
-            else:
-                pipe = DiffusionPipeline.from_pretrained(
-                    spec.model_path, dtype=_DTYPES[dtype_name], local_files_only=True,
-                    use_safetensors=safetensors_only())
+            extra = parallel.tp_load_kwargs(spec, self.kind) if spec.tp_degree > 1 else None
+            pipe = loading.load_pipeline(spec.model_path, _DTYPES[dtype_name], self.status, extra)
         except OSError as e:
             if _is_oom(e):
                 raise

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from backend import api, group
+from backend import api, group, loading
 from backend.spec import SampleRequest
 
 FAMILY_DIRS = ["tiny-flux", "tiny-flux2", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage"]
@@ -47,6 +49,50 @@ def test_matches_plain_diffusers_in_process(tiny_models):
     plain = pipe(prompt="a red fox in the snow", height=64, width=64, num_inference_steps=3, guidance_scale=0.0,
                  generator=[torch.Generator("cpu").manual_seed(7)], output_type="np").images
     assert np.abs(ours - plain).max() <= 1e-5
+
+
+@pytest.mark.parametrize("name", FAMILY_DIRS)
+def test_loading_names_each_component_and_equals_diffusers_own_load(tiny_models, name):
+    """Loading one component at a time (to say which one is loading) builds the same pipeline as
+    DiffusionPipeline.from_pretrained: same class, same components, same weights and dtypes."""
+    from diffusers import DiffusionPipeline
+
+    path = str(tiny_models / name)
+    if not (tiny_models / name).exists():
+        pytest.skip(f"{name} is not built by backend.tiny_models")
+    said: list[str] = []
+    ours = loading.load_pipeline(path, torch.bfloat16, said.append)
+    plain = DiffusionPipeline.from_pretrained(path, dtype=torch.bfloat16, local_files_only=True,
+                                              use_safetensors=True)
+    assert type(ours) is type(plain) and ours.components.keys() == plain.components.keys()
+    modules = []
+    for key, theirs in plain.components.items():
+        mine = ours.components[key]
+        assert type(mine) is type(theirs), key
+        if isinstance(theirs, torch.nn.Module):
+            modules.append(key)
+            a, b = mine.state_dict(), theirs.state_dict()
+            assert a.keys() == b.keys(), key
+            assert all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a), key
+    # one line per weighted component, before it loads, in model_index.json order, then the light parts
+    index_order = [k for k in json.loads((tiny_models / name / "model_index.json").read_text()) if k in modules]
+    n = len(index_order)
+    assert said[:n] == [
+        f"loading {k} ({type(ours.components[k]).__name__}, "
+        f"{loading.format_bytes(sum(f.stat().st_size for f in (tiny_models / name / k).rglob('*')))})"
+        f" · component {i} of {n}"
+        for i, k in enumerate(index_order, 1)
+    ], said
+    assert said[n:] == ["loading tokenizers and scheduler, building the pipeline"], said
+
+
+def test_a_component_that_cannot_load_is_named(tiny_models, tmp_path):
+    broken = tmp_path / "flux-without-vae-weights"
+    shutil.copytree(tiny_models / "tiny-flux", broken)
+    for f in (broken / "vae").glob("*.safetensors"):
+        f.unlink()
+    with pytest.raises(OSError, match="component 'vae'"):
+        loading.load_pipeline(str(broken), torch.float32, lambda text: None)
 
 
 def test_each_image_of_a_batch_has_its_own_seed(tiny_models):

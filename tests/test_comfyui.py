@@ -196,6 +196,24 @@ def test_progress_messages(server):
     assert {p["max"] for p in progress} == {8} and values[-1] == 8
 
 
+def test_loading_text_names_each_component_as_it_loads(server, tiny_models):
+    run_ok(server, {"1": {"class_type": "TPUFreeWorkers", "inputs": {}}})  # so the next Sample loads
+    result = run_ok(server, prompt())
+    texts = [m["data"]["text"] for m in result["messages"]
+             if m["type"] == "progress_text" and m["data"]["node"] == "2"]
+    index = json.loads((tiny_models / "tiny-flux" / "model_index.json").read_text())
+    weighted = [k for k in index if k in ("transformer", "text_encoder", "text_encoder_2", "vae")]
+
+    def first(prefix: str) -> int:
+        return next(i for i, t in enumerate(texts) if t.startswith(prefix))
+
+    order = [first("loading tiny-flux (float32) on cpu")]
+    order += [first(f"loading {k} (") for k in weighted]
+    order += [first("loaded tiny-flux in "), first("step ")]
+    assert order == sorted(order), texts
+    assert f"component {len(weighted)} of {len(weighted)}" in texts[order[-3]], texts
+
+
 # ---- 6. Cancel
 def test_interrupt_stops_a_long_sample(server):
     run_ok(server, prompt())  # warm: worker started, tiny-flux loaded

@@ -272,7 +272,8 @@ def faulty(comfyui_dir, tiny_models, tmp_path_factory, hub_trap):
 # ---- 5. security, without a server
 def _from_pretrained_calls() -> list[tuple[str, dict[str, ast.expr]]]:
     """Every `*.from_pretrained(...)` call in backend/ and nodes/ with its keywords (`**name` resolved to the
-    dict literal assigned to `name` in the same file)."""
+    dict literal assigned to `name` in the same file; other `**` arguments (components, per-component
+    extras) cannot override those keys: Python refuses a keyword given twice)."""
     found = []
     for path in sorted([*(ROOT / "backend").glob("*.py"), *(ROOT / "nodes").glob("*.py")]):
         tree = ast.parse(path.read_text(), str(path))
@@ -294,9 +295,8 @@ def _from_pretrained_calls() -> list[tuple[str, dict[str, ast.expr]]]:
             kwargs: dict[str, ast.expr] = {}
             for kw in node.keywords:
                 if kw.arg is None:
-                    assert isinstance(kw.value, ast.Name) and kw.value.id in dicts, (
-                        f"{path.name}:{node.lineno}: **{ast.unparse(kw.value)} is not a dict literal here"
-                    )
+                    if not (isinstance(kw.value, ast.Name) and kw.value.id in dicts):
+                        continue
                     d = dicts[kw.value.id]
                     kwargs.update(
                         {
@@ -313,7 +313,7 @@ def _from_pretrained_calls() -> list[tuple[str, dict[str, ast.expr]]]:
 
 def test_from_pretrained_is_local_safetensors_only_and_never_trusts_remote_code():
     calls = _from_pretrained_calls()
-    assert len(calls) >= 4, calls  # the pipeline, and under TP the transformer, text encoders and pipeline
+    assert len(calls) >= 2, calls  # each weighted component, then the pipeline (backend/loading.py)
     problems = []
     for where, kw in calls:
         if not (
@@ -589,6 +589,7 @@ def test_a_missing_component_file_says_nothing_is_downloaded_and_nothing_is(faul
     assert (kind, node) == ("execution", "2"), message
     for words in (
         "model: 'flux-no-weights' could not be loaded",
+        "component 'transformer'",
         "never downloads at run time",
         "holds every component",
     ):
