@@ -25,6 +25,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -95,12 +96,9 @@ def node_texts(result: dict, node: str) -> list[str]:
     ]
 
 
-def linked_copy(
-    src: Path, dest: Path, configs: dict[str, dict] | None = None, drop: tuple[str, ...] = ()
-) -> Path:
-    """A copy of the model folder `src` made of symlinks, with some components' config.json changed
-    (`configs`: component → keys to set) and some files (`drop`: "component/file") left out."""
-    configs = configs or {}
+def copy_model(src: Path, dest: Path, copy_file: Callable[[Path, Path], None]) -> Path:
+    """A copy of the model folder `src`: its top-level files copied, each component's files handed to
+    `copy_file(file, target)` (target: the same name in the copy) unless the target already exists."""
     dest.mkdir(parents=True, exist_ok=True)
     for comp in src.iterdir():
         if comp.is_file():
@@ -109,13 +107,28 @@ def linked_copy(
         (dest / comp.name).mkdir(exist_ok=True)
         for f in comp.iterdir():
             target = dest / comp.name / f.name
-            if f"{comp.name}/{f.name}" in drop or target.exists() or target.is_symlink():
-                continue
-            if f.name == "config.json" and comp.name in configs:
-                target.write_text(json.dumps({**json.loads(f.read_text()), **configs[comp.name]}))
-            else:
-                target.symlink_to(f.resolve())
+            if not (target.exists() or target.is_symlink()):
+                copy_file(f, target)
     return dest
+
+
+def linked_copy(
+    src: Path, dest: Path, configs: dict[str, dict] | None = None, drop: tuple[str, ...] = ()
+) -> Path:
+    """A copy of the model folder `src` made of symlinks, with some components' config.json changed
+    (`configs`: component → keys to set) and some files (`drop`: "component/file") left out."""
+    configs = configs or {}
+
+    def link(f: Path, target: Path) -> None:
+        comp = f.parent.name
+        if f"{comp}/{f.name}" in drop:
+            return
+        if f.name == "config.json" and comp in configs:
+            target.write_text(json.dumps({**json.loads(f.read_text()), **configs[comp]}))
+        else:
+            target.symlink_to(f.resolve())
+
+    return copy_model(src, dest, link)
 
 
 def pickle_copy(src: Path, dest: Path) -> Path:
@@ -127,18 +140,14 @@ def pickle_copy(src: Path, dest: Path) -> Path:
         "diffusion_pytorch_model.safetensors": "diffusion_pytorch_model.bin",
         "model.safetensors": "pytorch_model.bin",
     }
-    dest.mkdir(parents=True, exist_ok=True)
-    for comp in src.iterdir():
-        if comp.is_file():
-            shutil.copy(comp, dest / comp.name)
-            continue
-        (dest / comp.name).mkdir(exist_ok=True)
-        for f in comp.iterdir():
-            if f.suffix == ".safetensors":
-                torch.save(load_file(str(f)), dest / comp.name / names[f.name])
-            elif not (dest / comp.name / f.name).exists():
-                shutil.copy(f, dest / comp.name / f.name)
-    return dest
+
+    def to_pickle(f: Path, target: Path) -> None:
+        if f.suffix == ".safetensors":
+            torch.save(load_file(str(f)), target.with_name(names[f.name]))
+        else:
+            shutil.copy(f, target)
+
+    return copy_model(src, dest, to_pickle)
 
 
 def add_models(root: Path, tiny_models: Path) -> None:
