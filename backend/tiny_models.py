@@ -66,15 +66,20 @@ def build_tiny_pipeline(
     out = pathlib.Path(out_dir)
     if out.exists() and any(out.iterdir()) and not (out / "model_index.json").is_file():
         raise FileExistsError(f"{out} exists and is not a pipeline folder; refusing to replace it")
+    with torch.random.fork_rng(devices=[]):
+        pipe = _BUILDERS[family](_Seeder(seed), size)
+    return save_pipeline(pipe, out)
+
+
+def save_pipeline(pipe: Any, out: pathlib.Path) -> pathlib.Path:
+    """Saves `pipe` (safetensors) as the folder `out`, replacing it. It is saved into a staging folder and
+    renamed into place, so an interrupted save never leaves a folder with model_index.json but missing
+    weights (build_all would then skip it forever)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    # Save into a staging folder and rename it into place, so an interrupted build never leaves a folder
-    # with model_index.json but missing weights (build_all would then skip it forever).
     staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     staging.chmod(0o755)  # mkdtemp makes it owner-only; the folder may be served to other users
     try:
-        with torch.random.fork_rng(devices=[]):
-            pipe = _BUILDERS[family](_Seeder(seed), size)
-            pipe.save_pretrained(staging, safe_serialization=True)
+        pipe.save_pretrained(staging, safe_serialization=True)
         if out.exists():
             shutil.rmtree(out)
         os.replace(staging, out)

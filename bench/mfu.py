@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from .common import (
@@ -56,6 +54,8 @@ def build_main(out: str, tiny: str) -> None:
     from diffusers import AutoencoderKL, DiffusionPipeline, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
+    from backend.tiny_models import save_pipeline
+
     cfg = flux1_config()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
@@ -77,15 +77,7 @@ def build_main(out: str, tiny: str) -> None:
     pipe = FluxPipeline(scheduler=base.scheduler, vae=vae, text_encoder=CLIPTextModel(clip), tokenizer=base.tokenizer,
                         text_encoder_2=T5EncoderModel(t5), tokenizer_2=base.tokenizer_2, transformer=transformer)
     pipe.to(dtype=dtype)
-    target = Path(out)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        pipe.save_pretrained(staging, safe_serialization=True)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    save_pipeline(pipe, Path(out))
 
 
 def _support(ctx: Ctx) -> str | None:
