@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .models import read_json, safetensors_only
+from .models import listed_components, read_json, safetensors_only
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 
@@ -28,12 +28,11 @@ class Component:
     """One weighted component of a pipeline folder."""
 
     name: str  # the subfolder and the pipeline's attribute, e.g. "text_encoder_2"
-    library: str  # "diffusers" or "transformers"
-    class_name: str
+    cls: type  # its torch module class, from diffusers or transformers
     size_bytes: int  # weights on disk
 
     def describe(self) -> str:
-        return f"{self.name} ({self.class_name}, {format_bytes(self.size_bytes)})"
+        return f"{self.name} ({self.cls.__name__}, {format_bytes(self.size_bytes)})"
 
 
 def format_bytes(n: int) -> str:
@@ -44,18 +43,19 @@ def format_bytes(n: int) -> str:
 
 
 def weighted_components(model_path: str) -> list[Component]:
-    """The components of the folder that hold weights, in model_index.json order (reads files only)."""
+    """The components of the folder that hold weights, in model_index.json order (reads the folder and
+    imports their classes)."""
+    import torch
+
     root = Path(model_path)
     found = []
-    for name, value in read_json(root / "model_index.json").items():
-        if name.startswith("_") or not isinstance(value, list) or len(value) != 2 or None in value:
-            continue
-        library, class_name = value
-        if library not in _WEIGHT_LIBRARIES or not _is_module_class(library, class_name):
+    for name, (library, class_name) in listed_components(read_json(root / "model_index.json")).items():
+        cls = getattr(importlib.import_module(library), class_name, None) if library in _WEIGHT_LIBRARIES else None
+        if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
             continue  # tokenizers, schedulers, processors, pipeline-specific classes: diffusers loads those
         folder = root / name
         size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
-        found.append(Component(name, library, class_name, size))
+        found.append(Component(name, cls, size))
     return found
 
 
@@ -72,18 +72,11 @@ def load_pipeline(model_path: str, dtype: Any, status: Callable[[str], None],
     loaded: dict[str, Any] = {}
     for i, part in enumerate(parts, 1):
         status(f"loading {part.describe()} · component {i} of {len(parts)}")
-        cls = getattr(importlib.import_module(part.library), part.class_name)
         try:
-            loaded[part.name] = cls.from_pretrained(model_path, subfolder=part.name, **common,
-                                                    **(extra_kwargs or {}).get(part.name, {}))
+            loaded[part.name] = part.cls.from_pretrained(model_path, subfolder=part.name, **common,
+                                                         **(extra_kwargs or {}).get(part.name, {}))
         except OSError as e:
             raise OSError(f"component '{part.name}': {e}") from e
     status("loading tokenizers and scheduler, building the pipeline")
     return DiffusionPipeline.from_pretrained(model_path, **loaded, **common)
 
-
-def _is_module_class(library: str, class_name: str) -> bool:
-    import torch
-
-    cls = getattr(importlib.import_module(library), class_name, None)
-    return isinstance(cls, type) and issubclass(cls, torch.nn.Module)

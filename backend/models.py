@@ -116,6 +116,13 @@ def read_json(path: Path, default: dict | None = None) -> dict:
         return default
 
 
+def listed_components(index: dict) -> dict[str, tuple[str, str]]:
+    """The components a model_index.json lists, in its order: name → (library, class name). Private keys
+    (`_class_name`, ...) and absent optional components (`[null, null]`) are left out."""
+    return {name: (value[0], value[1]) for name, value in index.items()
+            if not name.startswith("_") and isinstance(value, list) and len(value) == 2 and None not in value}
+
+
 def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
     """Checks a folder is a loadable diffusers pipeline we support, without loading weights.
 
@@ -134,9 +141,7 @@ def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
         raise ModelError(
             f"model: '{path.name}' is a {class_name or 'unknown'} pipeline, which ComfyUI-TPU does not support. "
             f"Supported: {', '.join(sorted(FAMILIES))}.")
-    for component, value in index.items():
-        if component.startswith("_") or not isinstance(value, list) or value[0] is None:
-            continue
+    for component in listed_components(index):
         comp_dir = path / component
         if not comp_dir.is_dir():
             raise ModelError(f"model: '{path.name}' lists the component '{component}' but the folder "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import device
-from .models import FAMILIES, ModelError, read_json
+from .models import FAMILIES, ModelError, listed_components, read_json
 from .spec import PipelineSpec, SampleRequest
 
 # ---- controller side: plans and validation (no torch, no device runtime)
@@ -75,14 +75,14 @@ def text_encoders(model_path: str) -> list[TextEncoder]:
     root = Path(model_path)
     index = read_json(root / "model_index.json", {})
     found = []
-    for name, value in sorted(index.items()):
-        if not name.startswith("text_encoder") or not isinstance(value, list) or value[0] is None:
+    for name, (_, class_name) in sorted(listed_components(index).items()):
+        if not name.startswith("text_encoder"):
             continue
         config = read_json(root / name / "config.json", {})
         text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
         heads = tuple(h for h in (text.get("num_attention_heads"), text.get("num_key_value_heads"))
                       if isinstance(h, int))
-        found.append(TextEncoder(name, value[1], _tp_plan_of(config), heads))
+        found.append(TextEncoder(name, class_name, _tp_plan_of(config), heads))
     return found
 
 
