@@ -44,9 +44,7 @@ def make_spec(model: str, roots: Iterable[str], dtype: str = "auto", device_choi
 
 def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
     """Rejects a sample request before any worker sees it, naming the input and the fix."""
-    family = models.FAMILIES[spec.class_name]
-    info = models.ModelInfo(spec.model_path, spec.class_name, family, spec.size_factor)
-    models.check_size(info, req.width, req.height)
+    models.check_size(_model_info(spec), req.width, req.height)
     if req.steps < 1:
         raise models.ModelError(f"steps: {req.steps} is too small; use at least 1.")
     if req.batch_size < 1:
@@ -58,6 +56,11 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
                                 "many; use at most 4096.")
     if not 0 <= req.seed < 2**64:
         raise models.ModelError(f"seed: {req.seed} is out of range; use 0 to 2^64-1.")
+
+
+def _model_info(spec: PipelineSpec) -> models.ModelInfo:
+    """What models.inspect_model found, rebuilt from the spec (no file read)."""
+    return models.ModelInfo(spec.model_path, spec.class_name, models.FAMILIES[spec.class_name], spec.size_factor)
 
 
 def group_config(spec: PipelineSpec) -> GroupConfig:
@@ -148,10 +151,9 @@ def with_compile(spec: PipelineSpec, target: str, backend: str, warmup: str,
                  snap_to_warmup: bool = False) -> tuple[PipelineSpec, list[str]]:
     """`spec` in compiled mode with this plan, checked against the model and device; and notes for the user."""
     shapes = compiler.parse_warmup(warmup)
-    info = models.ModelInfo(spec.model_path, spec.class_name, models.FAMILIES[spec.class_name], spec.size_factor)
     for w, h, _ in shapes:
         try:
-            models.check_size(info, w, h)
+            models.check_size(_model_info(spec), w, h)
         except models.ModelError as e:
             raise compiler.CompileError(f"warmup: {w}x{h}: {e}") from None
     if snap_to_warmup and not shapes:

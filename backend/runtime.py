@@ -19,6 +19,7 @@ from . import device, loading, parallel
 from .compiler import Compiler
 from .models import FAMILIES
 from .spec import PipelineSpec, SampleRequest
+from .worker import MEMORY_LIMIT_ENV
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 # Allocator messages: torch CUDA ("CUDA out of memory"), torch CPU ("DefaultCPUAllocator: can't allocate
@@ -182,9 +183,9 @@ class Runtime:
     def describe_error(self, e: BaseException) -> str:
         text = f"{type(e).__name__}: {e}"
         if _is_oom(e):
-            cap = os.environ.get("COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB", "").strip()
+            cap = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
             if cap:
-                cap = f" (this worker's memory is capped at {cap} GiB by COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB)"
+                cap = f" (this worker's memory is capped at {cap} GiB by {MEMORY_LIMIT_ENV})"
             return (f"out of memory on {self.device}{cap}: {text}. Try offload 'model' or 'sequential' in "
                     "Load TPU Pipeline, a smaller width/height or batch_size, or Shard TP over more chips.")
         return text
