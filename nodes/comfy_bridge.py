@@ -5,10 +5,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import comfy.model_management
 import comfy.utils
 import folder_paths
+
+from ..backend.group import Interrupted
+
+T = TypeVar("T")
 
 
 def diffusers_roots() -> list[str]:
@@ -70,9 +75,11 @@ def treat_sigterm_as_ctrl_c() -> None:
         signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
-def interrupted() -> bool:
-    return comfy.model_management.processing_interrupted()
-
-
-def interrupt_exception() -> BaseException:
-    return comfy.model_management.InterruptProcessingException()
+def run_cancellable(call: Callable[..., T], *args: Any, node_id: str | None, total: int) -> T:
+    """`call(*args, on_progress, should_interrupt)` (api.load, api.sample) with ComfyUI's progress bar and text
+    for `node_id` (`total` steps). Cancel stops the workers at their next step and ends the prompt the way
+    ComfyUI expects, with its interrupt exception."""
+    try:
+        return call(*args, progress_reporter(node_id, total), comfy.model_management.processing_interrupted)
+    except Interrupted:
+        raise comfy.model_management.InterruptProcessingException() from None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from ..backend import api
 from ..backend.compiler import CompileError, parse_warmup
-from ..backend.group import Interrupted
 from ..backend.spec import COMPILE_BACKENDS, COMPILE_TARGETS, MODE_CHOICES
 from . import comfy_bridge
 
@@ -99,11 +98,7 @@ class TPUCompile:
         spec, notes = api.with_compile(pipeline, target, backend, warmup, snap_to_warmup)
         for note in notes:
             comfy_bridge.send_text(unique_id, note)
-        on_progress = comfy_bridge.progress_reporter(unique_id, 2)
-        try:
-            info = api.load(spec, on_progress, comfy_bridge.interrupted)
-        except Interrupted:
-            raise comfy_bridge.interrupt_exception() from None
+        info = comfy_bridge.run_cancellable(api.load, spec, node_id=unique_id, total=2)
         text = "\n".join([*notes, describe_stats(info.get("compile") or {})])
         comfy_bridge.send_text(unique_id, text)
         return {"ui": {"text": [text]}, "result": (spec,)}

@@ -10,7 +10,6 @@ import torch
 
 from ..backend import api, parallel
 from ..backend.device import DEVICE_CHOICES
-from ..backend.group import Interrupted
 from ..backend.models import ModelError
 from ..backend.spec import DTYPE_CHOICES, OFFLOAD_CHOICES, SampleRequest
 from . import comfy_bridge
@@ -113,9 +112,6 @@ class TPUSample:
                                 steps=steps, guidance=guidance, seed=seed, batch_size=batch_size,
                                 prompt_per_line=prompt_per_line)
         api.check_request(pipeline, request)
-        on_progress = comfy_bridge.progress_reporter(unique_id, steps * len(parallel.images_of(request)))
-        try:
-            images = api.sample(pipeline, request, on_progress, comfy_bridge.interrupted)
-        except Interrupted:
-            raise comfy_bridge.interrupt_exception() from None
+        images = comfy_bridge.run_cancellable(api.sample, pipeline, request, node_id=unique_id,
+                                              total=steps * len(parallel.images_of(request)))
         return (torch.from_numpy(images),)
