@@ -1,17 +1,19 @@
 """Runs before ComfyUI imports torch: keeps the TPU runtime out of ComfyUI's own process.
 
-Loads backend/device.py by path (this file is not imported as part of the package).
+The pack's folder is not importable by name (ComfyUI loads it by path), so its `backend` package is imported
+under a private name without running the pack's own `__init__.py` (which would import the nodes, and torch).
 """
 
-import importlib.util
+import importlib
 import os
 import sys
+import types
 
-_spec = importlib.util.spec_from_file_location(
-    "comfyui_tpu_prestartup_device", os.path.join(os.path.dirname(__file__), "backend", "device.py"))
-_device = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = _device  # dataclasses look their module up there
-_spec.loader.exec_module(_device)
-_changed = _device.configure_process_env()
+_PACKAGE = "comfyui_tpu_prestartup"
+_pack = types.ModuleType(_PACKAGE)
+_pack.__path__ = [os.path.dirname(os.path.abspath(__file__))]
+sys.modules[_PACKAGE] = _pack
+_devices = importlib.import_module(f"{_PACKAGE}.backend.controller.devices")
+_changed = _devices.configure_process_env()
 if _changed:
     print(f"[ComfyUI-TPU] set {', '.join(_changed)} for ComfyUI's process (TPU work runs in worker processes)")

@@ -1,7 +1,8 @@
 """ComfyUI-TPU backend: runs diffusers pipelines in worker processes on TPU, CUDA or CPU.
 
-Nothing here imports ComfyUI. The ComfyUI process only describes work and talks to workers;
-all device work (loading, offload hooks, sampling) happens in `backend.worker` processes.
+Two processes, two packages: `controller` runs in ComfyUI's process (describes, checks, launches, talks),
+`worker` runs in one process per chip (loads, samples, compiles). They share only `protocol`. Nothing here
+imports ComfyUI; `tiny_models` builds the random-weight test pipelines.
 """
 
 __version__ = "0.1.0"

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "device-info":
         from dataclasses import asdict
 
-        from .device import detect
+        from .controller.devices import detect
 
         print(json.dumps(asdict(detect()), indent=1))
     return 0

@@ -7,7 +7,6 @@ bench/plain.py in its own process. Both use the same model, size, steps, dtype, 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,7 +40,7 @@ def seed_of(r: int) -> int:
 
 
 def request(ctx: Ctx, seed: int, **kw):
-    from backend.spec import SampleRequest
+    from backend.protocol.spec import SampleRequest
 
     return SampleRequest(**{"prompt": PROMPT, "width": ctx.width, "height": ctx.height, "steps": ctx.steps,
                             "guidance": 0.0, "seed": seed, **kw})
@@ -54,7 +53,7 @@ def timed(fn, *args) -> float:
 
 
 def _spec(ctx: Ctx, model: str | None = None):
-    from backend import api
+    from backend.controller import api
 
     return api.make_spec(model or ctx.model, [str(ctx.models_dir)])
 
@@ -70,7 +69,7 @@ THROUGHPUT_TARGET = target(">=", 0.98)
 
 
 def comfyui(ctx: Ctx) -> list[dict]:
-    from backend import api
+    from backend.controller import api
 
     if not ctx.comfyui_dir:
         why = "COMFYUI_DIR is not set: run the bench through bench/run.sh (it builds/finds ComfyUI)"
@@ -198,7 +197,7 @@ COLD_TARGET = target("<=", 1.3)
 
 
 def cold_start(ctx: Ctx) -> list[dict]:
-    from backend import api
+    from backend.controller import api
 
     spec = _spec(ctx)
     req = request(ctx, 0)
@@ -252,33 +251,16 @@ def varied_prompts(n: int) -> list[str]:
     return [" ".join(_WORDS[(7 * i) % len(_WORDS):][: 2 + (i * 5) % 30] or _WORDS[:3]) + f" {i}" for i in range(n)]
 
 
-def _compile_support() -> str | None:
-    """None when backend supports the compiled mode with statistics; else why not."""
-    try:
-        from backend import compiler  # noqa: F401
-        from backend.spec import CompilePlan, PipelineSpec  # noqa: F401
-    except ImportError as e:
-        return f"backend has no compile support ({e})"
-    fields = {f.name for f in dataclasses.fields(PipelineSpec)}
-    if not {"mode", "compile"} <= fields:
-        return "backend.spec.PipelineSpec has no mode/compile fields"
-    if not hasattr(compiler, "CACHE_ENV"):
-        return "backend.compiler has no persistent cache (CACHE_ENV)"
-    return None
-
-
 def compile_figures(ctx: Ctx) -> list[dict]:
-    why = _compile_support()
-    if why:
-        return [not_available(*COMPILE_COLD, why), not_available(*COMPILE_WARM, why, WARM_TARGET),
-                not_available(*COMPILE_RECOMPILES, why, RECOMPILE_TARGET)]
     import subprocess
     import sys
 
-    from backend import api, compiler, device
-    from backend.spec import CompilePlan
+    from backend.controller import api
+    from backend.controller.plans import compile_backend
+    from backend.protocol.messages import ENV_COMPILE_CACHE
+    from backend.protocol.spec import CompilePlan
 
-    backend = device.compile_backend(ctx.kind, ctx.compile_backend)
+    backend = compile_backend(ctx.kind, ctx.compile_backend)
     eager = _spec(ctx)
     compiled = eager.with_changes(mode="compiled", compile=CompilePlan(backend=backend))
     warm_n = max(2, min(ctx.repeats, 5))
@@ -298,7 +280,7 @@ def compile_figures(ctx: Ctx) -> list[dict]:
 
     def ours_compile(cache: Path) -> dict:
         """A fresh worker with `cache` as its persistent compile cache: first compiled call, then warm calls."""
-        with with_env({compiler.CACHE_ENV: str(cache)}):
+        with with_env({ENV_COMPILE_CACHE: str(cache)}):
             api.shutdown()
             api.load(eager)  # group start + load: not part of the compile time
         for waiting in early.values():
@@ -398,19 +380,15 @@ DP_TARGET = target(">=", 0.9)
 
 
 def _dp_support(ctx: Ctx) -> str | None:
-    from backend.spec import PipelineSpec
-
-    if "dp_replicas" not in {f.name for f in dataclasses.fields(PipelineSpec)}:
-        return "backend.spec.PipelineSpec has no dp_replicas (no data-parallel support in backend)"
     if ctx.kind == "cpu":
         import os
 
         if len(os.sched_getaffinity(0)) < 2:
             return "needs 2 CPU cores (one worker each); this process may use 1"
         return None
-    from backend import device
+    from backend.controller import devices
 
-    count = device.detect().count
+    count = devices.detect().count
     return None if count >= 2 else f"needs 2 {ctx.kind} chips; this host has {count}"
 
 
@@ -418,7 +396,7 @@ def data_parallel(ctx: Ctx) -> list[dict]:
     why = _dp_support(ctx)
     if why:
         return [not_available(*DP, why, DP_TARGET)]
-    from backend import api, group
+    from backend.controller import api, group
 
     one = _spec(ctx)
     two = one.with_changes(dp_replicas=2)
@@ -426,7 +404,7 @@ def data_parallel(ctx: Ctx) -> list[dict]:
     groups: dict[str, group.WorkerGroup] = {}
 
     def start(name: str, spec) -> group.WorkerGroup:
-        g = group.WorkerGroup(api.group_config(spec))  # checks the layout like api.sample does
+        g = group.WorkerGroup(api.group_config(api.checked(spec)))  # checks the layout like api.sample does
         g.start()
         groups[name] = g
         return g
@@ -435,8 +413,8 @@ def data_parallel(ctx: Ctx) -> list[dict]:
         req = request(ctx, seed_of(r), batch_size=batch)
         api.check_request(spec, req)
         t0 = time.perf_counter()
-        replies = groups[name].request("sample", {"spec": spec.to_dict(), "request": req.to_dict()})
-        parts = [rep["values"]["images"] for rep in replies if "images" in rep.get("values", {})]
+        results = groups[name].sample(spec, req)
+        parts = [r.arrays["images"] for r in results if "images" in r.arrays]
         images = np.concatenate(parts)
         dt = time.perf_counter() - t0
         assert images.shape[0] == batch, images.shape

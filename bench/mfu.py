@@ -121,8 +121,8 @@ def figure(ctx: Ctx) -> list[dict]:
     why = _support(ctx)
     if why:
         return [not_available(*EAGER, why), not_available(*COMPILED, why)]
-    from backend import api
-    from backend.spec import CompilePlan
+    from backend.controller import api
+    from backend.protocol.spec import CompilePlan
 
     name = "cpu"
     if ctx.kind == "cuda":

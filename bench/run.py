@@ -94,8 +94,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def make_ctx(args: argparse.Namespace, kind: str, work: Path) -> Ctx:
-    from backend import device
     from backend.tiny_models import build_all
+    from backend.worker.device import default_dtype_name
 
     models = Path(args.models) if args.models else CACHE / f"bench-models-{models_key()}"
     build_all(models, families=("flux",), size="tiny")
@@ -107,7 +107,7 @@ def make_ctx(args: argparse.Namespace, kind: str, work: Path) -> Ctx:
 
     return Ctx(
         quick=q, repeats=pick(args.repeats, 7, 3), warmup=pick(args.warmup, 2, 1), threads=args.threads, kind=kind,
-        dtype=device.default_dtype_name(kind), models_dir=models, model="tiny-flux" if q else "small-flux",
+        dtype=default_dtype_name(kind), models_dir=models, model="tiny-flux" if q else "small-flux",
         sizes=("tiny-flux", "small-flux"), width=64 if q else 256, height=64 if q else 256, steps=2 if q else 4,
         work=work, comfyui_dir=os.environ.get("COMFYUI_DIR"), cold_repeats=pick(args.cold_repeats, 3, 1),
         cold_warmup=0 if q else 1, dp_batch=4, soak=args.soak, compile_prompts=pick(args.compile_prompts, 100, 5),
@@ -163,9 +163,9 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from backend import device
+    from backend.controller import devices
 
-    info = device.detect()
+    info = devices.detect()
     work = Path(tempfile.mkdtemp(prefix="comfyui-tpu-bench-"))
     ctx = make_ctx(args, info.kind, work)
     if "soak" in args.figures.split(",") and not args.soak:

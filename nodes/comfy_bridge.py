@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -11,7 +10,8 @@ import comfy.model_management
 import comfy.utils
 import folder_paths
 
-from ..backend.group import Interrupted
+from ..backend.protocol.errors import Interrupted
+from ..backend.protocol.messages import Status, Step
 
 T = TypeVar("T")
 
@@ -41,23 +41,27 @@ def send_text(node_id: str | None, text: str) -> None:
         pass
 
 
-def progress_reporter(node_id: str | None, total: int) -> Callable[[dict], None]:
+def progress_reporter(node_id: str | None, total: int) -> Callable[[Status | Step], None]:
     """Turns worker progress messages into ComfyUI's progress bar plus 's/step, ETA' text.
 
-    The progress bar's hook raises ComfyUI's interrupt exception when the user presses Cancel;
-    the backend catches it, stops every rank at its next step and re-raises it.
+    Seconds per step come from the workers' own step times, so starting, loading and compiling do not count
+    as steps (the first step of each image, which holds text encoding and any compile, counts only until a
+    later step is timed). The progress bar's hook raises ComfyUI's interrupt exception when the user presses
+    Cancel; the backend catches it, stops every rank at its next step and re-raises it.
     """
     bar = comfy.utils.ProgressBar(total)
-    started = time.perf_counter()
+    step_times: list[float] = []
 
-    def on_progress(msg: dict) -> None:
-        if "step" in msg:
-            step, steps = msg["step"], msg["total"]
-            per_step = (time.perf_counter() - started) / max(step, 1)
-            bar.update_absolute(step, steps)
-            send_text(node_id, f"step {step}/{steps} · {per_step:.2f} s/step · ETA {per_step * (steps - step):.0f} s")
-        elif msg.get("text"):
-            send_text(node_id, msg["text"])
+    def on_progress(msg: Status | Step) -> None:
+        if isinstance(msg, Step):
+            step_times.append(msg.step_s)
+            later = step_times[1:] or step_times
+            per_step = sorted(later)[len(later) // 2]  # the median: one slow first step does not skew it
+            bar.update_absolute(msg.step, msg.total)
+            send_text(node_id, f"step {msg.step}/{msg.total} · {per_step:.2f} s/step · ETA "
+                               f"{per_step * (msg.total - msg.step):.0f} s")
+        elif msg.text:
+            send_text(node_id, msg.text)
 
     return on_progress
 

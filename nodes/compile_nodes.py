@@ -6,9 +6,10 @@ last, with defaults (tests/test_node_contract.py guards this).
 
 from __future__ import annotations
 
-from ..backend import api
-from ..backend.compiler import CompileError, parse_warmup
-from ..backend.spec import COMPILE_BACKENDS, COMPILE_TARGETS, MODE_CHOICES
+from ..backend.controller import api
+from ..backend.controller.plans import parse_warmup
+from ..backend.protocol.errors import CompileError
+from ..backend.protocol.spec import COMPILE_BACKENDS, COMPILE_TARGETS, MODE_CHOICES
 from . import comfy_bridge
 
 CATEGORY = "TPU"
@@ -98,7 +99,7 @@ class TPUCompile:
         spec, notes = api.with_compile(pipeline, target, backend, warmup, snap_to_warmup)
         for note in notes:
             comfy_bridge.send_text(unique_id, note)
-        info = comfy_bridge.run_cancellable(api.load, spec, node_id=unique_id, total=2)
+        info = comfy_bridge.run_cancellable(api.load, spec, node_id=unique_id, total=api.warmup_steps(spec))
         text = "\n".join([*notes, describe_stats(info.get("compile") or {})])
         comfy_bridge.send_text(unique_id, text)
         return {"ui": {"text": [text]}, "result": (spec,)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..backend import api
+from ..backend.controller import api
 from . import comfy_bridge
 
 CATEGORY = "TPU"

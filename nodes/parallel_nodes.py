@@ -6,7 +6,7 @@ with defaults (tests/test_node_contract.py guards this).
 
 from __future__ import annotations
 
-from ..backend import parallel
+from ..backend.controller import api
 from . import comfy_bridge
 
 CATEGORY = "TPU"
@@ -43,7 +43,7 @@ class TPUShardTP:
         }
 
     def shard(self, pipeline, degree, shard_text_encoders, unique_id=None):
-        spec, text = parallel.plan_tp(pipeline, degree, shard_text_encoders)  # ModelError: input, value, fix
+        spec, text = api.shard(pipeline, degree, shard_text_encoders)  # InputError: input, value, fix
         comfy_bridge.send_text(unique_id, text)
         return (spec,)
 
@@ -73,6 +73,6 @@ class TPUDataParallel:
         }
 
     def replicate(self, pipeline, replicas, unique_id=None):
-        spec, text = parallel.plan_dp(pipeline, replicas)
+        spec, text = api.replicate(pipeline, replicas)
         comfy_bridge.send_text(unique_id, text)
         return (spec,)

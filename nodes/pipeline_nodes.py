@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from ..backend import api, parallel
-from ..backend.device import DEVICE_CHOICES
-from ..backend.models import ModelError
-from ..backend.spec import DTYPE_CHOICES, OFFLOAD_CHOICES, SampleRequest
+from ..backend.controller import api
+from ..backend.protocol.errors import InputError
+from ..backend.protocol.spec import DEVICE_CHOICES, DTYPE_CHOICES, OFFLOAD_CHOICES, SampleRequest
 from . import comfy_bridge
 
 CATEGORY = "TPU"
@@ -55,7 +54,7 @@ class LoadTPUPipeline:
     def VALIDATE_INPUTS(cls, model, model_path=""):
         try:
             api.make_spec(model_path or model, comfy_bridge.diffusers_roots())
-        except (ModelError, api.device.DeviceError) as e:
+        except InputError as e:
             return str(e)
         return True
 
@@ -111,7 +110,6 @@ class TPUSample:
         request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,
                                 steps=steps, guidance=guidance, seed=seed, batch_size=batch_size,
                                 prompt_per_line=prompt_per_line)
-        api.check_request(pipeline, request)
         images = comfy_bridge.run_cancellable(api.sample, pipeline, request, node_id=unique_id,
-                                              total=steps * len(parallel.images_of(request)))
+                                              total=steps * len(request.images()))
         return (torch.from_numpy(images),)

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from comfy_server import ComfyServer, error_message, load_workflow  # noqa: E402
 
-from backend.models import find_models  # noqa: E402
+from backend.controller.models import find_models  # noqa: E402
 from backend.tiny_models import build_tiny_pipeline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

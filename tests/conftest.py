@@ -53,6 +53,6 @@ def server(comfyui_dir, tiny_models, tmp_path_factory):
 @pytest.fixture(autouse=True, scope="session")
 def _stop_workers_at_end():
     yield
-    from backend import api
+    from backend.controller import api
 
     api.shutdown()

@@ -13,8 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from backend import api, group, loading
-from backend.spec import SampleRequest
+from backend.controller import api, group, link
+from backend.protocol.errors import Interrupted, WorkerCrashed
+from backend.protocol.messages import Step
+from backend.protocol.spec import GroupConfig, SampleRequest
+from backend.worker import loading
 
 FAMILY_DIRS = ["tiny-flux", "tiny-flux2", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage"]
 
@@ -130,13 +133,13 @@ def test_progress_and_interrupt_stop_the_worker_at_the_next_step(tiny_models):
     stopped_at = []
 
     def on_progress(msg):
-        if "step" in msg:
-            steps_seen.append(msg["step"])
-            if msg["step"] == 3:
+        if isinstance(msg, Step):
+            steps_seen.append(msg.step)
+            if msg.step == 3:
                 stopped_at.append(time.monotonic())
                 stop.set()
 
-    with pytest.raises(group.Interrupted):
+    with pytest.raises(Interrupted):
         api.sample(spec, _request(steps=5000), on_progress, stop.is_set)
     assert steps_seen[:3] == [1, 2, 3]
     # Tiny steps take ~5 ms, so "the next step" is a few steps after the flag, far from the 5000 asked for.
@@ -152,7 +155,7 @@ def test_exception_in_progress_callback_interrupts_and_reraises(tiny_models):
         pass
 
     def on_progress(msg):
-        if msg.get("step") == 2:
+        if isinstance(msg, Step) and msg.step == 2:
             raise Cancel()
 
     with pytest.raises(Cancel):
@@ -166,11 +169,11 @@ def test_killed_worker_gives_a_clear_error_and_the_next_request_starts_fresh(tin
     pid = api.worker_info()[0]["pid"]
 
     def kill_on_step(msg):
-        if msg.get("step") == 2:
+        if isinstance(msg, Step) and msg.step == 2:
             os.kill(pid, signal.SIGKILL)
 
     t0 = time.monotonic()
-    with pytest.raises(group.WorkerCrashed, match=r"rank 0 \(pid \d+\) stopped unexpectedly"):
+    with pytest.raises(WorkerCrashed, match=r"rank 0 \(pid \d+\) stopped unexpectedly"):
         api.sample(spec, _request(steps=5000), kill_on_step)
     assert time.monotonic() - t0 < 15
     assert api.sample(spec, _request()).shape == (1, 64, 64, 3)
@@ -179,22 +182,21 @@ def test_killed_worker_gives_a_clear_error_and_the_next_request_starts_fresh(tin
         os.kill(pid, 0)
 
 
-def test_worker_channel_refuses_a_peer_without_the_secret():
+def test_worker_channel_refuses_a_peer_without_the_secret(monkeypatch):
     """Another local process that connects to a starting group without the secret is turned away."""
     from multiprocessing.connection import AuthenticationError, Client
 
-    cfg = group.GroupConfig("cpu", 1)
-    g = group.WorkerGroup(cfg)
+    g = group.WorkerGroup(GroupConfig("cpu", 1))
     captured = {}
-    real_create = group.socket.create_server
+    real_init = link.Listener.__init__
 
-    def spy(addr, *a, **kw):
-        sock = real_create(addr, *a, **kw)
-        captured["addr"] = sock.getsockname()
-        return sock
+    def spy(self, *a, **kw):
+        real_init(self, *a, **kw)
+        captured["addr"] = self.sock.getsockname()
 
     def intruder():
-        while "addr" not in captured:
+        deadline = time.monotonic() + 60
+        while "addr" not in captured and time.monotonic() < deadline:
             time.sleep(0.01)
         try:
             Client(captured["addr"], authkey=b"wrong secret")
@@ -202,14 +204,13 @@ def test_worker_channel_refuses_a_peer_without_the_secret():
         except (AuthenticationError, EOFError, OSError):
             captured["result"] = "refused"
 
-    group.socket.create_server = spy
+    monkeypatch.setattr(link.Listener, "__init__", spy)
     try:
         t = threading.Thread(target=intruder)
         t.start()
         g.start()
         t.join(10)
     finally:
-        group.socket.create_server = real_create
         g.close()
     assert captured["result"] == "refused"
     assert captured["addr"][0] == "127.0.0.1"

@@ -20,8 +20,12 @@ import numpy as np
 import psutil
 import pytest
 
-from backend import api, compiler, device
-from backend.spec import MODE_CHOICES, CompilePlan, SampleRequest
+from backend.controller import api, plans
+from backend.protocol.errors import CompileError
+from backend.protocol.messages import ENV_COMPILE_CACHE, Status, Step
+from backend.protocol.spec import MODE_CHOICES, CompilePlan, SampleRequest
+from backend.worker import compile_cache
+from backend.worker.device import TPU_EAGER_MODES
 
 ROOT = Path(__file__).resolve().parent.parent
 TPU_VENV = os.environ.get("TPU_VENV")
@@ -44,7 +48,7 @@ class Messages(list):
 
     @property
     def texts(self) -> list[str]:
-        return [m["text"] for m in self if m.get("text")]
+        return [m.text for m in self if isinstance(m, Status)]
 
     def index(self, predicate) -> int:
         return next(i for i, m in enumerate(self) if predicate(m))
@@ -56,10 +60,10 @@ def cache_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("compile-cache")
     (root / "inductor").mkdir()
     (root / "inductor" / "stale-entry").write_text("built by another torch")
-    (root / compiler.MANIFEST).write_text(json.dumps({**compiler.versions(), "torch": "0.0.1"}))
+    (root / compile_cache.MANIFEST).write_text(json.dumps({**compile_cache.versions(), "torch": "0.0.1"}))
     api.shutdown()  # a running group would keep its own cache folder
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(compiler.CACHE_ENV, str(root))
+        mp.setenv(ENV_COMPILE_CACHE, str(root))
         yield root
     api.shutdown()
 
@@ -67,30 +71,32 @@ def cache_dir(tmp_path_factory):
 # ---- controller-side checks (no worker)
 
 def test_warmup_list_parses_sizes_and_batches_and_names_bad_entries():
-    assert compiler.parse_warmup("1024x1024, 832x1216x2; 64 X 64\n") == ((1024, 1024, 1), (832, 1216, 2), (64, 64, 1))
-    assert compiler.parse_warmup("  ") == ()
-    assert compiler.parse_warmup("64x64, 64x64x1") == ((64, 64, 1),)
+    assert plans.parse_warmup("1024x1024, 832x1216x2; 64 X 64\n") == ((1024, 1024, 1), (832, 1216, 2), (64, 64, 1))
+    assert plans.parse_warmup("  ") == ()
+    assert plans.parse_warmup("64x64, 64x64x1") == ((64, 64, 1),)
     for bad, words in (("1024", "'1024' is not a size"), ("64x64x0", "batch 0"), ("axb", "WIDTHxHEIGHT")):
-        with pytest.raises(compiler.CompileError, match=words):
-            compiler.parse_warmup(bad)
+        with pytest.raises(CompileError, match=words):
+            plans.parse_warmup(bad)
 
 
 def test_compile_plan_checks_name_the_input_and_the_fix(tiny_models):
     flux = _spec(tiny_models)
     spec, notes = api.with_compile(flux, "whole denoiser", "auto", "64x64, 128x64x2", True)
     assert spec.mode == "compiled" and spec.load_key() == flux.load_key()
-    assert spec.compile == CompilePlan("whole denoiser", "auto", ((64, 64, 1), (128, 64, 2)), True) and not notes
-    plan, _ = compiler.resolve_plan(spec, "cpu")
-    assert plan.backend == "inductor" and compiler.resolve_plan(spec, "tpu")[0].backend == "tpu"
+    # the plan is resolved once, for the pipeline's device: auto is inductor here and TorchTPU's compiler on TPU
+    assert spec.compile == CompilePlan("whole denoiser", "inductor", ((64, 64, 1), (128, 64, 2)), True) and not notes
+    on_tpu = spec.with_changes(kind="tpu", compile=replace(spec.compile, backend="auto"))
+    assert plans.resolve_compile(on_tpu).compile.backend == "tpu"
+    assert plans.resolve_compile(spec) == spec, "resolving twice changes nothing"
     # 'compiled' without a Compile node: whole denoiser, the device's own backend, and a note saying so
     spec, notes = api.with_mode(flux, "compiled")
-    assert compiler.resolve_plan(spec, "cpu")[0] == CompilePlan("whole denoiser", "inductor")
+    assert spec.compile == CompilePlan("whole denoiser", "inductor")
     assert "whole denoiser, backend inductor" in notes[0]
     assert api.with_mode(flux, "defer-and-fuse eager")[1] == [
         "defer-and-fuse eager exists only on TPU; running strict eager on cpu."]
     # offload 'model' forces repeated blocks; 'sequential' cannot be compiled
     spec, notes = api.with_compile(_spec(tiny_models, offload="model"), "whole denoiser", "eager", "", False)
-    assert compiler.resolve_plan(spec, "cpu")[0].target == "repeated blocks" and "repeated blocks" in notes[0]
+    assert spec.compile.target == "repeated blocks" and "repeated blocks" in notes[0]
     failures = [
         (lambda: api.with_compile(_spec(tiny_models, offload="sequential"), "whole denoiser", "eager", "", False),
          "offload: 'sequential'"),
@@ -103,33 +109,33 @@ def test_compile_plan_checks_name_the_input_and_the_fix(tiny_models):
         (lambda: api.with_compile(flux, "whole denoiser", "eager", "", True), "snap_to_warmup"),
     ]
     for call, words in failures:
-        with pytest.raises(compiler.CompileError, match=words):
+        with pytest.raises(CompileError, match=words):
             call()
 
 
 def test_manifest_mismatch_renews_the_cache_with_a_logged_reason(tmp_path, caplog):
     root = tmp_path / "cache"
     env: dict = {}
-    assert compiler.prepare_cache_env(env, str(root))["status"] == "new"
-    assert env == device.compile_cache_env(str(root)) and env["TORCHINDUCTOR_FX_GRAPH_CACHE"] == "1"
+    assert compile_cache.prepare_cache_env(env, str(root))["status"] == "new"
+    assert env == compile_cache.compile_cache_env(str(root)) and env["TORCHINDUCTOR_FX_GRAPH_CACHE"] == "1"
     stale = root / "tpu" / "entry"
     stale.write_text("x")
-    assert compiler.prepare_cache_env({}, str(root))["status"] == "reused" and stale.exists()
+    assert compile_cache.prepare_cache_env({}, str(root))["status"] == "reused" and stale.exists()
 
-    manifest = json.loads((root / compiler.MANIFEST).read_text())
-    (root / compiler.MANIFEST).write_text(json.dumps({**manifest, "libtpu": "0.0.1", "diffusers": "0.1"}))
+    manifest = json.loads((root / compile_cache.MANIFEST).read_text())
+    (root / compile_cache.MANIFEST).write_text(json.dumps({**manifest, "libtpu": "0.0.1", "diffusers": "0.1"}))
     with caplog.at_level(logging.WARNING, logger="comfyui_tpu"):
-        info = compiler.prepare_cache_env({}, str(root))
+        info = compile_cache.prepare_cache_env({}, str(root))
     assert info["status"].startswith("renewed (built with other versions: ") and "diffusers 0.1 → " in info["status"]
     assert "starting a fresh one" in caplog.text and "libtpu 0.0.1 → " in caplog.text
-    assert not stale.exists() and json.loads((root / compiler.MANIFEST).read_text())["diffusers"] != "0.1"
+    assert not stale.exists() and json.loads((root / compile_cache.MANIFEST).read_text())["diffusers"] != "0.1"
 
-    (root / compiler.MANIFEST).write_text("{not json")
-    assert "manifest is unreadable" in compiler.prepare_cache_env({}, str(root))["status"]
+    (root / compile_cache.MANIFEST).write_text("{not json")
+    assert "manifest is unreadable" in compile_cache.prepare_cache_env({}, str(root))["status"]
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     env = {}
-    info = compiler.prepare_cache_env(env, str(blocker / "cache"))  # cannot be created: no crash, no env
+    info = compile_cache.prepare_cache_env(env, str(blocker / "cache"))  # cannot be created: no crash, no env
     assert info["status"].startswith("disabled") and env == {}
 
 
@@ -144,7 +150,7 @@ def test_worker_start_renews_a_stale_cache_and_samples(tiny_models, cache_dir):
     cache = api.compile_stats()["cache"]
     assert cache["dir"] == str(cache_dir) and cache["status"].startswith("renewed (built with other versions: torch")
     assert not (cache_dir / "inductor" / "stale-entry").exists()
-    assert json.loads((cache_dir / compiler.MANIFEST).read_text())["torch"] == compiler.versions()["torch"]
+    assert json.loads((cache_dir / compile_cache.MANIFEST).read_text())["torch"] == compile_cache.versions()["torch"]
 
 
 @pytest.mark.parametrize("name", ["tiny-flux", "tiny-sdxl"])
@@ -177,7 +183,8 @@ def test_after_warmup_varied_samples_never_recompile_and_a_new_size_compiles_onc
     messages = Messages()
     warm = api.load(spec, messages)["compile"]
     assert "warm-up 1/1: 64x64 (batch 1)" in messages.texts
-    assert messages.texts.index("compiling 64x64 (batch 1) for the first time…") < messages.index(lambda m: "step" in m)
+    announced = messages.index(lambda m: isinstance(m, Status) and m.text == "compiling 64x64 (batch 1) for the first time…")
+    assert announced < messages.index(lambda m: isinstance(m, Step))
     # one graph for a 2-step warm-up: no per-step recompile (e.g. from the timestep tensor)
     shape = next(s for s in warm["shapes"] if s["shape"] == "64x64 (batch 1)" and "aot_eager" in s["component"])
     assert (shape["compiles"], shape["graphs"], warm["unexpected_recompiles"]) == (1, 1, 0)
@@ -192,8 +199,8 @@ def test_after_warmup_varied_samples_never_recompile_and_a_new_size_compiles_onc
 
     messages = Messages()
     api.sample(spec, _request(width=96), messages)
-    announced = messages.texts.index("compiling 96x64 (batch 1) for the first time…")
-    assert announced < messages.index(lambda m: "step" in m), "the compile must be announced before it starts"
+    announced = messages.index(lambda m: isinstance(m, Status) and m.text == "compiling 96x64 (batch 1) for the first time…")
+    assert announced < messages.index(lambda m: isinstance(m, Step)), "the compile must be announced before it starts"
     after = api.compile_stats()
     assert (after["compiles"], after["graphs"]) == (stats["compiles"] + 1, stats["graphs"] + 1)
     new = next(s for s in after["shapes"] if s["shape"] == "96x64 (batch 1)" and "aot_eager" in s["component"])
@@ -249,7 +256,7 @@ def test_offload_model_compiles_the_repeated_blocks_and_says_so(tiny_models, cac
 
 
 def test_inductor_graphs_come_back_from_disk_after_a_restart(tiny_models, tmp_path, monkeypatch):
-    monkeypatch.setenv(compiler.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(ENV_COMPILE_CACHE, str(tmp_path / "cache"))
     api.shutdown()
     spec, _ = api.with_compile(_spec(tiny_models), "repeated blocks", "inductor", "", False)
     try:
@@ -276,25 +283,26 @@ def test_modes_and_compile_names_exist_in_real_torch_tpu():
         import glob, json, os
         import torch, torch._dynamo
         import torch_tpu
-        from backend import compiler, device
-        from backend.spec import MODE_CHOICES
+        from backend.controller.plans import compile_backend
+        from backend.protocol.spec import MODE_CHOICES
+        from backend.worker import compile_cache, device
         modes = {}
         for mode in MODE_CHOICES:
             device.set_execution_mode("tpu", mode)   # process-wide torch.tpu.eager_mode, as the worker does
             modes[mode] = torch.tpu.eager_mode.name
         so = glob.glob(os.path.join(os.path.dirname(torch_tpu.__file__), "csrc/common/glue_*/libpywrap_*common.so"))
-        env = device.compile_cache_env("/x")
+        env = compile_cache.compile_cache_env("/x")
         names = [k for k in env if k.startswith("TORCH_TPU")]
         print(json.dumps({"modes": modes, "tpu_backend": "tpu" in torch._dynamo.list_backends(),
-                          "auto": device.compile_backend("tpu", "auto"),
+                          "auto": compile_backend("tpu", "auto"),
                           "env_known": {k: any(k.encode() in open(f, "rb").read() for f in so) for k in names},
-                          "torch_tpu": compiler.versions()["torch_tpu"]}))
+                          "torch_tpu": compile_cache.versions()["torch_tpu"]}))
     """
     out = subprocess.run([f"{TPU_VENV}/bin/python", "-W", "ignore", "-c", textwrap.dedent(code)], cwd=ROOT,
                          timeout=120, capture_output=True, text=True, env={**os.environ, "TPU_SKIP_MDS_QUERY": "1"})
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["modes"] == device.TPU_EAGER_MODES
+    assert got["modes"] == TPU_EAGER_MODES
     assert got["tpu_backend"] and got["auto"] == "tpu" and got["torch_tpu"] == "0.2.0"
     assert got["env_known"] == {"TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT": True}
 
@@ -332,7 +340,7 @@ def test_compile_workflow_in_comfyui_shows_compile_text_and_saves_a_png(server):
     stats = json.loads(info["history"]["outputs"]["90"]["text"][0])["workers"][0]["compile"]
     assert stats["mode"] == "compiled" and stats["compiles"] >= 1 and stats["unexpected_recompiles"] == 0
     # the nodes put the cache in ComfyUI's user directory unless the environment names a folder
-    chosen = psutil.Process(server.proc.pid).environ().get(compiler.CACHE_ENV)
+    chosen = psutil.Process(server.proc.pid).environ().get(ENV_COMPILE_CACHE)
     if chosen:
         assert stats["cache"]["dir"] == chosen
     else:

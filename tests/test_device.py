@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from backend import device
+from backend.controller import devices as device
 
 ROOT = Path(__file__).resolve().parent.parent
 TPU_VENV = os.environ.get("TPU_VENV")
@@ -59,7 +59,9 @@ def test_unavailable_device_names_the_input_and_the_fix(choice, words):
 
 
 def test_dist_backend_per_kind():
-    assert [device.dist_backend(k) for k in ("tpu", "cuda", "cpu")] == ["tpu_dist", "nccl", "gloo"]
+    from backend.worker.device import dist_backend
+
+    assert [dist_backend(k) for k in ("tpu", "cuda", "cpu")] == ["tpu_dist", "nccl", "gloo"]
 
 
 def _run_in_tpu_venv(code: str, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -74,7 +76,7 @@ def test_detection_with_real_torch_tpu_installed_is_fast_and_says_no_tpu():
     out = _run_in_tpu_venv("""
         import time
         import torch
-        from backend import device
+        from backend.controller import devices as device
         t0 = time.monotonic()
         kind = device.detect().kind
         elapsed = time.monotonic() - t0

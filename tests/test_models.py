@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from backend import api, models
-from backend.models import ModelError
+from backend.controller import api, models
+from backend.protocol.errors import ModelError
 
 
 def _fake_pipeline(path, class_name="FluxPipeline", weights=("diffusion_pytorch_model.safetensors",)):

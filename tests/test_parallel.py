@@ -22,9 +22,10 @@ import numpy as np
 import psutil
 import pytest
 
-from backend import api, group, parallel
-from backend.models import ModelError
-from backend.spec import SampleRequest
+from backend.controller import api, group, launcher, plans
+from backend.protocol.errors import Interrupted, ParallelError, WorkerCrashed
+from backend.protocol.messages import Step
+from backend.protocol.spec import Layout, SampleRequest, share
 
 TP_TOLERANCE = 1e-4
 FOX, CAR = "a red fox in the snow", "a blue car in the city"
@@ -54,9 +55,9 @@ def refs(tiny_models) -> dict[str, np.ndarray]:
 
 def _group_processes() -> list[psutil.Process]:
     g = group.current_group()
-    assert g is not None and g.proc is not None
-    launcher = psutil.Process(g.proc.pid)
-    return [launcher, *launcher.children(recursive=True)]
+    assert g is not None and g.launcher.proc is not None
+    root = psutil.Process(g.launcher.proc.pid)
+    return [root, *root.children(recursive=True)]
 
 
 def _alive(p: psutil.Process) -> bool:
@@ -71,8 +72,8 @@ def _alive(p: psutil.Process) -> bool:
 
 def test_tp_is_refused_for_models_without_a_plan(tiny_models):
     for name in ("tiny-sd3", "tiny-sdxl"):
-        with pytest.raises(ModelError) as e:
-            parallel.plan_tp(_spec(tiny_models, name), 2)
+        with pytest.raises(ParallelError) as e:
+            plans.plan_tp(_spec(tiny_models, name), 2)
         text = str(e.value)
         assert "tensor-parallel plan" in text and name in text
         assert all(f in text for f in ("FLUX.1", "FLUX.2", "Qwen-Image")), text
@@ -80,72 +81,72 @@ def test_tp_is_refused_for_models_without_a_plan(tiny_models):
 
 def test_tp_degree_is_checked_against_cores_chips_and_heads(tiny_models, monkeypatch):
     spec = _spec(tiny_models)  # tiny-flux: 2 attention heads
-    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 2)
-    with pytest.raises(ModelError, match=r"degree: 3 is more than this CPU host has 2 cores.*use at most 2"):
-        parallel.plan_tp(spec, 3)
-    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 8)
-    with pytest.raises(ModelError, match=r"degree: 3 does not divide the 2 attention heads of 'tiny-flux'.*"
+    monkeypatch.setattr(plans.os, "cpu_count", lambda: 2)
+    with pytest.raises(ParallelError, match=r"degree: 3 is more than this CPU host has 2 cores.*use at most 2"):
+        plans.plan_tp(spec, 3)
+    monkeypatch.setattr(plans.os, "cpu_count", lambda: 8)
+    with pytest.raises(ParallelError, match=r"degree: 3 does not divide the 2 attention heads of 'tiny-flux'.*"
                                          r"use one of 1, 2"):
-        parallel.plan_tp(spec, 3)
-    assert parallel.plan_tp(spec, 0)[0].tp_degree == 1, "auto on the CPU is 1"
-    assert parallel.plan_tp(spec, 2)[0].tp_degree == 2
+        plans.plan_tp(spec, 3)
+    assert plans.plan_tp(spec, 0)[0].tp_degree == 1, "auto on the CPU is 1"
+    assert plans.plan_tp(spec, 2)[0].tp_degree == 2
 
-    monkeypatch.setattr(parallel, "chip_count", lambda kind: 8)  # as on an 8-chip host
-    with pytest.raises(ModelError, match=r"degree: 16 is more than this host has 8 CPU chips"):
-        parallel.plan_tp(spec, 16)
-    with pytest.raises(ModelError, match=r"degree: 3 does not divide the 8 chips"):
-        parallel.plan_tp(spec, 3)
-    tp, text = parallel.plan_tp(spec, 0)
+    monkeypatch.setattr(plans, "chip_count", lambda kind: 8)  # as on an 8-chip host
+    with pytest.raises(ParallelError, match=r"degree: 16 is more than this host has 8 CPU chips"):
+        plans.plan_tp(spec, 16)
+    with pytest.raises(ParallelError, match=r"degree: 3 does not divide the 8 chips"):
+        plans.plan_tp(spec, 3)
+    tp, text = plans.plan_tp(spec, 0)
     assert tp.tp_degree == 2 and "largest count that divides both" in text
-    with pytest.raises(ModelError, match=r"replicas: 8 replicas × TP degree 2 = 16 workers"):
-        parallel.plan_dp(tp, 8)
-    assert parallel.plan_dp(tp, 0)[0].dp_replicas == 4, "auto = chips / degree"
+    with pytest.raises(ParallelError, match=r"replicas: 8 replicas × TP degree 2 = 16 workers"):
+        plans.plan_dp(tp, 8)
+    assert plans.plan_dp(tp, 0)[0].dp_replicas == 4, "auto = chips / degree"
 
 
 def test_offload_and_tp_are_refused_together(tiny_models):
-    with pytest.raises(ModelError, match=r"offload: 'model' cannot be combined with Shard TP.*'none'"):
-        parallel.plan_tp(_spec(tiny_models, offload="model"), 2)
+    with pytest.raises(ParallelError, match=r"offload: 'model' cannot be combined with Shard TP.*'none'"):
+        plans.plan_tp(_spec(tiny_models, offload="model"), 2)
 
 
 def test_a_bad_spec_fails_before_any_worker_starts(tiny_models, monkeypatch):
-    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(plans.os, "cpu_count", lambda: 2)
     before = group.current_group()
     bad = _spec(tiny_models).with_changes(tp_degree=2, dp_replicas=2)
-    with pytest.raises(ModelError, match=r"replicas: 2 replicas × TP degree 2 = 4 workers"):
+    with pytest.raises(ParallelError, match=r"replicas: 2 replicas × TP degree 2 = 4 workers"):
         api.sample(bad, _request())
-    with pytest.raises(ModelError, match=r"offload"):
+    with pytest.raises(ParallelError, match=r"offload"):
         api.load(_spec(tiny_models, offload="model").with_changes(tp_degree=2))
     assert group.current_group() is before
 
 
 def test_text_encoders_show_what_is_sharded(tiny_models):
-    _, flux = parallel.plan_tp(_spec(tiny_models), 2, shard_text_encoders=True)
+    _, flux = plans.plan_tp(_spec(tiny_models), 2, shard_text_encoders=True)
     assert "text_encoder (CLIPTextModel): replicated on every chip (no TP plan" in flux
     assert "text_encoder_2 (T5EncoderModel): replicated on every chip (no TP plan" in flux
     assert "transformer: sharded over 2 chips" in flux
-    _, qwen = parallel.plan_tp(_spec(tiny_models, "tiny-qwenimage"), 2, shard_text_encoders=True)
+    _, qwen = plans.plan_tp(_spec(tiny_models, "tiny-qwenimage"), 2, shard_text_encoders=True)
     assert "text_encoder (Qwen2_5_VLForConditionalGeneration): sharded over 2 chips" in qwen
-    tp, _ = parallel.plan_tp(_spec(tiny_models, "tiny-qwenimage"), 2, shard_text_encoders=True)
-    with pytest.raises(ModelError, match=r"shard_text_encoders: .*Data Parallel"):
-        parallel.plan_dp(tp, 2)
+    tp, _ = plans.plan_tp(_spec(tiny_models, "tiny-qwenimage"), 2, shard_text_encoders=True)
+    with pytest.raises(ParallelError, match=r"shard_text_encoders: .*Data Parallel"):
+        plans.plan_dp(tp, 2)
 
 
 def test_images_are_split_in_order():
     req = _request(prompt=f"{FOX}\n\n  \n{CAR}\n", prompt_per_line=True, seed=10, batch_size=3)
-    images = parallel.images_of(req)
+    images = req.images()
     assert images == [(FOX, 10), (FOX, 11), (FOX, 12), (CAR, 13), (CAR, 14), (CAR, 15)]
-    assert [list(parallel.share(5, 2, r)) for r in range(2)] == [[0, 1, 2], [3, 4]]
-    assert [list(parallel.share(1, 2, r)) for r in range(2)] == [[0], []]
-    assert [parallel.Layout(2, 4, r).replica for r in range(4)] == [0, 0, 1, 1]
-    assert [parallel.Layout(2, 4, r).leader for r in range(4)] == [True, False, True, False]
+    assert [list(share(5, 2, r)) for r in range(2)] == [[0, 1, 2], [3, 4]]
+    assert [list(share(1, 2, r)) for r in range(2)] == [[0], []]
+    assert [Layout(2, 4, r).replica for r in range(4)] == [0, 0, 1, 1]
+    assert [Layout(2, 4, r).leader for r in range(4)] == [True, False, True, False]
 
 
 def test_launch_command_is_torchrun_with_c10d_rendezvous():
-    one = group.launch_command(2)
+    one = launcher.launch_command(2)
     assert one[1:3] == ["-m", "torch.distributed.run"] and one[-2:] == ["-m", "backend.worker"]
     assert {"--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=c10d",
             "--rdzv-endpoint=127.0.0.1:0"} <= set(one)
-    pod = group.launch_command(4, nnodes=4, rdzv_endpoint="host0:29400", rdzv_id="job7")
+    pod = launcher.launch_command(4, nnodes=4, rdzv_endpoint="host0:29400", rdzv_id="job7")
     assert {"--nnodes=4", "--nproc-per-node=4", "--rdzv-endpoint=host0:29400", "--rdzv-id=job7"} <= set(pod)
 
 
@@ -154,7 +155,7 @@ def test_tpu_launch_env_comes_from_torch_tpu_once_for_all_ranks():
     """The real TorchTPU (installed, no TPU here): one child process computes the launch environment."""
     code = textwrap.dedent("""
         import json
-        from backend import device
+        from backend.controller import devices as device
         try:
             device.tpu_launch_env(2, device.worker_env("tpu"))
         except device.DeviceError as e:
@@ -175,7 +176,7 @@ def test_tpu_launch_env_comes_from_torch_tpu_once_for_all_ranks():
 
 
 def test_tp2_gives_the_same_image_as_one_worker(tiny_models, refs):
-    tp, _ = parallel.plan_tp(_spec(tiny_models), 2)
+    tp, _ = plans.plan_tp(_spec(tiny_models), 2)
     images = api.sample(tp, _request(batch_size=4))
     assert images.shape == refs["flux4"].shape
     assert np.abs(images - refs["flux4"]).max() <= TP_TOLERANCE
@@ -185,28 +186,28 @@ def test_tp2_gives_the_same_image_as_one_worker(tiny_models, refs):
 
 
 def test_tp2_with_sharded_text_encoder(tiny_models, refs):
-    tp, _ = parallel.plan_tp(_spec(tiny_models, "tiny-qwenimage"), 2, shard_text_encoders=True)
+    tp, _ = plans.plan_tp(_spec(tiny_models, "tiny-qwenimage"), 2, shard_text_encoders=True)
     images = api.sample(tp, _request(guidance=1.0))
     assert np.abs(images - refs["qwen"]).max() <= TP_TOLERANCE
 
 
 def test_tp2_compiled_sharded_transformer(tiny_models, refs):
-    from backend.spec import CompilePlan
+    from backend.protocol.spec import CompilePlan
 
     spec = _spec(tiny_models).with_changes(mode="compiled", compile=CompilePlan(backend="eager"))
-    tp, _ = parallel.plan_tp(spec, 2)
+    tp, _ = plans.plan_tp(spec, 2)
     images = api.sample(tp, _request(batch_size=2))
     assert np.abs(images - refs["flux4"][:2]).max() <= TP_TOLERANCE
     assert api.worker_info()[1]["compile"]["compiles"] >= 1, "rank 1 compiled its shard too"
 
 
 def test_dp2_is_bit_identical_to_one_worker_and_keeps_the_order(tiny_models, refs):
-    dp, _ = parallel.plan_dp(_spec(tiny_models), 2)
+    dp, _ = plans.plan_dp(_spec(tiny_models), 2)
     api.load(dp)
     before = [w["steps"] for w in api.worker_info()]
     progress = []
-    images = api.sample(dp, _request(batch_size=4), lambda m: progress.append((m["step"], m["total"]))
-                        if "step" in m else None)
+    images = api.sample(dp, _request(batch_size=4), lambda m: progress.append((m.step, m.total))
+                        if isinstance(m, Step) else None)
     assert np.array_equal(images, refs["flux4"]), "the same seeds must give the same pixels on 2 replicas"
     steps = [w["steps"] for w in api.worker_info()]
     assert [a - b for a, b in zip(steps, before, strict=True)] == [4, 4], "each replica drew 2 of 4 images"
@@ -218,25 +219,25 @@ def test_dp2_is_bit_identical_to_one_worker_and_keeps_the_order(tiny_models, ref
 
 
 def test_dp2_prompt_per_line_splits_prompts_in_order(tiny_models, refs):
-    dp, _ = parallel.plan_dp(_spec(tiny_models), 2)
+    dp, _ = plans.plan_dp(_spec(tiny_models), 2)
     images = api.sample(dp, _request(prompt=f"{FOX}\n{CAR}", prompt_per_line=True, seed=300, batch_size=2))
     assert np.array_equal(images, np.concatenate([refs["fox2"], refs["car2"]]))
 
 
 def test_interrupt_stops_both_tp_ranks_at_the_same_step(tiny_models):
-    tp, _ = parallel.plan_tp(_spec(tiny_models), 2)
+    tp, _ = plans.plan_tp(_spec(tiny_models), 2)
     api.load(tp)
     before = [w["steps"] for w in api.worker_info()]
     stop, seen = threading.Event(), []
 
     def on_progress(msg):
-        if "step" in msg:
-            seen.append(msg["step"])
-            if msg["step"] == 3:
+        if isinstance(msg, Step):
+            seen.append(msg.step)
+            if msg.step == 3:
                 stop.set()
 
     t0 = time.monotonic()
-    with pytest.raises(group.Interrupted):
+    with pytest.raises(Interrupted):
         api.sample(tp, _request(steps=5000), on_progress, stop.is_set)
     assert time.monotonic() - t0 < 20 and max(seen) < 50
     steps = [w["steps"] - b for w, b in zip(api.worker_info(), before, strict=True)]
@@ -245,19 +246,19 @@ def test_interrupt_stops_both_tp_ranks_at_the_same_step(tiny_models):
 
 
 def test_sigkill_of_rank_1_fails_fast_naming_it_and_the_next_request_starts_fresh(tiny_models):
-    tp, _ = parallel.plan_tp(_spec(tiny_models), 2)
+    tp, _ = plans.plan_tp(_spec(tiny_models), 2)
     api.load(tp)
     old = _group_processes()
     victim = api.worker_info()[1]["pid"]
     marks = {}
 
     def kill_on_step(msg):
-        if msg.get("step") == 2 and "kill" not in marks:
+        if isinstance(msg, Step) and msg.step == 2 and "kill" not in marks:
             marks["kill"] = time.monotonic()
             os.kill(victim, signal.SIGKILL)
 
     crash = rf"rank 1 \(pid {victim}\) stopped unexpectedly \(killed by SIGKILL"
-    with pytest.raises(group.WorkerCrashed, match=crash):
+    with pytest.raises(WorkerCrashed, match=crash):
         api.sample(tp, _request(steps=5000), kill_on_step)
     assert time.monotonic() - marks["kill"] < 10
     deadline = time.monotonic() + 10

@@ -284,7 +284,7 @@ def _from_pretrained_calls() -> list[tuple[str, dict[str, ast.expr]]]:
     dict literal assigned to `name` in the same file; other `**` arguments (components, per-component
     extras) cannot override those keys: Python refuses a keyword given twice)."""
     found = []
-    for path in sorted([*(ROOT / "backend").glob("*.py"), *(ROOT / "nodes").glob("*.py")]):
+    for path in sorted([*(ROOT / "backend").rglob("*.py"), *(ROOT / "nodes").glob("*.py")]):
         tree = ast.parse(path.read_text(), str(path))
         dicts = {
             n.targets[0].id: n.value
@@ -322,7 +322,7 @@ def _from_pretrained_calls() -> list[tuple[str, dict[str, ast.expr]]]:
 
 def test_from_pretrained_is_local_safetensors_only_and_never_trusts_remote_code():
     calls = _from_pretrained_calls()
-    assert len(calls) >= 2, calls  # each weighted component, then the pipeline (backend/loading.py)
+    assert len(calls) >= 2, calls  # each weighted component, then the pipeline (backend/worker/loading.py)
     problems = []
     for where, kw in calls:
         if not (
@@ -339,7 +339,7 @@ def test_from_pretrained_is_local_safetensors_only_and_never_trusts_remote_code(
         if trust is not None and not (isinstance(trust, ast.Constant) and trust.value is False):
             problems.append(f"{where}: trust_remote_code={ast.unparse(trust)}")
     sources = "\n".join(
-        p.read_text() for p in [*(ROOT / "backend").glob("*.py"), *(ROOT / "nodes").glob("*.py")]
+        p.read_text() for p in [*(ROOT / "backend").rglob("*.py"), *(ROOT / "nodes").glob("*.py")]
     )
     for call in ("hf_hub_download(", "snapshot_download(", "trust_remote_code=True"):
         if call in sources:
@@ -348,21 +348,22 @@ def test_from_pretrained_is_local_safetensors_only_and_never_trusts_remote_code(
 
 
 def test_pickle_weights_need_the_operator_opt_in(monkeypatch):
-    from backend import models
+    from backend.protocol.messages import ENV_ALLOW_PICKLE
+    from backend.worker.loading import safetensors_only
 
     for value, expected in ((None, True), ("0", True), ("true", True), ("1", None)):
         if value is None:
-            monkeypatch.delenv(models.ALLOW_PICKLE_ENV, raising=False)
+            monkeypatch.delenv(ENV_ALLOW_PICKLE, raising=False)
         else:
-            monkeypatch.setenv(models.ALLOW_PICKLE_ENV, value)
-        assert models.safetensors_only() is expected, value
+            monkeypatch.setenv(ENV_ALLOW_PICKLE, value)
+        assert safetensors_only() is expected, value
 
 
 def test_oom_markers_match_torch_cpu_allocator_message():
     """A real allocation failure of torch's CPU allocator (2^62 bytes) is recognised as out of memory."""
     import torch
 
-    from backend import runtime
+    from backend.worker import runtime
 
     with pytest.raises(RuntimeError) as e:
         torch.empty(2**62, dtype=torch.uint8)
@@ -722,5 +723,4 @@ def test_soak_of_many_prompts_keeps_memory_flat_and_sigterm_leaves_nothing_behin
         )
         new = {n for n in set(os.listdir("/dev/shm")) - faulty.shm_before if n.startswith(prefixes)}
         assert new == set(), f"shared-memory segments left behind: {new}"
-        if (ROOT / "backend" / "handoff.py").exists():
-            assert faulty.group_ids, "the workers' group ids (which name their /dev/shm files) were not seen"
+        assert faulty.group_ids, "the workers' group ids (which name their /dev/shm files) were not seen"

@@ -18,9 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .models import listed_components, read_json, safetensors_only
+from ..protocol.messages import pickle_allowed
+from ..protocol.spec import listed_components, read_json
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
+
+
+def safetensors_only() -> bool | None:
+    """`use_safetensors` for every from_pretrained call: True (refuse pickle weights) unless the operator
+    started ComfyUI with COMFYUI_TPU_ALLOW_PICKLE=1; then None (safetensors when present, else pickle)."""
+    return None if pickle_allowed() else True
 
 
 @dataclass(frozen=True)

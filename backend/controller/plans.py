@@ -1,25 +1,33 @@
-"""Several chips for one pipeline: tensor parallelism (Shard TP) and data parallelism (replicas).
+"""Plans and their checks: how many chips a pipeline uses and how (Shard TP, Data Parallel), and how it is
+compiled. Controller side: reads configs, never imports torch, never starts a device.
 
 A worker group has `tp_degree × dp_replicas` ranks, one per chip. Rank r belongs to replica r // tp_degree and
-holds shard r % tp_degree of that replica's transformer. All ranks receive the same request; each replica
-draws its own contiguous slice of the images, and only the first rank of each replica sends its images back.
-
-The first half of this module is controller-side planning and validation (reads JSON, never imports torch,
-never starts a device). The second half runs only inside worker processes.
+holds shard r % tp_degree of that replica's transformer (`protocol.spec.Layout`). All ranks receive the same
+request; each replica draws its own contiguous slice of the images, and only the first rank of each replica
+sends its images back. Every check raises an InputError that names the input, the value and the fix.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import device
-from .models import FAMILIES, ModelError, listed_components, read_json
-from .spec import PipelineSpec, SampleRequest
+from ..protocol.errors import CompileError, ParallelError
+from ..protocol.spec import (
+    COMPILE_BACKENDS,
+    COMPILE_TARGETS,
+    FAMILIES,
+    CompilePlan,
+    PipelineSpec,
+    listed_components,
+    read_json,
+)
+from . import devices
 
-# ---- controller side: plans and validation (no torch, no device runtime)
+# ---- Shard TP and Data Parallel
 
 
 def families_with_tp_plan() -> list[str]:
@@ -29,9 +37,9 @@ def families_with_tp_plan() -> list[str]:
 def chip_count(kind: str) -> int | None:
     """Chips of this kind on this host, or None on the CPU (no chips: the limit is the number of cores)."""
     if kind == "tpu":
-        return len(device.tpu_chips())
+        return len(devices.tpu_chips())
     if kind == "cuda":
-        return device._cuda_count()
+        return devices.cuda_count()
     return None
 
 
@@ -99,25 +107,25 @@ def _largest_divisor(n: int, limit: int, heads: int | None) -> int:
 def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) -> tuple[PipelineSpec, str]:
     """Checks a Shard TP request against the model and this host; returns the new spec and what will happen.
 
-    degree 0 = auto: every chip of the host (on the CPU, which has no chips: 1). Raises ModelError naming the
+    degree 0 = auto: every chip of the host (on the CPU, which has no chips: 1). Raises ParallelError naming the
     input, the value and the fix.
     """
     family = FAMILIES[spec.class_name]
     name = Path(spec.model_path).name
     if degree < 0:
-        raise ModelError(f"degree: {degree} is not allowed; use 0 (auto: all chips) or a number of chips.")
+        raise ParallelError(f"degree: {degree} is not allowed; use 0 (auto: all chips) or a number of chips.")
     if not family.tp_plan:
-        raise ModelError(
+        raise ParallelError(
             f"pipeline: '{name}' is a {family.name} model ({spec.class_name}), which has no "
             f"tensor-parallel plan in diffusers, so it cannot be sharded. Models that can: "
             f"{', '.join(families_with_tp_plan())}. Remove Shard TP; to use several chips for throughput, "
             "use Data Parallel instead.")
     if spec.offload != "none":
-        raise ModelError(
+        raise ParallelError(
             f"offload: '{spec.offload}' cannot be combined with Shard TP (diffusers refuses offload on a "
             "sharded model; both decide where a weight lives). Set offload to 'none' in Load TPU Pipeline — "
             "sharding already splits the weights over the chips — or remove Shard TP.")
-    kind = device.resolve_kind(spec.device)
+    kind = spec.kind
     chips = chip_count(kind)
     heads = transformer_heads(spec.model_path)
     notes = []
@@ -131,7 +139,7 @@ def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) 
             if chips and degree != chips:
                 notes.append(f"auto: {degree} of {chips} chips, the largest count that divides both the "
                              f"chips and the {heads} attention heads")
-    spec = spec.with_changes(tp_degree=degree, tp_text_encoders=bool(shard_text_encoders))
+    spec = with_sharded_encoders(spec.with_changes(tp_degree=degree, tp_text_encoders=bool(shard_text_encoders)))
     check_tp(spec, kind, chips, heads)
     return spec, describe_tp(spec, heads, notes)
 
@@ -143,22 +151,22 @@ def check_tp(spec: PipelineSpec, kind: str, chips: int | None, heads: int | None
     limit = (os.cpu_count() or 1) if chips is None else chips
     where = _describe_degree_limit(kind, chips)
     if degree > limit:
-        raise ModelError(f"degree: {degree} is more than {where}; use at most {limit} (or 0 for auto).")
+        raise ParallelError(f"degree: {degree} is more than {where}; use at most {limit} (or 0 for auto).")
     if chips is not None and chips % degree:
         good = [d for d in range(1, chips + 1) if chips % d == 0 and (heads is None or heads % d == 0)]
-        raise ModelError(f"degree: {degree} does not divide the {chips} chips of this host; use one of "
+        raise ParallelError(f"degree: {degree} does not divide the {chips} chips of this host; use one of "
                          f"{', '.join(map(str, good))}.")
     if heads is not None and heads % degree:
         good = [d for d in range(1, min(limit, heads) + 1)
                 if heads % d == 0 and (chips is None or chips % d == 0)]
-        raise ModelError(f"degree: {degree} does not divide the {heads} attention heads of "
+        raise ParallelError(f"degree: {degree} does not divide the {heads} attention heads of "
                          f"'{Path(spec.model_path).name}' (each chip must hold whole heads); use one of "
                          f"{', '.join(map(str, good))}.")
     if spec.tp_text_encoders:
         for enc in text_encoders(spec.model_path):
             bad = [h for h in enc.heads if h % degree]
             if enc.has_tp_plan and bad:
-                raise ModelError(
+                raise ParallelError(
                     f"shard_text_encoders: {enc.name} ({enc.class_name}) has {bad[0]} attention/key-value "
                     f"heads, which degree {degree} does not divide; turn shard_text_encoders off (the "
                     "encoder is then replicated on every chip) or choose a degree that divides it.")
@@ -188,9 +196,9 @@ def describe_tp(spec: PipelineSpec, heads: int | None, notes: Sequence[str] = ()
 def plan_dp(spec: PipelineSpec, replicas: int) -> tuple[PipelineSpec, str]:
     """Checks a Data Parallel request; replicas 0 = auto = all chips / tp_degree (on the CPU: 1)."""
     if replicas < 0:
-        raise ModelError(f"replicas: {replicas} is not allowed; use 0 (auto: all chips) or a number of "
+        raise ParallelError(f"replicas: {replicas} is not allowed; use 0 (auto: all chips) or a number of "
                          "copies.")
-    kind = device.resolve_kind(spec.device)
+    kind = spec.kind
     chips = chip_count(kind)
     notes = []
     if replicas == 0:
@@ -211,30 +219,38 @@ def plan_dp(spec: PipelineSpec, replicas: int) -> tuple[PipelineSpec, str]:
 
 def check_world(spec: PipelineSpec, kind: str, chips: int | None) -> None:
     if spec.dp_replicas < 1:
-        raise ModelError(f"replicas: {spec.dp_replicas} is too small; use at least 1.")
+        raise ParallelError(f"replicas: {spec.dp_replicas} is too small; use at least 1.")
     if spec.tp_text_encoders and spec.tp_degree > 1 and spec.dp_replicas > 1 and any(
             e.has_tp_plan for e in text_encoders(spec.model_path)):
-        raise ModelError(
+        raise ParallelError(
             "shard_text_encoders: sharding text encoders cannot be combined with Data Parallel replicas > 1 "
             "yet (transformers' tensor parallelism spans the whole worker group). Turn shard_text_encoders "
             "off in Shard TP (the encoders are then replicated) or set replicas to 1.")
     limit = (os.cpu_count() or 1) if chips is None else chips
     if spec.world_size > limit:
         where = _describe_degree_limit(kind, chips)
-        raise ModelError(
+        raise ParallelError(
             f"replicas: {spec.dp_replicas} replicas × TP degree {spec.tp_degree} = {spec.world_size} "
             f"workers, but {where}; use at most {max(1, limit // spec.tp_degree)} replica(s) (or 0 for "
             "auto). Connect Data Parallel after Shard TP so that auto accounts for the degree.")
+
+
+def with_sharded_encoders(spec: PipelineSpec) -> PipelineSpec:
+    """`spec` naming the text encoders its tp_text_encoders choice shards: those with a transformers TP plan."""
+    names = ()
+    if spec.tp_text_encoders and spec.tp_degree > 1:
+        names = tuple(e.name for e in text_encoders(spec.model_path) if e.has_tp_plan)
+    return spec.with_changes(sharded_encoders=names)
 
 
 def check_spec(spec: PipelineSpec) -> None:
     """Re-checks the parallel layout of a spec before any worker is started (specs may come from scripts)."""
     if spec.tp_degree == 1 and spec.dp_replicas == 1:
         return
-    kind = device.resolve_kind(spec.device)
+    kind = spec.kind
     chips = chip_count(kind)
     if spec.tp_degree < 1:
-        raise ModelError(f"degree: {spec.tp_degree} is too small; use at least 1.")
+        raise ParallelError(f"degree: {spec.tp_degree} is too small; use at least 1.")
     if spec.tp_degree > 1:
         family = FAMILIES[spec.class_name]
         if not family.tp_plan or spec.offload != "none":
@@ -243,160 +259,65 @@ def check_spec(spec: PipelineSpec) -> None:
     check_world(spec, kind, chips)
 
 
-def prompts_of(req: SampleRequest) -> list[str]:
-    """The prompts of a request: one, or each non-empty line when prompt_per_line is on."""
-    if req.prompt_per_line:
-        return [line.strip() for line in req.prompt.splitlines() if line.strip()]
-    return [req.prompt]
+# ---- compile plans
+
+MAX_WARMUP_BATCH = 64
+_SIZE = re.compile(r"^(\d+)\s*[x×*]\s*(\d+)(?:\s*[x×*]\s*(\d+))?$")
 
 
-def images_of(req: SampleRequest) -> list[tuple[str, int]]:
-    """Every image of a request in order, as (prompt, seed): batch_size images per prompt, global image i
-    uses seed + i wherever it is drawn."""
-    prompts = prompts_of(req)
-    return [(p, (req.seed + i * req.batch_size + j) % 2**64) for i, p in enumerate(prompts)
-            for j in range(req.batch_size)]
+def parse_warmup(text: str) -> tuple[tuple[int, int, int], ...]:
+    """'1024x1024, 832x1216x2' → ((1024, 1024, 1), (832, 1216, 2)): WIDTHxHEIGHT[xBATCH], comma separated."""
+    shapes: list[tuple[int, int, int]] = []
+    for part in re.split(r"[,;\n]+", text or ""):
+        part = part.strip().lower()
+        if not part:
+            continue
+        m = _SIZE.match(part)
+        if not m:
+            raise CompileError(f"warmup: '{part}' is not a size. Write WIDTHxHEIGHT with an optional xBATCH, "
+                               "separated by commas, e.g. '1024x1024, 832x1216x2' (or leave it empty).")
+        w, h, b = int(m[1]), int(m[2]), int(m[3] or 1)
+        if not 1 <= b <= MAX_WARMUP_BATCH:
+            raise CompileError(f"warmup: batch {b} in '{part}' is out of range; use 1 to {MAX_WARMUP_BATCH}.")
+        if (w, h, b) not in shapes:
+            shapes.append((w, h, b))
+    return tuple(shapes)
 
 
-def share(n: int, replicas: int, replica: int) -> range:
-    """Replica `replica`'s contiguous slice of n images; the first n % replicas replicas take one more."""
-    base, extra = divmod(n, replicas)
-    start = replica * base + min(replica, extra)
-    return range(start, start + base + (1 if replica < extra else 0))
+def compile_backend(kind: str, choice: str) -> str:
+    """torch.compile backend for a device kind: auto = TorchTPU's "tpu" on TPU, inductor on CUDA/CPU."""
+    if choice not in COMPILE_BACKENDS:
+        raise CompileError(f"backend: '{choice}' is not one of {', '.join(COMPILE_BACKENDS)}.")
+    if choice == "auto":
+        return "tpu" if kind == "tpu" else "inductor"
+    if choice == "tpu" and kind != "tpu":
+        raise CompileError(f"backend: 'tpu' compiles for TPU chips only, and this pipeline runs on {kind}. "
+                           "Choose 'auto' (inductor here).")
+    if choice == "inductor" and kind == "tpu":
+        raise CompileError("backend: 'inductor' cannot compile for TPU tensors. Choose 'auto' (TorchTPU's 'tpu').")
+    return choice
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Where a rank sits: which replica, which shard, and whether it sends that replica's images back."""
-
-    tp_degree: int
-    world_size: int
-    rank: int
-
-    @property
-    def replicas(self) -> int:
-        return self.world_size // self.tp_degree
-
-    @property
-    def replica(self) -> int:
-        return self.rank // self.tp_degree
-
-    @property
-    def tp_rank(self) -> int:
-        return self.rank % self.tp_degree
-
-    @property
-    def leader(self) -> bool:
-        return self.tp_rank == 0
-
-    def my_images(self, req: SampleRequest) -> list[tuple[str, int]]:
-        images = images_of(req)
-        return [images[i] for i in share(len(images), self.replicas, self.replica)]
-
-
-# ---- Below: worker-side only (imports torch, may start a device runtime).
-
-
-def patch_diffusers_tp_for_cpu() -> None:
-    """Lets diffusers' TensorParallelConfig run on a CPU (gloo) mesh. CPU workers only; idempotent.
-
-    diffusers 0.42 allows TP only on cuda/neuron/tpu/xpu and resolves the device as
-    `rank % torch.accelerator.device_count()`, which divides by zero on a CPU host. This adds "cpu" to the
-    gate and resolves the device and mesh to the CPU; the installed package is not changed on disk, and it
-    is never applied on TPU or CUDA workers.
-    """
-    import diffusers.hooks.tensor_parallel as tp_hooks
-    import torch
-    import torch.distributed as dist
-    from diffusers.models._modeling_parallel import ParallelConfig, TensorParallelConfig
-    from diffusers.models.modeling_utils import ModelMixin
-    from torch.distributed.device_mesh import init_device_mesh
-
-    if "cpu" not in tp_hooks._SUPPORTED_TP_DEVICES:
-        tp_hooks._SUPPORTED_TP_DEVICES = (*tp_hooks._SUPPORTED_TP_DEVICES, "cpu")
-    if getattr(ModelMixin._resolve_parallel_config, "_cpu_tp", False):
-        return
-    original = ModelMixin._resolve_parallel_config
-
-    def _resolve_parallel_config(self, config):
-        if isinstance(config, TensorParallelConfig):
-            config = ParallelConfig(tensor_parallel_config=config)
-        tp = getattr(config, "tensor_parallel_config", None)
-        if tp is None or not dist.is_initialized():
-            return original(self, config)
-        mesh = tp.mesh
-        if mesh is None:
-            mesh = init_device_mesh("cpu", (tp.tp_degree,), mesh_dim_names=("tp",))
-        config.setup(dist.get_rank(), dist.get_world_size(), torch.device("cpu"), mesh=mesh)
-        self._parallel_config = config
-        return config
-
-    _resolve_parallel_config._cpu_tp = True
-    ModelMixin._resolve_parallel_config = _resolve_parallel_config
-
-
-def tp_mesh(kind: str, tp_degree: int):
-    """This rank's tensor-parallel mesh: the whole group, or its replica's row of a (dp, tp) mesh.
-
-    Collective: every rank of the group must call it, in the same order.
-    """
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-
-    replicas = dist.get_world_size() // tp_degree
-    if replicas == 1:
-        return init_device_mesh(kind, (tp_degree,), mesh_dim_names=("tp",))
-    return init_device_mesh(kind, (replicas, tp_degree), mesh_dim_names=("dp", "tp"))["tp"]
-
-
-def tp_load_kwargs(spec: PipelineSpec, kind: str) -> dict[str, dict]:
-    """The extra from_pretrained arguments, per component, that load it sharded (see loading.load_pipeline).
-
-    The transformer gets `parallel_config` (each rank reads only its slices of the safetensors); with
-    `tp_text_encoders`, each text encoder that has a transformers TP plan gets a `distributed_config`.
-    Collective (builds the device mesh): every rank must call it.
-    """
-    from diffusers import TensorParallelConfig
-
-    if kind == "cpu":
-        patch_diffusers_tp_for_cpu()
-    extra = {"transformer": {"parallel_config": TensorParallelConfig(tp_degree=spec.tp_degree,
-                                                                     mesh=tp_mesh(kind, spec.tp_degree))}}
-    if spec.tp_text_encoders:
-        from transformers.distributed import DistributedConfig
-
-        for enc in text_encoders(spec.model_path):
-            if enc.has_tp_plan:
-                extra[enc.name] = {"distributed_config": DistributedConfig(tp_size=spec.tp_degree)}
-    return extra
-
-
-class StopVote:
-    """Whether to stop, agreed by every rank of one tensor-parallel group.
-
-    The ranks of a sharded model run collectives at every layer: if one stopped a step earlier than the
-    others, they would wait for it forever. So at each step end every rank contributes its own interrupt
-    flag and all stop if any saw it. The vote goes over a CPU (gloo) group, so it never syncs the device.
-    Without tensor parallelism each rank simply decides alone.
-    """
-
-    def __init__(self, tp_degree: int):
-        import torch.distributed as dist
-
-        self.group = None
-        if tp_degree > 1:
-            world, rank = dist.get_world_size(), dist.get_rank()
-            for start in range(0, world, tp_degree):  # new_group is collective: all ranks create all groups
-                group = dist.new_group(list(range(start, start + tp_degree)), backend="gloo")
-                if start <= rank < start + tp_degree:
-                    self.group = group
-
-    def __call__(self, local: bool) -> bool:
-        if self.group is None:
-            return local
-        import torch
-        import torch.distributed as dist
-
-        flag = torch.tensor([1 if local else 0], dtype=torch.int32)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
-        return bool(flag.item())
+def resolve_compile(spec: PipelineSpec) -> PipelineSpec:
+    """`spec` with its compile plan resolved for its device (backend chosen, target adjusted for offload, the
+    adjustments said in the plan's notes); unchanged unless its mode is 'compiled'. Idempotent."""
+    if spec.mode != "compiled":
+        return spec
+    plan = spec.compile or CompilePlan()
+    if plan.target not in COMPILE_TARGETS:
+        raise CompileError(f"target: '{plan.target}' is not one of {', '.join(COMPILE_TARGETS)}.")
+    backend = compile_backend(spec.kind, plan.backend)
+    if spec.offload == "sequential":
+        raise CompileError("offload: 'sequential' moves weights layer by layer inside the denoiser's blocks, which "
+                           "torch.compile cannot trace. Use offload 'model' (its repeated blocks are compiled) "
+                           "or 'none', or use an eager mode.")
+    notes, target = list(plan.notes), plan.target
+    if spec.offload == "model" and target == "whole denoiser":
+        target = "repeated blocks"
+        notes.append("offload 'model' wraps the whole denoiser in hooks that torch.compile cannot trace: "
+                     "compiling its repeated blocks instead.")
+    if target == "repeated blocks" and not spec.family.repeated_blocks:
+        why = " (forced by offload 'model'; set offload to 'none')" if plan.target != target else ""
+        raise CompileError(f"target: SD3's transformer has no repeated blocks to compile{why}. "
+                           "Choose target 'whole denoiser'.")
+    return spec.with_changes(compile=replace(plan, target=target, backend=backend, notes=tuple(notes)))

@@ -1,49 +1,20 @@
-"""Finding diffusers model folders, checking them before any worker loads them, and what each
-pipeline family needs (size factor, which arguments mean guidance and negative prompt).
+"""Finding diffusers model folders and checking them before any worker loads them (controller side).
 
-Runs in ComfyUI's process: reads JSON and lists files, never imports torch.
+Reads JSON and lists files, never imports torch.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..protocol.errors import ModelError
+from ..protocol.messages import ENV_ALLOW_PICKLE, pickle_allowed
+from ..protocol.spec import FAMILIES, Family, PipelineSpec, listed_components, read_json
+
 ALLOW_ABSOLUTE_ENV = "COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS"
-ALLOW_PICKLE_ENV = "COMFYUI_TPU_ALLOW_PICKLE"  # =1: also load pickle (.bin/.pt) weights; off by default
-
-
-def safetensors_only() -> bool | None:
-    """`use_safetensors` for every from_pretrained call: True (refuse pickle weights) unless the operator
-    started ComfyUI with COMFYUI_TPU_ALLOW_PICKLE=1; then None (safetensors when present, else pickle)."""
-    return None if os.environ.get(ALLOW_PICKLE_ENV) == "1" else True
-
-
-class ModelError(ValueError):
-    """A model folder cannot be used; the message names it and says how to fix it."""
-
-
-@dataclass(frozen=True)
-class Family:
-    """What differs between the pipeline classes we support."""
-
-    name: str
-    size_multiple_of_vae: int  # latent packing/patching on top of the VAE's downscale
-    guidance_arg: str  # the __call__ argument our "guidance" maps to
-    tp_plan: bool  # diffusers ships a tensor-parallel plan for its transformer
-
-
-FAMILIES: dict[str, Family] = {
-    "FluxPipeline": Family("FLUX.1", 2, "guidance_scale", True),
-    "Flux2Pipeline": Family("FLUX.2", 2, "guidance_scale", True),
-    "Flux2KleinPipeline": Family("FLUX.2", 2, "guidance_scale", True),
-    "StableDiffusion3Pipeline": Family("SD3", 2, "guidance_scale", False),
-    "StableDiffusionXLPipeline": Family("SDXL", 1, "guidance_scale", False),
-    "QwenImagePipeline": Family("Qwen-Image", 2, "true_cfg_scale", True),
-}
 
 
 @dataclass(frozen=True)
@@ -52,6 +23,11 @@ class ModelInfo:
     class_name: str
     family: Family
     size_factor: int  # width and height must be multiples of this
+
+
+def info_of(spec: PipelineSpec) -> ModelInfo:
+    """What inspect_model found, rebuilt from the pipeline description (no file read)."""
+    return ModelInfo(spec.model_path, spec.class_name, spec.family, spec.size_factor)
 
 
 def find_models(roots: Iterable[str], max_depth: int = 3) -> list[str]:
@@ -105,29 +81,11 @@ def resolve_model_path(name: str, roots: Iterable[str]) -> Path:
         "folder (the one holding model_index.json) there, or fix the name.")
 
 
-def read_json(path: Path, default: dict | None = None) -> dict:
-    """A JSON config file; with `default`, a missing or unreadable file gives `default` instead of raising."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        if default is None:
-            raise
-        return default
-
-
-def listed_components(index: dict) -> dict[str, tuple[str, str]]:
-    """The components a model_index.json lists, in its order: name → (library, class name). Private keys
-    (`_class_name`, ...) and absent optional components (`[null, null]`) are left out."""
-    return {name: (value[0], value[1]) for name, value in index.items()
-            if not name.startswith("_") and isinstance(value, list) and len(value) == 2 and None not in value}
-
-
 def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
     """Checks a folder is a loadable diffusers pipeline we support, without loading weights.
 
     Pickle-only weights are refused unless `allow_pickle` or COMFYUI_TPU_ALLOW_PICKLE=1."""
-    allow_pickle = allow_pickle or safetensors_only() is None
+    allow_pickle = allow_pickle or pickle_allowed()
     index_file = path / "model_index.json"
     if not index_file.is_file():
         raise ModelError(
@@ -152,7 +110,7 @@ def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
                 f"model: '{path.name}/{component}' has only pickle weights ({', '.join(sorted(weights)[:3])}), "
                 "which can run arbitrary code when loaded and are refused. Convert them to .safetensors "
                 "(or download the safetensors variant of the model), or, for models you trust, start ComfyUI "
-                f"with {ALLOW_PICKLE_ENV}=1.")
+                f"with {ENV_ALLOW_PICKLE}=1.")
     return ModelInfo(str(path), class_name, family, _vae_scale(path) * family.size_multiple_of_vae)
 
 

@@ -1,7 +1,7 @@
-"""Worker-side pipeline handling: load (or reuse) a diffusers pipeline, apply offload, sample.
+"""What a worker does with requests: load (or reuse) a diffusers pipeline, run it in an execution mode, sample.
 
-Runs only inside a worker process (backend.worker). Keeps one pipeline warm; the load key decides
-when weights must be reloaded.
+Keeps one pipeline warm; the load key decides when weights must be reloaded. The runtime owns the execution
+mode and the compile warm-up loop; compiling itself is the compiler's (`compiler.Compiler`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..protocol import messages
+from ..protocol.messages import Request, Status, Step
+from ..protocol.spec import Layout, PipelineSpec, SampleRequest, mode_note, warmup_request
 from . import device, loading, parallel
+from .compile_cache import CACHE_INFO
 from .compiler import Compiler
-from .models import FAMILIES
-from .spec import PipelineSpec, SampleRequest
-from .worker import MEMORY_LIMIT_ENV
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 # Allocator messages: torch CUDA ("CUDA out of memory"), torch CPU ("DefaultCPUAllocator: can't allocate
@@ -28,58 +29,71 @@ _OOM_MARKERS = ("out of memory", "resource_exhausted", "resource exhausted", "ca
                 "can't allocate memory", "not enough memory")
 
 
-class Runtime:
-    class Interrupted(Exception):
-        """Raised from the step callback when the controller asked to stop."""
+class Interrupted(Exception):
+    """Raised from the step callback when the controller asked to stop."""
 
-    def __init__(self, kind: str, rank: int, local_rank: int, world_size: int, channel: Any):
-        self.kind, self.rank, self.world_size = kind, rank, world_size
+
+class Runtime:
+    def __init__(self, kind: str, device: Any, rank: int, world_size: int, channel: Any):
+        self.kind, self.device, self.rank, self.world_size = kind, device, rank, world_size
         self.channel = channel
-        self.device = device.torch_device(kind, local_rank)
         self.pipe: Any = None
         self.load_key: tuple | None = None
         self.loads = 0
-        self.samples = 0
+        self.samples = 0  # Sample requests served (compile warm-ups are not samples)
         self.steps = 0  # denoising steps run, all requests together (ranks of one sharded model agree)
-        self._rid = None
-        self.compiler = Compiler(kind, self.status)  # execution mode, compile plan, shape cache
+        self.mode = "strict eager"
+        self._rid: int | None = None
+        self._cache_told = False  # a renewed or unusable compile cache folder is said once
+        self.compiler = Compiler(self.status)
         self.vote = parallel.StopVote(1)  # replaced at load time when the model is sharded
 
     # ---- dispatch
-    def handle(self, op: str, msg: dict) -> tuple[Any, dict | None]:
-        self._rid = msg.get("id")
-        if op == "load":
-            return self.ensure_loaded(PipelineSpec.from_dict(msg["spec"])), None
-        if op == "sample":
-            spec, req = PipelineSpec.from_dict(msg["spec"]), SampleRequest(**msg["request"])
-            self.ensure_loaded(spec)
-            images = self.sample(spec, req)
+    def handle(self, request: Request) -> tuple[dict, dict | None]:
+        self._rid = request.id
+        if request.op == messages.LOAD:
+            return self.prepare(request.spec), None
+        if request.op == messages.SAMPLE:
+            self.prepare(request.spec)
+            images = self.sample(request.spec, request.request)
+            self.samples += 1
             return {"loads": self.loads}, ({"images": images} if images is not None else None)
-        if op == "info":
+        if request.op == messages.INFO:
             return self.info(), None
-        raise ValueError(f"unknown worker op '{op}'")
+        raise ValueError(f"unknown worker op '{request.op}'")
 
     def status(self, text: str) -> None:
         if self.rank != 0:  # every rank does the same; one voice is enough
             return
-        self.channel.send({"type": "progress", "id": self._rid, "text": text})
+        self.channel.send(Status(self._rid, text))
 
     def info(self) -> dict:
         return {"rank": self.rank, "pid": os.getpid(), "device": str(self.device), "loads": self.loads,
                 "samples": self.samples, "steps": self.steps,
                 "model": self.load_key[0] if self.load_key else None,
                 "dtype": str(self.pipe.dtype).replace("torch.", "") if self.pipe is not None else None,
-                "compile": self.compiler.stats()}
+                "compile": {"mode": self.mode, "note": mode_note(self.kind, self.mode), **self.compiler.stats()}}
 
-    # ---- loading
-    def ensure_loaded(self, spec: PipelineSpec) -> dict:
-        if self.load_key == spec.load_key() and self.pipe is not None:
-            self.compiler.configure(self, spec)  # mode / compile plan changes never reload
-            return self.info()
+    # ---- loading, mode, warm-up
+    def prepare(self, spec: PipelineSpec) -> dict:
+        """Loads the pipeline unless it is loaded, sets the mode, compiles and warms up what the plan asks."""
+        if self.load_key != spec.load_key() or self.pipe is None:
+            self.load(spec)
+        self.set_mode(spec)
+        for i, todo in enumerate(pending := self.compiler.apply(self.pipe, spec, self.dtype_name(spec)), 1):
+            w, h, b = todo
+            self.status(f"warm-up {i}/{len(pending)}: {w}x{h} (batch {b})")
+            self.sample(spec, warmup_request(spec, w, h, b))
+            self.compiler.warmed_up(todo)
+        return self.info()
+
+    def dtype_name(self, spec: PipelineSpec) -> str:
+        return device.default_dtype_name(self.kind) if spec.dtype == "auto" else spec.dtype
+
+    def load(self, spec: PipelineSpec) -> None:
         self.unload()
-        dtype_name = device.default_dtype_name(self.kind) if spec.dtype == "auto" else spec.dtype
-        name = spec.model_path.rstrip("/").rsplit("/", 1)[-1]
-        self.status(f"loading {name} ({dtype_name}) on {self.device}")
+        dtype_name = self.dtype_name(spec)
+        self.status(f"loading {spec.name} ({dtype_name}) on {self.device}")
         t0 = time.perf_counter()
         try:
             extra = parallel.tp_load_kwargs(spec, self.kind) if spec.tp_degree > 1 else None
@@ -88,7 +102,7 @@ class Runtime:
             if _is_oom(e):
                 raise
             raise RuntimeError(
-                f"model: '{name}' could not be loaded from its folder ({e}). ComfyUI-TPU never downloads at "
+                f"model: '{spec.name}' could not be loaded from its folder ({e}). ComfyUI-TPU never downloads at "
                 "run time: make sure the folder holds every component (safetensors weights, configs, "
                 "tokenizers).") from e
         if spec.offload == "model":
@@ -101,13 +115,21 @@ class Runtime:
         self.vote = parallel.StopVote(spec.tp_degree)
         self.pipe, self.load_key = pipe, spec.load_key()
         self.loads += 1
-        self.status(f"loaded {name} in {time.perf_counter() - t0:.1f} s")
+        self.status(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s")
         if self.should_stop():  # loading cannot stop midway; stop right after it (all TP ranks agree)
             self.status("stopped after loading finished (loading cannot be interrupted midway); the model "
                         "stays loaded for the next run")
-            raise self.Interrupted()
-        self.compiler.configure(self, spec)
-        return self.info()
+            raise Interrupted()
+
+    def set_mode(self, spec: PipelineSpec) -> None:
+        """Applies the execution mode process-wide (only TorchTPU has eager modes) and says what differs here."""
+        if not self._cache_told and not CACHE_INFO["status"].startswith(("new", "reused", "not set up")):
+            self.status(f"compile cache {CACHE_INFO['dir']}: {CACHE_INFO['status']}")  # renewed or disabled
+        self._cache_told = True
+        self.mode = spec.mode
+        device.set_execution_mode(self.kind, spec.mode)
+        if note := mode_note(self.kind, spec.mode):
+            self.status(note)
 
     def unload(self) -> None:
         if self.pipe is None:
@@ -126,18 +148,18 @@ class Runtime:
         same seed gives the same pixels whatever the batch size or the number of replicas (batched matmuls
         differ in the last bits between a batch of 4 and two of 2). Replica r draws a contiguous slice.
         """
-        layout = parallel.Layout(spec.tp_degree, self.world_size, self.rank)
+        layout = Layout(spec.tp_degree, self.world_size, self.rank)
         items = layout.my_images(req)
         if self.should_stop():
-            raise self.Interrupted()
+            raise Interrupted()
         images = []
         for k, (prompt, seed) in enumerate(items):
-            kwargs = self._call_kwargs(spec, req, [torch.Generator("cpu").manual_seed(seed)], prompt=prompt,
-                                       done=k * req.steps, total=len(items) * req.steps, report=layout.leader)
-            with torch.inference_mode(), self.compiler.sampling(self.pipe, spec, kwargs):
+            kwargs = self._call_kwargs(spec, req, [torch.Generator("cpu").manual_seed(seed)], prompt=prompt)
+            with torch.inference_mode(), self.compiler.sampling(self.pipe, spec, kwargs) as call:
+                self._on_steps(kwargs, call, done=k * req.steps, total=len(items) * req.steps,
+                               report=layout.leader)
                 out = self.pipe(**kwargs)
             images.append(np.asarray(out.images, dtype=np.float32))
-        self.samples += 1
         if not layout.leader or not images:
             return None
         return np.ascontiguousarray(np.concatenate(images))
@@ -146,46 +168,48 @@ class Runtime:
         """The controller asked to stop; with a sharded model, agreed by all its ranks at the same step."""
         return self.vote(self.channel.interrupt.is_set())
 
-    def _call_kwargs(self, spec: PipelineSpec, req: SampleRequest, generators: list,
-                     prompt: str | None = None, done: int = 0, total: int | None = None,
-                     report: bool = True) -> dict:
+    def _call_kwargs(self, spec: PipelineSpec, req: SampleRequest, generators: list, prompt: str) -> dict:
         params = inspect.signature(self.pipe.__call__).parameters
-        family = FAMILIES[spec.class_name]
+        family = spec.family
         kwargs: dict[str, Any] = {
-            "prompt": req.prompt if prompt is None else prompt, "height": req.height, "width": req.width,
+            "prompt": prompt, "height": req.height, "width": req.width,
             "num_inference_steps": req.steps, "generator": generators,
             "num_images_per_prompt": len(generators), "output_type": "np",
             family.guidance_arg: req.guidance,
         }
         if "negative_prompt" in params and (req.negative_prompt or family.guidance_arg == "true_cfg_scale"):
             kwargs["negative_prompt"] = req.negative_prompt  # Qwen-Image enables true CFG only with one
-        total, start = req.steps if total is None else total, time.perf_counter()
+        return {k: v for k, v in kwargs.items() if k in params}
+
+    def _on_steps(self, kwargs: dict, call: Any, done: int, total: int, report: bool) -> None:
+        """Adds the step callback: counts steps, reports each one (with its duration), stops when asked."""
+        if "callback_on_step_end" not in inspect.signature(self.pipe.__call__).parameters:
+            return
+        last = [time.perf_counter()]
 
         def on_step_end(pipe, step, timestep, callback_kwargs):
             self.steps += 1
+            now = time.perf_counter()
+            step_s, last[0] = now - last[0], now
             stop = self.should_stop()
-            if stop and step == 0 and self.compiler.compiling:  # the compile ran inside this first step
+            if stop and step == 0 and call.compiling:  # the compile ran inside this first step
                 # before the step's progress: ComfyUI's progress hook raises on it once Cancel was pressed
-                self.status(f"stopped right after compiling {self.compiler.compiling} (a compile cannot be "
-                            "interrupted midway); it is kept, so the next run at this size starts at once")
+                self.status(call.stop_note())
             if report:  # steps of this rank's whole share: done before this image + this image's
-                self.channel.send({"type": "progress", "id": self._rid, "step": done + step + 1,
-                                   "total": total, "elapsed": time.perf_counter() - start})
+                self.channel.send(Step(self._rid, done + step + 1, total, step_s, self.rank))
             if stop:
-                raise self.Interrupted()
+                raise Interrupted()
             return {}
 
-        if "callback_on_step_end" in params:
-            kwargs["callback_on_step_end"] = on_step_end
-        return {k: v for k, v in kwargs.items() if k in params}
+        kwargs["callback_on_step_end"] = on_step_end
 
     # ---- errors
     def describe_error(self, e: BaseException) -> str:
         text = f"{type(e).__name__}: {e}"
         if _is_oom(e):
-            cap = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+            cap = os.environ.get(messages.ENV_MEMORY_LIMIT, "").strip()
             if cap:
-                cap = f" (this worker's memory is capped at {cap} GiB by {MEMORY_LIMIT_ENV})"
+                cap = f" (this worker's memory is capped at {cap} GiB by {messages.ENV_MEMORY_LIMIT})"
             return (f"out of memory on {self.device}{cap}: {text}. Try offload 'model' or 'sequential' in "
                     "Load TPU Pipeline, a smaller width/height or batch_size, or Shard TP over more chips.")
         return text

@@ -1,10 +1,11 @@
-"""Device detection and the one place that touches TorchTPU (`torch_tpu`).
+"""Which device this host has, found without starting any runtime (controller side).
 
 Detection must be cheap and must never start the TPU runtime: with torch_tpu installed on a host
 without a TPU, starting the runtime blocks ~10 minutes retrying the cloud metadata server and then
 aborts the process. So we only look at signals that cost nothing (the package can be found, a TPU
 sits on the PCI bus). This module imports torch lazily so that `prestartup_script.py` can use it
-before ComfyUI imports torch.
+before ComfyUI imports torch. TorchTPU itself is imported only by workers (`worker.device`), and by the
+short child process of `tpu_launch_env`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-DEVICE_CHOICES = ("auto", "tpu", "cuda", "cpu")
+from ..protocol.errors import DeviceError
+from ..protocol.spec import DEVICE_CHOICES
 
 # Google's PCI vendor id and the TPU device ids torch_tpu 0.2.0 itself recognises (its hardware.py).
 _GOOGLE_PCI_VENDOR = "0x1ae0"
@@ -27,10 +29,6 @@ _TPU_PCI_DEVICES = {
 }
 # HBM per chip in GiB (torch_tpu's hardware table); v7x exposes 2 devices of 96 GiB per chip.
 TPU_HBM_GIB = {"v4": 32, "v5e": 16, "v5p": 95, "v6e": 32, "v7x": 96}
-
-
-class DeviceError(RuntimeError):
-    """A requested device cannot be used here; the message says what to do instead."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +114,7 @@ def worker_env(kind: str, environ: dict | None = None) -> dict[str, str]:
     return env
 
 
-def _cuda_count() -> int:
+def cuda_count() -> int:
     if os.environ.get("COMFYUI_TPU_DISABLE_CUDA") == "1":
         return 0
     try:
@@ -133,7 +131,7 @@ def detect() -> DeviceInfo:
     chips = tpu_chips() if installed else []
     if chips:
         return DeviceInfo("tpu", len(chips), chips[0], TPU_HBM_GIB.get(chips[0]), installed)
-    n = _cuda_count()
+    n = cuda_count()
     if n:
         import torch
 
@@ -152,14 +150,9 @@ def resolve_kind(requested: str) -> str:
         why = "torch_tpu is not installed (pip install 'comfyui-tpu[tpu]')" if not torch_tpu_installed() \
             else "no TPU chip was found on this host's PCI bus"
         raise DeviceError(f"device 'tpu' was asked for but {why}. Choose device 'auto' or 'cpu'.")
-    if requested == "cuda" and not _cuda_count():
+    if requested == "cuda" and not cuda_count():
         raise DeviceError("device 'cuda' was asked for but no CUDA GPU is available. Choose 'auto' or 'cpu'.")
     return requested
-
-
-def dist_backend(kind: str) -> str:
-    """torch.distributed backend for a device kind."""
-    return {"tpu": "tpu_dist", "cuda": "nccl"}.get(kind, "gloo")
 
 
 _TPU_LAUNCH_ENV = """
@@ -193,86 +186,6 @@ def tpu_launch_env(nproc_per_node: int, env: dict[str, str], timeout: float = 12
     return json.loads(lines[-1])
 
 
-# ---- Below: worker-side only. These may start a device runtime; never call them in ComfyUI's process.
-
-def prepare_worker(kind: str) -> None:
-    """Per-rank setup before the device is first used (worker processes only)."""
-    if kind == "tpu":
-        import torch
-        import torch_tpu  # noqa: F401  (registers torch.tpu when autoload is off)
-
-        # A no-op for what the controller already set (backend.device.tpu_launch_env); fills in the rest.
-        torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-
-
-def torch_device(kind: str, local_rank: int):
-    """The torch.device a worker rank computes on. TorchTPU gives each process one chip at index 0."""
-    import torch
-
-    if kind == "cuda":
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    if kind == "tpu":
-        # Start this process's chip now (not run on a TPU yet): a DeviceMesh built later for tensor
-        # parallelism otherwise calls set_device(LOCAL_RANK) on an uninitialised device, which fails on
-        # ranks >= 1 because TorchTPU gives each process its one chip as tpu:0.
-        torch.accelerator.set_device_index(0)
-        torch.empty(1, device="tpu:0")
-        return torch.device("tpu", 0)
-    return torch.device("cpu")
-
-
-def default_dtype_name(kind: str) -> str:
-    """'auto' dtype: bfloat16 on TPU and CUDA (where supported), float32 on CPU."""
-    if kind == "tpu":
-        return "bfloat16"
-    if kind == "cuda":
-        import torch
-
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-    return "float32"
-
-
-def synchronize(kind: str) -> None:
-    import torch
-
-    if kind in ("tpu", "cuda"):
-        torch.accelerator.synchronize()
-
-
-# ---- Execution modes and compile backends. Pure except set_execution_mode (worker only).
-
-# Our mode names → torch.tpu.EagerMode members (torch_tpu 0.2). "compiled" runs the parts outside the
-# compiled denoiser (text encoders, VAE) in strict eager.
-TPU_EAGER_MODES = {
-    "strict eager": "DEFER_NEVER",
-    "defer-and-fuse eager": "DEFER_AND_FUSE",
-    "compiled": "DEFER_NEVER",
-    "debug eager (launch blocking)": "DEFER_NEVER_AND_LAUNCH_BLOCKING",
-}
-
-
-def mode_note(kind: str, mode: str) -> str | None:
-    """What the user should know when `kind` runs `mode` differently from a TPU (None: runs as asked)."""
-    if kind == "tpu":
-        return None
-    if mode == "defer-and-fuse eager":
-        return f"defer-and-fuse eager exists only on TPU; running strict eager on {kind}."
-    if mode == "debug eager (launch blocking)" and kind == "cuda":
-        return ("debug eager on CUDA: launch blocking needs CUDA_LAUNCH_BLOCKING=1 in ComfyUI's environment "
-                "before the workers start; running strict eager.")
-    return None
-
-
-def set_execution_mode(kind: str, mode: str) -> None:
-    """Applies `mode` process-wide before sampling (worker only). Only TorchTPU has eager modes to set."""
-    if kind != "tpu":
-        return
-    import torch
-
-    torch.tpu.eager_mode = getattr(torch.tpu.EagerMode, TPU_EAGER_MODES[mode])
-
-
 def compile_backend(kind: str, choice: str) -> str:
     """torch.compile backend for a device kind: auto = TorchTPU's "tpu" on TPU, inductor on CUDA/CPU."""
     if choice == "auto":
@@ -283,12 +196,3 @@ def compile_backend(kind: str, choice: str) -> str:
     if choice == "inductor" and kind == "tpu":
         raise DeviceError("backend: 'inductor' cannot compile for TPU tensors. Choose 'auto' (TorchTPU's 'tpu').")
     return choice
-
-
-def compile_cache_env(root: str) -> dict[str, str]:
-    """Environment that puts the persistent compile caches under `root` (read when the device starts)."""
-    return {
-        "TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "inductor"),  # FX graph + AOT autograd caches (CPU, CUDA)
-        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
-        "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT": os.path.join(root, "tpu"),  # TorchTPU's on-disk executables
-    }

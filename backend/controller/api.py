@@ -1,0 +1,207 @@
+"""What the nodes (and scripts, tests, benchmarks) call. Describes and checks pipelines, then hands the work to
+the worker group. Every check happens here, once, before any worker sees the work; each raises an InputError
+(`protocol.errors`) that names the input, the value and the fix.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+
+from ..protocol.errors import CompileError, ModelError
+from ..protocol.messages import ENV_COMPILE_CACHE, Status, Step
+from ..protocol.spec import (
+    DTYPE_CHOICES,
+    MODE_CHOICES,
+    OFFLOAD_CHOICES,
+    WARMUP_STEPS,
+    CompilePlan,
+    GroupConfig,
+    PipelineSpec,
+    SampleRequest,
+    mode_note,
+)
+from . import devices, group, models, plans
+
+ProgressFn = Callable[[Status | Step], None]
+MAX_IMAGES = 4096  # images in one Sample (prompt lines × batch_size)
+
+atexit.register(group.shutdown)
+
+
+def make_spec(model: str, roots: Iterable[str], dtype: str = "auto", device_choice: str = "auto",
+              offload: str = "none", allow_pickle: bool = False) -> PipelineSpec:
+    """Checks the user's choices and the model folder (no weights read) and describes the pipeline."""
+    if dtype not in DTYPE_CHOICES:
+        raise ModelError(f"dtype: '{dtype}' is not one of {', '.join(DTYPE_CHOICES)}.")
+    if offload not in OFFLOAD_CHOICES:
+        raise ModelError(f"offload: '{offload}' is not one of {', '.join(OFFLOAD_CHOICES)}.")
+    kind = devices.resolve_kind(device_choice)
+    if dtype == "float16" and kind == "tpu":
+        raise ModelError("dtype: float16 is not a good fit for TPUs; choose 'auto' (bfloat16) instead.")
+    path = models.resolve_model_path(model, roots)
+    info = models.inspect_model(path, allow_pickle=allow_pickle)
+    return PipelineSpec(model_path=info.path, class_name=info.class_name, size_factor=info.size_factor,
+                        dtype=dtype, device=device_choice, offload=offload, kind=kind)
+
+
+def checked(spec: PipelineSpec) -> PipelineSpec:
+    """`spec` ready to run: its device kind and compile plan resolved, its parallel layout checked against the
+    model and this host. Specs from the nodes already are; specs built by scripts may not be."""
+    if not spec.kind:
+        spec = spec.with_changes(kind=devices.resolve_kind(spec.device))
+    spec = plans.with_sharded_encoders(spec)
+    plans.check_spec(spec)
+    return plans.resolve_compile(spec)
+
+
+def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
+    """Rejects a sample request before any worker sees it, naming the input and the fix."""
+    models.check_size(models.info_of(spec), req.width, req.height)
+    if req.steps < 1:
+        raise ModelError(f"steps: {req.steps} is too small; use at least 1.")
+    if req.batch_size < 1:
+        raise ModelError(f"batch_size: {req.batch_size} is too small; use at least 1.")
+    if not req.prompt.strip():
+        raise ModelError("prompt: the prompt is empty; describe the image you want.")
+    if (count := len(req.images())) > MAX_IMAGES:
+        raise ModelError(f"batch_size: {count} images in one run (prompt lines × batch_size) is too "
+                         f"many; use at most {MAX_IMAGES}.")
+    if not 0 <= req.seed < 2**64:
+        raise ModelError(f"seed: {req.seed} is out of range; use 0 to 2^64-1.")
+
+
+def group_config(spec: PipelineSpec) -> GroupConfig:
+    return GroupConfig(kind=spec.kind, world_size=spec.world_size)
+
+
+def load(spec: PipelineSpec, on_progress: ProgressFn | None = None,
+         should_interrupt: Callable[[], bool] | None = None) -> dict:
+    """Makes sure the pipeline is loaded and warm in the workers (warm-up shapes compiled); returns rank 0's info."""
+    spec = checked(spec)
+    workers = group.get_group(group_config(spec), _status_adapter(on_progress))
+    return workers.load(spec, on_progress, should_interrupt)[0].value
+
+
+def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None = None,
+           should_interrupt: Callable[[], bool] | None = None) -> np.ndarray:
+    """Images [B, H, W, C] float32 in 0..1 for one request (loading the pipeline first if needed)."""
+    spec = checked(spec)
+    check_request(spec, req)
+    workers = group.get_group(group_config(spec), _status_adapter(on_progress))
+    results = workers.sample(spec, req, _group_progress(spec, req, on_progress), should_interrupt)
+    # Each replica's first rank sends its slice; rank order is image order.
+    parts = [r.arrays["images"] for r in results if "images" in r.arrays]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def warmup_steps(spec: PipelineSpec) -> int:
+    """Steps a load runs when its compile plan warms sizes up (for a progress bar)."""
+    plan = spec.compile_plan()
+    return WARMUP_STEPS * max(1, len(plan.warmup)) if plan else WARMUP_STEPS
+
+
+def worker_info() -> list[dict]:
+    """Per-rank state of the running group (empty when none runs)."""
+    workers = group.current_group()
+    if workers is None:
+        return []
+    return [r.value for r in workers.info()]
+
+
+def device_info() -> devices.DeviceInfo:
+    return devices.detect()
+
+
+def shutdown() -> None:
+    """Stops all workers (frees every chip and the host memory they hold)."""
+    group.shutdown()
+
+
+def list_models(roots: Iterable[str]) -> list[str]:
+    return models.find_models([str(Path(r)) for r in roots])
+
+
+def _group_progress(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None) -> ProgressFn | None:
+    """One progress bar for the whole group: completed steps of all replicas over the steps of all images."""
+    if on_progress is None:
+        return None
+    total = len(req.images()) * req.steps
+    done: dict[int, int] = {}
+
+    def aggregate(msg: Status | Step) -> None:
+        if isinstance(msg, Step):
+            done[msg.rank // spec.tp_degree] = msg.step  # each replica reports its own share
+            msg = Step(msg.id, sum(done.values()), total, msg.step_s, msg.rank)
+        on_progress(msg)
+
+    return aggregate
+
+
+def _status_adapter(on_progress: ProgressFn | None) -> Callable[[str], None] | None:
+    if on_progress is None:
+        return None
+    return lambda text: on_progress(Status(None, text))
+
+
+# ---- parallel plans (controller/plans.py does the work)
+
+def shard(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) -> tuple[PipelineSpec, str]:
+    """`spec` sharded over `degree` chips (0 = auto), checked; and what is sharded, for the node's text."""
+    return plans.plan_tp(spec, degree, shard_text_encoders)
+
+
+def replicate(spec: PipelineSpec, replicas: int) -> tuple[PipelineSpec, str]:
+    """`spec` with `replicas` data-parallel copies (0 = auto), checked; and the layout, for the node's text."""
+    return plans.plan_dp(spec, replicas)
+
+
+# ---- execution modes and compiling
+
+def with_mode(spec: PipelineSpec, mode: str) -> tuple[PipelineSpec, list[str]]:
+    """`spec` run in `mode` (no reload when it changes), and notes for the user about this device."""
+    if mode not in MODE_CHOICES:
+        raise CompileError(f"mode: '{mode}' is not one of {', '.join(MODE_CHOICES)}.")
+    unplanned = spec.compile is None
+    spec = plans.resolve_compile(spec.with_changes(mode=mode))
+    note = mode_note(spec.kind, mode)
+    notes = list(spec.compile.notes) if spec.compile_plan() else []
+    if spec.compile_plan() is not None and unplanned:
+        plan = spec.compile
+        notes.append(f"compiled with the defaults ({plan.target}, backend {plan.backend}); each new size compiles "
+                     "on its first Sample. Add a Compile node to choose, or to compile sizes up front.")
+    return spec, ([note] if note else []) + notes
+
+
+def with_compile(spec: PipelineSpec, target: str, backend: str, warmup: str,
+                 snap_to_warmup: bool = False) -> tuple[PipelineSpec, list[str]]:
+    """`spec` in compiled mode with this plan, checked against the model and device; and notes for the user."""
+    shapes = plans.parse_warmup(warmup)
+    for w, h, _ in shapes:
+        try:
+            models.check_size(models.info_of(spec), w, h)
+        except ModelError as e:
+            raise CompileError(f"warmup: {w}x{h}: {e}") from None
+    if snap_to_warmup and not shapes:
+        raise CompileError("snap_to_warmup: there are no warm-up sizes to snap to; list some in warmup.")
+    plan = CompilePlan(target, backend, shapes, bool(snap_to_warmup))
+    spec = plans.resolve_compile(spec.with_changes(mode="compiled", compile=plan))
+    return spec, list(spec.compile.notes)
+
+
+def compile_stats() -> dict | None:
+    """Rank 0's mode, compile and cache statistics (compiles, hits, seconds per shape); None without workers."""
+    info = worker_info()
+    return info[0].get("compile") if info else None
+
+
+def set_compile_cache_dir(path: str, override: bool = False) -> str:
+    """The folder the persistent compile caches use from the next worker start; an explicit
+    COMFYUI_TPU_COMPILE_CACHE in the environment wins unless `override`. Returns the folder in use."""
+    if override or not os.environ.get(ENV_COMPILE_CACHE):
+        os.environ[ENV_COMPILE_CACHE] = str(path)
+    return os.environ[ENV_COMPILE_CACHE]

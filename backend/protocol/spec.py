@@ -1,0 +1,231 @@
+"""What both processes agree on: the pipeline families, and the immutable descriptions that flow through the
+node graph and over the link.
+
+Nodes build these; the controller checks them once and the worker follows them. A new seed or prompt reuses
+everything, a new model reloads, a new device kind or chip count restarts the worker group.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+DTYPE_CHOICES = ("auto", "bfloat16", "float16", "float32")
+DEVICE_CHOICES = ("auto", "tpu", "cuda", "cpu")
+OFFLOAD_CHOICES = ("none", "model", "sequential")
+MODE_CHOICES = ("strict eager", "defer-and-fuse eager", "compiled", "debug eager (launch blocking)")
+COMPILE_TARGETS = ("whole denoiser", "repeated blocks")
+COMPILE_BACKENDS = ("auto", "tpu", "inductor", "eager", "aot_eager")
+WARMUP_STEPS = 2  # steps of a compile warm-up: enough for a per-step recompile to show
+
+
+@dataclass(frozen=True)
+class Family:
+    """What differs between the pipeline classes we support."""
+
+    name: str
+    size_multiple_of_vae: int  # latent packing/patching on top of the VAE's downscale
+    guidance_arg: str  # the __call__ argument our "guidance" maps to
+    tp_plan: bool  # diffusers ships a tensor-parallel plan for its transformer
+    repeated_blocks: bool = True  # the denoiser lists _repeated_blocks (compile_repeated_blocks works)
+    cfg_doubles_batch: bool = False  # CFG runs the denoiser once on a doubled batch (a compiled shape)
+
+
+FAMILIES: dict[str, Family] = {
+    "FluxPipeline": Family("FLUX.1", 2, "guidance_scale", True),
+    "Flux2Pipeline": Family("FLUX.2", 2, "guidance_scale", True),
+    "Flux2KleinPipeline": Family("FLUX.2", 2, "guidance_scale", True),
+    "StableDiffusion3Pipeline": Family("SD3", 2, "guidance_scale", False, repeated_blocks=False,
+                                       cfg_doubles_batch=True),
+    "StableDiffusionXLPipeline": Family("SDXL", 1, "guidance_scale", False, cfg_doubles_batch=True),
+    "QwenImagePipeline": Family("Qwen-Image", 2, "true_cfg_scale", True),
+}
+
+
+# ---- diffusers pipeline folders (the controller checks them, the worker loads them)
+
+def read_json(path: Path, default: dict | None = None) -> dict:
+    """A JSON config file; with `default`, a missing or unreadable file gives `default` instead of raising."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        if default is None:
+            raise
+        return default
+
+
+def listed_components(index: dict) -> dict[str, tuple[str, str]]:
+    """The components a model_index.json lists, in its order: name → (library, class name). Private keys
+    (`_class_name`, ...) and absent optional components (`[null, null]`) are left out."""
+    return {name: (value[0], value[1]) for name, value in index.items()
+            if not name.startswith("_") and isinstance(value, list) and len(value) == 2 and None not in value}
+
+
+def mode_note(kind: str, mode: str) -> str | None:
+    """What the user should know when `kind` runs `mode` differently from a TPU (None: runs as asked)."""
+    if kind == "tpu":
+        return None
+    if mode == "defer-and-fuse eager":
+        return f"defer-and-fuse eager exists only on TPU; running strict eager on {kind}."
+    if mode == "debug eager (launch blocking)" and kind == "cuda":
+        return ("debug eager on CUDA: launch blocking needs CUDA_LAUNCH_BLOCKING=1 in ComfyUI's environment "
+                "before the workers start; running strict eager.")
+    return None
+
+
+@dataclass(frozen=True)
+class CompilePlan:
+    """How the denoiser (transformer or UNet) is compiled, and which shapes to compile up front."""
+
+    target: str = "whole denoiser"
+    backend: str = "auto"
+    warmup: tuple[tuple[int, int, int], ...] = ()  # (width, height, batch) compiled before the first prompt
+    snap_to_warmup: bool = False  # round a requested size to the nearest warmed-up one
+    notes: tuple[str, ...] = ()  # how the controller adjusted the plan for this device, said when it applies
+
+    def warmup_text(self) -> str:
+        """'1024x1024, 832x1216x2': the warm-up sizes as the Compile node's input writes them."""
+        return ", ".join(f"{w}x{h}" + (f"x{b}" if b != 1 else "") for w, h, b in self.warmup)
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """What pipeline to run and how. The TPU_PIPELINE value that nodes pass along."""
+
+    model_path: str  # absolute, checked by the controller
+    class_name: str
+    size_factor: int
+    dtype: str = "auto"
+    device: str = "auto"  # what the user chose
+    offload: str = "none"
+    mode: str = "strict eager"
+    compile: CompilePlan | None = None  # the plan in compiled mode, resolved for `kind` by the controller
+    tp_degree: int = 1  # chips one model is split over (tensor parallel)
+    tp_text_encoders: bool = False  # also shard text encoders that have a TP plan (the user's choice)
+    sharded_encoders: tuple[str, ...] = ()  # the text encoders that choice shards (found by the controller)
+    dp_replicas: int = 1  # copies of the (possibly sharded) model, each drawing different images
+    kind: str = ""  # the device kind `device` resolved to, once (api.make_spec; api.checked fills it in)
+
+    @property
+    def family(self) -> Family:
+        return FAMILIES[self.class_name]
+
+    @property
+    def world_size(self) -> int:
+        return self.tp_degree * self.dp_replicas
+
+    @property
+    def name(self) -> str:
+        return self.model_path.rstrip("/").rsplit("/", 1)[-1]
+
+    def load_key(self) -> tuple:
+        """Changing any of these reloads the weights; mode and compile plan do not."""
+        return (self.model_path, self.dtype, self.offload, self.tp_degree, self.tp_text_encoders)
+
+    def compile_plan(self) -> CompilePlan | None:
+        """The plan the worker runs: None unless the mode is 'compiled'."""
+        return self.compile if self.mode == "compiled" else None
+
+    def with_changes(self, **changes) -> PipelineSpec:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> PipelineSpec:
+        plan = data.get("compile")
+        if isinstance(plan, dict):
+            plan = CompilePlan(**{**plan, "warmup": tuple(tuple(s) for s in plan.get("warmup", ())),
+                                  "notes": tuple(plan.get("notes", ()))})
+        return cls(**{**data, "compile": plan, "sharded_encoders": tuple(data.get("sharded_encoders", ()))})
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """One Sample call. Each image i of the batch uses its own generator seeded with seed + i."""
+
+    prompt: str
+    negative_prompt: str = ""
+    width: int = 1024
+    height: int = 1024
+    steps: int = 20
+    guidance: float = 3.5
+    seed: int = 0
+    batch_size: int = 1
+    prompt_per_line: bool = False  # each non-empty line is a prompt; batch_size images each
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SampleRequest:
+        return cls(**data)
+
+    def prompts(self) -> list[str]:
+        """The prompts of the request: one, or each non-empty line when prompt_per_line is on."""
+        if self.prompt_per_line:
+            return [line.strip() for line in self.prompt.splitlines() if line.strip()]
+        return [self.prompt]
+
+    def images(self) -> list[tuple[str, int]]:
+        """Every image in order, as (prompt, seed): batch_size images per prompt; global image i uses seed + i
+        wherever it is drawn."""
+        return [(p, (self.seed + i * self.batch_size + j) % 2**64) for i, p in enumerate(self.prompts())
+                for j in range(self.batch_size)]
+
+
+def warmup_request(spec: PipelineSpec, width: int, height: int, batch: int) -> SampleRequest:
+    """A compile warm-up: WARMUP_STEPS steps (a per-step recompile would show), CFG on where it changes shapes
+    (as these models are used), and `batch` images for every data-parallel replica, so each of them compiles."""
+    guidance = 5.0 if spec.family.cfg_doubles_batch else 3.5
+    return SampleRequest(prompt="warm-up", width=width, height=height, steps=WARMUP_STEPS, guidance=guidance,
+                         batch_size=batch * spec.dp_replicas)
+
+
+def share(n: int, replicas: int, replica: int) -> range:
+    """Replica `replica`'s contiguous slice of n images; the first n % replicas replicas take one more."""
+    base, extra = divmod(n, replicas)
+    start = replica * base + min(replica, extra)
+    return range(start, start + base + (1 if replica < extra else 0))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a rank sits: which replica, which shard, and whether it sends that replica's images back.
+
+    A group has tp_degree × replicas ranks: rank r is shard r % tp_degree of replica r // tp_degree."""
+
+    tp_degree: int
+    world_size: int
+    rank: int
+
+    @property
+    def replicas(self) -> int:
+        return self.world_size // self.tp_degree
+
+    @property
+    def replica(self) -> int:
+        return self.rank // self.tp_degree
+
+    @property
+    def tp_rank(self) -> int:
+        return self.rank % self.tp_degree
+
+    @property
+    def leader(self) -> bool:
+        return self.tp_rank == 0
+
+    def my_images(self, req: SampleRequest) -> list[tuple[str, int]]:
+        images = req.images()
+        return [images[i] for i in share(len(images), self.replicas, self.replica)]
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """What a worker group is: changing it means stopping the group and starting another."""
+
+    kind: str  # "tpu" | "cuda" | "cpu"
+    world_size: int = 1

@@ -1,0 +1,90 @@
+"""One worker process (one rank, one chip): `python -m backend.worker`, started by the controller's launcher.
+
+It caps its memory (CPU), dials the controller, prepares the compile cache and the device before torch
+starts them, joins torch.distributed, says hello, then serves requests one at a time until told to stop.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import traceback
+
+from ..protocol import messages
+from ..protocol.messages import Failure, Hello, Result, Stopped
+from . import compile_cache, device
+from .channel import Channel
+
+
+def limit_memory(kind: str) -> None:
+    """Caps a CPU worker's private memory (RLIMIT_DATA: heap and anonymous mappings, not the mapped
+    libraries) at COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB (GiB) when set: a runaway request then fails in the
+    worker with an out-of-memory error instead of swapping the host or waking the kernel's OOM killer. Not
+    applied to TPU or CUDA workers, whose runtimes manage host memory of their own."""
+    value = os.environ.get(messages.ENV_MEMORY_LIMIT, "").strip()
+    if not value or kind != "cpu":
+        return
+    import resource
+
+    try:
+        limit = int(float(value) * 2**30)
+    except ValueError:
+        print(f"comfyui-tpu: ignoring {messages.ENV_MEMORY_LIMIT}={value!r}: not a number of GiB", flush=True)
+        return
+    hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+    soft = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
+def main() -> None:
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    kind = os.environ[messages.ENV_DEVICE_KIND]
+    limit_memory(kind)
+    channel = Channel(os.environ[messages.ENV_CONTROLLER], bytes.fromhex(os.environ[messages.ENV_SECRET]),
+                      os.environ.get(messages.ENV_GROUP_ID, "solo"), rank)
+
+    compile_cache.prepare_cache_env()  # before torch loads and the device starts: they read the folders once
+    device.prepare_worker(kind)
+    import torch
+    import torch.distributed as dist
+
+    threads = os.environ.get(messages.ENV_WORKER_THREADS)
+    if threads:
+        torch.set_num_threads(int(threads))
+    elif kind == "cpu" and int(os.environ.get("LOCAL_WORLD_SIZE", "1")) > 1:  # torchrun would leave 1 each
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"])))
+    bound = device.torch_device(kind, local_rank)  # bind the chip before the process group uses it
+    dist.init_process_group(backend=device.dist_backend(kind))
+
+    from .runtime import Interrupted, Runtime
+
+    runtime = Runtime(kind=kind, device=bound, rank=rank, world_size=world_size, channel=channel)
+    threading.Thread(target=channel.receive_forever, daemon=True, name="receiver").start()
+    channel.send(Hello(rank=rank, local_rank=local_rank, world_size=world_size, pid=os.getpid(),
+                       device=str(runtime.device)))
+    threading.Thread(target=channel.heartbeat_forever, daemon=True, name="heartbeat").start()
+
+    while True:
+        request = channel.requests.get()
+        if request.op == messages.SHUTDOWN:
+            break
+        channel.busy.set()
+        try:
+            value, arrays = runtime.handle(request)
+            reply = Result(request.id, value, arrays or {})
+        except Interrupted:
+            reply = Stopped(request.id)
+        except Exception as e:
+            reply = Failure(request.id, runtime.describe_error(e), traceback.format_exc())
+        channel.busy.clear()
+        channel.send(reply)
+    try:
+        dist.destroy_process_group()
+    finally:
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""torch.compile of the denoiser, the shapes it has compiled, and the compile statistics (worker side).
+
+The controller resolves the compile plan (backend, target) into the pipeline description; the runtime owns
+the execution mode and the warm-up loop; the cache folder lives in `compile_cache`. Here: compiling and
+un-compiling the loaded pipeline's denoiser (no reload), knowing the shape signatures it has seen,
+announcing a compile before it starts, and counting compiles and reuses from dynamo's own counters.
+
+A shape signature is what makes a static-shape graph recompile: width, height, batch, whether CFG doubles
+the denoiser's batch (SD3, SDXL), and the text length. Text length is kept fixed: `max_sequence_length` is
+passed explicitly, and Qwen-Image (whose prompt embeddings are as long as the prompt) gets its embeddings
+padded, with an attention mask, to 128-token buckets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocol.errors import CompileError
+from ..protocol.spec import CompilePlan, PipelineSpec
+from .compile_cache import CACHE_INFO
+
+log = logging.getLogger("comfyui_tpu")
+
+TEXT_BUCKET = 128  # Qwen-Image prompt embeddings are padded to a multiple of this
+RECOMPILE_LIMIT = 64  # dynamo's default (8 graphs per function) would silently fall back to eager
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What makes a static-shape graph of the denoiser recompile."""
+
+    width: int
+    height: int
+    batch: int
+    cfg: bool  # CFG doubles the denoiser's batch (SD3, SDXL with guidance > 1)
+    text: int  # text tokens the denoiser sees
+    variable_text: bool = False  # the pipeline's text length follows the prompt (Qwen-Image): show it
+
+    def label(self) -> str:
+        extra = (", CFG" if self.cfg else "") + (f", prompt ≤ {self.text} tokens" if self.variable_text else "")
+        return f"{self.width}x{self.height} (batch {self.batch}{extra})"
+
+
+def _dynamo_counts() -> dict[str, float]:
+    from torch._dynamo.utils import compilation_time_metrics, counters
+
+    return {
+        "graphs": counters["stats"]["unique_graphs"],
+        "seconds": sum(compilation_time_metrics.get("_compile.compile_inner", ())),
+        "disk_hits": counters["inductor"]["fxgraph_cache_hit"],
+        "disk_misses": counters["inductor"]["fxgraph_cache_miss"],
+    }
+
+
+def _denoiser(pipe) -> tuple[str, Any]:
+    for name in ("transformer", "unet"):
+        module = getattr(pipe, name, None)
+        if module is not None:
+            return name, module
+    raise CompileError(f"{type(pipe).__name__} has no transformer or UNet to compile.")
+
+
+
+class Call:
+    """One pipeline call under way: which shape it compiles, if it compiles one."""
+
+    def __init__(self, compiling: str | None = None):
+        self.compiling = compiling
+
+    def stop_note(self) -> str:
+        return (f"stopped right after compiling {self.compiling} (a compile cannot be interrupted midway); it is "
+                "kept, so the next run at this size starts at once")
+
+
+class Compiler:
+    """One per worker: the compile state of the loaded pipeline's denoiser, and its statistics."""
+
+    def __init__(self, status: Callable[[str], None]):
+        self.status = status
+        self.module = None  # the compiled denoiser
+        self._component: str | None = None  # "model/transformer (dtype, target, backend)", for the statistics
+        self.applied: tuple | None = None  # (target, backend, model, dtype) it was compiled with
+        self.plan: CompilePlan | None = None
+        self.seen: set[Shape] = set()  # signatures compiled for the current module and plan
+        self.warmed: set[tuple[int, int, int]] = set()
+        self.shapes: dict[str, dict] = {}  # statistics per model, plan and shape (kept across plan changes)
+        self.totals = {"compiles": 0, "hits": 0, "compile_s": 0.0, "graphs": 0, "unexpected_recompiles": 0,
+                       "disk_hits": 0, "disk_misses": 0}
+
+    def apply(self, pipe: Any, spec: PipelineSpec, dtype_name: str) -> list[tuple[int, int, int]]:
+        """Compiles (or un-compiles) the denoiser of `pipe` for the spec's plan, without reloading anything;
+        returns the warm-up shapes not compiled yet (the runtime runs them and calls `warmed_up`)."""
+        plan = spec.compile_plan()
+        name, module = _denoiser(pipe)
+        want = None if plan is None else (plan.target, plan.backend, spec.model_path, spec.dtype)
+        if module is not self.module or want != self.applied:
+            self._uncompile()
+            if plan is not None:
+                for note in plan.notes:
+                    self.status(note)
+                self._compile(name, module, plan, spec.class_name)
+                self.module = module
+            self.applied, self.seen, self.warmed = want, set(), set()
+        self.plan = plan
+        if plan is None:
+            return []
+        self._component = f"{spec.name}/{name} ({dtype_name}, {plan.target}, {plan.backend})"
+        return [s for s in plan.warmup if s not in self.warmed]
+
+    def warmed_up(self, shape: tuple[int, int, int]) -> None:
+        self.warmed.add(shape)
+
+    def _compile(self, name: str, module: Any, plan: CompilePlan, class_name: str) -> None:
+        import torch
+
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        options = {"fullgraph": True, "dynamic": False, "backend": plan.backend}
+        if plan.target == "whole denoiser":
+            module.compile(**options)
+        else:
+            if not getattr(module, "_repeated_blocks", None):
+                raise CompileError(f"target: the {name} of {class_name} has no repeated blocks to compile. "
+                                   "Choose target 'whole denoiser' (with offload 'none').")
+            module.compile_repeated_blocks(**options)
+        self.status(f"{name} set to compile with {plan.backend} ({plan.target}); each new shape compiles once")
+
+    def _uncompile(self) -> None:
+        if self.module is None:
+            return
+        import torch
+
+        for m in self.module.modules():
+            if getattr(m, "_compiled_call_impl", None) is not None:
+                m._compiled_call_impl = None  # what nn.Module.compile() set: back to eager
+        self.module = None
+        torch._dynamo.reset()
+
+    def forget(self) -> None:
+        """The pipeline is being unloaded: drop every reference to it."""
+        self._uncompile()
+        self.applied, self.plan, self.seen, self.warmed = None, None, set(), set()
+
+    # ---- around one pipeline call
+    @contextlib.contextmanager
+    def sampling(self, pipe: Any, spec: PipelineSpec, kwargs: dict) -> Iterator[Call]:
+        """Wraps one pipeline call: fixes shapes (text length, optional snapping), announces a first compile,
+        then counts it (or the hit) from dynamo's counters. Edits `kwargs` in place."""
+        if self.plan is None:
+            yield Call()
+            return
+        self._snap(kwargs)
+        shape = self._fix_shapes(pipe, spec, kwargs)
+        new = shape not in self.seen
+        key = f"{self._component} {shape.label()}"
+        entry = self.shapes.setdefault(key, {"component": self._component, "shape": shape.label(), "compiles": 0,
+                                             "hits": 0, "compile_s": 0.0, "first_call_s": None, "graphs": 0,
+                                             "unexpected_recompiles": 0, "from_disk": False})
+        if new:
+            self.status(f"compiling {shape.label()} for the first time…")
+        before, started = _dynamo_counts(), time.perf_counter()
+        try:
+            yield Call(shape.label() if new else None)
+        finally:
+            delta = {k: v - before[k] for k, v in _dynamo_counts().items()}
+            self._record(shape, new, entry, delta, time.perf_counter() - started)
+
+    def _record(self, shape: Shape, new: bool, entry: dict, delta: dict, call_s: float) -> None:
+        graphs, seconds = int(delta["graphs"]), round(delta["seconds"], 3)
+        t = self.totals
+        t["graphs"] += graphs
+        t["disk_hits"] += int(delta["disk_hits"])
+        t["disk_misses"] += int(delta["disk_misses"])
+        if new:
+            if not graphs:
+                return  # stopped before the denoiser ran: still unseen
+            self.seen.add(shape)
+            entry["compiles"] += 1
+            entry["graphs"] += graphs
+            entry["compile_s"] = round(entry["compile_s"] + seconds, 3)
+            entry["first_call_s"] = round(call_s, 3)  # the whole call: bounds a compile that runs lazily
+            entry["from_disk"] = entry["from_disk"] or delta["disk_hits"] > 0
+            t["compiles"] += 1
+            t["compile_s"] = round(t["compile_s"] + seconds, 3)
+            disk = " (graphs found in the on-disk cache)" if delta["disk_hits"] else ""
+            self.status(f"compiled {shape.label()} in {seconds:.1f} s{disk}")
+        else:
+            entry["hits"] += 1
+            t["hits"] += 1
+            if graphs:
+                entry["unexpected_recompiles"] += graphs
+                t["unexpected_recompiles"] += graphs
+                log.warning("comfyui-tpu: %s recompiled unexpectedly (%d graphs, %.1f s)", shape.label(), graphs, seconds)
+                self.status(f"warning: {shape.label()} recompiled unexpectedly ({graphs} graphs, {seconds:.1f} s)")
+
+    def _snap(self, kwargs: dict) -> None:
+        if not (self.plan.snap_to_warmup and self.plan.warmup):
+            return
+        w, h = kwargs["width"], kwargs["height"]
+        sizes = sorted({(sw, sh) for sw, sh, _ in self.plan.warmup})
+        if (w, h) in sizes:
+            return
+        sw, sh = min(sizes, key=lambda s: (abs(math.log(s[0] / s[1] * h / w)), abs(s[0] * s[1] - w * h)))
+        kwargs["width"], kwargs["height"] = sw, sh
+        self.status(f"snapped {w}x{h} to the warmed-up size {sw}x{sh}")
+
+    def _fix_shapes(self, pipe, spec: PipelineSpec, kwargs: dict) -> Shape:
+        params = inspect.signature(pipe.__call__).parameters
+        variable = "prompt_embeds_mask" in params  # Qwen-Image: embeddings as long as the prompt
+        text = 77  # CLIP-only pipelines (SDXL)
+        if "max_sequence_length" in params:
+            text = kwargs.setdefault("max_sequence_length", params["max_sequence_length"].default)
+        if variable:
+            text = self._pad_prompt(pipe, kwargs, text)
+        cfg = spec.family.cfg_doubles_batch and kwargs.get("guidance_scale", 0) > 1
+        return Shape(kwargs["width"], kwargs["height"], kwargs.get("num_images_per_prompt", 1), cfg, text, variable)
+
+    @staticmethod
+    def _pad_prompt(pipe, kwargs: dict, max_len: int) -> int:
+        """Encodes the prompt (and the negative one when true CFG is on) and pads both to one bucketed
+        length with an attention mask, so the denoiser's text length does not follow the prompt."""
+        import torch
+
+        def encode(text):
+            embeds, mask = pipe.encode_prompt(prompt=text, device=pipe._execution_device, max_sequence_length=max_len)
+            if mask is None:
+                mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
+            return embeds, mask
+
+        pos = encode(kwargs.pop("prompt"))
+        negative = kwargs.pop("negative_prompt", None)
+        neg = encode(negative) if negative is not None and kwargs.get("true_cfg_scale", 0) > 1 else None
+        longest = max(e.shape[1] for e, _ in filter(None, (pos, neg)))
+        # One spare token keeps the mask partial (an all-ones mask becomes None: another graph).
+        length = min(max_len, -(-(longest + 1) // TEXT_BUCKET) * TEXT_BUCKET)
+
+        def pad(embeds, mask):
+            n = min(embeds.shape[1], length)
+            out = embeds.new_zeros(embeds.shape[0], length, embeds.shape[2])
+            out[:, :n] = embeds[:, :n]
+            m = mask.new_zeros(mask.shape[0], length)
+            m[:, :n] = mask[:, :n]
+            return out, m
+
+        kwargs["prompt_embeds"], kwargs["prompt_embeds_mask"] = pad(*pos)
+        if neg is not None:
+            kwargs["negative_prompt_embeds"], kwargs["negative_prompt_embeds_mask"] = pad(*neg)
+        return length
+
+    # ---- statistics
+    def stats(self) -> dict:
+        plan = self.plan
+        return {
+            "compiled": None if plan is None else {"component": self._component,
+                                                   "target": plan.target, "backend": plan.backend,
+                                                   "warmup": plan.warmup_text(),
+                                                   "snap_to_warmup": plan.snap_to_warmup},
+            **self.totals,
+            "shapes": list(self.shapes.values()),
+            "cache": dict(CACHE_INFO),
+        }
