@@ -85,5 +85,7 @@ def run_cancellable(call: Callable[..., T], *args: Any, node_id: str | None, tot
     ComfyUI expects, with its interrupt exception."""
     try:
         return call(*args, progress_reporter(node_id, total), comfy.model_management.processing_interrupted)
-    except Interrupted:
+    except Interrupted as e:
+        if str(e) != Interrupted.DEFAULT:  # more than "interrupted": e.g. which rank did not stop
+            send_text(node_id, str(e))
         raise comfy.model_management.InterruptProcessingException() from None

@@ -134,7 +134,9 @@ class ComfyServer:
         return requests.post(self.url + path, timeout=30, **kw)
 
     def queue(self, prompt: dict, client_id: str) -> str:
-        r = self.post("/prompt", json={"prompt": prompt, "client_id": client_id})
+        # json.dumps, not requests' json=: the API accepts NaN and Infinity, and tests send them
+        r = self.post("/prompt", data=json.dumps({"prompt": prompt, "client_id": client_id}),
+                      headers={"Content-Type": "application/json"})
         if r.status_code != 200:
             details = r.json()
             raise PromptFailed(_validation_message(details), details)

@@ -22,7 +22,7 @@ import numpy as np
 import psutil
 import pytest
 
-from backend.controller import api, group, launcher, plans
+from backend.controller import api, group, plans
 from backend.protocol.errors import Interrupted, ParallelError, WorkerCrashed
 from backend.protocol.messages import Step
 from backend.protocol.spec import Layout, SampleRequest, share
@@ -55,9 +55,8 @@ def refs(tiny_models) -> dict[str, np.ndarray]:
 
 def _group_processes() -> list[psutil.Process]:
     g = group.current_group()
-    assert g is not None and g.launcher.proc is not None
-    root = psutil.Process(g.launcher.proc.pid)
-    return [root, *root.children(recursive=True)]
+    assert g is not None and len(g.launcher.pids) == g.config.world_size
+    return [psutil.Process(pid) for pid in g.launcher.pids]
 
 
 def _alive(p: psutil.Process) -> bool:
@@ -139,15 +138,6 @@ def test_images_are_split_in_order():
     assert [list(share(1, 2, r)) for r in range(2)] == [[0], []]
     assert [Layout(2, 4, r).replica for r in range(4)] == [0, 0, 1, 1]
     assert [Layout(2, 4, r).leader for r in range(4)] == [True, False, True, False]
-
-
-def test_launch_command_is_torchrun_with_c10d_rendezvous():
-    one = launcher.launch_command(2)
-    assert one[1:3] == ["-m", "torch.distributed.run"] and one[-2:] == ["-m", "backend.worker"]
-    assert {"--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=c10d",
-            "--rdzv-endpoint=127.0.0.1:0"} <= set(one)
-    pod = launcher.launch_command(4, nnodes=4, rdzv_endpoint="host0:29400", rdzv_id="job7")
-    assert {"--nnodes=4", "--nproc-per-node=4", "--rdzv-endpoint=host0:29400", "--rdzv-id=job7"} <= set(pod)
 
 
 @pytest.mark.skipif(not os.environ.get("TPU_VENV"), reason="TPU_VENV is not set: run through scripts/test.sh")
@@ -264,7 +254,7 @@ def test_sigkill_of_rank_1_fails_fast_naming_it_and_the_next_request_starts_fres
     deadline = time.monotonic() + 10
     while any(_alive(p) for p in old) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert [p.pid for p in old if _alive(p)] == [], "the launcher or the other rank was left running"
+    assert [p.pid for p in old if _alive(p)] == [], "the other rank was left running"
     assert api.sample(tp, _request()).shape == (1, 64, 64, 3)
     assert victim not in {w["pid"] for w in api.worker_info()}
 

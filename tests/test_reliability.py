@@ -660,7 +660,7 @@ def test_a_worker_that_stops_answering_times_out_is_killed_and_replaced(faulty):
         assert "next run starts fresh ones" in message, message
         # the silence, then close(): polite shutdown, SIGTERM (a stopped process does not act on it), SIGKILL
         assert marks["end"] - marks["stop"] < SILENCE_TIMEOUT_S + 10
-        assert wait_gone(group, timeout=10) == [], "the stopped worker or its launcher was left behind"
+        assert wait_gone(group, timeout=10) == [], "the stopped worker was left behind"
         run_ok(faulty, graph())
         track(faulty)
         fresh = group_processes(faulty, workers_only=True)

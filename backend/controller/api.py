@@ -6,13 +6,15 @@ the worker group. Every check happens here, once, before any worker sees the wor
 from __future__ import annotations
 
 import atexit
+import dataclasses
+import math
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
 
-from ..protocol.errors import CompileError, ModelError
+from ..protocol.errors import CompileError, ModelError, WorkerCrashed
 from ..protocol.messages import ENV_COMPILE_CACHE, Status, Step
 from ..protocol.spec import (
     DTYPE_CHOICES,
@@ -61,6 +63,11 @@ def checked(spec: PipelineSpec) -> PipelineSpec:
 
 def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
     """Rejects a sample request before any worker sees it, naming the input and the fix."""
+    for f in dataclasses.fields(req):
+        value = getattr(req, f.name)
+        if isinstance(value, float) and not math.isfinite(value):  # the API accepts NaN and inf; nodes would not
+            raise ModelError(f"{f.name}: {value} is not a number the pipeline can use; give a finite value "
+                             f"(e.g. {getattr(SampleRequest, f.name)}).")
     models.check_size(models.info_of(spec), req.width, req.height)
     if req.steps < 1:
         raise ModelError(f"steps: {req.steps} is too small; use at least 1.")
@@ -69,8 +76,11 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
     if not req.prompt.strip():
         raise ModelError("prompt: the prompt is empty; describe the image you want.")
     if (count := len(req.images())) > MAX_IMAGES:
-        raise ModelError(f"batch_size: {count} images in one run (prompt lines × batch_size) is too "
-                         f"many; use at most {MAX_IMAGES}.")
+        lines = len(req.prompts())
+        if lines > 1:
+            raise ModelError(f"prompt: {lines} prompt lines × batch_size {req.batch_size} = {count} images in one "
+                             f"run is too many; use at most {MAX_IMAGES} (fewer lines, or a smaller batch_size).")
+        raise ModelError(f"batch_size: {count} images in one run is too many; use at most {MAX_IMAGES}.")
     if not 0 <= req.seed < 2**64:
         raise ModelError(f"seed: {req.seed} is out of range; use 0 to 2^64-1.")
 
@@ -83,8 +93,9 @@ def load(spec: PipelineSpec, on_progress: ProgressFn | None = None,
          should_interrupt: Callable[[], bool] | None = None) -> dict:
     """Makes sure the pipeline is loaded and warm in the workers (warm-up shapes compiled); returns rank 0's info."""
     spec = checked(spec)
-    workers = group.get_group(group_config(spec), _status_adapter(on_progress))
-    return workers.load(spec, on_progress, should_interrupt)[0].value
+    results = group.run(group_config(spec), lambda g: g.load(spec, on_progress, should_interrupt),
+                        _status_adapter(on_progress))
+    return results[0].value
 
 
 def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None = None,
@@ -92,8 +103,9 @@ def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | Non
     """Images [B, H, W, C] float32 in 0..1 for one request (loading the pipeline first if needed)."""
     spec = checked(spec)
     check_request(spec, req)
-    workers = group.get_group(group_config(spec), _status_adapter(on_progress))
-    results = workers.sample(spec, req, _group_progress(spec, req, on_progress), should_interrupt)
+    progress = _group_progress(spec, req, on_progress)
+    results = group.run(group_config(spec), lambda g: g.sample(spec, req, progress, should_interrupt),
+                        _status_adapter(on_progress))
     # Each replica's first rank sends its slice; rank order is image order.
     parts = [r.arrays["images"] for r in results if "images" in r.arrays]
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -110,7 +122,10 @@ def worker_info() -> list[dict]:
     workers = group.current_group()
     if workers is None:
         return []
-    return [r.value for r in workers.info()]
+    try:
+        return [r.value for r in workers.info()]
+    except WorkerCrashed:  # it died just now: Device Info is safe to run at any time, and it has no workers
+        return []
 
 
 def device_info() -> devices.DeviceInfo:

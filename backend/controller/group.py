@@ -1,9 +1,11 @@
 """The worker group: N warm worker processes (one per chip; a single chip is a group of size 1).
 
 It starts them (`launcher`), waits until every rank has dialled in and said hello (`link`), sends each request
-to every rank, collects the answers while passing progress on, interrupts, and turns a dead or silent worker
-into a clear error and a stopped group. There is one current group: chips are exclusive, so a group for
-another configuration replaces it.
+to every rank, collects the answers while passing progress on, interrupts, and turns a dead, silent or stuck
+worker into a clear error and a stopped group. Liveness means progress: every busy rank sends a heartbeat each
+HEARTBEAT_S, so a rank that sends nothing is stopped or hung, whatever its peers say; a rank waiting in a
+collective for a stuck peer fails on the process group's timeout. There is one current group: chips are
+exclusive, so a group for another configuration replaces it.
 """
 
 from __future__ import annotations
@@ -16,24 +18,38 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
+from typing import TypeVar
 
 from ..protocol import handoff, messages
 from ..protocol.errors import Interrupted, WorkerCrashed, WorkerError
-from ..protocol.messages import FINAL, Failure, Heartbeat, Hello, Reply, Result, Status, Step, Stopped
+from ..protocol.messages import (
+    FINAL,
+    Accepted,
+    Failure,
+    Heartbeat,
+    Hello,
+    Reply,
+    Result,
+    Status,
+    Step,
+    Stopped,
+)
 from ..protocol.spec import GroupConfig, PipelineSpec, SampleRequest
 from . import devices
-from .launcher import Launcher
+from .launcher import Launcher, remove_stale_run_dirs
 from .link import Link, Listener
 
 log = logging.getLogger("comfyui_tpu")
 
 START_TIMEOUT_S = float(os.environ.get("COMFYUI_TPU_START_TIMEOUT", "180"))
 SILENCE_TIMEOUT_S = float(os.environ.get("COMFYUI_TPU_SILENCE_TIMEOUT", "120"))
+CANCEL_GRACE_S = float(os.environ.get("COMFYUI_TPU_CANCEL_GRACE", "10"))  # after Cancel, silence that ends a group
 INTERRUPT_GRACE_S = 30.0
-CRASH_REPORT_S = 2.0  # how long a crash report waits for torchrun's account of the cause
 ERROR_GRACE_S = float(os.environ.get("COMFYUI_TPU_ERROR_GRACE", "10"))  # peers of a failed rank, then restart
+EXIT_REPORT_S = 2.0  # how long a crash report waits for a dying rank's exit status
 
 ProgressFn = Callable[[Status | Step], None]
+T = TypeVar("T")
 
 
 class WorkerGroup:
@@ -42,7 +58,7 @@ class WorkerGroup:
     def __init__(self, config: GroupConfig):
         self.config = config
         self.secret = secrets.token_bytes(32)
-        self.group_id = secrets.token_hex(8)  # names this group's /dev/shm files
+        self.group_id = f"{os.getpid()}-{secrets.token_hex(8)}"  # names this group's /dev/shm files
         self.launcher = Launcher(config.world_size)
         self.links: list[Link] = []
         self.pids: list[int] = []
@@ -53,24 +69,28 @@ class WorkerGroup:
     # ---- lifecycle
     def start(self, on_status: Callable[[str], None] | None = None) -> None:
         n, kind = self.config.world_size, self.config.kind
+        remove_stale_run_dirs()
+        handoff.remove_stale()
         # TorchTPU's launch environment, once for all ranks (each rank on its own would pick other ports).
         tpu_env = devices.tpu_launch_env(n, devices.worker_env("tpu")) if kind == "tpu" else {}
         listener = Listener(self.secret)
         env = {**devices.worker_env(kind), messages.ENV_CONTROLLER: listener.address,
-               messages.ENV_SECRET: self.secret.hex(), messages.ENV_GROUP_ID: self.group_id,
-               messages.ENV_DEVICE_KIND: kind, **tpu_env}
+               messages.ENV_GROUP_ID: self.group_id, messages.ENV_DEVICE_KIND: kind, **tpu_env}
         if on_status:
             on_status(f"starting {n} {kind} worker{'s' if n > 1 else ''}")
         log.info("comfyui-tpu: starting worker group %s", self.config)
         hellos: dict[int, tuple[Link, Hello]] = {}
         joined: list[Link] = []  # authenticated, hello not yet received (it comes after the rendezvous)
         try:
-            self.launcher.start(env)
+            self.launcher.start(env, self.secret)
+            self.pids = self.launcher.pids
             deadline = time.monotonic() + START_TIMEOUT_S
             while len(hellos) < n:
-                if not self.launcher.running():
-                    raise WorkerCrashed(f"the worker launcher exited (code {self.launcher.exit_code}) before all "
-                                        f"{n} workers were ready.{self.launcher.log_tail()}")
+                if ended := self.launcher.exited():
+                    rank = min(ended)
+                    raise WorkerCrashed(f"{kind} worker rank {rank} (pid {self.pids[rank]}) ended before all {n} "
+                                        f"workers were ready{self.launcher.exit_cause(rank)}."
+                                        f"{self.launcher.log_tail()}")
                 if time.monotonic() > deadline:
                     raise WorkerCrashed(f"workers were not ready after {START_TIMEOUT_S:.0f} s "
                                         f"(COMFYUI_TPU_START_TIMEOUT).{self.launcher.log_tail()}")
@@ -83,8 +103,10 @@ class WorkerGroup:
                     except (EOFError, OSError):
                         link.close()
                         continue
-                    if isinstance(hello, Hello):
+                    if isinstance(hello, Hello) and hello.pid in self.pids:  # one of ours, not a replay
                         hellos[hello.rank] = (link, hello)
+                    else:
+                        link.close()
                 if (link := listener.get(timeout=0.2)) is not None:
                     joined.append(link)
         except BaseException:
@@ -95,7 +117,6 @@ class WorkerGroup:
         finally:
             listener.close()
         self.links = [hellos[r][0] for r in range(n)]
-        self.pids = [hellos[r][1].pid for r in range(n)]
         log.info("comfyui-tpu: worker group ready, pids %s", self.pids)
 
     def alive(self) -> bool:
@@ -111,7 +132,7 @@ class WorkerGroup:
                 link.send(messages.shutdown())
             except Exception:
                 pass
-        self.launcher.stop(self.pids, timeout)
+        self.launcher.stop(timeout)
         for link in self.links:
             link.close()
         self.launcher.close()
@@ -137,129 +158,155 @@ class WorkerGroup:
 
         Progress goes to `on_progress` while waiting. If `should_interrupt()` turns true, or `on_progress`
         raises (ComfyUI's progress hook raises on interrupt), every rank is told to stop at its next step, and
-        the exception (or `Interrupted`) is raised once they have.
+        the exception (or `Interrupted`) is raised once they have; a rank that stays silent for CANCEL_GRACE_S
+        after that ends the group instead.
         """
         with self._lock:
             if not self.alive():
-                raise WorkerCrashed("the worker group is not running.")
-            rid = next(self._ids)
-            msg = build(rid)
+                raise WorkerCrashed("the worker group is not running.", request_started=False)
+            call = _Call(next(self._ids), len(self.links))
+            msg = build(call.rid)
             for rank in range(len(self.links)):
-                self._send(rank, msg)
-            replies: dict[int, Reply] = {}
+                self._send(rank, msg, call)
             try:
-                self._collect(rid, replies, on_progress, should_interrupt)
+                self._collect(call, on_progress, should_interrupt)
             except (Interrupted, WorkerCrashed, WorkerError):
                 raise
             except BaseException:
-                self._interrupt_and_drain(rid, replies)
+                self._interrupt_and_drain(call)
                 raise
-            return [replies[r] for r in range(len(self.links))]
+            return [call.replies[r] for r in range(len(self.links))]
 
-    def _send(self, rank: int, msg: dict) -> None:
+    def _send(self, rank: int, msg: dict, call: _Call) -> None:
         try:
             self.links[rank].send(msg)
         except OSError as e:
-            self._crashed(rank, e)
+            self._crashed(rank, e, call)
 
-    def _recv(self, rank: int) -> Reply:
+    def _recv(self, rank: int, call: _Call) -> Reply:
         try:
-            return self.links[rank].recv()
+            reply = self.links[rank].recv()
         except (EOFError, OSError) as e:
-            self._crashed(rank, e)
+            self._crashed(rank, e, call)
             raise AssertionError("unreachable") from None
+        call.heard[rank] = time.monotonic()
+        if isinstance(reply, Accepted) and reply.id == call.rid:
+            call.started = True
+        return reply
 
-    def _collect(self, rid: int, replies: dict[int, Reply], on_progress: ProgressFn | None,
+    def _collect(self, call: _Call, on_progress: ProgressFn | None,
                  should_interrupt: Callable[[], bool] | None) -> None:
-        last_heard = time.monotonic()
-        interrupted = False
         failed_at: float | None = None  # when the first rank reported an error
-        while len(replies) < len(self.links):
-            if should_interrupt is not None and not interrupted and should_interrupt():
-                interrupted = True
-                self._broadcast_interrupt(rid)
-            if failed_at is None and any(isinstance(r, Failure) for r in replies.values()):
+        while len(call.replies) < len(self.links):
+            if should_interrupt is not None and call.cancelled_at is None and should_interrupt():
+                self._broadcast_interrupt(call)
+            if failed_at is None and any(isinstance(r, Failure) for r in call.replies.values()):
                 failed_at = time.monotonic()  # stop the others at their next step: the request has failed
-                if not interrupted:
-                    interrupted = True
-                    self._broadcast_interrupt(rid)
+                if call.cancelled_at is None:
+                    self._broadcast_interrupt(call)
             if failed_at is not None and time.monotonic() - failed_at > ERROR_GRACE_S:
                 # The others are stuck, e.g. in a collective with the failed rank: only a restart frees them.
-                error = self._first_error(replies)
+                error = self._first_error(call)
                 self.close()
                 raise WorkerError(f"{error} The other workers did not stop within {ERROR_GRACE_S:.0f} s "
                                   "(they wait for the failed one), so the group was stopped; the next run "
                                   "starts a fresh one.")
-            pending = [link for r, link in enumerate(self.links) if r not in replies]
-            ready = wait(pending, timeout=0.1)
-            if not ready:
-                if time.monotonic() - last_heard > SILENCE_TIMEOUT_S:
-                    tail = self.launcher.log_tail()  # before close(), which closes the log
-                    self.close()
-                    raise WorkerCrashed(
-                        f"the {self.config.kind} workers stopped answering (no message, not even a "
-                        f"heartbeat, for {SILENCE_TIMEOUT_S:.0f} s, COMFYUI_TPU_SILENCE_TIMEOUT); they were "
-                        f"stopped and the next run starts fresh ones.{tail}")
-                continue
-            last_heard = time.monotonic()
-            for link in ready:
+            self._check_liveness(call)
+            pending = [link for r, link in enumerate(self.links) if r not in call.replies]
+            for link in wait(pending, timeout=0.1):
                 rank = self.links.index(link)
-                reply = self._recv(rank)
-                if isinstance(reply, Heartbeat) or getattr(reply, "id", None) not in (rid, None):
+                reply = self._recv(rank, call)
+                if isinstance(reply, (Heartbeat, Accepted)) or getattr(reply, "id", None) not in (call.rid, None):
                     continue
                 if isinstance(reply, (Status, Step)):
                     if on_progress is not None:
                         on_progress(reply)
                 elif isinstance(reply, FINAL):
-                    replies[rank] = reply
-        if any(isinstance(r, Failure) for r in replies.values()):  # before Stopped: a failure stops the others
-            failure = next(r for r in replies.values() if isinstance(r, Failure))
+                    call.replies[rank] = reply
+        if any(isinstance(r, Failure) for r in call.replies.values()):  # before Stopped: a failure stops the others
+            failure = next(r for r in call.replies.values() if isinstance(r, Failure))
             log.error("comfyui-tpu: a worker request failed:\n%s", failure.traceback)
-            raise WorkerError(self._first_error(replies))
-        if any(isinstance(r, Stopped) for r in replies.values()):
-            raise Interrupted("interrupted by the user")
+            raise WorkerError(self._first_error(call))
+        if any(isinstance(r, Stopped) for r in call.replies.values()):
+            raise Interrupted(Interrupted.DEFAULT)
 
-    def _first_error(self, replies: dict[int, Reply]) -> str:
+    def _check_liveness(self, call: _Call) -> None:
+        """Ends the group when a rank that owes an answer has said nothing for too long: SILENCE_TIMEOUT_S
+        normally, CANCEL_GRACE_S once Cancel was sent (a rank that still heartbeats, e.g. in a compile that
+        cannot stop midway, is waited for)."""
+        now = time.monotonic()
+        bound = SILENCE_TIMEOUT_S if call.cancelled_at is None else min(SILENCE_TIMEOUT_S, CANCEL_GRACE_S)
+        since = call.heard if call.cancelled_at is None else {r: max(t, call.cancelled_at) for r, t in call.heard.items()}
+        silent = [r for r in range(len(self.links)) if r not in call.replies and now - since[r] > bound]
+        if not silent:
+            return
+        tail = self.launcher.log_tail()  # before close(), which closes the log
+        who = ", ".join(f"rank {r} (pid {self.pids[r]})" for r in silent)
+        self.close()
+        if call.cancelled_at is not None:
+            raise Interrupted(
+                f"cancelled; {self.config.kind} worker {who} did not answer within {bound:.0f} s of the request "
+                "to stop (no step, no heartbeat: stopped or hung), so the group was stopped; the next run starts "
+                f"a fresh one.{tail}")
+        raise WorkerCrashed(
+            f"the {self.config.kind} worker {who} stopped answering (no message, not even a heartbeat, for "
+            f"{bound:.0f} s, COMFYUI_TPU_SILENCE_TIMEOUT); the group was stopped and the next run starts fresh "
+            f"ones.{tail}", request_started=call.started)
+
+    def _first_error(self, call: _Call) -> str:
         """The message of the first rank that failed (replies keep their arrival order), naming the rank."""
-        rank, failure = next((r, msg) for r, msg in replies.items() if isinstance(msg, Failure))
+        rank, failure = next((r, msg) for r, msg in call.replies.items() if isinstance(msg, Failure))
         if len(self.links) > 1:
             return f"{self.config.kind} worker rank {rank}: {failure.message}"
         return failure.message
 
-    def _broadcast_interrupt(self, rid: int) -> None:
+    def _broadcast_interrupt(self, call: _Call) -> None:
+        call.cancelled_at = time.monotonic()
         for rank in range(len(self.links)):
-            self._send(rank, messages.interrupt(rid))
+            self._send(rank, messages.interrupt(call.rid), call)
 
-    def _interrupt_and_drain(self, rid: int, replies: dict[int, Reply]) -> None:
+    def _interrupt_and_drain(self, call: _Call) -> None:
         """After an exception in the controller: stop the ranks and wait until they are idle again."""
         try:
-            self._broadcast_interrupt(rid)
+            self._broadcast_interrupt(call)
             deadline = time.monotonic() + INTERRUPT_GRACE_S
-            while len(replies) < len(self.links) and time.monotonic() < deadline:
-                pending = [link for r, link in enumerate(self.links) if r not in replies]
+            while len(call.replies) < len(self.links) and time.monotonic() < deadline:
+                self._check_liveness(call)
+                pending = [link for r, link in enumerate(self.links) if r not in call.replies]
                 for link in wait(pending, timeout=0.2):
                     rank = self.links.index(link)
-                    reply = self._recv(rank)
-                    if isinstance(reply, FINAL) and reply.id == rid:
-                        replies[rank] = reply
-            if len(replies) < len(self.links):
+                    reply = self._recv(rank, call)
+                    if isinstance(reply, FINAL) and reply.id == call.rid:
+                        call.replies[rank] = reply
+            if len(call.replies) < len(self.links):
                 self.close()
-        except WorkerCrashed:
-            pass
+        except (WorkerCrashed, Interrupted):
+            pass  # the group is closed; the caller's own exception says what happened
 
-    def _crashed(self, rank: int, error: BaseException) -> None:
+    def _crashed(self, rank: int, error: BaseException, call: _Call) -> None:
         pid = self.pids[rank] if rank < len(self.pids) else "?"
-        self.launcher.wait(CRASH_REPORT_S)  # torchrun notices within its monitor interval, logs why, stops the rest
-        code = self.launcher.exit_code
+        self.launcher.wait_any(EXIT_REPORT_S)  # a rank that closed its link is usually exiting
         tail = self.launcher.log_tail()
-        cause = self.launcher.exit_cause(pid)
+        cause = self.launcher.exit_cause(rank)
         if not cause and not isinstance(error, EOFError):
             cause = f" ({type(error).__name__})"
         self.close(timeout=2.0)
         raise WorkerCrashed(
-            f"{self.config.kind} worker rank {rank} (pid {pid}) stopped unexpectedly{cause}"
-            f"{'' if code is None else f'; launcher exit code {code}'}. The group was stopped; the next run "
-            f"starts a fresh one.{tail}")
+            f"{self.config.kind} worker rank {rank} (pid {pid}) stopped unexpectedly{cause}. The group was "
+            f"stopped; the next run starts a fresh one.{tail}", request_started=call.started)
+
+
+class _Call:
+    """One request under way: its id, the replies so far, when each rank was last heard, whether any rank took
+    it up (`Accepted`), and when Cancel was sent."""
+
+    def __init__(self, rid: int, ranks: int):
+        self.rid = rid
+        self.replies: dict[int, Reply] = {}
+        now = time.monotonic()
+        self.heard = dict.fromkeys(range(ranks), now)
+        self.started = False
+        self.cancelled_at: float | None = None
 
 
 _current: WorkerGroup | None = None
@@ -279,6 +326,19 @@ def get_group(config: GroupConfig, on_status: Callable[[str], None] | None = Non
         group.start(on_status)
         _current = group
         return group
+
+
+def run(config: GroupConfig, call: Callable[[WorkerGroup], T], on_status: Callable[[str], None] | None = None) -> T:
+    """`call(group)` on the running group for `config`. If a worker had died before any rank took the request
+    up (e.g. while idle), nothing had started: the request runs once more, on a fresh group."""
+    try:
+        return call(get_group(config, on_status))
+    except WorkerCrashed as e:
+        if e.request_started:
+            raise
+        log.warning("comfyui-tpu: a worker had died before the request started (%s); retrying on a fresh group",
+                    str(e).splitlines()[0])
+    return call(get_group(config, on_status))
 
 
 def current_group() -> WorkerGroup | None:

@@ -1,112 +1,126 @@
 """Starting one host's worker processes, keeping their log, stopping them, and saying how a rank ended.
 
-The workers are started by torch's own elastic launcher (`torch.distributed.run`, i.e. torchrun), so that
-ranks get the standard RANK / WORLD_SIZE / MASTER_* environment. Their output goes to one file that is
-unlinked at once (the launcher writes through its descriptor, the controller reads the tail through its own),
-so no log is left behind even when ComfyUI is killed; torchrun's own log folder is removed when the group stops.
+On one host the workers are started directly, one process per rank, with the standard RANK / LOCAL_RANK /
+WORLD_SIZE environment, and they meet in torch.distributed through a FileStore in a fresh 0700 folder: no
+rendezvous server, nothing that listens on the network (gloo's and NCCL's own connections are pinned to the
+loopback interface). The group's secret reaches them in a 0600 file in that folder, never in their environment
+or on a command line. Their output goes to one file that is unlinked at once (they write through their
+descriptor, the controller reads the tail through its own), so no log is left behind even when ComfyUI is killed.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+from ..protocol import messages
 
 PACK_ROOT = Path(__file__).resolve().parents[2]
 RUN_DIR_PREFIX = "comfyui-tpu-run-"
+WORKER_COMMAND = [sys.executable, "-m", "backend.worker"]
 
 
-def launch_command(nproc_per_node: int, nnodes: int = 1, rdzv_endpoint: str = "127.0.0.1:0",
-                   rdzv_id: str | None = None, log_dir: str | None = None) -> list[str]:
-    """The torchrun command that starts one host's workers (one per chip) and joins them into a group."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
-           f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}",
-           "--max-restarts=0", "--monitor-interval=0.5"]
-    if rdzv_id:
-        cmd.append(f"--rdzv-id={rdzv_id}")
-    if log_dir:  # torchrun otherwise leaves a /tmp/torchelastic_* folder behind at every start
-        cmd.append(f"--log-dir={log_dir}")
-    return [*cmd, "-m", "backend.worker"]
+def loopback_env(kind: str) -> dict[str, str]:
+    """Pins the collectives' connections to the loopback interface (gloo and NCCL otherwise listen on the
+    address the hostname resolves to, which on a cloud VM is its network address)."""
+    env = {"GLOO_SOCKET_IFNAME": "lo"}
+    if kind == "cuda":
+        env["NCCL_SOCKET_IFNAME"] = "=lo"  # '=': exactly this interface, not every name starting with it
+    return env
 
 
 class Launcher:
-    """One host's worker processes: started together, watched through their launcher, stopped together."""
+    """One host's worker processes: started together, watched, stopped together."""
 
     def __init__(self, nprocs: int):
         self.nprocs = nprocs
-        self.proc: subprocess.Popen | None = None
+        self.procs: list[subprocess.Popen] = []
+        self.run_dir: Path | None = None
         self._log_fd: int | None = None
-        self._run_dir: str | None = None
 
-    def start(self, env: dict[str, str]) -> None:
+    def start(self, env: dict[str, str], secret: bytes) -> None:
         """Starts the workers with `env`. On any failure, nothing is left behind (file, folder, process)."""
-        _remove_stale_run_dirs()
+        remove_stale_run_dirs()
         try:
-            fd, log_name = tempfile.mkstemp(prefix="comfyui-tpu-group-", suffix=".log")
-            self._log_fd = fd
+            self.run_dir = Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-"))  # mode 0700
+            secret_file = self.run_dir / "secret"
+            fd = os.open(secret_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            with open(fd, "w") as f:
+                f.write(secret.hex())
+            self._log_fd, log_name = tempfile.mkstemp(prefix="comfyui-tpu-group-", suffix=".log", dir=self.run_dir)
             os.unlink(log_name)
-            self._run_dir = tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-")
-            env = {**env, "PYTHONPATH": os.pathsep.join([str(PACK_ROOT), env.get("PYTHONPATH", "")]).rstrip(
-                os.pathsep), "PYTHONUNBUFFERED": "1"}
-            self.proc = subprocess.Popen(launch_command(self.nprocs, log_dir=self._run_dir), env=env,
-                                         cwd=str(PACK_ROOT), stdin=subprocess.DEVNULL, stdout=fd,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            common = {
+                **env, **loopback_env(env.get(messages.ENV_DEVICE_KIND, "cpu")),
+                messages.ENV_SECRET_FILE: str(secret_file),
+                messages.ENV_STORE: str(self.run_dir / "store"),
+                "WORLD_SIZE": str(self.nprocs), "LOCAL_WORLD_SIZE": str(self.nprocs),
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),  # TorchTPU's runtime asks for them
+                "PYTHONPATH": os.pathsep.join([str(PACK_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+                "PYTHONUNBUFFERED": "1",
+            }
+            for rank in range(self.nprocs):
+                self.procs.append(subprocess.Popen(
+                    WORKER_COMMAND, env={**common, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                    cwd=str(PACK_ROOT), stdin=subprocess.DEVNULL, stdout=self._log_fd, stderr=subprocess.STDOUT,
+                    start_new_session=True))
         except BaseException:
+            self.stop(timeout=2.0)
             self.close()
             raise
 
     @property
-    def exit_code(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
 
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        """Every rank is still alive."""
+        return bool(self.procs) and all(p.poll() is None for p in self.procs)
 
-    def wait(self, timeout: float) -> bool:
-        """Waits up to `timeout` for the launcher to end; True when it has."""
-        if self.proc is None:
-            return True
-        try:
-            self.proc.wait(timeout=timeout)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
+    def exited(self) -> dict[int, int]:
+        """rank → exit code of the ranks that have ended."""
+        return {r: code for r, p in enumerate(self.procs) if (code := p.poll()) is not None}
 
-    def stop(self, worker_pids: list[int], timeout: float) -> None:
-        """Ends the launcher and its workers: waits `timeout / 2`, then SIGTERM, then SIGKILL."""
-        if self.proc is not None and not self.wait(timeout / 2):
-            self._signal_all(signal.SIGTERM, worker_pids)
-            if not self.wait(timeout / 2):
-                self._signal_all(signal.SIGKILL, worker_pids)
-                self.proc.wait()
-        for pid in worker_pids:  # a worker that outlived its launcher
-            _kill(pid, signal.SIGKILL)
+    def wait_any(self, timeout: float) -> bool:
+        """Waits up to `timeout` for some rank to end; True when one has."""
+        deadline = time.monotonic() + timeout
+        while not self.exited():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
-    def _signal_all(self, sig: int, worker_pids: list[int]) -> None:
-        for pid in [*worker_pids, *([self.proc.pid] if self.proc else [])]:
-            _kill(pid, sig)
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+    def stop(self, timeout: float) -> None:
+        """Ends every rank: waits up to `timeout / 2` for them to leave, then SIGTERM, then SIGKILL."""
+        for sig, wait in ((None, timeout / 2), (signal.SIGTERM, timeout / 2), (signal.SIGKILL, None)):
+            for p in self.procs:
+                if sig is not None and p.poll() is None:
+                    _kill(p.pid, sig)
+            for p in self.procs:
+                try:
+                    p.wait(timeout=wait)
+                except subprocess.TimeoutExpired:
+                    pass
+            if all(p.poll() is not None for p in self.procs):
+                return
 
     def close(self) -> None:
-        """Releases the log and torchrun's folder (after `stop`)."""
+        """Releases the log and the group's folder (store, secret); call after `stop`."""
         if self._log_fd is not None:
             os.close(self._log_fd)
             self._log_fd = None
-        if self._run_dir is not None:
-            shutil.rmtree(self._run_dir, ignore_errors=True)
-            self._run_dir = None
+        if self.run_dir is not None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self.run_dir = None
 
     def log_tail(self, lines: int = 15, max_bytes: int = 16384) -> str:
-        """The last lines the workers and their launcher printed, introduced for an error message."""
+        """The last lines the workers printed, introduced for an error message."""
         if self._log_fd is None:
             return ""
         try:
@@ -117,13 +131,11 @@ class Launcher:
         text = data.decode(errors="replace").strip().splitlines()
         return ("\nLast worker log lines:\n" + "\n".join(text[-lines:])) if text else ""
 
-    def exit_cause(self, pid: int | str) -> str:
-        """How torchrun saw the rank with `pid` end (from its failure report), e.g. ' (killed by SIGKILL)'."""
-        pattern = rf"exitcode\s*:\s*(-?\d+)\s*\(pid:\s*{re.escape(str(pid))}\)"
-        found = re.findall(pattern, self.log_tail(lines=200))
-        if not found:
+    def exit_cause(self, rank: int) -> str:
+        """How rank `rank` ended, e.g. ' (killed by SIGKILL: ...)' or ' (exit code 1)'; '' while it runs."""
+        code = self.procs[rank].poll() if rank < len(self.procs) else None
+        if code is None:
             return ""
-        code = int(found[-1])
         if code < 0:
             try:
                 name = signal.Signals(-code).name
@@ -134,6 +146,12 @@ class Launcher:
         return f" (exit code {code})"
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _kill(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
@@ -141,8 +159,8 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
-def _remove_stale_run_dirs() -> None:
-    """torchrun log folders of controllers that died without cleaning up (named after the controller's pid)."""
+def remove_stale_run_dirs() -> None:
+    """Run folders of controllers that died without cleaning up (named after the controller's pid)."""
     for path in Path(tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}*-*"):
         pid = path.name[len(RUN_DIR_PREFIX):].split("-", 1)[0]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():

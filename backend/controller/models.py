@@ -55,6 +55,9 @@ def resolve_model_path(name: str, roots: Iterable[str]) -> Path:
     """
     roots = [Path(r).resolve() for r in roots]
     name = name.strip()
+    if "\x00" in name:
+        raise ModelError(f"model_path: {name!r} contains a NUL character, which no file name can hold; type the "
+                         "folder name again without it.")
     if not name:
         raise ModelError("model: no model was chosen. Pick one from the list, or type a folder name in model_path.")
     candidate = Path(name)

@@ -41,11 +41,18 @@ class WorkerError(TPUError, RuntimeError):
 
 
 class WorkerCrashed(TPUError, RuntimeError):
-    """A worker died or stopped answering; the group was stopped and the next request starts a fresh one."""
+    """A worker died or stopped answering; the group was stopped and the next request starts a fresh one.
+    `request_started` is False when no rank had taken the request up, so it can safely run again."""
+
+    def __init__(self, message: str, request_started: bool = True):
+        super().__init__(message)
+        self.request_started = request_started
 
 
 class Interrupted(TPUError):
-    """The user cancelled; every rank stopped at its next step."""
+    """The user cancelled; every rank stopped at its next step (or the group was stopped, as the message says)."""
+
+    DEFAULT = "interrupted by the user"
 
 
 for _cls in (TPUError, InputError, ModelError, CompileError, DeviceError, ParallelError, WorkerError,

@@ -20,7 +20,8 @@ PREFIX = "comfyui-tpu-"
 
 
 def shm_prefix(group_id: str) -> str:
-    """Path prefix of one group's files (the controller removes leftovers with it when the group stops)."""
+    """Path prefix of one group's files (the controller removes leftovers with it when the group stops). A
+    group id starts with its controller's pid, so files of controllers that died can be told apart."""
     return os.path.join(SHM_DIR, f"{PREFIX}{group_id}-")
 
 
@@ -72,6 +73,17 @@ def _map(path: str, shape: tuple, dtype: np.dtype) -> np.ndarray:
         os.close(fd)
         _remove(path)
     return np.frombuffer(mm, dtype=dtype).reshape(shape)  # writable (copy-on-write), kept alive by the array
+
+
+def remove_stale() -> list[str]:
+    """Deletes the files of controllers that are gone (killed during a hand-off); returns their paths."""
+    removed = []
+    for path in glob.glob(os.path.join(glob.escape(SHM_DIR), PREFIX + "*")):
+        pid = os.path.basename(path)[len(PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            _remove(path)
+            removed.append(path)
+    return removed
 
 
 def remove_leftovers(prefix: str) -> None:

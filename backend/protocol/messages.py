@@ -15,15 +15,19 @@ from .spec import PipelineSpec, SampleRequest
 
 # ---- environment the controller gives each worker (and the operator's settings both sides read)
 ENV_CONTROLLER = "COMFYUI_TPU_CONTROLLER"  # the controller's link address, host:port
-ENV_SECRET = "COMFYUI_TPU_SECRET"  # the group's HMAC key, hex
-ENV_GROUP_ID = "COMFYUI_TPU_GROUP_ID"  # names the group's /dev/shm files
+ENV_SECRET_FILE = "COMFYUI_TPU_SECRET_FILE"  # a 0600 file holding the group's HMAC key (never the key itself)
+ENV_STORE = "COMFYUI_TPU_STORE"  # torch.distributed FileStore path in the group's 0700 folder (one host)
+ENV_GROUP_ID = "COMFYUI_TPU_GROUP_ID"  # "<controller pid>-<token>": names the group's /dev/shm files
 ENV_DEVICE_KIND = "COMFYUI_TPU_DEVICE_KIND"  # tpu | cuda | cpu
 ENV_WORKER_THREADS = "COMFYUI_TPU_WORKER_THREADS"  # torch threads per worker (default: cores / workers)
 ENV_MEMORY_LIMIT = "COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB"  # caps a CPU worker's private memory
 ENV_COMPILE_CACHE = "COMFYUI_TPU_COMPILE_CACHE"  # the persistent compile cache folder
 ENV_ALLOW_PICKLE = "COMFYUI_TPU_ALLOW_PICKLE"  # =1: also load pickle weights (the operator's choice)
 
+ENV_COLLECTIVE_TIMEOUT = "COMFYUI_TPU_COLLECTIVE_TIMEOUT"  # seconds a rank may wait in one collective
+
 HEARTBEAT_S = 2.0  # a busy worker says it is alive this often
+COLLECTIVE_TIMEOUT_S = 600.0  # default bound on one collective: a longer wait means a peer is stuck
 
 
 def pickle_allowed() -> bool:
@@ -83,6 +87,13 @@ class Hello:
 
 
 @dataclass(frozen=True)
+class Accepted:
+    """A rank took the request off its queue: from here on, a crash is the request's failure."""
+
+    id: int | None
+
+
+@dataclass(frozen=True)
 class Status:
     """A line of text for the user (shown next to the node that asked)."""
 
@@ -127,9 +138,9 @@ class Stopped:
     id: int | None
 
 
-Reply = Hello | Status | Step | Heartbeat | Result | Failure | Stopped
-_REPLIES: dict[str, type] = {cls.__name__.lower(): cls for cls in (Hello, Status, Step, Heartbeat, Result,
-                                                                  Failure, Stopped)}
+Reply = Hello | Accepted | Status | Step | Heartbeat | Result | Failure | Stopped
+_REPLIES: dict[str, type] = {cls.__name__.lower(): cls for cls in (Hello, Accepted, Status, Step, Heartbeat,
+                                                                  Result, Failure, Stopped)}
 FINAL = (Result, Failure, Stopped)  # the replies that end a request
 
 

@@ -1,7 +1,8 @@
 """One worker process (one rank, one chip): `python -m backend.worker`, started by the controller's launcher.
 
 It caps its memory (CPU), dials the controller, prepares the compile cache and the device before torch
-starts them, joins torch.distributed, says hello, then serves requests one at a time until told to stop.
+starts them, binds its chip, joins torch.distributed (through the group's FileStore on one host, or the
+launcher's environment when torchrun started it), says hello, then serves requests one at a time.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import os
 import threading
 import traceback
+from datetime import timedelta
+from pathlib import Path
 
 from ..protocol import messages
-from ..protocol.messages import Failure, Hello, Result, Stopped
+from ..protocol.messages import Accepted, Failure, Hello, Result, Stopped
 from . import compile_cache, device
 from .channel import Channel
 
@@ -42,8 +45,8 @@ def main() -> None:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     kind = os.environ[messages.ENV_DEVICE_KIND]
     limit_memory(kind)
-    channel = Channel(os.environ[messages.ENV_CONTROLLER], bytes.fromhex(os.environ[messages.ENV_SECRET]),
-                      os.environ.get(messages.ENV_GROUP_ID, "solo"), rank)
+    secret = bytes.fromhex(Path(os.environ[messages.ENV_SECRET_FILE]).read_text().strip())
+    channel = Channel(os.environ[messages.ENV_CONTROLLER], secret, os.environ.get(messages.ENV_GROUP_ID, "solo"), rank)
 
     compile_cache.prepare_cache_env()  # before torch loads and the device starts: they read the folders once
     device.prepare_worker(kind)
@@ -56,7 +59,12 @@ def main() -> None:
     elif kind == "cpu" and int(os.environ.get("LOCAL_WORLD_SIZE", "1")) > 1:  # torchrun would leave 1 each
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"])))
     bound = device.torch_device(kind, local_rank)  # bind the chip before the process group uses it
-    dist.init_process_group(backend=device.dist_backend(kind))
+    timeout = timedelta(seconds=float(os.environ.get(messages.ENV_COLLECTIVE_TIMEOUT, messages.COLLECTIVE_TIMEOUT_S)))
+    if store_path := os.environ.get(messages.ENV_STORE):  # one host: the group's private FileStore
+        dist.init_process_group(backend=device.dist_backend(kind), store=dist.FileStore(store_path, world_size),
+                                rank=rank, world_size=world_size, timeout=timeout)
+    else:  # started by torchrun (several hosts): its environment says where to meet
+        dist.init_process_group(backend=device.dist_backend(kind), timeout=timeout)
 
     from .runtime import Interrupted, Runtime
 
@@ -71,6 +79,7 @@ def main() -> None:
         if request.op == messages.SHUTDOWN:
             break
         channel.busy.set()
+        channel.send(Accepted(request.id))
         try:
             value, arrays = runtime.handle(request)
             reply = Result(request.id, value, arrays or {})
