@@ -20,8 +20,10 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import TypeVar
 
+import numpy as np
+
 from ..protocol import handoff, messages
-from ..protocol.errors import Interrupted, WorkerCrashed, WorkerError
+from ..protocol.errors import INPUT_ERRORS, Interrupted, WorkerCrashed, WorkerError
 from ..protocol.messages import (
     FINAL,
     Accepted,
@@ -145,16 +147,20 @@ class WorkerGroup:
         return self.request(lambda rid: messages.load_request(rid, spec), on_progress, should_interrupt)
 
     def sample(self, spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None = None,
-               should_interrupt: Callable[[], bool] | None = None) -> list[Result]:
-        return self.request(lambda rid: messages.sample_request(rid, spec, req), on_progress, should_interrupt)
+               should_interrupt: Callable[[], bool] | None = None,
+               arrays: dict[str, np.ndarray] | None = None) -> list[Result]:
+        return self.request(lambda rid: messages.sample_request(rid, spec, req), on_progress, should_interrupt,
+                            arrays)
 
     def info(self) -> list[Result]:
         return self.request(messages.info_request)
 
     def request(self, build: Callable[[int], dict], on_progress: ProgressFn | None = None,
-                should_interrupt: Callable[[], bool] | None = None) -> list[Result]:
+                should_interrupt: Callable[[], bool] | None = None,
+                arrays: dict[str, np.ndarray] | None = None) -> list[Result]:
         """Sends one request (`build(request id)`) to every rank and waits for every rank's result; returns
-        them by rank.
+        them by rank. `arrays` (input images) are written once to /dev/shm, mapped by every rank, and deleted
+        when the request is over.
 
         Progress goes to `on_progress` while waiting. If `should_interrupt()` turns true, or `on_progress`
         raises (ComfyUI's progress hook raises on interrupt), every rank is told to stop at its next step, and
@@ -165,21 +171,27 @@ class WorkerGroup:
             if not self.alive():
                 raise WorkerCrashed("the worker group is not running.", request_started=False)
             call = _Call(next(self._ids), len(self.links))
-            msg = build(call.rid)
-            for rank in range(len(self.links)):
-                self._send(rank, msg, call)
+            msg, specs, inline = build(call.rid), [], []
+            if arrays:
+                specs, inline = handoff.pack(arrays, handoff.shm_prefix(self.group_id) + "in-", call.rid)
+                msg = {**msg, "arrays": specs}
             try:
-                self._collect(call, on_progress, should_interrupt)
-            except (Interrupted, WorkerCrashed, WorkerError):
-                raise
-            except BaseException:
-                self._interrupt_and_drain(call)
-                raise
+                for rank in range(len(self.links)):
+                    self._send(rank, msg, call, inline)
+                try:
+                    self._collect(call, on_progress, should_interrupt)
+                except (Interrupted, WorkerCrashed, WorkerError):
+                    raise
+                except BaseException:
+                    self._interrupt_and_drain(call)
+                    raise
+            finally:
+                handoff.remove(specs)  # every rank mapped them when it received the request
             return [call.replies[r] for r in range(len(self.links))]
 
-    def _send(self, rank: int, msg: dict, call: _Call) -> None:
+    def _send(self, rank: int, msg: dict, call: _Call, inline: list | None = None) -> None:
         try:
-            self.links[rank].send(msg)
+            self.links[rank].send(msg, inline)
         except OSError as e:
             self._crashed(rank, e, call)
 
@@ -225,6 +237,8 @@ class WorkerGroup:
                     call.replies[rank] = reply
         if any(isinstance(r, Failure) for r in call.replies.values()):  # before Stopped: a failure stops the others
             failure = next(r for r in call.replies.values() if isinstance(r, Failure))
+            if failure.input_error in INPUT_ERRORS:  # the choice cannot work here: the same answer on every rank
+                raise INPUT_ERRORS[failure.input_error](failure.message)
             log.error("comfyui-tpu: a worker request failed:\n%s", failure.traceback)
             raise WorkerError(self._first_error(call))
         if any(isinstance(r, Stopped) for r in call.replies.values()):

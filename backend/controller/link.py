@@ -33,8 +33,11 @@ class Link:
     def fileno(self) -> int:  # so that multiprocessing.connection.wait() can watch links
         return self.conn.fileno()
 
-    def send(self, msg: dict) -> None:
+    def send(self, msg: dict, inline: list | None = None) -> None:
+        """Sends a request; `inline` are the bytes of input arrays that could not go through /dev/shm."""
         self.conn.send(msg)
+        for a in inline or ():
+            self.conn.send_bytes(memoryview(a).cast("B"))
 
     def recv(self) -> Reply:
         """The next reply (blocking); raises EOFError or OSError when the worker is gone."""

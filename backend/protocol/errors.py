@@ -55,6 +55,10 @@ class Interrupted(TPUError):
     DEFAULT = "interrupted by the user"
 
 
+# The input errors a worker may raise; they come back over the link by name and are raised again as such.
+INPUT_ERRORS: dict[str, type[InputError]] = {c.__name__: c for c in (InputError, ModelError, CompileError,
+                                                                    DeviceError, ParallelError)}
+
 for _cls in (TPUError, InputError, ModelError, CompileError, DeviceError, ParallelError, WorkerError,
              WorkerCrashed, Interrupted):
     _cls.__module__ = PUBLIC_MODULE

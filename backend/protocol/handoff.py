@@ -1,9 +1,11 @@
-"""Moving images from a worker to the controller: through a /dev/shm file, not the socket.
+"""Moving images between the controller and the workers: through a /dev/shm file, not the socket.
 
-The worker writes each array once into a private (0600) file in /dev/shm and sends its path; the controller
-maps it copy-on-write and unlinks it at once, so the IMAGE tensor ComfyUI receives is that mapping: one copy
-in all, and nothing is left in /dev/shm even if a process dies later. Where /dev/shm is missing or full (a
-container's 64 MiB default), the bytes go over the socket instead (received straight into their buffer).
+The worker writes each output array once into a private (0600) file in /dev/shm and sends its path; the
+controller maps it copy-on-write and unlinks it at once, so the IMAGE tensor ComfyUI receives is that mapping:
+one copy in all, and nothing is left in /dev/shm even if a process dies later. Input images (Sample's image and
+mask) go the other way: the controller writes them once, every rank maps the same files (`keep=True`), and the
+controller deletes them when the request is over. Where /dev/shm is missing or full (a container's 64 MiB
+default), the bytes go over the socket instead (received straight into their buffer).
 """
 
 from __future__ import annotations
@@ -47,12 +49,13 @@ def pack(arrays: dict[str, np.ndarray], prefix: str, counter: int) -> tuple[list
     return specs, inline
 
 
-def unpack(conn: Connection, specs: list[dict]) -> dict[str, np.ndarray]:
-    """Receives the arrays described by `specs` (mapped from /dev/shm, or read from the socket in order)."""
+def unpack(conn: Connection, specs: list[dict], keep: bool = False) -> dict[str, np.ndarray]:
+    """Receives the arrays described by `specs` (mapped from /dev/shm, or read from the socket in order). The
+    files are unlinked once mapped, unless `keep` (other processes map them too; their writer deletes them)."""
     values = {}
     for spec in specs:
         if "shm" in spec:
-            values[spec["name"]] = _map(spec["shm"], spec["shape"], np.dtype(spec["dtype"]))
+            values[spec["name"]] = _map(spec["shm"], spec["shape"], np.dtype(spec["dtype"]), keep)
         else:
             arr = np.empty(spec["shape"], dtype=spec["dtype"])
             conn.recv_bytes_into(memoryview(arr).cast("B"))
@@ -60,7 +63,7 @@ def unpack(conn: Connection, specs: list[dict]) -> dict[str, np.ndarray]:
     return values
 
 
-def _map(path: str, shape: tuple, dtype: np.dtype) -> np.ndarray:
+def _map(path: str, shape: tuple, dtype: np.dtype, keep: bool = False) -> np.ndarray:
     if not os.path.basename(path).startswith(PREFIX) or os.path.dirname(path) != SHM_DIR:
         raise ValueError(f"refusing to map {path}: not one of ComfyUI-TPU's /dev/shm files")
     fd = os.open(path, os.O_RDONLY)
@@ -71,7 +74,8 @@ def _map(path: str, shape: tuple, dtype: np.dtype) -> np.ndarray:
         mm = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     finally:
         os.close(fd)
-        _remove(path)
+        if not keep:
+            _remove(path)
     return np.frombuffer(mm, dtype=dtype).reshape(shape)  # writable (copy-on-write), kept alive by the array
 
 
@@ -84,6 +88,13 @@ def remove_stale() -> list[str]:
             _remove(path)
             removed.append(path)
     return removed
+
+
+def remove(specs: list[dict]) -> None:
+    """Deletes the files of arrays sent with `keep` readers, once every reader has mapped them."""
+    for spec in specs:
+        if "shm" in spec:
+            _remove(spec["shm"])
 
 
 def remove_leftovers(prefix: str) -> None:

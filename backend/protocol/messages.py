@@ -44,6 +44,7 @@ class Request:
     id: int | None = None
     spec: PipelineSpec | None = None
     request: SampleRequest | None = None
+    arrays: dict[str, Any] = field(default_factory=dict)  # input images of a sample (numpy, by handoff)
 
 
 def load_request(rid: int, spec: PipelineSpec) -> dict:
@@ -66,10 +67,10 @@ def shutdown() -> dict:
     return {"op": SHUTDOWN}
 
 
-def read_request(msg: dict) -> Request:
+def read_request(msg: dict, arrays: dict[str, Any] | None = None) -> Request:
     spec, req = msg.get("spec"), msg.get("request")
     return Request(op=msg["op"], id=msg.get("id"), spec=PipelineSpec.from_dict(spec) if spec else None,
-                   request=SampleRequest.from_dict(req) if req else None)
+                   request=SampleRequest.from_dict(req) if req else None, arrays=arrays or {})
 
 
 # ---- worker → controller
@@ -129,6 +130,7 @@ class Failure:
     id: int | None
     message: str
     traceback: str = ""
+    input_error: str = ""  # the InputError subclass the worker raised (e.g. "ModelError"), raised again as such
 
 
 @dataclass(frozen=True)

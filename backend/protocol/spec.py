@@ -30,16 +30,30 @@ class Family:
     tp_plan: bool  # diffusers ships a tensor-parallel plan for its transformer
     repeated_blocks: bool = True  # the denoiser lists _repeated_blocks (compile_repeated_blocks works)
     cfg_doubles_batch: bool = False  # CFG runs the denoiser once on a doubled batch (a compiled shape)
+    # What an input image on Sample means (diffusers pipelines made from the loaded one with from_pipe):
+    img2img: str | None = None  # the image-to-image pipeline class; None: the image is a reference instead
+    inpaint: str | None = None  # the inpainting pipeline class; None: this model cannot inpaint
+    references: bool = False  # the loaded pipeline itself takes reference images (`image=`)
+    needs_image: bool = False  # it cannot make an image without one (edit models)
 
 
+_QWEN_EDIT = dict(references=True, inpaint="QwenImageEditInpaintPipeline", needs_image=True)
 FAMILIES: dict[str, Family] = {
-    "FluxPipeline": Family("FLUX.1", 2, "guidance_scale", True),
-    "Flux2Pipeline": Family("FLUX.2", 2, "guidance_scale", True),
-    "Flux2KleinPipeline": Family("FLUX.2", 2, "guidance_scale", True),
+    "FluxPipeline": Family("FLUX.1", 2, "guidance_scale", True, img2img="FluxImg2ImgPipeline",
+                           inpaint="FluxInpaintPipeline"),
+    "Flux2Pipeline": Family("FLUX.2", 2, "guidance_scale", True, references=True),
+    "Flux2KleinPipeline": Family("FLUX.2", 2, "guidance_scale", True, references=True,
+                                 inpaint="Flux2KleinInpaintPipeline"),
     "StableDiffusion3Pipeline": Family("SD3", 2, "guidance_scale", False, repeated_blocks=False,
-                                       cfg_doubles_batch=True),
-    "StableDiffusionXLPipeline": Family("SDXL", 1, "guidance_scale", False, cfg_doubles_batch=True),
-    "QwenImagePipeline": Family("Qwen-Image", 2, "true_cfg_scale", True),
+                                       cfg_doubles_batch=True, img2img="StableDiffusion3Img2ImgPipeline",
+                                       inpaint="StableDiffusion3InpaintPipeline"),
+    "StableDiffusionXLPipeline": Family("SDXL", 1, "guidance_scale", False, cfg_doubles_batch=True,
+                                        img2img="StableDiffusionXLImg2ImgPipeline",
+                                        inpaint="StableDiffusionXLInpaintPipeline"),
+    "QwenImagePipeline": Family("Qwen-Image", 2, "true_cfg_scale", True, img2img="QwenImageImg2ImgPipeline",
+                                inpaint="QwenImageInpaintPipeline"),
+    "QwenImageEditPipeline": Family("Qwen-Image-Edit", 2, "true_cfg_scale", True, **_QWEN_EDIT),
+    "QwenImageEditPlusPipeline": Family("Qwen-Image-Edit", 2, "true_cfg_scale", True, **_QWEN_EDIT),
 }
 
 
@@ -91,6 +105,20 @@ class CompilePlan:
 
 
 @dataclass(frozen=True)
+class LoraRef:
+    """One LoRA file written into the loaded weights (Load LoRA). Not part of the load key: adding, removing or
+    re-weighting LoRAs rewrites the touched weights in place and never reloads the model."""
+
+    path: str  # absolute, checked by the controller
+    strength: float = 1.0  # on the denoiser (transformer or UNet)
+    te_strength: float = 1.0  # on the text encoders, where the file has weights for them
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).name
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
     """What pipeline to run and how. The TPU_PIPELINE value that nodes pass along."""
 
@@ -107,6 +135,7 @@ class PipelineSpec:
     sharded_encoders: tuple[str, ...] = ()  # the text encoders that choice shards (found by the controller)
     dp_replicas: int = 1  # copies of the (possibly sharded) model, each drawing different images
     kind: str = ""  # the device kind `device` resolved to, once (api.make_spec; api.checked fills it in)
+    loras: tuple[LoraRef, ...] = ()  # applied in this order on top of the loaded weights
 
     @property
     def family(self) -> Family:
@@ -121,7 +150,7 @@ class PipelineSpec:
         return self.model_path.rstrip("/").rsplit("/", 1)[-1]
 
     def load_key(self) -> tuple:
-        """Changing any of these reloads the weights; mode and compile plan do not."""
+        """Changing any of these reloads the weights; mode, compile plan and LoRAs do not."""
         return (self.model_path, self.dtype, self.offload, self.tp_degree, self.tp_text_encoders)
 
     def compile_plan(self) -> CompilePlan | None:
@@ -140,7 +169,8 @@ class PipelineSpec:
         if isinstance(plan, dict):
             plan = CompilePlan(**{**plan, "warmup": tuple(tuple(s) for s in plan.get("warmup", ())),
                                   "notes": tuple(plan.get("notes", ()))})
-        return cls(**{**data, "compile": plan, "sharded_encoders": tuple(data.get("sharded_encoders", ()))})
+        return cls(**{**data, "compile": plan, "sharded_encoders": tuple(data.get("sharded_encoders", ())),
+                      "loras": tuple(LoraRef(**lora) for lora in data.get("loras", ()))})
 
 
 @dataclass(frozen=True)
@@ -156,6 +186,7 @@ class SampleRequest:
     seed: int = 0
     batch_size: int = 1
     prompt_per_line: bool = False  # each non-empty line is a prompt; batch_size images each
+    denoise: float = 1.0  # with an input image: how much of it is repainted (0 keeps it, 1 repaints it all)
 
     def to_dict(self) -> dict:
         return asdict(self)

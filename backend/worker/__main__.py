@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from ..protocol import messages
+from ..protocol.errors import InputError
 from ..protocol.messages import Accepted, Failure, Hello, Result, Stopped
 from . import compile_cache, device
 from .channel import Channel
@@ -85,6 +86,8 @@ def main() -> None:
             reply = Result(request.id, value, arrays or {})
         except Interrupted:
             reply = Stopped(request.id)
+        except InputError as e:  # the request cannot work here; the worker is fine
+            reply = Failure(request.id, str(e), traceback.format_exc(), input_error=type(e).__name__)
         except Exception as e:
             reply = Failure(request.id, runtime.describe_error(e), traceback.format_exc())
         channel.busy.clear()

@@ -2,7 +2,7 @@
 
 It dials the controller and answers its HMAC challenge, then a receiver thread reads requests (so an interrupt
 arrives while the main thread is busy sampling) and exits the process when the controller goes away, so a
-worker never outlives ComfyUI. Sends are serialised across threads; arrays travel through /dev/shm.
+worker never outlives ComfyUI. Sends are serialised across threads; arrays travel through /dev/shm both ways.
 """
 
 from __future__ import annotations
@@ -44,7 +44,11 @@ class Channel:
     def receive_forever(self) -> None:
         try:
             while True:
-                request = messages.read_request(self.conn.recv())
+                data = self.conn.recv()
+                specs = data.pop("arrays", None)
+                # input images: mapped from the controller's /dev/shm files (it deletes them after the request)
+                arrays = handoff.unpack(self.conn, specs, keep=True) if specs else None
+                request = messages.read_request(data, arrays)
                 if request.op == messages.INTERRUPT:
                     self.interrupt.set()
                 else:
