@@ -23,11 +23,12 @@ from ..protocol.spec import (
     WARMUP_STEPS,
     CompilePlan,
     GroupConfig,
+    LoraRef,
     PipelineSpec,
     SampleRequest,
     mode_note,
 )
-from . import devices, group, models, plans
+from . import devices, group, images, models, plans
 
 ProgressFn = Callable[[Status | Step], None]
 MAX_IMAGES = 4096  # images in one Sample (prompt lines × batch_size)
@@ -58,6 +59,8 @@ def checked(spec: PipelineSpec) -> PipelineSpec:
         spec = spec.with_changes(kind=devices.resolve_kind(spec.device))
     spec = plans.with_sharded_encoders(spec)
     plans.check_spec(spec)
+    for lora in spec.loras:
+        check_lora(spec, lora)
     return plans.resolve_compile(spec)
 
 
@@ -99,16 +102,59 @@ def load(spec: PipelineSpec, on_progress: ProgressFn | None = None,
 
 
 def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None = None,
-           should_interrupt: Callable[[], bool] | None = None) -> np.ndarray:
-    """Images [B, H, W, C] float32 in 0..1 for one request (loading the pipeline first if needed)."""
+           should_interrupt: Callable[[], bool] | None = None, image: np.ndarray | None = None,
+           mask: np.ndarray | None = None) -> np.ndarray:
+    """Images [B, H, W, C] float32 in 0..1 for one request (loading the pipeline first if needed).
+
+    `image` (IMAGE [B, H, W, C] in 0..1) starts image-to-image, or gives reference images to the families that
+    take them; with `mask` (MASK [B, H, W], 1 = repaint) it inpaints. See `describe_inputs`."""
     spec = checked(spec)
     check_request(spec, req)
+    arrays = images.as_arrays(spec, req, image, mask)
     progress = _group_progress(spec, req, on_progress)
-    results = group.run(group_config(spec), lambda g: g.sample(spec, req, progress, should_interrupt),
+    results = group.run(group_config(spec), lambda g: g.sample(spec, req, progress, should_interrupt, arrays),
                         _status_adapter(on_progress))
     # Each replica's first rank sends its slice; rank order is image order.
     parts = [r.arrays["images"] for r in results if "images" in r.arrays]
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def describe_inputs(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None = None,
+                    mask: np.ndarray | None = None) -> list[str]:
+    """Checks Sample's image inputs (raising ModelError as `sample` would) and says what will happen to them."""
+    return images.describe(spec, req, images.as_arrays(checked(spec), req, image, mask))
+
+
+def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, str | None]:
+    """Width and height that follow the image (rounded down to the model's size factor), and a note if rounded."""
+    return images.size_from_image(spec, image)
+
+
+# ---- LoRAs
+
+def check_lora(spec: PipelineSpec, lora: LoraRef) -> None:
+    """A LoRA that can be written into this pipeline; raises ModelError naming the file and the fix."""
+    for name, value in (("strength", lora.strength), ("strength_text_encoder", lora.te_strength)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value)):
+            raise ModelError(f"{name}: {value!r} is not a number a LoRA can be applied with ('{lora.name}'); give a "
+                             "finite value such as 1.0 (0 turns the LoRA off).")
+    if spec.offload == "sequential":
+        raise ModelError(f"lora_name: '{lora.name}' cannot be applied with offload 'sequential', which keeps the "
+                         "weights off the device between layers; choose offload 'model' or 'none' in Load TPU "
+                         "Pipeline.")
+    models.check_lora(lora.path)
+
+
+def with_lora(spec: PipelineSpec, path: str, strength: float = 1.0,
+              te_strength: float = 1.0) -> tuple[PipelineSpec, str]:
+    """`spec` with one more LoRA (applied after the ones it has), checked; and the LoRAs, for the node's text.
+    Never reloads the model: the worker rewrites the touched weights in place."""
+    lora = LoraRef(str(Path(path).resolve()), strength, te_strength)
+    check_lora(spec, lora)
+    spec = spec.with_changes(loras=(*spec.loras, lora))
+    lines = [f"{i}. {x.name}: strength {x.strength:g}, text encoder {x.te_strength:g}"
+             for i, x in enumerate(spec.loras, 1)]
+    return spec, "LoRAs (applied in this order):\n" + "\n".join(lines)
 
 
 def warmup_steps(spec: PipelineSpec) -> int:

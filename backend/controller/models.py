@@ -5,7 +5,9 @@ Reads JSON and lists files, never imports torch.
 
 from __future__ import annotations
 
+import json
 import os
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,3 +155,31 @@ def check_size(info: ModelInfo, width: int, height: int, max_side: int = 8192) -
             near = f"{lo} or {hi}" if lo else str(hi)
             raise ModelError(f"{name}: {value} is not a multiple of {f}, which {info.family.name} needs; "
                              f"use {near}.")
+
+
+def check_lora(path: str) -> str:
+    """A LoRA file ready to apply: an existing .safetensors file whose tensors include LoRA layers (reads only
+    its header). Returns its absolute path; raises ModelError naming the file and the fix."""
+    file = Path(path)
+    name = file.name
+    if not file.is_file():
+        raise ModelError(f"lora_name: '{name}' was not found ({path}). Put the LoRA in ComfyUI's models/loras "
+                         "folder and pick it from the list (press R to refresh it).")
+    if file.suffix != ".safetensors":
+        raise ModelError(f"lora_name: '{name}' is a pickle file, which can run code when loaded and is refused. Use "
+                         "the .safetensors version of this LoRA (most LoRAs are published as .safetensors), or "
+                         "convert it.")
+    try:
+        with open(file, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            if size > 100 * 2**20:
+                raise ValueError(f"a header of {size} bytes")
+            header = json.loads(f.read(size))
+        keys = [k for k in header if k != "__metadata__"]
+    except (OSError, ValueError, struct.error) as e:
+        raise ModelError(f"lora_name: '{name}' cannot be read as safetensors ({e}); the file is damaged or "
+                         "incomplete: download it again.") from None
+    if not any("lora" in k.lower() for k in keys):
+        raise ModelError(f"lora_name: '{name}' holds no LoRA weights ({len(keys)} tensors, none named like a LoRA "
+                         "layer); it is probably a full model or another kind of file. Pick a LoRA file.")
+    return str(file.resolve())

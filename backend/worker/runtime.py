@@ -17,10 +17,11 @@ import torch
 
 from ..protocol import messages
 from ..protocol.messages import Request, Status, Step
-from ..protocol.spec import Layout, PipelineSpec, SampleRequest, mode_note, warmup_request
-from . import device, loading, parallel
+from ..protocol.spec import Layout, PipelineSpec, SampleRequest, mode_note, share, warmup_request
+from . import device, images, loading, parallel
 from .compile_cache import CACHE_INFO
 from .compiler import Compiler
+from .lora import Loras
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 # Allocator messages: torch CUDA ("CUDA out of memory"), torch CPU ("DefaultCPUAllocator: can't allocate
@@ -46,6 +47,8 @@ class Runtime:
         self._rid: int | None = None
         self._cache_told = False  # a renewed or unusable compile cache folder is said once
         self.compiler = Compiler(self.status)
+        self.loras = Loras(self.status)
+        self.image_pipes = images.ImagePipelines()
         self.vote = parallel.StopVote(1)  # replaced at load time when the model is sharded
 
     # ---- dispatch
@@ -55,9 +58,9 @@ class Runtime:
             return self.prepare(request.spec), None
         if request.op == messages.SAMPLE:
             self.prepare(request.spec)
-            images = self.sample(request.spec, request.request)
+            out = self.sample(request.spec, request.request, request.arrays)
             self.samples += 1
-            return {"loads": self.loads}, ({"images": images} if images is not None else None)
+            return {"loads": self.loads}, ({"images": out} if out is not None else None)
         if request.op == messages.INFO:
             return self.info(), None
         raise ValueError(f"unknown worker op '{request.op}'")
@@ -72,6 +75,7 @@ class Runtime:
                 "samples": self.samples, "steps": self.steps,
                 "model": self.load_key[0] if self.load_key else None,
                 "dtype": str(self.pipe.dtype).replace("torch.", "") if self.pipe is not None else None,
+                "loras": self.loras.info(),
                 "compile": {"mode": self.mode, "note": mode_note(self.kind, self.mode), **self.compiler.stats()}}
 
     # ---- loading, mode, warm-up
@@ -80,6 +84,8 @@ class Runtime:
         if self.load_key != spec.load_key() or self.pipe is None:
             self.load(spec)
         self.set_mode(spec)
+        tp = (parallel.tp_mesh(self.kind, spec.tp_degree), "transformer") if spec.tp_degree > 1 else None
+        self.loras.apply(self.pipe, spec.loras, spec.family.name, tp)
         for i, todo in enumerate(pending := self.compiler.apply(self.pipe, spec, self.dtype_name(spec)), 1):
             w, h, b = todo
             self.status(f"warm-up {i}/{len(pending)}: {w}x{h} (batch {b})")
@@ -112,6 +118,9 @@ class Runtime:
         else:
             pipe.to(self.device)
         pipe.set_progress_bar_config(disable=True)
+        for module in pipe.components.values():  # inference only; the same flags whatever a LoRA load did
+            if isinstance(module, torch.nn.Module):
+                module.requires_grad_(False)
         self.vote = parallel.StopVote(spec.tp_degree)
         self.pipe, self.load_key = pipe, spec.load_key()
         self.loads += 1
@@ -135,41 +144,56 @@ class Runtime:
         if self.pipe is None:
             return
         self.compiler.forget()
+        self.loras.forget()
+        self.image_pipes.forget()
         self.pipe, self.load_key = None, None
         gc.collect()
         if self.kind == "cuda":
             torch.cuda.empty_cache()
 
     # ---- sampling
-    def sample(self, spec: PipelineSpec, req: SampleRequest) -> np.ndarray | None:
+    def sample(self, spec: PipelineSpec, req: SampleRequest, arrays: dict | None = None) -> np.ndarray | None:
         """This replica's images [B, H, W, C] float32 in 0..1 (None on ranks that do not send images).
 
         Global image i is drawn from its own generator (seed + i) and with its own pipeline call, so the
         same seed gives the same pixels whatever the batch size or the number of replicas (batched matmuls
-        differ in the last bits between a batch of 4 and two of 2). Replica r draws a contiguous slice.
+        differ in the last bits between a batch of 4 and two of 2). Replica r draws a contiguous slice. With
+        input images (`arrays`: image, mask), image i of the run takes input image i (cycling).
         """
+        arrays = arrays or {}
         layout = Layout(spec.tp_degree, self.world_size, self.rank)
-        items = layout.my_images(req)
+        everything = req.images()
+        indices = share(len(everything), layout.replicas, layout.replica)
+        kind = images.task(spec.family, arrays)
+        pipe = self.image_pipes.for_task(self.pipe, spec.family, kind)
         if self.should_stop():
             raise Interrupted()
-        images = []
-        for k, (prompt, seed) in enumerate(items):
-            kwargs = self._call_kwargs(spec, req, [torch.Generator("cpu").manual_seed(seed)], prompt=prompt)
-            with torch.inference_mode(), self.compiler.sampling(self.pipe, spec, kwargs) as call:
-                self._on_steps(kwargs, call, done=k * req.steps, total=len(items) * req.steps,
+        out = []
+        for k, i in enumerate(indices):
+            prompt, seed = everything[i]
+            if kind in (images.IMG2IMG, images.INPAINT) and req.denoise == 0:  # nothing to repaint
+                out.append(images.input_image(arrays, i, req.width, req.height))
+                continue
+            kwargs = self._call_kwargs(pipe, spec, req, [torch.Generator("cpu").manual_seed(seed)], prompt=prompt)
+            with torch.inference_mode(), self.compiler.sampling(pipe, spec, kwargs) as call:
+                images.add_inputs(pipe, kind, kwargs, arrays, i, req)
+                self._on_steps(pipe, kwargs, call, done=k * req.steps, total=len(indices) * req.steps,
                                report=layout.leader)
-                out = self.pipe(**kwargs)
-            images.append(np.asarray(out.images, dtype=np.float32))
-        if not layout.leader or not images:
+                result = pipe(**kwargs)
+            out.append(np.asarray(result.images, dtype=np.float32))
+        if not layout.leader or not out:
             return None
-        return np.ascontiguousarray(np.concatenate(images))
+        return np.ascontiguousarray(np.concatenate(out))
 
     def should_stop(self) -> bool:
         """The controller asked to stop; with a sharded model, agreed by all its ranks at the same step."""
         return self.vote(self.channel.interrupt.is_set())
 
-    def _call_kwargs(self, spec: PipelineSpec, req: SampleRequest, generators: list, prompt: str) -> dict:
-        params = inspect.signature(self.pipe.__call__).parameters
+    def _call_kwargs(self, pipe: Any, spec: PipelineSpec, req: SampleRequest, generators: list,
+                     prompt: str) -> dict:
+        """The pipeline call's arguments; width and height stay even where the pipeline has none (the compiler
+        and the image inputs read them; images.add_inputs drops them)."""
+        params = inspect.signature(pipe.__call__).parameters
         family = spec.family
         kwargs: dict[str, Any] = {
             "prompt": prompt, "height": req.height, "width": req.width,
@@ -179,11 +203,11 @@ class Runtime:
         }
         if "negative_prompt" in params and (req.negative_prompt or family.guidance_arg == "true_cfg_scale"):
             kwargs["negative_prompt"] = req.negative_prompt  # Qwen-Image enables true CFG only with one
-        return {k: v for k, v in kwargs.items() if k in params}
+        return {k: v for k, v in kwargs.items() if k in params or k in ("width", "height")}
 
-    def _on_steps(self, kwargs: dict, call: Any, done: int, total: int, report: bool) -> None:
+    def _on_steps(self, pipe: Any, kwargs: dict, call: Any, done: int, total: int, report: bool) -> None:
         """Adds the step callback: counts steps, reports each one (with its duration), stops when asked."""
-        if "callback_on_step_end" not in inspect.signature(self.pipe.__call__).parameters:
+        if "callback_on_step_end" not in inspect.signature(pipe.__call__).parameters:
             return
         last = [time.perf_counter()]
 

@@ -1,0 +1,139 @@
+"""Sample's image inputs, checked and described before any worker sees them (controller side).
+
+An image alone means image-to-image (or reference images, for FLUX.2 and Qwen-Image-Edit); an image and a mask
+mean inpainting (mask 1 = repaint, as ComfyUI's MASK). The worker fits the pixels (`worker.images`); here the
+inputs are checked against the model and the request, and the user is told what will happen to them: an image
+of another size is stretched to width × height (never cropped), a grey image is used as RGB, and image i of the
+run takes input image i (the inputs cycle when there are fewer). Numpy only: no torch in ComfyUI's process.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..protocol.errors import ModelError
+from ..protocol.spec import PipelineSpec, SampleRequest
+
+MIN_REFERENCE_SIDE = 64  # FLUX.2 refuses smaller reference images
+
+
+def as_arrays(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None,
+              mask: np.ndarray | None) -> dict[str, np.ndarray]:
+    """The inputs as the worker takes them (image [B, H, W, C] float32, mask [B, H, W] float32), checked against
+    the model and the request; raises ModelError naming the input and the fix."""
+    family = spec.family
+    if not (math.isfinite(req.denoise) and 0 <= req.denoise <= 1):
+        raise ModelError(f"denoise: {req.denoise} is not between 0 and 1; use 1 to repaint the whole image, lower "
+                         "to keep more of it.")
+    if image is None:
+        if mask is not None:
+            raise ModelError("mask: a mask needs the image it belongs to; connect that image to Sample's image "
+                             "input too (Load Image gives both).")
+        if family.needs_image:
+            raise ModelError(f"image: '{spec.name}' is an edit model ({family.name}): it changes an image and "
+                             "cannot make one from text alone. Connect an image (Load Image) to Sample's image.")
+        return {}
+    image = _image(image)
+    arrays = {"image": image}
+    if mask is not None:
+        if family.inpaint is None:
+            raise ModelError(f"mask: {family.name} ('{spec.name}', {spec.class_name}) has no inpainting pipeline in "
+                             "diffusers; disconnect the mask (the image is then used as a reference), or use a "
+                             "model that can inpaint (FLUX.1, FLUX.2 klein, SD3, SDXL, Qwen-Image).")
+        arrays["mask"] = _mask(mask)
+    elif family.img2img is None:  # the image is a reference
+        if req.denoise != 1:
+            raise ModelError(f"denoise: {family.name} takes the image as a reference, not as a start to repaint, so "
+                             f"denoise does not apply; set denoise to 1 (it is {req.denoise}).")
+        small = [f"{w}x{h}" for h, w in {i.shape[:2] for i in image} if min(h, w) < MIN_REFERENCE_SIDE]
+        if small:
+            raise ModelError(f"image: reference images must be at least {MIN_REFERENCE_SIDE} pixels on each side; "
+                             f"this one is {small[0]}. Scale it up first (Upscale Image).")
+    return arrays
+
+
+def _image(image: np.ndarray) -> np.ndarray:
+    a = np.asarray(image)
+    if a.ndim == 3:
+        a = a[None]
+    if a.ndim != 4 or a.shape[0] < 1 or a.shape[-1] not in (1, 3, 4) or min(a.shape[1:3]) < 1:
+        raise ModelError(f"image: an IMAGE of shape {list(a.shape)} cannot be used; it must be [batch, height, "
+                         "width, channels] with 1, 3 or 4 channels (connect Load Image or another IMAGE output).")
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    if not np.isfinite(a).all():
+        raise ModelError("image: the image holds values that are not numbers (NaN or infinity); check the nodes "
+                         "that made it.")
+    return a
+
+
+def _mask(mask: np.ndarray) -> np.ndarray:
+    m = np.asarray(mask)
+    if m.ndim == 2:
+        m = m[None]
+    if m.ndim == 4 and m.shape[-1] == 1:
+        m = m[..., 0]
+    if m.ndim != 3 or m.shape[0] < 1 or min(m.shape[1:]) < 1:
+        raise ModelError(f"mask: a MASK of shape {list(m.shape)} cannot be used; it must be [batch, height, width] "
+                         "(connect Load Image's mask output or another MASK).")
+    m = np.ascontiguousarray(m, dtype=np.float32)
+    if not np.isfinite(m).all():
+        raise ModelError("mask: the mask holds values that are not numbers (NaN or infinity); check the nodes "
+                         "that made it.")
+    return m
+
+
+def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, str | None]:
+    """(width, height) of the first input image, rounded down to the model's size factor; and a note when the
+    image is not already such a size (it is then stretched by those few pixels)."""
+    h, w = _image(image).shape[1:3]
+    f = spec.size_factor
+    width, height = max(f, w // f * f), max(f, h // f * f)
+    if (width, height) == (w, h):
+        return width, height, None
+    return width, height, (f"size_from_image: the image is {w}x{h}; {spec.family.name} needs multiples of {f}, so "
+                           f"the size is {width}x{height} (the image is stretched to it)")
+
+
+def describe(spec: PipelineSpec, req: SampleRequest, arrays: dict[str, np.ndarray]) -> list[str]:
+    """What will happen to the inputs, in words, for the text next to Sample."""
+    if "image" not in arrays:
+        return []
+    family, image = spec.family, arrays["image"]
+    count, inputs = len(req.images()), len(image)
+    notes = []
+    if "mask" not in arrays and family.img2img is None:
+        sizes = ", ".join(sorted({f"{i.shape[1]}x{i.shape[0]}" for i in image}))
+        notes.append(f"reference image{'s' if inputs > 1 else ''} ({inputs}, {sizes}) given to {family.name} with "
+                     f"every image it makes; the output is {req.width}x{req.height}")
+    else:
+        what = "inpainting (mask: white = repaint)" if "mask" in arrays else "image to image"
+        notes.append(f"{what}, denoise {req.denoise:g}: {req.steps} steps of a {_total(req)}-step schedule"
+                     if 0 < req.denoise < 1 else f"{what}, denoise {req.denoise:g}")
+        if req.denoise == 0:
+            notes.append("denoise 0: nothing is repainted; the input image comes back as it is (at the size asked)")
+        sizes = {(i.shape[1], i.shape[0]) for i in image}
+        for w, h in sorted(sizes):
+            if (w, h) != (req.width, req.height):
+                notes.append(f"image {w}x{h} stretched to {req.width}x{req.height} (Sample's width and height); turn "
+                             "on size_from_image to keep the image's size")
+        if "mask" in arrays:
+            for mh, mw in sorted({m.shape for m in arrays["mask"]}):
+                if (mw, mh) not in sizes:
+                    notes.append(f"mask {mw}x{mh} is not the image's size: stretched to {req.width}x{req.height} "
+                                 "like the image")
+        if inputs > 1 or count > inputs:
+            notes.append(f"{inputs} input image{'s' if inputs > 1 else ''} for {count} image{'s' if count > 1 else ''}:"
+                         f" image i (seed + i) starts from input image i"
+                         + (f" (cycling: i mod {inputs})" if count > inputs else ""))
+    channels = image.shape[-1]
+    if channels == 1:
+        notes.append("the image has one channel (grey): used as RGB")
+    elif channels == 4:
+        notes.append("the image has an alpha channel: it is ignored")
+    return notes
+
+
+def _total(req: SampleRequest) -> int:
+    return int(req.steps / req.denoise)

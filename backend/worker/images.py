@@ -1,0 +1,130 @@
+"""Sample's image inputs (worker side): image-to-image, inpainting and reference images.
+
+Each uses the family's own diffusers pipeline made from the loaded one with `from_pipe` (the same modules:
+nothing is copied or reloaded, LoRAs and compiled graphs carry over), cached per loaded pipeline. The controller
+has checked the inputs and told the user what happens to them (`controller.images`); here the pixels are fitted
+to the size being made (stretched, never cropped) and handed to the pipeline.
+
+Denoise works as in ComfyUI: `steps` steps run, over the last part of a schedule of int(steps / denoise) steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..protocol.spec import Family, SampleRequest
+
+TEXT, IMG2IMG, INPAINT, REFERENCE = "text", "img2img", "inpaint", "reference"
+# Pipelines that run int(N · strength) steps (the others run N − int(N − N · strength)).
+_FLOOR_STRENGTH = ("StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline")
+_SINGLE_REFERENCE = ("QwenImageEditPipeline",)  # takes one image, not a list
+
+
+def task(family: Family, arrays: dict) -> str:
+    """What the request's inputs ask of this family (the controller has checked that it can)."""
+    if "image" not in arrays:
+        return TEXT
+    if "mask" in arrays:
+        return INPAINT
+    return IMG2IMG if family.img2img else REFERENCE
+
+
+def schedule(steps: int, denoise: float, pipeline_class: str) -> tuple[int, float]:
+    """(num_inference_steps, strength) that run exactly `steps` steps at the end of ComfyUI's schedule of
+    int(steps / denoise) steps. diffusers rounds N · strength one way or the other depending on the pipeline,
+    so the strength is set half a step inside the bracket both roundings agree on."""
+    total = int(steps / denoise)
+    if denoise >= 1 or total <= steps:
+        return steps, 1.0
+    nudge = 0.5 if pipeline_class in _FLOOR_STRENGTH else -0.5
+    return total, (steps + nudge) / total
+
+
+def fit(image: np.ndarray, width: int, height: int) -> np.ndarray:
+    """One IMAGE [H, W, C] as float32 RGB [height, width, 3]: grey expanded, alpha dropped, and stretched to the
+    size (bilinear, antialiased) when it differs. Never cropped."""
+    t = torch.from_numpy(np.ascontiguousarray(image, dtype=np.float32)).permute(2, 0, 1)[None]
+    t = t.expand(-1, 3, -1, -1) if t.shape[1] == 1 else t[:, :3]
+    if t.shape[2:] != (height, width):
+        t = torch.nn.functional.interpolate(t, size=(height, width), mode="bilinear", antialias=True,
+                                            align_corners=False).clamp(0, 1)
+    return t[0].permute(1, 2, 0).contiguous().numpy()
+
+
+def fit_mask(mask: np.ndarray, width: int, height: int) -> np.ndarray:
+    """One MASK [H, W] (1 = repaint) as float32 [height, width], stretched like the image."""
+    t = torch.from_numpy(np.ascontiguousarray(mask, dtype=np.float32))[None, None]
+    if t.shape[2:] != (height, width):
+        t = torch.nn.functional.interpolate(t, size=(height, width), mode="bilinear", antialias=True,
+                                            align_corners=False).clamp(0, 1)
+    return t[0, 0].numpy()
+
+
+def _pil(image: np.ndarray) -> Any:
+    import PIL.Image
+
+    rgb = fit(image, image.shape[1], image.shape[0])
+    return PIL.Image.fromarray((rgb * 255).round().astype(np.uint8))
+
+
+class ImagePipelines:
+    """The image pipelines made from one loaded pipeline (with from_pipe), cached until it is unloaded."""
+
+    def __init__(self):
+        self.pipe: Any = None
+        self.derived: dict[str, Any] = {}
+
+    def forget(self) -> None:
+        self.pipe, self.derived = None, {}
+
+    def for_task(self, pipe: Any, family: Family, kind: str) -> Any:
+        """The pipeline that runs `kind` (the loaded one for text and reference images)."""
+        if pipe is not self.pipe:
+            self.forget()
+            self.pipe = pipe
+        name = {IMG2IMG: family.img2img, INPAINT: family.inpaint}.get(kind)
+        if name is None:
+            return pipe
+        if name not in self.derived:
+            import diffusers
+
+            # dtype: from_pipe casts every shared module to it (float32 when not given)
+            derived = getattr(diffusers, name).from_pipe(pipe, dtype=pipe.dtype)
+            derived.set_progress_bar_config(disable=True)
+            self.derived[name] = derived
+        return self.derived[name]
+
+
+def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req: SampleRequest) -> None:
+    """Puts image `index`'s inputs into the call (image i of the batch goes with image i of the run, cycling),
+    at the size the call makes (after any snapping to a compiled size), and drops the size arguments the
+    pipeline does not take (SDXL's image-to-image keeps the image's size)."""
+    import inspect
+
+    params = inspect.signature(pipe.__call__).parameters
+    width, height = kwargs["width"], kwargs["height"]
+    images = arrays.get("image")
+    if kind in (IMG2IMG, INPAINT):
+        kwargs["image"] = fit(images[index % len(images)], width, height)[None]
+        steps, strength = schedule(req.steps, req.denoise, type(pipe).__name__)
+        kwargs["num_inference_steps"], kwargs["strength"] = steps, strength
+    if kind == INPAINT:
+        masks = arrays["mask"]
+        kwargs["mask_image"] = fit_mask(masks[index % len(masks)], width, height)[None, :, :, None]
+    if kind == REFERENCE:
+        if type(pipe).__name__ in _SINGLE_REFERENCE:
+            kwargs["image"] = _pil(images[index % len(images)])
+        else:
+            kwargs["image"] = [_pil(image) for image in images]
+    for name in ("width", "height"):
+        if name not in params:
+            kwargs.pop(name)
+
+
+def input_image(arrays: dict, index: int, width: int, height: int) -> np.ndarray:
+    """Denoise 0: the input image itself (at the size asked), [1, height, width, 3]."""
+    images = arrays["image"]
+    return fit(images[index % len(images)], width, height)[None]
