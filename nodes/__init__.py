@@ -3,6 +3,7 @@
 from . import comfy_bridge
 from .compile_nodes import TPUCompile, TPUSetExecutionMode
 from .info_nodes import TPUDeviceInfo, TPUFreeWorkers
+from .lora_nodes import TPULoadLoRA
 from .parallel_nodes import TPUDataParallel, TPUShardTP
 from .pipeline_nodes import LoadTPUPipeline, TPUSample
 
@@ -17,6 +18,7 @@ NODE_CLASS_MAPPINGS = {
     "TPUDataParallel": TPUDataParallel,
     "TPUSetExecutionMode": TPUSetExecutionMode,
     "TPUCompile": TPUCompile,
+    "TPULoadLoRA": TPULoadLoRA,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -28,4 +30,5 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "TPUDataParallel": "Data Parallel",
     "TPUSetExecutionMode": "Set Execution Mode",
     "TPUCompile": "Compile (TPU)",
+    "TPULoadLoRA": "Load LoRA (TPU)",
 }

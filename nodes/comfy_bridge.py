@@ -24,6 +24,20 @@ def diffusers_roots() -> list[str]:
         return []
 
 
+def lora_files() -> list[str]:
+    """The .safetensors files in ComfyUI's loras folders (models/loras plus extra_model_paths entries), as
+    ComfyUI names them (relative paths). Pickle files are not listed: they can run code when loaded."""
+    try:
+        return [name for name in folder_paths.get_filename_list("loras") if name.endswith(".safetensors")]
+    except Exception:
+        return []
+
+
+def lora_path(name: str) -> str:
+    """The full path of a file picked from the loras list ('' when ComfyUI does not know it)."""
+    return folder_paths.get_full_path("loras", name) or ""
+
+
 def compile_cache_dir() -> str:
     """Where compiled graphs are kept across restarts: a folder in ComfyUI's user directory."""
     return os.path.join(folder_paths.get_user_directory(), "comfyui-tpu", "compile-cache")

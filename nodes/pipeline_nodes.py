@@ -6,6 +6,8 @@ last, with defaults (tests/test_node_contract.py guards this).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..backend.controller import api
@@ -64,7 +66,9 @@ class LoadTPUPipeline:
 
 class TPUSample:
     DESCRIPTION = ("Generates images with the pipeline from Load TPU Pipeline. The same seed gives the same image; "
-                   "image i of a batch uses seed + i. Shows progress with seconds per step and can be cancelled.")
+                   "image i of a batch uses seed + i. Shows progress with seconds per step and can be cancelled. "
+                   "With an image it works from that image (image to image, or inpainting with a mask; reference "
+                   "images for FLUX.2 and Qwen-Image-Edit).")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("IMAGE",)
     RETURN_NAMES = ("images",)
@@ -101,15 +105,45 @@ class TPUSample:
                                     "batch_size images each, in order (seeds continue: line 2 starts at "
                                     "seed + batch_size). With Data Parallel, the images are split across "
                                     "the replicas."}),
+                "image": ("IMAGE", {"tooltip":
+                          "Optional: start from this image (image to image), or with a mask repaint part of it "
+                          "(inpainting). FLUX.2 and Qwen-Image-Edit take it as a reference image instead. Image i "
+                          "of the run (seed + i) starts from image i of this batch (cycling when it has fewer)."}),
+                "mask": ("MASK", {"tooltip":
+                         "Optional, with an image: the part to repaint (white = repaint, black = keep), e.g. Load "
+                         "Image's mask output after the mask editor. Stretched to the image's size if it differs."}),
+                "denoise": ("FLOAT", {"default": 1.0, "min": 0.0, "max": 1.0, "step": 0.01, "tooltip":
+                            "With an image: how much to change it. 1 repaints everything (the image still sets "
+                            "the colours of the noise), 0.3-0.6 keeps its layout, 0 returns it unchanged. 'steps' "
+                            "steps run either way, over the end of a schedule of steps / denoise steps, as in "
+                            "ComfyUI's KSampler."}),
+                "size_from_image": ("BOOLEAN", {"default": False, "tooltip":
+                                    "On: width and height follow the image (rounded down to what the model needs). "
+                                    "Off: the image is stretched to width × height when its size differs (never "
+                                    "cropped); the text next to the node says so."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, steps, guidance, seed, batch_size,
-               prompt_per_line=False, unique_id=None):
+               prompt_per_line=False, image=None, mask=None, denoise=1.0, size_from_image=False, unique_id=None):
+        image = image.cpu().numpy() if image is not None else None
+        mask = mask.cpu().numpy() if mask is not None else None
+        notes = []
+        if size_from_image and image is not None:
+            width, height, note = api.size_from_image(pipeline, image)
+            notes += [f"size {width}x{height}, from the image"] + ([note] if note else [])
+        elif size_from_image:
+            notes.append(f"size_from_image: no image is connected, so the size is {width}x{height}")
         request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,
                                 steps=steps, guidance=guidance, seed=seed, batch_size=batch_size,
-                                prompt_per_line=prompt_per_line)
-        images = comfy_bridge.run_cancellable(api.sample, pipeline, request, node_id=unique_id,
-                                              total=steps * len(request.images()))
-        return (torch.from_numpy(images),)
+                                prompt_per_line=prompt_per_line, denoise=denoise)
+        notes += api.describe_inputs(pipeline, request, image, mask)
+        if notes:
+            comfy_bridge.send_text(unique_id, "\n".join(notes))
+        images = comfy_bridge.run_cancellable(functools.partial(api.sample, image=image, mask=mask), pipeline,
+                                              request, node_id=unique_id, total=steps * len(request.images()))
+        if not notes:
+            return (torch.from_numpy(images),)
+        comfy_bridge.send_text(unique_id, "\n".join(notes))  # again: the progress text replaced it
+        return {"ui": {"text": ["\n".join(notes)]}, "result": (torch.from_numpy(images),)}

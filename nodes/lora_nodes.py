@@ -1,0 +1,61 @@
+"""Load LoRA (TPU): one LoRA file on top of a pipeline's weights; several chain. The worker does the work.
+
+Saved workflows store widget values by position: never reorder or remove inputs here; add new ones last,
+with defaults (tests/test_node_contract.py guards this).
+"""
+
+from __future__ import annotations
+
+from ..backend.controller import api
+from ..backend.protocol.errors import ModelError
+from . import comfy_bridge
+
+CATEGORY = "TPU"
+
+
+class TPULoadLoRA:
+    DESCRIPTION = ("Applies a LoRA file (from ComfyUI's models/loras folder) to the pipeline; chain several to "
+                   "combine them. The model is not reloaded: the worker writes the LoRA into the weights it holds, "
+                   "and changing a strength or removing the node rewrites only the layers the LoRA touches (no "
+                   "recompile in compiled mode). Reads the formats diffusers reads: diffusers/PEFT, kohya, "
+                   "ComfyUI-saved, XLabs and more. Only .safetensors files are listed.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("TPU_PIPELINE",)
+    RETURN_NAMES = ("pipeline",)
+    OUTPUT_TOOLTIPS = ("The pipeline with this LoRA; connect it to Sample or to another Load LoRA.",)
+    FUNCTION = "add"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline (or another Load LoRA)."}),
+                "lora_name": (comfy_bridge.lora_files(), {"tooltip":
+                              "A LoRA made for this model's family (FLUX.1, FLUX.2, SD3, SDXL, Qwen-Image), in "
+                              "ComfyUI's models/loras folder. Only .safetensors files are listed."}),
+                "strength": ("FLOAT", {"default": 1.0, "min": -10.0, "max": 10.0, "step": 0.01, "tooltip":
+                             "How strongly the LoRA changes the image model (transformer or UNet). 1 = as "
+                             "trained, 0 = off, negative values push the other way."}),
+                "strength_text_encoder": ("FLOAT", {"default": 1.0, "min": -10.0, "max": 10.0, "step": 0.01,
+                                          "tooltip": "How strongly the LoRA changes the text encoders, for LoRAs "
+                                                     "that have text-encoder layers (some FLUX.1, SD3 and SDXL "
+                                                     "LoRAs); ignored otherwise. 1 = as trained, like ComfyUI's "
+                                                     "Load LoRA."}),
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, lora_name):
+        if not comfy_bridge.lora_path(lora_name):
+            return (f"lora_name: '{lora_name}' is not in ComfyUI's models/loras folder; put it there and press R to "
+                    "refresh the list.")
+        return True
+
+    def add(self, pipeline, lora_name, strength, strength_text_encoder, unique_id=None):
+        path = comfy_bridge.lora_path(lora_name)
+        if not path:
+            raise ModelError(f"lora_name: '{lora_name}' is not in ComfyUI's models/loras folder.")
+        spec, text = api.with_lora(pipeline, path, strength, strength_text_encoder)
+        comfy_bridge.send_text(unique_id, text)
+        return {"ui": {"text": [text]}, "result": (spec,)}
