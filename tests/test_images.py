@@ -1,0 +1,260 @@
+"""Sample's image inputs (issue 13): image to image, inpainting and reference images with the family's own
+diffusers pipelines (made with from_pipe), equal to those pipelines run by a plain script on the same inputs and
+seed; denoise as in ComfyUI; sizes, grey images, masks and batches as documented in backend/controller/images.py.
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+import torch
+from lora_fixtures import load
+
+from backend.controller import api
+from backend.protocol.errors import ModelError
+from backend.protocol.messages import Step
+from backend.protocol.spec import FAMILIES, SampleRequest, read_json
+from backend.worker import images
+
+PROMPT = "a red fox in the snow"
+
+
+def _image(h: int = 64, w: int = 64, seed: int = 0, channels: int = 3) -> np.ndarray:
+    """A smooth test picture [1, H, W, C] in 0..1 (values a PNG can hold exactly)."""
+    y, x = np.mgrid[0:h, 0:w]
+    rgb = np.stack([x / max(w - 1, 1), y / max(h - 1, 1), (x + y + 7 * seed) % 64 / 63], -1)
+    rgb = np.round(rgb * 255) / 255
+    return (rgb[..., :1] if channels == 1 else rgb)[None].astype(np.float32)
+
+
+def _left_half(h: int = 64, w: int = 64) -> np.ndarray:
+    mask = np.zeros((1, h, w), np.float32)
+    mask[:, :, : w // 2] = 1.0
+    return mask
+
+
+def _request(**kw) -> SampleRequest:
+    return SampleRequest(**{"prompt": PROMPT, "width": 64, "height": 64, "steps": 2, "guidance": 0.0, "seed": 5,
+                            "denoise": 0.5, **kw})
+
+
+def _spec(tiny_models, name="tiny-flux"):
+    return api.make_spec(name, [str(tiny_models)])
+
+
+# ---- denoise: exactly `steps` steps, for every image pipeline the pack uses
+
+@pytest.mark.unit
+def test_denoise_runs_exactly_steps_steps_in_every_image_pipeline():
+    """diffusers' own get_timesteps, with the (num_inference_steps, strength) the worker passes: always `steps`
+    steps, at the end of a schedule of int(steps / denoise), whichever way the pipeline rounds."""
+    import diffusers
+
+    classes = sorted({c for f in FAMILIES.values() for c in (f.img2img, f.inpaint) if c})
+    stub = types.SimpleNamespace(scheduler=types.SimpleNamespace(timesteps=torch.arange(5000), order=1))
+    for name in classes:
+        get_timesteps = getattr(diffusers, name).get_timesteps
+        for steps in range(1, 41):
+            for denoise in np.round(np.arange(0.01, 1.0001, 0.01), 2):
+                total, strength = images.schedule(steps, float(denoise), name)
+                ran = get_timesteps(stub, total, strength, "cpu")[1]
+                assert (ran, total) == (steps, max(steps, int(steps / denoise))), (name, steps, denoise, strength)
+
+
+# ---- what the controller checks and says
+
+@pytest.mark.unit
+def test_inputs_are_checked_and_explained(tiny_models):
+    flux = _spec(tiny_models)
+    cases = [
+        (flux, _request(), None, _left_half(), r"mask: a mask needs the image it belongs to"),
+        (flux, _request(denoise=1.5), _image(), None, r"denoise: 1\.5 is not between 0 and 1"),
+        (flux, _request(), np.zeros((64, 64)), None, r"image: an IMAGE of shape \[64, 64\] cannot be used"),
+        (flux, _request(), _image() * np.nan, None, r"image: the image holds values that are not numbers"),
+        (_spec(tiny_models, "tiny-flux2"), _request(), _image(), None,
+         r"denoise: FLUX\.2 takes the image as a reference.*set denoise to 1 \(it is 0\.5\)"),
+        (_spec(tiny_models, "tiny-flux2"), _request(denoise=1.0), _image(32, 80), None,
+         r"reference images must be at least 64 pixels.*this one is 80x32"),
+        (_spec(tiny_models, "tiny-flux2").with_changes(class_name="Flux2Pipeline"), _request(), _image(),
+         _left_half(), r"mask: FLUX\.2 .*Flux2Pipeline.* has no inpainting pipeline"),
+        (_spec(tiny_models, "tiny-qwenimage").with_changes(class_name="QwenImageEditPipeline"), _request(), None,
+         None, r"is an edit model \(Qwen-Image-Edit\).*Connect an image"),
+    ]
+    for spec, req, image, mask, words in cases:
+        with pytest.raises(ModelError, match=words):
+            api.describe_inputs(spec, req, image, mask)
+        with pytest.raises(ModelError, match=words):
+            api.sample(spec, req, image=image, mask=mask)  # before any worker is asked
+
+    notes = api.describe_inputs(flux, _request(batch_size=3), _image(48, 80, channels=1), _left_half(32, 32))
+    assert notes == ["inpainting (mask: white = repaint), denoise 0.5: 2 steps of a 4-step schedule",
+                     "image 80x48 stretched to 64x64 (Sample's width and height); turn on size_from_image to keep "
+                     "the image's size",
+                     "mask 32x32 is not the image's size: stretched to 64x64 like the image",
+                     "1 input image for 3 images: image i (seed + i) starts from input image i (cycling: i mod 1)",
+                     "the image has one channel (grey): used as RGB"]
+    assert api.describe_inputs(flux, _request(denoise=0.0), _image())[1].startswith("denoise 0: nothing is repainted")
+    assert api.describe_inputs(flux, _request()) == []
+    assert api.size_from_image(flux, _image(40, 72)) == (64, 32, "size_from_image: the image is 72x40; FLUX.1 needs "
+                                                                  "multiples of 16, so the size is 64x32 (the image "
+                                                                  "is stretched to it)")
+    assert api.size_from_image(flux, _image(48, 80)) == (80, 48, None)
+
+
+@pytest.mark.unit
+def test_pixels_are_stretched_never_cropped_and_grey_becomes_rgb():
+    picture = _image(48, 80)[0]
+    assert np.array_equal(images.fit(picture, 80, 48), picture), "the right size is left as it is"
+    stretched = images.fit(picture, 64, 64)
+    assert stretched.shape == (64, 64, 3)
+    corners = [(0, 0), (0, -1), (-1, 0), (-1, -1)]
+    assert all(np.abs(stretched[y, x] - picture[y, x]).max() < 0.05 for y, x in corners), "all of it is still there"
+    grey = _image(64, 64, channels=1)[0]
+    assert np.array_equal(images.fit(grey, 64, 64), np.repeat(grey, 3, axis=-1))
+    assert np.array_equal(images.fit(np.concatenate([picture, np.ones_like(picture[..., :1])], -1), 80, 48), picture)
+    assert images.fit_mask(_left_half(32, 32)[0], 64, 64).shape == (64, 64)
+
+
+# ---- in the worker, against diffusers' own pipelines in this process
+
+def _plain(tiny_models, name: str, cls_name: str, req: SampleRequest, **inputs) -> np.ndarray:
+    import inspect
+
+    import diffusers
+
+    cls = getattr(diffusers, cls_name)
+    pipe = load(tiny_models, name, cls=cls)
+    params = inspect.signature(cls.__call__).parameters
+    family = FAMILIES[read_json(tiny_models / name / "model_index.json")["_class_name"]]
+    kw = {"prompt": req.prompt, "num_inference_steps": int(req.steps / req.denoise), "strength": req.denoise,
+          "output_type": "np", "generator": [torch.Generator("cpu").manual_seed(req.seed)],
+          family.guidance_arg: req.guidance, **inputs}
+    kw.update({k: v for k, v in (("height", req.height), ("width", req.width)) if k in params})
+    if "strength" not in params:  # reference images: a plain text-to-image schedule
+        kw.pop("strength")
+        kw["num_inference_steps"] = req.steps
+    with torch.inference_mode():
+        return pipe(**kw).images
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("name", ["tiny-flux", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage"])
+def test_img2img_and_inpaint_equal_diffusers_own_pipelines(tiny_models, name):
+    spec = _spec(tiny_models, name)
+    family = spec.family
+    req = _request()  # 2 steps at denoise 0.5: the last 2 of a 4-step schedule
+    image, mask = _image(), _left_half()
+    steps = []
+    ours = api.sample(spec, req, lambda m: steps.append(m) if isinstance(m, Step) else None, image=image)
+    assert np.array_equal(ours, _plain(tiny_models, name, family.img2img, req, image=image))
+    assert [m.step for m in steps] == [1, 2], "denoise 0.5 runs `steps` steps"
+    ours = api.sample(spec, req, image=image, mask=mask)
+    assert np.array_equal(ours, _plain(tiny_models, name, family.inpaint, req, image=image,
+                                       mask_image=mask[..., None]))
+    # ComfyUI's MASK (1 = repaint) goes in as it is: diffusers' convention too (white = repaint)
+    assert not np.array_equal(ours, api.sample(spec, req, image=image, mask=1 - mask))
+
+
+@pytest.mark.workers
+def test_denoise_0_and_1_grey_images_masks_of_another_size_and_batches(tiny_models):
+    spec = _spec(tiny_models)
+    image = _image()
+    assert np.array_equal(api.sample(spec, _request(denoise=0.0), image=image), image), "denoise 0: the input back"
+    assert np.array_equal(api.sample(spec, _request(denoise=0.0), image=_image(32, 32)),
+                          images.fit(_image(32, 32)[0], 64, 64)[None]), "…at the size asked"
+    full = api.sample(spec, _request(denoise=1.0), image=image)
+    assert np.array_equal(full, _plain(tiny_models, "tiny-flux", "FluxImg2ImgPipeline", _request(denoise=1.0),
+                                       image=image))
+    text = api.sample(spec, _request())
+    assert not np.array_equal(full, text), "denoise 1 is not text to image: the image's encoding draws noise first"
+    grey = _image(channels=1)
+    assert np.array_equal(api.sample(spec, _request(), image=grey),
+                          api.sample(spec, _request(), image=np.repeat(grey, 3, axis=-1)))
+    small_mask = _left_half(32, 32)
+    assert np.array_equal(api.sample(spec, _request(), image=image, mask=small_mask),
+                          api.sample(spec, _request(), image=image, mask=_left_half()))
+    two = np.concatenate([_image(seed=0), _image(seed=1)])
+    batch = api.sample(spec, _request(batch_size=3), image=two)
+    for i in range(3):  # image i (seed + i) starts from input i mod 2
+        alone = api.sample(spec, _request(seed=5 + i), image=two[i % 2:i % 2 + 1])
+        assert np.array_equal(batch[i], alone[0]), i
+    stretched = api.sample(spec, _request(), image=_image(48, 80))
+    assert stretched.shape == (1, 64, 64, 3)
+
+
+@pytest.mark.workers
+def test_flux2_takes_the_images_as_references(tiny_models):
+    import PIL.Image
+
+    spec = _spec(tiny_models, "tiny-flux2")
+    req = _request(denoise=1.0)
+    refs = np.concatenate([_image(seed=0), _image(seed=1)])
+    ours = api.sample(spec, req, image=refs)
+    pil = [PIL.Image.fromarray((r * 255).round().astype(np.uint8)) for r in refs]
+    assert np.array_equal(ours, _plain(tiny_models, "tiny-flux2", "Flux2KleinPipeline", req, image=pil))
+    assert not np.array_equal(ours, api.sample(spec, req))
+
+
+@pytest.fixture(scope="module")
+def qwen_edit(tiny_models, tmp_path_factory):
+    """A tiny Qwen-Image-Edit folder: the tiny Qwen-Image with a Qwen2-VL processor, saved by diffusers."""
+    from diffusers import QwenImageEditPipeline
+    from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    root = tmp_path_factory.mktemp("edit-models")
+    base = load(tiny_models, "tiny-qwenimage")
+    sizes = {"patch_size": 14, "merge_size": 2, "temporal_patch_size": 2}
+    processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(**sizes), tokenizer=base.tokenizer,
+                                 video_processor=Qwen2VLVideoProcessor(**sizes))
+    QwenImageEditPipeline.from_pipe(base, processor=processor).save_pretrained(root / "tiny-qwenimage-edit")
+    return root
+
+
+@pytest.mark.workers
+def test_qwen_image_edit_takes_the_image_and_needs_one(qwen_edit):
+    import PIL.Image
+
+    spec = api.make_spec("tiny-qwenimage-edit", [str(qwen_edit)])
+    req = _request(denoise=1.0)
+    ours = api.sample(spec, req, image=_image())
+    pil = PIL.Image.fromarray((_image()[0] * 255).round().astype(np.uint8))
+    assert np.array_equal(ours, _plain(qwen_edit, "tiny-qwenimage-edit", "QwenImageEditPipeline", req, image=pil,
+                                       negative_prompt=""))
+    with pytest.raises(ModelError, match=r"edit model \(Qwen-Image-Edit\).*Connect an image"):
+        api.sample(spec, req)
+
+
+# ---- through a real ComfyUI: Load Image (with its mask) into Sample
+
+@pytest.mark.server
+def test_sample_with_comfyuis_load_image_and_its_mask(server):
+    from comfy_server import error_message
+    from PIL import Image
+
+    rgba = np.concatenate([_image(48, 80)[0], np.ones((48, 80, 1), np.float32)], -1)
+    rgba[:, :40, 3] = 0.0  # transparent left half: Load Image's mask is 1 there (repaint)
+    (server.work_dir / "input").mkdir(exist_ok=True)
+    Image.fromarray((rgba * 255).round().astype(np.uint8), "RGBA").save(server.work_dir / "input" / "fox.png")
+    prompt = {
+        "1": {"class_type": "LoadTPUPipeline", "inputs": {"model": "tiny-flux", "dtype": "auto", "device": "auto",
+                                                           "offload": "none"}},
+        "2": {"class_type": "LoadImage", "inputs": {"image": "fox.png"}},
+        "3": {"class_type": "TPUSample", "inputs": {"pipeline": ["1", 0], "prompt": PROMPT, "negative_prompt": "",
+                                                     "width": 64, "height": 64, "steps": 2, "guidance": 0.0,
+                                                     "seed": 5, "batch_size": 1, "image": ["2", 0], "mask": ["2", 1],
+                                                     "denoise": 0.6, "size_from_image": True}},
+        "4": {"class_type": "SaveImage", "inputs": {"images": ["3", 0], "filename_prefix": "inpaint"}},
+    }
+    result = server.run(prompt)
+    assert result["status"] == "success", error_message(result)
+    with Image.open(result["images"][0]) as im:
+        assert im.size == (80, 48), "size_from_image: the output has the image's size"
+    texts = "\n".join(m["data"]["text"] for m in result["messages"]
+                      if m["type"] == "progress_text" and m["data"]["node"] == "3")
+    assert "size 80x48, from the image" in texts and "inpainting (mask: white = repaint), denoise 0.6" in texts
+    prompt["3"]["inputs"].update(denoise=1.5)
+    rejected = server.post("/prompt", json={"prompt": prompt})
+    assert rejected.status_code == 400 and "denoise" in rejected.text
