@@ -220,6 +220,21 @@ def test_a_lora_in_the_worker_equals_plain_diffusers_and_never_reloads(tiny_mode
 
 
 @pytest.mark.workers
+def test_loras_and_image_inputs_with_model_offload(tiny_models, flux_loras):
+    """diffusers' LoRA loader takes offload hooks off a pipeline's modules and puts them back: the skeleton
+    shares none of the live modules, so the live pipeline keeps its hooks (and needs no accelerator here)."""
+    plain = api.make_spec("tiny-flux", [str(tiny_models)])
+    offload = api.make_spec("tiny-flux", [str(tiny_models)], offload="model")
+    picture = np.linspace(0, 1, 64 * 64 * 3, dtype=np.float32).reshape(1, 64, 64, 3)
+    want = [api.sample(api.with_lora(plain, flux_loras["comfy"], 0.6)[0], _request(denoise=d), image=picture)
+            for d in (1.0, 0.5)]
+    for d, image in zip((1.0, 0.5), want, strict=True):
+        got = api.sample(api.with_lora(offload, flux_loras["comfy"], 0.6)[0], _request(denoise=d), image=picture)
+        assert np.array_equal(got, image)
+    assert np.array_equal(api.sample(offload, _request()), api.sample(plain, _request()))
+
+
+@pytest.mark.workers
 def test_compiled_lora_strength_changes_never_recompile(tiny_models, flux_loras):
     spec = api.make_spec("tiny-flux", [str(tiny_models)])
     compiled, _ = api.with_compile(spec, "whole denoiser", "eager", "64x64", False)

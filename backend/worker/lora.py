@@ -205,11 +205,11 @@ def _weightless(module: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
 
 
 def skeleton(pipe: Any) -> Any:
-    """The same pipeline class with its LoRA-loadable components replaced by weightless copies (same module
-    names and shapes, unsharded); the other components are shared, not copied."""
+    """The same pipeline class with every model replaced by a weightless copy (same module names and shapes,
+    unsharded); tokenizers and scheduler are shared. No live module is shared: diffusers' LoRA loader takes
+    offload hooks off the pipeline's modules and puts them back (which would also need an accelerator)."""
     weightless = {}
-    for name in pipe._lora_loadable_modules:
-        module = getattr(pipe, name, None)
+    for name, module in pipe.components.items():
         if not isinstance(module, torch.nn.Module):
             continue
         dtype = next(module.parameters()).dtype
