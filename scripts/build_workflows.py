@@ -70,6 +70,77 @@ def _text_to_image(*, title: str, model: str, offload: str, prompt: str, width: 
     }
 
 
+def _image_workflow(*, title: str, prompt: str, steps: int, denoise: float, seed: int, prefix: str, note: str,
+                    description: str, grow_mask: int | None = None) -> dict:
+    """Load TPU Pipeline (FLUX.1-schnell) and ComfyUI's Load Image -> Sample (image, and with `grow_mask` the
+    image's mask through ComfyUI's Grow Mask) -> Save Image. Node ids: Load 1, Sample 2, Save 3, note 4, Load
+    Image 5, Grow Mask 6."""
+    sample = {"prompt": prompt, "negative_prompt": "", "width": 1024, "height": 1024, "steps": steps,
+              "guidance": 0.0, "seed": seed, "control_after_generate": "randomize", "batch_size": 1,
+              "prompt_per_line": False, "denoise": denoise, "size_from_image": True}
+    nodes = [
+        {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
+         "widgets": {"model": "FLUX.1-schnell", "dtype": "auto", "device": "auto", "offload": "model",
+                     "model_path": ""}},
+        {"id": 5, "type": "LoadImage", "pos": [40, 360], "size": [330, 380], "widgets": {"image": "example.png"}},
+        {"id": 2, "type": "TPUSample", "pos": [750 if grow_mask is not None else 410, 130], "size": [400, 560],
+         "widgets": sample},
+        {"id": 3, "type": "SaveImage", "pos": [1190 if grow_mask is not None else 850, 130], "size": [360, 470],
+         "widgets": {"filename_prefix": prefix}},
+        _note(4, [40, 790], note, size=(700 if grow_mask is not None else 770, 300)),
+    ]
+    links = [[1, "pipeline", 2, "pipeline"], [5, "IMAGE", 2, "image"], [2, "images", 3, "images"]]
+    if grow_mask is not None:
+        nodes.append({"id": 6, "type": "GrowMask", "pos": [410, 360], "size": [300, 0],
+                      "widgets": {"expand": grow_mask, "tapered_corners": True}})
+        links += [[5, "MASK", 6, "mask"], [6, "MASK", 2, "mask"]]
+    return {"name": title, "nodes": nodes, "links": links, "extra": {"description": description}}
+
+
+def _hires_fix() -> dict:
+    """Text to image, ComfyUI's Upscale Image By, then image to image at low denoise at the new size."""
+    first = {"prompt": "a cozy mountain cabin at dusk, warm lit windows, snow, detailed", "negative_prompt": "",
+             "width": 1024, "height": 1024, "steps": 4, "guidance": 0.0, "seed": 0,
+             "control_after_generate": "randomize", "batch_size": 1}
+    second = {**first, "seed": 0, "control_after_generate": "fixed", "prompt_per_line": False, "denoise": 0.45,
+              "size_from_image": True}
+    return {
+        "name": "flux1_hires_fix",
+        "nodes": [
+            {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
+             "widgets": {"model": "FLUX.1-schnell", "dtype": "auto", "device": "auto", "offload": "model",
+                         "model_path": ""}},
+            {"id": 2, "type": "TPUSample", "pos": [410, 130], "size": [400, 470], "widgets": first},
+            {"id": 5, "type": "ImageScaleBy", "pos": [850, 130], "size": [300, 0],
+             "widgets": {"upscale_method": "lanczos", "scale_by": 1.5}},
+            {"id": 6, "type": "TPUSample", "pos": [1190, 130], "size": [400, 560], "widgets": second},
+            {"id": 3, "type": "SaveImage", "pos": [1630, 130], "size": [360, 470],
+             "widgets": {"filename_prefix": "flux1-hires"}},
+            {"id": 7, "type": "SaveImage", "pos": [850, 300], "size": [300, 340],
+             "widgets": {"filename_prefix": "flux1-hires-first-pass"}},
+            _note(4, [40, 650], """
+## Hires fix: make it, upscale it, refine it
+
+**Sample** (1024×1024, 4 steps) → ComfyUI's **Upscale Image By** (lanczos, ×1.5) → **Sample** again on the
+bigger image at **denoise 0.45** → **Save Image** (1536×1536). The first pass is saved too.
+
+The second Sample keeps the picture (denoise 0.45 repaints less than half) and adds the detail the larger size
+allows; `size_from_image` makes it work at the upscaled size. Both Samples use the same loaded model: nothing
+is loaded twice. Swap Upscale Image By for an upscale model (Load Upscale Model + Upscale Image (using Model))
+for sharper results. On a TPU each size compiles once.
+
+**Model**: `models/diffusers/FLUX.1-schnell`, as in the FLUX.1-schnell workflow.
+""", size=(770, 300)),
+        ],
+        "links": [[1, "pipeline", 2, "pipeline"], [1, "pipeline", 6, "pipeline"], [2, "images", 5, "image"],
+                  [5, "IMAGE", 6, "image"], [6, "images", 3, "images"], [2, "images", 7, "images"]],
+        "extra": {"description": "Hires fix with FLUX.1-schnell: Sample (1024x1024, 4 steps) -> Upscale Image By "
+                                 "(ComfyUI's own, x1.5) -> Sample at denoise 0.45 on the upscaled image -> Save "
+                                 "Image (1536x1536; the first pass is saved too). Needs "
+                                 "models/diffusers/FLUX.1-schnell."},
+    }
+
+
 SPECS: dict[str, dict] = {
     "tiny_demo": _text_to_image(
         title="tiny_demo", model="tiny-flux", offload="none", note_height=240,
@@ -196,6 +267,68 @@ Each copy needs the whole model on its chip (about 34 GB in bfloat16); on smalle
 }
 
 
+SPECS.update({
+    "flux1_img2img": _image_workflow(
+        title="flux1_img2img", prompt="the same scene as a watercolor painting, soft colors", steps=4, denoise=0.6,
+        seed=0, prefix="flux1-img2img",
+        description="Image to image with FLUX.1-schnell: Load Image -> Sample (denoise 0.6, 4 steps, size from the "
+                    "image) -> Save Image. Needs models/diffusers/FLUX.1-schnell.",
+        note="""
+## Image to image
+
+**Load Image** → **Sample (TPU)** (`image` connected, **denoise 0.6**, 4 steps) → **Save Image**.
+
+**denoise** says how much of the picture is repainted: 1 repaints all of it, 0.3–0.6 keeps its layout and
+colours, 0 returns it unchanged. `steps` steps run either way (over the end of a schedule of steps ÷ denoise
+steps, as in ComfyUI's KSampler). `size_from_image` is on, so the result has the image's size (rounded down to a
+multiple of 16); turn it off to get width × height instead (the image is then stretched, never cropped).
+
+Pick your own picture in Load Image (or drop one on it). **Model**: `models/diffusers/FLUX.1-schnell`.
+"""),
+    "flux1_inpaint": _image_workflow(
+        title="flux1_inpaint", prompt="a red fox sitting in the grass", steps=4, denoise=0.8, seed=0,
+        prefix="flux1-inpaint", grow_mask=8,
+        description="Inpainting with FLUX.1-schnell: Load Image (its mask from the mask editor) -> Grow Mask (8 px) "
+                    "-> Sample (image + mask, denoise 0.8) -> Save Image. Needs models/diffusers/FLUX.1-schnell.",
+        note="""
+## Inpainting: repaint part of a picture
+
+**Load Image** → **Grow Mask** (8 px) → **Sample (TPU)** (`image` and `mask`, denoise 0.8) → **Save Image**.
+
+Draw the mask on the picture: right-click Load Image → **Open in MaskEditor**, paint over what should change,
+save. White (painted) is repainted, the rest is kept. **Grow Mask** widens it a little so the new part blends in.
+A mask of another size than the picture is stretched to it; the text next to Sample says so.
+
+Lower **denoise** keeps more of what was under the mask. **Model**: `models/diffusers/FLUX.1-schnell`.
+"""),
+    "flux1_lora": _text_to_image(
+        title="flux1_lora", model="FLUX.1-schnell", offload="model", note_height=300,
+        between=(("TPULoadLoRA", {"lora_name": "flux1_style_lora.safetensors", "strength": 0.8,
+                                  "strength_text_encoder": 1.0}),
+                 ("TPULoadLoRA", {"lora_name": "flux1_detail_lora.safetensors", "strength": 0.5,
+                                  "strength_text_encoder": 1.0})),
+        prompt="a portrait of an old fisherman, dramatic light", width=1024, height=1024, steps=4, guidance=0.0,
+        seed=0, seed_control="randomize", prefix="flux1-lora",
+        description="Two LoRAs on FLUX.1-schnell: Load TPU Pipeline -> Load LoRA (TPU) x2 (strengths 0.8 and 0.5) "
+                    "-> Sample (1024x1024, 4 steps) -> Save Image. Needs models/diffusers/FLUX.1-schnell and your "
+                    "LoRA files in models/loras.",
+        note="""
+## LoRAs: chain as many as you like
+
+**Load TPU Pipeline** → **Load LoRA (TPU)** (strength 0.8) → **Load LoRA (TPU)** (strength 0.5) → **Sample** →
+**Save Image**.
+
+Put LoRA files (**.safetensors**) made for FLUX.1 in `models/loras` and pick them in each Load LoRA (press R to
+refresh the list). diffusers reads the common formats: diffusers/PEFT, kohya, ComfyUI-saved, XLabs.
+
+The model is **not reloaded** when you add, remove or re-weight a LoRA: the worker rewrites only the layers the
+LoRA touches (no recompile either). `strength` scales the image model, `strength_text_encoder` the text encoder
+(for LoRAs that have one). A LoRA for another model is refused with a message; the model stays as it was.
+"""),
+    "flux1_hires_fix": _hires_fix(),
+})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help=f"workflows to build (default: all of {', '.join(SPECS)})")
@@ -210,7 +343,8 @@ def main() -> int:
             workflow = ui.build(SPECS[name])
             workflow["id"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"comfyui-tpu/workflows/{name}"))  # stable id
             conversion = ui.convert(workflow, name)
-            conversion.check(allowed_values={"model": None})  # models need not be installed here
+            # models, LoRAs and input pictures need not be installed here
+            conversion.check(allowed_values={"model": None, "lora_name": None, "image": None})
             path = Path(args.out) / f"{name}.json"
             path.write_text(json.dumps(workflow, indent=2) + "\n")
             print(path)

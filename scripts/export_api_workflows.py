@@ -44,8 +44,9 @@ def main() -> int:
     API_DIR.mkdir(exist_ok=True)
     with open_frontend() as (_, ui):
         for path in workflow_files(WORKFLOWS):
-            # Models need not be installed to convert: any model name is fine here.
-            conversion = ui.convert(load_ui_workflow(path), path.stem).check(allowed_values={"model": None})
+            # Models, LoRAs and input pictures need not be installed to convert: any name is fine here.
+            conversion = ui.convert(load_ui_workflow(path), path.stem).check(
+                allowed_values={"model": None, "lora_name": None, "image": None})
             text, target = render(conversion.prompt), api_path(path)
             if target.exists() and target.read_text() == text:
                 continue

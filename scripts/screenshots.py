@@ -31,7 +31,8 @@ NODE_SCALE = 1.25  # zoom of the node close-ups
 # Node type -> (workflow, node id) whose close-up illustrates it in the README (nodes/<type>.png)
 NODE_SHOTS = {
     "LoadTPUPipeline": ("flux1_schnell_offload", 1),
-    "TPUSample": ("data_parallel_prompts", 2),
+    "TPUSample": ("flux1_img2img", 2),
+    "TPULoadLoRA": ("flux1_lora", 5),
     "TPUSetExecutionMode": ("sd35_medium_compiled", 5),
     "TPUCompile": ("sd35_medium_compiled", 6),
     "TPUShardTP": ("flux2_dev_tp8", 5),

@@ -13,6 +13,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from comfy_server import error_message
 from export_api_workflows import api_path, render
@@ -24,6 +25,7 @@ from frontend import (
     substitute_models,
     workflow_files,
 )
+from lora_fixtures import make
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +42,12 @@ TINY = {
     "stable-diffusion-3.5-medium": "tiny-sd3",
     "FLUX.2-dev": "tiny-flux2",  # 2 attention heads: Shard TP 2 works
 }
+# LoRA files the workflows name -> the tiny model whose LoRA (made by peft at test time) stands in for them, and
+# the seed it is made with. Input pictures the workflows name (Load Image) -> their size on the CPU; each is an
+# RGBA picture with a transparent square (Load Image's mask: the part to repaint).
+LORAS = {"flux1_style_lora.safetensors": ("tiny-flux", 0), "flux1_detail_lora.safetensors": ("tiny-flux", 1)}
+INPUTS = {"example.png": (64, 64)}
+SIZE_FACTOR = 16  # of the tiny models the workflows run on (FLUX.1, SD3, FLUX.2)
 # Real-size settings that would take minutes on the CPU, by node type and input: set in the converted API
 # prompt of every workflow that names a real model (the files keep the real values; tiny_demo runs as
 # shipped). Multi-chip workflows run with world size 2 (two CPU worker processes).
@@ -75,15 +83,51 @@ def for_the_cpu(prompt: dict) -> dict:
 
 
 def expected_images(prompt: dict) -> int:
-    """Images the Sample nodes of an API prompt make: batch_size per prompt (per non-empty line with
-    prompt_per_line)."""
+    """Images saved by an API prompt: each Save Image gets its Sample's batch_size per prompt (per non-empty line
+    with prompt_per_line)."""
     count = 0
     for node in prompt.values():
-        if node["class_type"] == "TPUSample":
-            s = node["inputs"]
+        if node["class_type"] == "SaveImage":
+            s = prompt[node["inputs"]["images"][0]]["inputs"]
             prompts = [p for p in s["prompt"].splitlines() if p.strip()] if s.get("prompt_per_line") else [1]
             count += s["batch_size"] * len(prompts)
     return count
+
+
+def image_size(prompt: dict, node_id: str) -> tuple[int, int]:
+    """(width, height) of the IMAGE a node of an API prompt makes: Sample's width × height, or with
+    size_from_image its input's size rounded down to the model's factor; Load Image's picture; Upscale Image By's
+    input scaled."""
+    node = prompt[node_id]
+    inputs = node["inputs"]
+    if node["class_type"] == "LoadImage":
+        return INPUTS[inputs["image"]]
+    if node["class_type"] == "ImageScaleBy":
+        w, h = image_size(prompt, inputs["image"][0])
+        return round(w * inputs["scale_by"]), round(h * inputs["scale_by"])
+    assert node["class_type"] == "TPUSample", node
+    if inputs.get("size_from_image") and isinstance(inputs.get("image"), list):
+        w, h = image_size(prompt, inputs["image"][0])
+        return w // SIZE_FACTOR * SIZE_FACTOR, h // SIZE_FACTOR * SIZE_FACTOR
+    return inputs["width"], inputs["height"]
+
+
+@pytest.fixture(scope="module")
+def workflow_files_on_the_server(server, tiny_models, tmp_path_factory):
+    """The LoRA files and input pictures the workflows name, in the server's models/loras and input folders."""
+    loras = server.work_dir / "models" / "loras"
+    loras.mkdir(parents=True, exist_ok=True)
+    made = tmp_path_factory.mktemp("workflow-loras")
+    for name, (model, seed) in LORAS.items():
+        path, _ = make(tiny_models, model, "diffusers", made / name, seed=seed)
+        (loras / name).write_bytes(path.read_bytes())
+    pictures = server.work_dir / "input"
+    pictures.mkdir(exist_ok=True)
+    for name, (w, h) in INPUTS.items():
+        rgba = np.full((h, w, 4), 255, np.uint8)
+        rgba[..., 0] = np.linspace(0, 255, w, dtype=np.uint8)[None]
+        rgba[h // 4: h // 2, w // 4: w // 2, 3] = 0
+        Image.fromarray(rgba, "RGBA").save(pictures / name)
 
 
 def world_size(prompt: dict) -> int:
@@ -98,7 +142,8 @@ def world_size(prompt: dict) -> int:
 
 def test_the_shipped_workflows_are_there_and_explain_themselves():
     assert {"tiny_demo", "flux1_schnell_offload", "sd35_medium_compiled", "flux2_dev_tp8",
-            "data_parallel_prompts"} <= {p.stem for p in FILES}
+            "data_parallel_prompts", "flux1_img2img", "flux1_inpaint", "flux1_lora",
+            "flux1_hires_fix"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"
@@ -107,11 +152,14 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
         assert notes and notes[0]["widgets_values"][0].strip(), f"{path.name}: no note that describes it"
 
 
+ALLOWED = {"model": set(TINY), "lora_name": set(LORAS), "image": set(INPUTS)}  # not installed where the UI loads
+
+
 @pytest.mark.parametrize("path", FILES, ids=_ids(FILES))
-def test_workflow_loads_converts_and_runs(ui, server, path):
+def test_workflow_loads_converts_and_runs(ui, server, path, workflow_files_on_the_server):
     wf = load_ui_workflow(path)
     conversion = ui.convert(wf, path.stem)
-    problems = conversion.problems(allowed_values={"model": set(TINY)}) + conversion.console_errors
+    problems = conversion.problems(allowed_values=ALLOWED) + conversion.console_errors
     assert not problems, f"{path.name} in the frontend:\n" + "\n".join(problems)
 
     prompt = conversion.prompt
@@ -125,8 +173,7 @@ def test_workflow_loads_converts_and_runs(ui, server, path):
     result = run_workflow(server, runnable, timeout=300)
     assert result["status"] == "success", f"{path.name}: {error_message(result)}\n{server.log_tail()}"
     assert len(result["images"]) == expected_images(runnable), result["history"].get("outputs")
-    samples = [v["inputs"] for v in runnable.values() if v["class_type"] == "TPUSample"]
-    sizes = {(s["width"], s["height"]) for s in samples}
+    sizes = {image_size(runnable, k) for k, v in runnable.items() if v["class_type"] == "TPUSample"}
     for image in result["images"]:
         with Image.open(image) as im:
             assert im.format == "PNG" and im.size in sizes, (image, im.format, im.size, sizes)
@@ -147,9 +194,10 @@ def test_a_workflow_saved_before_an_input_was_added_still_runs(ui, server):
     assert len(sample["widgets_values"]) == 9
     assert "prompt_per_line" not in {i["name"] for i in sample["inputs"]}
     conversion = ui.convert(old, OLD_WORKFLOW.stem)
-    problems = conversion.problems(allowed_values={"model": set(TINY)}) + conversion.console_errors
+    problems = conversion.problems(allowed_values=ALLOWED) + conversion.console_errors
     assert not problems, "\n".join(problems)
-    assert conversion.outdated == ["node 2 (TPUSample): saved without prompt_per_line (defaults used)"]
+    assert conversion.outdated == ["node 2 (TPUSample): saved without prompt_per_line, denoise, size_from_image "
+                                   "(defaults used)"]
     # the same prompt as today's tiny_demo, the new input at its default
     today = json.loads(api_path(WORKFLOWS / "tiny_demo.json").read_text())
     assert conversion.prompt["2"]["inputs"] == today["2"]["inputs"]
