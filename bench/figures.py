@@ -1,4 +1,4 @@
-"""Figures 1, 2, 4, 5, 6 and the soak: this pack against the plain diffusers script, measured in the same run.
+"""Figures 1, 2, 4, 5, 6, the LoRA strength change and the soak: this pack against the plain diffusers script, measured in the same run.
 
 Each figure is one function `f(ctx) -> list of rows` (bench/common.py: `row`, `not_available`); bench/run.py
 lists them. Ours runs through ComfyUI (bench/comfy.py) or through `backend.api`, the plain baseline through
@@ -445,6 +445,82 @@ def data_parallel(ctx: Ctx) -> list[dict]:
                          "ours_is": "2 replicas (one worker each)", "plain_is": "1 replica (one worker)",
                          "rounds": "blocks" if ctx.exclusive else "alternating rounds", "repeats": ctx.repeats,
                          "paired_ratio_median": paired(times["one"], times["two"]) / 2})]
+
+
+# ---- LoRA: what a strength change costs
+
+LORA = ("lora_strength_change", "LoRA: a Sample that changes a LoRA's strength ÷ one that does not")
+LORA_TARGET = target("<=", 1.1)
+LORA_RANK = 16
+
+
+def _random_lora(ctx: Ctx) -> tuple[Path, int]:
+    """A diffusers-format LoRA (rank 16) on every linear layer of the bench model's transformer; and how many."""
+    import json
+
+    import diffusers
+    import torch
+    from safetensors.torch import save_file
+
+    config = json.loads((Path(ctx.model_path()) / "transformer" / "config.json").read_text())
+    with torch.device("meta"):
+        model = getattr(diffusers, config["_class_name"]).from_config(config)
+    g = torch.Generator().manual_seed(0)
+    tensors = {}
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.Linear):
+            tensors[f"transformer.{name}.lora_A.weight"] = torch.randn(LORA_RANK, m.in_features, generator=g) * 0.01
+            tensors[f"transformer.{name}.lora_B.weight"] = torch.randn(m.out_features, LORA_RANK, generator=g) * 0.01
+    path = ctx.work / "bench-lora.safetensors"
+    save_file(tensors, str(path))
+    return path, len(tensors) // 2
+
+
+def lora_strength(ctx: Ctx) -> list[dict]:
+    """A Sample whose LoRA strength differs from the last one (the worker rewrites every touched weight from
+    its saved original) against a Sample at the strength already applied (a plain prompt), alternating."""
+    from backend.controller import api
+
+    spec = _spec(ctx)
+    path, layers = _random_lora(ctx)
+    strengths = {"now": 0.8}
+
+    def at(strength: float, r: int) -> float:
+        return timed(api.sample, api.with_lora(spec, str(path), strength)[0], request(ctx, seed_of(r)))
+
+    def plain(r: int) -> float:
+        return at(strengths["now"], r)
+
+    applies: list[float] = []
+
+    def change(r: int) -> float:
+        strengths["now"] = 0.5 if strengths["now"] == 0.8 else 0.8
+        seconds = at(strengths["now"], r)
+        if r >= 0:
+            applies.append(api.worker_info()[0]["lora_apply_s"])
+        return seconds
+
+    try:
+        at(0.8, -100)  # start, load, resolve the LoRA: not measured
+        info = api.worker_info()[0]
+        times = alternate({"plain": plain, "change": change}, ctx.repeats, ctx.warmup, blocks=ctx.exclusive)
+        loads = api.worker_info()[0]["loads"] - info["loads"]
+        compiles = api.worker_info()[0]["compile"]["compiles"]
+    finally:
+        api.shutdown()
+    return [row(*LORA, ratio=median(times["change"]) / median(times["plain"]),
+                ratio_of="s/image of a Sample that changes the LoRA strength ÷ s/image of a Sample at the strength "
+                         "already applied (same LoRA, new seed each round); 1.0 means a strength change is free",
+                ours=summary(times["change"], "s/image"), plain=summary(times["plain"], "s/image"), tgt=LORA_TARGET,
+                details={"workload": ctx.shape_text(), "lora": f"rank {LORA_RANK} on all {layers} linear layers of "
+                                                                  "the transformer (diffusers format)",
+                         "worker_rewrite_s": summary(applies, "s"),
+                         "worker_rewrite_over_plain_sample": median(applies) / median(times["plain"]),
+                         "measured": "backend.api.sample end to end; worker_rewrite_s is the worker's own time for "
+                                     "restoring and rewriting the touched weights (no noise from the rest)",
+                         "reloads_during_rounds": loads, "compiles": compiles, "repeats": ctx.repeats,
+                         "warmup": ctx.warmup, "change_minus_plain_s": median(times["change"]) - median(times["plain"]),
+                         "paired_ratio_median": paired(times["plain"], times["change"])})]
 
 
 # ---- soak (only with --soak N)

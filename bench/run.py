@@ -62,6 +62,7 @@ FIGURES: tuple[Figure, ...] = (
                                                 (*figures.COMPILE_WARM, figures.WARM_TARGET),
                                                 (*figures.COMPILE_RECOMPILES, figures.RECOMPILE_TARGET))),
     Figure("mfu", mfu.figure, ((*mfu.EAGER, None), (*mfu.COMPILED, None))),
+    Figure("lora", figures.lora_strength, ((*figures.LORA, figures.LORA_TARGET),)),
 )
 SOAK = Figure("soak", figures.soak, ((*figures.SOAK, None),))
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -325,7 +326,8 @@ class Loras:
         self._cache: dict[tuple, Resolved] = {}
         self._originals: dict[tuple[str, str, str], torch.Tensor] = {}  # (component, module, param) -> CPU copy
         self._applied: tuple = ()
-        self._tp: tuple[Any, dict] | None = None  # (mesh, shard specs) of a sharded denoiser
+        self._tp: tuple[Any, str, dict] | None = None  # (mesh, component, shard specs) of a sharded denoiser
+        self.apply_s: float | None = None  # how long the last rewrite of the weights took
 
     def forget(self) -> None:
         """The pipeline is being unloaded: drop everything that refers to it."""
@@ -341,6 +343,7 @@ class Loras:
         want = tuple((key, ref.strength, ref.te_strength) for ref, (key, _) in resolved)
         if want == self._applied:
             return
+        started = time.perf_counter()
         if tp is not None and self._tp is None:
             from diffusers.hooks.tensor_parallel import resolve_tp_shard_specs
 
@@ -369,6 +372,7 @@ class Loras:
                         bias = (layer.bias.to(weight.device, torch.float32) * (layer.scale * strength))
                         self._add((component, module, "bias"), bias.to(weight.dtype))
         self._applied = want
+        self.apply_s = time.perf_counter() - started
         gc_keys = {key for key, _, _ in want}
         for key in list(self._cache)[: max(0, len(self._cache) - CACHE_SIZE)]:
             if key not in gc_keys:

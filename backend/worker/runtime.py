@@ -75,7 +75,7 @@ class Runtime:
                 "samples": self.samples, "steps": self.steps,
                 "model": self.load_key[0] if self.load_key else None,
                 "dtype": str(self.pipe.dtype).replace("torch.", "") if self.pipe is not None else None,
-                "loras": self.loras.info(),
+                "loras": self.loras.info(), "lora_apply_s": self.loras.apply_s,
                 "compile": {"mode": self.mode, "note": mode_note(self.kind, self.mode), **self.compiler.stats()}}
 
     # ---- loading, mode, warm-up
