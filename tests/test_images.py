@@ -117,6 +117,37 @@ def test_pixels_are_stretched_never_cropped_and_grey_becomes_rgb():
     assert images.fit_mask(_left_half(32, 32)[0], 64, 64).shape == (64, 64)
 
 
+@pytest.mark.unit
+def test_input_images_travel_through_shm_to_every_rank_or_inline(tmp_path):
+    """The controller writes an input once; every rank maps the same file (keep=True) and the controller deletes
+    it afterwards. Without a usable /dev/shm the bytes follow the message on the socket."""
+    import os
+    from multiprocessing import Pipe
+
+    from backend.protocol import handoff
+
+    arrays = {"image": _image(48, 80), "mask": _left_half()}
+    prefix = handoff.shm_prefix(f"{os.getpid()}-testinputs") + "in-"
+    specs, inline = handoff.pack(arrays, prefix, 1)
+    assert inline == [] and all(os.path.exists(s["shm"]) for s in specs)
+    ranks = [Pipe() for _ in range(2)]
+    for controller, _ in ranks:
+        controller.send({"arrays": specs})
+    got = [handoff.unpack(worker, worker.recv()["arrays"], keep=True) for _, worker in ranks]
+    handoff.remove(specs)
+    assert not any(os.path.exists(s["shm"]) for s in specs)
+    for received in got:  # still readable: mapped before the files went
+        assert all(np.array_equal(received[k], v) for k, v in arrays.items())
+    specs, inline = handoff.pack(arrays, str(tmp_path / "no-such-dir" / "x-"), 2)
+    assert len(inline) == 2 and not any("shm" in s for s in specs)
+    controller, worker = Pipe()
+    controller.send({"arrays": specs})
+    for a in inline:
+        controller.send_bytes(memoryview(a).cast("B"))
+    received = handoff.unpack(worker, worker.recv()["arrays"], keep=True)
+    assert all(np.array_equal(received[k], v) for k, v in arrays.items())
+
+
 # ---- in the worker, against diffusers' own pipelines in this process
 
 def _plain(tiny_models, name: str, cls_name: str, req: SampleRequest, **inputs) -> np.ndarray:
@@ -182,6 +213,32 @@ def test_denoise_0_and_1_grey_images_masks_of_another_size_and_batches(tiny_mode
         assert np.array_equal(batch[i], alone[0]), i
     stretched = api.sample(spec, _request(), image=_image(48, 80))
     assert stretched.shape == (1, 64, 64, 3)
+
+
+@pytest.mark.workers
+def test_image_inputs_compiled_and_on_two_replicas(tiny_models):
+    """The image pipelines share the loaded modules: the compiled denoiser serves them without a new graph; two
+    data-parallel replicas each get the inputs (one /dev/shm file both map, deleted after the request)."""
+    import glob
+
+    from backend.controller import group, plans
+    from backend.protocol import handoff
+
+    spec = _spec(tiny_models)
+    image, mask = np.concatenate([_image(seed=0), _image(seed=1)]), _left_half()
+    want = [api.sample(spec, _request(batch_size=2), image=image), api.sample(spec, _request(), image=image,
+                                                                                mask=mask)]
+    compiled, _ = api.with_compile(spec, "whole denoiser", "eager", "64x64", False)
+    api.sample(compiled, _request(denoise=1.0))
+    before = api.compile_stats()
+    assert np.array_equal(api.sample(compiled, _request(batch_size=2), image=image), want[0])
+    assert np.array_equal(api.sample(compiled, _request(), image=image, mask=mask), want[1])
+    after = api.compile_stats()
+    assert after["graphs"] == before["graphs"] and after["unexpected_recompiles"] == 0
+    dp, _ = plans.plan_dp(spec, 2)
+    assert np.array_equal(api.sample(dp, _request(batch_size=2), image=image), want[0])
+    inputs = handoff.shm_prefix(group.current_group().group_id) + "in-"
+    assert glob.glob(glob.escape(inputs) + "*") == [], "the input files are gone after the request"
 
 
 @pytest.mark.workers

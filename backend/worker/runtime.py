@@ -89,7 +89,9 @@ class Runtime:
         for i, todo in enumerate(pending := self.compiler.apply(self.pipe, spec, self.dtype_name(spec)), 1):
             w, h, b = todo
             self.status(f"warm-up {i}/{len(pending)}: {w}x{h} (batch {b})")
-            self.sample(spec, warmup_request(spec, w, h, b))
+            # edit models need an image: a grey one of the size (reference images add their own tokens)
+            grey = {"image": np.full((1, h, w, 3), 0.5, np.float32)} if spec.family.needs_image else None
+            self.sample(spec, warmup_request(spec, w, h, b), grey)
             self.compiler.warmed_up(todo)
         return self.info()
 
