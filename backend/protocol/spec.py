@@ -249,9 +249,9 @@ class Layout:
     def leader(self) -> bool:
         return self.tp_rank == 0
 
-    def my_images(self, req: SampleRequest) -> list[tuple[str, int]]:
-        images = req.images()
-        return [images[i] for i in share(len(images), self.replicas, self.replica)]
+    def my_share(self, req: SampleRequest) -> range:
+        """The global indices of the images this rank's replica draws (image i: req.images()[i])."""
+        return share(len(req.images()), self.replicas, self.replica)
 
 
 @dataclass(frozen=True)

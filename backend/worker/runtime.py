@@ -17,7 +17,7 @@ import torch
 
 from ..protocol import messages
 from ..protocol.messages import Request, Status, Step
-from ..protocol.spec import Layout, PipelineSpec, SampleRequest, mode_note, share, warmup_request
+from ..protocol.spec import Layout, PipelineSpec, SampleRequest, mode_note, warmup_request
 from . import device, images, loading, parallel
 from .compile_cache import CACHE_INFO
 from .compiler import Compiler
@@ -164,8 +164,7 @@ class Runtime:
         """
         arrays = arrays or {}
         layout = Layout(spec.tp_degree, self.world_size, self.rank)
-        everything = req.images()
-        indices = share(len(everything), layout.replicas, layout.replica)
+        everything, indices = req.images(), layout.my_share(req)
         kind = images.task(spec.family, arrays)
         pipe = self.image_pipes.for_task(self.pipe, spec.family, kind)
         if self.should_stop():
