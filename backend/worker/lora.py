@@ -325,7 +325,7 @@ class Loras:
         self._skeleton: Any = None
         self._cache: dict[tuple, Resolved] = {}
         self._originals: dict[tuple[str, str, str], torch.Tensor] = {}  # (component, module, param) -> CPU copy
-        self._applied: tuple = ()
+        self._applied: tuple | None = ()  # (file key, strength, te strength) per LoRA; None: weights unknown
         self._tp: tuple[Any, str, dict] | None = None  # (mesh, component, shard specs) of a sharded denoiser
         self.apply_s: float | None = None  # how long the last rewrite of the weights took
 
@@ -352,6 +352,7 @@ class Loras:
             self._tp = (mesh, component, resolve_tp_shard_specs(module, module._tp_plan, mesh.size()))
         touched = {(c, m, p) for _, (_, layers) in resolved for (c, m), layer in layers.items()
                    for p in (("weight", "bias") if layer.bias is not None else ("weight",))}
+        self._applied = None  # until the rewrite is complete: a failure midway is redone from the originals
         with torch.no_grad():
             for key in [k for k in self._originals if k not in touched]:  # LoRAs removed: originals back
                 self._local(key).copy_(self._originals.pop(key))
@@ -418,7 +419,8 @@ class Loras:
         target.add_(delta)
 
     def info(self) -> list[dict]:
-        return [{"file": Path(path).name, "strength": s, "te_strength": t} for (path, _, _), s, t in self._applied]
+        return [{"file": Path(path).name, "strength": s, "te_strength": t}
+                for (path, _, _), s, t in self._applied or ()]
 
 
 _DENOISERS = ("transformer", "unet")
