@@ -96,7 +96,9 @@ def test_inputs_are_checked_and_explained(tiny_models):
                      "1 input image for 3 images: image i (seed + i) starts from input image i (cycling: i mod 1)",
                      "the image has one channel (grey): used as RGB"]
     assert api.describe_inputs(flux, _request(denoise=0.0), _image())[1].startswith("denoise 0: nothing is repainted")
-    assert api.describe_inputs(flux, _request()) == []
+    assert api.describe_inputs(flux, _request(denoise=1.0)) == []
+    assert api.describe_inputs(flux, _request()) == ["denoise 0.5 is ignored: it applies to an input image, and "
+                                                     "none is connected"]
     assert api.size_from_image(flux, _image(40, 72)) == (64, 32, "size_from_image: the image is 72x40; FLUX.1 needs "
                                                                   "multiples of 16, so the size is 64x32 (the image "
                                                                   "is stretched to it)")
