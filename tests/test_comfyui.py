@@ -314,11 +314,9 @@ def test_worker_crash_fails_the_prompt_and_next_prompt_recovers(server):
 def test_stopping_the_server_stops_its_workers(comfyui_dir, tiny_models, tmp_path, how):
     srv = ComfyServer(str(comfyui_dir), str(tiny_models), work_dir=str(tmp_path)).start()
     group: list[psutil.Process] = []
-    def left() -> set[str]:  # group logs and run folders (store, secret)
-        return {p for name in ("comfyui-tpu-group-*", "comfyui-tpu-run-*")
-                for p in glob.glob(os.path.join(tempfile.gettempdir(), name))}
+    def left() -> set[str]:  # this server's run folders (store, secret, log), named after its pid
+        return set(glob.glob(os.path.join(tempfile.gettempdir(), f"comfyui-tpu-run-{srv.proc.pid}-*")))
 
-    leftovers_before = left()
     try:
         run_ok(srv, prompt())
         group = group_processes(srv)
@@ -330,8 +328,14 @@ def test_stopping_the_server_stops_its_workers(comfyui_dir, tiny_models, tmp_pat
         assert wait_gone(group, timeout=10) == [], f"workers outlived ComfyUI ({how})"
         if how == "sigint":  # the group was closed by the pack (its cleanup ran), not merely orphaned
             assert "worker group GroupConfig(kind='cpu', world_size=1) stopped" in srv.log_path.read_text()
-        leftovers = left()
-        assert leftovers <= leftovers_before, f"temp files left behind: {leftovers - leftovers_before}"
+        if how == "sigint":  # closed by the pack: nothing left
+            assert left() == set(), f"temp files left behind: {left()}"
+        else:  # killed: its folder waits for the next start, which removes the folders of dead controllers
+            assert len(left()) == 1
+            from backend.controller.launcher import remove_stale_run_dirs
+
+            remove_stale_run_dirs()
+            assert left() == set(), f"a dead controller's run folder survived: {left()}"
     finally:
         srv.stop()
         kill_all([p for p in group if alive(p)])
