@@ -1,5 +1,6 @@
 """ComfyUI nodes of ComfyUI-TPU: thin wrappers (inputs, tooltips, validation, progress) over backend.api."""
 
+from ..backend.controller import api
 from . import comfy_bridge
 from .compile_nodes import TPUCompile, TPUSetExecutionMode
 from .info_nodes import TPUDeviceInfo, TPUFreeWorkers
@@ -7,6 +8,7 @@ from .parallel_nodes import TPUDataParallel, TPUShardTP
 from .pipeline_nodes import LoadTPUPipeline, TPUSample
 
 comfy_bridge.treat_sigterm_as_ctrl_c()
+api.start_hosts()  # several hosts configured: the others can join from now on
 
 NODE_CLASS_MAPPINGS = {
     "LoadTPUPipeline": LoadTPUPipeline,

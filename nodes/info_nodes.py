@@ -32,6 +32,8 @@ class TPUDeviceInfo:
         dev = api.device_info()
         data = {"device": dev.kind, "name": dev.name, "chips": dev.count, "memory_gib_per_chip": dev.memory_gib,
                 "torch_tpu_installed": dev.torch_tpu_installed, "workers": api.worker_info()}
+        if (cluster := api.hosts_info()) is not None:
+            data["hosts"] = cluster
         text = json.dumps(data, indent=1)
         comfy_bridge.send_text(unique_id, text)
         return {"ui": {"text": [text]}, "result": (text,)}

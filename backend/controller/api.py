@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import logging
 import math
 import os
 from collections.abc import Callable, Iterable
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..protocol.errors import CompileError, ModelError, WorkerCrashed
+from ..protocol.errors import CompileError, ModelError, TPUError, WorkerCrashed
 from ..protocol.messages import ENV_COMPILE_CACHE, Status, Step
 from ..protocol.spec import (
     DTYPE_CHOICES,
@@ -27,11 +28,12 @@ from ..protocol.spec import (
     SampleRequest,
     mode_note,
 )
-from . import devices, group, models, plans
+from . import devices, group, hosts, models, plans
 
 ProgressFn = Callable[[Status | Step], None]
 MAX_IMAGES = 4096  # images in one Sample (prompt lines × batch_size)
 
+log = logging.getLogger("comfyui_tpu")
 atexit.register(group.shutdown)
 
 
@@ -86,7 +88,13 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
 
 
 def group_config(spec: PipelineSpec) -> GroupConfig:
-    return GroupConfig(kind=spec.kind, world_size=spec.world_size)
+    """The group `spec` runs on: this host's chips, or (a group larger than one host) the joined hosts too."""
+    across = hosts.span(spec.kind, plans.chip_count(spec.kind))
+    if across is None or spec.world_size <= across.per_host:
+        return GroupConfig(kind=spec.kind, world_size=spec.world_size)
+    others = hosts.sharing_hosts(hosts.registry(), spec.kind, across.per_host)
+    share = tuple(h.address for h in others[: spec.world_size // across.per_host - 1])
+    return GroupConfig(kind=spec.kind, world_size=spec.world_size, hosts=share, per_host=across.per_host)
 
 
 def load(spec: PipelineSpec, on_progress: ProgressFn | None = None,
@@ -130,6 +138,29 @@ def worker_info() -> list[dict]:
 
 def device_info() -> devices.DeviceInfo:
     return devices.detect()
+
+
+def start_hosts() -> None:
+    """Starts waiting for the other hosts when ComfyUI starts (several hosts configured); says why it cannot."""
+    try:
+        hosts.registry()
+    except (TPUError, OSError) as e:
+        log.error("comfyui-tpu: the other hosts cannot join: %s", e)
+
+
+def topology() -> str:
+    """Which hosts have joined ('' on one host): nodes whose 'auto' counts chips re-plan when it changes."""
+    try:
+        reg = hosts.registry()
+    except TPUError as e:  # a broken cluster setting: Sample says so, with its fix
+        return f"unusable: {e}"
+    return "" if reg is None else ",".join(f"{h.address}/{h.procs}" for h in reg.hosts())
+
+
+def hosts_info() -> dict | None:
+    """The other hosts of a slice (joined, waiting for, left), or None on one host."""
+    reg = hosts.registry()
+    return None if reg is None else reg.describe()
 
 
 def shutdown() -> None:

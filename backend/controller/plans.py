@@ -25,7 +25,7 @@ from ..protocol.spec import (
     listed_components,
     read_json,
 )
-from . import devices
+from . import devices, hosts
 
 # ---- Shard TP and Data Parallel
 
@@ -201,8 +201,13 @@ def plan_dp(spec: PipelineSpec, replicas: int) -> tuple[PipelineSpec, str]:
     kind = spec.kind
     chips = chip_count(kind)
     notes = []
+    across = hosts.span(kind, chips)
     if replicas == 0:
-        if chips is None:
+        if across is not None:
+            replicas = max(1, across.processes // spec.tp_degree)
+            notes.append(f"auto: every process of the {across.hosts} host(s) that have joined "
+                         f"({across.per_host} per host)")
+        elif chips is None:
             replicas = 1
             notes.append(f"auto on the CPU is 1 (no chips); set replicas up to "
                          f"{(os.cpu_count() or 1) // spec.tp_degree} to use more processes")
@@ -226,6 +231,9 @@ def check_world(spec: PipelineSpec, kind: str, chips: int | None) -> None:
             "shard_text_encoders: sharding text encoders cannot be combined with Data Parallel replicas > 1 "
             "yet (transformers' tensor parallelism spans the whole worker group). Turn shard_text_encoders "
             "off in Shard TP (the encoders are then replicated) or set replicas to 1.")
+    if (across := hosts.span(kind, chips)) is not None:
+        check_hosts(spec, across)
+        return
     limit = (os.cpu_count() or 1) if chips is None else chips
     if spec.world_size > limit:
         where = _describe_degree_limit(kind, chips)
@@ -233,6 +241,23 @@ def check_world(spec: PipelineSpec, kind: str, chips: int | None) -> None:
             f"replicas: {spec.dp_replicas} replicas × TP degree {spec.tp_degree} = {spec.world_size} "
             f"workers, but {where}; use at most {max(1, limit // spec.tp_degree)} replica(s) (or 0 for "
             "auto). Connect Data Parallel after Shard TP so that auto accounts for the degree.")
+
+
+def check_hosts(spec: PipelineSpec, across: hosts.Span) -> None:
+    """Several hosts: Data Parallel spans hosts, Shard TP stays within one (its chips have the fast links)."""
+    per, world = across.per_host, spec.world_size
+    if per % spec.tp_degree:
+        raise ParallelError(f"degree: {spec.tp_degree} does not divide the {per} worker processes of each host "
+                            "(a sharded model stays within one host); choose a degree that divides it.")
+    if world > across.processes:
+        raise ParallelError(
+            f"replicas: {spec.dp_replicas} replicas × TP degree {spec.tp_degree} = {world} workers, but the "
+            f"{across.hosts} host(s) that have joined run {across.processes} ({per} each); use at most "
+            f"{max(1, across.processes // spec.tp_degree)} replica(s), 0 for auto, or join more hosts "
+            "(`python -m backend join`).")
+    if world > per and world % per:
+        raise ParallelError(f"replicas: {world} workers do not fill whole hosts of {per}; use a replica count "
+                            f"that makes a multiple of {per} workers (or at most {per // spec.tp_degree}).")
 
 
 def with_sharded_encoders(spec: PipelineSpec) -> PipelineSpec:

@@ -229,3 +229,5 @@ class GroupConfig:
 
     kind: str  # "tpu" | "cuda" | "cpu"
     world_size: int = 1
+    hosts: tuple[str, ...] = ()  # the other hosts taking a share, in node-rank order (empty: this host only)
+    per_host: int = 0  # worker processes per host when `hosts` is not empty
