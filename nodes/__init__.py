@@ -4,7 +4,7 @@ from . import comfy_bridge
 from .compile_nodes import TPUCompile, TPUSetExecutionMode
 from .info_nodes import TPUDeviceInfo, TPUFreeWorkers
 from .parallel_nodes import TPUDataParallel, TPUShardTP
-from .pipeline_nodes import LoadTPUPipeline, TPUSample
+from .pipeline_nodes import LoadTPUPipeline, LoadTPUPipelineFiles, TPUSample
 
 comfy_bridge.treat_sigterm_as_ctrl_c()
 
@@ -17,6 +17,7 @@ NODE_CLASS_MAPPINGS = {
     "TPUDataParallel": TPUDataParallel,
     "TPUSetExecutionMode": TPUSetExecutionMode,
     "TPUCompile": TPUCompile,
+    "LoadTPUPipelineFiles": LoadTPUPipelineFiles,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -28,4 +29,5 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "TPUDataParallel": "Data Parallel",
     "TPUSetExecutionMode": "Set Execution Mode",
     "TPUCompile": "Compile (TPU)",
+    "LoadTPUPipelineFiles": "Load TPU Pipeline (ComfyUI files)",
 }

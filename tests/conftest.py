@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +31,21 @@ def tiny_models(tmp_path_factory) -> Path:
     root = Path(os.environ.get("COMFYUI_TPU_TEST_MODELS") or tmp_path_factory.mktemp("models"))
     build_all(root)
     return root
+
+
+@pytest.fixture(scope="session")
+def comfyui_files(tiny_models, comfyui_dir):
+    """Builds (once, cached beside the tiny models) artists' files of the given families, written by ComfyUI's
+    own converters, and their reference diffusers folders (tests/file_fixtures.py, in a subprocess so that
+    ComfyUI's modules stay out of the test process); returns the folder holding models/ and diffusers/."""
+    out = tiny_models.parent / f"{tiny_models.name}-comfyui-files"
+
+    def build(*families: str) -> Path:
+        subprocess.run([sys.executable, str(ROOT / "tests" / "file_fixtures.py"), str(out), str(tiny_models),
+                        str(comfyui_dir), *families], check=True, timeout=1200)
+        return out
+
+    return build
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,7 @@ import shutil
 import sys
 from pathlib import Path
 
-FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage")
+FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage")  # "flux1-3072" (1 GB) only when asked
 VERSION = "3"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
@@ -47,6 +47,7 @@ FILES = {
     "sd3": {"checkpoint": "sd3-tiny.safetensors", "checkpoint_no_t5": "sd3-tiny-noT5.safetensors",
             "diffusion_model": "sd3-tiny.safetensors", "clip_l": "clip_l-sd3-tiny.safetensors",
             "clip_g": "clip_g-tiny.safetensors", "t5": "t5xxl-sd3-tiny.safetensors", "vae": "sd3-vae-tiny.safetensors"},
+    "flux1-3072": {"diffusion_model": "flux1-dev-3072-1x1.safetensors"},
     "sdxl": {"checkpoint": "sdxl-tiny.safetensors", "checkpoint_fp8": "sdxl-tiny-fp8-e4m3fn.safetensors"},
     "qwenimage": {"diffusion_model": "qwen-image-tiny.safetensors",
                   "comfysave": "qwen-image-tiny-comfysave.safetensors",
@@ -535,8 +536,32 @@ def _qwenimage(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save({k: v for k, v in te.items() if k != "lm_head.weight"}, models / "text_encoders" / names["qwen25vl"])
 
 
+def flux1_published_width():
+    """A FLUX.1 transformer of the published width (3072: 24 heads of 128, MLP ratio 4), with 1 double and
+    1 single block and the tiny text encoders' and VAE's widths, in bfloat16 (about 1 GB). Deterministic."""
+    import torch
+    from diffusers import FluxTransformer2DModel
+
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        return _seeded(71, lambda: FluxTransformer2DModel(
+            in_channels=16, num_layers=1, num_single_layers=1, joint_attention_dim=32, pooled_projection_dim=32,
+            guidance_embeds=True))
+    finally:
+        torch.set_default_dtype(default)
+
+
+def _flux1_3072(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    comfy = import_comfy(comfyui_dir)
+    transformer = flux1_published_width()
+    bfl = comfy.model_detection.convert_diffusers_mmdit(_sd(transformer), "")
+    del transformer
+    _save(bfl, out / "models" / "diffusion_models" / FILES["flux1-3072"]["diffusion_model"])
+
+
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
-            "qwenimage": _qwenimage}
+            "qwenimage": _qwenimage, "flux1-3072": _flux1_3072}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

@@ -72,6 +72,18 @@ def make_file_spec(choice: sources.FileChoice, roots: Mapping[str, Iterable[str]
     return spec.with_changes(size_factor=factor)
 
 
+def describe_files(spec: PipelineSpec) -> str:
+    """What a pipeline made of files is and where each part comes from, for the text next to the loader."""
+    lines = [f"{spec.family.name} ({spec.class_name})"]
+    for part in spec.source.components if spec.source else ():
+        if part.layout in ("tokenizer", "tekken", "checkpoint"):
+            continue
+        how = {"scaled-fp8": ", scaled fp8: dequantized on load", "gguf": ", GGUF"}.get(part.quant, "")
+        inside = " (in the checkpoint)" if part.prefix and part.name not in ("transformer", "unet") else ""
+        lines.append(f"{part.name}: {Path(part.path).name}{inside}{how}")
+    return "\n".join([*lines, *(spec.source.notes if spec.source else ())])
+
+
 def checked(spec: PipelineSpec) -> PipelineSpec:
     """`spec` ready to run: its device kind and compile plan resolved, its parallel layout checked against the
     model and this host. Specs from the nodes already are; specs built by scripts may not be."""

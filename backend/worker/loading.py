@@ -347,6 +347,10 @@ def _shard_after_load(model: Any, extra: dict) -> Any:
     """Tensor parallelism for a transformer read whole (through a converter): each rank shards its copy."""
     config = extra.get("parallel_config")
     if model is not None and config is not None:
+        # from_single_file records the whole model on the CPU as a device map ({"": cpu}); nothing was placed by
+        # accelerate (no hooks), but enable_parallelism refuses any device map
+        if set(map(str, (getattr(model, "hf_device_map", None) or {"": "cpu"}).values())) == {"cpu"}:
+            model.hf_device_map = None
         model.enable_parallelism(config=config)
     return model
 
