@@ -442,3 +442,94 @@ def test_shard_tp_and_data_parallel_with_files(files):
         assert np.abs(api.sample(sharded, request(CASES[case][2], batch_size=2)) - reference).max() <= 1e-4, case
     replicated, _ = api.replicate(file_spec(files, **FLUX1), 2)
     assert np.array_equal(api.sample(replicated, request(batch_size=2)), refs["flux1-split"])
+
+
+# ---- through a real ComfyUI server (the files come from extra_model_paths.yaml roots and its own folders)
+
+
+@pytest.fixture(scope="module")
+def files_server(files, comfyui_dir, tmp_path_factory):
+    from comfy_server import ComfyServer
+
+    models = files / "models"
+    extra = {folder: str(models / folder) for folder in sources.ROLE_FOLDERS.values()}
+    srv = ComfyServer(str(comfyui_dir), str(files / "diffusers"), work_dir=str(tmp_path_factory.mktemp("files")),
+                      extra_paths=extra)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def files_prompt(seed: int, **files) -> dict:
+    inputs = {"diffusion_model": NONE, "text_encoder_1": NONE, "text_encoder_2": NONE, "text_encoder_3": NONE,
+              "vae": NONE, "checkpoint": NONE, "dtype": "auto", "device": "auto", "offload": "none", **files}
+    return {"1": {"class_type": "LoadTPUPipelineFiles", "inputs": inputs},
+            "2": {"class_type": "TPUSample", "inputs": {"pipeline": ["1", 0], "prompt": FOX, "negative_prompt": "",
+                                                       "width": 64, "height": 64, "steps": 2, "guidance": 0.0,
+                                                       "seed": seed, "batch_size": 1}},
+            "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "files"}}}
+
+
+FLUX1_NODE = {"diffusion_model": "flux1-tiny.safetensors", "text_encoder_1": "clip_l-tiny.safetensors",
+              "text_encoder_2": "t5xxl-tiny.safetensors", "vae": "ae-tiny.safetensors"}
+
+
+def _pixels(path: Path) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return np.asarray(image.convert("RGB"))
+
+
+@pytest.mark.server
+def test_the_files_node_lists_by_role_and_makes_the_folders_image(files_server):
+    from comfy_server import error_message
+
+    info = files_server.get("/object_info/LoadTPUPipelineFiles").json()["LoadTPUPipelineFiles"]
+    required = info["input"]["required"]
+    assert "flux1-tiny.safetensors" in required["diffusion_model"][0]
+    assert "ae-tiny.safetensors" in required["vae"][0] and "ae-tiny.safetensors" not in required["text_encoder_1"][0]
+    assert required["checkpoint"][0][0] == NONE and "sdxl-tiny.safetensors" in required["checkpoint"][0]
+    from_files = files_server.run(files_prompt(77, **FLUX1_NODE), timeout=180)
+    assert from_files["status"] == "success", error_message(from_files)
+    texts = [m["data"]["text"] for m in from_files["messages"] if m["type"] == "progress_text"]
+    assert any(t.startswith("FLUX.1 (FluxPipeline)") and "t5xxl-tiny.safetensors" in t for t in texts), texts
+    folder = files_prompt(77)
+    folder["1"] = {"class_type": "LoadTPUPipeline", "inputs": {"model": "ref-flux1", "dtype": "auto",
+                                                              "device": "auto", "offload": "none"}}
+    from_folder = files_server.run(folder, timeout=180)
+    assert from_folder["status"] == "success", error_message(from_folder)
+    assert np.array_equal(_pixels(from_files["images"][0]), _pixels(from_folder["images"][0]))
+
+
+BAD_FILES = {  # what the node is given -> words the error must hold
+    "missing text encoder": ({**FLUX1_NODE, "text_encoder_2": NONE},
+                             ["text_encoder", "T5-XXL", "is missing", "models/text_encoders"]),
+    "file of another family": ({**FLUX1_NODE, "vae": "sd3-vae-tiny.safetensors", "text_encoder_2":
+                                "qwen_3-tiny.safetensors"}, ["'qwen_3-tiny.safetensors'", "does not use", "FLUX.1"]),
+    "pickle checkpoint": ({**FLUX1_NODE, "diffusion_model": "flux1-dev.ckpt"},
+                          ["'flux1-dev.ckpt' is a pickle file", ".safetensors"]),
+    "truncated file": ({**FLUX1_NODE, "diffusion_model": "flux1-dev-truncated.safetensors"},
+                       ["'flux1-dev-truncated.safetensors' is truncated", "download it again"]),
+    "path out of the folder": ({**FLUX1_NODE, "vae": "../vae/ae-tiny.safetensors"}, ["no '..'"]),
+}
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_bad_files_are_named_through_the_server_and_it_stays_up(files_server, files, case):
+    from comfy_server import PromptFailed, error_message
+
+    own = files_server.work_dir / "models" / "diffusion_models"  # ComfyUI's own folder, beside the extra roots
+    own.mkdir(parents=True, exist_ok=True)
+    (own / "flux1-dev.ckpt").write_bytes(b"\x80\x02}q\x00.")
+    good = (files / "models" / "diffusion_models" / "flux1-tiny.safetensors").read_bytes()
+    (own / "flux1-dev-truncated.safetensors").write_bytes(good[: len(good) - 1000])
+    inputs, words = BAD_FILES[case]
+    with pytest.raises(PromptFailed) as e:
+        files_server.run(files_prompt(5, **inputs), timeout=60)
+    assert list(e.value.details["node_errors"]) == ["1"], e.value.details
+    assert all(w in str(e.value) for w in words), str(e.value)
+    assert files_server.proc.poll() is None
+    result = files_server.run(files_prompt(6, **FLUX1_NODE), timeout=120)
+    assert result["status"] == "success", error_message(result)

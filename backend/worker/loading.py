@@ -274,16 +274,14 @@ def invert_key_map(sd: dict, key_map: tuple[tuple, ...]) -> dict:
 
 def _load_file_component(root: Path, name: str, cls: type, part: FileComponent, dtype: Any, extra: dict) -> Any:
     """One component from an artist's file, on the CPU in `dtype` (fp8 weights upcast)."""
-    common = {"dtype": dtype, "local_files_only": True}
+    file_args = {"dtype": dtype, "local_files_only": True}
     if _symlinked(part):  # from_pretrained reads it through the folder (tensor parallel: each rank its slices)
-        model = cls.from_pretrained(str(root), subfolder=name, use_safetensors=True, **common, **extra)
+        model = cls.from_pretrained(str(root), subfolder=name, use_safetensors=True, **file_args, **extra)
         return _finish_text_encoder(model, part)
     if part.layout in HF_LAYOUTS:  # inside a checkpoint, or scaled fp8: read, then hand over
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(str(root / name), local_files_only=True)
+        config = cls.config_class.from_dict(read_json(root / name / "config.json"))
         model = cls.from_pretrained(None, config=config, state_dict=_state_dict(part, dtype),
-                                    use_safetensors=True, **common)
+                                    use_safetensors=True, **file_args)
         return _finish_text_encoder(model, part)
     if part.layout in ("flux2-vae", "wan-vae"):
         return _converted_vae(root, cls, part, dtype)
@@ -291,14 +289,14 @@ def _load_file_component(root: Path, name: str, cls: type, part: FileComponent, 
         from diffusers import GGUFQuantizationConfig
 
         model = cls.from_single_file(part.path, config=str(root), subfolder=name,
-                                     quantization_config=GGUFQuantizationConfig(compute_dtype=dtype), **common)
+                                     quantization_config=GGUFQuantizationConfig(compute_dtype=dtype), **file_args)
         return _shard_after_load(model, extra)
     sd = _state_dict(part, dtype)
     if part.layout == "flux1-comfy-map":
         sd = invert_key_map(sd, part.key_map)
     elif part.layout == "sdxl":  # diffusers' UNet converter looks for the checkpoint prefix
         sd = {f"model.diffusion_model.{k}": v for k, v in sd.items()}
-    model = cls.from_single_file(sd, config=str(root), subfolder=name, **common)
+    model = cls.from_single_file(sd, config=str(root), subfolder=name, **file_args)
     return _shard_after_load(model, extra)
 
 
