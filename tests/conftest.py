@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("COMFYUI_TPU_WORKER_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The model lists include the Hugging Face cache: the tests see an empty one unless they make their own.
+os.environ["HF_HUB_CACHE"] = os.path.join(tempfile.gettempdir(), "comfyui-tpu-tests-no-hub-cache")
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 TPU_VENV = os.environ.get("TPU_VENV")

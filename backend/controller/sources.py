@@ -24,6 +24,7 @@ from pathlib import Path
 from ..protocol.errors import ModelError
 from ..protocol.messages import pickle_allowed
 from ..protocol.spec import CONFIGS_DIR, FileComponent, FileSource, read_json
+from .models import ALLOW_ABSOLUTE_ENV
 
 # ComfyUI's model folders per role (folder_paths names; "unet" and "clip" are its legacy second folders)
 ROLE_FOLDERS = {"checkpoint": "checkpoints", "diffusion_model": "diffusion_models",
@@ -114,15 +115,13 @@ def _read_header(path_text: str, mtime_ns: int, size: int, role: str) -> Header:
         raise _problem(path, role, f"cannot be read ({e.strerror}).") from None
     try:
         table = json.loads(raw)
-    except ValueError:
+        metadata = table.pop("__metadata__", None) or {}
+        shapes = {key: tuple(int(d) for d in entry["shape"]) for key, entry in table.items()}
+        dtypes = {key: str(entry["dtype"]) for key, entry in table.items()}
+        end = max((int(entry["data_offsets"][1]) for entry in table.values()), default=0)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError):
         raise _problem(path, role, "is not a safetensors file (or is truncated): its header is not readable. "
                        "Download it again.") from None
-    metadata = table.pop("__metadata__", None) or {}
-    shapes, dtypes, end = {}, {}, 0
-    for key, entry in table.items():
-        shapes[key] = tuple(entry["shape"])
-        dtypes[key] = entry["dtype"]
-        end = max(end, entry["data_offsets"][1])
     if 8 + n + end > size:
         raise _problem(path, role, f"is truncated: it has {size:,} bytes but its header describes {8 + n + end:,}. "
                        "The download did not finish: download it again.")
@@ -316,8 +315,6 @@ def resolve_file(name: str, role: str, roots: Iterable[str]) -> Path:
     """A file name as the dropdown lists it (relative to one of the role's folders) to its path. `..` and
     absolute names are refused (absolute ones unless COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS=1); a symlink inside
     the folder is the user's choice and is followed."""
-    from .models import ALLOW_ABSOLUTE_ENV
-
     roots = [Path(r) for r in roots]
     name = name.strip()
     candidate = Path(name)
@@ -607,8 +604,10 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
     family = denoiser.kind
     texts = _text_encoders(family, chosen)
     if family == "flux2":  # dev reads Mistral, klein reads Qwen3: the text encoder decides the pipeline
-        configs = "flux2-klein" if any(p.kind == "qwen3" for p, _ in texts.values()) else "flux2"
-        needs: tuple[str, ...] = ("qwen3",) if configs == "flux2-klein" else ("mistral",)
+        kinds = {p.kind for p, _ in texts.values()}  # without one, dev's text width (3 x 5120) decides
+        klein = "qwen3" in kinds or ("mistral" not in kinds and denoiser.shapes["txt_in.weight"][1] != 15360)
+        configs = "flux2-klein" if klein else "flux2"
+        needs: tuple[str, ...] = ("qwen3",) if klein else ("mistral",)
     else:
         configs, needs = NEEDS[family][0], NEEDS[family][1]
     missing = [k for k in needs if k not in texts and k not in NEEDS[family][2]]
@@ -668,12 +667,8 @@ def _text_encoders(family: str, chosen: dict[str, _Chosen]) -> dict[str, tuple[P
     files (which win). Two CLIPs are told apart by width (CLIP-L is the narrower, as in every model)."""
     found: dict[str, tuple[Part, _Chosen]] = {}
     ckpt = chosen.get("checkpoint")
-    if ckpt is not None:
-        for part in ckpt.contents.text_encoders:
-            kind = part.kind
-            if kind == "clip":
-                kind = "clip-g" if "clip_g" in part.prefix else "clip-l"
-            found[kind] = (part, ckpt)
+    if ckpt is not None:  # named by their prefix in the checkpoint
+        found.update({part.kind: (part, ckpt) for part in ckpt.contents.text_encoders})
     clips: list[tuple[Part, _Chosen]] = []
     for name in sorted(k for k in chosen if k.startswith("text_encoder_")):
         c = chosen[name]
