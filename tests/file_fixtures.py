@@ -31,14 +31,15 @@ import sys
 from pathlib import Path
 
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage")  # "flux1-3072" (1 GB) only when asked
-VERSION = "3"  # bump to rebuild cached fixtures after changing this file
+VERSION = "4"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
 FILES = {
     "flux1": {"diffusion_model": "flux1-tiny.safetensors", "comfysave": "flux1-tiny-comfysave.safetensors",
               "clip_l": "clip_l-tiny.safetensors", "t5": "t5xxl-tiny.safetensors",
               "t5_fp8": "t5xxl-tiny_fp8_e4m3fn.safetensors", "t5_fp8_scaled": "t5xxl-tiny_fp8_e4m3fn_scaled.safetensors",
-              "fp8": "flux1-tiny-fp8-e5m2.safetensors", "vae": "ae-tiny.safetensors"},
+              "fp8": "flux1-tiny-fp8-e5m2.safetensors", "vae": "ae-tiny.safetensors",
+              "checkpoint": "flux1-tiny-checkpoint.safetensors"},
     "flux2": {"diffusion_model": "flux2-klein-tiny.safetensors", "comfysave": "flux2-klein-tiny-comfysave.safetensors",
               "fp8_scaled": "flux2-klein-tiny-fp8scaled.safetensors", "gguf": "flux2-klein-tiny-Q8_0.gguf",
               "qwen3": "qwen_3-tiny.safetensors", "vae": "flux2-vae-tiny.safetensors"},
@@ -233,6 +234,13 @@ def _flux1(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(_fp8(t5, torch.float8_e4m3fn), models / "text_encoders" / names["t5_fp8"])
     matrices = [k for k, v in t5.items() if v.ndim == 2 and k.startswith("encoder.block.")]
     _save(_scaled_fp8(comfy, t5, matrices), models / "text_encoders" / names["t5_fp8_scaled"])
+    clip = {f"clip_l.transformer.{k}": v for k, v in _clip_file(pipe.text_encoder).items()}
+    clip.update({f"t5xxl.transformer.{k}": v for k, v in t5.items()})
+    checkpoint = {}  # as CheckpointSave writes a FLUX.1 checkpoint (Comfy-Org's flux1-dev-fp8 layout)
+    checkpoint.update(saving.process_clip_state_dict_for_saving(clip))
+    checkpoint.update(saving.process_vae_state_dict_for_saving(dict(vae)))
+    checkpoint.update(saving.process_unet_state_dict_for_saving(dict(bfl)))
+    _save(checkpoint, models / "checkpoints" / names["checkpoint"])
 
 
 def _flux2_transformer_file(comfy, transformer) -> dict:

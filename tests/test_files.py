@@ -31,6 +31,7 @@ CASES = {
         "t5xxl-tiny.safetensors", "clip_l-tiny.safetensors"), vae="ae-tiny.safetensors"), 0.0),
     "flux1-modelsave": ("ref-flux1", dict(diffusion_model="flux1-tiny-comfysave.safetensors", text_encoders=(
         "clip_l-tiny.safetensors", "t5xxl-tiny.safetensors"), vae="ae-tiny.safetensors"), 0.0),
+    "flux1-checkpoint": ("ref-flux1", dict(checkpoint="flux1-tiny-checkpoint.safetensors"), 0.0),
     "flux2-klein-split": ("ref-flux2", dict(diffusion_model="flux2-klein-tiny.safetensors", text_encoders=(
         "qwen_3-tiny.safetensors",), vae="flux2-vae-tiny.safetensors"), 1.0),
     "flux2-dev-split": ("ref-flux2dev", dict(diffusion_model="flux2-dev-tiny.safetensors", text_encoders=(
