@@ -5,7 +5,7 @@ from . import comfy_bridge
 from .compile_nodes import TPUCompile, TPUSetExecutionMode
 from .info_nodes import TPUDeviceInfo, TPUFreeWorkers
 from .parallel_nodes import TPUDataParallel, TPUShardTP
-from .pipeline_nodes import LoadTPUPipeline, TPUSample
+from .pipeline_nodes import LoadTPUPipeline, LoadTPUPipelineFiles, TPUSample
 
 comfy_bridge.treat_sigterm_as_ctrl_c()
 api.start_hosts()  # several hosts configured: the others can join from now on
@@ -19,6 +19,7 @@ NODE_CLASS_MAPPINGS = {
     "TPUDataParallel": TPUDataParallel,
     "TPUSetExecutionMode": TPUSetExecutionMode,
     "TPUCompile": TPUCompile,
+    "LoadTPUPipelineFiles": LoadTPUPipelineFiles,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -30,4 +31,5 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "TPUDataParallel": "Data Parallel",
     "TPUSetExecutionMode": "Set Execution Mode",
     "TPUCompile": "Compile (TPU)",
+    "LoadTPUPipelineFiles": "Load TPU Pipeline (ComfyUI files)",
 }

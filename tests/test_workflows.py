@@ -17,6 +17,7 @@ import pytest
 from comfy_server import error_message
 from export_api_workflows import api_path, render
 from frontend import (
+    MODEL_INPUTS,
     Frontend,
     find_chromium,
     load_ui_workflow,
@@ -39,7 +40,15 @@ TINY = {
     "FLUX.1-schnell": "tiny-flux",
     "stable-diffusion-3.5-medium": "tiny-sd3",
     "FLUX.2-dev": "tiny-flux2",  # 2 attention heads: Shard TP 2 works
+    # model files in ComfyUI's folders -> the tiny FLUX.1 files written by ComfyUI's own code (file_fixtures.py)
+    "flux1-dev.safetensors": "flux1-tiny.safetensors",
+    "clip_l.safetensors": "clip_l-tiny.safetensors",
+    "t5xxl_fp8_e4m3fn.safetensors": "t5xxl-tiny_fp8_e4m3fn.safetensors",
+    "ae.safetensors": "ae-tiny.safetensors",
+    "(none)": "(none)",
 }
+TINY_FILES = ("flux1",)  # the families whose tiny files the workflows use
+ALLOWED = {name: set(TINY) for name in MODEL_INPUTS}  # names the frontend may not find here
 # Real-size settings that would take minutes on the CPU, by node type and input: set in the converted API
 # prompt of every workflow that names a real model (the files keep the real values; tiny_demo runs as
 # shipped). Multi-chip workflows run with world size 2 (two CPU worker processes).
@@ -53,7 +62,22 @@ OLD_WORKFLOW = Path(__file__).parent / "data" / "tiny_demo_before_prompt_per_lin
 
 
 @pytest.fixture(scope="module")
-def ui(server):
+def tiny_files(server, comfyui_files):
+    """The tiny files of TINY_FILES in the server's own model folders (models/diffusion_models, ...)."""
+    from backend.controller.sources import ROLE_FOLDERS
+
+    models = comfyui_files(*TINY_FILES) / "models"
+    for folder in ROLE_FOLDERS.values():
+        target = server.work_dir / "models" / folder
+        target.mkdir(parents=True, exist_ok=True)
+        for file in (models / folder).glob("*") if (models / folder).is_dir() else ():
+            if not (target / file.name).exists():
+                (target / file.name).symlink_to(file)
+    return models
+
+
+@pytest.fixture(scope="module")
+def ui(server, tiny_files):
     if not find_chromium():
         pytest.skip("no Chromium: scripts/ensure_chromium.sh installs Debian's chromium-headless-shell (needs apt "
                     "and root), or set COMFYUI_TPU_CHROMIUM; the real-frontend tests need it")
@@ -98,7 +122,7 @@ def world_size(prompt: dict) -> int:
 
 def test_the_shipped_workflows_are_there_and_explain_themselves():
     assert {"tiny_demo", "flux1_schnell_offload", "sd35_medium_compiled", "flux2_dev_tp8",
-            "data_parallel_prompts"} <= {p.stem for p in FILES}
+            "data_parallel_prompts", "flux1_dev_comfyui_files"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"
@@ -111,14 +135,15 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
 def test_workflow_loads_converts_and_runs(ui, server, path):
     wf = load_ui_workflow(path)
     conversion = ui.convert(wf, path.stem)
-    problems = conversion.problems(allowed_values={"model": set(TINY)}) + conversion.console_errors
+    problems = conversion.problems(allowed_values=ALLOWED) + conversion.console_errors
     assert not problems, f"{path.name} in the frontend:\n" + "\n".join(problems)
 
     prompt = conversion.prompt
     expected = {str(n["id"]): n["type"] for n in wf["nodes"] if n["type"] not in NOTES and n.get("mode", 0) == 0}
     assert {k: v["class_type"] for k, v in prompt.items()} == expected
 
-    models = {v["inputs"]["model"] for v in prompt.values() if v["class_type"] == "LoadTPUPipeline"}
+    models = {v["inputs"][name] for v in prompt.values() for name in MODEL_INPUTS
+              if v["class_type"].startswith("LoadTPUPipeline") and name in v["inputs"]}
     assert models <= set(TINY), f"add a tiny stand-in for {models - set(TINY)} to TINY"
     started = time.perf_counter()
     runnable = for_the_cpu(prompt)
@@ -147,7 +172,7 @@ def test_a_workflow_saved_before_an_input_was_added_still_runs(ui, server):
     assert len(sample["widgets_values"]) == 9
     assert "prompt_per_line" not in {i["name"] for i in sample["inputs"]}
     conversion = ui.convert(old, OLD_WORKFLOW.stem)
-    problems = conversion.problems(allowed_values={"model": set(TINY)}) + conversion.console_errors
+    problems = conversion.problems(allowed_values=ALLOWED) + conversion.console_errors
     assert not problems, "\n".join(problems)
     assert conversion.outdated == ["node 2 (TPUSample): saved without prompt_per_line (defaults used)"]
     # the same prompt as today's tiny_demo, the new input at its default

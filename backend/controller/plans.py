@@ -23,7 +23,6 @@ from ..protocol.spec import (
     CompilePlan,
     PipelineSpec,
     listed_components,
-    read_json,
 )
 from . import devices, hosts
 
@@ -43,9 +42,9 @@ def chip_count(kind: str) -> int | None:
     return None
 
 
-def transformer_heads(model_path: str) -> int | None:
-    """num_attention_heads of the pipeline's transformer (from its config.json; no weights are read)."""
-    heads = read_json(Path(model_path) / "transformer" / "config.json", {}).get("num_attention_heads")
+def transformer_heads(spec: PipelineSpec) -> int | None:
+    """num_attention_heads of the pipeline's transformer (from its config; no weights are read)."""
+    heads = spec.component_config("transformer").get("num_attention_heads")
     return heads if isinstance(heads, int) else None
 
 
@@ -78,15 +77,13 @@ def _tp_plan_of(config: dict) -> bool:
     return False
 
 
-def text_encoders(model_path: str) -> list[TextEncoder]:
+def text_encoders(spec: PipelineSpec) -> list[TextEncoder]:
     """The pipeline's text encoders and whether each could be sharded (reads configs only)."""
-    root = Path(model_path)
-    index = read_json(root / "model_index.json", {})
     found = []
-    for name, (_, class_name) in sorted(listed_components(index).items()):
+    for name, (_, class_name) in sorted(listed_components(spec.model_index()).items()):
         if not name.startswith("text_encoder"):
             continue
-        config = read_json(root / name / "config.json", {})
+        config = spec.component_config(name)
         text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
         heads = tuple(h for h in (text.get("num_attention_heads"), text.get("num_key_value_heads"))
                       if isinstance(h, int))
@@ -127,7 +124,7 @@ def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) 
             "sharding already splits the weights over the chips — or remove Shard TP.")
     kind = spec.kind
     chips = chip_count(kind)
-    heads = transformer_heads(spec.model_path)
+    heads = transformer_heads(spec)
     notes = []
     if degree == 0:
         if chips is None:
@@ -148,6 +145,10 @@ def check_tp(spec: PipelineSpec, kind: str, chips: int | None, heads: int | None
     degree = spec.tp_degree
     if degree == 1:
         return
+    gguf = next((c for c in spec.source.components if c.quant == "gguf"), None) if spec.source else None
+    if gguf is not None:
+        raise ParallelError(f"pipeline: '{Path(gguf.path).name}' is a GGUF file, whose quantized weights cannot be "
+                            "sharded. Remove Shard TP, or use the .safetensors version of the model.")
     limit = (os.cpu_count() or 1) if chips is None else chips
     where = _describe_degree_limit(kind, chips)
     if degree > limit:
@@ -163,7 +164,7 @@ def check_tp(spec: PipelineSpec, kind: str, chips: int | None, heads: int | None
                          f"'{Path(spec.model_path).name}' (each chip must hold whole heads); use one of "
                          f"{', '.join(map(str, good))}.")
     if spec.tp_text_encoders:
-        for enc in text_encoders(spec.model_path):
+        for enc in text_encoders(spec):
             bad = [h for h in enc.heads if h % degree]
             if enc.has_tp_plan and bad:
                 raise ParallelError(
@@ -179,8 +180,8 @@ def describe_tp(spec: PipelineSpec, heads: int | None, notes: Sequence[str] = ()
         lines = ["degree 1: nothing is sharded (one chip per model copy)"]
     else:
         per = f", {heads // n} of {heads} heads per chip" if heads else ""
-        lines = [f"transformer: sharded over {n} chips{per}"]
-    for enc in text_encoders(spec.model_path):
+        lines = [f"transformer: sharded over {n} chips{per}{_how_ranks_read(spec)}"]
+    for enc in text_encoders(spec):
         if n > 1 and spec.tp_text_encoders and enc.has_tp_plan:
             lines.append(f"{enc.name} ({enc.class_name}): sharded over {n} chips")
         elif enc.has_tp_plan:
@@ -191,6 +192,19 @@ def describe_tp(spec: PipelineSpec, heads: int | None, notes: Sequence[str] = ()
                          "(no TP plan in transformers)")
     lines.append("vae: replicated on every chip")
     return "\n".join([*lines, *notes])
+
+
+def _how_ranks_read(spec: PipelineSpec) -> str:
+    """For a transformer from an artist's file: whether each rank reads only its slices of the file (diffusers'
+    own keys, read by from_pretrained) or the whole file before keeping its shard (a layout that needs a
+    converter: every rank then holds the whole model in host memory while loading)."""
+    part = spec.source.component("transformer") if spec.source else None
+    if part is None:
+        return ""
+    if part.layout == "diffusers" and not part.prefix and not part.quant:
+        return "; each chip reads only its slices of the file"
+    return ("; each chip reads the whole file, converts it and keeps its shard (this file layout has no "
+            "per-chip reader: host memory holds one copy per chip while loading)")
 
 
 def plan_dp(spec: PipelineSpec, replicas: int) -> tuple[PipelineSpec, str]:
@@ -226,7 +240,7 @@ def check_world(spec: PipelineSpec, kind: str, chips: int | None) -> None:
     if spec.dp_replicas < 1:
         raise ParallelError(f"replicas: {spec.dp_replicas} is too small; use at least 1.")
     if spec.tp_text_encoders and spec.tp_degree > 1 and spec.dp_replicas > 1 and any(
-            e.has_tp_plan for e in text_encoders(spec.model_path)):
+            e.has_tp_plan for e in text_encoders(spec)):
         raise ParallelError(
             "shard_text_encoders: sharding text encoders cannot be combined with Data Parallel replicas > 1 "
             "yet (transformers' tensor parallelism spans the whole worker group). Turn shard_text_encoders "
@@ -264,7 +278,7 @@ def with_sharded_encoders(spec: PipelineSpec) -> PipelineSpec:
     """`spec` naming the text encoders its tp_text_encoders choice shards: those with a transformers TP plan."""
     names = ()
     if spec.tp_text_encoders and spec.tp_degree > 1:
-        names = tuple(e.name for e in text_encoders(spec.model_path) if e.has_tp_plan)
+        names = tuple(e.name for e in text_encoders(spec) if e.has_tp_plan)
     return spec.with_changes(sharded_encoders=names)
 
 
@@ -280,7 +294,7 @@ def check_spec(spec: PipelineSpec) -> None:
         family = FAMILIES[spec.class_name]
         if not family.tp_plan or spec.offload != "none":
             plan_tp(spec, spec.tp_degree, spec.tp_text_encoders)  # raises the same message the node gives
-        check_tp(spec, kind, chips, transformer_heads(spec.model_path))
+        check_tp(spec, kind, chips, transformer_heads(spec))
     check_world(spec, kind, chips)
 
 

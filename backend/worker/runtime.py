@@ -97,10 +97,16 @@ class Runtime:
         t0 = time.perf_counter()
         try:
             extra = parallel.tp_load_kwargs(spec, self.kind) if spec.tp_degree > 1 else None
-            pipe = loading.load_pipeline(spec.model_path, _DTYPES[dtype_name], self.status, extra)
+            if spec.source is not None:
+                pipe = loading.load_files(spec.source, _DTYPES[dtype_name], self.status, extra)
+            else:
+                pipe = loading.load_pipeline(spec.model_path, _DTYPES[dtype_name], self.status, extra, spec.variant)
         except OSError as e:
             if _is_oom(e):
                 raise
+            if spec.source is not None:
+                raise RuntimeError(f"model: '{spec.name}' could not be loaded ({e}). ComfyUI-TPU never downloads at "
+                                   "run time: check that the files are complete and belong together.") from e
             raise RuntimeError(
                 f"model: '{spec.name}' could not be loaded from its folder ({e}). ComfyUI-TPU never downloads at "
                 "run time: make sure the folder holds every component (safetensors weights, configs, "
