@@ -7,100 +7,36 @@ Device Info node) and processes are inspected with psutil; nothing here imports 
 from __future__ import annotations
 
 import glob
-import itertools
 import json
 import os
 import signal
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
 from comfy_server import ComfyServer, PromptFailed, error_message, load_workflow
-from PIL import Image
+from helpers import (
+    DEMO,
+    LONG,
+    alive,
+    group_processes,
+    info_from,
+    kill_all,
+    pixels,
+    prompt,
+    run_ok,
+    wait_gone,
+    worker_state,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-DEMO = ROOT / "workflows" / "api" / "tiny_demo.json"
 OUR_NODES = {"LoadTPUPipeline", "TPUSample", "TPUDeviceInfo", "TPUFreeWorkers"}
-INFO_NODE = "90"  # id of the TPU Device Info node added to prompts
-LONG = {"width": 512, "height": 512, "batch_size": 4, "steps": 1000}  # ~50 s on one CPU thread: only cut short
-
-_seeds = itertools.count(1000)
 
 
 # ---- helpers
-def prompt(model: str = "tiny-flux", info: bool = False, **inputs) -> dict:
-    """The demo workflow at 64x64 with a fresh seed (so Sample really runs), `inputs` set on Sample."""
-    sample = {"width": 64, "height": 64, "seed": next(_seeds), **inputs}
-    wf = load_workflow(DEMO, models={"tiny-flux": model}, **{f"2.{k}": v for k, v in sample.items()})
-    if info:
-        wf[INFO_NODE] = {"class_type": "TPUDeviceInfo", "inputs": {}}
-    return wf
-
-
-def run_ok(server: ComfyServer, wf: dict, **kw) -> dict:
-    result = server.run(wf, timeout=120, **kw)
-    assert result["status"] == "success", f"{error_message(result)}\n{server.log_tail()}"
-    return result
-
-
-def info_from(result: dict) -> dict:
-    """The TPU Device Info node's JSON from a finished prompt's history."""
-    return json.loads(result["history"]["outputs"][INFO_NODE]["text"][0])
-
-
-def worker_state(server: ComfyServer) -> dict | None:
-    """Rank 0's state ({"loads", "samples", "model", ...}) as the Device Info node reports it."""
-    workers = info_from(run_ok(server, {INFO_NODE: {"class_type": "TPUDeviceInfo", "inputs": {}}}))["workers"]
-    return workers[0] if workers else None
-
-
-def group_processes(server: ComfyServer, workers_only: bool = False) -> list[psutil.Process]:
-    """The server's running worker processes (the `-m backend.worker` ranks, started by the pack itself)."""
-    procs = []
-    for p in psutil.Process(server.proc.pid).children(recursive=True):
-        try:
-            cmd = p.cmdline()
-        except psutil.Error:
-            continue
-        if "backend.worker" in cmd and alive(p) and not (workers_only and "torch.distributed.run" in cmd):
-            procs.append(p)
-    return procs
-
-
-def alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
-    """Waits until none of `procs` runs; returns those still running after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(alive(p) for p in procs):
-        time.sleep(0.05)
-    return [p for p in procs if alive(p)]
-
-
-def kill_all(procs: list[psutil.Process]) -> None:
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-
-
 def cached_nodes(result: dict) -> list[str]:
     return [n for m in result["messages"] if m["type"] == "execution_cached" for n in m["data"]["nodes"]]
-
-
-def pixels(path: Path) -> np.ndarray:
-    with Image.open(path) as img:
-        assert img.format == "PNG"
-        return np.asarray(img.convert("RGB"))
 
 
 # ---- 1. the nodes as the UI sees them

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from helpers import device_info, run_ok
 
 from backend.controller import api, plans
 from backend.protocol.errors import CompileError
@@ -322,8 +323,7 @@ def test_compile_workflow_in_comfyui_shows_compile_text_and_saves_a_png(server):
                                                     "seed": 11, "batch_size": 1}},
         "5": {"class_type": "SaveImage", "inputs": {"images": ["4", 0], "filename_prefix": prefix}},
     }
-    result = server.run(workflow, timeout=180)
-    assert result["status"] == "success", server.log_tail()
+    result = run_ok(server, workflow, timeout=180)
     assert len(result["images"]) == 1 and result["images"][0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     messages = result["messages"]
     texts = [(i, m["data"]["text"]) for i, m in enumerate(messages)
@@ -336,8 +336,7 @@ def test_compile_workflow_in_comfyui_shows_compile_text_and_saves_a_png(server):
     assert compiling and compiling[0] < first_step < done, texts
     assert any("compiled: tiny-flux/transformer (float32, whole denoiser, eager)" in t for _, t in texts), texts
 
-    info = server.run({"90": {"class_type": "TPUDeviceInfo", "inputs": {}}}, timeout=60)
-    stats = json.loads(info["history"]["outputs"]["90"]["text"][0])["workers"][0]["compile"]
+    stats = device_info(server)["workers"][0]["compile"]
     assert stats["mode"] == "compiled" and stats["compiles"] >= 1 and stats["unexpected_recompiles"] == 0
     # the nodes put the cache in ComfyUI's user directory unless the environment names a folder
     chosen = psutil.Process(server.proc.pid).environ().get(ENV_COMPILE_CACHE)

@@ -25,13 +25,13 @@ import numpy as np
 import psutil
 import pytest
 from comfy_server import ComfyServer, error_message
-from test_comfyui import (
-    INFO_NODE,
+from helpers import (
     LONG,
     alive,
+    device_info,
     group_processes,
-    info_from,
     kill_all,
+    node_texts,
     pixels,
     prompt,
     run_ok,
@@ -59,11 +59,6 @@ def sharded(**inputs) -> dict:
 def listening(pid: int) -> list[tuple[str, int]]:
     return [(c.laddr.ip, c.laddr.port) for c in psutil.Process(pid).net_connections(kind="inet")
             if c.status == psutil.CONN_LISTEN]
-
-
-def node_texts(result: dict, node: str) -> list[str]:
-    return [m["data"]["text"] for m in result["messages"]
-            if m["type"] == "progress_text" and m["data"]["node"] == node]
 
 
 def host_addresses() -> list[str]:
@@ -154,8 +149,7 @@ def test_the_secret_is_in_no_environment_and_no_command_line(server):
 
 def test_cancel_with_a_stopped_tp_rank_ends_the_prompt_names_the_rank_and_frees_the_queue(server):
     run_ok(server, sharded())
-    info = info_from(run_ok(server, {INFO_NODE: {"class_type": "TPUDeviceInfo", "inputs": {}}}))
-    ranks = {w["rank"]: w["pid"] for w in info["workers"]}
+    ranks = {w["rank"]: w["pid"] for w in device_info(server)["workers"]}
     group = group_processes(server)
     marks: dict[str, float] = {}
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from helpers import run_ok, wait_gone
 
 from backend.controller import api, group, plans
 from backend.protocol.errors import Interrupted, ParallelError, WorkerCrashed
@@ -57,13 +58,6 @@ def _group_processes() -> list[psutil.Process]:
     g = group.current_group()
     assert g is not None and len(g.launcher.pids) == g.config.world_size
     return [psutil.Process(pid) for pid in g.launcher.pids]
-
-
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 # ---- validation: before anything starts
@@ -251,10 +245,8 @@ def test_sigkill_of_rank_1_fails_fast_naming_it_and_the_next_request_starts_fres
     with pytest.raises(WorkerCrashed, match=crash):
         api.sample(tp, _request(steps=5000), kill_on_step)
     assert time.monotonic() - marks["kill"] < 10
-    deadline = time.monotonic() + 10
-    while any(_alive(p) for p in old) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert [p.pid for p in old if _alive(p)] == [], "the other rank was left running"
+    left = wait_gone(old, timeout=10)
+    assert [p.pid for p in left] == [], "the other rank was left running"
     assert api.sample(tp, _request()).shape == (1, 64, 64, 3)
     assert victim not in {w["pid"] for w in api.worker_info()}
 
@@ -277,22 +269,15 @@ def _prompt(sample: dict, *middle: tuple[str, dict]) -> dict:
     return wf
 
 
-def _run_ok(server, wf):
-    from comfy_server import error_message
-
-    result = server.run(wf, timeout=180)
-    assert result["status"] == "success", f"{error_message(result)}\n{server.log_tail()}"
-    return result
-
-
 def test_server_shard_tp_workflow_writes_a_png(server):
     shard = ("TPUShardTP", {"degree": 2, "shard_text_encoders": False})
-    result = _run_ok(server, _prompt({"seed": 501}, shard))
+    result = run_ok(server, _prompt({"seed": 501}, shard), timeout=180)
     assert len(result["images"]) == 1 and result["images"][0].is_file()
 
 
 def test_server_data_parallel_workflow_writes_one_png_per_image(server):
-    result = _run_ok(server, _prompt({"seed": 600, "batch_size": 4}, ("TPUDataParallel", {"replicas": 2})))
+    wf = _prompt({"seed": 600, "batch_size": 4}, ("TPUDataParallel", {"replicas": 2}))
+    result = run_ok(server, wf, timeout=180)
     assert len(result["images"]) == 4 and all(p.is_file() for p in result["images"])
 
 

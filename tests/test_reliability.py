@@ -31,7 +31,18 @@ from pathlib import Path
 import psutil
 import pytest
 from comfy_server import ComfyServer, PromptFailed, error_message
-from test_comfyui import LONG, alive, group_processes, kill_all, prompt, run_ok, wait_gone, worker_state
+from helpers import (
+    LONG,
+    alive,
+    device_info,
+    group_processes,
+    kill_all,
+    node_texts,
+    prompt,
+    run_ok,
+    wait_gone,
+    worker_state,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SILENCE_TIMEOUT_S = 6  # the faulty server's COMFYUI_TPU_SILENCE_TIMEOUT (heartbeats come every 2 s)
@@ -85,15 +96,6 @@ def rejection(server: ComfyServer, wf: dict) -> tuple[str, str, str]:
     assert result["status"] == "error", f"expected a failure, got {result['status']}"
     node = next(m["data"]["node_id"] for m in result["messages"] if m["type"] == "execution_error")
     return "execution", node, error_message(result)
-
-
-def node_texts(result: dict, node: str) -> list[str]:
-    """The progress text shown next to `node` during a run, in order."""
-    return [
-        m["data"]["text"]
-        for m in result["messages"]
-        if m["type"] == "progress_text" and m["data"]["node"] == node
-    ]
 
 
 def copy_model(src: Path, dest: Path, copy_file: Callable[[Path, Path], None]) -> Path:
@@ -579,8 +581,7 @@ def test_interrupt_while_compiling_stops_right_after_the_compile_and_keeps_it(se
     ), texts
     again = run_ok(server, compile_graph())
     assert not any(t.startswith("compiling 96x96") for t in node_texts(again, "11")), "compiled a second time"
-    info = run_ok(server, {"90": {"class_type": "TPUDeviceInfo", "inputs": {}}})
-    stats = json.loads(info["history"]["outputs"]["90"]["text"][0])["workers"][0]["compile"]
+    stats = device_info(server)["workers"][0]["compile"]
     shape = next(
         s for s in stats["shapes"] if s["shape"].startswith("96x96") and "aot_eager" in s["component"]
     )

@@ -25,6 +25,7 @@ from frontend import (
     substitute_models,
     workflow_files,
 )
+from helpers import device_info
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,8 +157,7 @@ def test_workflow_loads_converts_and_runs(ui, server, path):
         with Image.open(image) as im:
             assert im.format == "PNG" and im.size in sizes, (image, im.format, im.size, sizes)
     seconds = time.perf_counter() - started
-    info = server.run({"90": {"class_type": "TPUDeviceInfo", "inputs": {}}}, timeout=60)
-    workers = json.loads(info["history"]["outputs"]["90"]["text"][0])["workers"]
+    workers = device_info(server)["workers"]
     assert len(workers) == world_size(runnable), workers
     print(f"{path.stem}: converted in {conversion.seconds:.2f} s, ran in {seconds:.1f} s on {len(workers)} "
           "worker(s)",
