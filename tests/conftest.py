@@ -25,6 +25,24 @@ os.environ["HF_HUB_CACHE"] = os.path.join(tempfile.gettempdir(), "comfyui-tpu-te
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 TPU_VENV = os.environ.get("TPU_VENV")
 
+# The test tiers, as registered in pyproject.toml; `pytest -m unit` is the daily loop, plain `pytest` runs all.
+TIERS = {"unit", "workers", "server", "frontend", "soak"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Every test carries exactly one tier marker, so that `-m` selects each test into exactly one tier."""
+    wrong = []
+    for item in items:
+        tiers = sorted(TIERS & {m.name for m in item.iter_markers()})
+        if len(tiers) != 1:
+            wrong.append(f"{item.nodeid}: {', '.join(tiers) or 'no tier'}")
+    if wrong:
+        raise pytest.UsageError(
+            f"each test needs exactly one of the markers {', '.join(sorted(TIERS))} (pytestmark = "
+            "pytest.mark.X at module top, or @pytest.mark.X on the test):\n  " + "\n  ".join(wrong)
+        )
+
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> Path:

@@ -12,6 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.server
+
 ROOT = Path(__file__).resolve().parent.parent
 FIGURE_IDS = {"controller_memory", "comfyui_throughput", "api_throughput", "noise_floor", "handback", "cold_start",
               "data_parallel", "compile_cold", "compile_warm_restart", "compile_recompiles", "mfu_eager",

@@ -31,6 +31,8 @@ from helpers import (
     worker_state,
 )
 
+pytestmark = pytest.mark.server
+
 OUR_NODES = {"LoadTPUPipeline", "TPUSample", "TPUDeviceInfo", "TPUFreeWorkers"}
 
 

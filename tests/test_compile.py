@@ -71,6 +71,7 @@ def cache_dir(tmp_path_factory):
 
 # ---- controller-side checks (no worker)
 
+@pytest.mark.unit
 def test_warmup_list_parses_sizes_and_batches_and_names_bad_entries():
     assert plans.parse_warmup("1024x1024, 832x1216x2; 64 X 64\n") == ((1024, 1024, 1), (832, 1216, 2), (64, 64, 1))
     assert plans.parse_warmup("  ") == ()
@@ -80,6 +81,7 @@ def test_warmup_list_parses_sizes_and_batches_and_names_bad_entries():
             plans.parse_warmup(bad)
 
 
+@pytest.mark.unit
 def test_compile_plan_checks_name_the_input_and_the_fix(tiny_models):
     flux = _spec(tiny_models)
     spec, notes = api.with_compile(flux, "whole denoiser", "auto", "64x64, 128x64x2", True)
@@ -114,6 +116,7 @@ def test_compile_plan_checks_name_the_input_and_the_fix(tiny_models):
             call()
 
 
+@pytest.mark.unit
 def test_manifest_mismatch_renews_the_cache_with_a_logged_reason(tmp_path, caplog):
     root = tmp_path / "cache"
     env: dict = {}
@@ -142,6 +145,7 @@ def test_manifest_mismatch_renews_the_cache_with_a_logged_reason(tmp_path, caplo
 
 # ---- in worker processes
 
+@pytest.mark.workers
 def test_worker_start_renews_a_stale_cache_and_samples(tiny_models, cache_dir):
     messages = Messages()
     images = api.sample(_spec(tiny_models), _request(), messages)
@@ -154,6 +158,7 @@ def test_worker_start_renews_a_stale_cache_and_samples(tiny_models, cache_dir):
     assert json.loads((cache_dir / compile_cache.MANIFEST).read_text())["torch"] == compile_cache.versions()["torch"]
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("name", ["tiny-flux", "tiny-sdxl"])
 def test_each_mode_gives_an_image_and_switching_modes_does_not_reload(tiny_models, cache_dir, name):
     base = _spec(tiny_models, name)
@@ -179,6 +184,7 @@ def test_each_mode_gives_an_image_and_switching_modes_does_not_reload(tiny_model
     assert api.worker_info()[0]["loads"] == loads, "switching modes reloaded the weights"
 
 
+@pytest.mark.workers
 def test_after_warmup_varied_samples_never_recompile_and_a_new_size_compiles_once(tiny_models, cache_dir):
     spec, _ = api.with_compile(_spec(tiny_models), "whole denoiser", "aot_eager", "64x64", False)
     messages = Messages()
@@ -215,6 +221,7 @@ def test_after_warmup_varied_samples_never_recompile_and_a_new_size_compiles_onc
     assert api.compile_stats()["graphs"] == after["graphs"]
 
 
+@pytest.mark.workers
 def test_cfg_and_prompt_length_do_not_surprise(tiny_models, cache_dir):
     """SDXL: CFG on/off is a different batch for the UNet, so a known signature; Qwen-Image: prompts of any
     length up to the 128-token bucket share one graph (padded embeddings with a mask)."""
@@ -243,6 +250,7 @@ def test_cfg_and_prompt_length_do_not_surprise(tiny_models, cache_dir):
     assert api.compile_stats()["graphs"] == warm["graphs"] + 1
 
 
+@pytest.mark.workers
 def test_offload_model_compiles_the_repeated_blocks_and_says_so(tiny_models, cache_dir):
     offloaded = _spec(tiny_models, offload="model")
     eager = api.sample(offloaded, _request())
@@ -256,6 +264,7 @@ def test_offload_model_compiles_the_repeated_blocks_and_says_so(tiny_models, cac
     assert np.abs(images - eager).max() <= 1e-4
 
 
+@pytest.mark.workers
 def test_inductor_graphs_come_back_from_disk_after_a_restart(tiny_models, tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_COMPILE_CACHE, str(tmp_path / "cache"))
     api.shutdown()
@@ -278,6 +287,7 @@ def test_inductor_graphs_come_back_from_disk_after_a_restart(tiny_models, tmp_pa
 
 # ---- the real TorchTPU package, no TPU touched
 
+@pytest.mark.workers
 @pytest.mark.skipif(not TPU_VENV, reason="TPU_VENV (venv with torch-tpu + libtpu) not set")
 def test_modes_and_compile_names_exist_in_real_torch_tpu():
     code = """
@@ -310,6 +320,7 @@ def test_modes_and_compile_names_exist_in_real_torch_tpu():
 
 # ---- through a real ComfyUI
 
+@pytest.mark.server
 def test_compile_workflow_in_comfyui_shows_compile_text_and_saves_a_png(server):
     prefix = f"compile-{uuid.uuid4().hex[:8]}"
     workflow = {

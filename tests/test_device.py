@@ -31,6 +31,7 @@ def _fake_pci(root: Path, vendor: str, dev: str, group: str = "7", vfio: bool = 
         (root / "dev/vfio" / group).write_text("")
 
 
+@pytest.mark.unit
 def test_pci_scan_finds_a_tpu_only_when_vfio_can_open_it(tmp_path):
     _fake_pci(tmp_path / "a", "0x1ae0", "0x006f")
     assert device.tpu_chips(str(tmp_path / "a")) == ["v6e"]
@@ -40,6 +41,7 @@ def test_pci_scan_finds_a_tpu_only_when_vfio_can_open_it(tmp_path):
     assert device.tpu_chips(str(tmp_path / "c")) == []
 
 
+@pytest.mark.unit
 def test_this_host_has_no_tpu_and_resolves_to_cpu():
     t0 = time.monotonic()
     info = device.detect()
@@ -49,6 +51,7 @@ def test_this_host_has_no_tpu_and_resolves_to_cpu():
     assert device.resolve_kind("cpu") == "cpu"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("choice, words", [("tpu", "device 'tpu'"), ("cuda", "device 'cuda'"),
                                            ("gpu", "not one of")])
 def test_unavailable_device_names_the_input_and_the_fix(choice, words):
@@ -58,6 +61,7 @@ def test_unavailable_device_names_the_input_and_the_fix(choice, words):
     assert "auto" in str(e.value)
 
 
+@pytest.mark.unit
 def test_dist_backend_per_kind():
     from backend.worker.device import dist_backend
 
@@ -69,6 +73,7 @@ def _run_in_tpu_venv(code: str, timeout: float, env: dict | None = None) -> subp
                           capture_output=True, text=True, env={**os.environ, **(env or {})})
 
 
+@pytest.mark.workers
 @needs_tpu_venv
 def test_detection_with_real_torch_tpu_installed_is_fast_and_says_no_tpu():
     """Timed inside the child, after `import torch` (which autoloads torch_tpu): process start and imports
@@ -88,6 +93,7 @@ def test_detection_with_real_torch_tpu_installed_is_fast_and_says_no_tpu():
     assert float(elapsed) < 1.0
 
 
+@pytest.mark.workers
 @needs_tpu_venv
 def test_prestartup_keeps_torch_tpu_out_and_cpu_backward_takes_seconds():
     """What ComfyUI's process does: the pack's prestartup script, then import torch, then a CPU backward().
@@ -108,6 +114,7 @@ def test_prestartup_keeps_torch_tpu_out_and_cpu_backward_takes_seconds():
     assert time.monotonic() - t0 < 60
 
 
+@pytest.mark.workers
 @needs_tpu_venv
 def test_torch_tpu_api_we_call_exists_without_touching_a_device():
     """The names backend.device uses exist in the installed torch_tpu 0.2 (autoloaded, no runtime started)."""
@@ -126,6 +133,7 @@ def test_torch_tpu_api_we_call_exists_without_touching_a_device():
     assert lines[1] == "True True"
 
 
+@pytest.mark.server
 @needs_tpu_venv
 def test_comfyui_with_torch_tpu_installed_starts_and_runs_the_demo(comfyui_dir, tiny_models, tmp_path):
     from comfy_server import ComfyServer, load_workflow

@@ -9,6 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.server
+
 CONTRACT = Path(__file__).with_name("node_inputs.json")
 OUR_CATEGORY = "TPU"
 

@@ -63,6 +63,7 @@ def _group_processes() -> list[psutil.Process]:
 # ---- validation: before anything starts
 
 
+@pytest.mark.unit
 def test_tp_is_refused_for_models_without_a_plan(tiny_models):
     for name in ("tiny-sd3", "tiny-sdxl"):
         with pytest.raises(ParallelError) as e:
@@ -72,6 +73,7 @@ def test_tp_is_refused_for_models_without_a_plan(tiny_models):
         assert all(f in text for f in ("FLUX.1", "FLUX.2", "Qwen-Image")), text
 
 
+@pytest.mark.unit
 def test_tp_degree_is_checked_against_cores_chips_and_heads(tiny_models, monkeypatch):
     spec = _spec(tiny_models)  # tiny-flux: 2 attention heads
     monkeypatch.setattr(plans.os, "cpu_count", lambda: 2)
@@ -96,11 +98,13 @@ def test_tp_degree_is_checked_against_cores_chips_and_heads(tiny_models, monkeyp
     assert plans.plan_dp(tp, 0)[0].dp_replicas == 4, "auto = chips / degree"
 
 
+@pytest.mark.unit
 def test_offload_and_tp_are_refused_together(tiny_models):
     with pytest.raises(ParallelError, match=r"offload: 'model' cannot be combined with Shard TP.*'none'"):
         plans.plan_tp(_spec(tiny_models, offload="model"), 2)
 
 
+@pytest.mark.unit
 def test_a_bad_spec_fails_before_any_worker_starts(tiny_models, monkeypatch):
     monkeypatch.setattr(plans.os, "cpu_count", lambda: 2)
     before = group.current_group()
@@ -112,6 +116,7 @@ def test_a_bad_spec_fails_before_any_worker_starts(tiny_models, monkeypatch):
     assert group.current_group() is before
 
 
+@pytest.mark.unit
 def test_text_encoders_show_what_is_sharded(tiny_models):
     _, flux = plans.plan_tp(_spec(tiny_models), 2, shard_text_encoders=True)
     assert "text_encoder (CLIPTextModel): replicated on every chip (no TP plan" in flux
@@ -124,6 +129,7 @@ def test_text_encoders_show_what_is_sharded(tiny_models):
         plans.plan_dp(tp, 2)
 
 
+@pytest.mark.unit
 def test_images_are_split_in_order():
     req = _request(prompt=f"{FOX}\n\n  \n{CAR}\n", prompt_per_line=True, seed=10, batch_size=3)
     images = req.images()
@@ -134,6 +140,7 @@ def test_images_are_split_in_order():
     assert [Layout(2, 4, r).leader for r in range(4)] == [True, False, True, False]
 
 
+@pytest.mark.workers
 @pytest.mark.skipif(not os.environ.get("TPU_VENV"), reason="TPU_VENV is not set: run through scripts/test.sh")
 def test_tpu_launch_env_comes_from_torch_tpu_once_for_all_ranks():
     """The real TorchTPU (installed, no TPU here): one child process computes the launch environment."""
@@ -159,6 +166,7 @@ def test_tpu_launch_env_comes_from_torch_tpu_once_for_all_ranks():
 # ---- two workers
 
 
+@pytest.mark.workers
 def test_tp2_gives_the_same_image_as_one_worker(tiny_models, refs):
     tp, _ = plans.plan_tp(_spec(tiny_models), 2)
     images = api.sample(tp, _request(batch_size=4))
@@ -169,12 +177,14 @@ def test_tp2_gives_the_same_image_as_one_worker(tiny_models, refs):
     assert workers[0]["steps"] == workers[1]["steps"], "both ranks ran every step"
 
 
+@pytest.mark.workers
 def test_tp2_with_sharded_text_encoder(tiny_models, refs):
     tp, _ = plans.plan_tp(_spec(tiny_models, "tiny-qwenimage"), 2, shard_text_encoders=True)
     images = api.sample(tp, _request(guidance=1.0))
     assert np.abs(images - refs["qwen"]).max() <= TP_TOLERANCE
 
 
+@pytest.mark.workers
 def test_tp2_compiled_sharded_transformer(tiny_models, refs):
     from backend.protocol.spec import CompilePlan
 
@@ -185,6 +195,7 @@ def test_tp2_compiled_sharded_transformer(tiny_models, refs):
     assert api.worker_info()[1]["compile"]["compiles"] >= 1, "rank 1 compiled its shard too"
 
 
+@pytest.mark.workers
 def test_dp2_is_bit_identical_to_one_worker_and_keeps_the_order(tiny_models, refs):
     dp, _ = plans.plan_dp(_spec(tiny_models), 2)
     api.load(dp)
@@ -202,12 +213,14 @@ def test_dp2_is_bit_identical_to_one_worker_and_keeps_the_order(tiny_models, ref
     assert np.array_equal(one, refs["flux4"][:1])
 
 
+@pytest.mark.workers
 def test_dp2_prompt_per_line_splits_prompts_in_order(tiny_models, refs):
     dp, _ = plans.plan_dp(_spec(tiny_models), 2)
     images = api.sample(dp, _request(prompt=f"{FOX}\n{CAR}", prompt_per_line=True, seed=300, batch_size=2))
     assert np.array_equal(images, np.concatenate([refs["fox2"], refs["car2"]]))
 
 
+@pytest.mark.workers
 def test_interrupt_stops_both_tp_ranks_at_the_same_step(tiny_models):
     tp, _ = plans.plan_tp(_spec(tiny_models), 2)
     api.load(tp)
@@ -229,6 +242,7 @@ def test_interrupt_stops_both_tp_ranks_at_the_same_step(tiny_models):
     assert api.sample(tp, _request()).shape == (1, 64, 64, 3), "the next request works"
 
 
+@pytest.mark.workers
 def test_sigkill_of_rank_1_fails_fast_naming_it_and_the_next_request_starts_fresh(tiny_models):
     tp, _ = plans.plan_tp(_spec(tiny_models), 2)
     api.load(tp)
@@ -269,18 +283,21 @@ def _prompt(sample: dict, *middle: tuple[str, dict]) -> dict:
     return wf
 
 
+@pytest.mark.server
 def test_server_shard_tp_workflow_writes_a_png(server):
     shard = ("TPUShardTP", {"degree": 2, "shard_text_encoders": False})
     result = run_ok(server, _prompt({"seed": 501}, shard), timeout=180)
     assert len(result["images"]) == 1 and result["images"][0].is_file()
 
 
+@pytest.mark.server
 def test_server_data_parallel_workflow_writes_one_png_per_image(server):
     wf = _prompt({"seed": 600, "batch_size": 4}, ("TPUDataParallel", {"replicas": 2}))
     result = run_ok(server, wf, timeout=180)
     assert len(result["images"]) == 4 and all(p.is_file() for p in result["images"])
 
 
+@pytest.mark.server
 def test_server_reports_tp_on_a_model_without_a_plan(server):
     from comfy_server import error_message
 

@@ -322,6 +322,7 @@ def _from_pretrained_calls() -> list[tuple[str, dict[str, ast.expr]]]:
     return found
 
 
+@pytest.mark.unit
 def test_from_pretrained_is_local_safetensors_only_and_never_trusts_remote_code():
     calls = _from_pretrained_calls()
     assert len(calls) >= 2, calls  # each weighted component, then the pipeline (backend/worker/loading.py)
@@ -349,6 +350,7 @@ def test_from_pretrained_is_local_safetensors_only_and_never_trusts_remote_code(
     assert problems == []
 
 
+@pytest.mark.unit
 def test_pickle_weights_need_the_operator_opt_in(monkeypatch):
     from backend.protocol.messages import ENV_ALLOW_PICKLE
     from backend.worker.loading import safetensors_only
@@ -361,6 +363,7 @@ def test_pickle_weights_need_the_operator_opt_in(monkeypatch):
         assert safetensors_only() is expected, value
 
 
+@pytest.mark.unit
 def test_oom_markers_match_torch_cpu_allocator_message():
     """A real allocation failure of torch's CPU allocator (2^62 bytes) is recognised as out of memory."""
     import torch
@@ -484,6 +487,7 @@ def _cases(tiny_models: Path) -> dict:
 CASES = list(_cases(Path("/nonexistent")))
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("case", CASES)
 def test_bad_input_names_input_value_and_fix_and_the_server_serves_the_next_prompt(
     session_models, tiny_models, case
@@ -500,6 +504,7 @@ def test_bad_input_names_input_value_and_fix_and_the_server_serves_the_next_prom
     assert len(run_ok(server, prompt())["images"]) == 1
 
 
+@pytest.mark.server
 def test_fuse_mode_on_cpu_runs_strict_eager_with_a_note(session_models):
     result = run_ok(session_models, graph({}, {}, ("TPUSetExecutionMode", {"mode": "defer-and-fuse eager"})))
     assert len(result["images"]) == 1
@@ -509,6 +514,7 @@ def test_fuse_mode_on_cpu_runs_strict_eager_with_a_note(session_models):
     ), node_texts(result, "10")
 
 
+@pytest.mark.server
 def test_an_api_workflow_saved_before_the_newest_optional_inputs_still_runs(session_models):
     wf = graph()
     del wf["2"]["inputs"]["prompt_per_line"], wf["1"]["inputs"]["model_path"]
@@ -516,6 +522,7 @@ def test_an_api_workflow_saved_before_the_newest_optional_inputs_still_runs(sess
 
 
 # ---- 3. interrupt while loading and while compiling
+@pytest.mark.server
 def test_interrupt_while_the_worker_starts_and_loads_stops_right_after_loading(server):
     run_ok(server, {"1": {"class_type": "TPUFreeWorkers", "inputs": {}}})
     sent = []
@@ -541,6 +548,7 @@ def test_interrupt_while_the_worker_starts_and_loads_stops_right_after_loading(s
     )
 
 
+@pytest.mark.server
 def test_interrupt_while_compiling_stops_right_after_the_compile_and_keeps_it(server):
     def compile_graph():
         return graph(
@@ -589,12 +597,14 @@ def test_interrupt_while_compiling_stops_right_after_the_compile_and_keeps_it(se
 
 
 # ---- 5. security through the server; 1. pickle allowed by the operator
+@pytest.mark.server
 def test_pickle_weights_load_when_the_operator_allows_them(faulty):
     result = run_ok(faulty, graph(load={"model_path": "pickle-flux"}))
     track(faulty)
     assert len(result["images"]) == 1
 
 
+@pytest.mark.server
 def test_a_missing_component_file_says_nothing_is_downloaded_and_nothing_is(faulty, hub_trap):
     kind, node, message = rejection(faulty, graph(load={"model_path": "flux-no-weights"}))
     assert (kind, node) == ("execution", "2"), message
@@ -610,6 +620,7 @@ def test_a_missing_component_file_says_nothing_is_downloaded_and_nothing_is(faul
 
 
 # ---- 2. worker faults
+@pytest.mark.server
 def test_out_of_memory_in_a_worker_suggests_offload_or_tp_and_everything_survives(faulty):
     run_ok(faulty, graph(load={"model_path": "flux-linear"}))
     track(faulty)
@@ -636,6 +647,7 @@ def test_out_of_memory_in_a_worker_suggests_offload_or_tp_and_everything_survive
     assert group_processes(faulty, workers_only=True)[0].pid == worker.pid
 
 
+@pytest.mark.server
 def test_a_worker_that_stops_answering_times_out_is_killed_and_replaced(faulty):
     run_ok(faulty, graph())
     track(faulty)
@@ -676,6 +688,7 @@ def test_a_worker_that_stops_answering_times_out_is_killed_and_replaced(faulty):
 
 
 # ---- 4. soak, then 6. SIGTERM, then nothing left behind
+@pytest.mark.soak
 def test_soak_of_many_prompts_keeps_memory_flat_and_sigterm_leaves_nothing_behind(faulty):
     t0 = time.monotonic()
     controller = psutil.Process(faulty.proc.pid)

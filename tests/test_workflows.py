@@ -121,6 +121,7 @@ def world_size(prompt: dict) -> int:
     return size
 
 
+@pytest.mark.unit
 def test_the_shipped_workflows_are_there_and_explain_themselves():
     assert {"tiny_demo", "flux1_schnell_offload", "sd35_medium_compiled", "flux2_dev_tp8",
             "data_parallel_prompts", "flux1_dev_comfyui_files"} <= {p.stem for p in FILES}
@@ -132,6 +133,7 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
         assert notes and notes[0]["widgets_values"][0].strip(), f"{path.name}: no note that describes it"
 
 
+@pytest.mark.frontend
 @pytest.mark.parametrize("path", FILES, ids=_ids(FILES))
 def test_workflow_loads_converts_and_runs(ui, server, path):
     wf = load_ui_workflow(path)
@@ -164,6 +166,7 @@ def test_workflow_loads_converts_and_runs(ui, server, path):
           *(f"\n  older than its nodes (fine; rebuild to show the new inputs): {o}" for o in conversion.outdated))
 
 
+@pytest.mark.frontend
 def test_a_workflow_saved_before_an_input_was_added_still_runs(ui, server):
     """Saved workflows outlive node changes: tiny_demo as saved before Sample gained prompt_per_line (its last
     input) opens without a widget error, converts with the input's default, and runs."""
@@ -184,6 +187,7 @@ def test_a_workflow_saved_before_an_input_was_added_still_runs(ui, server):
     assert len(result["images"]) == 1
 
 
+@pytest.mark.frontend
 @pytest.mark.parametrize("path", FILES, ids=_ids(FILES))
 def test_api_copy_is_what_the_frontend_makes(ui, path):
     """workflows/api/<name>.json (used by the demo command) is derived, never edited by hand."""
@@ -193,11 +197,13 @@ def test_api_copy_is_what_the_frontend_makes(ui, path):
         f"{target.relative_to(ROOT)} is stale or missing: run scripts/export_api_workflows.py")
 
 
+@pytest.mark.unit
 def test_no_api_copy_without_its_workflow():
     orphans = {p.name for p in (WORKFLOWS / "api").glob("*.json")} - {p.name for p in FILES}
     assert not orphans, f"workflows/api/ files without a UI workflow in workflows/: {sorted(orphans)}"
 
 
+@pytest.mark.server
 def test_template_browser_lists_exactly_the_workflows(server):
     """ComfyUI serves a pack's workflows/ folder as its template folder (like example_workflows/): the list
     holds the UI workflows and nothing else, each file and its thumbnail come back as they are on disk."""
@@ -212,6 +218,7 @@ def test_template_browser_lists_exactly_the_workflows(server):
         assert (ROOT / "docs" / "images" / f"{path.stem}.png").exists(), "run scripts/screenshots.py"
 
 
+@pytest.mark.frontend
 @pytest.mark.parametrize("path", FILES[:1], ids=_ids(FILES[:1]))
 def test_template_opens_in_the_frontend(ui, server, path):
     """What clicking the template in the browser does (the frontend's ?template= link takes the same path)."""
@@ -230,6 +237,7 @@ def test_template_opens_in_the_frontend(ui, server, path):
     assert got == wanted
 
 
+@pytest.mark.frontend
 def test_template_browser_shows_them(ui):
     """The real template browser, opened as its side-bar button does, shows a card for each workflow."""
     try:
@@ -239,6 +247,7 @@ def test_template_browser_shows_them(ui):
     assert {p.stem for p in FILES} <= set(texts), texts
 
 
+@pytest.mark.frontend
 def test_frontend_reports_what_is_wrong(ui, tmp_path):
     """The checks above would notice: an unknown node, shifted widget values, a value not offered, an
     API-format file opened as a workflow."""
