@@ -138,20 +138,18 @@ def test_progress_and_interrupt_stop_the_worker_at_the_next_step(tiny_models):
     api.load(spec)
     steps_seen: list[int] = []
     stop = threading.Event()
-    stopped_at = []
 
     def on_progress(msg):
         if isinstance(msg, Step):
             steps_seen.append(msg.step)
             if msg.step == 3:
-                stopped_at.append(time.monotonic())
                 stop.set()
 
     with pytest.raises(Interrupted):
         api.sample(spec, _request(steps=5000), on_progress, stop.is_set)
     assert steps_seen[:3] == [1, 2, 3]
     # Tiny steps take ~5 ms, so "the next step" is a few steps after the flag, far from the 5000 asked for.
-    assert max(steps_seen) < 50 and time.monotonic() - stopped_at[0] < 2.0
+    assert max(steps_seen) < 50
     assert api.sample(spec, _request()).shape == (1, 64, 64, 3), "the next request works"
 
 
@@ -182,10 +180,8 @@ def test_killed_worker_gives_a_clear_error_and_the_next_request_starts_fresh(tin
         if isinstance(msg, Step) and msg.step == 2:
             os.kill(pid, signal.SIGKILL)
 
-    t0 = time.monotonic()
     with pytest.raises(WorkerCrashed, match=r"rank 0 \(pid \d+\) stopped unexpectedly"):
         api.sample(spec, _request(steps=5000), kill_on_step)
-    assert time.monotonic() - t0 < 15
     assert api.sample(spec, _request()).shape == (1, 64, 64, 3)
     assert api.worker_info()[0]["pid"] != pid
     with pytest.raises(ProcessLookupError):

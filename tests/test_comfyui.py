@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import tempfile
-import time
 
 import numpy as np
 import psutil
@@ -156,26 +155,29 @@ def test_loading_text_names_each_component_as_it_loads(server, tiny_models):
 def test_interrupt_stops_a_long_sample(server):
     run_ok(server, prompt())  # warm: worker started, tiny-flux loaded
     before = worker_state(server)
-    marks: dict[str, float] = {}
+    sent = []
 
     def on_message(msg):
-        if msg["type"] == "progress" and "interrupt" not in marks:
-            marks["interrupt"] = time.monotonic()
+        if msg["type"] == "progress" and not sent:
+            sent.append(msg["data"]["value"])
             server.interrupt()
-        elif msg["type"] == "execution_interrupted":
-            marks["end"] = time.monotonic()
 
     result = server.run(prompt(**LONG), timeout=90, on_message=on_message)
     assert result["status"] == "interrupted", error_message(result)
-    assert marks["end"] - marks["interrupt"] < 5.0
     assert [m["data"]["node_id"] for m in result["messages"] if m["type"] == "execution_interrupted"] == ["2"]
 
     after = worker_state(server)
     assert after["samples"] == before["samples"], "the interrupted sample must not complete"
     assert after.get("pid") == before.get("pid"), "an interrupt must not cost a worker restart"
-    t0 = time.monotonic()
+    ran, asked = after["steps"] - before["steps"], LONG["batch_size"] * LONG["steps"]
+    assert 0 < ran < asked, f"the interrupted sample ran {ran} of its {asked} steps"
     run_ok(server, prompt())
-    assert time.monotonic() - t0 < 10, "the worker was still busy with the interrupted sample"
+    final = worker_state(server)
+    demo = load_workflow(DEMO)["2"]["inputs"]  # prompt() keeps the demo's steps and batch size
+    steps = demo["batch_size"] * demo["steps"]
+    assert (final["samples"], final["steps"]) == (after["samples"] + 1, after["steps"] + steps), (
+        "the worker went on with the interrupted sample"
+    )
 
 
 # ---- 7. bad input leaves the server up
@@ -222,21 +224,18 @@ def test_worker_crash_fails_the_prompt_and_next_prompt_recovers(server):
     victim = workers[0]
     if "pid" in state:
         assert state["pid"] == victim.pid
-    marks: dict[str, float] = {}
+    killed = []
 
     def on_message(msg):
-        if msg["type"] == "progress" and "kill" not in marks:
-            marks["kill"] = time.monotonic()
+        if msg["type"] == "progress" and not killed:
+            killed.append(victim.pid)
             os.kill(victim.pid, signal.SIGKILL)
-        elif msg["type"] == "execution_error":
-            marks["end"] = time.monotonic()
 
     try:
         result = server.run(prompt(**LONG), timeout=90, on_message=on_message)
         assert result["status"] == "error"
         message = error_message(result)
         assert "rank 0" in message and "stopped unexpectedly" in message, message
-        assert marks["end"] - marks["kill"] < 10.0
         assert server.proc.poll() is None and server.get("/system_stats").ok
 
         run_ok(server, prompt())

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -43,9 +42,7 @@ def test_pci_scan_finds_a_tpu_only_when_vfio_can_open_it(tmp_path):
 
 @pytest.mark.unit
 def test_this_host_has_no_tpu_and_resolves_to_cpu():
-    t0 = time.monotonic()
     info = device.detect()
-    assert time.monotonic() - t0 < 5
     assert info.kind == "cpu" and info.count == 1
     assert device.resolve_kind("auto") == "cpu"
     assert device.resolve_kind("cpu") == "cpu"
@@ -75,30 +72,25 @@ def _run_in_tpu_venv(code: str, timeout: float, env: dict | None = None) -> subp
 
 @pytest.mark.workers
 @needs_tpu_venv
-def test_detection_with_real_torch_tpu_installed_is_fast_and_says_no_tpu():
-    """Timed inside the child, after `import torch` (which autoloads torch_tpu): process start and imports
-    vary with machine load; the detection itself must not wait on anything."""
+def test_detection_with_real_torch_tpu_installed_says_no_tpu():
+    """Detection after `import torch` (which autoloads torch_tpu) must not start the TPU runtime: on a host
+    without a TPU that start waits about 10 minutes on the cloud metadata server, far past the child's 60 s."""
     out = _run_in_tpu_venv("""
-        import time
         import torch
         from backend.controller import devices as device
-        t0 = time.monotonic()
         kind = device.detect().kind
-        elapsed = time.monotonic() - t0
-        print(device.torch_tpu_installed(), device.tpu_present(), kind, elapsed)
+        print(device.torch_tpu_installed(), device.tpu_present(), kind)
     """, timeout=60)
     assert out.returncode == 0, out.stderr
-    installed, present, kind, elapsed = out.stdout.split()
-    assert [installed, present, kind] == ["True", "False", "cpu"]
-    assert float(elapsed) < 1.0
+    assert out.stdout.split() == ["True", "False", "cpu"]
 
 
 @pytest.mark.workers
 @needs_tpu_venv
-def test_prestartup_keeps_torch_tpu_out_and_cpu_backward_takes_seconds():
+def test_prestartup_keeps_torch_tpu_out_and_cpu_backward_does_not_hang():
     """What ComfyUI's process does: the pack's prestartup script, then import torch, then a CPU backward().
-    Without the prestartup script the first backward() blocks ~10 minutes on this host (FACTS §6)."""
-    t0 = time.monotonic()
+    Without the prestartup script, with torch_tpu installed and no TPU, the first backward() starts the TPU
+    runtime, which retries the cloud metadata server for about 10 minutes: far past the child's 120 s."""
     out = _run_in_tpu_venv("""
         import os, runpy, sys
         runpy.run_path("prestartup_script.py")
@@ -111,7 +103,6 @@ def test_prestartup_keeps_torch_tpu_out_and_cpu_backward_takes_seconds():
     assert out.returncode == 0, out.stderr
     assert "[ComfyUI-TPU] set TPU_SKIP_MDS_QUERY=1, TORCH_DEVICE_BACKEND_AUTOLOAD=0" in out.stdout
     assert out.stdout.strip().splitlines()[-1].split() == ["1", "0", "False", "12.0"]
-    assert time.monotonic() - t0 < 60
 
 
 @pytest.mark.workers
