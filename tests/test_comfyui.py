@@ -88,7 +88,7 @@ def test_requeue_is_served_from_cache(server):
     assert {"1", "2", "3"} <= set(cached_nodes(second)) and {"1", "2", "3"} <= set(cached_nodes(third))
     before, after = info_from(second)["workers"][0], info_from(third)["workers"][0]
     assert (after["samples"], after["loads"]) == (before["samples"], before["loads"]), "the worker sampled again"
-    assert after.get("pid") == before.get("pid")
+    assert after["pid"] == before["pid"]
     assert third["images"] == second["images"] and third["images"][0].is_file()
 
 
@@ -99,14 +99,14 @@ def test_new_seed_resamples_warm_and_new_model_reloads(server):
     s1 = worker_state(server)
     assert s1["samples"] == s0["samples"] + 1
     assert s1["loads"] == s0["loads"], "a new seed must not reload the weights"
-    assert s1.get("pid") == s0.get("pid"), "a new seed must not restart the worker"
+    assert s1["pid"] == s0["pid"], "a new seed must not restart the worker"
     assert not np.array_equal(pixels(first["images"][0]), pixels(second["images"][0])), "new seed, same image"
 
     sd3 = run_ok(server, prompt(model="tiny-sd3"))
     s2 = worker_state(server)
     assert s2["loads"] == s1["loads"] + 1 and s2["samples"] == s1["samples"] + 1
     assert s2["model"].rstrip("/").endswith("tiny-sd3")
-    assert s2.get("pid") == s1.get("pid"), "another model on the same device reuses the worker"
+    assert s2["pid"] == s1["pid"], "another model on the same device reuses the worker"
     assert pixels(sd3["images"][0]).shape == (64, 64, 3)
 
 
@@ -168,7 +168,7 @@ def test_interrupt_stops_a_long_sample(server):
 
     after = worker_state(server)
     assert after["samples"] == before["samples"], "the interrupted sample must not complete"
-    assert after.get("pid") == before.get("pid"), "an interrupt must not cost a worker restart"
+    assert after["pid"] == before["pid"], "an interrupt must not cost a worker restart"
     ran, asked = after["steps"] - before["steps"], LONG["batch_size"] * LONG["steps"]
     assert 0 < ran < asked, f"the interrupted sample ran {ran} of its {asked} steps"
     run_ok(server, prompt())
@@ -222,8 +222,7 @@ def test_worker_crash_fails_the_prompt_and_next_prompt_recovers(server):
     workers = group_processes(server, workers_only=True)
     assert len(workers) == 1, f"expected one worker rank, found {[p.cmdline() for p in workers]}"
     victim = workers[0]
-    if "pid" in state:
-        assert state["pid"] == victim.pid
+    assert state["pid"] == victim.pid
     killed = []
 
     def on_message(msg):

@@ -18,7 +18,7 @@ OUR_CATEGORY = "TPU"
 
 
 def _ordered_inputs(info: dict) -> list[str]:
-    order = info.get("input_order", {})
+    order = info["input_order"]  # sections without inputs (e.g. no optional ones) are absent
     return list(order.get("required", [])) + list(order.get("optional", []))
 
 

@@ -198,6 +198,12 @@ def track(srv: ComfyServer) -> list[psutil.Process]:
     return procs
 
 
+def shm_names() -> set[str]:
+    """What /dev/shm holds: the workers hand images over there and torch keeps its shared memory there. Empty
+    where the host has no /dev/shm: the pack then sends images over its socket and nothing can be left."""
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
 def rss_mb(p: psutil.Process) -> float:
     return p.memory_info().rss / 2**20
 
@@ -270,7 +276,7 @@ def faulty(comfyui_dir, tiny_models, tmp_path_factory, hub_trap):
         "TMPDIR": str(tmp),
     }
     srv = ComfyServer(str(comfyui_dir), str(tiny_models), work_dir=str(work), env=env)
-    srv.shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    srv.shm_before = shm_names()
     srv.tmp = tmp
     srv.pids, srv.group_ids = set(), set()
     srv.start()
@@ -720,12 +726,8 @@ def test_soak_of_many_prompts_keeps_memory_flat_and_sigterm_leaves_nothing_behin
         name for name in os.listdir(faulty.tmp) if name.startswith(("comfyui-tpu-", "torchelastic_"))
     ]
     assert leftovers == [], f"temp files left in TMPDIR: {leftovers}"
-    if os.path.isdir(
-        "/dev/shm"
-    ):  # files of this server's worker groups (by group id) or processes (torch_<pid>)
-        prefixes = tuple(
-            [f"comfyui-tpu-{g}-" for g in faulty.group_ids] + [f"torch_{p}_" for p in faulty.pids]
-        )
-        new = {n for n in set(os.listdir("/dev/shm")) - faulty.shm_before if n.startswith(prefixes)}
-        assert new == set(), f"shared-memory segments left behind: {new}"
-        assert faulty.group_ids, "the workers' group ids (which name their /dev/shm files) were not seen"
+    assert faulty.group_ids, "the workers' group ids (which name their /dev/shm files) were not seen"
+    # files of this server's worker groups (by group id) or processes (torch_<pid>)
+    prefixes = tuple([f"comfyui-tpu-{g}-" for g in faulty.group_ids] + [f"torch_{p}_" for p in faulty.pids])
+    new = {n for n in shm_names() - faulty.shm_before if n.startswith(prefixes)}
+    assert new == set(), f"shared-memory segments left behind: {new}"
