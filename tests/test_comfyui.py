@@ -42,13 +42,18 @@ def cached_nodes(result: dict) -> list[str]:
 
 # ---- 1. the nodes as the UI sees them
 def test_nodes_in_object_info(server, tiny_models):
+    """Each of our nodes is in the TPU category and explains itself: a display name, a description, a tooltip
+    on every input and every output."""
     info = server.get("/object_info").json()
     ours = {name: d for name, d in info.items() if d.get("python_module", "").endswith("ComfyUI-TPU")}
     assert OUR_NODES <= set(ours), f"missing from /object_info: {OUR_NODES - set(ours)}"
+    assert {name for name, d in info.items() if d["category"] == "TPU"} == set(ours)
     problems = []
     for name, node in ours.items():
         if node.get("category") != "TPU":
             problems.append(f"{name}: category {node.get('category')!r}")
+        if not str(node["display_name"]).strip():
+            problems.append(f"{name}: no display name")
         if not str(node.get("description", "")).strip():
             problems.append(f"{name}: no description")
         for section in ("required", "optional"):
