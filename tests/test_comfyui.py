@@ -40,7 +40,7 @@ def cached_nodes(result: dict) -> list[str]:
     return [n for m in result["messages"] if m["type"] == "execution_cached" for n in m["data"]["nodes"]]
 
 
-# ---- 1. the nodes as the UI sees them
+# ---- the nodes as the UI sees them
 def test_nodes_in_object_info(server, tiny_models):
     """Each of our nodes is in the TPU category and explains itself: a display name, a description, a tooltip
     on every input and every output."""
@@ -73,7 +73,7 @@ def test_nodes_in_object_info(server, tiny_models):
     assert not_pipelines == [], "only folders holding model_index.json may be offered"
 
 
-# ---- 2. the shipped demo workflow
+# ---- the shipped demo workflow
 def test_demo_workflow_writes_png(server):
     result = run_ok(server, load_workflow(DEMO))
     assert len(result["images"]) == 1
@@ -84,7 +84,7 @@ def test_demo_workflow_writes_png(server):
     assert px.std() > 1.0 and len(np.unique(px.reshape(-1, 3), axis=0)) > 100, "the image is (nearly) constant"
 
 
-# ---- 3, 4. what ComfyUI's cache and the warm worker save
+# ---- what ComfyUI's cache and the warm worker save
 def test_requeue_is_served_from_cache(server):
     wf = prompt(info=True)  # Device Info re-runs every time (IS_CHANGED = NaN); the rest may be cached
     run_ok(server, wf)
@@ -128,7 +128,7 @@ def test_free_workers_node_stops_the_group(server):
     assert (state["loads"], state["samples"]) == (1, 1), "the next Sample must start a fresh worker"
 
 
-# ---- 5. progress on the websocket
+# ---- progress on the websocket
 def test_progress_messages(server):
     result = run_ok(server, prompt(steps=8))
     progress = [m["data"] for m in result["messages"] if m["type"] == "progress" and m["data"].get("node") == "2"]
@@ -156,7 +156,7 @@ def test_loading_text_names_each_component_as_it_loads(server, tiny_models):
     assert f"component {len(weighted)} of {len(weighted)}" in texts[order[-3]], texts
 
 
-# ---- 6. Cancel
+# ---- Cancel
 def test_interrupt_stops_a_long_sample(server):
     run_ok(server, prompt())  # warm: worker started, tiny-flux loaded
     before = worker_state(server)
@@ -185,7 +185,7 @@ def test_interrupt_stops_a_long_sample(server):
     )
 
 
-# ---- 7. bad input leaves the server up
+# ---- bad input leaves the server up
 def _not_a_pipeline(server) -> dict:
     (server.work_dir / "models" / "diffusers" / "not-a-pipeline").mkdir(parents=True, exist_ok=True)
     return {"1.model_path": "not-a-pipeline"}
@@ -219,7 +219,7 @@ def test_bad_input_is_reported_and_server_stays_up(server, case):
     assert len(run_ok(server, prompt())["images"]) == 1
 
 
-# ---- 8. a worker dies mid-sample
+# ---- a worker dies mid-sample
 def test_worker_crash_fails_the_prompt_and_next_prompt_recovers(server):
     run_ok(server, prompt())
     state = worker_state(server)
@@ -250,7 +250,7 @@ def test_worker_crash_fails_the_prompt_and_next_prompt_recovers(server):
         kill_all([p for p in group if alive(p)])
 
 
-# ---- 9. stopping ComfyUI stops the workers
+# ---- stopping ComfyUI stops the workers
 @pytest.mark.parametrize("how", ["sigint", "sigkill"])
 def test_stopping_the_server_stops_its_workers(comfyui_dir, tiny_models, tmp_path, how):
     srv = ComfyServer(str(comfyui_dir), str(tiny_models), work_dir=str(tmp_path)).start()

@@ -1,4 +1,4 @@
-"""Execution modes, Compile and the static-shape compile cache (issue 3), on the CPU.
+"""Execution modes, Compile and the static-shape compile cache, on the CPU.
 
 Workers compile with the 'eager'/'aot_eager' backends (seconds) except the one persistence test, which
 needs inductor's on-disk cache. Recompiles are proven absent with dynamo's own counters, which the worker

@@ -99,7 +99,7 @@ def _store_attack(port: int, marker: Path) -> bool:
     return out.returncode == 0 and out.stdout.startswith("store")
 
 
-# ---- 1. what a running group opens
+# ---- what a running group opens
 
 def test_a_running_group_listens_on_loopback_only_and_no_store_runs_a_pickle(server, tmp_path):
     first = run_ok(server, sharded(seed=4242))
@@ -145,7 +145,7 @@ def test_the_secret_is_in_no_environment_and_no_command_line(server):
         assert env["GLOO_SOCKET_IFNAME"] == "lo"
 
 
-# ---- 2, 5. Cancel ends hangs within its grace
+# ---- Cancel ends hangs within its grace
 
 def test_cancel_with_a_stopped_tp_rank_ends_the_prompt_names_the_rank_and_frees_the_queue(server):
     run_ok(server, sharded())
@@ -202,7 +202,7 @@ def test_cancel_on_a_single_hung_worker_ends_within_the_grace_not_the_silence_ti
         kill_all([victim] if alive(victim) else [])
 
 
-# ---- 3. a silent connection blocks nothing
+# ---- a silent connection blocks nothing
 
 def test_a_silent_connection_during_start_blocks_neither_the_start_nor_the_prompt(server):
     run_ok(server, {"1": {"class_type": "TPUFreeWorkers", "inputs": {}}})
@@ -225,7 +225,7 @@ def test_a_silent_connection_during_start_blocks_neither_the_start_nor_the_promp
     assert "failed authentication (it sent nothing in time)" in server.log_path.read_text()
 
 
-# ---- 4. SIGKILL of ComfyUI during a hand-off
+# ---- SIGKILL of ComfyUI during a hand-off
 
 def test_a_file_left_by_a_killed_comfyui_during_a_hand_off_is_removed_at_the_next_start(
         comfyui_dir, tiny_models, tmp_path):
@@ -272,7 +272,7 @@ def test_a_file_left_by_a_killed_comfyui_during_a_hand_off_is_removed_at_the_nex
         assert glob.glob(os.path.join(str(Path(os.environ.get("TMPDIR", "/tmp"))), f"{RUN_DIR_PREFIX}{pid}-*")) == []
 
 
-# ---- 6. a worker that died while idle
+# ---- a worker that died while idle
 
 def test_a_worker_that_died_while_idle_is_replaced_by_the_next_prompt(server):
     run_ok(server, prompt())
@@ -284,7 +284,7 @@ def test_a_worker_that_died_while_idle_is_replaced_by_the_next_prompt(server):
     assert wait_gone([victim], timeout=10) == []
 
 
-# ---- 7, 8. numbers and names
+# ---- numbers and names
 
 def test_non_finite_guidance_is_refused_with_a_clear_message(server):
     """NaN passes ComfyUI's own min/max check (every comparison with NaN is false); infinity does not."""

@@ -1,4 +1,4 @@
-"""Issue 7 — bad input, worker faults, interrupts, long runs, security and shutdown — through a real ComfyUI.
+"""Bad input, worker faults, interrupts, long runs, security and shutdown, through a real ComfyUI.
 
 Most cases run on the shared session server (`server`). Those that need ComfyUI started with other settings
 run on one more server (`faulty`): a short silence timeout, a worker memory cap, pickle weights allowed, the
@@ -286,7 +286,7 @@ def faulty(comfyui_dir, tiny_models, tmp_path_factory, hub_trap):
     kill_all([p for p in group if alive(p)])
 
 
-# ---- 5. security, without a server
+# ---- security, without a server
 def _from_pretrained_calls() -> list[tuple[str, dict[str, ast.expr]]]:
     """Every `*.from_pretrained(...)` call in backend/ and nodes/ with its keywords (`**name` resolved to the
     dict literal assigned to `name` in the same file; other `**` arguments (components, per-component
@@ -391,7 +391,7 @@ def test_oom_markers_match_torch_cpu_allocator_message():
     assert text.startswith("out of memory on cpu") and "offload" in text and "Shard TP" in text, text
 
 
-# ---- 1. the bad-input matrix, through the server
+# ---- the bad-input matrix, through the server
 # case → (workflow, where it is caught, node, words the message must hold: the input, the value, the fix)
 def _cases(tiny_models: Path) -> dict:
     shard = ("TPUShardTP", {"degree": 2, "shard_text_encoders": False})
@@ -527,7 +527,7 @@ def test_an_api_workflow_saved_before_the_newest_optional_inputs_still_runs(sess
     assert len(run_ok(session_models, wf)["images"]) == 1
 
 
-# ---- 3. interrupt while loading and while compiling
+# ---- interrupt while loading and while compiling
 @pytest.mark.server
 def test_interrupt_while_the_worker_starts_and_loads_stops_right_after_loading(server):
     run_ok(server, {"1": {"class_type": "TPUFreeWorkers", "inputs": {}}})
@@ -602,7 +602,7 @@ def test_interrupt_while_compiling_stops_right_after_the_compile_and_keeps_it(se
     assert shape["compiles"] == 1 and shape["hits"] >= 2 and shape["unexpected_recompiles"] == 0, shape
 
 
-# ---- 5. security through the server; 1. pickle allowed by the operator
+# ---- security through the server, and pickle weights allowed by the operator
 @pytest.mark.server
 def test_pickle_weights_load_when_the_operator_allows_them(faulty):
     result = run_ok(faulty, graph(load={"model_path": "pickle-flux"}))
@@ -625,7 +625,7 @@ def test_a_missing_component_file_says_nothing_is_downloaded_and_nothing_is(faul
     assert len(run_ok(faulty, graph())["images"]) == 1
 
 
-# ---- 2. worker faults
+# ---- worker faults
 @pytest.mark.server
 def test_out_of_memory_in_a_worker_suggests_offload_or_tp_and_everything_survives(faulty):
     run_ok(faulty, graph(load={"model_path": "flux-linear"}))
@@ -687,7 +687,7 @@ def test_a_worker_that_stops_answering_times_out_is_killed_and_replaced(faulty):
         kill_all([p for p in group if alive(p)])
 
 
-# ---- 4. soak, then 6. SIGTERM, then nothing left behind
+# ---- soak, then SIGTERM, then nothing left behind
 @pytest.mark.soak
 def test_soak_of_many_prompts_keeps_memory_flat_and_sigterm_leaves_nothing_behind(faulty):
     t0 = time.monotonic()
