@@ -42,7 +42,8 @@ def _spec(tiny_models, name="tiny-flux", **kw):
 
 
 class Messages(list):
-    """Progress messages of one call, in order."""
+    """Progress messages of one call, in order. Positions (`first_text`, `first_step`) count all messages, so
+    they compare with each other; `texts` is only the status texts, for membership checks."""
 
     def __call__(self, msg: dict) -> None:
         self.append(msg)
@@ -51,8 +52,11 @@ class Messages(list):
     def texts(self) -> list[str]:
         return [m.text for m in self if isinstance(m, Status)]
 
-    def index(self, predicate) -> int:
-        return next(i for i, m in enumerate(self) if predicate(m))
+    def first_text(self, text: str) -> int:
+        return next(i for i, m in enumerate(self) if isinstance(m, Status) and m.text == text)
+
+    def first_step(self) -> int:
+        return next(i for i, m in enumerate(self) if isinstance(m, Step))
 
 
 @pytest.fixture(scope="module")
@@ -191,8 +195,7 @@ def test_after_warmup_varied_samples_never_recompile_and_a_new_size_compiles_onc
     messages = Messages()
     warm = api.load(spec, messages)["compile"]
     assert "warm-up 1/1: 64x64 (batch 1)" in messages.texts
-    announced = messages.index(lambda m: isinstance(m, Status) and m.text == "compiling 64x64 (batch 1) for the first time…")
-    assert announced < messages.index(lambda m: isinstance(m, Step))
+    assert messages.first_text("compiling 64x64 (batch 1) for the first time…") < messages.first_step()
     # one graph for a 2-step warm-up: no per-step recompile (e.g. from the timestep tensor)
     shape = next(s for s in warm["shapes"] if s["shape"] == "64x64 (batch 1)" and "aot_eager" in s["component"])
     assert (shape["compiles"], shape["graphs"], warm["unexpected_recompiles"]) == (1, 1, 0)
@@ -207,8 +210,8 @@ def test_after_warmup_varied_samples_never_recompile_and_a_new_size_compiles_onc
 
     messages = Messages()
     api.sample(spec, _request(width=96), messages)
-    announced = messages.index(lambda m: isinstance(m, Status) and m.text == "compiling 96x64 (batch 1) for the first time…")
-    assert announced < messages.index(lambda m: isinstance(m, Step)), "the compile must be announced before it starts"
+    announced = messages.first_text("compiling 96x64 (batch 1) for the first time…")
+    assert announced < messages.first_step(), "the compile must be announced before it starts"
     after = api.compile_stats()
     assert (after["compiles"], after["graphs"]) == (stats["compiles"] + 1, stats["graphs"] + 1)
     new = next(s for s in after["shapes"] if s["shape"] == "96x64 (batch 1)" and "aot_eager" in s["component"])
