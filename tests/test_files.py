@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import pixels
 
 from backend.controller import api, devices, models, plans, sources
 from backend.protocol.errors import InputError, ModelError, ParallelError
@@ -475,13 +476,6 @@ FLUX1_NODE = {"diffusion_model": "flux1-tiny.safetensors", "text_encoder_1": "cl
               "text_encoder_2": "t5xxl-tiny.safetensors", "vae": "ae-tiny.safetensors"}
 
 
-def _pixels(path: Path) -> np.ndarray:
-    from PIL import Image
-
-    with Image.open(path) as image:
-        return np.asarray(image.convert("RGB"))
-
-
 @pytest.mark.server
 def test_the_files_node_lists_by_role_and_makes_the_folders_image(files_server):
     from comfy_server import error_message
@@ -500,7 +494,7 @@ def test_the_files_node_lists_by_role_and_makes_the_folders_image(files_server):
                                                               "device": "auto", "offload": "none"}}
     from_folder = files_server.run(folder, timeout=180)
     assert from_folder["status"] == "success", error_message(from_folder)
-    assert np.array_equal(_pixels(from_files["images"][0]), _pixels(from_folder["images"][0]))
+    assert np.array_equal(pixels(from_files["images"][0]), pixels(from_folder["images"][0]))
 
 
 BAD_FILES = {  # what the node is given -> words the error must hold
