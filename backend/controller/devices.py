@@ -184,15 +184,3 @@ def tpu_launch_env(nproc_per_node: int, env: dict[str, str], timeout: float = 12
         raise DeviceError(f"TorchTPU could not prepare the launch of {nproc_per_node} TPU workers "
                           f"(torch.tpu.distributed.set_tpu_launch_env failed):\n{tail}")
     return json.loads(lines[-1])
-
-
-def compile_backend(kind: str, choice: str) -> str:
-    """torch.compile backend for a device kind: auto = TorchTPU's "tpu" on TPU, inductor on CUDA/CPU."""
-    if choice == "auto":
-        return "tpu" if kind == "tpu" else "inductor"
-    if choice == "tpu" and kind != "tpu":
-        raise DeviceError(f"backend: 'tpu' compiles for TPU chips only, and this pipeline runs on {kind}. "
-                          "Choose 'auto' (inductor here).")
-    if choice == "inductor" and kind == "tpu":
-        raise DeviceError("backend: 'inductor' cannot compile for TPU tensors. Choose 'auto' (TorchTPU's 'tpu').")
-    return choice
