@@ -1,4 +1,5 @@
-"""Command line: `python -m backend make-tiny-models DIR` and `python -m backend device-info`."""
+"""Command line: `python -m backend make-tiny-models DIR`, `python -m backend device-info` and
+`python -m backend tpu-check` (run every step on this host's chips and print a report for a bug report)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,13 @@ def main(argv: list[str] | None = None) -> int:
     tiny.add_argument("dir")
     tiny.add_argument("--families", nargs="*", default=None, help="subset of families (default: all)")
     sub.add_parser("device-info", help="print the detected device (never starts a TPU runtime)")
+    check = sub.add_parser("tpu-check", help="run every step on this host's chips (a tiny model) and print a "
+                                              "report to paste into a bug report; exit 1 when a step fails")
+    check.add_argument("--device", default="auto", choices=("auto", "tpu", "cuda", "cpu"))
+    check.add_argument("--models", help="folder for the tiny model (default: a temporary folder)")
+    check.add_argument("--compile-backend", help="torch.compile backend (default: tpu on TPU, inductor on CUDA, "
+                                                 "aot_eager on the CPU)")
+    check.add_argument("--out", help="also write the report to this file")
     args = parser.parse_args(argv)
 
     if args.command == "make-tiny-models":
@@ -27,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
         from .controller.devices import detect
 
         print(json.dumps(asdict(detect()), indent=1))
+    elif args.command == "tpu-check":
+        from .tpu_check import main as tpu_check
+
+        return tpu_check(args.device, args.models, args.compile_backend, args.out)
     return 0
 
 
