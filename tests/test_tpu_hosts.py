@@ -104,7 +104,7 @@ def test_every_explicit_layout_is_accepted_iff_torch_tpu_launches_it(rules, host
         assert c["ok"] == expected, c
         if expected:
             assert (c["tp_degree"], c["replicas"], c["world"]) == (tp, dp, tp * dp), c
-            assert c["load_in_turn"] == (dp > 1), "replicas without offload load one after another on TPU"
+            assert c["load_in_turn"] == (dp > 1), "replicas load one after another"
 
 
 def test_one_v7x_chip_runs_data_parallel_2_by_default_and_says_why(rules):

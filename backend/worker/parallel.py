@@ -143,7 +143,7 @@ def in_turn(spec: PipelineSpec, rank: int, world_size: int, load: Callable[[], T
 
     Collective: every rank of the group calls it for the same spec.
     """
-    if not spec.load_in_turn:
+    if not spec.load_in_turn or world_size == spec.tp_degree:
         return load()
     import torch.distributed as dist
 
