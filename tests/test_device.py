@@ -172,3 +172,13 @@ def test_comfyui_with_torch_tpu_installed_starts_and_runs_the_demo(comfyui_dir, 
         assert result["status"] == "success", srv.log_tail()
         assert result["images"] and result["images"][0].exists()
     assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in srv.log_path.read_text()
+
+
+@pytest.mark.unit
+def test_a_tpu_worker_must_see_exactly_one_device_once_bound(monkeypatch):
+    from backend.worker.device import check_one_device
+
+    check_one_device(1)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    with pytest.raises(RuntimeError, match=r"sees 4 devices after binding, not 1.*LOCAL_RANK=3.*tpu-check"):
+        check_one_device(4)

@@ -409,7 +409,7 @@ def resolve_load_order(spec: PipelineSpec) -> PipelineSpec:
     """Data Parallel replicas load one after another unless the spec says otherwise. A replica's weights pass
     through its private host memory while it loads (converted to the dtype; on TPU/CUDA they leave it once on
     the device), so in turn the host carries one load at a time instead of one per replica: bench
-    `load_memory` measures 2 CPU workers at 2.0x one model's size on disk in turn against 3.0x together, and
+    `load_memory` measures 2 CPU workers at 2.0x one model's size on disk in turn against 2.7x together, and
     Data Parallel 8 of FLUX.1 on a TPU host would carry ~34 GB in flight, not ~270 GB. Each replica's load
     waits for the ones before it; with one replica nothing changes."""
     if spec.load_in_turn is not None:
