@@ -54,9 +54,9 @@ class LoadTPUPipeline:
         }
 
     @classmethod
-    def VALIDATE_INPUTS(cls, model, model_path=""):
-        try:
-            api.make_spec(model_path or model, comfy_bridge.diffusers_roots())
+    def VALIDATE_INPUTS(cls, model, device="auto", model_path=""):
+        try:  # the chosen device: 'cpu' must work on a host whose TPU cannot be used (v4, a pod host)
+            api.make_spec(model_path or model, comfy_bridge.diffusers_roots(), device_choice=device)
         except InputError as e:
             return str(e)
         return True

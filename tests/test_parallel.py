@@ -103,6 +103,34 @@ def test_tp_degree_is_checked_against_cores_chips_and_heads(tiny_models, monkeyp
     assert plans.plan_dp(tp, 0)[0].dp_replicas == 4, "auto = chips / degree"
 
 
+@pytest.mark.unit
+def test_on_tpu_only_worker_counts_torch_tpu_launches_pass(tiny_models, monkeypatch):
+    """As on an 8-chip v5e host (TorchTPU launches 1, 4 or 8 workers) and one v7x chip (2 devices: only 2);
+    tests/test_tpu_hosts.py holds the same rules against TorchTPU itself."""
+    v5e = plans.Capacity("tpu", 8, (1, 4, 8), "this host has 8 TPU v5e chips", True)
+    monkeypatch.setattr(plans, "capacity", lambda kind: v5e)
+    spec = _spec(tiny_models).with_changes(kind="tpu")  # tiny-flux: 2 attention heads
+    with pytest.raises(ParallelError, match=r"replicas: 2 replicas × TP degree 1 = 2 workers, but TorchTPU "
+                                            r"launches only 1, 4 or 8 worker processes on this host \(this host has "
+                                            r"8 TPU v5e chips\); use replicas 1, 4 or 8"):
+        plans.plan_dp(spec, 2)
+    tp, text = plans.plan_tp(spec, 2)
+    assert "not 2: add Data Parallel after this node with replicas 2 or 4 (or 0 = auto)" in text
+    with pytest.raises(ParallelError, match=r"use replicas 2 or 4"):
+        api.checked(tp)  # Sample without Data Parallel
+    assert plans.plan_dp(tp, 0)[0].world_size == 8 and plans.plan_dp(spec, 0)[0].dp_replicas == 8
+    assert plans.plan_tp(spec, 0)[0].tp_degree == 1, "auto: the largest degree that launches alone"
+
+    v7x = plans.Capacity("tpu", 2, (2,), "this host has 1 TPU v7 chip (2 devices)", True)
+    monkeypatch.setattr(plans, "capacity", lambda kind: v7x)
+    default = api.checked(spec)
+    assert (default.tp_degree, default.dp_replicas, default.load_in_turn) == (1, 2, True)
+    with pytest.raises(ParallelError, match=r"replicas: 1 replica × TP degree 1 = 1 worker, but TorchTPU launches "
+                                            r"only 2 worker processes.*use replicas 2"):
+        plans.plan_dp(spec, 1)
+    assert plans.plan_tp(spec, 0)[0].tp_degree == 2
+
+
 def test_offload_and_tp_are_refused_together(tiny_models):
     with pytest.raises(ParallelError, match=r"offload: 'model' cannot be combined with Shard TP.*'none'"):
         plans.plan_tp(_spec(tiny_models, offload="model"), 2)

@@ -4,8 +4,12 @@ Detection must be cheap and must never start the TPU runtime: with torch_tpu ins
 without a TPU, starting the runtime blocks ~10 minutes retrying the cloud metadata server and then
 aborts the process. So we only look at signals that cost nothing (the package can be found, a TPU
 sits on the PCI bus). This module imports torch lazily so that `prestartup_script.py` can use it
-before ComfyUI imports torch. TorchTPU itself is imported only by workers (`worker.device`), and by the
-short child process of `tpu_launch_env`.
+before ComfyUI imports torch. TorchTPU itself is imported only by workers (`worker.device`), and by two short
+child processes: `tpu_host` (its hardware module alone: names, HBM, the worker counts it launches) and
+`tpu_launch_env` (its launch helper). ComfyUI's process never loads it.
+
+TPU hosts this module refuses, with the reason: TPU v4 (TorchTPU 0.2.0 counts chips through VFIO only), chips
+this process cannot open, torch_tpu missing, and hosts of a multi-host slice (unless COMFYUI_TPU_LOCAL_GROUP=1).
 """
 
 from __future__ import annotations

@@ -386,10 +386,10 @@ def _tp_hint(spec: PipelineSpec, parts: dict[str, int], usable: float) -> str:
         if d == 1:
             continue
         if _per_device(parts, d, ()) <= usable:
-            return f" Shard TP degree {d} would fit (about {_gib(_per_device(parts, d, ()))} per device) at full speed."
+            return f" Shard TP degree {d} would fit (about {_gib(_per_device(parts, d, ()))} per device) without offload."
         if shardable and _per_device(parts, d, shardable) <= usable:
             return (f" Shard TP degree {d} with shard_text_encoders on would fit (about "
-                    f"{_gib(_per_device(parts, d, shardable))} per device) at full speed.")
+                    f"{_gib(_per_device(parts, d, shardable))} per device) without offload.")
     return " It does not fit this host's devices even with Shard TP over all of them."
 
 
