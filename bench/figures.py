@@ -389,8 +389,10 @@ def _dp_support(ctx: Ctx) -> str | None:
         return None
     from backend.controller import devices
 
-    count = devices.detect().count
-    return None if count >= 2 else f"needs 2 {ctx.kind} chips; this host has {count}"
+    info = devices.detect()
+    if info.group_sizes is not None and 2 not in info.group_sizes:
+        return f"needs a group of 2 {ctx.kind} workers; TorchTPU launches {info.group_sizes} on this host"
+    return None if info.devices >= 2 else f"needs 2 {ctx.kind} devices; this host has {info.devices}"
 
 
 def data_parallel(ctx: Ctx) -> list[dict]:

@@ -43,28 +43,33 @@ class LoadTPUPipeline:
                           "float32 doubles memory; float16 is for older GPUs."}),
                 "device": (list(DEVICE_CHOICES), {"default": "auto", "tooltip":
                            "Where to run. auto picks a TPU if one is present, else a CUDA GPU, else the CPU."}),
-                "offload": (list(OFFLOAD_CHOICES), {"default": "none", "tooltip":
+                "offload": (list(OFFLOAD_CHOICES), {"default": "auto", "tooltip":
                             "Keep parts of the model in host memory when the chip's memory is too small. "
-                            "model: each sub-model moves to the chip while it runs (a little slower). "
-                            "sequential: layer by layer (much slower, least memory). none: fastest."}),
+                            "auto: picks one of the others from the model's size and the chip's memory, and "
+                            "says which and why next to this node. none: fastest. model: each sub-model moves "
+                            "to the chip while it runs (a little slower). sequential: layer by layer (much "
+                            "slower, least memory)."}),
             },
             "optional": {
                 "model_path": ("STRING", {"default": "", "tooltip":
                                "Optional: a model folder name typed by hand (relative to models/diffusers). "
                                "When set, it is used instead of 'model'."}),
             },
+            "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     @classmethod
-    def VALIDATE_INPUTS(cls, model, model_path=""):
-        try:
-            api.make_spec(model_path or model, comfy_bridge.diffusers_roots())
+    def VALIDATE_INPUTS(cls, model, device="auto", model_path=""):
+        try:  # the chosen device: 'cpu' must work on a host whose TPU cannot be used (v4, a pod host)
+            api.make_spec(model_path or model, comfy_bridge.diffusers_roots(), device_choice=device)
         except InputError as e:
             return str(e)
         return True
 
-    def describe(self, model, dtype, device, offload, model_path=""):
-        return (api.make_spec(model_path or model, comfy_bridge.diffusers_roots(), dtype, device, offload),)
+    def describe(self, model, dtype, device, offload, model_path="", unique_id=None):
+        spec = api.make_spec(model_path or model, comfy_bridge.diffusers_roots(), dtype, device, offload)
+        comfy_bridge.send_text(unique_id, api.describe_pipeline(spec))  # where it runs, what offload auto chose
+        return (spec,)
 
 
 FILE_TOOLTIPS = {

@@ -73,6 +73,22 @@ def test_nodes_in_object_info(server, tiny_models):
     assert not_pipelines == [], "only folders holding model_index.json may be offered"
 
 
+@pytest.mark.server
+def test_offload_auto_is_the_default_of_new_load_nodes_and_says_what_it_chose(server):
+    load = server.get("/object_info/LoadTPUPipeline").json()["LoadTPUPipeline"]["input"]["required"]["offload"]
+    assert load[0] == ["none", "model", "sequential", "auto"] and load[1]["default"] == "auto"
+    wf = prompt(info=True)
+    wf["1"]["inputs"]["offload"] = "auto"
+    result = run_ok(server, wf)
+    texts = [m["data"]["text"] for m in result["messages"]
+             if m["type"] == "progress_text" and m["data"]["node"] == "1"]
+    assert texts and "tiny-flux (FLUX.1) on the CPU" in texts[-1], texts
+    assert "offload auto → none: on the CPU the weights stay in host memory" in texts[-1]
+    info = info_from(result)
+    assert (info["device"], info["chips"], info["devices"], info["notes"]) == ("cpu", 1, 1, [])
+    assert worker_state(server)["offload"] == "none", "the worker runs what auto chose"
+
+
 # ---- the shipped demo workflow
 def test_demo_workflow_writes_png(server):
     result = run_ok(server, load_workflow(DEMO))
@@ -268,7 +284,7 @@ def test_stopping_the_server_stops_its_workers(comfyui_dir, tiny_models, tmp_pat
             srv.kill()
         assert wait_gone(group, timeout=10) == [], f"workers outlived ComfyUI ({how})"
         if how == "sigint":  # the group was closed by the pack (its cleanup ran), not merely orphaned
-            assert "worker group GroupConfig(kind='cpu', world_size=1) stopped" in srv.log_path.read_text()
+            assert "worker group GroupConfig(kind='cpu', world_size=1, hosts=(), per_host=0) stopped" in srv.log_path.read_text()
         if how == "sigint":  # closed by the pack: nothing left
             assert left() == set(), f"temp files left behind: {left()}"
         else:  # killed: its folder waits for the next start, which removes the folders of dead controllers

@@ -33,17 +33,50 @@ def _fake_pci(root: Path, vendor: str, dev: str, group: str = "7", vfio: bool = 
 @pytest.mark.unit
 def test_pci_scan_finds_a_tpu_only_when_vfio_can_open_it(tmp_path):
     _fake_pci(tmp_path / "a", "0x1ae0", "0x006f")
-    assert device.tpu_chips(str(tmp_path / "a")) == ["v6e"]
+    assert device.tpu_devices(str(tmp_path / "a")) == ["v6e"]
     _fake_pci(tmp_path / "b", "0x1ae0", "0x0063", vfio=False)
-    assert device.tpu_chips(str(tmp_path / "b")) == []
+    assert device.tpu_devices(str(tmp_path / "b")) == []
+    assert "cannot open through VFIO" in device.scan_pci(str(tmp_path / "b")).problem()
     _fake_pci(tmp_path / "c", "0x10de", "0x2335")  # an NVIDIA GPU
-    assert device.tpu_chips(str(tmp_path / "c")) == []
+    assert device.tpu_devices(str(tmp_path / "c")) == [] and device.scan_pci(str(tmp_path / "c")).problem() is None
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("gen, vfio, accel", [("v4", False, True), ("v4", True, False), ("v5e", False, True)],
+                         ids=["v4 through /dev/accel", "v4 even with VFIO", "another id through /dev/accel"])
+def test_a_tpu_v4_host_is_named_as_unsupported_not_as_no_tpu(tmp_path, monkeypatch, gen, vfio, accel):
+    from fake_tpu.hosts import make_root
+
+    monkeypatch.setattr(device, "SYS_ROOT", make_root(tmp_path, gen, 4, vfio=vfio, accel=accel))
+    assert device.tpu_devices() == []
+    for choice in ("tpu", "auto"):
+        with pytest.raises(device.DeviceError, match=rf"device '{choice}': .*TPU v4 is not supported by TorchTPU "
+                                                     r"0\.2\.0.*Choose device 'cpu'"):
+            device.resolve_kind(choice)
+    info = device.detect()
+    assert info.kind == "cpu" and any(device.V4_UNSUPPORTED in note for note in info.notes), info
+    assert device.resolve_kind("cpu") == "cpu"
+
+
+@pytest.mark.unit
+def test_a_pod_host_is_refused_at_once_and_a_local_group_drops_the_pod_variables(monkeypatch):
+    pod = {"TPU_WORKER_HOSTNAMES": "h0,h1,h2,h3", "JOB_COMPLETION_INDEX": "2", "TPU_WORKER_ID": "2"}
+    assert device.pod_hosts({}) is None and device.pod_hosts({"TPU_WORKER_HOSTNAMES": "h0"}) is None
+    assert device.pod_hosts(pod) == ["h0", "h1", "h2", "h3"]
+    assert device.pod_hosts({"JOB_COMPLETION_INDEX": "0"}) == []  # TorchTPU takes the multi-host path too
+    with pytest.raises(device.DeviceError, match=r"multi-host slice \(TPU_WORKER_HOSTNAMES lists 4 hosts\).*"
+                                                 r"COMFYUI_TPU_HOSTS.*backend join.*COMFYUI_TPU_LOCAL_GROUP=1"):
+        device.check_single_host(pod)
+    device.check_single_host({**pod, device.ENV_LOCAL_GROUP: "1"})
+    assert [k for k in pod if k in device.worker_env("tpu", pod)] == list(pod), "no local group: left alone"
+    local = device.worker_env("tpu", {**pod, device.ENV_LOCAL_GROUP: "1", "PATH": "/bin"})
+    assert [k for k in pod if k in local] == [] and local["PATH"] == "/bin"
 
 
 @pytest.mark.unit
 def test_this_host_has_no_tpu_and_resolves_to_cpu():
     info = device.detect()
-    assert info.kind == "cpu" and info.count == 1
+    assert info.kind == "cpu" and (info.chips, info.devices) == (1, 1) and info.notes == ()
     assert device.resolve_kind("auto") == "cpu"
     assert device.resolve_kind("cpu") == "cpu"
 
@@ -137,3 +170,13 @@ def test_comfyui_with_torch_tpu_installed_starts_and_runs_the_demo(comfyui_dir, 
         assert result["status"] == "success", srv.log_tail()
         assert result["images"] and result["images"][0].exists()
     assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in srv.log_path.read_text()
+
+
+@pytest.mark.unit
+def test_a_tpu_worker_must_see_exactly_one_device_once_bound(monkeypatch):
+    from backend.worker.device import check_one_device
+
+    check_one_device(1)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    with pytest.raises(RuntimeError, match=r"sees 4 devices after binding, not 1.*LOCAL_RANK=3.*tpu-check"):
+        check_one_device(4)

@@ -294,6 +294,10 @@ def test_non_finite_guidance_is_refused_with_a_clear_message(server):
     assert result["status"] == "error"
     message = error_message(result)
     assert "guidance: nan is not a number the pipeline can use; give a finite value" in message, message
+    # ComfyUI keeps the prompt in /history as sent, and its own frontend cannot parse a NaN there (it fails on
+    # every page load); this shared server's later frontend tests need it gone
+    assert server.post("/history", json={"delete": [result["prompt_id"]]}).status_code == 200
+    assert result["prompt_id"] not in server.get("/history").json()
     with pytest.raises(PromptFailed, match="Value inf bigger than max of 30.0: guidance"):
         server.run(prompt(guidance=float("inf")), timeout=120)
     assert len(run_ok(server, prompt())["images"]) == 1

@@ -24,7 +24,7 @@ from helpers import run_ok, wait_gone
 
 from backend.controller import api, group, plans
 from backend.protocol.errors import Interrupted, ParallelError, WorkerCrashed
-from backend.protocol.messages import Step
+from backend.protocol.messages import Status, Step
 from backend.protocol.spec import Layout, SampleRequest, share
 
 TP_TOLERANCE = 1e-4
@@ -85,16 +85,45 @@ def test_tp_degree_is_checked_against_cores_chips_and_heads(tiny_models, monkeyp
     assert plans.plan_tp(spec, 0)[0].tp_degree == 1, "auto on the CPU is 1"
     assert plans.plan_tp(spec, 2)[0].tp_degree == 2
 
-    monkeypatch.setattr(plans, "chip_count", lambda kind: 8)  # as on an 8-chip host
-    with pytest.raises(ParallelError, match=r"degree: 16 is more than this host has 8 CPU chips"):
+    eight = plans.Capacity("cuda", 8, None, "this host has 8 CUDA GPUs", True)  # as on an 8-GPU host
+    monkeypatch.setattr(plans, "capacity", lambda kind: eight)
+    with pytest.raises(ParallelError, match=r"degree: 16 is more than this host has 8 CUDA GPUs"):
         plans.plan_tp(spec, 16)
     with pytest.raises(ParallelError, match=r"degree: 3 does not divide the 8 chips"):
         plans.plan_tp(spec, 3)
     tp, text = plans.plan_tp(spec, 0)
-    assert tp.tp_degree == 2 and "largest count that divides both" in text
+    assert tp.tp_degree == 2 and "the largest degree that divides the 2 attention heads" in text
     with pytest.raises(ParallelError, match=r"replicas: 8 replicas × TP degree 2 = 16 workers"):
         plans.plan_dp(tp, 8)
     assert plans.plan_dp(tp, 0)[0].dp_replicas == 4, "auto = chips / degree"
+
+
+@pytest.mark.unit
+def test_on_tpu_only_worker_counts_torch_tpu_launches_pass(tiny_models, monkeypatch):
+    """As on an 8-chip v5e host (TorchTPU launches 1, 4 or 8 workers) and one v7x chip (2 devices: only 2);
+    tests/test_tpu_hosts.py holds the same rules against TorchTPU itself."""
+    v5e = plans.Capacity("tpu", 8, (1, 4, 8), "this host has 8 TPU v5e chips", True)
+    monkeypatch.setattr(plans, "capacity", lambda kind: v5e)
+    spec = _spec(tiny_models).with_changes(kind="tpu")  # tiny-flux: 2 attention heads
+    with pytest.raises(ParallelError, match=r"replicas: 2 replicas × TP degree 1 = 2 workers, but TorchTPU "
+                                            r"launches only 1, 4 or 8 worker processes on this host \(this host has "
+                                            r"8 TPU v5e chips\); use replicas 1, 4 or 8"):
+        plans.plan_dp(spec, 2)
+    tp, text = plans.plan_tp(spec, 2)
+    assert "not 2: add Data Parallel after this node with replicas 2 or 4 (or 0 = auto)" in text
+    with pytest.raises(ParallelError, match=r"use replicas 2 or 4"):
+        api.checked(tp)  # Sample without Data Parallel
+    assert plans.plan_dp(tp, 0)[0].world_size == 8 and plans.plan_dp(spec, 0)[0].dp_replicas == 8
+    assert plans.plan_tp(spec, 0)[0].tp_degree == 1, "auto: the largest degree that launches alone"
+
+    v7x = plans.Capacity("tpu", 2, (2,), "this host has 1 TPU v7 chip (2 devices)", True)
+    monkeypatch.setattr(plans, "capacity", lambda kind: v7x)
+    default = api.checked(spec)
+    assert (default.tp_degree, default.dp_replicas, default.load_in_turn) == (1, 2, True)
+    with pytest.raises(ParallelError, match=r"replicas: 1 replica × TP degree 1 = 1 worker, but TorchTPU launches "
+                                            r"only 2 worker processes.*use replicas 2"):
+        plans.plan_dp(spec, 1)
+    assert plans.plan_tp(spec, 0)[0].tp_degree == 2
 
 
 @pytest.mark.unit
@@ -174,6 +203,7 @@ def test_tp2_gives_the_same_image_as_one_worker(tiny_models, refs):
     workers = api.worker_info()
     assert [w["rank"] for w in workers] == [0, 1] and len({w["pid"] for w in workers}) == 2
     assert workers[0]["steps"] == workers[1]["steps"], "both ranks ran every step"
+    assert [w["device_mesh"] for w in workers] == [True, True]
 
 
 @pytest.mark.workers
@@ -197,12 +227,14 @@ def test_tp2_compiled_sharded_transformer(tiny_models, refs):
 @pytest.mark.workers
 def test_dp2_is_bit_identical_to_one_worker_and_keeps_the_order(tiny_models, refs):
     dp, _ = plans.plan_dp(_spec(tiny_models), 2)
+    api.shutdown()  # a fresh group: the TP tests' workers (same size) have built a device mesh
     api.load(dp)
     before = [w["steps"] for w in api.worker_info()]
     progress = []
     images = api.sample(dp, _request(batch_size=4), lambda m: progress.append((m.step, m.total))
                         if isinstance(m, Step) else None)
     assert np.array_equal(images, refs["flux4"]), "the same seeds must give the same pixels on 2 replicas"
+    assert [w["device_mesh"] for w in api.worker_info()] == [False, False], "no mesh for Data Parallel alone"
     steps = [w["steps"] for w in api.worker_info()]
     assert [a - b for a, b in zip(steps, before, strict=True)] == [4, 4], "each replica drew 2 of 4 images"
     assert progress[-1] == (8, 8) and [s for s, _ in progress] == sorted(s for s, _ in progress), progress
@@ -210,6 +242,18 @@ def test_dp2_is_bit_identical_to_one_worker_and_keeps_the_order(tiny_models, ref
     assert np.array_equal(odd, refs["flux4"][:3])
     one = api.sample(dp, _request(batch_size=1))  # 1 + 0: replica 1 has nothing to draw
     assert np.array_equal(one, refs["flux4"][:1])
+
+
+@pytest.mark.workers
+def test_dp2_replicas_load_in_turn_and_give_the_same_images(tiny_models, refs):
+    """Replica 1 reads its weights only after replica 0 has loaded (host memory: one load in flight)."""
+    dp, _ = plans.plan_dp(_spec(tiny_models, "tiny-qwenimage"), 2)
+    assert api.checked(dp).load_in_turn and not api.checked(_spec(tiny_models)).load_in_turn
+    said = []
+    images = api.sample(dp, _request(guidance=1.0), lambda m: said.append(m.text) if isinstance(m, Status) else None)
+    assert np.array_equal(images, refs["qwen"])
+    assert any(t.startswith("replica 1 of 2 loaded; the next one loads now") for t in said), said
+    assert [w["model"].endswith("tiny-qwenimage") for w in api.worker_info()] == [True, True]
 
 
 @pytest.mark.workers

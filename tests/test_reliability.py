@@ -720,7 +720,7 @@ def test_soak_of_many_prompts_keeps_memory_flat_and_sigterm_leaves_nothing_behin
     faulty.proc.wait(timeout=20)
     left = wait_gone(group, timeout=10)
     assert left == [], f"processes outlived ComfyUI: {[p.cmdline() for p in left]}"
-    assert "worker group GroupConfig(kind='cpu', world_size=1) stopped" in faulty.log_path.read_text()
+    assert "worker group GroupConfig(kind='cpu', world_size=1, hosts=(), per_host=0) stopped" in faulty.log_path.read_text()
 
     leftovers = [
         name for name in os.listdir(faulty.tmp) if name.startswith(("comfyui-tpu-", "torchelastic_"))

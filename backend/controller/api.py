@@ -89,13 +89,38 @@ def describe_files(spec: PipelineSpec) -> str:
 
 
 def checked(spec: PipelineSpec) -> PipelineSpec:
-    """`spec` ready to run: its device kind and compile plan resolved, its parallel layout checked against the
-    model and this host. Specs from the nodes already are; specs built by scripts may not be."""
+    """`spec` ready to run: its device kind, default layout (v7x: Data Parallel over one chip's two devices),
+    offload 'auto' and compile plan resolved, its parallel layout checked against the model and this host (on
+    TPU: a worker count TorchTPU launches). Run before every request; specs built by scripts are checked too."""
     if not spec.kind:
         spec = spec.with_changes(kind=devices.resolve_kind(spec.device))
-    spec = plans.with_sharded_encoders(spec)
+    spec = plans.with_sharded_encoders(plans.default_layout(spec))
+    spec = plans.resolve_load_order(plans.resolve_offload(spec))
     plans.check_spec(spec)
     return plans.resolve_compile(spec)
+
+
+def describe_pipeline(spec: PipelineSpec) -> str:
+    """What Load TPU Pipeline says next to itself: where the pipeline runs, the layout it gets by default, and
+    what offload 'auto' chose and why."""
+    if spec.kind == "tpu":
+        host = devices.tpu_host()
+        lines = [f"{spec.name} ({spec.family.name}) on {host.describe()}, "
+                 f"{_gib(host.hbm_bytes_per_device)} per device"]
+        if note := devices.v7x_default_note(host):
+            lines.append(note)
+    elif spec.kind == "cuda":
+        n = devices.cuda_count()
+        lines = [f"{spec.name} ({spec.family.name}) on CUDA ({n} GPU{'s' if n != 1 else ''})"]
+    else:
+        lines = [f"{spec.name} ({spec.family.name}) on the CPU"]
+    if spec.offload == "auto":
+        lines.append(plans.choose_offload(spec).reason)
+    return "\n".join(lines)
+
+
+def _gib(n: int | None) -> str:
+    return "? GiB" if n is None else f"{n / 2**30:.0f} GiB"
 
 
 def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
@@ -124,7 +149,7 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
 
 def group_config(spec: PipelineSpec) -> GroupConfig:
     """The group `spec` runs on: this host's chips, or (a group larger than one host) the joined hosts too."""
-    across = hosts.span(spec.kind, plans.chip_count(spec.kind))
+    across = plans.span(spec.kind)
     if across is None or spec.world_size <= across.per_host:
         return GroupConfig(kind=spec.kind, world_size=spec.world_size)
     others = hosts.sharing_hosts(hosts.registry(), spec.kind, across.per_host)

@@ -5,6 +5,8 @@ Reads JSON and lists files, never imports torch.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 from collections.abc import Iterable
@@ -214,3 +216,64 @@ def check_size(info: ModelInfo, width: int, height: int, max_side: int = 8192) -
             near = f"{lo} or {hi}" if lo else str(hi)
             raise ModelError(f"{name}: {value} is not a multiple of {f}, which {info.family.name} needs; "
                              f"use {near}.")
+
+
+# ---- how much memory the weights take once loaded (offload 'auto'; reads file headers only)
+
+_FLOAT_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
+_ELEMENT_BYTES = {**_FLOAT_BYTES, "I64": 8, "U64": 8, "I32": 4, "U32": 4, "I16": 2, "U16": 2, "I8": 1, "U8": 1,
+                  "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+def _safetensors_bytes(path: Path, float_bytes: int) -> int:
+    """Bytes the tensors of one safetensors file take with floats at `float_bytes` each (others as stored),
+    from its JSON header alone: an 8-byte little-endian length, then the header."""
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(length))
+    total = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        count = math.prod(info.get("shape", ()))
+        dtype = info.get("dtype", "")
+        total += count * (float_bytes if dtype in _FLOAT_BYTES else _ELEMENT_BYTES.get(dtype, 1))
+    return total
+
+
+def weight_bytes(spec: PipelineSpec, float_bytes: int) -> dict[str, int]:
+    """Bytes each weighted component takes once loaded with floats of `float_bytes` bytes (2: bfloat16/float16,
+    4: float32), in model_index.json order. Safetensors are counted from their headers (in a folder, a variant
+    such as `*.fp16.safetensors` only when no plain file exists, as diffusers loads them); pickle and GGUF
+    weights at their size on disk. No weight is read."""
+    if spec.source is not None:  # artists' files: one entry per file (a checkpoint holds several parts)
+        sizes = {}
+        for part in spec.source.components:
+            path = Path(part.path)
+            try:
+                size = _safetensors_bytes(path, float_bytes) if path.suffix == ".safetensors" else part.size_bytes
+            except (OSError, ValueError):
+                size = part.size_bytes
+            if size and not part.name.startswith("tokenizer"):
+                sizes[part.name] = size
+        return sizes
+    root = Path(spec.model_path)
+    index = read_json(root / "model_index.json", {})
+    sizes: dict[str, int] = {}
+    for name in listed_components(index):
+        folder = root / name
+        if not folder.is_dir():
+            continue
+        files = sorted(p for p in folder.iterdir() if p.suffix == ".safetensors")
+        plain = [p for p in files if "." not in p.name[: -len(".safetensors")].split("-0")[0]]
+        total = 0
+        try:
+            for path in plain or files:
+                total += _safetensors_bytes(path, float_bytes)
+            if not files:
+                total = sum(p.stat().st_size for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth"))
+        except (OSError, ValueError):
+            continue
+        if total:
+            sizes[name] = total
+    return sizes

@@ -13,7 +13,7 @@ from pathlib import Path
 
 DTYPE_CHOICES = ("auto", "bfloat16", "float16", "float32")
 DEVICE_CHOICES = ("auto", "tpu", "cuda", "cpu")
-OFFLOAD_CHOICES = ("none", "model", "sequential")
+OFFLOAD_CHOICES = ("none", "model", "sequential", "auto")  # auto: the controller picks one of the others
 MODE_CHOICES = ("strict eager", "defer-and-fuse eager", "compiled", "debug eager (launch blocking)")
 COMPILE_TARGETS = ("whole denoiser", "repeated blocks")
 COMPILE_BACKENDS = ("auto", "tpu", "inductor", "eager", "aot_eager")
@@ -155,13 +155,14 @@ class PipelineSpec:
     size_factor: int
     dtype: str = "auto"
     device: str = "auto"  # what the user chose
-    offload: str = "none"
+    offload: str = "none"  # "auto" until the controller resolves it (plans.resolve_offload); workers never see it
     mode: str = "strict eager"
     compile: CompilePlan | None = None  # the plan in compiled mode, resolved for `kind` by the controller
     tp_degree: int = 1  # chips one model is split over (tensor parallel)
     tp_text_encoders: bool = False  # also shard text encoders that have a TP plan (the user's choice)
     sharded_encoders: tuple[str, ...] = ()  # the text encoders that choice shards (found by the controller)
     dp_replicas: int = 1  # copies of the (possibly sharded) model, each drawing different images
+    load_in_turn: bool | None = None  # replicas read their weights one after another (None: plans.resolve_load_order)
     kind: str = ""  # the device kind `device` resolved to, once (api.make_spec; api.checked fills it in)
     source: FileSource | None = None  # artists' files (ComfyUI's folders) instead of a diffusers folder
     variant: str = ""  # the weights variant a diffusers folder holds only ("fp16": *.fp16.safetensors)

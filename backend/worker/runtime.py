@@ -72,6 +72,8 @@ class Runtime:
                 "samples": self.samples, "steps": self.steps,
                 "model": self.load_key[0] if self.load_key else None,
                 "dtype": str(self.pipe.dtype).replace("torch.", "") if self.pipe is not None else None,
+                "offload": self.load_key[4] if self.load_key else None,  # PipelineSpec.load_key() order
+                "device_mesh": parallel.tp_mesh.cache_info().currsize > 0,  # this process built one (Shard TP)
                 "compile": {"mode": self.mode, "note": mode_note(self.kind, self.mode), **self.compiler.stats()}}
 
     # ---- loading, mode, warm-up
@@ -95,8 +97,22 @@ class Runtime:
         dtype_name = self.dtype_name(spec)
         self.status(f"loading {spec.name} ({dtype_name}) on {self.device}")
         t0 = time.perf_counter()
+        extra = parallel.tp_load_kwargs(spec, self.kind) if spec.tp_degree > 1 else None  # collective: before turns
+        pipe = parallel.in_turn(spec, self.rank, self.world_size,
+                                lambda: self._load_onto_device(spec, dtype_name, extra), self.status)
+        pipe.set_progress_bar_config(disable=True)
+        self.vote = parallel.StopVote(spec.tp_degree)
+        self.pipe, self.load_key = pipe, spec.load_key()
+        self.loads += 1
+        self.status(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s")
+        if self.should_stop():  # loading cannot stop midway; stop right after it (all TP ranks agree)
+            self.status("stopped after loading finished (loading cannot be interrupted midway); the model "
+                        "stays loaded for the next run")
+            raise Interrupted()
+
+    def _load_onto_device(self, spec: PipelineSpec, dtype_name: str, extra: dict | None) -> Any:
+        """Reads the weights into host memory and puts them where the offload choice says."""
         try:
-            extra = parallel.tp_load_kwargs(spec, self.kind) if spec.tp_degree > 1 else None
             if spec.source is not None:
                 pipe = loading.load_files(spec.source, _DTYPES[dtype_name], self.status, extra)
             else:
@@ -115,17 +131,11 @@ class Runtime:
             pipe.enable_model_cpu_offload(device=self.device)
         elif spec.offload == "sequential":
             pipe.enable_sequential_cpu_offload(device=self.device)
-        else:
+        elif spec.offload == "none":
             pipe.to(self.device)
-        pipe.set_progress_bar_config(disable=True)
-        self.vote = parallel.StopVote(spec.tp_degree)
-        self.pipe, self.load_key = pipe, spec.load_key()
-        self.loads += 1
-        self.status(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s")
-        if self.should_stop():  # loading cannot stop midway; stop right after it (all TP ranks agree)
-            self.status("stopped after loading finished (loading cannot be interrupted midway); the model "
-                        "stays loaded for the next run")
-            raise Interrupted()
+        else:
+            raise ValueError(f"offload '{spec.offload}' was not resolved by the controller")
+        return pipe
 
     def set_mode(self, spec: PipelineSpec) -> None:
         """Applies the execution mode process-wide (only TorchTPU has eager modes) and says what differs here."""
