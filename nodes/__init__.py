@@ -1,13 +1,15 @@
 """ComfyUI nodes of ComfyUI-TPU: thin wrappers (inputs, tooltips, validation, progress) over backend.api."""
 
+from ..backend.controller import api
 from . import comfy_bridge
 from .compile_nodes import TPUCompile, TPUSetExecutionMode
 from .info_nodes import TPUDeviceInfo, TPUFreeWorkers
 from .lora_nodes import TPULoadLoRA
 from .parallel_nodes import TPUDataParallel, TPUShardTP
-from .pipeline_nodes import LoadTPUPipeline, TPUSample
+from .pipeline_nodes import LoadTPUPipeline, LoadTPUPipelineFiles, TPUSample
 
 comfy_bridge.treat_sigterm_as_ctrl_c()
+api.start_hosts()  # several hosts configured: the others can join from now on
 
 NODE_CLASS_MAPPINGS = {
     "LoadTPUPipeline": LoadTPUPipeline,
@@ -18,6 +20,7 @@ NODE_CLASS_MAPPINGS = {
     "TPUDataParallel": TPUDataParallel,
     "TPUSetExecutionMode": TPUSetExecutionMode,
     "TPUCompile": TPUCompile,
+    "LoadTPUPipelineFiles": LoadTPUPipelineFiles,
     "TPULoadLoRA": TPULoadLoRA,
 }
 
@@ -30,5 +33,6 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "TPUDataParallel": "Data Parallel",
     "TPUSetExecutionMode": "Set Execution Mode",
     "TPUCompile": "Compile (TPU)",
+    "LoadTPUPipelineFiles": "Load TPU Pipeline (ComfyUI files)",
     "TPULoadLoRA": "Load LoRA (TPU)",
 }

@@ -24,6 +24,20 @@ def diffusers_roots() -> list[str]:
         return []
 
 
+def file_roots() -> dict[str, list[str]]:
+    """ComfyUI's folders per role of a model file (checkpoints; diffusion_models and unet; text_encoders and
+    clip; vae), extra_model_paths.yaml entries included."""
+    from ..backend.controller.sources import ROLE_FOLDERS
+
+    roots = {}
+    for role, folder in ROLE_FOLDERS.items():
+        try:
+            roots[role] = list(folder_paths.get_folder_paths(folder))
+        except Exception:
+            roots[role] = []
+    return roots
+
+
 def lora_files() -> list[str]:
     """The .safetensors files in ComfyUI's loras folders (models/loras plus extra_model_paths entries), as
     ComfyUI names them (relative paths). Pickle files are not listed: they can run code when loaded."""

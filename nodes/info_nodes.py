@@ -11,8 +11,10 @@ CATEGORY = "TPU"
 
 
 class TPUDeviceInfo:
-    DESCRIPTION = ("Shows the detected device (TPU generation, chip count, memory per chip) and the state of the "
-                   "worker processes (loaded model, loads, samples). Safe to run at any time.")
+    DESCRIPTION = ("Shows the detected device (TPU generation, chips and devices — a v7x chip is two devices —, "
+                   "memory per device, the worker counts TorchTPU launches on this host, and anything that keeps a "
+                   "TPU from being used) and the state of the worker processes (loaded model, loads, samples). "
+                   "Safe to run at any time.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("STRING",)
     RETURN_NAMES = ("info",)
@@ -30,8 +32,11 @@ class TPUDeviceInfo:
 
     def info(self, unique_id=None):
         dev = api.device_info()
-        data = {"device": dev.kind, "name": dev.name, "chips": dev.count, "memory_gib_per_chip": dev.memory_gib,
+        data = {"device": dev.kind, "name": dev.name, "chips": dev.chips, "devices": dev.devices,
+                "memory_gib_per_device": dev.memory_gib, "group_sizes": dev.group_sizes, "notes": list(dev.notes),
                 "torch_tpu_installed": dev.torch_tpu_installed, "workers": api.worker_info()}
+        if (cluster := api.hosts_info()) is not None:
+            data["hosts"] = cluster
         text = json.dumps(data, indent=1)
         comfy_bridge.send_text(unique_id, text)
         return {"ui": {"text": [text]}, "result": (text,)}

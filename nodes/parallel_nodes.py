@@ -42,6 +42,10 @@ class TPUShardTP:
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
+    @classmethod
+    def IS_CHANGED(cls, **_):
+        return api.topology()  # auto counts the chips of the hosts that have joined
+
     def shard(self, pipeline, degree, shard_text_encoders, unique_id=None):
         spec, text = api.shard(pipeline, degree, shard_text_encoders)  # InputError: input, value, fix
         comfy_bridge.send_text(unique_id, text)
@@ -71,6 +75,10 @@ class TPUDataParallel:
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
+
+    @classmethod
+    def IS_CHANGED(cls, **_):
+        return api.topology()  # auto counts the chips of the hosts that have joined
 
     def replicate(self, pipeline, replicas, unique_id=None):
         spec, text = api.replicate(pipeline, replicas)

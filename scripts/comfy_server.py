@@ -42,15 +42,19 @@ class ComfyServer:
     """A real ComfyUI process with ComfyUI-TPU as a custom node pack and `models_dir` as diffusers folder."""
 
     def __init__(self, comfyui_dir: str, models_dir: str, work_dir: str | None = None,
-                 env: dict[str, str] | None = None, python: str = sys.executable, extra_args: list[str] | None = None):
+                 env: dict[str, str] | None = None, python: str = sys.executable, extra_args: list[str] | None = None,
+                 extra_paths: dict[str, str] | None = None, host: str = "127.0.0.1", prefix: list[str] | None = None):
         self.comfyui_dir = Path(comfyui_dir)
         self.models_dir = Path(models_dir)
+        self.extra_paths = extra_paths or {}  # more extra_model_paths.yaml entries: folder name -> path
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="comfyui-tpu-server-"))
         self.python = python
         self.env = env or {}
         self.extra_args = extra_args or []
+        self.host = host  # where ComfyUI listens (a test host in a network namespace has its own address)
+        self.prefix = prefix or []  # e.g. ["ip", "netns", "exec", NAME]: run ComfyUI inside a network namespace
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self.proc: subprocess.Popen | None = None
         self.log_path = self.work_dir / "comfyui.log"
         self.output_dir = self.work_dir / "output"
@@ -63,12 +67,13 @@ class ComfyServer:
             link.symlink_to(PACK_ROOT, target_is_directory=True)
         config = self.work_dir / "extra_model_paths.yaml"
         config.write_text(json.dumps({"comfyui_tpu": {"base_path": "/", "custom_nodes": str(nodes_dir),
-                                                      "diffusers": str(self.models_dir)}}))  # JSON is YAML
-        args = [self.python, "main.py", "--listen", "127.0.0.1", "--port", str(self.port),
+                                                      "diffusers": str(self.models_dir),
+                                                      **{k: str(v) for k, v in self.extra_paths.items()}}}))
+        args = [*self.prefix, self.python, "main.py", "--listen", self.host, "--port", str(self.port),
                 "--base-directory", str(self.work_dir), "--output-directory", str(self.output_dir),
                 "--extra-model-paths-config", str(config), "--disable-auto-launch", *self.extra_args]
         if not _cuda_available(self.python):
-            args.insert(2, "--cpu")
+            args.insert(len(self.prefix) + 2, "--cpu")
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, cwd=self.comfyui_dir, env=env, stdout=self._log, stderr=subprocess.STDOUT,
@@ -147,7 +152,7 @@ class ComfyServer:
         {"prompt_id", "status": "success"|"error"|"interrupted", "messages", "history", "images"}.
         `messages` holds the JSON messages and, decoded, the progress text shown next to nodes (`progress_text`)."""
         client_id = uuid.uuid4().hex
-        ws = websocket.create_connection(f"ws://127.0.0.1:{self.port}/ws?clientId={client_id}", timeout=timeout)
+        ws = websocket.create_connection(f"ws://{self.host}:{self.port}/ws?clientId={client_id}", timeout=timeout)
         try:
             prompt_id = self.queue(prompt, client_id)
             messages, status = [], None

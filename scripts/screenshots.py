@@ -1,11 +1,11 @@
 """Screenshots of the shipped workflows in the real ComfyUI UI (headless Chromium, scripts/frontend.py).
 
 Writes, for each workflows/<name>.json:
-  docs/images/<name>.png   the whole UI with the workflow open, for README.md;
+  docs/images/<name>.png   the whole UI with the workflow open, for docs/workflows.md;
   workflows/<name>.jpg     a small picture of the graph: the card ComfyUI's template browser shows for it;
 docs/images/template_browser.png: the template browser showing the pack's workflows; and
 docs/images/nodes/<NodeType>.png: a close-up of each node (NODE_SHOTS) as one of the workflows sets it, for
-the README's section on that node.
+the section on that node in docs/nodes.md.
 
     eval "$(bash scripts/bootstrap.sh)"; export COMFYUI_DIR
     "$VENV/bin/python" scripts/screenshots.py [NAME ...]
@@ -28,9 +28,10 @@ WORKFLOWS = ROOT / "workflows"
 IMAGES = ROOT / "docs" / "images"
 THUMB_WIDTH = 480
 NODE_SCALE = 1.25  # zoom of the node close-ups
-# Node type -> (workflow, node id) whose close-up illustrates it in the README (nodes/<type>.png)
+# Node type -> (workflow, node id) whose close-up illustrates it in docs/nodes.md (nodes/<type>.png)
 NODE_SHOTS = {
     "LoadTPUPipeline": ("flux1_schnell_offload", 1),
+    "LoadTPUPipelineFiles": ("flux1_dev_comfyui_files", 1),
     "TPUSample": ("flux1_img2img", 2),
     "TPULoadLoRA": ("flux1_lora", 5),
     "TPUSetExecutionMode": ("sd35_medium_compiled", 5),

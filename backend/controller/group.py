@@ -14,6 +14,7 @@ import itertools
 import logging
 import os
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -37,8 +38,8 @@ from ..protocol.messages import (
     Stopped,
 )
 from ..protocol.spec import GroupConfig, PipelineSpec, SampleRequest
-from . import devices
-from .launcher import Launcher, remove_stale_run_dirs
+from . import devices, hosts
+from .launcher import Launcher, remove_stale_run_dirs, torchrun_command
 from .link import Link, Listener
 
 log = logging.getLogger("comfyui_tpu")
@@ -61,7 +62,8 @@ class WorkerGroup:
         self.config = config
         self.secret = secrets.token_bytes(32)
         self.group_id = f"{os.getpid()}-{secrets.token_hex(8)}"  # names this group's /dev/shm files
-        self.launcher = Launcher(config.world_size)
+        self.launcher = Launcher(config.per_host if config.hosts else config.world_size)
+        self.remote: list[hosts.Host] = []  # the other hosts taking a share
         self.links: list[Link] = []
         self.pids: list[int] = []
         self._ids = itertools.count(1)
@@ -73,26 +75,49 @@ class WorkerGroup:
         n, kind = self.config.world_size, self.config.kind
         remove_stale_run_dirs()
         handoff.remove_stale()
-        # TorchTPU's launch environment, once for all ranks (each rank on its own would pick other ports).
-        tpu_env = devices.tpu_launch_env(n, devices.worker_env("tpu")) if kind == "tpu" else {}
-        listener = Listener(self.secret)
-        env = {**devices.worker_env(kind), messages.ENV_CONTROLLER: listener.address,
-               messages.ENV_GROUP_ID: self.group_id, messages.ENV_DEVICE_KIND: kind, **tpu_env}
+        cluster = None
+        if self.config.hosts:  # several hosts: the key is derived from the cluster secret on every host
+            cluster = hosts.registry()
+            self.remote = [h for a in self.config.hosts for h in cluster.hosts() if h.address == a]
+            if len(self.remote) != len(self.config.hosts):
+                raise WorkerCrashed(f"host(s) {', '.join(self.config.hosts)} no longer all joined; the next run "
+                                    "plans again with the hosts that have.", request_started=False)
+            self.secret = hosts.group_secret(cluster.secret, self.group_id)
+            listener = Listener(self.secret, host=cluster.cluster.listen)
+            env = {**devices.worker_env(kind, whole_slice=True),
+                   "GLOO_SOCKET_IFNAME": hosts.interface_of(cluster.cluster.listen)}
+        else:  # one host: TorchTPU's launch environment, once for all ranks (each on its own would pick others)
+            listener = Listener(self.secret)
+            env = {**devices.worker_env(kind), **(devices.tpu_launch_env(n, devices.worker_env("tpu"))
+                                                  if kind == "tpu" else {})}
+        env.update({messages.ENV_CONTROLLER: listener.address, messages.ENV_GROUP_ID: self.group_id,
+                    messages.ENV_DEVICE_KIND: kind})
         if on_status:
-            on_status(f"starting {n} {kind} worker{'s' if n > 1 else ''}")
+            where = f" on {1 + len(self.config.hosts)} hosts" if self.config.hosts else ""
+            on_status(f"starting {n} {kind} worker{'s' if n > 1 else ''}{where}")
         log.info("comfyui-tpu: starting worker group %s", self.config)
         hellos: dict[int, tuple[Link, Hello]] = {}
         joined: list[Link] = []  # authenticated, hello not yet received (it comes after the rendezvous)
         try:
-            self.launcher.start(env, self.secret)
-            self.pids = self.launcher.pids
+            if cluster is not None:
+                port = _free_port(cluster.cluster.listen)
+                nnodes, per = 1 + len(self.remote), self.config.per_host
+                self.launcher.start(env, self.secret,
+                                    torchrun_command(nnodes, 0, per, cluster.cluster.listen, port))
+                cluster.start_group(self.group_id, self.remote, nnodes, per, port, listener.address, kind)
+            else:
+                self.launcher.start(env, self.secret)
+                self.pids = self.launcher.pids
             deadline = time.monotonic() + START_TIMEOUT_S
             while len(hellos) < n:
                 if ended := self.launcher.exited():
                     rank = min(ended)
-                    raise WorkerCrashed(f"{kind} worker rank {rank} (pid {self.pids[rank]}) ended before all {n} "
-                                        f"workers were ready{self.launcher.exit_cause(rank)}."
-                                        f"{self.launcher.log_tail()}")
+                    who = f"worker rank {rank} (pid {self.pids[rank]})" if self.pids else "launcher"
+                    raise WorkerCrashed(f"{kind} {who} ended before all {n} workers were ready"
+                                        f"{self.launcher.exit_cause(rank)}.{self.launcher.log_tail()}")
+                if cluster is not None and (gone := cluster.ended(self.group_id, self.remote)):
+                    raise WorkerCrashed(f"{gone[0]} before all {n} workers were ready; see that host's "
+                                        "`python -m backend join` log.")
                 if time.monotonic() > deadline:
                     raise WorkerCrashed(f"workers were not ready after {START_TIMEOUT_S:.0f} s "
                                         f"(COMFYUI_TPU_START_TIMEOUT).{self.launcher.log_tail()}")
@@ -105,7 +130,9 @@ class WorkerGroup:
                     except (EOFError, OSError):
                         link.close()
                         continue
-                    if isinstance(hello, Hello) and hello.pid in self.pids:  # one of ours, not a replay
+                    # one of ours (authenticated with this group's key), once per rank
+                    ours = hello.pid in self.pids if not self.config.hosts else 0 <= hello.rank < n
+                    if isinstance(hello, Hello) and ours and hello.rank not in hellos:
                         hellos[hello.rank] = (link, hello)
                     else:
                         link.close()
@@ -119,10 +146,21 @@ class WorkerGroup:
         finally:
             listener.close()
         self.links = [hellos[r][0] for r in range(n)]
+        self.pids = [hellos[r][1].pid for r in range(n)]
         log.info("comfyui-tpu: worker group ready, pids %s", self.pids)
 
     def alive(self) -> bool:
-        return not self.closed and self.launcher.running()
+        if self.closed or not self.launcher.running():
+            return False
+        return not self.remote or not hosts.registry().ended(self.group_id, self.remote)
+
+    def who(self, rank: int) -> str:
+        """'rank 1 (pid 123)', with the host when the group spans several: '... on host 10.0.0.2'."""
+        pid = self.pids[rank] if rank < len(self.pids) else "?"
+        where = ""
+        if self.remote and rank < len(self.links):
+            where = f" on host {self.links[rank].peer.rsplit(':', 1)[0]}"
+        return f"rank {rank} (pid {pid}{where})"
 
     def close(self, timeout: float = 5.0) -> None:
         """Stops every rank: asks politely, then terminates, then kills. Leaves no process behind."""
@@ -134,6 +172,8 @@ class WorkerGroup:
                 link.send(messages.shutdown())
             except Exception:
                 pass
+        if self.remote:
+            hosts.registry().stop_group(self.group_id, self.remote)
         self.launcher.stop(timeout)
         for link in self.links:
             link.close()
@@ -255,7 +295,7 @@ class WorkerGroup:
         if not silent:
             return
         tail = self.launcher.log_tail()  # before close(), which closes the log
-        who = ", ".join(f"rank {r} (pid {self.pids[r]})" for r in silent)
+        who = ", ".join(self.who(r) for r in silent)
         self.close()
         if call.cancelled_at is not None:
             raise Interrupted(
@@ -298,16 +338,24 @@ class WorkerGroup:
             pass  # the group is closed; the caller's own exception says what happened
 
     def _crashed(self, rank: int, error: BaseException, call: _Call) -> None:
-        pid = self.pids[rank] if rank < len(self.pids) else "?"
+        who = self.who(rank)
         self.launcher.wait_any(EXIT_REPORT_S)  # a rank that closed its link is usually exiting
         tail = self.launcher.log_tail()
         cause = self.launcher.exit_cause(rank)
         if not cause and not isinstance(error, EOFError):
             cause = f" ({type(error).__name__})"
+        if self.remote and (gone := hosts.registry().ended(self.group_id, self.remote)):
+            cause += f"; {gone[0]}"
         self.close(timeout=2.0)
         raise WorkerCrashed(
-            f"{self.config.kind} worker rank {rank} (pid {pid}) stopped unexpectedly{cause}. The group was "
-            f"stopped; the next run starts a fresh one.{tail}", request_started=call.started)
+            f"{self.config.kind} worker {who} stopped unexpectedly{cause}. The group was stopped; the next run "
+            f"starts a fresh one.{tail}", request_started=call.started)
+
+
+def _free_port(address: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
 
 
 class _Call:

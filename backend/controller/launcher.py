@@ -6,6 +6,10 @@ rendezvous server, nothing that listens on the network (gloo's and NCCL's own co
 loopback interface). The group's secret reaches them in a 0600 file in that folder, never in their environment
 or on a command line. Their output goes to one file that is unlinked at once (they write through their
 descriptor, the controller reads the tail through its own), so no log is left behind even when ComfyUI is killed.
+
+When the group spans several hosts (controller/hosts.py), host 0's share is started by torch's own launcher
+instead, torchrun with static rendezvous at node rank 0, whose store listens on the cluster's address only
+(`bound_torchrun`); the other hosts' agents run the same command at their own node ranks.
 """
 
 from __future__ import annotations
@@ -27,6 +31,17 @@ RUN_DIR_PREFIX = "comfyui-tpu-run-"
 WORKER_COMMAND = [sys.executable, "-m", "backend.worker"]
 
 
+def torchrun_command(nnodes: int, node_rank: int, nproc: int, master_addr: str, master_port: int) -> list[str]:
+    """One host's torchrun agent for a group over `nnodes` hosts: static rendezvous (fixed node ranks, nothing
+    pickled in its store), no restarts. Node rank 0 runs it through `bound_torchrun`, so the store listens on
+    `master_addr` only, not on every interface."""
+    args = [f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--nproc-per-node={nproc}", "--rdzv-backend=static",
+            f"--master-addr={master_addr}", f"--master-port={master_port}", "--max-restarts=0",
+            "--monitor-interval=0.5", "-m", "backend.worker"]
+    entry = ["-m", "backend.controller.bound_torchrun", master_addr] if node_rank == 0 else ["-m", "torch.distributed.run"]
+    return [sys.executable, *entry, *args]
+
+
 def loopback_env(kind: str) -> dict[str, str]:
     """Pins the collectives' connections to the loopback interface (gloo and NCCL otherwise listen on the
     address the hostname resolves to, which on a cloud VM is its network address)."""
@@ -44,9 +59,11 @@ class Launcher:
         self.procs: list[subprocess.Popen] = []
         self.run_dir: Path | None = None
         self._log_fd: int | None = None
+        self.torchrun = False  # one torchrun agent (procs[0]) stands for the ranks
 
-    def start(self, env: dict[str, str], secret: bytes) -> None:
-        """Starts the workers with `env`. On any failure, nothing is left behind (file, folder, process)."""
+    def start(self, env: dict[str, str], secret: bytes, torchrun: list[str] | None = None) -> None:
+        """Starts the workers with `env` (through `torchrun`, host 0's share of a group over several hosts, when
+        given). On any failure, nothing is left behind (file, folder, process)."""
         remove_stale_run_dirs()
         try:
             self.run_dir = Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-"))  # mode 0700
@@ -56,14 +73,22 @@ class Launcher:
                 f.write(secret.hex())
             self._log_fd, log_name = tempfile.mkstemp(prefix="comfyui-tpu-group-", suffix=".log", dir=self.run_dir)
             os.unlink(log_name)
+            pythonpath = os.pathsep.join([str(PACK_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+            if torchrun is not None:
+                self.torchrun = True
+                self.procs.append(subprocess.Popen(
+                    torchrun, env={**env, messages.ENV_SECRET_FILE: str(secret_file), "PYTHONPATH": pythonpath,
+                                   "PYTHONUNBUFFERED": "1"},
+                    cwd=str(PACK_ROOT), stdin=subprocess.DEVNULL, stdout=self._log_fd, stderr=subprocess.STDOUT,
+                    start_new_session=True))
+                return
             common = {
                 **env, **loopback_env(env.get(messages.ENV_DEVICE_KIND, "cpu")),
                 messages.ENV_SECRET_FILE: str(secret_file),
                 messages.ENV_STORE: str(self.run_dir / "store"),
                 "WORLD_SIZE": str(self.nprocs), "LOCAL_WORLD_SIZE": str(self.nprocs),
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),  # TorchTPU's runtime asks for them
-                "PYTHONPATH": os.pathsep.join([str(PACK_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-                "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1",
             }
             for rank in range(self.nprocs):
                 self.procs.append(subprocess.Popen(
@@ -97,11 +122,12 @@ class Launcher:
         return True
 
     def stop(self, timeout: float) -> None:
-        """Ends every rank: waits up to `timeout / 2` for them to leave, then SIGTERM, then SIGKILL."""
+        """Ends every rank: waits up to `timeout / 2` for them to leave, then SIGTERM, then SIGKILL (the whole
+        session of a torchrun agent: its workers too)."""
         for sig, wait in ((None, timeout / 2), (signal.SIGTERM, timeout / 2), (signal.SIGKILL, None)):
             for p in self.procs:
-                if sig is not None and p.poll() is None:
-                    _kill(p.pid, sig)
+                if sig is not None and (p.poll() is None or self.torchrun):
+                    _kill(-p.pid if self.torchrun else p.pid, sig)
             for p in self.procs:
                 try:
                     p.wait(timeout=wait)
@@ -132,8 +158,9 @@ class Launcher:
         return ("\nLast worker log lines:\n" + "\n".join(text[-lines:])) if text else ""
 
     def exit_cause(self, rank: int) -> str:
-        """How rank `rank` ended, e.g. ' (killed by SIGKILL: ...)' or ' (exit code 1)'; '' while it runs."""
-        code = self.procs[rank].poll() if rank < len(self.procs) else None
+        """How rank `rank` ended, e.g. ' (killed by SIGKILL: ...)' or ' (exit code 1)'; '' while it runs, or when
+        torchrun started it (its agent knows, not us: the log tail says)."""
+        code = self.procs[rank].poll() if rank < len(self.procs) and not self.torchrun else None
         if code is None:
             return ""
         if code < 0:
@@ -153,8 +180,9 @@ def _free_port() -> int:
 
 
 def _kill(pid: int, sig: int) -> None:
+    """Signals a process, or a whole session when `pid` is negative."""
     try:
-        os.kill(pid, sig)
+        os.killpg(-pid, sig) if pid < 0 else os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 

@@ -62,8 +62,7 @@ def authenticate(sock: socket.socket, secret: bytes, timeout: float = AUTH_TIMEO
         return Link(conn, peer)
     except Exception as e:  # a process without the secret, or one that said nothing in time
         why = "it sent nothing in time" if not timer.is_alive() else type(e).__name__
-        log.warning("comfyui-tpu: refused a worker-channel connection from %s that failed authentication (%s)",
-                    peer or "?", why)
+        log.warning("comfyui-tpu: refused a connection from %s that failed authentication (%s)", peer or "?", why)
         conn.close()
         return None
     finally:

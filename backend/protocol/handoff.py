@@ -27,12 +27,17 @@ def shm_prefix(group_id: str) -> str:
     return os.path.join(SHM_DIR, f"{PREFIX}{group_id}-")
 
 
-def pack(arrays: dict[str, np.ndarray], prefix: str, counter: int) -> tuple[list[dict], list[np.ndarray]]:
-    """Writes what it can to /dev/shm; returns the specs to send and the arrays that must go inline."""
+def pack(arrays: dict[str, np.ndarray], prefix: str | None, counter: int) -> tuple[list[dict], list[np.ndarray]]:
+    """Writes what it can to /dev/shm (nothing when `prefix` is None); returns the specs to send and the arrays
+    that must go inline."""
     specs, inline = [], []
     for i, (name, a) in enumerate(arrays.items()):
         a = np.ascontiguousarray(a)
         spec = {"name": name, "shape": a.shape, "dtype": a.dtype.str}
+        if prefix is None:
+            inline.append(a)
+            specs.append(spec)
+            continue
         path = f"{prefix}{counter}-{i}"
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)

@@ -19,6 +19,7 @@ ENV_SECRET_FILE = "COMFYUI_TPU_SECRET_FILE"  # a 0600 file holding the group's H
 ENV_STORE = "COMFYUI_TPU_STORE"  # torch.distributed FileStore path in the group's 0700 folder (one host)
 ENV_GROUP_ID = "COMFYUI_TPU_GROUP_ID"  # "<controller pid>-<token>": names the group's /dev/shm files
 ENV_DEVICE_KIND = "COMFYUI_TPU_DEVICE_KIND"  # tpu | cuda | cpu
+ENV_INLINE_ARRAYS = "COMFYUI_TPU_INLINE_ARRAYS"  # =1 on another host: arrays go over the link, not /dev/shm
 ENV_WORKER_THREADS = "COMFYUI_TPU_WORKER_THREADS"  # torch threads per worker (default: cores / workers)
 ENV_MEMORY_LIMIT = "COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB"  # caps a CPU worker's private memory
 ENV_COMPILE_CACHE = "COMFYUI_TPU_COMPILE_CACHE"  # the persistent compile cache folder

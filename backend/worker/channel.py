@@ -25,7 +25,9 @@ class Channel:
         self.requests: queue.Queue[Request] = queue.Queue()
         self.interrupt = threading.Event()
         self.busy = threading.Event()  # heartbeats only while serving a request: nobody reads them when idle
-        self.shm_prefix = handoff.shm_prefix(group_id) + f"{rank}-"
+        # Another host's worker cannot share /dev/shm with the controller: its arrays go over the link.
+        inline = os.environ.get(messages.ENV_INLINE_ARRAYS) == "1"
+        self.shm_prefix = None if inline else handoff.shm_prefix(group_id) + f"{rank}-"
         self.sent_arrays = 0
 
     def send(self, msg: Reply) -> None:
