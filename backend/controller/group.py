@@ -200,7 +200,7 @@ class WorkerGroup:
                 arrays: dict[str, np.ndarray] | None = None) -> list[Result]:
         """Sends one request (`build(request id)`) to every rank and waits for every rank's result; returns
         them by rank. `arrays` (input images) are written once to /dev/shm, mapped by every rank, and deleted
-        when the request is over.
+        when the request is over (over several hosts they go over every link instead).
 
         Progress goes to `on_progress` while waiting. If `should_interrupt()` turns true, or `on_progress`
         raises (ComfyUI's progress hook raises on interrupt), every rank is told to stop at its next step, and
@@ -212,8 +212,9 @@ class WorkerGroup:
                 raise WorkerCrashed("the worker group is not running.", request_started=False)
             call = _Call(next(self._ids), len(self.links))
             msg, specs, inline = build(call.rid), [], []
-            if arrays:
-                specs, inline = handoff.pack(arrays, handoff.shm_prefix(self.group_id) + "in-", call.rid)
+            if arrays:  # a group over several hosts: other hosts cannot map this host's /dev/shm, all go inline
+                prefix = None if self.remote else handoff.shm_prefix(self.group_id) + "in-"
+                specs, inline = handoff.pack(arrays, prefix, call.rid)
                 msg = {**msg, "arrays": specs}
             try:
                 for rank in range(len(self.links)):
