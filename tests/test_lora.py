@@ -16,7 +16,7 @@ from lora_fixtures import FORMATS, TEXT_LORA, bad_files, denoiser_name, load, ma
 
 from backend.controller import api, plans
 from backend.protocol.errors import ModelError
-from backend.protocol.spec import FAMILIES, LoraRef, SampleRequest
+from backend.protocol.spec import FAMILIES, FileComponent, FileSource, LoraRef, SampleRequest
 from backend.worker import lora
 
 TP_TOLERANCE = 1e-4  # as tests/test_parallel.py: a sharded transformer sums in another order
@@ -173,6 +173,17 @@ def test_bad_files_and_strengths_are_refused_naming_the_file_and_the_fix(tiny_mo
         api.make_spec("tiny-flux", [str(tiny_models)]).load_key(), "LoRAs are not part of the load key"
     assert "1. no-matching-layer.safetensors: strength 0.5, text encoder 1" in text
 
+
+
+@pytest.mark.unit
+def test_a_gguf_diffusion_model_refuses_loras(tiny_models, lora_dir):
+    """A GGUF file's weights stay quantized (diffusers dequantizes them on the fly): nothing to write into."""
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    gguf = spec.with_changes(source=FileSource("flux1", (FileComponent("transformer", "/m/flux1-dev-Q8_0.gguf", "gguf",
+                                                                       quant="gguf"),)))
+    lora_file = bad_files(lora_dir / "gguf")["no_matching_keys"]  # a LoRA file; which layers does not matter here
+    with pytest.raises(ModelError, match=r"'flux1-dev-Q8_0\.gguf', a GGUF file.*safetensors version"):
+        api.with_lora(gguf, str(lora_file))
 
 # ---- in the worker
 

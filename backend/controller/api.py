@@ -208,8 +208,12 @@ def check_lora(spec: PipelineSpec, lora: LoraRef) -> None:
                              "finite value such as 1.0 (0 turns the LoRA off).")
     if spec.offload == "sequential":
         raise ModelError(f"lora_name: '{lora.name}' cannot be applied with offload 'sequential', which keeps the "
-                         "weights off the device between layers; choose offload 'model' or 'none' in Load TPU "
-                         "Pipeline.")
+                         "weights off the device between layers (offload 'auto' picks it for a model too big for "
+                         "the chip); choose offload 'model' or 'none' in the Load TPU Pipeline node.")
+    gguf = next((c for c in spec.source.components if c.quant == "gguf"), None) if spec.source else None
+    if gguf is not None:
+        raise ModelError(f"lora_name: '{lora.name}' cannot be applied to '{Path(gguf.path).name}', a GGUF file whose "
+                         "weights stay quantized; use the safetensors version of the model to apply LoRAs.")
     models.check_lora(lora.path)
 
 
