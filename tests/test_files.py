@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import pixels
+from lora_fixtures import make
 
 from backend.controller import api, devices, models, plans, sources
 from backend.protocol.errors import InputError, ModelError, ParallelError
@@ -445,6 +446,18 @@ def test_shard_tp_and_data_parallel_with_files(files):
     replicated, _ = api.replicate(file_spec(files, **FLUX1), 2)
     assert np.array_equal(api.sample(replicated, request(batch_size=2)), refs["flux1-split"])
 
+
+
+@pytest.mark.workers
+def test_loras_and_image_inputs_on_files_as_on_the_folder(files, tmp_path):
+    """Load LoRA and Sample's image input on a pipeline made of files: the same pixels as on its folder."""
+    lora_file = str(make(files / "diffusers", "ref-flux1", "diffusers", tmp_path, seed=7)[0])
+    picture = np.linspace(0, 1, 64 * 64 * 3, dtype=np.float32).reshape(1, 64, 64, 3)
+    folder, from_files = api.make_spec("ref-flux1", [str(files / "diffusers")]), file_spec(files, **FLUX1)
+    want = api.sample(api.with_lora(folder, lora_file, 0.8)[0], request(denoise=0.6), image=picture)
+    got = api.sample(api.with_lora(from_files, lora_file, 0.8)[0], request(denoise=0.6), image=picture)
+    assert np.array_equal(got, want), float(np.abs(got - want).max())
+    assert not np.array_equal(got, api.sample(from_files, request(denoise=0.6), image=picture))
 
 # ---- through a real ComfyUI server (the files come from extra_model_paths.yaml roots and its own folders)
 
