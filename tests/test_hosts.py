@@ -149,6 +149,30 @@ def test_data_parallel_over_two_hosts_draws_the_same_images_as_one_worker(cluste
         assert np.array_equal(pixels(x), pixels(y))
 
 
+
+def test_an_input_image_reaches_the_other_hosts_worker(cluster):
+    """Sample's image input with Data Parallel over two hosts: a real host B cannot map host A's /dev/shm, so over
+    several hosts the input goes over every link (these namespaces share /dev/shm: this checks that path runs);
+    image 1 (drawn on host B) equals the one a single worker draws."""
+    from PIL import Image
+
+    folder = cluster.work_dir / "input"
+    folder.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.linspace(0, 255, 64 * 64 * 3).astype(np.uint8).reshape(64, 64, 3)).save(folder / "hosts.png")
+    seed, inputs = 901, {"denoise": 0.5, "batch_size": 2}
+
+    def with_image(wf: dict) -> dict:
+        wf["20"] = {"class_type": "LoadImage", "inputs": {"image": "hosts.png"}}
+        wf["2"]["inputs"]["image"] = ["20", 0]
+        return wf
+
+    spread = run_ok(cluster, with_image(data_parallel(seed=seed, **inputs)))
+    assert len(device_info(cluster)["workers"]) == 2
+    alone = run_ok(cluster, with_image(prompt(seed=seed, **inputs)))
+    assert len(spread["images"]) == len(alone["images"]) == 2
+    for x, y in zip(spread["images"], alone["images"], strict=True):
+        assert np.array_equal(pixels(x), pixels(y))
+
 def test_what_the_hosts_open_is_bound_to_the_cluster_and_runs_no_pickle(cluster, tmp_path):
     run_ok(cluster, data_parallel(batch_size=2))
     a, b = cluster.namespaces
