@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from . import figures, handback, mfu
+from . import figures, handback, mfu, speed
 from .common import (
     ROOT,
     Ctx,
@@ -62,6 +62,11 @@ FIGURES: tuple[Figure, ...] = (
                                                 (*figures.COMPILE_WARM, figures.WARM_TARGET),
                                                 (*figures.COMPILE_RECOMPILES, figures.RECOMPILE_TARGET))),
     Figure("mfu", mfu.figure, ((*mfu.EAGER, None), (*mfu.COMPILED, None))),
+    Figure("cfg_parallel", speed.cfg_parallel, ((*speed.CFG, speed.CFG_TARGET),)),
+    Figure("context_parallel", speed.context_parallel, ((*speed.CP, speed.CP_TARGET),)),
+    Figure("prompt_cache", speed.prompt_cache, ((*speed.CACHE, speed.CACHE_TARGET),)),
+    Figure("batched", speed.batched, ((*speed.BATCHED, None),)),
+    Figure("warm_start", speed.warm_start, ((*speed.WARM, None),)),
 )
 SOAK = Figure("soak", figures.soak, ((*figures.SOAK, None),))
 

@@ -6,9 +6,11 @@ from .compile_nodes import TPUCompile, TPUSetExecutionMode
 from .info_nodes import TPUDeviceInfo, TPUFreeWorkers
 from .parallel_nodes import TPUDataParallel, TPUShardTP
 from .pipeline_nodes import LoadTPUPipeline, TPUSample
+from .speed_nodes import TPUCFGParallel, TPUContextParallel, TPUSamplingOptions
 
 comfy_bridge.treat_sigterm_as_ctrl_c()
 api.start_hosts()  # several hosts configured: the others can join from now on
+api.warm_start()  # COMFYUI_TPU_WARM_START=1: this host's worker starts now, in the background
 
 NODE_CLASS_MAPPINGS = {
     "LoadTPUPipeline": LoadTPUPipeline,
@@ -19,6 +21,9 @@ NODE_CLASS_MAPPINGS = {
     "TPUDataParallel": TPUDataParallel,
     "TPUSetExecutionMode": TPUSetExecutionMode,
     "TPUCompile": TPUCompile,
+    "TPUCFGParallel": TPUCFGParallel,
+    "TPUContextParallel": TPUContextParallel,
+    "TPUSamplingOptions": TPUSamplingOptions,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -30,4 +35,7 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "TPUDataParallel": "Data Parallel",
     "TPUSetExecutionMode": "Set Execution Mode",
     "TPUCompile": "Compile (TPU)",
+    "TPUCFGParallel": "CFG Parallel",
+    "TPUContextParallel": "Context Parallel",
+    "TPUSamplingOptions": "Sampling Options (TPU)",
 }

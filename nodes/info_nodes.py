@@ -11,8 +11,9 @@ CATEGORY = "TPU"
 
 
 class TPUDeviceInfo:
-    DESCRIPTION = ("Shows the detected device (TPU generation, chip count, memory per chip) and the state of the "
-                   "worker processes (loaded model, loads, samples). Safe to run at any time.")
+    DESCRIPTION = ("Shows the detected device (TPU generation, chip count, memory per chip), the state of the "
+                   "worker processes (loaded model, loads, samples, compile and prompt-cache statistics) and where "
+                   "the last Sample's time went (last_prompt, seconds). Safe to run at any time.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("STRING",)
     RETURN_NAMES = ("info",)
@@ -31,7 +32,8 @@ class TPUDeviceInfo:
     def info(self, unique_id=None):
         dev = api.device_info()
         data = {"device": dev.kind, "name": dev.name, "chips": dev.count, "memory_gib_per_chip": dev.memory_gib,
-                "torch_tpu_installed": dev.torch_tpu_installed, "workers": api.worker_info()}
+                "torch_tpu_installed": dev.torch_tpu_installed, "workers": api.worker_info(),
+                "last_prompt": api.last_latency()}
         if (cluster := api.hosts_info()) is not None:
             data["hosts"] = cluster
         text = json.dumps(data, indent=1)

@@ -107,9 +107,11 @@ class TPUSample:
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, steps, guidance, seed, batch_size,
                prompt_per_line=False, unique_id=None):
+        started, queued = comfy_bridge.now(), comfy_bridge.queued_at()
         request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,
                                 steps=steps, guidance=guidance, seed=seed, batch_size=batch_size,
                                 prompt_per_line=prompt_per_line)
         images = comfy_bridge.run_cancellable(api.sample, pipeline, request, node_id=unique_id,
                                               total=steps * len(request.images()))
+        comfy_bridge.show_latency(unique_id, queued, started)  # where the time went, next to the node
         return (torch.from_numpy(images),)

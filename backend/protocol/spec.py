@@ -18,6 +18,7 @@ MODE_CHOICES = ("strict eager", "defer-and-fuse eager", "compiled", "debug eager
 COMPILE_TARGETS = ("whole denoiser", "repeated blocks")
 COMPILE_BACKENDS = ("auto", "tpu", "inductor", "eager", "aot_eager")
 WARMUP_STEPS = 2  # steps of a compile warm-up: enough for a per-step recompile to show
+CP_MODES = ("ulysses", "ring")  # diffusers' two context-parallel attentions
 
 
 @dataclass(frozen=True)
@@ -30,16 +31,25 @@ class Family:
     tp_plan: bool  # diffusers ships a tensor-parallel plan for its transformer
     repeated_blocks: bool = True  # the denoiser lists _repeated_blocks (compile_repeated_blocks works)
     cfg_doubles_batch: bool = False  # CFG runs the denoiser once on a doubled batch (a compiled shape)
+    # How CFG runs the denoiser twice per step, which CFG Parallel splits over two ranks: "batch" (one call on a
+    # doubled [uncond, cond] batch), "branches" (a "cond" and an "uncond" call), "" (one pass: guidance-distilled)
+    cfg_passes: str = ""
+    cp_plan: bool = False  # diffusers ships a context-parallel plan (_cp_plan) for its transformer
+    variable_text: bool = False  # the text length follows the prompt (Qwen-Image)
 
 
 FAMILIES: dict[str, Family] = {
-    "FluxPipeline": Family("FLUX.1", 2, "guidance_scale", True),
-    "Flux2Pipeline": Family("FLUX.2", 2, "guidance_scale", True),
-    "Flux2KleinPipeline": Family("FLUX.2", 2, "guidance_scale", True),
+    # FLUX.1 runs two passes only with true CFG (true_cfg_scale > 1 and a negative prompt: Sampling Options)
+    "FluxPipeline": Family("FLUX.1", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True),
+    "Flux2Pipeline": Family("FLUX.2", 2, "guidance_scale", True, cp_plan=True),
+    # FLUX.2 [klein] base models (not distilled) run CFG as two branches; distilled ones run one pass
+    "Flux2KleinPipeline": Family("FLUX.2", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True),
     "StableDiffusion3Pipeline": Family("SD3", 2, "guidance_scale", False, repeated_blocks=False,
-                                       cfg_doubles_batch=True),
-    "StableDiffusionXLPipeline": Family("SDXL", 1, "guidance_scale", False, cfg_doubles_batch=True),
-    "QwenImagePipeline": Family("Qwen-Image", 2, "true_cfg_scale", True),
+                                       cfg_doubles_batch=True, cfg_passes="batch"),
+    "StableDiffusionXLPipeline": Family("SDXL", 1, "guidance_scale", False, cfg_doubles_batch=True,
+                                        cfg_passes="batch"),
+    "QwenImagePipeline": Family("Qwen-Image", 2, "true_cfg_scale", True, cfg_passes="branches", cp_plan=True,
+                                variable_text=True),
 }
 
 
@@ -107,14 +117,28 @@ class PipelineSpec:
     sharded_encoders: tuple[str, ...] = ()  # the text encoders that choice shards (found by the controller)
     dp_replicas: int = 1  # copies of the (possibly sharded) model, each drawing different images
     kind: str = ""  # the device kind `device` resolved to, once (api.make_spec; api.checked fills it in)
+    cfg_parallel: int = 1  # ranks the two CFG passes of a step are split over (1, or 2 with CFG Parallel)
+    cp_degree: int = 1  # ranks the transformer's sequence is split over (context parallel)
+    cp_mode: str = "ulysses"  # CP_MODES
+    prompt_cache: bool = True  # reuse prompt embeddings across calls (Sampling Options)
+    batched: bool = False  # the images of one prompt in one pipeline call (Sampling Options)
+    true_cfg_scale: float = 1.0  # FLUX.1's true CFG scale (> 1 with a negative prompt: two passes per step)
 
     @property
     def family(self) -> Family:
         return FAMILIES[self.class_name]
 
     @property
+    def model_ranks(self) -> int:
+        """Ranks that run one copy of the model together: tp × context × cfg."""
+        return self.tp_degree * self.cp_degree * self.cfg_parallel
+
+    @property
     def world_size(self) -> int:
-        return self.tp_degree * self.dp_replicas
+        return self.model_ranks * self.dp_replicas
+
+    def layout(self, rank: int) -> Layout:
+        return Layout(self.tp_degree, self.world_size, rank, cp_degree=self.cp_degree, cfg_degree=self.cfg_parallel)
 
     @property
     def name(self) -> str:
@@ -122,7 +146,8 @@ class PipelineSpec:
 
     def load_key(self) -> tuple:
         """Changing any of these reloads the weights; mode and compile plan do not."""
-        return (self.model_path, self.dtype, self.offload, self.tp_degree, self.tp_text_encoders)
+        return (self.model_path, self.dtype, self.offload, self.tp_degree, self.tp_text_encoders, self.cp_degree,
+                self.cp_mode, self.cfg_parallel)
 
     def compile_plan(self) -> CompilePlan | None:
         """The plan the worker runs: None unless the mode is 'compiled'."""
@@ -196,27 +221,42 @@ def share(n: int, replicas: int, replica: int) -> range:
 class Layout:
     """Where a rank sits: which replica, which shard, and whether it sends that replica's images back.
 
-    A group has tp_degree × replicas ranks: rank r is shard r % tp_degree of replica r // tp_degree."""
+    A group has replicas × cfg × context × tp ranks, tp fastest: rank r is TP shard r % tp, context shard
+    (r // tp) % context, CFG branch (r // (tp·context)) % cfg of replica r // (tp·context·cfg)."""
 
     tp_degree: int
     world_size: int
     rank: int
+    cp_degree: int = 1
+    cfg_degree: int = 1
+
+    @property
+    def model_ranks(self) -> int:
+        return self.tp_degree * self.cp_degree * self.cfg_degree
 
     @property
     def replicas(self) -> int:
-        return self.world_size // self.tp_degree
+        return self.world_size // self.model_ranks
 
     @property
     def replica(self) -> int:
-        return self.rank // self.tp_degree
+        return self.rank // self.model_ranks
 
     @property
     def tp_rank(self) -> int:
         return self.rank % self.tp_degree
 
     @property
+    def cp_rank(self) -> int:
+        return self.rank // self.tp_degree % self.cp_degree
+
+    @property
+    def cfg_rank(self) -> int:
+        return self.rank // (self.tp_degree * self.cp_degree) % self.cfg_degree
+
+    @property
     def leader(self) -> bool:
-        return self.tp_rank == 0
+        return self.rank % self.model_ranks == 0
 
     def my_images(self, req: SampleRequest) -> list[tuple[str, int]]:
         images = req.images()

@@ -6,6 +6,7 @@ mode and the compile warm-up loop; compiling itself is the compiler's (`compiler
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import inspect
 import os
@@ -17,10 +18,13 @@ import torch
 
 from ..protocol import messages
 from ..protocol.messages import Request, Status, Step
-from ..protocol.spec import Layout, PipelineSpec, SampleRequest, mode_note, warmup_request
+from ..protocol.spec import PipelineSpec, SampleRequest, mode_note, warmup_request
 from . import device, loading, parallel
+from .cfg_parallel import CFGParallel, two_passes
 from .compile_cache import CACHE_INFO
-from .compiler import Compiler
+from .compiler import Compiler, denoiser
+from .latency import Latency
+from .prompt_cache import PromptCache, text_encoder_state
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 # Allocator messages: torch CUDA ("CUDA out of memory"), torch CPU ("DefaultCPUAllocator: can't allocate
@@ -46,7 +50,10 @@ class Runtime:
         self._rid: int | None = None
         self._cache_told = False  # a renewed or unusable compile cache folder is said once
         self.compiler = Compiler(self.status)
-        self.vote = parallel.StopVote(1)  # replaced at load time when the model is sharded
+        self.vote = parallel.StopVote(1)  # replaced at load time when the model is split over ranks
+        self.prompts = PromptCache()
+        self.cfg: CFGParallel | None = None  # the CFG split of the loaded denoiser (CFG Parallel)
+        self.latency = Latency()
 
     # ---- dispatch
     def handle(self, request: Request) -> tuple[dict, dict | None]:
@@ -54,10 +61,14 @@ class Runtime:
         if request.op == messages.LOAD:
             return self.prepare(request.spec), None
         if request.op == messages.SAMPLE:
+            t0 = time.perf_counter()
             self.prepare(request.spec)
+            self.latency = Latency()
+            self.latency.parts["load_s"] = time.perf_counter() - t0  # loading, mode and compile warm-ups
             images = self.sample(request.spec, request.request)
             self.samples += 1
-            return {"loads": self.loads}, ({"images": images} if images is not None else None)
+            value = {"loads": self.loads, "latency": self.latency.as_dict(), "sent_at": time.time()}
+            return value, ({"images": images} if images is not None else None)
         if request.op == messages.INFO:
             return self.info(), None
         raise ValueError(f"unknown worker op '{request.op}'")
@@ -72,7 +83,8 @@ class Runtime:
                 "samples": self.samples, "steps": self.steps,
                 "model": self.load_key[0] if self.load_key else None,
                 "dtype": str(self.pipe.dtype).replace("torch.", "") if self.pipe is not None else None,
-                "compile": {"mode": self.mode, "note": mode_note(self.kind, self.mode), **self.compiler.stats()}}
+                "compile": {"mode": self.mode, "note": mode_note(self.kind, self.mode), **self.compiler.stats()},
+                "prompt_cache": self.prompts.stats()}
 
     # ---- loading, mode, warm-up
     def prepare(self, spec: PipelineSpec) -> dict:
@@ -96,7 +108,7 @@ class Runtime:
         self.status(f"loading {spec.name} ({dtype_name}) on {self.device}")
         t0 = time.perf_counter()
         try:
-            extra = parallel.tp_load_kwargs(spec, self.kind) if spec.tp_degree > 1 else None
+            extra = parallel.load_kwargs(spec, self.kind)
             pipe = loading.load_pipeline(spec.model_path, _DTYPES[dtype_name], self.status, extra)
         except OSError as e:
             if _is_oom(e):
@@ -112,7 +124,11 @@ class Runtime:
         else:
             pipe.to(self.device)
         pipe.set_progress_bar_config(disable=True)
-        self.vote = parallel.StopVote(spec.tp_degree)
+        self.vote = parallel.StopVote(spec.model_ranks)
+        self.prompts.attach(pipe)
+        if spec.cfg_parallel > 1:
+            self.cfg = CFGParallel(denoiser(pipe)[1], spec.family.cfg_passes, parallel.cfg_group(spec, self.kind),
+                                   spec.layout(self.rank).cfg_rank)
         self.pipe, self.load_key = pipe, spec.load_key()
         self.loads += 1
         self.status(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s")
@@ -135,7 +151,8 @@ class Runtime:
         if self.pipe is None:
             return
         self.compiler.forget()
-        self.pipe, self.load_key = None, None
+        self.prompts.clear()
+        self.pipe, self.load_key, self.cfg = None, None, None
         gc.collect()
         if self.kind == "cuda":
             torch.cuda.empty_cache()
@@ -147,22 +164,45 @@ class Runtime:
         Global image i is drawn from its own generator (seed + i) and with its own pipeline call, so the
         same seed gives the same pixels whatever the batch size or the number of replicas (batched matmuls
         differ in the last bits between a batch of 4 and two of 2). Replica r draws a contiguous slice.
+        With `spec.batched` the images of one prompt go in one call instead (each still with its own
+        generator): faster where the chip has room, not bit-identical to one call per image.
         """
-        layout = Layout(spec.tp_degree, self.world_size, self.rank)
+        layout = spec.layout(self.rank)
         items = layout.my_images(req)
         if self.should_stop():
             raise Interrupted()
-        images = []
-        for k, (prompt, seed) in enumerate(items):
-            kwargs = self._call_kwargs(spec, req, [torch.Generator("cpu").manual_seed(seed)], prompt=prompt)
-            with torch.inference_mode(), self.compiler.sampling(self.pipe, spec, kwargs) as call:
-                self._on_steps(kwargs, call, done=k * req.steps, total=len(items) * req.steps,
-                               report=layout.leader)
+        calls: list[tuple[str, list[int]]] = []  # (prompt, seeds) of each pipeline call
+        for prompt, seed in items:
+            if spec.batched and calls and calls[-1][0] == prompt:
+                calls[-1][1].append(seed)
+            else:
+                calls.append((prompt, [seed]))
+        images, done = [], 0
+        for prompt, seeds in calls:
+            kwargs = self._call_kwargs(spec, req, [torch.Generator("cpu").manual_seed(s) for s in seeds], prompt)
+            split = self._cfg_split(spec, kwargs, say=not done)
+            with (torch.inference_mode(), self.latency.call(self.prompts), split,
+                  self.prompts.using(spec.prompt_cache, text_encoder_state(spec)),
+                  self.compiler.sampling(self.pipe, spec, kwargs) as call):
+                self._on_steps(kwargs, call, done=done * req.steps, total=len(items) * req.steps,
+                               report=layout.leader, images=len(seeds))
                 out = self.pipe(**kwargs)
+            done += len(seeds)
             images.append(np.asarray(out.images, dtype=np.float32))
         if not layout.leader or not images:
             return None
         return np.ascontiguousarray(np.concatenate(images))
+
+    def _cfg_split(self, spec: PipelineSpec, kwargs: dict, say: bool) -> Any:
+        """CFG Parallel for one call: split when the pipeline runs two passes, else both ranks run it whole."""
+        if self.cfg is None:
+            return contextlib.nullcontext()
+        active = two_passes(self.pipe, spec.family.cfg_passes, kwargs)
+        if not active and say:
+            self.status("CFG Parallel: this Sample runs one denoiser pass per step (guidance ≤ 1, or no true "
+                        "CFG), so both ranks compute it whole; raise the guidance (FLUX.1: true_cfg_scale in "
+                        "Sampling Options) to split it.")
+        return self.cfg.call(active)
 
     def should_stop(self) -> bool:
         """The controller asked to stop; with a sharded model, agreed by all its ranks at the same step."""
@@ -177,12 +217,16 @@ class Runtime:
             "num_images_per_prompt": len(generators), "output_type": "np",
             family.guidance_arg: req.guidance,
         }
-        if "negative_prompt" in params and (req.negative_prompt or family.guidance_arg == "true_cfg_scale"):
-            kwargs["negative_prompt"] = req.negative_prompt  # Qwen-Image enables true CFG only with one
+        if family.guidance_arg != "true_cfg_scale" and "true_cfg_scale" in params:
+            kwargs["true_cfg_scale"] = spec.true_cfg_scale  # FLUX.1's true CFG (1 = off, its default)
+        true_cfg = family.guidance_arg == "true_cfg_scale" or spec.true_cfg_scale > 1
+        if "negative_prompt" in params and (req.negative_prompt or true_cfg):
+            kwargs["negative_prompt"] = req.negative_prompt  # true CFG runs only with one (Qwen-Image, FLUX.1)
         return {k: v for k, v in kwargs.items() if k in params}
 
-    def _on_steps(self, kwargs: dict, call: Any, done: int, total: int, report: bool) -> None:
-        """Adds the step callback: counts steps, reports each one (with its duration), stops when asked."""
+    def _on_steps(self, kwargs: dict, call: Any, done: int, total: int, report: bool, images: int = 1) -> None:
+        """Adds the step callback: counts steps, reports each one (with its duration; a batched call's step
+        counts once per image), stops when asked."""
         if "callback_on_step_end" not in inspect.signature(self.pipe.__call__).parameters:
             return
         last = [time.perf_counter()]
@@ -191,12 +235,15 @@ class Runtime:
             self.steps += 1
             now = time.perf_counter()
             step_s, last[0] = now - last[0], now
+            self.latency.step_end()
+            if self.cfg is not None:
+                self.cfg.check_step()
             stop = self.should_stop()
             if stop and step == 0 and call.compiling:  # the compile ran inside this first step
                 # before the step's progress: ComfyUI's progress hook raises on it once Cancel was pressed
                 self.status(call.stop_note())
             if report:  # steps of this rank's whole share: done before this image + this image's
-                self.channel.send(Step(self._rid, done + step + 1, total, step_s, self.rank))
+                self.channel.send(Step(self._rid, done + (step + 1) * images, total, step_s, self.rank))
             if stop:
                 raise Interrupted()
             return {}
