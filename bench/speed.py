@@ -56,18 +56,25 @@ def _two_cores(ctx: Ctx) -> str | None:
 
 
 def dit_model(ctx: Ctx) -> str:
-    """'dit-flux' in the bench's models folder (made once): small-flux's transformer, tiny-flux's VAE and text
-    encoders. Both have 16 latent channels and 32-wide text features, so the parts fit."""
+    """'dit-flux' in the bench's models folder (made once): small-flux's transformer and tiny-flux's text encoders
+    (both take 32-wide text features and 16 latent channels), with tiny-flux's VAE made 4 channels wide and
+    without its mid-block attention: at 1536² (36 864 latent pixels) the original would cost more than the
+    transformer, where a real model's VAE costs a few percent of an image. Random weights, seeded."""
     if ctx.quick:
         return "tiny-flux"
     target_dir = ctx.models_dir / "dit-flux"
     if not (target_dir / "model_index.json").exists():
-        from diffusers import FluxPipeline, FluxTransformer2DModel
+        import torch
+        from diffusers import AutoencoderKL, FluxPipeline, FluxTransformer2DModel
 
         transformer = FluxTransformer2DModel.from_pretrained(ctx.models_dir / "small-flux", subfolder="transformer",
-                                                             local_files_only=True)
-        pipe = FluxPipeline.from_pretrained(ctx.models_dir / "tiny-flux", transformer=transformer,
-                                            local_files_only=True)
+                                                             local_files_only=True, use_safetensors=True)
+        config = {**AutoencoderKL.load_config(ctx.models_dir / "tiny-flux" / "vae"), "mid_block_add_attention": False,
+                  "block_out_channels": [4, 4, 4, 4]}
+        torch.manual_seed(0)
+        vae = AutoencoderKL.from_config(config)
+        pipe = FluxPipeline.from_pretrained(ctx.models_dir / "tiny-flux", transformer=transformer, vae=vae,
+                                            local_files_only=True, use_safetensors=True)
         tmp = target_dir.with_name("dit-flux.tmp")
         pipe.save_pretrained(tmp)
         os.replace(tmp, target_dir)
@@ -151,7 +158,7 @@ def cfg_parallel(ctx: Ctx) -> list[dict]:
     from backend.controller import api
 
     model = dit_model(ctx)
-    width, steps = (ctx.width, ctx.steps) if ctx.quick else (512, 4)
+    width, steps = (ctx.width, ctx.steps) if ctx.quick else (512, 8)
     one, _ = api.sampling_options(api.make_spec(model, [str(ctx.models_dir)]), true_cfg_scale=4.0)
     two, _ = api.cfg_parallel(one)
     times, diff, phases = _pair(ctx, one, two, lambda r: _request(ctx, 2000 + r, width, width, steps,
@@ -172,7 +179,7 @@ def context_parallel(ctx: Ctx) -> list[dict]:
     from backend.controller import api
 
     model = dit_model(ctx)
-    width, steps = (ctx.width, ctx.steps) if ctx.quick else (1536, 2)
+    width, steps = (ctx.width, ctx.steps) if ctx.quick else (1536, 4)
     one = api.make_spec(model, [str(ctx.models_dir)])
     two, _ = api.context_parallel(one, 2, "ulysses")
     rounds = min(ctx.repeats, 5)

@@ -180,6 +180,8 @@ class Runtime:
         images, done = [], 0
         for prompt, seeds in calls:
             kwargs = self._call_kwargs(spec, req, [torch.Generator("cpu").manual_seed(s) for s in seeds], prompt)
+            if not layout.leader:  # only a replica's first rank sends images: its peers skip the VAE decode
+                kwargs["output_type"] = "latent"
             split = self._cfg_split(spec, kwargs, say=not done)
             with (torch.inference_mode(), self.latency.call(self.prompts), split,
                   self.prompts.using(spec.prompt_cache, text_encoder_state(spec)),
@@ -188,7 +190,8 @@ class Runtime:
                                report=layout.leader, images=len(seeds))
                 out = self.pipe(**kwargs)
             done += len(seeds)
-            images.append(np.asarray(out.images, dtype=np.float32))
+            if layout.leader:
+                images.append(np.asarray(out.images, dtype=np.float32))
         if not layout.leader or not images:
             return None
         return np.ascontiguousarray(np.concatenate(images))
