@@ -1,5 +1,6 @@
-"""Command line: `python -m backend make-tiny-models DIR`, `device-info`, and for several hosts `make-secret`
-and `join HOST0[:PORT]` (run on every host of a slice but the one with ComfyUI)."""
+"""Command line: `python -m backend make-tiny-models DIR`, `device-info`, `tpu-check` (run every step on this
+host's chips and print a report for a bug report), and for several hosts `make-secret` and `join HOST0[:PORT]`
+(run on every host of a slice but the one with ComfyUI)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,13 @@ def main(argv: list[str] | None = None) -> int:
     tiny.add_argument("dir")
     tiny.add_argument("--families", nargs="*", default=None, help="subset of families (default: all)")
     sub.add_parser("device-info", help="print the detected device (never starts a TPU runtime)")
+    check = sub.add_parser("tpu-check", help="run every step on this host's chips (a tiny model) and print a "
+                                              "report to paste into a bug report; exit 1 when a step fails")
+    check.add_argument("--device", default="auto", choices=("auto", "tpu", "cuda", "cpu"))
+    check.add_argument("--models", help="folder for the tiny model (default: a temporary folder)")
+    check.add_argument("--compile-backend", help="torch.compile backend (default: tpu on TPU, inductor on CUDA, "
+                                                 "aot_eager on the CPU)")
+    check.add_argument("--out", help="also write the report to this file")
     secret = sub.add_parser("make-secret", help="write a new cluster secret file (readable by its owner only)")
     secret.add_argument("path", nargs="?", default=None, help="default: $COMFYUI_TPU_CLUSTER_SECRET or "
                         "~/.config/comfyui-tpu/cluster-secret")
@@ -50,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         from .controller.devices import detect
 
         print(json.dumps(asdict(detect()), indent=1))
+    elif args.command == "tpu-check":
+        from .tpu_check import main as tpu_check
+
+        return tpu_check(args.device, args.models, args.compile_backend, args.out)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Figures 1, 2, 4, 5, 6 and the soak: this pack against the plain diffusers script, measured in the same run.
+"""The comfyui, cold_start, compile and data_parallel figures and the soak: this pack against the plain
+diffusers script, measured in the same run.
 
 Each figure is one function `f(ctx) -> list of rows` (bench/common.py: `row`, `not_available`); bench/run.py
 lists them. Ours runs through ComfyUI (bench/comfy.py) or through `backend.api`, the plain baseline through
@@ -58,7 +59,7 @@ def _spec(ctx: Ctx, model: str | None = None):
     return api.make_spec(model or ctx.model, [str(ctx.models_dir)])
 
 
-# ---- figures 1 and 2: through ComfyUI (and through the backend API alone)
+# ---- comfyui: memory and throughput through ComfyUI (and through the backend API alone)
 
 MEMORY = ("controller_memory", "Controller memory: ComfyUI process RSS growth with a model loaded in the workers")
 COMFY = ("comfyui_throughput", "Warm throughput through ComfyUI (queue → done) vs plain pipe() + PNG")
@@ -98,7 +99,7 @@ def comfyui(ctx: Ctx) -> list[dict]:
                           "first_prompt_s": first}
         log(f"comfyui: memory measured at {time.perf_counter() - t0:.1f} s: {mem}")
 
-        # Figure 1: ComfyUI, backend.api and plain pipe(), alternating.
+        # Throughput: ComfyUI, backend.api and plain pipe(), alternating.
         png_dir = ctx.work / "plain-png"
         png_dir.mkdir(exist_ok=True)
         plain_calls: list[float] = []
@@ -190,7 +191,7 @@ def comfyui(ctx: Ctx) -> list[dict]:
     return [memory, comfy_row, api_row, noise]
 
 
-# ---- figure 4: cold start
+# ---- cold_start
 
 COLD = ("cold_start", "Cold start: group start + load + first image vs plain process start + import + load + image")
 COLD_TARGET = target("<=", 1.3)
@@ -233,7 +234,7 @@ def cold_start(ctx: Ctx) -> list[dict]:
                          "paired_ratio_median": paired(times["ours"], times["plain"])})]
 
 
-# ---- figure 5: compile
+# ---- compile
 
 COMPILE_COLD = ("compile_cold", "Compile: cold compile time of the denoiser (fresh persistent cache)")
 COMPILE_WARM = ("compile_warm_restart", "Compile: warm restart from the persistent cache ÷ cold compile")
@@ -373,7 +374,7 @@ def compile_figures(ctx: Ctx) -> list[dict]:
     ]
 
 
-# ---- figure 6: data parallel
+# ---- data_parallel
 
 DP = ("data_parallel", "Data parallel: 2 replicas' throughput ÷ 2 × one replica's")
 DP_TARGET = target(">=", 0.9)
@@ -388,8 +389,10 @@ def _dp_support(ctx: Ctx) -> str | None:
         return None
     from backend.controller import devices
 
-    count = devices.detect().count
-    return None if count >= 2 else f"needs 2 {ctx.kind} chips; this host has {count}"
+    info = devices.detect()
+    if info.group_sizes is not None and 2 not in info.group_sizes:
+        return f"needs a group of 2 {ctx.kind} workers; TorchTPU launches {info.group_sizes} on this host"
+    return None if info.devices >= 2 else f"needs 2 {ctx.kind} devices; this host has {info.devices}"
 
 
 def data_parallel(ctx: Ctx) -> list[dict]:

@@ -1,4 +1,5 @@
-"""Figure 3: how long the images take from a worker to the controller, through the pack's own channel code.
+"""The handback figure: how long the images take from a worker to the controller, through the pack's own
+channel code.
 
 The worker side is `backend.worker.channel.Channel` (its connect + HMAC handshake and its `send`, which writes
 each array once to /dev/shm, backend.protocol.handoff); the controller side is `backend.controller.link`

@@ -1,4 +1,5 @@
-"""Figure 7 (CUDA only): achieved TFLOP/s and MFU of a full-size FLUX.1 at 1024², random weights, no download.
+"""The mfu figures (CUDA only): achieved TFLOP/s and MFU of a full-size FLUX.1 at 1024², random weights, no
+download.
 
 Three measurements, in this order, each in its own processes so the GPU holds one copy at a time:
 1. the transformer alone in the plain script (bench/plain.py `transformer`): FLOPs of one forward counted by

@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from . import figures, handback, mfu, speed
+from . import figures, handback, load_memory, mfu, speed
 from .common import (
     ROOT,
     Ctx,
@@ -61,6 +61,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("compile", figures.compile_figures, ((*figures.COMPILE_COLD, None),
                                                 (*figures.COMPILE_WARM, figures.WARM_TARGET),
                                                 (*figures.COMPILE_RECOMPILES, figures.RECOMPILE_TARGET))),
+    Figure("load_memory", load_memory.figure, ((load_memory.ID, load_memory.TITLE, load_memory.TARGET),)),
     Figure("mfu", mfu.figure, ((*mfu.EAGER, None), (*mfu.COMPILED, None))),
     Figure("cfg_parallel", speed.cfg_parallel, ((*speed.CFG, speed.CFG_TARGET),)),
     Figure("context_parallel", speed.context_parallel, ((*speed.CP, speed.CP_TARGET),)),

@@ -5,7 +5,7 @@ from . import comfy_bridge
 from .compile_nodes import TPUCompile, TPUSetExecutionMode
 from .info_nodes import TPUDeviceInfo, TPUFreeWorkers
 from .parallel_nodes import TPUDataParallel, TPUShardTP
-from .pipeline_nodes import LoadTPUPipeline, TPUSample
+from .pipeline_nodes import LoadTPUPipeline, LoadTPUPipelineFiles, TPUSample
 from .speed_nodes import TPUCFGParallel, TPUContextParallel, TPUSamplingOptions
 
 comfy_bridge.treat_sigterm_as_ctrl_c()
@@ -21,6 +21,7 @@ NODE_CLASS_MAPPINGS = {
     "TPUDataParallel": TPUDataParallel,
     "TPUSetExecutionMode": TPUSetExecutionMode,
     "TPUCompile": TPUCompile,
+    "LoadTPUPipelineFiles": LoadTPUPipelineFiles,
     "TPUCFGParallel": TPUCFGParallel,
     "TPUContextParallel": TPUContextParallel,
     "TPUSamplingOptions": TPUSamplingOptions,
@@ -35,6 +36,7 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "TPUDataParallel": "Data Parallel",
     "TPUSetExecutionMode": "Set Execution Mode",
     "TPUCompile": "Compile (TPU)",
+    "LoadTPUPipelineFiles": "Load TPU Pipeline (ComfyUI files)",
     "TPUCFGParallel": "CFG Parallel",
     "TPUContextParallel": "Context Parallel",
     "TPUSamplingOptions": "Sampling Options (TPU)",

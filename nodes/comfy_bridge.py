@@ -25,6 +25,20 @@ def diffusers_roots() -> list[str]:
         return []
 
 
+def file_roots() -> dict[str, list[str]]:
+    """ComfyUI's folders per role of a model file (checkpoints; diffusion_models and unet; text_encoders and
+    clip; vae), extra_model_paths.yaml entries included."""
+    from ..backend.controller.sources import ROLE_FOLDERS
+
+    roots = {}
+    for role, folder in ROLE_FOLDERS.items():
+        try:
+            roots[role] = list(folder_paths.get_folder_paths(folder))
+        except Exception:
+            roots[role] = []
+    return roots
+
+
 def compile_cache_dir() -> str:
     """Where compiled graphs are kept across restarts: a folder in ComfyUI's user directory."""
     return os.path.join(folder_paths.get_user_directory(), "comfyui-tpu", "compile-cache")

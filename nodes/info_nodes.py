@@ -11,9 +11,11 @@ CATEGORY = "TPU"
 
 
 class TPUDeviceInfo:
-    DESCRIPTION = ("Shows the detected device (TPU generation, chip count, memory per chip), the state of the "
-                   "worker processes (loaded model, loads, samples, compile and prompt-cache statistics) and where "
-                   "the last Sample's time went (last_prompt, seconds). Safe to run at any time.")
+    DESCRIPTION = ("Shows the detected device (TPU generation, chips and devices — a v7x chip is two devices —, "
+                   "memory per device, the worker counts TorchTPU launches on this host, and anything that keeps a "
+                   "TPU from being used), the state of the worker processes (loaded model, loads, samples, compile "
+                   "and prompt-cache statistics) and where the last Sample's time went (last_prompt, seconds). "
+                   "Safe to run at any time.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("STRING",)
     RETURN_NAMES = ("info",)
@@ -31,7 +33,8 @@ class TPUDeviceInfo:
 
     def info(self, unique_id=None):
         dev = api.device_info()
-        data = {"device": dev.kind, "name": dev.name, "chips": dev.count, "memory_gib_per_chip": dev.memory_gib,
+        data = {"device": dev.kind, "name": dev.name, "chips": dev.chips, "devices": dev.devices,
+                "memory_gib_per_device": dev.memory_gib, "group_sizes": dev.group_sizes, "notes": list(dev.notes),
                 "torch_tpu_installed": dev.torch_tpu_installed, "workers": api.worker_info(),
                 "last_prompt": api.last_latency()}
         if (cluster := api.hosts_info()) is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..backend.controller import api
+from ..backend.controller.sources import NONE, FileChoice
 from ..backend.protocol.errors import InputError
 from ..backend.protocol.spec import DEVICE_CHOICES, DTYPE_CHOICES, OFFLOAD_CHOICES, SampleRequest
 from . import comfy_bridge
@@ -32,10 +33,93 @@ class LoadTPUPipeline:
         return {
             "required": {
                 "model": (models, {"tooltip": "A diffusers model folder (one holding model_index.json) found in "
-                                              "ComfyUI's models/diffusers folder. Put new models there and refresh."}),
+                                              "ComfyUI's models/diffusers folder (a symlink to a folder elsewhere "
+                                              "works), or a diffusers model in the Hugging Face cache "
+                                              "(HF_HOME, as `hf download` leaves it) by its repo id. Put new "
+                                              "models there and refresh. For single files (checkpoints, "
+                                              "diffusion models) use Load TPU Pipeline (ComfyUI files)."}),
                 "dtype": (list(DTYPE_CHOICES), {"default": "auto", "tooltip":
                           "Number format of the weights. auto = bfloat16 on TPU and GPU, float32 on CPU. "
                           "float32 doubles memory; float16 is for older GPUs."}),
+                "device": (list(DEVICE_CHOICES), {"default": "auto", "tooltip":
+                           "Where to run. auto picks a TPU if one is present, else a CUDA GPU, else the CPU."}),
+                "offload": (list(OFFLOAD_CHOICES), {"default": "auto", "tooltip":
+                            "Keep parts of the model in host memory when the chip's memory is too small. "
+                            "auto: picks one of the others from the model's size and the chip's memory, and "
+                            "says which and why next to this node. none: fastest. model: each sub-model moves "
+                            "to the chip while it runs (a little slower). sequential: layer by layer (much "
+                            "slower, least memory)."}),
+            },
+            "optional": {
+                "model_path": ("STRING", {"default": "", "tooltip":
+                               "Optional: a model folder name typed by hand (relative to models/diffusers). "
+                               "When set, it is used instead of 'model'."}),
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, model, device="auto", model_path=""):
+        try:  # the chosen device: 'cpu' must work on a host whose TPU cannot be used (v4, a pod host)
+            api.make_spec(model_path or model, comfy_bridge.diffusers_roots(), device_choice=device)
+        except InputError as e:
+            return str(e)
+        return True
+
+    def describe(self, model, dtype, device, offload, model_path="", unique_id=None):
+        spec = api.make_spec(model_path or model, comfy_bridge.diffusers_roots(), dtype, device, offload)
+        comfy_bridge.send_text(unique_id, api.describe_pipeline(spec))  # where it runs, what offload auto chose
+        return (spec,)
+
+
+FILE_TOOLTIPS = {
+    "diffusion_model": "The diffusion model file (models/diffusion_models or models/unet): FLUX.1, FLUX.2, "
+                       "SD3/3.5, SDXL or Qwen-Image, in bf16, fp16, fp32 or fp8 (fp8 is upcast to dtype when it "
+                       "loads), or GGUF (CPU and GPU only). Leave '(none)' when using a checkpoint.",
+    "text_encoder": "A text encoder file (models/text_encoders or models/clip), in any order: FLUX.1 needs "
+                    "clip_l and t5xxl; SD3.5 clip_l, clip_g and t5xxl (t5xxl optional); FLUX.2 [dev] the "
+                    "mistral_3_small_flux2 file, FLUX.2 [klein] qwen_3; Qwen-Image qwen_2.5_vl. With a "
+                    "checkpoint, only to replace or add to the ones it holds.",
+    "vae": "The VAE file (models/vae): ae.safetensors for FLUX.1, flux2-vae for FLUX.2, qwen_image_vae for "
+           "Qwen-Image. Leave '(none)' to use the checkpoint's own VAE.",
+    "checkpoint": "An all-in-one checkpoint (models/checkpoints): SDXL (sd_xl_base_1.0.safetensors), SD3/3.5 "
+                  "(with or without its text encoders). Its parts are used unless chosen above; leave "
+                  "'(none)' when using a diffusion model.",
+}
+
+
+class LoadTPUPipelineFiles:
+    DESCRIPTION = ("Builds a pipeline from the model files you already have in ComfyUI's folders, as its own loaders "
+                   "read them: a diffusion model with its text encoders and VAE (the split layout of the FLUX, "
+                   "FLUX.2, Qwen-Image and SD3.5 guides), or an all-in-one checkpoint (SDXL, SD3.5). The files "
+                   "are checked here (family, sizes, that they fit together) without reading their weights; "
+                   "they load in a worker process on the first Sample and stay warm. Nothing is downloaded: the "
+                   "configurations of the published models ship with ComfyUI-TPU and the tokenizers come from "
+                   "ComfyUI. With Shard TP, each chip reads only its slices of a Qwen-Image file; other files "
+                   "are read whole by each chip, then sharded.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("TPU_PIPELINE",)
+    RETURN_NAMES = ("pipeline",)
+    OUTPUT_TOOLTIPS = ("The pipeline description; connect it to Sample (or Shard TP, Data Parallel, Compile).",)
+    FUNCTION = "describe"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        files = api.list_files(comfy_bridge.file_roots())
+        te = [NONE, *files["text_encoder"]]
+        return {
+            "required": {
+                "diffusion_model": ([NONE, *files["diffusion_model"]], {"default": NONE, "tooltip":
+                                    FILE_TOOLTIPS["diffusion_model"]}),
+                "text_encoder_1": (te, {"default": NONE, "tooltip": FILE_TOOLTIPS["text_encoder"]}),
+                "text_encoder_2": (te, {"default": NONE, "tooltip": FILE_TOOLTIPS["text_encoder"]}),
+                "text_encoder_3": (te, {"default": NONE, "tooltip": FILE_TOOLTIPS["text_encoder"]}),
+                "vae": ([NONE, *files["vae"]], {"default": NONE, "tooltip": FILE_TOOLTIPS["vae"]}),
+                "checkpoint": ([NONE, *files["checkpoint"]], {"default": NONE, "tooltip":
+                               FILE_TOOLTIPS["checkpoint"]}),
+                "dtype": (list(DTYPE_CHOICES), {"default": "auto", "tooltip":
+                          "Number format the weights are computed in (fp8 files are upcast to it). auto = "
+                          "bfloat16 on TPU and GPU, float32 on CPU."}),
                 "device": (list(DEVICE_CHOICES), {"default": "auto", "tooltip":
                            "Where to run. auto picks a TPU if one is present, else a CUDA GPU, else the CPU."}),
                 "offload": (list(OFFLOAD_CHOICES), {"default": "none", "tooltip":
@@ -43,23 +127,29 @@ class LoadTPUPipeline:
                             "model: each sub-model moves to the chip while it runs (a little slower). "
                             "sequential: layer by layer (much slower, least memory). none: fastest."}),
             },
-            "optional": {
-                "model_path": ("STRING", {"default": "", "tooltip":
-                               "Optional: a model folder name typed by hand (relative to models/diffusers). "
-                               "When set, it is used instead of 'model'."}),
-            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
+    @staticmethod
+    def _choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint) -> FileChoice:
+        return FileChoice(checkpoint=checkpoint, diffusion_model=diffusion_model,
+                          text_encoders=(text_encoder_1, text_encoder_2, text_encoder_3), vae=vae)
+
     @classmethod
-    def VALIDATE_INPUTS(cls, model, model_path=""):
+    def VALIDATE_INPUTS(cls, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint):
         try:
-            api.make_spec(model_path or model, comfy_bridge.diffusers_roots())
+            api.make_file_spec(cls._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae,
+                                           checkpoint), comfy_bridge.file_roots())
         except InputError as e:
             return str(e)
         return True
 
-    def describe(self, model, dtype, device, offload, model_path=""):
-        return (api.make_spec(model_path or model, comfy_bridge.diffusers_roots(), dtype, device, offload),)
+    def describe(self, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint, dtype,
+                 device, offload, unique_id=None):
+        choice = self._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint)
+        spec = api.make_file_spec(choice, comfy_bridge.file_roots(), dtype, device, offload)
+        comfy_bridge.send_text(unique_id, api.describe_files(spec))
+        return (spec,)
 
 
 class TPUSample:

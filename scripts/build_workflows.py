@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from frontend import open_frontend  # noqa: E402
+from frontend import MODEL_INPUTS, open_frontend  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / "workflows"
@@ -38,9 +38,11 @@ def _note(node_id: int, pos: list[int], text: str, size=(330, 330)) -> dict:
 def _text_to_image(*, title: str, model: str, offload: str, prompt: str, width: int, height: int, steps: int,
                    guidance: float, seed: int, seed_control: str, prefix: str, note: str, description: str,
                    note_height: int, negative_prompt: str = "", batch_size: int = 1,
-                   prompt_per_line: bool = False, between: tuple[tuple[str, dict], ...] = ()) -> dict:
+                   prompt_per_line: bool = False, between: tuple[tuple[str, dict], ...] = (),
+                   files: dict | None = None) -> dict:
     """Load TPU Pipeline -> [the nodes of `between`, in order] -> Sample (TPU) -> Save Image, with a note.
-    Node ids: Load 1, Sample 2, Save 3, the note 4, then 5, 6, ... for `between` ((type, widgets) pairs)."""
+    Node ids: Load 1, Sample 2, Save 3, the note 4, then 5, 6, ... for `between` ((type, widgets) pairs).
+    With `files` (the file inputs by name), the loader is Load TPU Pipeline (ComfyUI files) instead."""
     sample_widgets = {"prompt": prompt, "negative_prompt": negative_prompt, "width": width, "height": height,
                       "steps": steps, "guidance": guidance, "seed": seed,
                       "control_after_generate": seed_control, "batch_size": batch_size}
@@ -56,12 +58,15 @@ def _text_to_image(*, title: str, model: str, offload: str, prompt: str, width: 
         "name": title,
         "nodes": [
             {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
-             "widgets": {"model": model, "dtype": "auto", "device": "auto", "offload": offload, "model_path": ""}},
+             "widgets": {"model": model, "dtype": "auto", "device": "auto", "offload": offload, "model_path": ""}}
+            if files is None else
+            {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 300],
+             "widgets": {**files, "dtype": "auto", "device": "auto", "offload": offload}},
             {"id": 2, "type": "TPUSample", "pos": [x, 130], "size": [400, 470], "widgets": sample_widgets},
             {"id": 3, "type": "SaveImage", "pos": [x + 440, 130], "size": [360, 470],
              "widgets": {"filename_prefix": prefix}},
             # with nodes in between, the note spans the width under Load and them
-            _note(4, [40, 360], note, size=(x - 80 if between else 330, note_height)),
+            _note(4, [40, 360 if files is None else 480], note, size=(x - 80 if between else 330, note_height)),
             *middle,
         ],
         "links": [[a, "pipeline", b, "pipeline"] for a, b in zip(chain[:-1], chain[1:], strict=True)]
@@ -262,6 +267,35 @@ from one call per image).
 **CFG Parallel** runs the prompt's pass on one chip and the negative prompt's on the other: the same image as
 one chip, bit for bit, in about half the time.
 """),
+    "flux1_dev_comfyui_files": _text_to_image(
+        title="flux1_dev_comfyui_files", model="", offload="model", note_height=380,
+        files={"diffusion_model": "flux1-dev.safetensors", "text_encoder_1": "clip_l.safetensors",
+               "text_encoder_2": "t5xxl_fp8_e4m3fn.safetensors", "text_encoder_3": "(none)",
+               "vae": "ae.safetensors", "checkpoint": "(none)"},
+        prompt="a cozy cabin in a snowy pine forest at dusk, warm light in the windows, detailed",
+        width=1024, height=1024, steps=28, guidance=3.5, seed=0, seed_control="randomize", prefix="flux1-dev",
+        description="FLUX.1-dev from the files of ComfyUI's FLUX guide, on one chip with model offload: Load TPU "
+                    "Pipeline (ComfyUI files: flux1-dev.safetensors, clip_l, t5xxl_fp8_e4m3fn, ae) -> Sample "
+                    "(1024x1024, 28 steps, guidance 3.5) -> Save Image. Needs those files in models/diffusion_models, "
+                    "models/text_encoders and models/vae.",
+        note="""
+## FLUX.1-dev from ComfyUI's own files
+
+**Load TPU Pipeline (ComfyUI files)** → **Sample (TPU)** (1024×1024, **28 steps, guidance 3.5**) →
+**Save Image**.
+
+**Files**: the split layout of ComfyUI's FLUX guide, where ComfyUI keeps them (no second copy needed):
+- `models/diffusion_models/flux1-dev.safetensors` (or `models/unet/`; `flux1-dev-fp8` works too)
+- `models/text_encoders/clip_l.safetensors` and `t5xxl_fp8_e4m3fn.safetensors` (or `t5xxl_fp16`; `models/clip/`
+  works too)
+- `models/vae/ae.safetensors`
+
+fp8 files are upcast to the compute dtype (bfloat16 on TPU and GPU) as they load. The model's configuration
+ships with ComfyUI-TPU and the tokenizers come from ComfyUI: nothing is downloaded. For FLUX.1-schnell choose
+`flux1-schnell.safetensors` (it is recognised: 4 steps, guidance 0).
+
+**Offload `model`**: each part moves to the chip only while it runs; `none` is faster where everything fits.
+"""),
 }
 
 
@@ -279,7 +313,7 @@ def main() -> int:
             workflow = ui.build(SPECS[name])
             workflow["id"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"comfyui-tpu/workflows/{name}"))  # stable id
             conversion = ui.convert(workflow, name)
-            conversion.check(allowed_values={"model": None})  # models need not be installed here
+            conversion.check(allowed_values=dict.fromkeys(MODEL_INPUTS))  # models need not be installed here
             path = Path(args.out) / f"{name}.json"
             path.write_text(json.dumps(workflow, indent=2) + "\n")
             print(path)

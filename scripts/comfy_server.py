@@ -43,9 +43,10 @@ class ComfyServer:
 
     def __init__(self, comfyui_dir: str, models_dir: str, work_dir: str | None = None,
                  env: dict[str, str] | None = None, python: str = sys.executable, extra_args: list[str] | None = None,
-                 host: str = "127.0.0.1", prefix: list[str] | None = None):
+                 extra_paths: dict[str, str] | None = None, host: str = "127.0.0.1", prefix: list[str] | None = None):
         self.comfyui_dir = Path(comfyui_dir)
         self.models_dir = Path(models_dir)
+        self.extra_paths = extra_paths or {}  # more extra_model_paths.yaml entries: folder name -> path
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="comfyui-tpu-server-"))
         self.python = python
         self.env = env or {}
@@ -66,7 +67,8 @@ class ComfyServer:
             link.symlink_to(PACK_ROOT, target_is_directory=True)
         config = self.work_dir / "extra_model_paths.yaml"
         config.write_text(json.dumps({"comfyui_tpu": {"base_path": "/", "custom_nodes": str(nodes_dir),
-                                                      "diffusers": str(self.models_dir)}}))  # JSON is YAML
+                                                      "diffusers": str(self.models_dir),
+                                                      **{k: str(v) for k, v in self.extra_paths.items()}}}))
         args = [*self.prefix, self.python, "main.py", "--listen", self.host, "--port", str(self.port),
                 "--base-directory", str(self.work_dir), "--output-directory", str(self.output_dir),
                 "--extra-model-paths-config", str(config), "--disable-auto-launch", *self.extra_args]

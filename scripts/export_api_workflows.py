@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from frontend import load_ui_workflow, open_frontend, workflow_files  # noqa: E402
+from frontend import MODEL_INPUTS, load_ui_workflow, open_frontend, workflow_files  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / "workflows"
@@ -44,8 +44,9 @@ def main() -> int:
     API_DIR.mkdir(exist_ok=True)
     with open_frontend() as (_, ui):
         for path in workflow_files(WORKFLOWS):
-            # Models need not be installed to convert: any model name is fine here.
-            conversion = ui.convert(load_ui_workflow(path), path.stem).check(allowed_values={"model": None})
+            # Models need not be installed to convert: any model or file name is fine here.
+            conversion = ui.convert(load_ui_workflow(path), path.stem).check(
+                allowed_values=dict.fromkeys(MODEL_INPUTS))
             text, target = render(conversion.prompt), api_path(path)
             if target.exists() and target.read_text() == text:
                 continue

@@ -34,6 +34,9 @@ import requests
 import websocket
 
 CHROMIUM_NAMES = ("chromium-headless-shell", "chromium", "chromium-browser")
+# Inputs that name a model folder or a model file: what a workflow names need not be installed where it is
+# converted, and the tests swap real names for tiny models through them.
+MODEL_INPUTS = ("model", "diffusion_model", "text_encoder_1", "text_encoder_2", "text_encoder_3", "vae", "checkpoint")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-extensions", "--disable-default-apps", "--mute-audio", "--hide-scrollbars",
@@ -537,12 +540,14 @@ def load_ui_workflow(path: str | os.PathLike) -> dict:
 
 
 def substitute_models(prompt: dict, models: dict[str, str]) -> dict:
-    """A copy of an API prompt with `model` inputs renamed through `models` (e.g. to tiny models)."""
+    """A copy of an API prompt with its model and model-file inputs (MODEL_INPUTS) renamed through `models`
+    (e.g. to tiny models)."""
     prompt = json.loads(json.dumps(prompt))
     for node in prompt.values():
         inputs = node.get("inputs", {})
-        if isinstance(inputs.get("model"), str) and inputs["model"] in models:
-            inputs["model"] = models[inputs["model"]]
+        for name in MODEL_INPUTS:
+            if isinstance(inputs.get(name), str) and inputs[name] in models:
+                inputs[name] = models[inputs[name]]
     return prompt
 
 

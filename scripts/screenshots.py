@@ -31,6 +31,7 @@ NODE_SCALE = 1.25  # zoom of the node close-ups
 # Node type -> (workflow, node id) whose close-up illustrates it in docs/nodes.md (nodes/<type>.png)
 NODE_SHOTS = {
     "LoadTPUPipeline": ("flux1_schnell_offload", 1),
+    "LoadTPUPipelineFiles": ("flux1_dev_comfyui_files", 1),
     "TPUSample": ("data_parallel_prompts", 2),
     "TPUSetExecutionMode": ("sd35_medium_compiled", 5),
     "TPUCompile": ("sd35_medium_compiled", 6),

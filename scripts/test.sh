@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: builds the environment (cached), lints, then pytest.
-# Extra arguments go to pytest (e.g. scripts/test.sh -k backend).
+# Extra arguments go to pytest (e.g. scripts/test.sh -k backend). With none it runs every test (what CI runs).
+# Test tiers (markers, each test has one; see pyproject.toml):
+#   bash scripts/test.sh -m unit              the daily loop: in-process checks, under a minute
+#   bash scripts/test.sh -m "unit or workers" plus worker processes (no ComfyUI server)
+#   bash scripts/test.sh -m "not soak"        everything but the long soak run
+# Other tiers: server (a real ComfyUI), frontend (ComfyUI's web UI in headless Chromium), soak.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 eval "$(bash scripts/bootstrap.sh)"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,9 +19,29 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("COMFYUI_TPU_WORKER_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The model lists include the Hugging Face cache: the tests see an empty one unless they make their own.
+os.environ["HF_HUB_CACHE"] = os.path.join(tempfile.gettempdir(), "comfyui-tpu-tests-no-hub-cache")
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 TPU_VENV = os.environ.get("TPU_VENV")
+
+# The test tiers, as registered in pyproject.toml; `pytest -m unit` is the daily loop, plain `pytest` runs all.
+TIERS = {"unit", "workers", "server", "frontend", "soak"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Every test carries exactly one tier marker, so that `-m` selects each test into exactly one tier."""
+    wrong = []
+    for item in items:
+        tiers = sorted(TIERS & {m.name for m in item.iter_markers()})
+        if len(tiers) != 1:
+            wrong.append(f"{item.nodeid}: {', '.join(tiers) or 'no tier'}")
+    if wrong:
+        raise pytest.UsageError(
+            f"each test needs exactly one of the markers {', '.join(sorted(TIERS))} (pytestmark = "
+            "pytest.mark.X at module top, or @pytest.mark.X on the test):\n  " + "\n  ".join(wrong)
+        )
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +52,21 @@ def tiny_models(tmp_path_factory) -> Path:
     root = Path(os.environ.get("COMFYUI_TPU_TEST_MODELS") or tmp_path_factory.mktemp("models"))
     build_all(root)
     return root
+
+
+@pytest.fixture(scope="session")
+def comfyui_files(tiny_models, comfyui_dir):
+    """Builds (once, cached beside the tiny models) artists' files of the given families, written by ComfyUI's
+    own converters, and their reference diffusers folders (tests/file_fixtures.py, in a subprocess so that
+    ComfyUI's modules stay out of the test process); returns the folder holding models/ and diffusers/."""
+    out = tiny_models.parent / f"{tiny_models.name}-comfyui-files"
+
+    def build(*families: str) -> Path:
+        subprocess.run([sys.executable, str(ROOT / "tests" / "file_fixtures.py"), str(out), str(tiny_models),
+                        str(comfyui_dir), *families], check=True, timeout=1200)
+        return out
+
+    return build
 
 
 @pytest.fixture(scope="session")

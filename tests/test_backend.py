@@ -27,10 +27,10 @@ def _request(**kw) -> SampleRequest:
     return SampleRequest(**{**base, **kw})
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("name", FAMILY_DIRS)
 def test_each_family_samples_in_a_worker(tiny_models, name):
-    if not (tiny_models / name).exists():
-        pytest.skip(f"{name} is not built by backend.tiny_models")
+    assert (tiny_models / name / "model_index.json").is_file(), f"backend.tiny_models did not build {name}"
     spec = api.make_spec(name, [str(tiny_models)])
     images = api.sample(spec, _request(width=64, height=48, batch_size=2))
     assert images.shape == (2, 48, 64, 3) and images.dtype == np.float32
@@ -41,6 +41,7 @@ def test_each_family_samples_in_a_worker(tiny_models, name):
     assert not np.array_equal(images, other)
 
 
+@pytest.mark.workers
 def test_matches_plain_diffusers_in_process(tiny_models):
     """The worker's image equals what a plain diffusers script gives for the same seed (tolerance 1e-5)."""
     from diffusers import DiffusionPipeline
@@ -54,6 +55,7 @@ def test_matches_plain_diffusers_in_process(tiny_models):
     assert np.abs(ours - plain).max() <= 1e-5
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", FAMILY_DIRS)
 def test_loading_names_each_component_and_equals_diffusers_own_load(tiny_models, name):
     """Loading one component at a time (to say which one is loading) builds the same pipeline as
@@ -61,8 +63,7 @@ def test_loading_names_each_component_and_equals_diffusers_own_load(tiny_models,
     from diffusers import DiffusionPipeline
 
     path = str(tiny_models / name)
-    if not (tiny_models / name).exists():
-        pytest.skip(f"{name} is not built by backend.tiny_models")
+    assert (tiny_models / name / "model_index.json").is_file(), f"backend.tiny_models did not build {name}"
     said: list[str] = []
     ours = loading.load_pipeline(path, torch.bfloat16, said.append)
     plain = DiffusionPipeline.from_pretrained(path, dtype=torch.bfloat16, local_files_only=True,
@@ -89,6 +90,7 @@ def test_loading_names_each_component_and_equals_diffusers_own_load(tiny_models,
     assert said[n:] == ["loading tokenizers and scheduler, building the pipeline"], said
 
 
+@pytest.mark.unit
 def test_a_component_that_cannot_load_is_named(tiny_models, tmp_path):
     broken = tmp_path / "flux-without-vae-weights"
     shutil.copytree(tiny_models / "tiny-flux", broken)
@@ -98,6 +100,7 @@ def test_a_component_that_cannot_load_is_named(tiny_models, tmp_path):
         loading.load_pipeline(str(broken), torch.float32, lambda text: None)
 
 
+@pytest.mark.workers
 def test_each_image_of_a_batch_has_its_own_seed(tiny_models):
     """Image i of a batch with seed s is image 0 of a batch of one with seed s + i (tolerance 1e-4)."""
     spec = api.make_spec("tiny-flux", [str(tiny_models)])
@@ -107,6 +110,7 @@ def test_each_image_of_a_batch_has_its_own_seed(tiny_models):
     assert not np.allclose(batch[0], batch[1])
 
 
+@pytest.mark.workers
 def test_seed_or_prompt_change_does_not_reload_but_model_change_does(tiny_models):
     spec = api.make_spec("tiny-flux", [str(tiny_models)])
     api.sample(spec, _request())
@@ -117,6 +121,7 @@ def test_seed_or_prompt_change_does_not_reload_but_model_change_does(tiny_models
     assert api.worker_info()[0]["loads"] == loads + 1
 
 
+@pytest.mark.workers
 def test_model_offload_uses_diffusers_hooks(tiny_models):
     plain = api.make_spec("tiny-flux", [str(tiny_models)])
     offloaded = api.make_spec("tiny-flux", [str(tiny_models)], offload="model")
@@ -125,28 +130,28 @@ def test_model_offload_uses_diffusers_hooks(tiny_models):
     assert np.abs(a - b).max() <= 1e-5
 
 
+@pytest.mark.workers
 def test_progress_and_interrupt_stop_the_worker_at_the_next_step(tiny_models):
     spec = api.make_spec("tiny-flux", [str(tiny_models)])
     api.load(spec)
     steps_seen: list[int] = []
     stop = threading.Event()
-    stopped_at = []
 
     def on_progress(msg):
         if isinstance(msg, Step):
             steps_seen.append(msg.step)
             if msg.step == 3:
-                stopped_at.append(time.monotonic())
                 stop.set()
 
     with pytest.raises(Interrupted):
         api.sample(spec, _request(steps=5000), on_progress, stop.is_set)
     assert steps_seen[:3] == [1, 2, 3]
     # Tiny steps take ~5 ms, so "the next step" is a few steps after the flag, far from the 5000 asked for.
-    assert max(steps_seen) < 50 and time.monotonic() - stopped_at[0] < 2.0
+    assert max(steps_seen) < 50
     assert api.sample(spec, _request()).shape == (1, 64, 64, 3), "the next request works"
 
 
+@pytest.mark.workers
 def test_exception_in_progress_callback_interrupts_and_reraises(tiny_models):
     """ComfyUI's progress hook raises on Cancel: the workers stop and the same exception comes out."""
     spec = api.make_spec("tiny-flux", [str(tiny_models)])
@@ -163,6 +168,7 @@ def test_exception_in_progress_callback_interrupts_and_reraises(tiny_models):
     assert api.sample(spec, _request()).shape == (1, 64, 64, 3)
 
 
+@pytest.mark.workers
 def test_killed_worker_gives_a_clear_error_and_the_next_request_starts_fresh(tiny_models):
     spec = api.make_spec("tiny-flux", [str(tiny_models)])
     api.load(spec)
@@ -172,16 +178,15 @@ def test_killed_worker_gives_a_clear_error_and_the_next_request_starts_fresh(tin
         if isinstance(msg, Step) and msg.step == 2:
             os.kill(pid, signal.SIGKILL)
 
-    t0 = time.monotonic()
     with pytest.raises(WorkerCrashed, match=r"rank 0 \(pid \d+\) stopped unexpectedly"):
         api.sample(spec, _request(steps=5000), kill_on_step)
-    assert time.monotonic() - t0 < 15
     assert api.sample(spec, _request()).shape == (1, 64, 64, 3)
     assert api.worker_info()[0]["pid"] != pid
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 
 
+@pytest.mark.workers
 def test_worker_channel_refuses_a_peer_without_the_secret(monkeypatch):
     """Another local process that connects to a starting group without the secret is turned away."""
     from multiprocessing.connection import AuthenticationError, Client

@@ -7,111 +7,53 @@ Device Info node) and processes are inspected with psutil; nothing here imports 
 from __future__ import annotations
 
 import glob
-import itertools
 import json
 import os
 import signal
 import tempfile
-import time
-from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
 from comfy_server import ComfyServer, PromptFailed, error_message, load_workflow
-from PIL import Image
+from helpers import (
+    DEMO,
+    LONG,
+    alive,
+    group_processes,
+    info_from,
+    kill_all,
+    pixels,
+    prompt,
+    run_ok,
+    wait_gone,
+    worker_state,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-DEMO = ROOT / "workflows" / "api" / "tiny_demo.json"
+pytestmark = pytest.mark.server
+
 OUR_NODES = {"LoadTPUPipeline", "TPUSample", "TPUDeviceInfo", "TPUFreeWorkers"}
-INFO_NODE = "90"  # id of the TPU Device Info node added to prompts
-LONG = {"width": 512, "height": 512, "batch_size": 4, "steps": 1000}  # ~50 s on one CPU thread: only cut short
-
-_seeds = itertools.count(1000)
 
 
 # ---- helpers
-def prompt(model: str = "tiny-flux", info: bool = False, **inputs) -> dict:
-    """The demo workflow at 64x64 with a fresh seed (so Sample really runs), `inputs` set on Sample."""
-    sample = {"width": 64, "height": 64, "seed": next(_seeds), **inputs}
-    wf = load_workflow(DEMO, models={"tiny-flux": model}, **{f"2.{k}": v for k, v in sample.items()})
-    if info:
-        wf[INFO_NODE] = {"class_type": "TPUDeviceInfo", "inputs": {}}
-    return wf
-
-
-def run_ok(server: ComfyServer, wf: dict, **kw) -> dict:
-    result = server.run(wf, timeout=120, **kw)
-    assert result["status"] == "success", f"{error_message(result)}\n{server.log_tail()}"
-    return result
-
-
-def info_from(result: dict) -> dict:
-    """The TPU Device Info node's JSON from a finished prompt's history."""
-    return json.loads(result["history"]["outputs"][INFO_NODE]["text"][0])
-
-
-def worker_state(server: ComfyServer) -> dict | None:
-    """Rank 0's state ({"loads", "samples", "model", ...}) as the Device Info node reports it."""
-    workers = info_from(run_ok(server, {INFO_NODE: {"class_type": "TPUDeviceInfo", "inputs": {}}}))["workers"]
-    return workers[0] if workers else None
-
-
-def group_processes(server: ComfyServer, workers_only: bool = False) -> list[psutil.Process]:
-    """The server's running worker processes (the `-m backend.worker` ranks, started by the pack itself)."""
-    procs = []
-    for p in psutil.Process(server.proc.pid).children(recursive=True):
-        try:
-            cmd = p.cmdline()
-        except psutil.Error:
-            continue
-        if "backend.worker" in cmd and alive(p) and not (workers_only and "torch.distributed.run" in cmd):
-            procs.append(p)
-    return procs
-
-
-def alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
-    """Waits until none of `procs` runs; returns those still running after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(alive(p) for p in procs):
-        time.sleep(0.05)
-    return [p for p in procs if alive(p)]
-
-
-def kill_all(procs: list[psutil.Process]) -> None:
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-
-
 def cached_nodes(result: dict) -> list[str]:
     return [n for m in result["messages"] if m["type"] == "execution_cached" for n in m["data"]["nodes"]]
 
 
-def pixels(path: Path) -> np.ndarray:
-    with Image.open(path) as img:
-        assert img.format == "PNG"
-        return np.asarray(img.convert("RGB"))
-
-
-# ---- 1. the nodes as the UI sees them
+# ---- the nodes as the UI sees them
 def test_nodes_in_object_info(server, tiny_models):
+    """Each of our nodes is in the TPU category and explains itself: a display name, a description, a tooltip
+    on every input and every output."""
     info = server.get("/object_info").json()
     ours = {name: d for name, d in info.items() if d.get("python_module", "").endswith("ComfyUI-TPU")}
     assert OUR_NODES <= set(ours), f"missing from /object_info: {OUR_NODES - set(ours)}"
+    assert {name for name, d in info.items() if d["category"] == "TPU"} == set(ours)
     problems = []
     for name, node in ours.items():
         if node.get("category") != "TPU":
             problems.append(f"{name}: category {node.get('category')!r}")
+        if not str(node["display_name"]).strip():
+            problems.append(f"{name}: no display name")
         if not str(node.get("description", "")).strip():
             problems.append(f"{name}: no description")
         for section in ("required", "optional"):
@@ -131,7 +73,23 @@ def test_nodes_in_object_info(server, tiny_models):
     assert not_pipelines == [], "only folders holding model_index.json may be offered"
 
 
-# ---- 2. the shipped demo workflow
+@pytest.mark.server
+def test_offload_auto_is_the_default_of_new_load_nodes_and_says_what_it_chose(server):
+    load = server.get("/object_info/LoadTPUPipeline").json()["LoadTPUPipeline"]["input"]["required"]["offload"]
+    assert load[0] == ["none", "model", "sequential", "auto"] and load[1]["default"] == "auto"
+    wf = prompt(info=True)
+    wf["1"]["inputs"]["offload"] = "auto"
+    result = run_ok(server, wf)
+    texts = [m["data"]["text"] for m in result["messages"]
+             if m["type"] == "progress_text" and m["data"]["node"] == "1"]
+    assert texts and "tiny-flux (FLUX.1) on the CPU" in texts[-1], texts
+    assert "offload auto → none: on the CPU the weights stay in host memory" in texts[-1]
+    info = info_from(result)
+    assert (info["device"], info["chips"], info["devices"], info["notes"]) == ("cpu", 1, 1, [])
+    assert worker_state(server)["offload"] == "none", "the worker runs what auto chose"
+
+
+# ---- the shipped demo workflow
 def test_demo_workflow_writes_png(server):
     result = run_ok(server, load_workflow(DEMO))
     assert len(result["images"]) == 1
@@ -142,7 +100,7 @@ def test_demo_workflow_writes_png(server):
     assert px.std() > 1.0 and len(np.unique(px.reshape(-1, 3), axis=0)) > 100, "the image is (nearly) constant"
 
 
-# ---- 3, 4. what ComfyUI's cache and the warm worker save
+# ---- what ComfyUI's cache and the warm worker save
 def test_requeue_is_served_from_cache(server):
     wf = prompt(info=True)  # Device Info re-runs every time (IS_CHANGED = NaN); the rest may be cached
     run_ok(server, wf)
@@ -151,7 +109,7 @@ def test_requeue_is_served_from_cache(server):
     assert {"1", "2", "3"} <= set(cached_nodes(second)) and {"1", "2", "3"} <= set(cached_nodes(third))
     before, after = info_from(second)["workers"][0], info_from(third)["workers"][0]
     assert (after["samples"], after["loads"]) == (before["samples"], before["loads"]), "the worker sampled again"
-    assert after.get("pid") == before.get("pid")
+    assert after["pid"] == before["pid"]
     assert third["images"] == second["images"] and third["images"][0].is_file()
 
 
@@ -162,14 +120,14 @@ def test_new_seed_resamples_warm_and_new_model_reloads(server):
     s1 = worker_state(server)
     assert s1["samples"] == s0["samples"] + 1
     assert s1["loads"] == s0["loads"], "a new seed must not reload the weights"
-    assert s1.get("pid") == s0.get("pid"), "a new seed must not restart the worker"
+    assert s1["pid"] == s0["pid"], "a new seed must not restart the worker"
     assert not np.array_equal(pixels(first["images"][0]), pixels(second["images"][0])), "new seed, same image"
 
     sd3 = run_ok(server, prompt(model="tiny-sd3"))
     s2 = worker_state(server)
     assert s2["loads"] == s1["loads"] + 1 and s2["samples"] == s1["samples"] + 1
     assert s2["model"].rstrip("/").endswith("tiny-sd3")
-    assert s2.get("pid") == s1.get("pid"), "another model on the same device reuses the worker"
+    assert s2["pid"] == s1["pid"], "another model on the same device reuses the worker"
     assert pixels(sd3["images"][0]).shape == (64, 64, 3)
 
 
@@ -186,7 +144,7 @@ def test_free_workers_node_stops_the_group(server):
     assert (state["loads"], state["samples"]) == (1, 1), "the next Sample must start a fresh worker"
 
 
-# ---- 5. progress on the websocket
+# ---- progress on the websocket
 def test_progress_messages(server):
     result = run_ok(server, prompt(steps=8))
     progress = [m["data"] for m in result["messages"] if m["type"] == "progress" and m["data"].get("node") == "2"]
@@ -214,33 +172,36 @@ def test_loading_text_names_each_component_as_it_loads(server, tiny_models):
     assert f"component {len(weighted)} of {len(weighted)}" in texts[order[-3]], texts
 
 
-# ---- 6. Cancel
+# ---- Cancel
 def test_interrupt_stops_a_long_sample(server):
     run_ok(server, prompt())  # warm: worker started, tiny-flux loaded
     before = worker_state(server)
-    marks: dict[str, float] = {}
+    sent = []
 
     def on_message(msg):
-        if msg["type"] == "progress" and "interrupt" not in marks:
-            marks["interrupt"] = time.monotonic()
+        if msg["type"] == "progress" and not sent:
+            sent.append(msg["data"]["value"])
             server.interrupt()
-        elif msg["type"] == "execution_interrupted":
-            marks["end"] = time.monotonic()
 
     result = server.run(prompt(**LONG), timeout=90, on_message=on_message)
     assert result["status"] == "interrupted", error_message(result)
-    assert marks["end"] - marks["interrupt"] < 5.0
     assert [m["data"]["node_id"] for m in result["messages"] if m["type"] == "execution_interrupted"] == ["2"]
 
     after = worker_state(server)
     assert after["samples"] == before["samples"], "the interrupted sample must not complete"
-    assert after.get("pid") == before.get("pid"), "an interrupt must not cost a worker restart"
-    t0 = time.monotonic()
+    assert after["pid"] == before["pid"], "an interrupt must not cost a worker restart"
+    ran, asked = after["steps"] - before["steps"], LONG["batch_size"] * LONG["steps"]
+    assert 0 < ran < asked, f"the interrupted sample ran {ran} of its {asked} steps"
     run_ok(server, prompt())
-    assert time.monotonic() - t0 < 10, "the worker was still busy with the interrupted sample"
+    final = worker_state(server)
+    demo = load_workflow(DEMO)["2"]["inputs"]  # prompt() keeps the demo's steps and batch size
+    steps = demo["batch_size"] * demo["steps"]
+    assert (final["samples"], final["steps"]) == (after["samples"] + 1, after["steps"] + steps), (
+        "the worker went on with the interrupted sample"
+    )
 
 
-# ---- 7. bad input leaves the server up
+# ---- bad input leaves the server up
 def _not_a_pipeline(server) -> dict:
     (server.work_dir / "models" / "diffusers" / "not-a-pipeline").mkdir(parents=True, exist_ok=True)
     return {"1.model_path": "not-a-pipeline"}
@@ -274,7 +235,7 @@ def test_bad_input_is_reported_and_server_stays_up(server, case):
     assert len(run_ok(server, prompt())["images"]) == 1
 
 
-# ---- 8. a worker dies mid-sample
+# ---- a worker dies mid-sample
 def test_worker_crash_fails_the_prompt_and_next_prompt_recovers(server):
     run_ok(server, prompt())
     state = worker_state(server)
@@ -282,23 +243,19 @@ def test_worker_crash_fails_the_prompt_and_next_prompt_recovers(server):
     workers = group_processes(server, workers_only=True)
     assert len(workers) == 1, f"expected one worker rank, found {[p.cmdline() for p in workers]}"
     victim = workers[0]
-    if "pid" in state:
-        assert state["pid"] == victim.pid
-    marks: dict[str, float] = {}
+    assert state["pid"] == victim.pid
+    killed = []
 
     def on_message(msg):
-        if msg["type"] == "progress" and "kill" not in marks:
-            marks["kill"] = time.monotonic()
+        if msg["type"] == "progress" and not killed:
+            killed.append(victim.pid)
             os.kill(victim.pid, signal.SIGKILL)
-        elif msg["type"] == "execution_error":
-            marks["end"] = time.monotonic()
 
     try:
         result = server.run(prompt(**LONG), timeout=90, on_message=on_message)
         assert result["status"] == "error"
         message = error_message(result)
         assert "rank 0" in message and "stopped unexpectedly" in message, message
-        assert marks["end"] - marks["kill"] < 10.0
         assert server.proc.poll() is None and server.get("/system_stats").ok
 
         run_ok(server, prompt())
@@ -309,7 +266,7 @@ def test_worker_crash_fails_the_prompt_and_next_prompt_recovers(server):
         kill_all([p for p in group if alive(p)])
 
 
-# ---- 9. stopping ComfyUI stops the workers
+# ---- stopping ComfyUI stops the workers
 @pytest.mark.parametrize("how", ["sigint", "sigkill"])
 def test_stopping_the_server_stops_its_workers(comfyui_dir, tiny_models, tmp_path, how):
     srv = ComfyServer(str(comfyui_dir), str(tiny_models), work_dir=str(tmp_path)).start()
@@ -327,7 +284,7 @@ def test_stopping_the_server_stops_its_workers(comfyui_dir, tiny_models, tmp_pat
             srv.kill()
         assert wait_gone(group, timeout=10) == [], f"workers outlived ComfyUI ({how})"
         if how == "sigint":  # the group was closed by the pack (its cleanup ran), not merely orphaned
-            assert "worker group GroupConfig(kind='cpu', world_size=1) stopped" in srv.log_path.read_text()
+            assert "worker group GroupConfig(kind='cpu', world_size=1, hosts=(), per_host=0) stopped" in srv.log_path.read_text()
         if how == "sigint":  # closed by the pack: nothing left
             assert left() == set(), f"temp files left behind: {left()}"
         else:  # killed: its folder waits for the next start, which removes the folders of dead controllers

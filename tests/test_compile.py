@@ -1,4 +1,4 @@
-"""Execution modes, Compile and the static-shape compile cache (issue 3), on the CPU.
+"""Execution modes, Compile and the static-shape compile cache, on the CPU.
 
 Workers compile with the 'eager'/'aot_eager' backends (seconds) except the one persistence test, which
 needs inductor's on-disk cache. Recompiles are proven absent with dynamo's own counters, which the worker
@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from helpers import device_info, run_ok
 
 from backend.controller import api, plans
 from backend.protocol.errors import CompileError
@@ -41,7 +42,8 @@ def _spec(tiny_models, name="tiny-flux", **kw):
 
 
 class Messages(list):
-    """Progress messages of one call, in order."""
+    """Progress messages of one call, in order. Positions (`first_text`, `first_step`) count all messages, so
+    they compare with each other; `texts` is only the status texts, for membership checks."""
 
     def __call__(self, msg: dict) -> None:
         self.append(msg)
@@ -50,8 +52,11 @@ class Messages(list):
     def texts(self) -> list[str]:
         return [m.text for m in self if isinstance(m, Status)]
 
-    def index(self, predicate) -> int:
-        return next(i for i, m in enumerate(self) if predicate(m))
+    def first_text(self, text: str) -> int:
+        return next(i for i, m in enumerate(self) if isinstance(m, Status) and m.text == text)
+
+    def first_step(self) -> int:
+        return next(i for i, m in enumerate(self) if isinstance(m, Step))
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +75,7 @@ def cache_dir(tmp_path_factory):
 
 # ---- controller-side checks (no worker)
 
+@pytest.mark.unit
 def test_warmup_list_parses_sizes_and_batches_and_names_bad_entries():
     assert plans.parse_warmup("1024x1024, 832x1216x2; 64 X 64\n") == ((1024, 1024, 1), (832, 1216, 2), (64, 64, 1))
     assert plans.parse_warmup("  ") == ()
@@ -79,6 +85,7 @@ def test_warmup_list_parses_sizes_and_batches_and_names_bad_entries():
             plans.parse_warmup(bad)
 
 
+@pytest.mark.unit
 def test_compile_plan_checks_name_the_input_and_the_fix(tiny_models):
     flux = _spec(tiny_models)
     spec, notes = api.with_compile(flux, "whole denoiser", "auto", "64x64, 128x64x2", True)
@@ -113,6 +120,7 @@ def test_compile_plan_checks_name_the_input_and_the_fix(tiny_models):
             call()
 
 
+@pytest.mark.unit
 def test_manifest_mismatch_renews_the_cache_with_a_logged_reason(tmp_path, caplog):
     root = tmp_path / "cache"
     env: dict = {}
@@ -141,6 +149,7 @@ def test_manifest_mismatch_renews_the_cache_with_a_logged_reason(tmp_path, caplo
 
 # ---- in worker processes
 
+@pytest.mark.workers
 def test_worker_start_renews_a_stale_cache_and_samples(tiny_models, cache_dir):
     messages = Messages()
     images = api.sample(_spec(tiny_models), _request(), messages)
@@ -153,11 +162,13 @@ def test_worker_start_renews_a_stale_cache_and_samples(tiny_models, cache_dir):
     assert json.loads((cache_dir / compile_cache.MANIFEST).read_text())["torch"] == compile_cache.versions()["torch"]
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("name", ["tiny-flux", "tiny-sdxl"])
 def test_each_mode_gives_an_image_and_switching_modes_does_not_reload(tiny_models, cache_dir, name):
     base = _spec(tiny_models, name)
     reference = api.sample(base, _request())
     loads = api.worker_info()[0]["loads"]
+    assert {"defer-and-fuse eager", "compiled"} <= set(MODE_CHOICES), "the checks below would not run"
     for mode in [*MODE_CHOICES, "strict eager"]:  # ... and back from compiled to eager
         spec, notes = api.with_mode(base, mode)
         if mode == "compiled":
@@ -178,13 +189,13 @@ def test_each_mode_gives_an_image_and_switching_modes_does_not_reload(tiny_model
     assert api.worker_info()[0]["loads"] == loads, "switching modes reloaded the weights"
 
 
+@pytest.mark.workers
 def test_after_warmup_varied_samples_never_recompile_and_a_new_size_compiles_once(tiny_models, cache_dir):
     spec, _ = api.with_compile(_spec(tiny_models), "whole denoiser", "aot_eager", "64x64", False)
     messages = Messages()
     warm = api.load(spec, messages)["compile"]
     assert "warm-up 1/1: 64x64 (batch 1)" in messages.texts
-    announced = messages.index(lambda m: isinstance(m, Status) and m.text == "compiling 64x64 (batch 1) for the first time…")
-    assert announced < messages.index(lambda m: isinstance(m, Step))
+    assert messages.first_text("compiling 64x64 (batch 1) for the first time…") < messages.first_step()
     # one graph for a 2-step warm-up: no per-step recompile (e.g. from the timestep tensor)
     shape = next(s for s in warm["shapes"] if s["shape"] == "64x64 (batch 1)" and "aot_eager" in s["component"])
     assert (shape["compiles"], shape["graphs"], warm["unexpected_recompiles"]) == (1, 1, 0)
@@ -199,8 +210,8 @@ def test_after_warmup_varied_samples_never_recompile_and_a_new_size_compiles_onc
 
     messages = Messages()
     api.sample(spec, _request(width=96), messages)
-    announced = messages.index(lambda m: isinstance(m, Status) and m.text == "compiling 96x64 (batch 1) for the first time…")
-    assert announced < messages.index(lambda m: isinstance(m, Step)), "the compile must be announced before it starts"
+    announced = messages.first_text("compiling 96x64 (batch 1) for the first time…")
+    assert announced < messages.first_step(), "the compile must be announced before it starts"
     after = api.compile_stats()
     assert (after["compiles"], after["graphs"]) == (stats["compiles"] + 1, stats["graphs"] + 1)
     new = next(s for s in after["shapes"] if s["shape"] == "96x64 (batch 1)" and "aot_eager" in s["component"])
@@ -214,6 +225,7 @@ def test_after_warmup_varied_samples_never_recompile_and_a_new_size_compiles_onc
     assert api.compile_stats()["graphs"] == after["graphs"]
 
 
+@pytest.mark.workers
 def test_cfg_and_prompt_length_do_not_surprise(tiny_models, cache_dir):
     """SDXL: CFG on/off is a different batch for the UNet, so a known signature; Qwen-Image: prompts of any
     length up to the 128-token bucket share one graph (padded embeddings with a mask)."""
@@ -242,6 +254,7 @@ def test_cfg_and_prompt_length_do_not_surprise(tiny_models, cache_dir):
     assert api.compile_stats()["graphs"] == warm["graphs"] + 1
 
 
+@pytest.mark.workers
 def test_offload_model_compiles_the_repeated_blocks_and_says_so(tiny_models, cache_dir):
     offloaded = _spec(tiny_models, offload="model")
     eager = api.sample(offloaded, _request())
@@ -255,6 +268,7 @@ def test_offload_model_compiles_the_repeated_blocks_and_says_so(tiny_models, cac
     assert np.abs(images - eager).max() <= 1e-4
 
 
+@pytest.mark.workers
 def test_inductor_graphs_come_back_from_disk_after_a_restart(tiny_models, tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_COMPILE_CACHE, str(tmp_path / "cache"))
     api.shutdown()
@@ -277,6 +291,7 @@ def test_inductor_graphs_come_back_from_disk_after_a_restart(tiny_models, tmp_pa
 
 # ---- the real TorchTPU package, no TPU touched
 
+@pytest.mark.workers
 @pytest.mark.skipif(not TPU_VENV, reason="TPU_VENV (venv with torch-tpu + libtpu) not set")
 def test_modes_and_compile_names_exist_in_real_torch_tpu():
     code = """
@@ -309,6 +324,7 @@ def test_modes_and_compile_names_exist_in_real_torch_tpu():
 
 # ---- through a real ComfyUI
 
+@pytest.mark.server
 def test_compile_workflow_in_comfyui_shows_compile_text_and_saves_a_png(server):
     prefix = f"compile-{uuid.uuid4().hex[:8]}"
     workflow = {
@@ -322,8 +338,7 @@ def test_compile_workflow_in_comfyui_shows_compile_text_and_saves_a_png(server):
                                                     "seed": 11, "batch_size": 1}},
         "5": {"class_type": "SaveImage", "inputs": {"images": ["4", 0], "filename_prefix": prefix}},
     }
-    result = server.run(workflow, timeout=180)
-    assert result["status"] == "success", server.log_tail()
+    result = run_ok(server, workflow, timeout=180)
     assert len(result["images"]) == 1 and result["images"][0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     messages = result["messages"]
     texts = [(i, m["data"]["text"]) for i, m in enumerate(messages)
@@ -336,12 +351,10 @@ def test_compile_workflow_in_comfyui_shows_compile_text_and_saves_a_png(server):
     assert compiling and compiling[0] < first_step < done, texts
     assert any("compiled: tiny-flux/transformer (float32, whole denoiser, eager)" in t for _, t in texts), texts
 
-    info = server.run({"90": {"class_type": "TPUDeviceInfo", "inputs": {}}}, timeout=60)
-    stats = json.loads(info["history"]["outputs"]["90"]["text"][0])["workers"][0]["compile"]
+    stats = device_info(server)["workers"][0]["compile"]
     assert stats["mode"] == "compiled" and stats["compiles"] >= 1 and stats["unexpected_recompiles"] == 0
     # the nodes put the cache in ComfyUI's user directory unless the environment names a folder
+    # (the session server may have started inside this module's cache_dir fixture, which names one)
     chosen = psutil.Process(server.proc.pid).environ().get(ENV_COMPILE_CACHE)
-    if chosen:
-        assert stats["cache"]["dir"] == chosen
-    else:
-        assert Path(stats["cache"]["dir"]) == server.work_dir / "user" / "comfyui-tpu" / "compile-cache"
+    expected = chosen or str(server.work_dir / "user" / "comfyui-tpu" / "compile-cache")
+    assert stats["cache"]["dir"] == expected, f"{ENV_COMPILE_CACHE}={chosen!r} in the server's environment"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -31,24 +30,58 @@ def _fake_pci(root: Path, vendor: str, dev: str, group: str = "7", vfio: bool = 
         (root / "dev/vfio" / group).write_text("")
 
 
+@pytest.mark.unit
 def test_pci_scan_finds_a_tpu_only_when_vfio_can_open_it(tmp_path):
     _fake_pci(tmp_path / "a", "0x1ae0", "0x006f")
-    assert device.tpu_chips(str(tmp_path / "a")) == ["v6e"]
+    assert device.tpu_devices(str(tmp_path / "a")) == ["v6e"]
     _fake_pci(tmp_path / "b", "0x1ae0", "0x0063", vfio=False)
-    assert device.tpu_chips(str(tmp_path / "b")) == []
+    assert device.tpu_devices(str(tmp_path / "b")) == []
+    assert "cannot open through VFIO" in device.scan_pci(str(tmp_path / "b")).problem()
     _fake_pci(tmp_path / "c", "0x10de", "0x2335")  # an NVIDIA GPU
-    assert device.tpu_chips(str(tmp_path / "c")) == []
+    assert device.tpu_devices(str(tmp_path / "c")) == [] and device.scan_pci(str(tmp_path / "c")).problem() is None
 
 
-def test_this_host_has_no_tpu_and_resolves_to_cpu():
-    t0 = time.monotonic()
+@pytest.mark.unit
+@pytest.mark.parametrize("gen, vfio, accel", [("v4", False, True), ("v4", True, False), ("v5e", False, True)],
+                         ids=["v4 through /dev/accel", "v4 even with VFIO", "another id through /dev/accel"])
+def test_a_tpu_v4_host_is_named_as_unsupported_not_as_no_tpu(tmp_path, monkeypatch, gen, vfio, accel):
+    from fake_tpu.hosts import make_root
+
+    monkeypatch.setattr(device, "SYS_ROOT", make_root(tmp_path, gen, 4, vfio=vfio, accel=accel))
+    assert device.tpu_devices() == []
+    for choice in ("tpu", "auto"):
+        with pytest.raises(device.DeviceError, match=rf"device '{choice}': .*TPU v4 is not supported by TorchTPU "
+                                                     r"0\.2\.0.*Choose device 'cpu'"):
+            device.resolve_kind(choice)
     info = device.detect()
-    assert time.monotonic() - t0 < 5
-    assert info.kind == "cpu" and info.count == 1
+    assert info.kind == "cpu" and any(device.V4_UNSUPPORTED in note for note in info.notes), info
+    assert device.resolve_kind("cpu") == "cpu"
+
+
+@pytest.mark.unit
+def test_a_pod_host_is_refused_at_once_and_a_local_group_drops_the_pod_variables(monkeypatch):
+    pod = {"TPU_WORKER_HOSTNAMES": "h0,h1,h2,h3", "JOB_COMPLETION_INDEX": "2", "TPU_WORKER_ID": "2"}
+    assert device.pod_hosts({}) is None and device.pod_hosts({"TPU_WORKER_HOSTNAMES": "h0"}) is None
+    assert device.pod_hosts(pod) == ["h0", "h1", "h2", "h3"]
+    assert device.pod_hosts({"JOB_COMPLETION_INDEX": "0"}) == []  # TorchTPU takes the multi-host path too
+    with pytest.raises(device.DeviceError, match=r"multi-host slice \(TPU_WORKER_HOSTNAMES lists 4 hosts\).*"
+                                                 r"COMFYUI_TPU_HOSTS.*backend join.*COMFYUI_TPU_LOCAL_GROUP=1"):
+        device.check_single_host(pod)
+    device.check_single_host({**pod, device.ENV_LOCAL_GROUP: "1"})
+    assert [k for k in pod if k in device.worker_env("tpu", pod)] == list(pod), "no local group: left alone"
+    local = device.worker_env("tpu", {**pod, device.ENV_LOCAL_GROUP: "1", "PATH": "/bin"})
+    assert [k for k in pod if k in local] == [] and local["PATH"] == "/bin"
+
+
+@pytest.mark.unit
+def test_this_host_has_no_tpu_and_resolves_to_cpu():
+    info = device.detect()
+    assert info.kind == "cpu" and (info.chips, info.devices) == (1, 1) and info.notes == ()
     assert device.resolve_kind("auto") == "cpu"
     assert device.resolve_kind("cpu") == "cpu"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("choice, words", [("tpu", "device 'tpu'"), ("cuda", "device 'cuda'"),
                                            ("gpu", "not one of")])
 def test_unavailable_device_names_the_input_and_the_fix(choice, words):
@@ -58,6 +91,7 @@ def test_unavailable_device_names_the_input_and_the_fix(choice, words):
     assert "auto" in str(e.value)
 
 
+@pytest.mark.unit
 def test_dist_backend_per_kind():
     from backend.worker.device import dist_backend
 
@@ -69,30 +103,27 @@ def _run_in_tpu_venv(code: str, timeout: float, env: dict | None = None) -> subp
                           capture_output=True, text=True, env={**os.environ, **(env or {})})
 
 
+@pytest.mark.workers
 @needs_tpu_venv
-def test_detection_with_real_torch_tpu_installed_is_fast_and_says_no_tpu():
-    """Timed inside the child, after `import torch` (which autoloads torch_tpu): process start and imports
-    vary with machine load; the detection itself must not wait on anything."""
+def test_detection_with_real_torch_tpu_installed_says_no_tpu():
+    """Detection after `import torch` (which autoloads torch_tpu) must not start the TPU runtime: on a host
+    without a TPU that start waits about 10 minutes on the cloud metadata server, far past the child's 60 s."""
     out = _run_in_tpu_venv("""
-        import time
         import torch
         from backend.controller import devices as device
-        t0 = time.monotonic()
         kind = device.detect().kind
-        elapsed = time.monotonic() - t0
-        print(device.torch_tpu_installed(), device.tpu_present(), kind, elapsed)
+        print(device.torch_tpu_installed(), device.tpu_present(), kind)
     """, timeout=60)
     assert out.returncode == 0, out.stderr
-    installed, present, kind, elapsed = out.stdout.split()
-    assert [installed, present, kind] == ["True", "False", "cpu"]
-    assert float(elapsed) < 1.0
+    assert out.stdout.split() == ["True", "False", "cpu"]
 
 
+@pytest.mark.workers
 @needs_tpu_venv
-def test_prestartup_keeps_torch_tpu_out_and_cpu_backward_takes_seconds():
+def test_prestartup_keeps_torch_tpu_out_and_cpu_backward_does_not_hang():
     """What ComfyUI's process does: the pack's prestartup script, then import torch, then a CPU backward().
-    Without the prestartup script the first backward() blocks ~10 minutes on this host (FACTS §6)."""
-    t0 = time.monotonic()
+    Without the prestartup script, with torch_tpu installed and no TPU, the first backward() starts the TPU
+    runtime, which retries the cloud metadata server for about 10 minutes: far past the child's 120 s."""
     out = _run_in_tpu_venv("""
         import os, runpy, sys
         runpy.run_path("prestartup_script.py")
@@ -105,9 +136,9 @@ def test_prestartup_keeps_torch_tpu_out_and_cpu_backward_takes_seconds():
     assert out.returncode == 0, out.stderr
     assert "[ComfyUI-TPU] set TPU_SKIP_MDS_QUERY=1, TORCH_DEVICE_BACKEND_AUTOLOAD=0" in out.stdout
     assert out.stdout.strip().splitlines()[-1].split() == ["1", "0", "False", "12.0"]
-    assert time.monotonic() - t0 < 60
 
 
+@pytest.mark.workers
 @needs_tpu_venv
 def test_torch_tpu_api_we_call_exists_without_touching_a_device():
     """The names backend.device uses exist in the installed torch_tpu 0.2 (autoloaded, no runtime started)."""
@@ -126,6 +157,7 @@ def test_torch_tpu_api_we_call_exists_without_touching_a_device():
     assert lines[1] == "True True"
 
 
+@pytest.mark.server
 @needs_tpu_venv
 def test_comfyui_with_torch_tpu_installed_starts_and_runs_the_demo(comfyui_dir, tiny_models, tmp_path):
     from comfy_server import ComfyServer, load_workflow
@@ -138,3 +170,13 @@ def test_comfyui_with_torch_tpu_installed_starts_and_runs_the_demo(comfyui_dir, 
         assert result["status"] == "success", srv.log_tail()
         assert result["images"] and result["images"][0].exists()
     assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in srv.log_path.read_text()
+
+
+@pytest.mark.unit
+def test_a_tpu_worker_must_see_exactly_one_device_once_bound(monkeypatch):
+    from backend.worker.device import check_one_device
+
+    check_one_device(1)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    with pytest.raises(RuntimeError, match=r"sees 4 devices after binding, not 1.*LOCAL_RANK=3.*tpu-check"):
+        check_one_device(4)

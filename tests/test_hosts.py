@@ -24,7 +24,7 @@ import numpy as np
 import psutil
 import pytest
 from comfy_server import ComfyServer, error_message
-from test_comfyui import INFO_NODE, LONG, info_from, pixels, prompt, run_ok
+from helpers import LONG, device_info, pixels, prompt, run_ok
 
 pytestmark = pytest.mark.server
 
@@ -103,10 +103,6 @@ def cluster(namespaces, secret, comfyui_dir, tiny_models, tmp_path_factory):
     finally:
         srv.stop()
         agent.kill()
-
-
-def device_info(srv: ComfyServer) -> dict:
-    return info_from(run_ok(srv, {INFO_NODE: {"class_type": "TPUDeviceInfo", "inputs": {}}}))
 
 
 def hosts_of(srv: ComfyServer) -> dict:

@@ -10,6 +10,8 @@ import pytest
 from backend.controller import api, models
 from backend.protocol.errors import ModelError
 
+pytestmark = pytest.mark.unit
+
 
 def _fake_pipeline(path, class_name="FluxPipeline", weights=("diffusion_pytorch_model.safetensors",)):
     path.mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""Issue 7 — bad input, worker faults, interrupts, long runs, security and shutdown — through a real ComfyUI.
+"""Bad input, worker faults, interrupts, long runs, security and shutdown, through a real ComfyUI.
 
 Most cases run on the shared session server (`server`). Those that need ComfyUI started with other settings
 run on one more server (`faulty`): a short silence timeout, a worker memory cap, pickle weights allowed, the
@@ -31,7 +31,18 @@ from pathlib import Path
 import psutil
 import pytest
 from comfy_server import ComfyServer, PromptFailed, error_message
-from test_comfyui import LONG, alive, group_processes, kill_all, prompt, run_ok, wait_gone, worker_state
+from helpers import (
+    LONG,
+    alive,
+    device_info,
+    group_processes,
+    kill_all,
+    node_texts,
+    prompt,
+    run_ok,
+    wait_gone,
+    worker_state,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SILENCE_TIMEOUT_S = 6  # the faulty server's COMFYUI_TPU_SILENCE_TIMEOUT (heartbeats come every 2 s)
@@ -85,15 +96,6 @@ def rejection(server: ComfyServer, wf: dict) -> tuple[str, str, str]:
     assert result["status"] == "error", f"expected a failure, got {result['status']}"
     node = next(m["data"]["node_id"] for m in result["messages"] if m["type"] == "execution_error")
     return "execution", node, error_message(result)
-
-
-def node_texts(result: dict, node: str) -> list[str]:
-    """The progress text shown next to `node` during a run, in order."""
-    return [
-        m["data"]["text"]
-        for m in result["messages"]
-        if m["type"] == "progress_text" and m["data"]["node"] == node
-    ]
 
 
 def copy_model(src: Path, dest: Path, copy_file: Callable[[Path, Path], None]) -> Path:
@@ -196,6 +198,12 @@ def track(srv: ComfyServer) -> list[psutil.Process]:
     return procs
 
 
+def shm_names() -> set[str]:
+    """What /dev/shm holds: the workers hand images over there and torch keeps its shared memory there. Empty
+    where the host has no /dev/shm: the pack then sends images over its socket and nothing can be left."""
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
 def rss_mb(p: psutil.Process) -> float:
     return p.memory_info().rss / 2**20
 
@@ -268,7 +276,7 @@ def faulty(comfyui_dir, tiny_models, tmp_path_factory, hub_trap):
         "TMPDIR": str(tmp),
     }
     srv = ComfyServer(str(comfyui_dir), str(tiny_models), work_dir=str(work), env=env)
-    srv.shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    srv.shm_before = shm_names()
     srv.tmp = tmp
     srv.pids, srv.group_ids = set(), set()
     srv.start()
@@ -278,7 +286,7 @@ def faulty(comfyui_dir, tiny_models, tmp_path_factory, hub_trap):
     kill_all([p for p in group if alive(p)])
 
 
-# ---- 5. security, without a server
+# ---- security, without a server
 def _from_pretrained_calls() -> list[tuple[str, dict[str, ast.expr]]]:
     """Every `*.from_pretrained(...)` call in backend/ and nodes/ with its keywords (`**name` resolved to the
     dict literal assigned to `name` in the same file; other `**` arguments (components, per-component
@@ -320,6 +328,7 @@ def _from_pretrained_calls() -> list[tuple[str, dict[str, ast.expr]]]:
     return found
 
 
+@pytest.mark.unit
 def test_from_pretrained_is_local_safetensors_only_and_never_trusts_remote_code():
     calls = _from_pretrained_calls()
     assert len(calls) >= 2, calls  # each weighted component, then the pipeline (backend/worker/loading.py)
@@ -347,6 +356,7 @@ def test_from_pretrained_is_local_safetensors_only_and_never_trusts_remote_code(
     assert problems == []
 
 
+@pytest.mark.unit
 def test_pickle_weights_need_the_operator_opt_in(monkeypatch):
     from backend.protocol.messages import ENV_ALLOW_PICKLE
     from backend.worker.loading import safetensors_only
@@ -359,6 +369,7 @@ def test_pickle_weights_need_the_operator_opt_in(monkeypatch):
         assert safetensors_only() is expected, value
 
 
+@pytest.mark.unit
 def test_oom_markers_match_torch_cpu_allocator_message():
     """A real allocation failure of torch's CPU allocator (2^62 bytes) is recognised as out of memory."""
     import torch
@@ -380,7 +391,7 @@ def test_oom_markers_match_torch_cpu_allocator_message():
     assert text.startswith("out of memory on cpu") and "offload" in text and "Shard TP" in text, text
 
 
-# ---- 1. the bad-input matrix, through the server
+# ---- the bad-input matrix, through the server
 # case → (workflow, where it is caught, node, words the message must hold: the input, the value, the fix)
 def _cases(tiny_models: Path) -> dict:
     shard = ("TPUShardTP", {"degree": 2, "shard_text_encoders": False})
@@ -482,6 +493,7 @@ def _cases(tiny_models: Path) -> dict:
 CASES = list(_cases(Path("/nonexistent")))
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("case", CASES)
 def test_bad_input_names_input_value_and_fix_and_the_server_serves_the_next_prompt(
     session_models, tiny_models, case
@@ -498,6 +510,7 @@ def test_bad_input_names_input_value_and_fix_and_the_server_serves_the_next_prom
     assert len(run_ok(server, prompt())["images"]) == 1
 
 
+@pytest.mark.server
 def test_fuse_mode_on_cpu_runs_strict_eager_with_a_note(session_models):
     result = run_ok(session_models, graph({}, {}, ("TPUSetExecutionMode", {"mode": "defer-and-fuse eager"})))
     assert len(result["images"]) == 1
@@ -507,13 +520,15 @@ def test_fuse_mode_on_cpu_runs_strict_eager_with_a_note(session_models):
     ), node_texts(result, "10")
 
 
+@pytest.mark.server
 def test_an_api_workflow_saved_before_the_newest_optional_inputs_still_runs(session_models):
     wf = graph()
     del wf["2"]["inputs"]["prompt_per_line"], wf["1"]["inputs"]["model_path"]
     assert len(run_ok(session_models, wf)["images"]) == 1
 
 
-# ---- 3. interrupt while loading and while compiling
+# ---- interrupt while loading and while compiling
+@pytest.mark.server
 def test_interrupt_while_the_worker_starts_and_loads_stops_right_after_loading(server):
     run_ok(server, {"1": {"class_type": "TPUFreeWorkers", "inputs": {}}})
     sent = []
@@ -539,6 +554,7 @@ def test_interrupt_while_the_worker_starts_and_loads_stops_right_after_loading(s
     )
 
 
+@pytest.mark.server
 def test_interrupt_while_compiling_stops_right_after_the_compile_and_keeps_it(server):
     def compile_graph():
         return graph(
@@ -579,21 +595,22 @@ def test_interrupt_while_compiling_stops_right_after_the_compile_and_keeps_it(se
     ), texts
     again = run_ok(server, compile_graph())
     assert not any(t.startswith("compiling 96x96") for t in node_texts(again, "11")), "compiled a second time"
-    info = run_ok(server, {"90": {"class_type": "TPUDeviceInfo", "inputs": {}}})
-    stats = json.loads(info["history"]["outputs"]["90"]["text"][0])["workers"][0]["compile"]
+    stats = device_info(server)["workers"][0]["compile"]
     shape = next(
         s for s in stats["shapes"] if s["shape"].startswith("96x96") and "aot_eager" in s["component"]
     )
     assert shape["compiles"] == 1 and shape["hits"] >= 2 and shape["unexpected_recompiles"] == 0, shape
 
 
-# ---- 5. security through the server; 1. pickle allowed by the operator
+# ---- security through the server, and pickle weights allowed by the operator
+@pytest.mark.server
 def test_pickle_weights_load_when_the_operator_allows_them(faulty):
     result = run_ok(faulty, graph(load={"model_path": "pickle-flux"}))
     track(faulty)
     assert len(result["images"]) == 1
 
 
+@pytest.mark.server
 def test_a_missing_component_file_says_nothing_is_downloaded_and_nothing_is(faulty, hub_trap):
     kind, node, message = rejection(faulty, graph(load={"model_path": "flux-no-weights"}))
     assert (kind, node) == ("execution", "2"), message
@@ -608,16 +625,15 @@ def test_a_missing_component_file_says_nothing_is_downloaded_and_nothing_is(faul
     assert len(run_ok(faulty, graph())["images"]) == 1
 
 
-# ---- 2. worker faults
+# ---- worker faults
+@pytest.mark.server
 def test_out_of_memory_in_a_worker_suggests_offload_or_tp_and_everything_survives(faulty):
     run_ok(faulty, graph(load={"model_path": "flux-linear"}))
     track(faulty)
     worker = group_processes(faulty, workers_only=True)[0]
-    t0 = time.monotonic()
     kind, node, message = rejection(
         faulty, graph({"width": 8192, "height": 8192}, {"model_path": "flux-linear"})
     )
-    took = time.monotonic() - t0
     assert (kind, node) == ("execution", "2"), message
     for words in (
         "out of memory on cpu",
@@ -627,7 +643,6 @@ def test_out_of_memory_in_a_worker_suggests_offload_or_tp_and_everything_survive
         "Shard TP",
     ):
         assert words in message, message
-    assert took < 60
     assert faulty.proc.poll() is None and alive(worker), (
         "the worker and ComfyUI survive an allocation failure"
     )
@@ -635,19 +650,18 @@ def test_out_of_memory_in_a_worker_suggests_offload_or_tp_and_everything_survive
     assert group_processes(faulty, workers_only=True)[0].pid == worker.pid
 
 
+@pytest.mark.server
 def test_a_worker_that_stops_answering_times_out_is_killed_and_replaced(faulty):
     run_ok(faulty, graph())
     track(faulty)
     group = group_processes(faulty)
     victim = group_processes(faulty, workers_only=True)[0]
-    marks: dict[str, float] = {}
+    stopped = []
 
     def on_message(msg):
-        if msg["type"] == "progress" and "stop" not in marks:
-            marks["stop"] = time.monotonic()
+        if msg["type"] == "progress" and not stopped:
+            stopped.append(victim.pid)
             os.kill(victim.pid, signal.SIGSTOP)  # alive but silent: no step, no heartbeat
-        elif msg["type"] == "execution_error":
-            marks["end"] = time.monotonic()
 
     try:
         result = faulty.run(graph(dict(LONG)), timeout=90, on_message=on_message)
@@ -658,8 +672,7 @@ def test_a_worker_that_stops_answering_times_out_is_killed_and_replaced(faulty):
             and f"{SILENCE_TIMEOUT_S} s, COMFYUI_TPU_SILENCE_TIMEOUT" in message
         )
         assert "next run starts fresh ones" in message, message
-        # the silence, then close(): polite shutdown, SIGTERM (a stopped process does not act on it), SIGKILL
-        assert marks["end"] - marks["stop"] < SILENCE_TIMEOUT_S + 10
+        # after the silence, close(): polite shutdown, SIGTERM (a stopped process does not act on it), SIGKILL
         assert wait_gone(group, timeout=10) == [], "the stopped worker was left behind"
         run_ok(faulty, graph())
         track(faulty)
@@ -674,7 +687,8 @@ def test_a_worker_that_stops_answering_times_out_is_killed_and_replaced(faulty):
         kill_all([p for p in group if alive(p)])
 
 
-# ---- 4. soak, then 6. SIGTERM, then nothing left behind
+# ---- soak, then SIGTERM, then nothing left behind
+@pytest.mark.soak
 def test_soak_of_many_prompts_keeps_memory_flat_and_sigterm_leaves_nothing_behind(faulty):
     t0 = time.monotonic()
     controller = psutil.Process(faulty.proc.pid)
@@ -702,25 +716,18 @@ def test_soak_of_many_prompts_keeps_memory_flat_and_sigterm_leaves_nothing_behin
 
     # SIGTERM (systemd, docker stop) ends ComfyUI like Ctrl+C: its workers are stopped, not just orphaned
     group = [p for p in seen if alive(p)]
-    t1 = time.monotonic()
     faulty.proc.send_signal(signal.SIGTERM)
     faulty.proc.wait(timeout=20)
     left = wait_gone(group, timeout=10)
-    took = time.monotonic() - t1
     assert left == [], f"processes outlived ComfyUI: {[p.cmdline() for p in left]}"
-    assert took < 10, f"stopping took {took:.1f} s"
-    assert "worker group GroupConfig(kind='cpu', world_size=1) stopped" in faulty.log_path.read_text()
+    assert "worker group GroupConfig(kind='cpu', world_size=1, hosts=(), per_host=0) stopped" in faulty.log_path.read_text()
 
     leftovers = [
         name for name in os.listdir(faulty.tmp) if name.startswith(("comfyui-tpu-", "torchelastic_"))
     ]
     assert leftovers == [], f"temp files left in TMPDIR: {leftovers}"
-    if os.path.isdir(
-        "/dev/shm"
-    ):  # files of this server's worker groups (by group id) or processes (torch_<pid>)
-        prefixes = tuple(
-            [f"comfyui-tpu-{g}-" for g in faulty.group_ids] + [f"torch_{p}_" for p in faulty.pids]
-        )
-        new = {n for n in set(os.listdir("/dev/shm")) - faulty.shm_before if n.startswith(prefixes)}
-        assert new == set(), f"shared-memory segments left behind: {new}"
-        assert faulty.group_ids, "the workers' group ids (which name their /dev/shm files) were not seen"
+    assert faulty.group_ids, "the workers' group ids (which name their /dev/shm files) were not seen"
+    # files of this server's worker groups (by group id) or processes (torch_<pid>)
+    prefixes = tuple([f"comfyui-tpu-{g}-" for g in faulty.group_ids] + [f"torch_{p}_" for p in faulty.pids])
+    new = {n for n in shm_names() - faulty.shm_before if n.startswith(prefixes)}
+    assert new == set(), f"shared-memory segments left behind: {new}"

@@ -13,6 +13,8 @@ import torch
 
 from backend.tiny_models import FAMILIES, build_all, build_tiny_pipeline
 
+pytestmark = pytest.mark.unit
+
 PIPELINE_CLASSES = {
     "flux": "FluxPipeline",
     "flux2": "Flux2KleinPipeline",

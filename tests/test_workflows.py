@@ -17,6 +17,7 @@ import pytest
 from comfy_server import error_message
 from export_api_workflows import api_path, render
 from frontend import (
+    MODEL_INPUTS,
     Frontend,
     find_chromium,
     load_ui_workflow,
@@ -24,6 +25,7 @@ from frontend import (
     substitute_models,
     workflow_files,
 )
+from helpers import device_info
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +42,15 @@ TINY = {
     "FLUX.1-dev": "tiny-flux",
     "stable-diffusion-3.5-medium": "tiny-sd3",
     "FLUX.2-dev": "tiny-flux2",  # 2 attention heads: Shard TP 2 works
+    # model files in ComfyUI's folders -> the tiny FLUX.1 files written by ComfyUI's own code (file_fixtures.py)
+    "flux1-dev.safetensors": "flux1-tiny.safetensors",
+    "clip_l.safetensors": "clip_l-tiny.safetensors",
+    "t5xxl_fp8_e4m3fn.safetensors": "t5xxl-tiny_fp8_e4m3fn.safetensors",
+    "ae.safetensors": "ae-tiny.safetensors",
+    "(none)": "(none)",
 }
+TINY_FILES = ("flux1",)  # the families whose tiny files the workflows use
+ALLOWED = {name: set(TINY) for name in MODEL_INPUTS}  # names the frontend may not find here
 # Real-size settings that would take minutes on the CPU, by node type and input: set in the converted API
 # prompt of every workflow that names a real model (the files keep the real values; tiny_demo runs as
 # shipped). Multi-chip workflows run with world size 2 (two CPU worker processes).
@@ -55,7 +65,22 @@ OLD_WORKFLOW = Path(__file__).parent / "data" / "tiny_demo_before_prompt_per_lin
 
 
 @pytest.fixture(scope="module")
-def ui(server):
+def tiny_files(server, comfyui_files):
+    """The tiny files of TINY_FILES in the server's own model folders (models/diffusion_models, ...)."""
+    from backend.controller.sources import ROLE_FOLDERS
+
+    models = comfyui_files(*TINY_FILES) / "models"
+    for folder in ROLE_FOLDERS.values():
+        target = server.work_dir / "models" / folder
+        target.mkdir(parents=True, exist_ok=True)
+        for file in (models / folder).glob("*") if (models / folder).is_dir() else ():
+            if not (target / file.name).exists():
+                (target / file.name).symlink_to(file)
+    return models
+
+
+@pytest.fixture(scope="module")
+def ui(server, tiny_files):
     if not find_chromium():
         pytest.skip("no Chromium: scripts/ensure_chromium.sh installs Debian's chromium-headless-shell (needs apt "
                     "and root), or set COMFYUI_TPU_CHROMIUM; the real-frontend tests need it")
@@ -99,9 +124,10 @@ def world_size(prompt: dict) -> int:
     return size
 
 
+@pytest.mark.unit
 def test_the_shipped_workflows_are_there_and_explain_themselves():
     assert {"tiny_demo", "flux1_schnell_offload", "sd35_medium_compiled", "flux2_dev_tp8",
-            "data_parallel_prompts", "sd35_cfg_parallel", "flux1_context_parallel",
+            "data_parallel_prompts", "flux1_dev_comfyui_files", "sd35_cfg_parallel", "flux1_context_parallel",
             "flux1_dev_true_cfg"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
@@ -111,18 +137,20 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
         assert notes and notes[0]["widgets_values"][0].strip(), f"{path.name}: no note that describes it"
 
 
+@pytest.mark.frontend
 @pytest.mark.parametrize("path", FILES, ids=_ids(FILES))
 def test_workflow_loads_converts_and_runs(ui, server, path):
     wf = load_ui_workflow(path)
     conversion = ui.convert(wf, path.stem)
-    problems = conversion.problems(allowed_values={"model": set(TINY)}) + conversion.console_errors
+    problems = conversion.problems(allowed_values=ALLOWED) + conversion.console_errors
     assert not problems, f"{path.name} in the frontend:\n" + "\n".join(problems)
 
     prompt = conversion.prompt
     expected = {str(n["id"]): n["type"] for n in wf["nodes"] if n["type"] not in NOTES and n.get("mode", 0) == 0}
     assert {k: v["class_type"] for k, v in prompt.items()} == expected
 
-    models = {v["inputs"]["model"] for v in prompt.values() if v["class_type"] == "LoadTPUPipeline"}
+    models = {v["inputs"][name] for v in prompt.values() for name in MODEL_INPUTS
+              if v["class_type"].startswith("LoadTPUPipeline") and name in v["inputs"]}
     assert models <= set(TINY), f"add a tiny stand-in for {models - set(TINY)} to TINY"
     started = time.perf_counter()
     runnable = for_the_cpu(prompt)
@@ -135,14 +163,14 @@ def test_workflow_loads_converts_and_runs(ui, server, path):
         with Image.open(image) as im:
             assert im.format == "PNG" and im.size in sizes, (image, im.format, im.size, sizes)
     seconds = time.perf_counter() - started
-    info = server.run({"90": {"class_type": "TPUDeviceInfo", "inputs": {}}}, timeout=60)
-    workers = json.loads(info["history"]["outputs"]["90"]["text"][0])["workers"]
+    workers = device_info(server)["workers"]
     assert len(workers) == world_size(runnable), workers
     print(f"{path.stem}: converted in {conversion.seconds:.2f} s, ran in {seconds:.1f} s on {len(workers)} "
           "worker(s)",
           *(f"\n  older than its nodes (fine; rebuild to show the new inputs): {o}" for o in conversion.outdated))
 
 
+@pytest.mark.frontend
 def test_a_workflow_saved_before_an_input_was_added_still_runs(ui, server):
     """Saved workflows outlive node changes: tiny_demo as saved before Sample gained prompt_per_line (its last
     input) opens without a widget error, converts with the input's default, and runs."""
@@ -151,7 +179,7 @@ def test_a_workflow_saved_before_an_input_was_added_still_runs(ui, server):
     assert len(sample["widgets_values"]) == 9
     assert "prompt_per_line" not in {i["name"] for i in sample["inputs"]}
     conversion = ui.convert(old, OLD_WORKFLOW.stem)
-    problems = conversion.problems(allowed_values={"model": set(TINY)}) + conversion.console_errors
+    problems = conversion.problems(allowed_values=ALLOWED) + conversion.console_errors
     assert not problems, "\n".join(problems)
     assert conversion.outdated == ["node 2 (TPUSample): saved without prompt_per_line (defaults used)"]
     # the same prompt as today's tiny_demo, the new input at its default
@@ -163,6 +191,7 @@ def test_a_workflow_saved_before_an_input_was_added_still_runs(ui, server):
     assert len(result["images"]) == 1
 
 
+@pytest.mark.frontend
 @pytest.mark.parametrize("path", FILES, ids=_ids(FILES))
 def test_api_copy_is_what_the_frontend_makes(ui, path):
     """workflows/api/<name>.json (used by the demo command) is derived, never edited by hand."""
@@ -172,11 +201,13 @@ def test_api_copy_is_what_the_frontend_makes(ui, path):
         f"{target.relative_to(ROOT)} is stale or missing: run scripts/export_api_workflows.py")
 
 
+@pytest.mark.unit
 def test_no_api_copy_without_its_workflow():
     orphans = {p.name for p in (WORKFLOWS / "api").glob("*.json")} - {p.name for p in FILES}
     assert not orphans, f"workflows/api/ files without a UI workflow in workflows/: {sorted(orphans)}"
 
 
+@pytest.mark.server
 def test_template_browser_lists_exactly_the_workflows(server):
     """ComfyUI serves a pack's workflows/ folder as its template folder (like example_workflows/): the list
     holds the UI workflows and nothing else, each file and its thumbnail come back as they are on disk."""
@@ -191,6 +222,7 @@ def test_template_browser_lists_exactly_the_workflows(server):
         assert (ROOT / "docs" / "images" / f"{path.stem}.png").exists(), "run scripts/screenshots.py"
 
 
+@pytest.mark.frontend
 @pytest.mark.parametrize("path", FILES[:1], ids=_ids(FILES[:1]))
 def test_template_opens_in_the_frontend(ui, server, path):
     """What clicking the template in the browser does (the frontend's ?template= link takes the same path)."""
@@ -209,6 +241,7 @@ def test_template_opens_in_the_frontend(ui, server, path):
     assert got == wanted
 
 
+@pytest.mark.frontend
 def test_template_browser_shows_them(ui):
     """The real template browser, opened as its side-bar button does, shows a card for each workflow."""
     try:
@@ -218,6 +251,7 @@ def test_template_browser_shows_them(ui):
     assert {p.stem for p in FILES} <= set(texts), texts
 
 
+@pytest.mark.frontend
 def test_frontend_reports_what_is_wrong(ui, tmp_path):
     """The checks above would notice: an unknown node, shifted widget values, a value not offered, an
     API-format file opened as a workflow."""

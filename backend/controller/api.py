@@ -12,7 +12,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +30,7 @@ from ..protocol.spec import (
     SampleRequest,
     mode_note,
 )
-from . import devices, group, hosts, models, plans
+from . import devices, group, hosts, models, plans, sources
 
 ProgressFn = Callable[[Status | Step], None]
 MAX_IMAGES = 4096  # images in one Sample (prompt lines × batch_size)
@@ -39,9 +39,8 @@ log = logging.getLogger("comfyui_tpu")
 atexit.register(group.shutdown)
 
 
-def make_spec(model: str, roots: Iterable[str], dtype: str = "auto", device_choice: str = "auto",
-              offload: str = "none", allow_pickle: bool = False) -> PipelineSpec:
-    """Checks the user's choices and the model folder (no weights read) and describes the pipeline."""
+def _check_choices(dtype: str, device_choice: str, offload: str) -> str:
+    """The user's dtype, device and offload checked; the device kind they resolve to."""
     if dtype not in DTYPE_CHOICES:
         raise ModelError(f"dtype: '{dtype}' is not one of {', '.join(DTYPE_CHOICES)}.")
     if offload not in OFFLOAD_CHOICES:
@@ -49,20 +48,81 @@ def make_spec(model: str, roots: Iterable[str], dtype: str = "auto", device_choi
     kind = devices.resolve_kind(device_choice)
     if dtype == "float16" and kind == "tpu":
         raise ModelError("dtype: float16 is not a good fit for TPUs; choose 'auto' (bfloat16) instead.")
+    return kind
+
+
+def make_spec(model: str, roots: Iterable[str], dtype: str = "auto", device_choice: str = "auto",
+              offload: str = "none", allow_pickle: bool = False) -> PipelineSpec:
+    """Checks the user's choices and the model folder (no weights read) and describes the pipeline."""
+    kind = _check_choices(dtype, device_choice, offload)
     path = models.resolve_model_path(model, roots)
     info = models.inspect_model(path, allow_pickle=allow_pickle)
     return PipelineSpec(model_path=info.path, class_name=info.class_name, size_factor=info.size_factor,
-                        dtype=dtype, device=device_choice, offload=offload, kind=kind)
+                        dtype=dtype, device=device_choice, offload=offload, kind=kind, variant=info.variant)
+
+
+def make_file_spec(choice: sources.FileChoice, roots: Mapping[str, Iterable[str]], dtype: str = "auto",
+                   device_choice: str = "auto", offload: str = "none") -> PipelineSpec:
+    """Checks the user's choices and the chosen files (their headers; no weights read) and describes the
+    pipeline they make. `roots`: ComfyUI's folders per role (sources.ROLE_FOLDERS)."""
+    kind = _check_choices(dtype, device_choice, offload)
+    class_name, main, source = sources.describe_files(choice, roots)
+    if kind == "tpu" and any(c.quant == "gguf" for c in source.components):
+        gguf = next(c for c in source.components if c.quant == "gguf")
+        raise ModelError(f"diffusion_model: '{Path(gguf.path).name}' is a GGUF file; diffusers computes GGUF "
+                         "weights with CUDA or CPU kernels, which TorchTPU does not have. On a TPU use the "
+                         ".safetensors version (bf16, fp16 or fp8: fp8 is upcast on load).")
+    spec = PipelineSpec(model_path=main, class_name=class_name, size_factor=0, dtype=dtype, device=device_choice,
+                        offload=offload, kind=kind, source=source)
+    factor = models.vae_scale(spec.component_config("vae")) * spec.family.size_multiple_of_vae
+    return spec.with_changes(size_factor=factor)
+
+
+def describe_files(spec: PipelineSpec) -> str:
+    """What a pipeline made of files is and where each part comes from, for the text next to the loader."""
+    lines = [f"{spec.family.name} ({spec.class_name})"]
+    for part in spec.source.components if spec.source else ():
+        if part.layout in ("tokenizer", "tekken", "checkpoint"):
+            continue
+        how = {"scaled-fp8": ", scaled fp8: dequantized on load", "gguf": ", GGUF"}.get(part.quant, "")
+        inside = " (in the checkpoint)" if part.prefix and part.name not in ("transformer", "unet") else ""
+        lines.append(f"{part.name}: {Path(part.path).name}{inside}{how}")
+    return "\n".join([*lines, *(spec.source.notes if spec.source else ())])
 
 
 def checked(spec: PipelineSpec) -> PipelineSpec:
-    """`spec` ready to run: its device kind and compile plan resolved, its parallel layout checked against the
-    model and this host. Specs from the nodes already are; specs built by scripts may not be."""
+    """`spec` ready to run: its device kind, default layout (v7x: Data Parallel over one chip's two devices),
+    offload 'auto' and compile plan resolved, its parallel layout checked against the model and this host (on
+    TPU: a worker count TorchTPU launches). Run before every request; specs built by scripts are checked too."""
     if not spec.kind:
         spec = spec.with_changes(kind=devices.resolve_kind(spec.device))
-    spec = plans.with_sharded_encoders(spec)
+    spec = plans.with_sharded_encoders(plans.default_layout(spec))
+    spec = plans.resolve_load_order(plans.resolve_offload(spec))
     plans.check_spec(spec)
     return plans.resolve_compile(spec)
+
+
+def describe_pipeline(spec: PipelineSpec) -> str:
+    """What Load TPU Pipeline says next to itself: where the pipeline runs, the layout it gets by default, and
+    what offload 'auto' chose and why."""
+    if spec.kind == "tpu":
+        host = devices.tpu_host()
+        lines = [f"{spec.name} ({spec.family.name}) on {host.describe()}, "
+                 f"{_gib(host.hbm_bytes_per_device)} per device"]
+        if note := devices.v7x_default_note(host):
+            lines.append(note)
+    elif spec.kind == "cuda":
+        n = devices.cuda_count()
+        lines = [f"{spec.name} ({spec.family.name}) on CUDA ({n} GPU{'s' if n != 1 else ''})"]
+    else:
+        lines = [f"{spec.name} ({spec.family.name}) on the CPU"]
+    if spec.offload == "auto":
+        lines.append(plans.choose_offload(spec).reason)
+    return "\n".join(lines)
+
+
+def _gib(n: int | None) -> str:
+    return "? GiB" if n is None else f"{n / 2**30:.0f} GiB"
 
 
 def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
@@ -92,7 +152,7 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
 
 def group_config(spec: PipelineSpec) -> GroupConfig:
     """The group `spec` runs on: this host's chips, or (a group larger than one host) the joined hosts too."""
-    across = hosts.span(spec.kind, plans.chip_count(spec.kind))
+    across = plans.span(spec.kind)
     if across is None or spec.world_size <= across.per_host:
         return GroupConfig(kind=spec.kind, world_size=spec.world_size)
     others = hosts.sharing_hosts(hosts.registry(), spec.kind, across.per_host)
@@ -207,7 +267,15 @@ def shutdown() -> None:
 
 
 def list_models(roots: Iterable[str]) -> list[str]:
-    return models.find_models([str(Path(r)) for r in roots])
+    """Diffusers folders in ComfyUI's diffusers folders, then the pipelines of the Hugging Face hub cache under
+    their repo ids."""
+    found = models.find_models([str(Path(r)) for r in roots])
+    return found + [repo for repo in models.hub_models() if repo not in found]
+
+
+def list_files(roots: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
+    """Per role (checkpoint, diffusion_model, text_encoder, vae), the files of ComfyUI's folders that fit it."""
+    return sources.list_files(roots)
 
 
 def _group_progress(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None) -> ProgressFn | None:

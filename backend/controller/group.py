@@ -84,7 +84,8 @@ class WorkerGroup:
                                     "plans again with the hosts that have.", request_started=False)
             self.secret = hosts.group_secret(cluster.secret, self.group_id)
             listener = Listener(self.secret, host=cluster.cluster.listen)
-            env = {**devices.worker_env(kind), "GLOO_SOCKET_IFNAME": hosts.interface_of(cluster.cluster.listen)}
+            env = {**devices.worker_env(kind, whole_slice=True),
+                   "GLOO_SOCKET_IFNAME": hosts.interface_of(cluster.cluster.listen)}
         else:  # one host: TorchTPU's launch environment, once for all ranks (each on its own would pick others)
             listener = Listener(self.secret)
             env = {**devices.worker_env(kind), **(devices.tpu_launch_env(n, devices.worker_env("tpu"))

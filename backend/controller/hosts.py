@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from ..protocol.errors import DeviceError
+from . import devices
 from .link import Link, authenticate
 
 log = logging.getLogger("comfyui_tpu")
 
-ENV_HOSTS = "COMFYUI_TPU_HOSTS"
+ENV_HOSTS = devices.ENV_HOSTS
 ENV_LISTEN = "COMFYUI_TPU_LISTEN"
 ENV_HOST_PORT = "COMFYUI_TPU_HOST_PORT"
 ENV_CLUSTER_SECRET = "COMFYUI_TPU_CLUSTER_SECRET"

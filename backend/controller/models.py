@@ -5,7 +5,10 @@ Reads JSON and lists files, never imports torch.
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,15 +22,54 @@ ALLOW_ABSOLUTE_ENV = "COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS"
 
 @dataclass(frozen=True)
 class ModelInfo:
-    path: str  # absolute, resolved
+    path: str  # absolute
     class_name: str
     family: Family
     size_factor: int  # width and height must be multiples of this
+    variant: str = ""  # the weights variant the folder holds only (diffusers' `variant`)
+    max_side: int | None = None  # the largest side its transformer's position embedding covers
 
 
 def info_of(spec: PipelineSpec) -> ModelInfo:
-    """What inspect_model found, rebuilt from the pipeline description (no file read)."""
-    return ModelInfo(spec.model_path, spec.class_name, spec.family, spec.size_factor)
+    """What inspect_model found, rebuilt from the pipeline description (configs only, no weights)."""
+    return ModelInfo(spec.model_path, spec.class_name, spec.family, spec.size_factor, spec.variant,
+                     model_max_side(spec.component_config("transformer"), spec.size_factor))
+
+
+# ---- the Hugging Face hub cache (`hf download` without --local-dir), listed under repo ids
+
+
+def hub_cache_dir() -> Path:
+    """Where huggingface_hub keeps downloads: HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def hub_snapshot(repo_dir: Path) -> Path | None:
+    """The snapshot of a cached repo that `main` points at (else the newest), if it is a diffusers pipeline."""
+    snapshots = repo_dir / "snapshots"
+    try:
+        main = (repo_dir / "refs" / "main").read_text().strip()
+    except OSError:
+        main = ""
+    candidates = [snapshots / main] if main else []
+    if snapshots.is_dir():
+        candidates += sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+    return next((c for c in candidates if (c / "model_index.json").is_file()), None)
+
+
+def hub_models(cache: Path | None = None) -> dict[str, Path]:
+    """Diffusers pipelines in the hub cache: repo id ("org/name") -> snapshot folder."""
+    cache = cache or hub_cache_dir()
+    found = {}
+    if cache.is_dir():
+        for repo_dir in sorted(cache.glob("models--*")):
+            snapshot = hub_snapshot(repo_dir)
+            if snapshot is not None:
+                found[repo_dir.name[len("models--"):].replace("--", "/")] = snapshot
+    return found
 
 
 def find_models(roots: Iterable[str], max_depth: int = 3) -> list[str]:
@@ -49,11 +91,11 @@ def find_models(roots: Iterable[str], max_depth: int = 3) -> list[str]:
 
 
 def resolve_model_path(name: str, roots: Iterable[str]) -> Path:
-    """Resolves a model name (relative to ComfyUI's diffusers folders) to a folder inside one of them.
-
-    `..` escapes are refused; absolute paths only when COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS=1.
+    """Resolves a model name (relative to ComfyUI's diffusers folders, or a repo id of the Hugging Face hub
+    cache) to its folder. A symlink inside a diffusers folder is the user's choice and is followed, as ComfyUI
+    does; `..` is refused, and absolute paths unless COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS=1.
     """
-    roots = [Path(r).resolve() for r in roots]
+    roots = [Path(r).absolute() for r in roots]
     name = name.strip()
     if "\x00" in name:
         raise ModelError(f"model_path: {name!r} contains a NUL character, which no file name can hold; type the "
@@ -71,13 +113,16 @@ def resolve_model_path(name: str, roots: Iterable[str]) -> Path:
         if path.is_dir():
             return path
         raise ModelError(f"model_path: the folder '{name}' does not exist. Check the path.")
+    if ".." in candidate.parts:
+        raise ModelError(f"model_path: '{name}' points outside ComfyUI's diffusers folders; "
+                         "give a folder name inside them (no '..').")
     for root in roots:
-        path = (root / candidate).resolve()
-        if path != root and root not in path.parents:
-            raise ModelError(f"model_path: '{name}' points outside ComfyUI's diffusers folders; "
-                             "give a folder name inside them (no '..').")
+        path = root / candidate
         if path.is_dir():
             return path
+    cached = hub_models().get(candidate.as_posix())
+    if cached is not None:
+        return cached
     where = ", ".join(map(str, roots)) or "(no diffusers folder configured)"
     raise ModelError(
         f"model: '{name}' was not found in ComfyUI's diffusers folders ({where}). Put the diffusers model "
@@ -114,33 +159,51 @@ def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
                 "which can run arbitrary code when loaded and are refused. Convert them to .safetensors "
                 "(or download the safetensors variant of the model), or, for models you trust, start ComfyUI "
                 f"with {ENV_ALLOW_PICKLE}=1.")
-    return ModelInfo(str(path), class_name, family, _vae_scale(path) * family.size_multiple_of_vae)
+    factor = vae_scale(read_json(path / "vae" / "config.json", {})) * family.size_multiple_of_vae
+    return ModelInfo(str(path), class_name, family, factor, detect_variant(path, index))
 
 
-def _vae_scale(path: Path) -> int:
-    cfg = path / "vae" / "config.json"
-    if cfg.is_file():
-        blocks = read_json(cfg).get("block_out_channels")
-        if blocks:
-            return 2 ** (len(blocks) - 1)
-    return 8
+_PLAIN = re.compile(r"^[^.]+(-\d{5}-of-\d{5})?\.safetensors$|\.safetensors\.index\.json$")
+_VARIANT = re.compile(r"^[^.]+\.(\w+)(-\d{5}-of-\d{5})?\.safetensors$|\.safetensors\.index\.(\w+)\.json$")
 
 
-def _model_max_side(path: Path, size_factor: int) -> int | None:
+def detect_variant(path: Path, index: dict) -> str:
+    """The variant ("fp16", "bf16", ...) of a folder whose components hold only variant weights
+    (`diffusion_pytorch_model.fp16.safetensors`, as `save_pretrained(variant=...)` and some Hub repositories
+    leave them); "" when every component has plain weights."""
+    variants: set[str] = set()
+    for component in listed_components(index):
+        folder = path / component
+        names = [p.name for p in folder.iterdir()] if folder.is_dir() else []
+        if not names or any(_PLAIN.search(n) for n in names):
+            continue
+        for n in names:
+            m = _VARIANT.search(n)
+            if m:
+                variants.add(m.group(1) or m.group(3))
+    if len(variants) > 1:
+        raise ModelError(f"model: '{path.name}' holds only variant weights of several kinds "
+                         f"({', '.join(sorted(variants))}) and no plain ones; keep one variant.")
+    return variants.pop() if variants else ""
+
+
+def vae_scale(vae_config: dict) -> int:
+    """The VAE's downscale: 2 per down block after the first (AutoencoderKL), 8 where it does not say."""
+    blocks = vae_config.get("block_out_channels")
+    return 2 ** (len(blocks) - 1) if blocks else 8
+
+
+def model_max_side(transformer_config: dict, size_factor: int) -> int | None:
     """The largest side the model can make, where its transformer has a fixed-size position embedding (SD3's
     pos_embed_max_size, in patches): None where it has no such limit."""
-    try:
-        config = read_json(path / "transformer" / "config.json")
-    except (OSError, ValueError):
-        return None
-    patches = config.get("pos_embed_max_size") if isinstance(config, dict) else None
+    patches = transformer_config.get("pos_embed_max_size") if isinstance(transformer_config, dict) else None
     return patches * size_factor if isinstance(patches, int) and patches > 0 else None
 
 
 def check_size(info: ModelInfo, width: int, height: int, max_side: int = 8192) -> None:
     """Width/height must be positive multiples of the pipeline's factor and not absurdly large."""
     f = info.size_factor
-    model_max = _model_max_side(Path(info.path), f)
+    model_max = info.max_side
     for name, value in (("width", width), ("height", height)):
         if value <= 0 or value > max_side:
             raise ModelError(f"{name}: {value} is out of range; use a value between {f} and {max_side}.")
@@ -153,3 +216,64 @@ def check_size(info: ModelInfo, width: int, height: int, max_side: int = 8192) -
             near = f"{lo} or {hi}" if lo else str(hi)
             raise ModelError(f"{name}: {value} is not a multiple of {f}, which {info.family.name} needs; "
                              f"use {near}.")
+
+
+# ---- how much memory the weights take once loaded (offload 'auto'; reads file headers only)
+
+_FLOAT_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
+_ELEMENT_BYTES = {**_FLOAT_BYTES, "I64": 8, "U64": 8, "I32": 4, "U32": 4, "I16": 2, "U16": 2, "I8": 1, "U8": 1,
+                  "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+def _safetensors_bytes(path: Path, float_bytes: int) -> int:
+    """Bytes the tensors of one safetensors file take with floats at `float_bytes` each (others as stored),
+    from its JSON header alone: an 8-byte little-endian length, then the header."""
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(length))
+    total = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        count = math.prod(info.get("shape", ()))
+        dtype = info.get("dtype", "")
+        total += count * (float_bytes if dtype in _FLOAT_BYTES else _ELEMENT_BYTES.get(dtype, 1))
+    return total
+
+
+def weight_bytes(spec: PipelineSpec, float_bytes: int) -> dict[str, int]:
+    """Bytes each weighted component takes once loaded with floats of `float_bytes` bytes (2: bfloat16/float16,
+    4: float32), in model_index.json order. Safetensors are counted from their headers (in a folder, a variant
+    such as `*.fp16.safetensors` only when no plain file exists, as diffusers loads them); pickle and GGUF
+    weights at their size on disk. No weight is read."""
+    if spec.source is not None:  # artists' files: one entry per file (a checkpoint holds several parts)
+        sizes = {}
+        for part in spec.source.components:
+            path = Path(part.path)
+            try:
+                size = _safetensors_bytes(path, float_bytes) if path.suffix == ".safetensors" else part.size_bytes
+            except (OSError, ValueError):
+                size = part.size_bytes
+            if size and not part.name.startswith("tokenizer"):
+                sizes[part.name] = size
+        return sizes
+    root = Path(spec.model_path)
+    index = read_json(root / "model_index.json", {})
+    sizes: dict[str, int] = {}
+    for name in listed_components(index):
+        folder = root / name
+        if not folder.is_dir():
+            continue
+        files = sorted(p for p in folder.iterdir() if p.suffix == ".safetensors")
+        plain = [p for p in files if "." not in p.name[: -len(".safetensors")].split("-0")[0]]
+        total = 0
+        try:
+            for path in plain or files:
+                total += _safetensors_bytes(path, float_bytes)
+            if not files:
+                total = sum(p.stat().st_size for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth"))
+        except (OSError, ValueError):
+            continue
+        if total:
+            sizes[name] = total
+    return sizes

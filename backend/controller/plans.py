@@ -25,9 +25,8 @@ from ..protocol.spec import (
     CompilePlan,
     PipelineSpec,
     listed_components,
-    read_json,
 )
-from . import devices, hosts
+from . import devices, hosts, models
 
 # ---- Shard TP and Data Parallel
 
@@ -36,18 +35,65 @@ def families_with_tp_plan() -> list[str]:
     return sorted({f.name for f in FAMILIES.values() if f.tp_plan})
 
 
-def chip_count(kind: str) -> int | None:
-    """Chips of this kind on this host, or None on the CPU (no chips: the limit is the number of cores)."""
+@dataclass(frozen=True)
+class Capacity:
+    """How many worker processes this host runs for a device kind, and which counts launch."""
+
+    kind: str
+    limit: int  # the most workers: TPU devices (a v7x chip is two), GPUs, or CPU cores
+    sizes: tuple[int, ...] | None  # TPU: the only counts TorchTPU launches here; None: any count up to `limit`
+    where: str  # "this host has 4 TPU v6e chips", for messages
+    chips: bool  # workers drive chips (TPU, CUDA); on the CPU they are processes on cores
+
+    def launches(self, n: int) -> bool:
+        return 1 <= n <= self.limit and (self.sizes is None or n in self.sizes)
+
+    def sizes_text(self) -> str:
+        return _or_list(self.sizes or ())
+
+
+def _or_list(values: Sequence[int]) -> str:
+    items = [str(v) for v in values]
+    return " or ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else "".join(items)
+
+
+def capacity(kind: str) -> Capacity:
+    """This host's capacity for `kind`. On TPU the worker counts come from the installed TorchTPU itself (its
+    topology table, asked once in a child process; `devices.tpu_host`), limited to the devices on the bus,
+    which TorchTPU does not check."""
     if kind == "tpu":
-        return len(devices.tpu_chips())
+        host = devices.tpu_host()
+        return Capacity("tpu", host.devices, host.group_sizes, f"this host has {host.describe()}", True)
     if kind == "cuda":
-        return devices.cuda_count()
-    return None
+        n = devices.cuda_count()
+        return Capacity("cuda", n, None, f"this host has {n} CUDA GPU{'s' if n != 1 else ''}", True)
+    cores = os.cpu_count() or 1
+    return Capacity("cpu", cores, None, f"this CPU host has {cores} cores (one worker process each)", False)
 
 
-def transformer_heads(model_path: str) -> int | None:
-    """num_attention_heads of the pipeline's transformer (from its config.json; no weights are read)."""
-    heads = read_json(Path(model_path) / "transformer" / "config.json", {}).get("num_attention_heads")
+def tp_degrees(cap: Capacity, heads: int | None) -> list[int]:
+    """Shard TP degrees that can run here: each divides the attention heads and fits the host (TPU: divides a
+    worker count TorchTPU launches; CUDA: divides the GPUs)."""
+    good = []
+    for d in range(1, cap.limit + 1):
+        if heads is not None and heads % d:
+            continue
+        if cap.sizes is not None and not any(s % d == 0 for s in cap.sizes):
+            continue
+        if cap.sizes is None and cap.chips and cap.limit % d:
+            continue
+        good.append(d)
+    return good
+
+
+def replica_counts(cap: Capacity, tp_degree: int) -> list[int]:
+    """Data Parallel replica counts that launch with this Shard TP degree."""
+    return [r for r in range(1, cap.limit // tp_degree + 1) if cap.launches(r * tp_degree)]
+
+
+def transformer_heads(spec: PipelineSpec) -> int | None:
+    """num_attention_heads of the pipeline's transformer (from its config; no weights are read)."""
+    heads = spec.component_config("transformer").get("num_attention_heads")
     return heads if isinstance(heads, int) else None
 
 
@@ -80,15 +126,13 @@ def _tp_plan_of(config: dict) -> bool:
     return False
 
 
-def text_encoders(model_path: str) -> list[TextEncoder]:
+def text_encoders(spec: PipelineSpec) -> list[TextEncoder]:
     """The pipeline's text encoders and whether each could be sharded (reads configs only)."""
-    root = Path(model_path)
-    index = read_json(root / "model_index.json", {})
     found = []
-    for name, (_, class_name) in sorted(listed_components(index).items()):
+    for name, (_, class_name) in sorted(listed_components(spec.model_index()).items()):
         if not name.startswith("text_encoder"):
             continue
-        config = read_json(root / name / "config.json", {})
+        config = spec.component_config(name)
         text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
         heads = tuple(h for h in (text.get("num_attention_heads"), text.get("num_key_value_heads"))
                       if isinstance(h, int))
@@ -96,21 +140,14 @@ def text_encoders(model_path: str) -> list[TextEncoder]:
     return found
 
 
-def _describe_degree_limit(kind: str, chips: int | None) -> str:
-    if chips is None:
-        return f"this CPU host has {os.cpu_count()} cores (one worker process each)"
-    return f"this host has {chips} {kind.upper()} chip{'s' if chips != 1 else ''}"
-
-
-def _largest_divisor(n: int, limit: int, heads: int | None) -> int:
-    return max(d for d in range(1, limit + 1) if n % d == 0 and (heads is None or heads % d == 0))
-
-
 def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) -> tuple[PipelineSpec, str]:
     """Checks a Shard TP request against the model and this host; returns the new spec and what will happen.
 
-    degree 0 = auto: every chip of the host (on the CPU, which has no chips: 1). Raises ParallelError naming the
-    input, the value and the fix.
+    degree 0 = auto: the most devices of the host that the heads allow and that TorchTPU launches (on the CPU,
+    which has no chips: 1). A degree that needs Data Parallel to make a group TorchTPU launches (TP 2 on a v5e
+    host, which launches 1, 4 or 8 workers) is accepted with a note; the complete layout is checked when Data
+    Parallel is added and again before anything starts. Raises ParallelError naming the input, the value and
+    the fix.
     """
     family = FAMILIES[spec.class_name]
     name = Path(spec.model_path).name
@@ -122,50 +159,67 @@ def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) 
             f"tensor-parallel plan in diffusers, so it cannot be sharded. Models that can: "
             f"{', '.join(families_with_tp_plan())}. Remove Shard TP; to use several chips for throughput, "
             "use Data Parallel instead.")
-    if spec.offload != "none":
+    if spec.offload not in ("none", "auto"):
         raise ParallelError(
             f"offload: '{spec.offload}' cannot be combined with Shard TP (diffusers refuses offload on a "
-            "sharded model; both decide where a weight lives). Set offload to 'none' in Load TPU Pipeline — "
-            "sharding already splits the weights over the chips — or remove Shard TP.")
-    kind = spec.kind
-    chips = chip_count(kind)
-    heads = transformer_heads(spec.model_path)
+            "sharded model; both decide where a weight lives). Set offload to 'none' or 'auto' in Load TPU "
+            "Pipeline — sharding already splits the weights over the chips — or remove Shard TP.")
+    cap = capacity(spec.kind)
+    heads = transformer_heads(spec)
     notes = []
     if degree == 0:
-        if chips is None:
+        if not cap.chips:
             degree = 1
-            notes.append(f"auto on the CPU is 1 (no chips); set degree up to {os.cpu_count()} to use more "
-                         "processes")
+            notes.append(f"auto on the CPU is 1 (no chips); set degree up to {cap.limit} to use more processes")
         else:
-            degree = _largest_divisor(chips, chips, heads) if chips else 1
-            if chips and degree != chips:
-                notes.append(f"auto: {degree} of {chips} chips, the largest count that divides both the "
-                             f"chips and the {heads} attention heads")
+            good = [d for d in tp_degrees(cap, heads) if cap.launches(d * spec.dp_replicas)]
+            degree = max(good, default=1)
+            if degree != cap.limit:
+                notes.append(f"auto: {degree} of {cap.limit} devices, the largest degree that divides the {heads} "
+                             "attention heads and makes a group this host launches")
     spec = with_sharded_encoders(spec.with_changes(tp_degree=degree, tp_text_encoders=bool(shard_text_encoders)))
-    check_tp(spec, kind, chips, heads)
+    check_tp(spec, cap, heads)
+    if spec.dp_replicas > 1:  # Data Parallel came first: the layout is complete
+        check_world(spec, cap)
+    elif not cap.launches(spec.world_size):
+        notes.append(_incomplete_note(spec, cap))
+    if spec.offload == "auto":
+        notes.append(choose_offload(spec).reason)
     return spec, describe_tp(spec, heads, notes)
 
 
-def check_tp(spec: PipelineSpec, kind: str, chips: int | None, heads: int | None) -> None:
+def _incomplete_note(spec: PipelineSpec, cap: Capacity) -> str:
+    """What a Shard TP degree that is not a launchable group by itself needs (TPU)."""
+    counts = replica_counts(cap, spec.tp_degree)
+    if spec.world_size == 1 and counts:
+        return (f"TorchTPU launches {cap.sizes_text()} worker processes on this host ({cap.where}), not 1: "
+                f"without Data Parallel this pipeline runs as Data Parallel {counts[0]}")
+    return (f"TorchTPU launches {cap.sizes_text()} worker processes on this host ({cap.where}), not "
+            f"{spec.world_size}: add Data Parallel after this node with replicas {_or_list(counts)} (or 0 = auto)")
+
+
+def check_tp(spec: PipelineSpec, cap: Capacity, heads: int | None) -> None:
     degree = spec.tp_degree
     if degree == 1:
         return
-    limit = (os.cpu_count() or 1) if chips is None else chips
-    where = _describe_degree_limit(kind, chips)
-    if degree > limit:
-        raise ParallelError(f"degree: {degree} is more than {where}; use at most {limit} (or 0 for auto).")
-    if chips is not None and chips % degree:
-        good = [d for d in range(1, chips + 1) if chips % d == 0 and (heads is None or heads % d == 0)]
-        raise ParallelError(f"degree: {degree} does not divide the {chips} chips of this host; use one of "
-                         f"{', '.join(map(str, good))}.")
+    gguf = next((c for c in spec.source.components if c.quant == "gguf"), None) if spec.source else None
+    if gguf is not None:
+        raise ParallelError(f"pipeline: '{Path(gguf.path).name}' is a GGUF file, whose quantized weights cannot be "
+                            "sharded. Remove Shard TP, or use the .safetensors version of the model.")
+    if degree > cap.limit:
+        raise ParallelError(f"degree: {degree} is more than {cap.where}; use at most {cap.limit} (or 0 for auto).")
+    if degree not in tp_degrees(cap, None):
+        good = ", ".join(map(str, tp_degrees(cap, heads)))
+        if cap.sizes is not None:
+            raise ParallelError(f"degree: {degree} cannot make a group TorchTPU launches: it runs "
+                                f"{cap.sizes_text()} worker processes on this host ({cap.where}); use one of {good}.")
+        raise ParallelError(f"degree: {degree} does not divide the {cap.limit} chips of this host; use one of {good}.")
     if heads is not None and heads % degree:
-        good = [d for d in range(1, min(limit, heads) + 1)
-                if heads % d == 0 and (chips is None or chips % d == 0)]
+        good = ", ".join(map(str, [d for d in tp_degrees(cap, heads) if d <= heads]))
         raise ParallelError(f"degree: {degree} does not divide the {heads} attention heads of "
-                         f"'{Path(spec.model_path).name}' (each chip must hold whole heads); use one of "
-                         f"{', '.join(map(str, good))}.")
+                            f"'{Path(spec.model_path).name}' (each chip must hold whole heads); use one of {good}.")
     if spec.tp_text_encoders:
-        for enc in text_encoders(spec.model_path):
+        for enc in text_encoders(spec):
             bad = [h for h in enc.heads if h % degree]
             if enc.has_tp_plan and bad:
                 raise ParallelError(
@@ -181,8 +235,8 @@ def describe_tp(spec: PipelineSpec, heads: int | None, notes: Sequence[str] = ()
         lines = ["degree 1: nothing is sharded (one chip per model copy)"]
     else:
         per = f", {heads // n} of {heads} heads per chip" if heads else ""
-        lines = [f"transformer: sharded over {n} chips{per}"]
-    for enc in text_encoders(spec.model_path):
+        lines = [f"transformer: sharded over {n} chips{per}{_how_ranks_read(spec)}"]
+    for enc in text_encoders(spec):
         if n > 1 and spec.tp_text_encoders and enc.has_tp_plan:
             lines.append(f"{enc.name} ({enc.class_name}): sharded over {n} chips")
         elif enc.has_tp_plan:
@@ -195,28 +249,42 @@ def describe_tp(spec: PipelineSpec, heads: int | None, notes: Sequence[str] = ()
     return "\n".join([*lines, *notes])
 
 
+def _how_ranks_read(spec: PipelineSpec) -> str:
+    """For a transformer from an artist's file: whether each rank reads only its slices of the file (diffusers'
+    own keys, read by from_pretrained) or the whole file before keeping its shard (a layout that needs a
+    converter: every rank then holds the whole model in host memory while loading)."""
+    part = spec.source.component("transformer") if spec.source else None
+    if part is None:
+        return ""
+    if part.layout == "diffusers" and not part.prefix and not part.quant:
+        return "; each chip reads only its slices of the file"
+    return ("; each chip reads the whole file, converts it and keeps its shard (this file layout has no "
+            "per-chip reader: host memory holds one copy per chip while loading)")
+
+
 def plan_dp(spec: PipelineSpec, replicas: int) -> tuple[PipelineSpec, str]:
-    """Checks a Data Parallel request; replicas 0 = auto = all chips / tp_degree (on the CPU: 1)."""
+    """Checks a Data Parallel request; replicas 0 = auto = the most copies that make a group this host
+    launches (all devices / tp_degree where TorchTPU allows it; on the CPU: 1)."""
     if replicas < 0:
         raise ParallelError(f"replicas: {replicas} is not allowed; use 0 (auto: all chips) or a number of "
-                         "copies.")
-    kind = spec.kind
-    chips = chip_count(kind)
+                            "copies.")
+    cap = capacity(spec.kind)
+    across = span(spec.kind)
     notes = []
-    across = hosts.span(kind, chips)
     if replicas == 0:
         if across is not None:
             replicas = max(1, across.processes // spec.model_ranks)
             notes.append(f"auto: every process of the {across.hosts} host(s) that have joined "
                          f"({across.per_host} per host)")
-        elif chips is None:
+        elif not cap.chips:
             replicas = 1
             notes.append(f"auto on the CPU is 1 (no chips); set replicas up to "
-                         f"{max(1, (os.cpu_count() or 1) // spec.model_ranks)} to use more processes")
+                         f"{max(1, cap.limit // spec.model_ranks)} to use more processes")
         else:
-            replicas = max(1, chips // spec.model_ranks)
+            replicas = max(replica_counts(cap, spec.model_ranks),
+                           default=max(1, cap.limit // spec.model_ranks))
     spec = spec.with_changes(dp_replicas=replicas)
-    check_world(spec, kind, chips)
+    check_world(spec, cap)
     workers = spec.world_size
     per = spec.model_ranks
     text = (f"{replicas} replica{'s' if replicas != 1 else ''} × {per} chip"
@@ -225,27 +293,36 @@ def plan_dp(spec: PipelineSpec, replicas: int) -> tuple[PipelineSpec, str]:
     return spec, "\n".join([text, *notes])
 
 
-def check_world(spec: PipelineSpec, kind: str, chips: int | None) -> None:
+def check_world(spec: PipelineSpec, cap: Capacity) -> None:
     if spec.dp_replicas < 1:
         raise ParallelError(f"replicas: {spec.dp_replicas} is too small; use at least 1.")
     if spec.tp_text_encoders and 1 < spec.tp_degree < spec.world_size and any(
-            e.has_tp_plan for e in text_encoders(spec.model_path)):
+            e.has_tp_plan for e in text_encoders(spec)):
         raise ParallelError(
             "shard_text_encoders: sharding text encoders cannot be combined with Data Parallel replicas > 1 "
             "or CFG Parallel yet (transformers' tensor parallelism spans the whole worker group). Turn "
             "shard_text_encoders off in Shard TP (the encoders are then replicated), or set replicas to 1 and "
             "remove CFG Parallel.")
-    if (across := hosts.span(kind, chips)) is not None:
-        check_hosts(spec, across)
+    if (across := span(spec.kind)) is not None:
+        check_hosts(spec, cap, across)
         return
-    limit = (os.cpu_count() or 1) if chips is None else chips
-    if spec.world_size > limit:
-        where = _describe_degree_limit(kind, chips)
-        raise ParallelError(
-            f"replicas: {spec.dp_replicas} replicas × {_per_copy(spec)} = {spec.world_size} "
-            f"workers, but {where}; use at most {max(1, limit // spec.model_ranks)} replica(s) (or 0 for "
-            "auto). Connect Data Parallel after Shard TP, Context Parallel and CFG Parallel so that auto accounts "
-            "for them.")
+    if cap.launches(spec.world_size):
+        return
+    layout = (f"replicas: {spec.dp_replicas} replica{'s' if spec.dp_replicas != 1 else ''} × {_per_copy(spec)} "
+              f"= {spec.world_size} worker{'s' if spec.world_size != 1 else ''}")
+    counts = replica_counts(cap, spec.model_ranks)
+    if cap.sizes is None:
+        fix = f"use at most {max(1, cap.limit // spec.model_ranks)} replica(s) (or 0 for auto)"
+    elif counts:
+        fix = f"use replicas {_or_list(counts)} (or 0 for auto)"
+    else:
+        fix = (f"no replica count works with {_per_copy(spec)}; use Shard TP degree "
+               f"{_or_list([d for d in tp_degrees(cap, None) if replica_counts(cap, d)])}")
+    if spec.world_size > cap.limit:
+        raise ParallelError(f"{layout}, but {cap.where}; {fix}. Connect Data Parallel after Shard TP, Context "
+                            "Parallel and CFG Parallel so that auto accounts for them.")
+    raise ParallelError(f"{layout}, but TorchTPU launches only {cap.sizes_text()} worker processes on this host "
+                        f"({cap.where}); {fix}.")
 
 
 def _per_copy(spec: PipelineSpec) -> str:
@@ -255,8 +332,15 @@ def _per_copy(spec: PipelineSpec) -> str:
     return f"TP {spec.tp_degree} × context {spec.cp_degree} × CFG {spec.cfg_parallel}"
 
 
-def check_hosts(spec: PipelineSpec, across: hosts.Span) -> None:
-    """Several hosts: Data Parallel spans hosts, Shard TP stays within one (its chips have the fast links)."""
+def span(kind: str) -> hosts.Span | None:
+    """The hosts a group of `kind` may span now (None on one host): processes per host default to its chips."""
+    cap = capacity(kind)
+    return hosts.span(kind, cap.limit if cap.chips else None)
+
+
+def check_hosts(spec: PipelineSpec, cap: Capacity, across: hosts.Span) -> None:
+    """Several hosts: Data Parallel spans hosts, Shard TP stays within one (its chips have the fast links), and
+    every host runs a group size it launches (the same on each)."""
     per, world = across.per_host, spec.world_size
     if per % spec.model_ranks:
         raise ParallelError(f"degree: {_per_copy(spec)} = {spec.model_ranks} ranks per model copy does not divide "
@@ -271,14 +355,129 @@ def check_hosts(spec: PipelineSpec, across: hosts.Span) -> None:
     if world > per and world % per:
         raise ParallelError(f"replicas: {world} workers do not fill whole hosts of {per}; use a replica count "
                             f"that makes a multiple of {per} workers (or at most {per // spec.model_ranks}).")
+    if not cap.launches(min(world, per)):
+        raise ParallelError(f"replicas: {min(world, per)} worker processes per host, but TorchTPU launches only "
+                            f"{cap.sizes_text()} on a host ({cap.where}); set COMFYUI_TPU_PROCS_PER_HOST to one of "
+                            "them on every host.")
+
+
+def default_layout(spec: PipelineSpec) -> PipelineSpec:
+    """A pipeline without Shard TP or Data Parallel on a host where TorchTPU launches no group of one (v7x: a
+    chip is two devices) runs as Data Parallel over the smallest group it launches (see devices.v7x_default_note)."""
+    if spec.kind != "tpu" or spec.world_size != 1:
+        return spec
+    sizes = capacity("tpu").sizes
+    if sizes and 1 not in sizes:
+        return spec.with_changes(dp_replicas=min(sizes))
+    return spec
 
 
 def with_sharded_encoders(spec: PipelineSpec) -> PipelineSpec:
     """`spec` naming the text encoders its tp_text_encoders choice shards: those with a transformers TP plan."""
     names = ()
     if spec.tp_text_encoders and spec.tp_degree > 1:
-        names = tuple(e.name for e in text_encoders(spec.model_path) if e.has_tp_plan)
+        names = tuple(e.name for e in text_encoders(spec) if e.has_tp_plan)
     return spec.with_changes(sharded_encoders=names)
+
+
+# ---- offload 'auto'
+
+OFFLOAD_HEADROOM = 0.8  # share of a device's memory the weights may fill: the rest is for activations (a few GB
+# for a 1024x1024 FLUX image), the compiler's buffers and the runtime itself
+_FLOAT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class OffloadChoice:
+    mode: str  # none | model | sequential
+    reason: str  # what was chosen and why, for the node
+
+
+def _gib(n: float) -> str:
+    """Bytes in binary units (device memory is sold in GiB): '22.2 GiB', '7.6 MiB'."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _per_device(parts: dict[str, int], degree: int, sharded: Sequence[str]) -> float:
+    """Weights one device holds when the transformer (and the `sharded` text encoders) are split `degree` ways."""
+    return sum(b / degree if n == "transformer" or n in sharded else b for n, b in parts.items())
+
+
+def choose_offload(spec: PipelineSpec) -> OffloadChoice:
+    """What offload 'auto' runs, from the weights' size in the chosen dtype (safetensors headers) and one
+    device's memory (TorchTPU's HBM per device, CUDA's total memory): none when everything fits with room for
+    activations, model when the largest component does, else sequential (with a note when Shard TP would fit).
+    Under Shard TP always none: diffusers refuses offload on a sharded model."""
+    if spec.kind == "cpu":
+        return OffloadChoice("none", "offload auto → none: on the CPU the weights stay in host memory anyway")
+    memory = devices.device_memory_bytes(spec.kind)
+    dtype = "bfloat16" if spec.dtype == "auto" else spec.dtype
+    parts = models.weight_bytes(spec, _FLOAT_BYTES[dtype])
+    if memory is None or not parts:
+        return OffloadChoice("none", "offload auto → none (the device's memory or the model's size is unknown)")
+    usable = memory * OFFLOAD_HEADROOM
+    room = f"{_gib(usable)} of the {_gib(memory)} per device (the rest is kept for activations)"
+    if spec.tp_degree > 1:
+        per = _per_device(parts, spec.tp_degree, spec.sharded_encoders)
+        more = "" if per <= usable else f", more than {room}: use a larger Shard TP degree"
+        return OffloadChoice("none", f"offload auto → none (a sharded model cannot be offloaded): about "
+                                     f"{_gib(per)} of weights per device in {dtype}{more}")
+    total = sum(parts.values())
+    what = f"the weights take {_gib(total)} in {dtype} ({', '.join(f'{n} {_gib(b)}' for n, b in parts.items())})"
+    if total <= usable:
+        return OffloadChoice("none", f"offload auto → none: {what}, within {room}")
+    biggest = max(parts, key=lambda n: parts[n])
+    if parts[biggest] <= usable:
+        return OffloadChoice("model", f"offload auto → model: {what}, more than {room}; the largest part "
+                                      f"({biggest}, {_gib(parts[biggest])}) fits, so each part moves onto the "
+                                      "device while it runs and waits in host memory otherwise")
+    return OffloadChoice("sequential", f"offload auto → sequential: {what}; even {biggest} "
+                                       f"({_gib(parts[biggest])}) is more than {room}, so the weights move onto "
+                                       f"the device layer by layer (slow).{_tp_hint(spec, parts, usable)}")
+
+
+def _tp_hint(spec: PipelineSpec, parts: dict[str, int], usable: float) -> str:
+    """The smallest Shard TP degree this host runs under which the weights would fit, as a suggestion."""
+    if not spec.family.tp_plan:
+        return ""
+    cap = capacity(spec.kind)
+    shardable = [e.name for e in text_encoders(spec) if e.has_tp_plan]
+    for d in tp_degrees(cap, transformer_heads(spec)):
+        if d == 1:
+            continue
+        if _per_device(parts, d, ()) <= usable:
+            return f" Shard TP degree {d} would fit (about {_gib(_per_device(parts, d, ()))} per device) without offload."
+        if shardable and _per_device(parts, d, shardable) <= usable:
+            return (f" Shard TP degree {d} with shard_text_encoders on would fit (about "
+                    f"{_gib(_per_device(parts, d, shardable))} per device) without offload.")
+    return " It does not fit this host's devices even with Shard TP over all of them."
+
+
+def resolve_offload(spec: PipelineSpec) -> PipelineSpec:
+    """`spec` with offload 'auto' turned into what it runs (none / model / sequential), once, before any worker
+    sees it; other choices unchanged."""
+    if spec.offload != "auto":
+        return spec
+    choice = choose_offload(spec)
+    if choice.mode == "sequential" and spec.mode == "compiled":
+        raise CompileError(f"offload: 'auto' has to choose 'sequential' here ({choice.reason.split(': ', 1)[1]}), "
+                           "and sequential offload cannot be compiled. Use Shard TP, or an eager mode.")
+    return spec.with_changes(offload=choice.mode)
+
+
+def resolve_load_order(spec: PipelineSpec) -> PipelineSpec:
+    """Data Parallel replicas load one after another unless the spec says otherwise. A replica's weights pass
+    through its private host memory while it loads (converted to the dtype; on TPU/CUDA they leave it once on
+    the device), so in turn the host carries one load at a time instead of one per replica: bench
+    `load_memory` measures 2 CPU workers at 2.0x one model's size on disk in turn against 2.7x together, and
+    Data Parallel 8 of FLUX.1 on a TPU host would carry ~34 GB in flight, not ~270 GB. Each replica's load
+    waits for the ones before it; with one replica nothing changes."""
+    if spec.load_in_turn is not None:
+        return spec
+    return spec.with_changes(load_in_turn=spec.dp_replicas > 1)
 
 
 def check_spec(spec: PipelineSpec) -> None:
@@ -289,18 +488,17 @@ def check_spec(spec: PipelineSpec) -> None:
         check_cfg(spec)
     if spec.cp_degree != 1:
         check_cp(spec)
-    if spec.world_size == 1:
+    if spec.world_size == 1 and spec.kind != "tpu":
         return
-    kind = spec.kind
-    chips = chip_count(kind)
+    cap = capacity(spec.kind)
     if spec.tp_degree < 1:
         raise ParallelError(f"degree: {spec.tp_degree} is too small; use at least 1.")
     if spec.tp_degree > 1:
         family = FAMILIES[spec.class_name]
-        if not family.tp_plan or spec.offload != "none":
+        if not family.tp_plan or spec.offload not in ("none", "auto"):
             plan_tp(spec, spec.tp_degree, spec.tp_text_encoders)  # raises the same message the node gives
-        check_tp(spec, kind, chips, transformer_heads(spec.model_path))
-    check_world(spec, kind, chips)
+        check_tp(spec, cap, transformer_heads(spec))
+    check_world(spec, cap)
 
 
 # ---- CFG Parallel, Context Parallel, Sampling Options
@@ -313,14 +511,14 @@ def _distilled_klein(spec: PipelineSpec) -> bool:
     """A FLUX.2 [klein] model whose guidance is distilled (one pass per step; model_index.json says so)."""
     if spec.class_name != "Flux2KleinPipeline":
         return False
-    return bool(read_json(Path(spec.model_path) / "model_index.json", {}).get("is_distilled", False))
+    return bool(spec.model_index().get("is_distilled", False))
 
 
 def plan_cfg(spec: PipelineSpec) -> tuple[PipelineSpec, str]:
     """CFG Parallel: the two guidance passes of each step on two ranks; checked, and what it does for this model."""
     spec = spec.with_changes(cfg_parallel=2)
     check_cfg(spec)
-    check_world(spec, spec.kind, chip_count(spec.kind))
+    check_world(spec, capacity(spec.kind))
     family, name = spec.family, Path(spec.model_path).name
     if family.cfg_passes == "batch":
         what = (f"{family.name} runs CFG as one denoiser call on a doubled batch: each of 2 ranks runs half of it "
@@ -358,20 +556,20 @@ def plan_cp(spec: PipelineSpec, degree: int, mode: str) -> tuple[PipelineSpec, s
         raise ParallelError(f"degree: {degree} is not allowed; use 0 (auto) or a number of ranks.")
     notes = []
     if degree == 0:
-        chips = chip_count(spec.kind)
-        if chips is None:
+        cap = capacity(spec.kind)
+        if not cap.chips:
             degree = 1
-            notes.append(f"auto on the CPU is 1 (no chips); set degree up to {os.cpu_count()} to use more "
-                         "processes")
+            notes.append(f"auto on the CPU is 1 (no chips); set degree up to {cap.limit} to use more processes")
         else:
-            free = max(1, chips // (spec.tp_degree * spec.cfg_parallel))
-            heads = transformer_heads(spec.model_path) if mode == "ulysses" else None
-            degree = _largest_divisor(free, free, heads)
-            notes.append(f"auto: {degree} rank(s), the chips left after Shard TP and CFG Parallel"
+            per = spec.tp_degree * spec.cfg_parallel
+            heads = transformer_heads(spec) if mode == "ulysses" else None
+            degree = max((d for d in range(1, cap.limit // per + 1)
+                          if (heads is None or heads % d == 0) and replica_counts(cap, per * d)), default=1)
+            notes.append(f"auto: {degree} rank(s), the most the chips left after Shard TP and CFG Parallel allow"
                          + (f" that divide the {heads} attention heads" if heads else ""))
     spec = spec.with_changes(cp_degree=degree, cp_mode=mode)
     check_cp(spec)
-    check_world(spec, spec.kind, chip_count(spec.kind))
+    check_world(spec, capacity(spec.kind))
     name = Path(spec.model_path).name
     if degree == 1:
         return spec, "\n".join(["degree 1: the sequence is not split", *notes])
@@ -412,7 +610,7 @@ def check_cp(spec: PipelineSpec) -> None:
         raise ParallelError(f"mode: 'ring' needs an attention kernel that returns its log-sum-exp; diffusers' "
                             f"default one does not, and the pack provides one only on the CPU. Use 'ulysses' on "
                             f"{spec.kind}.")
-    heads = transformer_heads(spec.model_path)
+    heads = transformer_heads(spec)
     if spec.cp_mode == "ulysses" and heads is not None and heads % degree:
         good = [d for d in range(2, heads + 1) if heads % d == 0]
         raise ParallelError(f"degree: Ulysses splits the {heads} attention heads of '{name}' over the ranks, and "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 DTYPE_CHOICES = ("auto", "bfloat16", "float16", "float32")
 DEVICE_CHOICES = ("auto", "tpu", "cuda", "cpu")
-OFFLOAD_CHOICES = ("none", "model", "sequential")
+OFFLOAD_CHOICES = ("none", "model", "sequential", "auto")  # auto: the controller picks one of the others
 MODE_CHOICES = ("strict eager", "defer-and-fuse eager", "compiled", "debug eager (launch blocking)")
 COMPILE_TARGETS = ("whole denoiser", "repeated blocks")
 COMPILE_BACKENDS = ("auto", "tpu", "inductor", "eager", "aot_eager")
@@ -54,6 +54,10 @@ FAMILIES: dict[str, Family] = {
 
 
 # ---- diffusers pipeline folders (the controller checks them, the worker loads them)
+
+# Configs of the published models, per pipeline the pack builds from artists' files (model_index.json,
+# scheduler and component configs, tokenizer settings): read by both sides, never imported.
+CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 def read_json(path: Path, default: dict | None = None) -> dict:
     """A JSON config file; with `default`, a missing or unreadable file gives `default` instead of raising."""
@@ -101,6 +105,58 @@ class CompilePlan:
 
 
 @dataclass(frozen=True)
+class FileComponent:
+    """One part of a pipeline read from an artist's file (ComfyUI's folders), as the controller recognised it.
+
+    `name` is the pipeline component it becomes ("transformer", "vae", "text_encoder_2", "tokenizer", ...), or
+    "checkpoint" for an all-in-one file that diffusers' pipeline loader reads the remaining parts from."""
+
+    name: str
+    path: str  # absolute
+    layout: str  # how the file is read (see worker/loading.py: FILE_LOADERS)
+    prefix: str = ""  # key prefix of this part inside the file ("model.diffusion_model.")
+    quant: str = ""  # "" (plain, fp8 included: upcast on load) | "scaled-fp8" (ComfyUI's) | "gguf"
+    size_bytes: int = 0
+    key_map: tuple[tuple, ...] = ()  # ComfyUI's key map where diffusers has no converter for the file's size
+
+
+@dataclass(frozen=True)
+class FileSource:
+    """A pipeline made of artists' files: the pack's configs of the published model (`configs`, a folder of
+    CONFIGS_DIR) with the sizes read from the files' tensors laid over them (`overrides`), and the files."""
+
+    configs: str
+    components: tuple[FileComponent, ...]
+    overrides: str = "{}"  # JSON: component name -> config keys taken from the file's tensors
+    notes: tuple[str, ...] = ()  # what the user should know about these files (said when they load)
+
+    @property
+    def config_dir(self) -> Path:
+        return CONFIGS_DIR / self.configs
+
+    def config(self, name: str) -> dict:
+        """Component `name`'s config: the published one with the sizes of the artist's file."""
+        folder = self.config_dir / name
+        base = read_json(folder / "config.json", {}) or read_json(folder / "scheduler_config.json", {})
+        return {**base, **json.loads(self.overrides).get(name, {})}
+
+    def index(self) -> dict:
+        return {**read_json(self.config_dir / "model_index.json"), **json.loads(self.overrides).get("", {})}
+
+    def component(self, name: str) -> FileComponent | None:
+        return next((c for c in self.components if c.name == name), None)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> FileSource:
+        parts = tuple(FileComponent(**{**c, "key_map": tuple(tuple(e) for e in c.get("key_map", ()))})
+                      for c in data["components"])
+        return cls(**{**data, "components": parts, "notes": tuple(data.get("notes", ()))})
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
     """What pipeline to run and how. The TPU_PIPELINE value that nodes pass along."""
 
@@ -109,13 +165,14 @@ class PipelineSpec:
     size_factor: int
     dtype: str = "auto"
     device: str = "auto"  # what the user chose
-    offload: str = "none"
+    offload: str = "none"  # "auto" until the controller resolves it (plans.resolve_offload); workers never see it
     mode: str = "strict eager"
     compile: CompilePlan | None = None  # the plan in compiled mode, resolved for `kind` by the controller
     tp_degree: int = 1  # chips one model is split over (tensor parallel)
     tp_text_encoders: bool = False  # also shard text encoders that have a TP plan (the user's choice)
     sharded_encoders: tuple[str, ...] = ()  # the text encoders that choice shards (found by the controller)
     dp_replicas: int = 1  # copies of the (possibly sharded) model, each drawing different images
+    load_in_turn: bool | None = None  # replicas read their weights one after another (None: plans.resolve_load_order)
     kind: str = ""  # the device kind `device` resolved to, once (api.make_spec; api.checked fills it in)
     cfg_parallel: int = 1  # ranks the two CFG passes of a step are split over (1, or 2 with CFG Parallel)
     cp_degree: int = 1  # ranks the transformer's sequence is split over (context parallel)
@@ -123,10 +180,26 @@ class PipelineSpec:
     prompt_cache: bool = True  # reuse prompt embeddings across calls (Sampling Options)
     batched: bool = False  # the images of one prompt in one pipeline call (Sampling Options)
     true_cfg_scale: float = 1.0  # FLUX.1's true CFG scale (> 1 with a negative prompt: two passes per step)
+    source: FileSource | None = None  # artists' files (ComfyUI's folders) instead of a diffusers folder
+    variant: str = ""  # the weights variant a diffusers folder holds only ("fp16": *.fp16.safetensors)
 
     @property
     def family(self) -> Family:
         return FAMILIES[self.class_name]
+
+    def component_config(self, name: str) -> dict:
+        """Component `name`'s config.json (the scheduler's scheduler_config.json) as the worker will load it;
+        {} when there is none."""
+        if self.source is not None:
+            return self.source.config(name)
+        folder = Path(self.model_path) / name
+        return read_json(folder / "config.json", {}) or read_json(folder / "scheduler_config.json", {})
+
+    def model_index(self) -> dict:
+        """The pipeline's model_index.json as the worker will load it."""
+        if self.source is not None:
+            return self.source.index()
+        return read_json(Path(self.model_path) / "model_index.json", {})
 
     @property
     def model_ranks(self) -> int:
@@ -146,8 +219,8 @@ class PipelineSpec:
 
     def load_key(self) -> tuple:
         """Changing any of these reloads the weights; mode and compile plan do not."""
-        return (self.model_path, self.dtype, self.offload, self.tp_degree, self.tp_text_encoders, self.cp_degree,
-                self.cp_mode, self.cfg_parallel)
+        return (self.model_path, self.source, self.variant, self.dtype, self.offload, self.tp_degree,
+                self.tp_text_encoders, self.cp_degree, self.cp_mode, self.cfg_parallel)
 
     def compile_plan(self) -> CompilePlan | None:
         """The plan the worker runs: None unless the mode is 'compiled'."""
@@ -165,7 +238,11 @@ class PipelineSpec:
         if isinstance(plan, dict):
             plan = CompilePlan(**{**plan, "warmup": tuple(tuple(s) for s in plan.get("warmup", ())),
                                   "notes": tuple(plan.get("notes", ()))})
-        return cls(**{**data, "compile": plan, "sharded_encoders": tuple(data.get("sharded_encoders", ()))})
+        source = data.get("source")
+        if isinstance(source, dict):
+            source = FileSource.from_dict(source)
+        return cls(**{**data, "compile": plan, "source": source,
+                      "sharded_encoders": tuple(data.get("sharded_encoders", ()))})
 
 
 @dataclass(frozen=True)

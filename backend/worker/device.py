@@ -16,30 +16,51 @@ def dist_backend(kind: str) -> str:
 
 
 def prepare_worker(kind: str) -> None:
-    """Per-rank setup before the device is first used (worker processes only)."""
+    """Per-rank setup before the device is first used (worker processes only).
+
+    A TPU worker starts with TorchTPU autoloaded (the controller leaves TORCH_DEVICE_BACKEND_AUTOLOAD unset for
+    it): with autoload off, `import torch_tpu` installs `torch.tpu` but registers no `tpu` device. Its launch
+    environment (TORCH_TPU_TOPOLOGY, the slice-builder addresses, RANK, MASTER_ADDR, ...) was computed once by
+    the controller for every rank (controller.devices.tpu_launch_env); TorchTPU's C++ derives this rank's chip
+    from LOCAL_RANK when the device starts.
+    """
     if kind == "tpu":
         import torch
-        import torch_tpu  # noqa: F401  (registers torch.tpu when autoload is off)
+        import torch_tpu  # noqa: F401
 
-        # A no-op for what the controller already set (controller.devices.tpu_launch_env); fills in the rest.
-        torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        accelerator = torch.accelerator.current_accelerator()
+        if accelerator is None or accelerator.type != "tpu":
+            raise RuntimeError("TorchTPU did not register the 'tpu' device in this worker (accelerator: "
+                               f"{accelerator}); is TORCH_DEVICE_BACKEND_AUTOLOAD=0 set for the workers?")
 
 
 def torch_device(kind: str, local_rank: int):
-    """The torch.device a worker rank computes on. TorchTPU gives each process one chip at index 0."""
+    """Binds this worker to its device and returns it. TorchTPU gives each process one chip, at index 0."""
     import torch
 
     if kind == "cuda":
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
     if kind == "tpu":
-        # Start this process's chip now (not run on a TPU yet): a DeviceMesh built later for tensor
-        # parallelism otherwise calls set_device(LOCAL_RANK) on an uninitialised device, which fails on
-        # ranks >= 1 because TorchTPU gives each process its one chip as tpu:0.
+        # As transformers does (distributed/utils.py, _bind_local_device): set_device_index starts this process's
+        # runtime (a tensor created on tpu:0 would not; its allocation is deferred). Until it has started,
+        # TorchTPU counts every device on the PCI bus, and DeviceMesh and diffusers' TP would pick
+        # index LOCAL_RANK, which does not exist in this process. Not run on a TPU yet.
         torch.accelerator.set_device_index(0)
-        torch.empty(1, device="tpu:0")
+        check_one_device(torch.accelerator.device_count())
         return torch.device("tpu", 0)
     return torch.device("cpu")
+
+
+def check_one_device(count: int) -> None:
+    """A TPU worker must see exactly one device once bound; anything else means its runtime did not start as
+    TorchTPU's launch environment says, and tensor-parallel placement would go wrong."""
+    if count != 1:
+        raise RuntimeError(
+            f"this TPU worker sees {count} devices after binding, not 1: TorchTPU's runtime did not start with one "
+            f"chip per process (LOCAL_RANK={os.environ.get('LOCAL_RANK')}, TORCH_TPU_TOPOLOGY="
+            f"{os.environ.get('TORCH_TPU_TOPOLOGY')}, TPU_VISIBLE_CHIPS={os.environ.get('TPU_VISIBLE_CHIPS')}). "
+            "Please report it with the output of `python -m backend tpu-check`.")
 
 
 def default_dtype_name(kind: str) -> str:

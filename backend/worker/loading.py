@@ -7,21 +7,34 @@ with its size on disk, and `from_pretrained` then adds the light parts (tokenize
 and builds the pipeline. Each component gets the same arguments diffusers would give it, plus any
 per-component extras (tensor-parallel configs).
 
+Artists' files (ComfyUI's folders, a `FileSource` in the spec) take the same road: a temporary folder is laid
+out like a diffusers pipeline from the pack's configs (with the sizes the controller read from the files) and
+symlinks to the files that diffusers and transformers read as they are; the files in ComfyUI's own layouts go
+through diffusers' single-file converters (or ComfyUI's key map, where diffusers has none for the file's
+size), and the all-in-one checkpoints of SD3, SDXL and FLUX.1 through the pipeline's single-file loader.
+
 Runs inside a worker process.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..protocol.messages import pickle_allowed
-from ..protocol.spec import listed_components, read_json
+from ..protocol.spec import FileComponent, FileSource, listed_components, read_json
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
+_TOKENIZER_LAYOUTS = ("tokenizer", "tekken")
+HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
+CHECKPOINT_NATIVE = ("flux1", "sd3", "sdxl", "ldm-vae", "hf", "openclip")  # the pipeline's loader reads them
 
 
 def safetensors_only() -> bool | None:
@@ -37,9 +50,11 @@ class Component:
     name: str  # the subfolder and the pipeline's attribute, e.g. "text_encoder_2"
     cls: type  # its torch module class, from diffusers or transformers
     size_bytes: int  # weights on disk
+    file: str = ""  # the artist's file it is read from (files only)
 
     def describe(self) -> str:
-        return f"{self.name} ({self.cls.__name__}, {format_bytes(self.size_bytes)})"
+        where = f", {Path(self.file).name}" if self.file else ""
+        return f"{self.name} ({self.cls.__name__}, {format_bytes(self.size_bytes)}{where})"
 
 
 def format_bytes(n: int) -> str:
@@ -49,17 +64,24 @@ def format_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _weighted(index: dict) -> list[tuple[str, type]]:
+    """(name, torch module class) of the components of a model_index.json that hold weights, in its order."""
+    import torch
+
+    found = []
+    for name, (library, class_name) in listed_components(index).items():
+        cls = getattr(importlib.import_module(library), class_name, None) if library in _WEIGHT_LIBRARIES else None
+        if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
+            found.append((name, cls))  # tokenizers, schedulers, processors: diffusers loads those
+    return found
+
+
 def weighted_components(model_path: str) -> list[Component]:
     """The components of the folder that hold weights, in model_index.json order (reads the folder and
     imports their classes)."""
-    import torch
-
     root = Path(model_path)
     found = []
-    for name, (library, class_name) in listed_components(read_json(root / "model_index.json")).items():
-        cls = getattr(importlib.import_module(library), class_name, None) if library in _WEIGHT_LIBRARIES else None
-        if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
-            continue  # tokenizers, schedulers, processors, pipeline-specific classes: diffusers loads those
+    for name, cls in _weighted(read_json(root / "model_index.json")):
         folder = root / name
         size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
         found.append(Component(name, cls, size))
@@ -67,14 +89,16 @@ def weighted_components(model_path: str) -> list[Component]:
 
 
 def load_pipeline(model_path: str, dtype: Any, status: Callable[[str], None],
-                  extra_kwargs: dict[str, dict] | None = None) -> Any:
+                  extra_kwargs: dict[str, dict] | None = None, variant: str = "") -> Any:
     """The pipeline in `model_path`, loaded on the CPU, announcing each component through `status`.
 
-    `extra_kwargs[name]` is added to component `name`'s from_pretrained call. A component that fails to
-    load raises an OSError naming it."""
+    `extra_kwargs[name]` is added to component `name`'s from_pretrained call; `variant` names weights that
+    the folder holds only as a variant (`*.fp16.safetensors`). A component that fails to load raises an
+    OSError naming it."""
     from diffusers import DiffusionPipeline
 
-    common = {"dtype": dtype, "local_files_only": True, "use_safetensors": safetensors_only()}
+    common = {"dtype": dtype, "local_files_only": True, "use_safetensors": safetensors_only(),
+              "variant": variant or None}
     parts = weighted_components(model_path)
     loaded: dict[str, Any] = {}
     for i, part in enumerate(parts, 1):
@@ -87,3 +111,259 @@ def load_pipeline(model_path: str, dtype: Any, status: Callable[[str], None],
     status("loading tokenizers and scheduler, building the pipeline")
     return DiffusionPipeline.from_pretrained(model_path, **loaded, **common)
 
+
+# ---- artists' files
+
+
+def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
+               extra_kwargs: dict[str, dict] | None = None) -> Any:
+    """The pipeline made of the files of `source`, loaded on the CPU, announcing each component.
+
+    `extra_kwargs` as for load_pipeline: a transformer that diffusers reads with `from_pretrained` gets its
+    tensor-parallel config there (each rank reads its slices); one read through a converter is loaded whole
+    and then sharded with the same config."""
+    for note in source.notes:
+        status(note)
+    with tempfile.TemporaryDirectory(prefix="comfyui-tpu-files-") as tmp:
+        root = _lay_out(source, Path(tmp))
+        index = read_json(root / "model_index.json")
+        checkpoint = source.component("checkpoint")
+        parts = [(name, cls, source.component(name)) for name, cls in _weighted(index)]
+        ours = [(n, c, f) for n, c, f in parts if f is not None and not _left_to_checkpoint(f, checkpoint)]
+        loaded: dict[str, Any] = {name: None for name in _absent(index)}
+        total = len(ours) + (1 if checkpoint else 0)
+        for i, (name, cls, part) in enumerate(ours, 1):
+            status(f"loading {Component(name, cls, part.size_bytes, part.path).describe()} · component {i} of "
+                   f"{total}")
+            try:
+                loaded[name] = _load_file_component(root, name, cls, part, dtype, (extra_kwargs or {}).get(name, {}))
+            except (OSError, ValueError, KeyError, RuntimeError) as e:
+                raise OSError(f"component '{name}' from '{Path(part.path).name}': {type(e).__name__}: {e}") from e
+        if checkpoint is not None:
+            rest = [n for n, _, f in parts if n not in loaded]
+            status(f"loading {', '.join(rest)} from {Path(checkpoint.path).name} "
+                   f"({format_bytes(checkpoint.size_bytes)}) · component {total} of {total}")
+            pipe = _load_checkpoint(root, index, checkpoint, loaded, dtype)
+            for name in rest:  # extras (TP) for parts the checkpoint loader read whole
+                _shard_after_load(getattr(pipe, name, None), (extra_kwargs or {}).get(name, {}))
+            return pipe
+        status("loading tokenizers and scheduler, building the pipeline")
+        from diffusers import DiffusionPipeline
+
+        return DiffusionPipeline.from_pretrained(str(root), **loaded, dtype=dtype, local_files_only=True,
+                                                 use_safetensors=True)
+
+
+def _left_to_checkpoint(part: FileComponent, checkpoint: FileComponent | None) -> bool:
+    """A part of the all-in-one checkpoint that the pipeline's single-file loader reads as it is."""
+    return (checkpoint is not None and part.path == checkpoint.path and part.layout in CHECKPOINT_NATIVE
+            and part.quant == "")
+
+
+def _absent(index: dict) -> list[str]:
+    """Optional components the model_index leaves out ([null, null]): passed as None (SD3 without T5)."""
+    return [k for k, v in index.items() if not k.startswith("_") and v == [None, None]]
+
+
+def _lay_out(source: FileSource, root: Path) -> Path:
+    """A diffusers-style folder for `source`: model_index.json, scheduler and component configs (published
+    configs with the files' sizes), tokenizer folders (ComfyUI's bundled vocabularies with the pack's
+    settings), and symlinks to the files that from_pretrained reads as they are."""
+    configs = source.config_dir
+    (root / "model_index.json").write_text(json.dumps(source.index()))
+    for folder in sorted(p for p in configs.iterdir() if p.is_dir()):
+        target = root / folder.name
+        target.mkdir()
+        for file in ("config.json", "scheduler_config.json"):
+            if (folder / file).is_file():
+                (target / file).write_text(json.dumps(source.config(folder.name)))
+    for part in source.components:
+        if part.layout == "tokenizer":
+            _tokenizer_folder(Path(part.path), configs / part.name, root / part.name)
+        elif part.layout == "tekken":
+            _tekken_tokenizer(Path(part.path), configs / part.name, root / part.name)
+        elif _symlinked(part):
+            name = "diffusion_pytorch_model.safetensors" if part.layout == "diffusers" else "model.safetensors"
+            (root / part.name).mkdir(exist_ok=True)
+            os.symlink(part.path, root / part.name / name)
+    return root
+
+
+def _symlinked(part: FileComponent) -> bool:
+    """Files from_pretrained reads as they are (diffusers' or transformers' keys, no prefix, no scales)."""
+    return (part.layout == "diffusers" or part.layout in HF_LAYOUTS) and not part.prefix and not part.quant
+
+
+def _tokenizer_folder(comfy_folder: Path, shipped: Path, target: Path) -> None:
+    """ComfyUI's bundled tokenizer files, with the pack's tokenizer_config.json where it ships one (maximum
+    length, padding token, added tokens and chat template of the published model)."""
+    target.mkdir(parents=True, exist_ok=True)
+    ours = (shipped / "tokenizer_config.json").is_file()
+    for file in comfy_folder.iterdir():
+        if ours and file.name in ("tokenizer_config.json", "special_tokens_map.json"):
+            continue
+        os.symlink(file, target / file.name)
+    if ours:
+        shutil.copy(shipped / "tokenizer_config.json", target / "tokenizer_config.json")
+
+
+def _tekken_tokenizer(te_file: Path, shipped: Path, target: Path) -> None:
+    """Mistral's tokenizer from the `tekken_model` tensor that Comfy-Org's FLUX.2 text-encoder files carry
+    (the tekken.json file's bytes), with the pack's settings and chat template."""
+    from safetensors import safe_open
+    from transformers.integrations.mistral.tokenizer import MistralConverter
+
+    target.mkdir(parents=True, exist_ok=True)
+    with safe_open(str(te_file), "pt") as f:
+        data = f.get_tensor("tekken_model").numpy().tobytes()
+    (target / "tekken.json").write_bytes(data)
+    MistralConverter(vocab_file=str(target / "tekken.json")).converted().save(str(target / "tokenizer.json"))
+    (target / "tekken.json").unlink()
+    shutil.copy(shipped / "tokenizer_config.json", target / "tokenizer_config.json")
+
+
+def _state_dict(part: FileComponent, dtype: Any) -> dict:
+    """The tensors of `part` (under its prefix, the prefix removed), ComfyUI's scaled fp8 dequantized."""
+    from safetensors import safe_open
+
+    with safe_open(part.path, "pt") as f:
+        keys = [k for k in f.keys() if k.startswith(part.prefix)]
+        sd = {k[len(part.prefix):]: f.get_tensor(k) for k in keys}
+    if part.quant == "scaled-fp8":
+        sd = dequantize_scaled_fp8(sd, dtype)
+    return sd
+
+
+def dequantize_scaled_fp8(sd: dict, dtype: Any) -> dict:
+    """ComfyUI's "scaled fp8" weights as plain ones: each fp8 weight times its scale (`.scale_weight`, or
+    `.weight_scale` in the newer layout), as ComfyUI's own fp8 layers compute them; input scales and the
+    `scaled_fp8` marker dropped. diffusers and transformers know neither and would load wrong weights."""
+    import torch
+
+    sd = dict(sd)
+    sd.pop("scaled_fp8", None)
+    for key in [k for k in sd if k.endswith((".scale_weight", ".weight_scale"))]:
+        weight_key = key.rsplit(".", 1)[0] + ".weight"
+        scale = sd.pop(key).to(torch.float32)
+        weight = sd[weight_key].to(torch.float32)
+        if scale.numel() > 1:
+            scale = scale.reshape(-1, *([1] * (weight.ndim - 1)))
+        sd[weight_key] = (weight * scale).to(dtype)
+    for key in [k for k in sd if k.endswith((".scale_input", ".input_scale"))]:
+        sd.pop(key)
+    return sd
+
+
+def invert_key_map(sd: dict, key_map: tuple[tuple, ...]) -> dict:
+    """diffusers' keys from a file in ComfyUI's layout, by ComfyUI's own key map (diffusers key -> ComfyUI key,
+    slice, transform): each diffusers tensor is the named slice of the ComfyUI tensor, with scale and shift
+    swapped back where ComfyUI swaps them (the swap is its own inverse)."""
+    import torch
+
+    out = {}
+    for target, name, dim, start, length, transform in key_map:
+        weight = sd[name]
+        if dim >= 0:
+            weight = weight.narrow(dim, start, length)
+        if transform == "swap_scale_shift":
+            shift, scale = weight.chunk(2, dim=0)
+            weight = torch.cat([scale, shift], dim=0)
+        out[target] = weight.contiguous()
+    return out
+
+
+def _load_file_component(root: Path, name: str, cls: type, part: FileComponent, dtype: Any, extra: dict) -> Any:
+    """One component from an artist's file, on the CPU in `dtype` (fp8 weights upcast)."""
+    file_args = {"dtype": dtype, "local_files_only": True}
+    if _symlinked(part):  # from_pretrained reads it through the folder (tensor parallel: each rank its slices)
+        model = cls.from_pretrained(str(root), subfolder=name, use_safetensors=True, **file_args, **extra)
+        return _finish_text_encoder(model, part)
+    if part.layout in HF_LAYOUTS:  # inside a checkpoint, or scaled fp8: read, then hand over
+        config = cls.config_class.from_dict(read_json(root / name / "config.json"))
+        model = cls.from_pretrained(None, config=config, state_dict=_state_dict(part, dtype),
+                                    use_safetensors=True, **file_args)
+        return _finish_text_encoder(model, part)
+    if part.layout in ("flux2-vae", "wan-vae"):
+        return _converted_vae(root, cls, part, dtype)
+    if part.quant == "gguf":
+        from diffusers import GGUFQuantizationConfig
+
+        model = cls.from_single_file(part.path, config=str(root), subfolder=name,
+                                     quantization_config=GGUFQuantizationConfig(compute_dtype=dtype), **file_args)
+        return _shard_after_load(model, extra)
+    sd = _state_dict(part, dtype)
+    if part.layout == "flux1-comfy-map":
+        sd = invert_key_map(sd, part.key_map)
+    elif part.layout == "sdxl":  # diffusers' UNet converter looks for the checkpoint prefix
+        sd = {f"model.diffusion_model.{k}": v for k, v in sd.items()}
+    model = cls.from_single_file(sd, config=str(root), subfolder=name, **file_args)
+    return _shard_after_load(model, extra)
+
+
+def _finish_text_encoder(model: Any, part: FileComponent) -> Any:
+    """What a text encoder read from ComfyUI's layout needs beyond its weights: a CLIP-L without a projection
+    (FLUX's clip_l file, used by SD3) projects by the identity, as diffusers' single-file loader sets it; a
+    Mistral pruned to fewer layers than published ends without the final norm, as ComfyUI runs it."""
+    import torch
+
+    projection = getattr(model, "text_projection", None)
+    if isinstance(projection, torch.nn.Linear) and not _has_key(part, "text_projection.weight"):
+        with torch.no_grad():
+            projection.weight.copy_(torch.eye(*projection.weight.shape, dtype=projection.weight.dtype))
+    if part.layout == "hf-no-final-norm":
+        model.model.norm = torch.nn.Identity()
+    return model
+
+
+def _has_key(part: FileComponent, key: str) -> bool:
+    from safetensors import safe_open
+
+    with safe_open(part.path, "pt") as f:
+        return part.prefix + key in set(f.keys())
+
+
+def _converted_vae(root: Path, cls: type, part: FileComponent, dtype: Any) -> Any:
+    """The FLUX.2 and Qwen-Image VAEs, which diffusers' single-file loader does not map: diffusers' own
+    converters for their layouts (LDM plus FLUX.2's batch-norm statistics; Wan 2.1), then a strict load."""
+    import torch
+    from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint, convert_wan_vae_to_diffusers
+
+    sd = {k: v.to(torch.float32) for k, v in _state_dict(part, torch.float32).items()}
+    config = cls.load_config(str(root), subfolder="vae")
+    if part.layout == "flux2-vae":
+        converted = convert_ldm_vae_checkpoint(sd, config)
+        converted.update({k: v for k, v in sd.items() if k.startswith("bn.")})
+    else:
+        converted = convert_wan_vae_to_diffusers(sd)
+    with torch.device("meta"):
+        model = cls.from_config(config)
+    model.load_state_dict(converted, strict=True, assign=True)
+    return model.to(dtype).eval()
+
+
+def _shard_after_load(model: Any, extra: dict) -> Any:
+    """Tensor parallelism for a transformer read whole (through a converter): each rank shards its copy."""
+    config = extra.get("parallel_config")
+    if model is not None and config is not None:
+        # from_single_file records the whole model on the CPU as a device map ({"": cpu}); nothing was placed by
+        # accelerate (no hooks), but enable_parallelism refuses any device map
+        if set(map(str, (getattr(model, "hf_device_map", None) or {"": "cpu"}).values())) == {"cpu"}:
+            model.hf_device_map = None
+        model.enable_parallelism(config=config)
+    return model
+
+
+def _load_checkpoint(root: Path, index: dict, checkpoint: FileComponent, loaded: dict, dtype: Any) -> Any:
+    """An SD3, SDXL or FLUX.1 all-in-one checkpoint through the pipeline's own single-file loader (configs
+    and tokenizers from `root`), with the parts loaded separately passed in."""
+    import diffusers
+
+    cls = getattr(diffusers, index["_class_name"])
+    pipe = cls.from_single_file(checkpoint.path, config=str(root), local_files_only=True, dtype=dtype, **loaded)
+    t5 = getattr(pipe, "text_encoder_3", None) if "text_encoder_3" not in loaded else None
+    if t5 is not None:  # diffusers leaves T5's embed_tokens untied (on the meta device) in single files
+        t5.tie_weights()
+    for module in pipe.components.values():  # it also leaves the text encoders it builds in training mode
+        if hasattr(module, "eval"):
+            module.eval()
+    return pipe

@@ -8,20 +8,27 @@ model never leaves process groups behind.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import timedelta
 from functools import cache
+from typing import TypeVar
 
-from ..protocol.spec import PipelineSpec
+from ..protocol.spec import Layout, PipelineSpec
+
+T = TypeVar("T")
+LOAD_TURN_TIMEOUT_S = 3600.0  # how long a replica may wait for the ones loading before it
 
 
-def patch_diffusers_parallel_for_cpu() -> None:
-    """Lets diffusers' TensorParallelConfig and ContextParallelConfig run on a CPU (gloo) mesh. CPU workers only;
-    idempotent.
+def patch_diffusers_parallel_device(kind: str) -> None:
+    """Makes diffusers' TensorParallelConfig and ContextParallelConfig place every rank on this worker's own
+    device. CPU and TPU workers only (never CUDA, where rank % device_count is right); idempotent; nothing on
+    disk changes.
 
-    diffusers 0.42 allows TP only on cuda/neuron/tpu/xpu and resolves the device of either parallelism as
-    `rank % torch.accelerator.device_count()`, which divides by zero on a CPU host. This adds "cpu" to the TP
-    gate and resolves the device and mesh to the CPU; ring attention gets the log-sum-exp it needs from the CPU
-    attention kernel (`_patch_native_lse_for_cpu`). The installed package is not changed on disk, and none of
-    this is applied on TPU or CUDA workers.
+    diffusers 0.42 resolves a rank's device as `rank % torch.accelerator.device_count()`. On TPU each process
+    has one chip, at index 0 (TorchTPU), so every rank must resolve to tpu:0, as it does once the runtime has
+    started; before that the count is every device on the PCI bus. On a CPU host the count is 0 (a division by
+    zero) and "cpu" is not in diffusers' TP device gate: the gate gets "cpu" and ranks resolve to the CPU; ring
+    attention gets the log-sum-exp it needs from the CPU attention kernel (`_patch_native_lse_for_cpu`).
     """
     import diffusers.hooks.tensor_parallel as tp_hooks
     import torch
@@ -34,12 +41,14 @@ def patch_diffusers_parallel_for_cpu() -> None:
     from diffusers.models.modeling_utils import ModelMixin
     from torch.distributed.device_mesh import init_device_mesh
 
-    if "cpu" not in tp_hooks._SUPPORTED_TP_DEVICES:
-        tp_hooks._SUPPORTED_TP_DEVICES = (*tp_hooks._SUPPORTED_TP_DEVICES, "cpu")
-    _patch_native_lse_for_cpu()
-    if getattr(ModelMixin._resolve_parallel_config, "_cpu_parallel", False):
+    if kind not in tp_hooks._SUPPORTED_TP_DEVICES:
+        tp_hooks._SUPPORTED_TP_DEVICES = (*tp_hooks._SUPPORTED_TP_DEVICES, kind)
+    if kind == "cpu":
+        _patch_native_lse_for_cpu()
+    if getattr(ModelMixin._resolve_parallel_config, "_own_device", None) == kind:
         return
-    original = ModelMixin._resolve_parallel_config
+    original = getattr(ModelMixin._resolve_parallel_config, "_original", ModelMixin._resolve_parallel_config)
+    device = torch.device("tpu", 0) if kind == "tpu" else torch.device("cpu")
 
     def _resolve_parallel_config(self, config):
         if isinstance(config, ContextParallelConfig):
@@ -50,14 +59,15 @@ def patch_diffusers_parallel_for_cpu() -> None:
         if (cp is None and tp is None) or not dist.is_initialized():
             return original(self, config)
         if cp is not None:
-            mesh = cp.mesh or init_device_mesh("cpu", cp.mesh_shape, mesh_dim_names=cp.mesh_dim_names)
+            mesh = cp.mesh or init_device_mesh(kind, cp.mesh_shape, mesh_dim_names=cp.mesh_dim_names)
         else:
-            mesh = tp.mesh or init_device_mesh("cpu", (tp.tp_degree,), mesh_dim_names=("tp",))
-        config.setup(dist.get_rank(), dist.get_world_size(), torch.device("cpu"), mesh=mesh)
+            mesh = tp.mesh or init_device_mesh(kind, (tp.tp_degree,), mesh_dim_names=("tp",))
+        config.setup(dist.get_rank(), dist.get_world_size(), device, mesh=mesh)
         self._parallel_config = config
         return config
 
-    _resolve_parallel_config._cpu_parallel = True
+    _resolve_parallel_config._own_device = kind
+    _resolve_parallel_config._original = original
     ModelMixin._resolve_parallel_config = _resolve_parallel_config
 
 
@@ -137,8 +147,8 @@ def load_kwargs(spec: PipelineSpec, kind: str) -> dict[str, dict] | None:
         return None
     from diffusers import ContextParallelConfig, ParallelConfig, TensorParallelConfig
 
-    if kind == "cpu":
-        patch_diffusers_parallel_for_cpu()
+    if kind in ("cpu", "tpu"):
+        patch_diffusers_parallel_device(kind)
     mesh = spec_mesh(spec, kind)
     if spec.cp_degree > 1:  # the controller refuses context parallel together with tensor parallel
         anything = spec.family.variable_text
@@ -197,3 +207,45 @@ def _vote_group(model_ranks: int):
         if start <= rank < start + model_ranks:
             mine = group
     return mine
+
+
+def in_turn(spec: PipelineSpec, rank: int, world_size: int, load: Callable[[], T],
+            status: Callable[[str], None]) -> T:
+    """`load()`, one Data Parallel replica after another when the spec says so (`load_in_turn`): replica r
+    starts once replicas 0..r-1 have their weights on their devices, so the host holds about one copy in
+    flight instead of one per replica. The ranks of one replica load together (a sharded load has
+    collectives among them). Every rank passes every turn's barrier, even after its own load failed, so a
+    failure never leaves the others waiting; it is raised once all turns are done.
+
+    Collective: every rank of the group calls it for the same spec.
+    """
+    if not spec.load_in_turn or world_size == spec.model_ranks:
+        return load()
+    import torch.distributed as dist
+
+    group = _turn_group()
+    mine = Layout(spec.tp_degree, world_size, rank, cp_degree=spec.cp_degree, cfg_degree=spec.cfg_parallel)
+    result: T | None = None
+    error: BaseException | None = None
+    for turn in range(mine.replicas):
+        if turn == mine.replica:
+            try:
+                result = load()
+            except BaseException as e:  # re-raised below, after the other replicas' turns
+                error = e
+            if turn + 1 < mine.replicas:
+                status(f"replica {turn + 1} of {mine.replicas} loaded; the next one loads now (one replica at a "
+                       "time keeps host memory low)")
+        dist.barrier(group=group)
+    if error is not None:
+        raise error
+    return result  # type: ignore[return-value]
+
+
+@cache
+def _turn_group():
+    """A CPU (gloo) group of the whole worker group for the load turns, with a bound long enough for one
+    replica's load. Made once per process; collective the first time."""
+    import torch.distributed as dist
+
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=LOAD_TURN_TIMEOUT_S))

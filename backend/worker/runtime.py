@@ -83,6 +83,8 @@ class Runtime:
                 "samples": self.samples, "steps": self.steps,
                 "model": self.load_key[0] if self.load_key else None,
                 "dtype": str(self.pipe.dtype).replace("torch.", "") if self.pipe is not None else None,
+                "offload": self.load_key[4] if self.load_key else None,  # PipelineSpec.load_key() order
+                "device_mesh": parallel.group_mesh.cache_info().currsize > 0,  # this process built one
                 "compile": {"mode": self.mode, "note": mode_note(self.kind, self.mode), **self.compiler.stats()},
                 "prompt_cache": self.prompts.stats()}
 
@@ -107,22 +109,9 @@ class Runtime:
         dtype_name = self.dtype_name(spec)
         self.status(f"loading {spec.name} ({dtype_name}) on {self.device}")
         t0 = time.perf_counter()
-        try:
-            extra = parallel.load_kwargs(spec, self.kind)
-            pipe = loading.load_pipeline(spec.model_path, _DTYPES[dtype_name], self.status, extra)
-        except OSError as e:
-            if _is_oom(e):
-                raise
-            raise RuntimeError(
-                f"model: '{spec.name}' could not be loaded from its folder ({e}). ComfyUI-TPU never downloads at "
-                "run time: make sure the folder holds every component (safetensors weights, configs, "
-                "tokenizers).") from e
-        if spec.offload == "model":
-            pipe.enable_model_cpu_offload(device=self.device)
-        elif spec.offload == "sequential":
-            pipe.enable_sequential_cpu_offload(device=self.device)
-        else:
-            pipe.to(self.device)
+        extra = parallel.load_kwargs(spec, self.kind)  # collective: before the turns
+        pipe = parallel.in_turn(spec, self.rank, self.world_size,
+                                lambda: self._load_onto_device(spec, dtype_name, extra), self.status)
         pipe.set_progress_bar_config(disable=True)
         self.vote = parallel.StopVote(spec.model_ranks)
         self.prompts.attach(pipe)
@@ -136,6 +125,33 @@ class Runtime:
             self.status("stopped after loading finished (loading cannot be interrupted midway); the model "
                         "stays loaded for the next run")
             raise Interrupted()
+
+    def _load_onto_device(self, spec: PipelineSpec, dtype_name: str, extra: dict | None) -> Any:
+        """Reads the weights into host memory and puts them where the offload choice says."""
+        try:
+            if spec.source is not None:
+                pipe = loading.load_files(spec.source, _DTYPES[dtype_name], self.status, extra)
+            else:
+                pipe = loading.load_pipeline(spec.model_path, _DTYPES[dtype_name], self.status, extra, spec.variant)
+        except OSError as e:
+            if _is_oom(e):
+                raise
+            if spec.source is not None:
+                raise RuntimeError(f"model: '{spec.name}' could not be loaded ({e}). ComfyUI-TPU never downloads at "
+                                   "run time: check that the files are complete and belong together.") from e
+            raise RuntimeError(
+                f"model: '{spec.name}' could not be loaded from its folder ({e}). ComfyUI-TPU never downloads at "
+                "run time: make sure the folder holds every component (safetensors weights, configs, "
+                "tokenizers).") from e
+        if spec.offload == "model":
+            pipe.enable_model_cpu_offload(device=self.device)
+        elif spec.offload == "sequential":
+            pipe.enable_sequential_cpu_offload(device=self.device)
+        elif spec.offload == "none":
+            pipe.to(self.device)
+        else:
+            raise ValueError(f"offload '{spec.offload}' was not resolved by the controller")
+        return pipe
 
     def set_mode(self, spec: PipelineSpec) -> None:
         """Applies the execution mode process-wide (only TorchTPU has eager modes) and says what differs here."""

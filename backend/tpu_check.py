@@ -1,0 +1,335 @@
+"""`python -m backend tpu-check`: the first thing to run on a new TPU VM, and what to paste into a bug report.
+
+It detects the chips, then runs every step the pack needs, each timed: one worker group, a tiny model (built
+here, offline) in each execution mode, a compile at two shapes and samples that must not recompile, a restart
+that should reuse the persistent compile cache, Shard TP and Data Parallel over the devices the host has (only
+worker counts TorchTPU launches), and whether several devices give the same image as one. It prints a report
+(versions, chip type, every step's result and time, the first error with its traceback) and one line per step:
+works / fails / skipped. On a host without a TPU the same steps run on the CUDA GPUs or the CPU where they make
+sense (the CPU runs 2 worker processes for the multi-device steps), which is how CI tests it.
+
+It goes through `backend.controller.api`, like the nodes, and uses a compile cache folder of its own (deleted
+at the end), so the user's cache is neither used nor changed.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .controller import api
+from .protocol.errors import ParallelError
+from .protocol.spec import MODE_CHOICES, PipelineSpec, SampleRequest
+
+MODEL = "tiny-flux"
+SIZES = ((64, 64), (64, 96))  # the two compiled shapes (multiples of FLUX's 16)
+IMAGES = 4  # images per comparison: split over the replicas of the multi-device steps
+TP_TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2}  # a sharded transformer sums in another order
+VERSIONS = ("torch", "torch_tpu", "libtpu", "diffusers", "transformers", "accelerate", "safetensors", "numpy")
+
+
+class Skip(Exception):
+    """A step that does not apply on this host; the message says why."""
+
+
+@dataclass
+class Step:
+    name: str
+    result: str = "skipped"  # works | fails | skipped
+    seconds: float = 0.0
+    detail: str = ""
+
+
+@dataclass
+class Report:
+    steps: list[Step] = field(default_factory=list)
+    first_error: str | None = None
+
+    def run(self, name: str, fn: Callable[[], str], needs: tuple[str, ...] = ()) -> None:
+        """Runs one step: `fn` returns what it found (works), raises Skip (skipped) or anything else (fails)."""
+        step = Step(name)
+        self.steps.append(step)
+        missing = [n for n in needs if self.result(n) != "works"]
+        if missing:
+            step.detail = f"needs '{missing[0]}', which did not work"
+            return
+        t0 = time.perf_counter()
+        try:
+            step.detail, step.result = fn(), "works"
+        except Skip as e:
+            step.detail = str(e)
+        except Exception as e:  # noqa: BLE001  (every failure is reported, and the next steps still run)
+            step.result, step.detail = "fails", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            if self.first_error is None:
+                self.first_error = f"step '{name}':\n{traceback.format_exc()}"
+        step.seconds = time.perf_counter() - t0
+
+    def result(self, name: str) -> str:
+        return next((s.result for s in self.steps if s.name == name), "skipped")
+
+    @property
+    def failed(self) -> bool:
+        return any(s.result == "fails" for s in self.steps)
+
+
+def _versions() -> str:
+    found = [f"python {platform.python_version()}"]
+    for dist in VERSIONS:
+        try:
+            found.append(f"{dist} {importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"{dist} -")
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, text=True,
+                             capture_output=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        rev = ""
+    return " · ".join(found + [f"ComfyUI-TPU {rev or 'unknown'}"])
+
+
+def _request(width: int = 64, height: int = 64, batch: int = IMAGES) -> SampleRequest:
+    return SampleRequest(prompt="a red fox in the snow", width=width, height=height, steps=2, guidance=0.0, seed=7,
+                         batch_size=batch)
+
+
+def _diff(a: np.ndarray, b: np.ndarray) -> float:
+    if a.shape != b.shape:
+        raise AssertionError(f"images of shape {a.shape}, expected {b.shape}")
+    return float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max())
+
+
+class TpuCheck:
+    """The steps, in order; each one's findings feed the next."""
+
+    def __init__(self, device: str, models: Path, compile_backend: str | None):
+        self.device, self.models, self.backend_choice = device, models, compile_backend
+        self.report = Report()
+        self.kind = ""
+        self.spec: PipelineSpec | None = None
+        self.compiled: PipelineSpec | None = None
+        self.reference: np.ndarray | None = None
+        self.world = 1
+        self.info = None
+        self.cache_dir = Path(tempfile.mkdtemp(prefix="comfyui-tpu-check-cache-"))
+
+    def run(self) -> Report:
+        r = self.report
+        r.run("detect the device", self.detect)
+        r.run("build the tiny model", self.build)
+        r.run("start a worker group and load", self.start, needs=("build the tiny model",))
+        for mode in MODE_CHOICES:
+            if mode != "compiled":
+                r.run(f"sample in {mode}", lambda mode=mode: self.sample_in(mode),
+                      needs=("start a worker group and load",))
+        r.run("compile at two shapes", self.compile, needs=("start a worker group and load",))
+        r.run("sample the compiled shapes without recompiling", self.no_recompile, needs=("compile at two shapes",))
+        r.run("restart and reuse the compile cache", self.restart, needs=("compile at two shapes",))
+        r.run("Shard TP over several devices", self.shard_tp, needs=("sample in strict eager",))
+        r.run("Data Parallel over several devices: same images", self.data_parallel,
+              needs=("sample in strict eager",))
+        api.shutdown()
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
+        return r
+
+    # ---- steps
+    def detect(self) -> str:
+        self.info = info = api.device_info()
+        memory = f", {info.memory_gib:g} GiB per device" if info.memory_gib else ""
+        sizes = f", TorchTPU launches {list(info.group_sizes)} workers" if info.group_sizes is not None else ""
+        text = f"{info.kind}: {info.name}, {info.chips} chip(s), {info.devices} device(s){memory}{sizes}"
+        if info.notes:
+            text += "; " + " | ".join(info.notes)
+        if self.device in ("auto", "tpu") and info.kind != "tpu" and any("TPU" in n for n in info.notes):
+            raise RuntimeError(text)  # TPU hardware that cannot be used: the report says why
+        return text
+
+    def build(self) -> str:
+        from .tiny_models import build_all
+
+        path = build_all(self.models, ["flux"])["flux"]
+        return f"{path} ({sum(p.stat().st_size for p in path.rglob('*.safetensors')) / 1e6:.1f} MB)"
+
+    def start(self) -> str:
+        api.set_compile_cache_dir(str(self.cache_dir), override=True)
+        self.spec = api.make_spec(MODEL, [str(self.models)], device_choice=self.device)
+        self.kind = self.spec.kind
+        ready = api.checked(self.spec)
+        self.world = ready.world_size
+        info = api.load(self.spec)
+        layout = f"{ready.world_size} worker(s)" + (f" (Data Parallel {ready.dp_replicas} by default)"
+                                                    if ready.dp_replicas > 1 else "")
+        return f"{layout} on {info['device']}, {info['dtype']}, model {Path(info['model']).name}"
+
+    def sample_in(self, mode: str) -> str:
+        spec, notes = api.with_mode(self.spec, mode)
+        images = api.sample(spec, _request())
+        if not np.isfinite(images).all():
+            raise AssertionError("the images hold NaN or inf")
+        if self.reference is None:
+            self.reference = images
+            return f"{images.shape[0]} images {images.shape[2]}x{images.shape[1]}" + "".join(f"; {n}" for n in notes)
+        return f"max difference to strict eager {_diff(images, self.reference):.2g}" + "".join(f"; {n}" for n in notes)
+
+    def compile(self) -> str:
+        from .controller import plans
+
+        backend = self.backend_choice or {"tpu": "tpu", "cuda": "inductor"}.get(self.kind, "aot_eager")
+        warmup = ", ".join(f"{w}x{h}" for w, h in SIZES)
+        self.compiled, _ = api.with_compile(self.spec, "whole denoiser", plans.compile_backend(self.kind, backend),
+                                            warmup)
+        api.load(self.compiled)
+        stats = api.compile_stats()
+        if stats["compiles"] < len(SIZES):
+            raise AssertionError(f"{stats['compiles']} compiles for {len(SIZES)} warm-up shapes")
+        per_shape = ", ".join(f"{s['shape']} {s['compile_s']:.1f} s" for s in stats["shapes"])
+        return f"backend {self.compiled.compile.backend}: {per_shape}; cache {stats['cache']['status']}"
+
+    def no_recompile(self) -> str:
+        before = api.compile_stats()
+        for w, h in SIZES:
+            api.sample(self.compiled, _request(w, h, batch=1))
+        after = api.compile_stats()
+        new = after["compiles"] - before["compiles"]
+        unexpected = after["unexpected_recompiles"] - before["unexpected_recompiles"]
+        if new or unexpected:
+            raise AssertionError(f"{new} new compiles and {unexpected} unexpected recompiles at warmed shapes")
+        return f"{after['hits'] - before['hits']} reuses, 0 recompiles"
+
+    def restart(self) -> str:
+        cold = api.compile_stats()
+        tpu_files = _count_files(self.cache_dir / "tpu")
+        api.shutdown()
+        api.load(self.compiled)
+        warm = api.compile_stats()
+        status = warm["cache"]["status"]
+        if warm["disk_hits"]:
+            found = f"{warm['disk_hits']} graphs from inductor's disk cache"
+        elif self.compiled.compile.backend == "tpu":  # TorchTPU counts no hits: a reused cache writes no new files
+            found = (f"TorchTPU's cache held {tpu_files} files and gained "
+                     f"{_count_files(self.cache_dir / 'tpu') - tpu_files} in the restart")
+        else:
+            found = f"backend {self.compiled.compile.backend} keeps no compiled graphs on disk"
+        text = (f"cache folder {status}; compile {cold['compile_s']:.1f} s cold → {warm['compile_s']:.1f} s after "
+                f"the restart; {found}")
+        if not status.startswith("reused"):
+            raise AssertionError(text)
+        return text
+
+    def _layout(self, tp: int, replicas: int | None) -> PipelineSpec:
+        spec, _ = api.shard(self.spec, tp) if tp > 1 else (self.spec, "")
+        if replicas is not None:
+            spec, _ = api.replicate(spec, replicas)
+        ready = api.checked(spec)
+        if ready.world_size <= self.world and ready.tp_degree == 1:
+            raise Skip(f"this host runs no larger group than the first one ({self.world} worker(s))")
+        return spec
+
+    def shard_tp(self) -> str:
+        try:
+            spec = self._layout(2, None)  # tiny-flux has 2 attention heads; on the CPU: 2 processes
+        except ParallelError as e:
+            raise Skip(f"Shard TP 2 does not run here: {e}") from None
+        if not api_launches(spec):
+            spec = self._layout(2, 0)  # with Data Parallel: a group TorchTPU launches
+        images = api.sample(spec, _request())
+        ready = api.checked(spec)
+        diff = _diff(images, self.reference)
+        tolerance = TP_TOLERANCE.get(api.worker_info()[0]["dtype"], 1e-4)
+        text = (f"TP {ready.tp_degree} × {ready.dp_replicas} replica(s) = {ready.world_size} workers: max difference "
+                f"to {self.world} worker(s) {diff:.2g} (tolerance {tolerance:g})")
+        if diff > tolerance:
+            raise AssertionError(text)
+        return text
+
+    def data_parallel(self) -> str:
+        try:
+            spec = self._layout(1, 2 if self.kind == "cpu" else 0)  # the CPU has no chips: 2 processes
+        except ParallelError as e:
+            raise Skip(f"Data Parallel does not run here: {e}") from None
+        images = api.sample(spec, _request())
+        ready = api.checked(spec)
+        diff = _diff(images, self.reference)
+        text = f"{ready.dp_replicas} replicas: {'bit-identical to' if diff == 0 else f'{diff:.2g} off'} " \
+               f"{self.world} worker(s)"
+        if diff:
+            raise AssertionError(text + " (the same seed must give the same pixels)")
+        return text
+
+
+def api_launches(spec: PipelineSpec) -> bool:
+    """Whether the spec's layout is complete as it is (a Shard TP degree alone may need Data Parallel)."""
+    try:
+        api.checked(spec)
+    except ParallelError:
+        return False
+    return True
+
+
+def _count_files(folder: Path) -> int:
+    return sum(1 for p in folder.rglob("*") if p.is_file())
+
+
+class _Log(logging.Handler):
+    """The pack's warnings and errors (a failed worker's traceback among them), for the report."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines += self.format(record).splitlines()
+
+
+def render(report: Report, versions: str, info, log_lines: list[str] = ()) -> str:
+    lines = ["## ComfyUI-TPU tpu-check", "", f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %z')}",
+             f"- versions: {versions}", f"- host: {platform.platform()}, {os.cpu_count()} cores"]
+    if info is not None:
+        lines.append(f"- device: {info.kind}, {info.name}, chips {info.chips}, devices {info.devices}, memory per "
+                     f"device {info.memory_gib} GiB, TorchTPU group sizes {info.group_sizes}")
+    pod = {k: os.environ[k] for k in ("TPU_WORKER_HOSTNAMES", "JOB_COMPLETION_INDEX", "COMFYUI_TPU_LOCAL_GROUP",
+                                      "TPU_SKIP_MDS_QUERY", "TORCH_DEVICE_BACKEND_AUTOLOAD") if k in os.environ}
+    lines.append(f"- environment: {pod or 'none of the TPU variables set'}")
+    lines += ["", "| step | result | seconds | details |", "|---|---|---|---|"]
+    lines += [f"| {s.name} | {s.result} | {s.seconds:.1f} | {s.detail.replace('|', '/')} |" for s in report.steps]
+    if report.first_error:
+        lines += ["", "First error:", "```", report.first_error.rstrip(), "```"]
+    if log_lines:
+        lines += ["", "The pack's warnings and errors (last 40 lines):", "```", *log_lines[-40:], "```"]
+    lines += ["", *(f"{s.result:8} {s.name} ({s.seconds:.1f} s)" for s in report.steps)]
+    return "\n".join(lines)
+
+
+def main(device: str = "auto", models: str | None = None, compile_backend: str | None = None,
+         out: str | None = None) -> int:
+    folder = Path(models) if models else Path(tempfile.mkdtemp(prefix="comfyui-tpu-check-models-"))
+    captured = _Log()
+    logging.getLogger("comfyui_tpu").addHandler(captured)
+    try:
+        check = TpuCheck(device, folder, compile_backend)
+        report = check.run()
+        text = render(report, _versions(), check.info, captured.lines)
+    finally:
+        logging.getLogger("comfyui_tpu").removeHandler(captured)
+        if not models:
+            shutil.rmtree(folder, ignore_errors=True)
+    print(text, flush=True)
+    if out:
+        Path(out).write_text(text + "\n")
+    return 1 if report.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,593 @@
+"""Artists' files for the tests, written by ComfyUI's own code from tiny diffusers pipelines.
+
+For each family a reference diffusers folder (`diffusers/ref-<family>`) is built from the tiny pipeline of
+backend/tiny_models.py, and the same weights are written as the files ComfyUI users keep (`models/checkpoints`,
+`models/diffusion_models`, `models/text_encoders`, `models/vae`) by ComfyUI's converters and the functions its
+save nodes call: `comfy.model_detection.convert_diffusers_mmdit` (FLUX.1, SD3), `comfy.utils.unet_to_diffusers`
+(SDXL's UNet), `comfy.diffusers_convert.convert_vae_state_dict` (LDM VAEs), `supported_models.*.process_*_for_saving`
+(what CheckpointSave and ModelSave write). ComfyUI 0.3.75 has no converter for the FLUX.2 transformer nor for
+the Qwen-Image VAE: those files are the exact inverse of diffusers' own converters (every element traced
+through the real converter), with key names and shapes taken from ComfyUI's own modules (`Flux(image_model=
+"flux2")`, `WanVAE`), and a strict load into those modules proves the layout.
+
+The reference folders differ from the tiny pipelines where the files cannot carry what the tiny models do:
+the text encoders read ComfyUI's bundled tokenizers (so their vocabularies have the real sizes), and the
+hyper-parameters that are not stored in any tensor (head counts, rotary splits, GroupNorm groups, T5's
+relative-attention distance, activation functions) are set to what the pack derives for these widths. Each
+such value is written out below; the rest of each model is the tiny pipeline's.
+
+Run as a script (the tests do, in a subprocess, so ComfyUI's modules never enter the test process):
+    python tests/file_fixtures.py OUT TINY_MODELS COMFYUI_DIR [FAMILY ...]
+Each family's files are built once per OUT folder (a marker file records it).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage")  # "flux1-3072" (1 GB) only when asked
+VERSION = "4"  # bump to rebuild cached fixtures after changing this file
+
+# what each family's files are called (role folder/name), for the tests
+FILES = {
+    "flux1": {"diffusion_model": "flux1-tiny.safetensors", "comfysave": "flux1-tiny-comfysave.safetensors",
+              "clip_l": "clip_l-tiny.safetensors", "t5": "t5xxl-tiny.safetensors",
+              "t5_fp8": "t5xxl-tiny_fp8_e4m3fn.safetensors", "t5_fp8_scaled": "t5xxl-tiny_fp8_e4m3fn_scaled.safetensors",
+              "fp8": "flux1-tiny-fp8-e5m2.safetensors", "vae": "ae-tiny.safetensors",
+              "checkpoint": "flux1-tiny-checkpoint.safetensors"},
+    "flux2": {"diffusion_model": "flux2-klein-tiny.safetensors", "comfysave": "flux2-klein-tiny-comfysave.safetensors",
+              "fp8_scaled": "flux2-klein-tiny-fp8scaled.safetensors", "gguf": "flux2-klein-tiny-Q8_0.gguf",
+              "qwen3": "qwen_3-tiny.safetensors", "vae": "flux2-vae-tiny.safetensors"},
+    "flux2dev": {"diffusion_model": "flux2-dev-tiny.safetensors", "mistral": "mistral_3_small_flux2-tiny.safetensors",
+                 "vae": "flux2-vae-tiny.safetensors"},
+    "sd3": {"checkpoint": "sd3-tiny.safetensors", "checkpoint_no_t5": "sd3-tiny-noT5.safetensors",
+            "diffusion_model": "sd3-tiny.safetensors", "clip_l": "clip_l-sd3-tiny.safetensors",
+            "clip_g": "clip_g-tiny.safetensors", "t5": "t5xxl-sd3-tiny.safetensors", "vae": "sd3-vae-tiny.safetensors"},
+    "flux1-3072": {"diffusion_model": "flux1-dev-3072-1x1.safetensors"},
+    "sdxl": {"checkpoint": "sdxl-tiny.safetensors", "checkpoint_fp8": "sdxl-tiny-fp8-e4m3fn.safetensors"},
+    "qwenimage": {"diffusion_model": "qwen-image-tiny.safetensors",
+                  "comfysave": "qwen-image-tiny-comfysave.safetensors",
+                  "qwen25vl": "qwen_2.5_vl-tiny.safetensors", "vae": "qwen_image_vae-tiny.safetensors"},
+}
+
+
+# ---- ComfyUI's code
+
+
+def import_comfy(comfyui_dir: str):
+    """ComfyUI's `comfy` package, set up as `main.py --cpu` sets it up."""
+    if comfyui_dir not in sys.path:
+        sys.path.append(comfyui_dir)
+    argv, sys.argv = sys.argv, ["main.py", "--cpu"]
+    try:
+        import comfy.options
+
+        comfy.options.enable_args_parsing()
+        import comfy.cli_args  # noqa: F401  (parses --cpu)
+        import comfy.diffusers_convert  # noqa: F401
+        import comfy.model_detection  # noqa: F401
+        import comfy.supported_models  # noqa: F401
+        import comfy.utils  # noqa: F401
+    finally:
+        sys.argv = argv
+    return comfy
+
+
+def probe_invert(converter, target_shapes: dict, diffusers_sd: dict, **kwargs) -> dict:
+    """The exact inverse of a converter that only renames, slices, concatenates, reshapes or swaps: each
+    target tensor is filled with unique ids, the real converter runs on them, and every id's destination says
+    where its value comes from in the diffusers state dict."""
+    import torch
+
+    ids, start = {}, 0
+    for key, shape in target_shapes.items():
+        n = int(torch.tensor(shape).prod()) if shape else 1
+        ids[key] = torch.arange(start, start + n, dtype=torch.float64).reshape(shape)
+        start += n
+    converted = converter(checkpoint=dict(ids), **kwargs)
+    flat = torch.full((start,), float("nan"), dtype=torch.float64)
+    dtype = next(iter(diffusers_sd.values())).dtype
+    for key, traced in converted.items():
+        flat[traced.reshape(-1).long()] = diffusers_sd[key].reshape(-1).to(torch.float64)
+    assert set(converted) == set(diffusers_sd), set(converted) ^ set(diffusers_sd)
+    out = {}
+    for key, shape in target_shapes.items():
+        values = flat[ids[key].reshape(-1).long()]
+        assert not torch.isnan(values).any(), f"{key}: not produced by the converter"
+        out[key] = values.reshape(shape).to(dtype)
+    return out
+
+
+# ---- helpers
+
+
+def _save(sd: dict, path: Path, metadata: dict | None = None) -> Path:
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in sd.items()}, str(path), metadata=metadata)
+    return path
+
+
+def _sd(module) -> dict:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def _seeded(seed: int, factory):
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = factory()
+    return module.eval()
+
+
+def _reconfigured(module, **changes):
+    """`module` with config values that change no tensor shape (head counts, groups, rotary splits): the same
+    weights under another config."""
+    cls = type(module)
+    if hasattr(cls, "from_config"):  # diffusers
+        new = cls.from_config({**dict(module.config), **changes})
+    else:  # transformers
+        config = module.config.__class__.from_dict({**module.config.to_dict(), **changes})
+        new = cls(config)
+    new.load_state_dict(module.state_dict(), strict=True)
+    return new.eval()
+
+
+def _fp8(sd: dict, dtype) -> dict:
+    """As ComfyUI's plain fp8 files store them: matrices and convolutions in fp8, the rest unchanged."""
+    return {k: (v.to(dtype) if v.is_floating_point() and v.ndim >= 2 else v) for k, v in sd.items()}
+
+
+def _scaled_fp8(comfy, sd: dict, keys: list[str]) -> dict:
+    """ComfyUI's "scaled fp8" layout, quantized by ComfyUI's own fp8 quantizer: each listed weight in
+    float8_e4m3fn with a `.scale_weight`, and the `scaled_fp8` marker."""
+    import comfy.quant_ops
+    import torch
+
+    out = dict(sd)
+    for key in keys:
+        q, params = comfy.quant_ops.TensorCoreFP8Layout.quantize(sd[key].clone(), dtype=torch.float8_e4m3fn)
+        out[key] = q
+        out[key[: -len("weight")] + "scale_weight"] = params["scale"]
+    out["scaled_fp8"] = torch.empty(0, dtype=torch.float8_e4m3fn)
+    return out
+
+
+def _comfy_tokenizers(comfyui_dir: str) -> Path:
+    return Path(comfyui_dir) / "comfy"
+
+
+def _clip(width: int, heads: int, act: str, seed: int, projection: bool):
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
+    config = CLIPTextConfig(vocab_size=49408, hidden_size=width, intermediate_size=2 * width, projection_dim=width,
+                            num_hidden_layers=2, num_attention_heads=heads, max_position_embeddings=77,
+                            hidden_act=act, bos_token_id=0, eos_token_id=2, pad_token_id=1)
+    cls = CLIPTextModelWithProjection if projection else CLIPTextModel
+    return _seeded(seed, lambda: cls(config))
+
+
+def _t5(width: int, seed: int):
+    from transformers import T5Config, T5EncoderModel
+
+    # 4 heads of 8 (read from relative_attention_bias); 128 = the published relative-attention distance
+    config = T5Config(vocab_size=32128, d_model=width, d_kv=width // 4, d_ff=2 * width, num_layers=2, num_heads=4,
+                      relative_attention_num_buckets=8, relative_attention_max_distance=128,
+                      feed_forward_proj="gated-gelu", dropout_rate=0.0, is_encoder_decoder=False, use_cache=False,
+                      pad_token_id=0, eos_token_id=1)
+    return _seeded(seed, lambda: T5EncoderModel(config))
+
+
+def _clip_file(model) -> dict:
+    """A CLIP text encoder as ComfyUI's files hold it (what CLIPSave writes): transformers' keys under
+    `text_model.`, and a `text_projection` (the identity where the model has none, as in clip_l.safetensors)."""
+    import torch
+
+    sd = {}
+    for key, value in _sd(model).items():
+        sd[key if key.startswith(("text_model.", "text_projection.")) else f"text_model.{key}"] = value
+    if "text_projection.weight" not in sd:
+        width = model.config.hidden_size
+        sd["text_projection.weight"] = torch.eye(width)
+    return sd
+
+
+# ---- families
+
+
+def _flux1(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    from diffusers import FluxPipeline
+    from transformers import CLIPTokenizer, T5TokenizerFast
+
+    comfy = import_comfy(comfyui_dir)
+    tok_dir = _comfy_tokenizers(comfyui_dir)
+    pipe = FluxPipeline.from_pretrained(str(tiny / "tiny-flux"), local_files_only=True)
+    pipe.tokenizer = CLIPTokenizer.from_pretrained(str(tok_dir / "sd1_tokenizer"), model_max_length=77)
+    pipe.tokenizer_2 = T5TokenizerFast.from_pretrained(str(tok_dir / "text_encoders" / "t5_tokenizer"))
+    pipe.text_encoder = _clip(32, 1, "quick_gelu", 11, projection=False)  # 32 wide: one head of 32
+    pipe.text_encoder_2 = _t5(32, 12)
+    pipe.transformer = _reconfigured(pipe.transformer, axes_dims_rope=[2, 8, 6])  # 16-wide heads
+    pipe.vae = _reconfigured(pipe.vae, norm_num_groups=8)
+    pipe.save_pretrained(str(out / "diffusers" / "ref-flux1"), safe_serialization=True)
+
+    names, models = FILES["flux1"], out / "models"
+    transformer = _sd(pipe.transformer)
+    bfl = comfy.model_detection.convert_diffusers_mmdit({k: v.clone() for k, v in transformer.items()}, "")
+    _save(bfl, models / "diffusion_models" / names["diffusion_model"])
+    saving = comfy.supported_models.Flux({"image_model": "flux"})
+    _save(saving.process_unet_state_dict_for_saving(dict(bfl)), models / "diffusion_models" / names["comfysave"])
+    import torch
+
+    _save(_fp8(bfl, torch.float8_e5m2), models / "diffusion_models" / names["fp8"])
+    vae = comfy.diffusers_convert.convert_vae_state_dict(_sd(pipe.vae))
+    _save(vae, models / "vae" / names["vae"])
+    _save(_clip_file(pipe.text_encoder), models / "text_encoders" / names["clip_l"])
+    t5 = _sd(pipe.text_encoder_2)
+    _save(t5, models / "text_encoders" / names["t5"])
+    _save(_fp8(t5, torch.float8_e4m3fn), models / "text_encoders" / names["t5_fp8"])
+    matrices = [k for k, v in t5.items() if v.ndim == 2 and k.startswith("encoder.block.")]
+    _save(_scaled_fp8(comfy, t5, matrices), models / "text_encoders" / names["t5_fp8_scaled"])
+    clip = {f"clip_l.transformer.{k}": v for k, v in _clip_file(pipe.text_encoder).items()}
+    clip.update({f"t5xxl.transformer.{k}": v for k, v in t5.items()})
+    checkpoint = {}  # as CheckpointSave writes a FLUX.1 checkpoint (Comfy-Org's flux1-dev-fp8 layout)
+    checkpoint.update(saving.process_clip_state_dict_for_saving(clip))
+    checkpoint.update(saving.process_vae_state_dict_for_saving(dict(vae)))
+    checkpoint.update(saving.process_unet_state_dict_for_saving(dict(bfl)))
+    _save(checkpoint, models / "checkpoints" / names["checkpoint"])
+
+
+def _flux2_transformer_file(comfy, transformer) -> dict:
+    """FLUX.2's transformer in BFL's layout: no ComfyUI converter exists, so the exact inverse of diffusers'
+    convert_flux2_transformer_checkpoint_to_diffusers, named and shaped by ComfyUI's own Flux(image_model=
+    "flux2") and checked by a strict load into it."""
+    import comfy.ldm.flux.layers
+    import comfy.ldm.flux.model
+    import comfy.ops
+    import torch
+    from diffusers.loaders.single_file_utils import convert_flux2_transformer_checkpoint_to_diffusers
+
+    c = transformer.config
+    ops = comfy.ops.disable_weight_init
+    with torch.device("meta"):
+        module = comfy.ldm.flux.model.Flux(
+            image_model="flux2", operations=ops, in_channels=c.in_channels, out_channels=c.out_channels or c.in_channels,
+            vec_in_dim=None, context_in_dim=c.joint_attention_dim, hidden_size=c.num_attention_heads * c.attention_head_dim,
+            mlp_ratio=c.mlp_ratio, num_heads=c.num_attention_heads, depth=c.num_layers,
+            depth_single_blocks=c.num_single_layers, axes_dim=list(c.axes_dims_rope), theta=c.rope_theta, patch_size=1,
+            qkv_bias=False, guidance_embed=c.guidance_embeds, global_modulation=True, mlp_silu_act=True, ops_bias=False)
+        # ComfyUI builds time_in for 256 channels (the published size); the tiny model has fewer
+        module.time_in = comfy.ldm.flux.layers.MLPEmbedder(in_dim=c.timestep_guidance_channels,
+                                                           hidden_dim=module.hidden_size, bias=False, operations=ops)
+        if c.guidance_embeds:
+            module.guidance_in = comfy.ldm.flux.layers.MLPEmbedder(in_dim=c.timestep_guidance_channels,
+                                                                   hidden_dim=module.hidden_size, bias=False,
+                                                                   operations=ops)
+    shapes = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    bfl = probe_invert(convert_flux2_transformer_checkpoint_to_diffusers, shapes, _sd(transformer))
+    module.load_state_dict(bfl, strict=True, assign=True)  # exactly ComfyUI's layout
+    return bfl
+
+
+def _flux2(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    from diffusers import Flux2KleinPipeline
+    from transformers import Qwen2Tokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    comfy = import_comfy(comfyui_dir)
+    pipe = Flux2KleinPipeline.from_pretrained(str(tiny / "tiny-flux2"), local_files_only=True)
+    pipe.tokenizer = Qwen2Tokenizer.from_pretrained(str(_qwen3_tokenizer_folder(comfyui_dir, out)))
+    config = Qwen3Config.from_dict({**pipe.text_encoder.config.to_dict(), "vocab_size": len(pipe.tokenizer),
+                                    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+                                    "pad_token_id": pipe.tokenizer.pad_token_id,
+                                    "eos_token_id": pipe.tokenizer.eos_token_id, "bos_token_id": None})
+    pipe.text_encoder = _seeded(21, lambda: Qwen3ForCausalLM(config))
+    pipe.vae = _reconfigured(pipe.vae, norm_num_groups=8)
+    pipe.save_pretrained(str(out / "diffusers" / "ref-flux2"), safe_serialization=True)
+
+    names, models = FILES["flux2"], out / "models"
+    bfl = _flux2_transformer_file(comfy, pipe.transformer)
+    _save(bfl, models / "diffusion_models" / names["diffusion_model"])
+    _save({f"model.diffusion_model.{k}": v for k, v in bfl.items()}, models / "diffusion_models" / names["comfysave"])
+    linear = [k for k, v in bfl.items() if v.ndim == 2 and k.endswith(".weight") and "blocks." in k]
+    _save(_scaled_fp8(comfy, bfl, linear), models / "diffusion_models" / names["fp8_scaled"])
+    _gguf_q8(bfl, models / "diffusion_models" / names["gguf"])
+    vae = comfy.diffusers_convert.convert_vae_state_dict(_sd(pipe.vae))
+    _save(vae, models / "vae" / names["vae"])
+    te = {k: v for k, v in _sd(pipe.text_encoder).items() if k != "lm_head.weight"}  # ComfyUI's files have none
+    _save(te, models / "text_encoders" / names["qwen3"])
+
+
+def _qwen3_tokenizer_folder(comfyui_dir: str, out: Path) -> Path:
+    """Qwen3's tokenizer as the pack lays it out: ComfyUI's Qwen vocabulary with Qwen3's tokenizer settings."""
+    folder = out / "tokenizers" / "qwen3"
+    if folder.is_dir():
+        return folder
+    folder.mkdir(parents=True)
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(Path(comfyui_dir) / "comfy" / "text_encoders" / "qwen25_tokenizer" / name, folder / name)
+    shipped = Path(__file__).resolve().parent.parent / "backend" / "configs" / "flux2-klein" / "tokenizer"
+    shutil.copy(shipped / "tokenizer_config.json", folder / "tokenizer_config.json")
+    return folder
+
+
+def _gguf_q8(sd: dict, path: Path) -> None:
+    """A GGUF file as city96's converter writes FLUX ones: BFL keys, matrices in Q8_0, the rest in float32."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), arch="flux")
+    for key, value in sd.items():
+        array = value.float().numpy()
+        if array.ndim == 2 and array.shape[-1] % 32 == 0:
+            q = gguf.quants.quantize(array, gguf.GGMLQuantizationType.Q8_0)
+            writer.add_tensor(key, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(key, array.astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+TEKKEN_SPECIALS = ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+                   "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]", "[IMG_END]",
+                   "[PREFIX]", "[MIDDLE]", "[SUFFIX]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL_CONTENT]"]
+
+
+def _tekken() -> bytes:
+    """A small tekken.json (mistral_common's format): byte-level ranks and Mistral's control tokens in their
+    published order (<pad> is 11, as in Mistral Small 3.1)."""
+    pattern = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?"
+               r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+"
+               r"|\s+(?!\S)|\s+")
+    specials = TEKKEN_SPECIALS + [f"<SPECIAL_{i}>" for i in range(len(TEKKEN_SPECIALS), 32)]
+    data = {"config": {"pattern": pattern, "num_vocab_tokens": 256, "default_vocab_size": 256 + len(specials),
+                       "default_num_special_tokens": len(specials), "version": "v7"},
+            "vocab": [{"rank": i, "token_bytes": base64.b64encode(bytes([i])).decode(), "token_str": None}
+                      for i in range(256)],
+            "special_tokens": [{"rank": i, "token_str": s, "is_control": True} for i, s in enumerate(specials)]}
+    return json.dumps(data).encode()
+
+
+def _flux2dev(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """FLUX.2 [dev]: Flux2Pipeline with a Mistral text encoder whose tokenizer travels in its file."""
+    import torch
+    from diffusers import Flux2KleinPipeline, Flux2Pipeline, Flux2Transformer2DModel
+    from transformers import MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast
+    from transformers.integrations.mistral.tokenizer import MistralConverter
+
+    comfy = import_comfy(comfyui_dir)
+    klein = Flux2KleinPipeline.from_pretrained(str(tiny / "tiny-flux2"), local_files_only=True)
+    folder = out / "tokenizers" / "mistral"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tekken.json").write_bytes(_tekken())
+    shipped = json.loads((Path(__file__).resolve().parent.parent / "backend" / "configs" / "flux2" / "tokenizer"
+                          / "tokenizer_config.json").read_text())
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=MistralConverter(vocab_file=str(folder / "tekken.json")).converted(),
+                                        **{k: v for k, v in shipped.items() if k != "tokenizer_class"})
+    hidden = 32
+    config = MistralConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
+                           num_hidden_layers=40, num_attention_heads=1, num_key_value_heads=1, head_dim=32,
+                           max_position_embeddings=1024, rope_parameters={"rope_type": "default", "rope_theta": 1e9},
+                           rms_norm_eps=1e-05, sliding_window=None,
+                           tie_word_embeddings=True, pad_token_id=11, bos_token_id=1, eos_token_id=2, use_cache=False)
+    text_encoder = _seeded(31, lambda: MistralForCausalLM(config))
+    transformer = _seeded(32, lambda: Flux2Transformer2DModel(
+        patch_size=1, in_channels=16, num_layers=1, num_single_layers=1, attention_head_dim=16, num_attention_heads=2,
+        joint_attention_dim=3 * hidden, timestep_guidance_channels=32, mlp_ratio=3.0, axes_dims_rope=(4, 4, 4, 4),
+        guidance_embeds=True))
+    vae = _reconfigured(klein.vae, norm_num_groups=8)
+    pipe = Flux2Pipeline(scheduler=klein.scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
+                         transformer=transformer)
+    pipe.save_pretrained(str(out / "diffusers" / "ref-flux2dev"), safe_serialization=True)
+
+    names, models = FILES["flux2dev"], out / "models"
+    _save(_flux2_transformer_file(comfy, transformer), models / "diffusion_models" / names["diffusion_model"])
+    te = {k: v for k, v in _sd(text_encoder).items() if k != "lm_head.weight"}
+    te["tekken_model"] = torch.frombuffer(bytearray(_tekken()), dtype=torch.uint8)
+    _save(te, models / "text_encoders" / names["mistral"])
+    _save(comfy.diffusers_convert.convert_vae_state_dict(_sd(vae)), models / "vae" / names["vae"])
+
+
+def _sd3(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """SD3: ComfyUI's MMDiT code assumes 64-wide heads and one block per 64 of width, so the transformer is
+    2 heads of 64 with 2 blocks; the two CLIPs differ in width (8 and 24), as diffusers tells them apart by it."""
+    import torch
+    from diffusers import SD3Transformer2DModel, StableDiffusion3Pipeline
+    from transformers import CLIPTokenizer, T5TokenizerFast
+
+    comfy = import_comfy(comfyui_dir)
+    tok_dir = _comfy_tokenizers(comfyui_dir)
+    pipe = StableDiffusion3Pipeline.from_pretrained(str(tiny / "tiny-sd3"), local_files_only=True)
+    pipe.tokenizer = CLIPTokenizer.from_pretrained(str(tok_dir / "sd1_tokenizer"), model_max_length=77)
+    pipe.tokenizer_2 = CLIPTokenizer.from_pretrained(str(tok_dir / "sd1_tokenizer"), model_max_length=77,
+                                                     pad_token="!")
+    pipe.tokenizer_3 = T5TokenizerFast.from_pretrained(str(tok_dir / "text_encoders" / "t5_tokenizer"))
+    pipe.text_encoder = _clip(8, 1, "quick_gelu", 41, projection=True)  # 8 wide: one head of 8
+    with torch.no_grad():  # SD3's CLIP-L projects by the identity (as diffusers' single-file loader sets it)
+        pipe.text_encoder.text_projection.weight.copy_(torch.eye(8))
+    pipe.text_encoder_2 = _clip(24, 3, "gelu", 42, projection=True)  # 24 wide: three heads of 8
+    pipe.text_encoder_3 = _t5(32, 43)
+    pipe.transformer = _seeded(44, lambda: SD3Transformer2DModel(
+        sample_size=32, patch_size=2, in_channels=16, num_layers=2, attention_head_dim=64, num_attention_heads=2,
+        joint_attention_dim=32, caption_projection_dim=128, pooled_projection_dim=32, out_channels=16,
+        pos_embed_max_size=64, dual_attention_layers=(0,), qk_norm="rms_norm"))
+    pipe.vae = _reconfigured(pipe.vae, norm_num_groups=8)
+    pipe.save_pretrained(str(out / "diffusers" / "ref-sd3"), safe_serialization=True)
+
+    names, models = FILES["sd3"], out / "models"
+    mmdit = comfy.model_detection.convert_diffusers_mmdit({k: v.clone() for k, v in _sd(pipe.transformer).items()}, "")
+    vae = comfy.diffusers_convert.convert_vae_state_dict(_sd(pipe.vae))
+    clip = {}  # ComfyUI's SD3 text-encoder state (clip_l / clip_g / t5xxl, each .transformer = transformers' keys)
+    for name, prefix in (("text_encoder", "clip_l"), ("text_encoder_2", "clip_g"), ("text_encoder_3", "t5xxl")):
+        module = getattr(pipe, name)
+        sd = _clip_file(module) if prefix != "t5xxl" else _sd(module)
+        clip.update({f"{prefix}.transformer.{k}": v for k, v in sd.items()})
+    saving = comfy.supported_models.SD3({"in_channels": 16})
+    checkpoint = {}  # the three calls model_base.state_dict_for_saving makes for CheckpointSave
+    checkpoint.update(saving.process_clip_state_dict_for_saving(dict(clip)))
+    checkpoint.update(saving.process_vae_state_dict_for_saving(dict(vae)))
+    checkpoint.update(saving.process_unet_state_dict_for_saving(dict(mmdit)))
+    _save(checkpoint, models / "checkpoints" / names["checkpoint"])
+    _save({k: v for k, v in checkpoint.items() if not k.startswith("text_encoders.t5xxl.")},
+          models / "checkpoints" / names["checkpoint_no_t5"])
+    _save(mmdit, models / "diffusion_models" / names["diffusion_model"])
+    _save(vae, models / "vae" / names["vae"])
+    _save(_clip_file(pipe.text_encoder), models / "text_encoders" / names["clip_l"])
+    _save(_clip_file(pipe.text_encoder_2), models / "text_encoders" / names["clip_g"])
+    _save(_sd(pipe.text_encoder_3), models / "text_encoders" / names["t5"])
+
+
+def _sdxl(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    import torch
+    from diffusers import StableDiffusionXLPipeline
+    from transformers import CLIPTokenizer
+
+    comfy = import_comfy(comfyui_dir)
+    tok_dir = _comfy_tokenizers(comfyui_dir)
+    pipe = StableDiffusionXLPipeline.from_pretrained(str(tiny / "tiny-sdxl"), local_files_only=True)
+    pipe.tokenizer = CLIPTokenizer.from_pretrained(str(tok_dir / "sd1_tokenizer"), model_max_length=77)
+    pipe.tokenizer_2 = CLIPTokenizer.from_pretrained(str(tok_dir / "sd1_tokenizer"), model_max_length=77,
+                                                     pad_token="!")
+    pipe.text_encoder = _clip(16, 1, "quick_gelu", 51, projection=False)
+    pipe.text_encoder_2 = _clip(32, 1, "gelu", 52, projection=True)
+    # 16- and 32-wide levels: one head each; 16 GroupNorm groups divide both
+    pipe.unet = _reconfigured(pipe.unet, attention_head_dim=[1, 1], norm_num_groups=16)
+    pipe.vae = _reconfigured(pipe.vae, norm_num_groups=8)
+    pipe.save_pretrained(str(out / "diffusers" / "ref-sdxl"), safe_serialization=True)
+
+    names, models = FILES["sdxl"], out / "models"
+    c = dict(pipe.unet.config)
+    levels, per = len(c["block_out_channels"]), c["layers_per_block"]
+    depth = [tl if "CrossAttn" in t else 0 for t, tl in zip(c["down_block_types"], c["transformer_layers_per_block"],
+                                                             strict=True)]
+    unet_config = {"num_res_blocks": [per] * levels,  # the 5 fields comfy.utils.unet_to_diffusers reads
+                   "channel_mult": [ch // c["block_out_channels"][0] for ch in c["block_out_channels"]],
+                   "transformer_depth": sum([[d] * per for d in depth], []),
+                   "transformer_depth_output": sum([[d] * (per + 1) for d in depth], []),
+                   "transformer_depth_middle": c["transformer_layers_per_block"][-1]}
+    key_map = comfy.utils.unet_to_diffusers(unet_config)
+    unet = {key_map[k]: v for k, v in _sd(pipe.unet).items()}
+    vae = comfy.diffusers_convert.convert_vae_state_dict(_sd(pipe.vae))
+    clip = {f"clip_l.transformer.{k}": v for k, v in _clip_file(pipe.text_encoder).items()
+            if not k.startswith("text_projection")}
+    clip.update({f"clip_g.transformer.{k}": v for k, v in _sd(pipe.text_encoder_2).items()})
+    saving = comfy.supported_models.SDXL(dict(comfy.supported_models.SDXL.unet_config))
+    checkpoint = {}
+    checkpoint.update(saving.process_clip_state_dict_for_saving(dict(clip)))
+    checkpoint.update(saving.process_vae_state_dict_for_saving(dict(vae)))
+    checkpoint.update(saving.process_unet_state_dict_for_saving(dict(unet)))
+    _save(checkpoint, models / "checkpoints" / names["checkpoint"])
+    _save(_fp8(checkpoint, torch.float8_e4m3fn), models / "checkpoints" / names["checkpoint_fp8"])
+
+
+def _qwenimage(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """Qwen-Image: diffusers' Wan VAE converter hard-codes the published layout (2 res blocks, dim_mult
+    [1, 2, 4, 4]), so the VAE is rebuilt in it; the text encoder reads ComfyUI's Qwen tokenizer."""
+    from diffusers import AutoencoderKLQwenImage, QwenImagePipeline
+    from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
+    from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2Tokenizer
+
+    import_comfy(comfyui_dir)
+    import comfy.ldm.wan.vae
+
+    pipe = QwenImagePipeline.from_pretrained(str(tiny / "tiny-qwenimage"), local_files_only=True)
+    pipe.tokenizer = Qwen2Tokenizer.from_pretrained(str(_comfy_tokenizers(comfyui_dir) / "text_encoders"
+                                                        / "qwen25_tokenizer"))
+    ids = pipe.tokenizer.convert_tokens_to_ids
+    config = pipe.text_encoder.config.to_dict()
+    text = {**config["text_config"], "vocab_size": len(pipe.tokenizer), "pad_token_id": pipe.tokenizer.pad_token_id,
+            "bos_token_id": ids("<|endoftext|>"), "eos_token_id": ids("<|im_end|>"),
+            # one head of 32 (the published 128 halved to the width), mrope split [4, 6, 6] of its 16 pairs,
+            # the published rope theta
+            "num_attention_heads": 1, "num_key_value_heads": 1,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [4, 6, 6]}}
+    vision = {**config["vision_config"], "num_heads": 1}  # 16 wide: the published 80-wide heads fit once
+    new = type(pipe.text_encoder.config).from_dict({**config, "text_config": text, "vision_config": vision,
+                                                    "image_token_id": ids("<|image_pad|>"),
+                                                    "video_token_id": ids("<|video_pad|>"),
+                                                    "vision_start_token_id": ids("<|vision_start|>"),
+                                                    "vision_end_token_id": ids("<|vision_end|>")})
+    pipe.text_encoder = _seeded(61, lambda: Qwen2_5_VLForConditionalGeneration(new))
+    pipe.transformer = _reconfigured(pipe.transformer, axes_dims_rope=[2, 8, 6])
+    vae_config = {k: v for k, v in dict(pipe.vae.config).items() if not k.startswith("_")}
+    pipe.vae = _seeded(62, lambda: AutoencoderKLQwenImage(**{**vae_config, "num_res_blocks": 2,
+                                                             "dim_mult": [1, 2, 4, 4]}))
+    pipe.save_pretrained(str(out / "diffusers" / "ref-qwenimage"), safe_serialization=True)
+
+    names, models = FILES["qwenimage"], out / "models"
+    transformer = _sd(pipe.transformer)  # ComfyUI's Qwen-Image module uses diffusers' own names
+    _save(transformer, models / "diffusion_models" / names["diffusion_model"])
+    _save({f"model.diffusion_model.{k}": v for k, v in transformer.items()},
+          models / "diffusion_models" / names["comfysave"])
+    vc = pipe.vae.config
+    import torch
+
+    with torch.device("meta"):
+        wan = comfy.ldm.wan.vae.WanVAE(dim=vc.base_dim, z_dim=vc.z_dim, dim_mult=vc.dim_mult,
+                                       num_res_blocks=vc.num_res_blocks, attn_scales=vc.attn_scales,
+                                       temperal_downsample=vc.temperal_downsample)
+    vae = probe_invert(convert_wan_vae_to_diffusers, {k: tuple(v.shape) for k, v in wan.state_dict().items()},
+                       _sd(pipe.vae))
+    wan.load_state_dict(vae, strict=True, assign=True)  # exactly ComfyUI's layout
+    _save(vae, models / "vae" / names["vae"])
+    # transformers writes Qwen2.5-VL under its published names (model.layers.*, visual.*), which are ComfyUI's
+    from safetensors.torch import load_file
+
+    te = load_file(str(out / "diffusers" / "ref-qwenimage" / "text_encoder" / "model.safetensors"))
+    _save({k: v for k, v in te.items() if k != "lm_head.weight"}, models / "text_encoders" / names["qwen25vl"])
+
+
+def flux1_published_width():
+    """A FLUX.1 transformer of the published width (3072: 24 heads of 128, MLP ratio 4), with 1 double and
+    1 single block and the tiny text encoders' and VAE's widths, in bfloat16 (about 1 GB). Deterministic."""
+    import torch
+    from diffusers import FluxTransformer2DModel
+
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        return _seeded(71, lambda: FluxTransformer2DModel(
+            in_channels=16, num_layers=1, num_single_layers=1, joint_attention_dim=32, pooled_projection_dim=32,
+            guidance_embeds=True))
+    finally:
+        torch.set_default_dtype(default)
+
+
+def _flux1_3072(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    comfy = import_comfy(comfyui_dir)
+    transformer = flux1_published_width()
+    bfl = comfy.model_detection.convert_diffusers_mmdit(_sd(transformer), "")
+    del transformer
+    _save(bfl, out / "models" / "diffusion_models" / FILES["flux1-3072"]["diffusion_model"])
+
+
+BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
+            "qwenimage": _qwenimage, "flux1-3072": _flux1_3072}
+
+
+def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:
+    """Builds the families' reference folders and files into `out` (skipping those already built)."""
+    import torch
+
+    torch.set_num_threads(1)
+    for family in families:
+        marker = out / f".built-{family}-v{VERSION}"
+        if marker.exists():
+            continue
+        shutil.rmtree(out / "diffusers" / f"ref-{family}", ignore_errors=True)
+        BUILDERS[family](tiny, comfyui_dir, out)
+        marker.write_text("")
+    return out
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    out_dir, tiny_dir, comfy_dir, *names = sys.argv[1:]
+    build(Path(out_dir), Path(tiny_dir), comfy_dir, names or FAMILIES)

@@ -1,0 +1,530 @@
+"""Artists' own model files: ComfyUI's checkpoints and split files, symlinked folders, the Hugging Face cache.
+
+The files are written by ComfyUI's own converters and save functions from tiny pipelines (tests/file_fixtures.py,
+which says where ComfyUI has no converter). Tolerance of the image comparisons: none. A file holds the same
+float32 weights as its reference folder, the pack gives them the same configs, and the pipeline runs the same
+operations in the same order, so the same seed gives bit-identical pixels (seen for every family); fp8 and GGUF
+files hold rounded weights and are compared with the rounding, not with the image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import pixels
+
+from backend.controller import api, devices, models, plans, sources
+from backend.protocol.errors import InputError, ModelError, ParallelError
+from backend.protocol.spec import SampleRequest
+
+ROOT = Path(__file__).resolve().parent.parent
+FOX = "a red fox in the snow"
+NONE = sources.NONE
+
+# family layout -> (reference diffusers folder, the files chosen, guidance)
+CASES = {
+    "flux1-split": ("ref-flux1", dict(diffusion_model="flux1-tiny.safetensors", text_encoders=(
+        "t5xxl-tiny.safetensors", "clip_l-tiny.safetensors"), vae="ae-tiny.safetensors"), 0.0),
+    "flux1-modelsave": ("ref-flux1", dict(diffusion_model="flux1-tiny-comfysave.safetensors", text_encoders=(
+        "clip_l-tiny.safetensors", "t5xxl-tiny.safetensors"), vae="ae-tiny.safetensors"), 0.0),
+    "flux1-checkpoint": ("ref-flux1", dict(checkpoint="flux1-tiny-checkpoint.safetensors"), 0.0),
+    "flux2-klein-split": ("ref-flux2", dict(diffusion_model="flux2-klein-tiny.safetensors", text_encoders=(
+        "qwen_3-tiny.safetensors",), vae="flux2-vae-tiny.safetensors"), 1.0),
+    "flux2-dev-split": ("ref-flux2dev", dict(diffusion_model="flux2-dev-tiny.safetensors", text_encoders=(
+        "mistral_3_small_flux2-tiny.safetensors",), vae="flux2-vae-tiny.safetensors"), 4.0),
+    "sd3-split": ("ref-sd3", dict(diffusion_model="sd3-tiny.safetensors", text_encoders=(
+        "clip_g-tiny.safetensors", "clip_l-sd3-tiny.safetensors", "t5xxl-sd3-tiny.safetensors"),
+        vae="sd3-vae-tiny.safetensors"), 4.5),
+    "sd3-checkpoint": ("ref-sd3", dict(checkpoint="sd3-tiny.safetensors"), 4.5),
+    "sd3-checkpoint-and-t5": ("ref-sd3", dict(checkpoint="sd3-tiny-noT5.safetensors", text_encoders=(
+        "t5xxl-sd3-tiny.safetensors",)), 4.5),
+    "sdxl-checkpoint": ("ref-sdxl", dict(checkpoint="sdxl-tiny.safetensors"), 6.0),
+    "qwenimage-split": ("ref-qwenimage", dict(diffusion_model="qwen-image-tiny.safetensors", text_encoders=(
+        "qwen_2.5_vl-tiny.safetensors",), vae="qwen_image_vae-tiny.safetensors"), 4.0),
+    "qwenimage-modelsave": ("ref-qwenimage", dict(diffusion_model="qwen-image-tiny-comfysave.safetensors",
+                                                  text_encoders=("qwen_2.5_vl-tiny.safetensors",),
+                                                  vae="qwen_image_vae-tiny.safetensors"), 4.0),
+}
+FLUX1 = CASES["flux1-split"][1]
+
+
+@pytest.fixture(scope="module")
+def files(comfyui_files, comfyui_dir, monkeypatch_module):
+    """All families' files and references; ComfyUI's package importable here (its bundled tokenizers and, for
+    FLUX.1 widths diffusers' converter does not read, its key map), as it is in ComfyUI's process."""
+    monkeypatch_module.syspath_prepend(str(comfyui_dir))
+    return comfyui_files()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+def roots(files: Path) -> dict[str, list[str]]:
+    return {role: [str(files / "models" / folder)] for role, folder in sources.ROLE_FOLDERS.items()}
+
+
+def file_spec(files: Path, **choice) -> api.PipelineSpec:
+    return api.make_file_spec(sources.FileChoice(**choice), roots(files))
+
+
+def request(guidance: float = 0.0, **kw) -> SampleRequest:
+    base = dict(prompt=FOX, negative_prompt="blurry", width=64, height=64, steps=2, guidance=guidance, seed=5)
+    return SampleRequest(**{**base, **kw})
+
+
+def assert_error(words: list[str], call, *args, **kwargs) -> str:
+    with pytest.raises(InputError) as e:
+        call(*args, **kwargs)
+    text = str(e.value)
+    assert all(w in text for w in words), text
+    return text
+
+
+# ---- what the controller reads from the files (headers only)
+
+
+@pytest.mark.unit
+def test_each_dropdown_lists_only_the_files_that_fit_its_role(files, tmp_path):
+    listed = api.list_files(roots(files))
+    assert {"flux1-tiny.safetensors", "flux2-klein-tiny-Q8_0.gguf", "qwen-image-tiny.safetensors",
+            "sd3-tiny.safetensors"} <= set(listed["diffusion_model"])
+    assert {"clip_l-tiny.safetensors", "t5xxl-tiny_fp8_e4m3fn_scaled.safetensors", "qwen_3-tiny.safetensors",
+            "mistral_3_small_flux2-tiny.safetensors"} <= set(listed["text_encoder"])
+    assert set(listed["vae"]) == {"ae-tiny.safetensors", "flux2-vae-tiny.safetensors", "sd3-vae-tiny.safetensors",
+                                  "qwen_image_vae-tiny.safetensors"}
+    assert {"sdxl-tiny.safetensors", "sd3-tiny-noT5.safetensors"} <= set(listed["checkpoint"])
+    assert not set(listed["vae"]) & (set(listed["text_encoder"]) | set(listed["diffusion_model"]))
+
+    # a folder of its own: a misplaced VAE is hidden from the text encoders; files the pack cannot read as
+    # safetensors are listed where they are, so that choosing one says what is wrong with it
+    te = tmp_path / "text_encoders"
+    (te / "sub").mkdir(parents=True)
+    shutil.copy(files / "models" / "vae" / "ae-tiny.safetensors", te / "ae-tiny.safetensors")
+    shutil.copy(files / "models" / "text_encoders" / "clip_l-tiny.safetensors", te / "sub" / "clip_l.safetensors")
+    (te / "t5xxl.ckpt").write_bytes(b"\x80\x02pickle")
+    (te / "notes.txt").write_text("not a model")
+    assert api.list_files({"text_encoder": [str(te)]})["text_encoder"] == ["sub/clip_l.safetensors", "t5xxl.ckpt"]
+
+
+SIZES = {"num_layers", "num_single_layers", "attention_head_dim", "num_attention_heads", "in_channels",
+         "joint_attention_dim", "pooled_projection_dim", "caption_projection_dim", "pos_embed_max_size",
+         "block_out_channels", "layers_per_block", "latent_channels", "hidden_size", "num_hidden_layers",
+         "intermediate_size", "d_model", "num_heads", "d_ff", "d_kv", "vocab_size", "cross_attention_dim",
+         "transformer_layers_per_block", "projection_class_embeddings_input_dim", "addition_time_embed_dim",
+         "base_dim", "z_dim", "axes_dims_rope", "norm_num_groups", "head_dim", "num_key_value_heads",
+         "timestep_guidance_channels", "mlp_ratio", "projection_dim", "dual_attention_layers", "qk_norm"}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_family_and_layout_is_recognised_with_sizes_from_its_tensors(files, case):
+    folder, choice, _ = CASES[case]
+    spec = file_spec(files, **choice)
+    reference = api.make_spec(folder, [str(files / "diffusers")])
+    assert spec.class_name == reference.class_name and spec.size_factor == reference.size_factor
+    for name in ("transformer", "unet", "vae", "text_encoder", "text_encoder_2", "text_encoder_3"):
+        mine, theirs = spec.component_config(name), reference.component_config(name)
+        if not theirs:
+            assert not mine, name
+            continue
+        mine, theirs = {**mine, **mine.get("text_config", {})}, {**theirs, **theirs.get("text_config", {})}
+        keys = SIZES & set(mine) & set(theirs)  # every size the reference has is the one read from the files
+        assert keys, name
+        assert {k: mine[k] for k in keys} == {k: theirs[k] for k in keys}, name
+
+
+@pytest.mark.unit
+def test_files_read_without_a_converter_for_their_size_say_how_they_load(files):
+    spec = file_spec(files, **FLUX1)
+    transformer = spec.source.component("transformer")
+    assert transformer.layout == "flux1-comfy-map" and transformer.key_map, "32 wide: ComfyUI's key map"
+    assert spec.source.component("tokenizer").path.endswith("sd1_tokenizer")
+    assert "schnell" in api.describe_files(spec) and "ae-tiny.safetensors" in api.describe_files(spec)
+    qwen = file_spec(files, **CASES["qwenimage-split"][1])
+    assert qwen.source.component("transformer").layout == "diffusers", "diffusers' own keys: symlinked"
+    _, text = plans.plan_tp(qwen, 2)
+    assert "each chip reads only its slices of the file" in text
+    _, text = plans.plan_tp(spec, 2)
+    assert "each chip reads the whole file" in text
+
+
+WRONG = {
+    "missing text encoder": (dict(FLUX1, text_encoders=("clip_l-tiny.safetensors",)),
+                             ["text_encoder", "FLUX.1 needs", "T5-XXL", "is missing", "models/text_encoders"]),
+    "VAE of another family": (dict(FLUX1, vae="qwen_image_vae-tiny.safetensors"),
+                              ["vae: 'qwen_image_vae-tiny.safetensors'", "flux1-tiny.safetensors",
+                               "ae.safetensors"]),
+    "text encoder of another family": (dict(FLUX1, text_encoders=("clip_l-tiny.safetensors",
+                                                                   "qwen_3-tiny.safetensors")),
+                                       ["text_encoder_2: 'qwen_3-tiny.safetensors'", "does not use", "T5-XXL"]),
+    "text encoder of another width": (dict(FLUX1, text_encoders=("clip_l-sd3-tiny.safetensors",
+                                                                  "t5xxl-tiny.safetensors")),
+                                      ["text_encoder_1: 'clip_l-sd3-tiny.safetensors'", "8 wide", "32-wide"]),
+    "VAE chosen as the diffusion model": (dict(FLUX1, diffusion_model="../vae/ae-tiny.safetensors"),
+                                          ["'../vae/ae-tiny.safetensors'", "no '..'"]),
+    "checkpoint and diffusion model": (dict(FLUX1, checkpoint="sdxl-tiny.safetensors"),
+                                       ["both a checkpoint and a diffusion model", NONE]),
+    "nothing chosen": (dict(diffusion_model=NONE, text_encoders=(NONE, NONE, NONE), vae=NONE),
+                       ["no model was chosen"]),
+    "GGUF text encoder": (dict(FLUX1, text_encoders=("clip_l-tiny.safetensors", "t5.gguf")),
+                          ["'t5.gguf' is a GGUF file", "diffusion models only"]),
+}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("case", sorted(WRONG))
+def test_files_that_do_not_make_a_pipeline_are_named_with_the_fix(files, case):
+    choice, words = WRONG[case]
+    if case == "GGUF text encoder":
+        gguf = files / "models" / "text_encoders" / "t5.gguf"
+        shutil.copy(files / "models" / "diffusion_models" / "flux2-klein-tiny-Q8_0.gguf", gguf)
+    try:
+        assert_error(words, file_spec, files, **choice)
+    finally:
+        (files / "models" / "text_encoders" / "t5.gguf").unlink(missing_ok=True)
+
+
+@pytest.mark.unit
+def test_unreadable_files_are_named_with_the_fix(files, tmp_path, monkeypatch):
+    good = files / "models" / "diffusion_models" / "flux1-tiny.safetensors"
+    dm = tmp_path / "diffusion_models"
+    dm.mkdir()
+    (dm / "flux1-dev.ckpt").write_bytes(b"\x80\x02}q\x00.")
+    (dm / "flux1-truncated.safetensors").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    (dm / "flux1-dev.safetensors.html").write_text("<html>")
+    (dm / "not-safetensors.safetensors").write_bytes(b"<!DOCTYPE html><html>rate limited</html>" * 10)
+    local = {**roots(files), "diffusion_model": [str(dm)]}
+    choice = dict(FLUX1)
+    for name, words in (("flux1-dev.ckpt", ["'flux1-dev.ckpt' is a pickle file", "arbitrary code", ".safetensors"]),
+                        ("flux1-truncated.safetensors", ["'flux1-truncated.safetensors' is truncated",
+                                                         "download it again"]),
+                        ("not-safetensors.safetensors", ["'not-safetensors.safetensors' is not a safetensors file"])):
+        assert_error(["diffusion_model: ", *words], api.make_file_spec,
+                     sources.FileChoice(**{**choice, "diffusion_model": name}), local)
+    monkeypatch.setenv("COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS", "0")
+    assert_error(["absolute path", "COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS"], file_spec, files,
+                 **{**choice, "diffusion_model": str(good)})
+    monkeypatch.setenv("COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS", "1")
+    assert file_spec(files, **{**choice, "diffusion_model": str(good)}).model_path == str(good)
+
+
+@pytest.mark.unit
+def test_gguf_is_refused_on_tpu_and_with_shard_tp(files, monkeypatch):
+    choice = dict(CASES["flux2-klein-split"][1], diffusion_model="flux2-klein-tiny-Q8_0.gguf")
+    spec = file_spec(files, **choice)
+    assert spec.source.component("transformer").quant == "gguf"
+    with pytest.raises(ParallelError, match=r"'flux2-klein-tiny-Q8_0.gguf' is a GGUF file.*cannot be sharded"):
+        plans.plan_tp(spec, 2)
+    monkeypatch.setattr(devices, "resolve_kind", lambda choice: "tpu")
+    assert_error(["'flux2-klein-tiny-Q8_0.gguf' is a GGUF file", "TorchTPU", ".safetensors version"], api.make_file_spec,
+                 sources.FileChoice(**choice), roots(files), device_choice="tpu")
+
+
+# ---- diffusers folders as people keep them
+
+
+def _pipeline_copy(tiny_models: Path, target: Path, variant: str = "") -> Path:
+    """tiny-sdxl saved again (with only `variant` weights when given)."""
+    import torch
+    from diffusers import StableDiffusionXLPipeline
+
+    pipe = StableDiffusionXLPipeline.from_pretrained(str(tiny_models / "tiny-sdxl"), dtype=torch.float32,
+                                                     local_files_only=True)
+    pipe.save_pretrained(str(target), safe_serialization=True, variant=variant or None)
+    return target
+
+
+def _hub_cache(snapshot_source: Path, cache: Path, repo: str) -> Path:
+    """`hf download`'s layout: blobs by hash, snapshots/<rev>/ of relative symlinks, refs/main."""
+    repo_dir = cache / f"models--{repo.replace('/', '--')}"
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = repo_dir / "snapshots" / rev
+    (repo_dir / "blobs").mkdir(parents=True)
+    (repo_dir / "refs").mkdir()
+    (repo_dir / "refs" / "main").write_text(rev)
+    for file in snapshot_source.rglob("*"):
+        if file.is_file():
+            data = file.read_bytes()
+            blob = repo_dir / "blobs" / hashlib.sha256(data).hexdigest()
+            blob.write_bytes(data)
+            link = snapshot / file.relative_to(snapshot_source)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.path.relpath(blob, link.parent), link)
+    return snapshot
+
+
+@pytest.fixture(scope="module")
+def kept_folders(tiny_models, tmp_path_factory):
+    """A diffusers root holding a symlink to a model folder kept elsewhere, and a hub cache holding a
+    variant-only (fp16 file names) copy of tiny-sdxl."""
+    base = tmp_path_factory.mktemp("kept")
+    root = base / "diffusers"
+    root.mkdir()
+    os.symlink(tiny_models / "tiny-flux", root / "flux-on-big-disk")
+    _hub_cache(_pipeline_copy(tiny_models, base / "staging", variant="fp16"), base / "hub", "acme/tiny-sdxl")
+    return root, base / "hub"
+
+
+@pytest.mark.unit
+def test_a_symlinked_folder_and_the_hub_cache_are_listed_and_resolved(kept_folders, monkeypatch):
+    root, hub = kept_folders
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    assert api.list_models([str(root)]) == ["flux-on-big-disk", "acme/tiny-sdxl"]
+    spec = api.make_spec("flux-on-big-disk", [str(root)])
+    assert spec.model_path == str(root / "flux-on-big-disk") and spec.class_name == "FluxPipeline"
+    cached = api.make_spec("acme/tiny-sdxl", [str(root)])
+    assert cached.variant == "fp16" and cached.class_name == "StableDiffusionXLPipeline"
+    assert "/snapshots/" in cached.model_path
+    # typed names still cannot leave the diffusers folders
+    assert_error(["outside ComfyUI's diffusers folders", "no '..'"], api.make_spec, "../diffusers/flux-on-big-disk",
+                 [str(root)])
+    assert_error(["absolute path", "COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS"], api.make_spec, str(root / "flux-on-big-disk"),
+                 [str(root)])
+
+
+@pytest.mark.unit
+def test_variants_are_detected_only_where_plain_weights_are_missing(tmp_path):
+    index = {"_class_name": "FluxPipeline", "transformer": ["diffusers", "X"], "vae": ["diffusers", "Y"]}
+    for component, names in (("transformer", ["diffusion_pytorch_model.fp16.safetensors"]),
+                             ("vae", ["diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.fp16.safetensors"])):
+        (tmp_path / component).mkdir()
+        for n in names:
+            (tmp_path / component / n).write_bytes(b"")
+    assert models.detect_variant(tmp_path, index) == "fp16"
+    (tmp_path / "transformer" / "diffusion_pytorch_model.safetensors").write_bytes(b"")
+    assert models.detect_variant(tmp_path, index) == ""
+    (tmp_path / "transformer" / "diffusion_pytorch_model.safetensors").unlink()
+    (tmp_path / "transformer" / "diffusion_pytorch_model.bf16.safetensors").write_bytes(b"")
+    with pytest.raises(ModelError, match="several kinds"):
+        models.detect_variant(tmp_path, index)
+
+
+# ---- precisions (loaded in this process: the weights are what is checked)
+
+
+def _load(spec, dtype_name: str = "float32"):
+    import torch
+
+    from backend.worker import loading
+
+    return loading.load_files(spec.source, getattr(torch, dtype_name), lambda text: None)
+
+
+def _reference(files: Path, folder: str, dtype_name: str = "float32"):
+    import torch
+
+    from backend.worker import loading
+
+    return loading.load_pipeline(str(files / "diffusers" / folder), getattr(torch, dtype_name), lambda text: None)
+
+
+@pytest.mark.unit
+def test_fp8_files_load_upcast_to_the_compute_dtype(files):
+    """Plain fp8 files (float8_e5m2 transformer, float8_e4m3fn T5) load as their fp8 values in bfloat16,
+    exactly: the transformer through ComfyUI's key map, T5 through transformers."""
+    import torch
+
+    spec = file_spec(files, **dict(FLUX1, diffusion_model="flux1-tiny-fp8-e5m2.safetensors",
+                                   text_encoders=("clip_l-tiny.safetensors", "t5xxl-tiny_fp8_e4m3fn.safetensors")))
+    pipe, ref = _load(spec, "bfloat16"), _reference(files, "ref-flux1", "float32")
+    for name, fp8 in (("transformer", torch.float8_e5m2), ("text_encoder_2", torch.float8_e4m3fn)):
+        mine, theirs = getattr(pipe, name).state_dict(), getattr(ref, name).state_dict()
+        assert mine.keys() == theirs.keys()
+        for key, value in theirs.items():
+            rounded = value.to(fp8) if value.ndim >= 2 else value
+            assert mine[key].dtype == torch.bfloat16, key
+            assert torch.equal(mine[key], rounded.to(torch.bfloat16)), key
+
+
+@pytest.mark.unit
+def test_comfyui_scaled_fp8_is_dequantized_with_its_scales(files):
+    """ComfyUI's scaled fp8 (weights quantized by ComfyUI's own quantizer, per-layer scales): each weight is the
+    fp8 value times its scale, i.e. the original within fp8's rounding (3 mantissa bits: relative error below
+    1/16 of the layer's largest value); with the scales dropped, as a plain loader would, it is far off."""
+    from safetensors.torch import load_file
+
+    spec = file_spec(files, **dict(CASES["flux2-klein-split"][1], diffusion_model="flux2-klein-tiny-fp8scaled.safetensors"))
+    assert spec.source.component("transformer").quant == "scaled-fp8"
+    mine = _load(spec).transformer.state_dict()
+    theirs = _reference(files, "ref-flux2").transformer.state_dict()
+    raw = load_file(str(files / "models" / "diffusion_models" / "flux2-klein-tiny-fp8scaled.safetensors"))
+    scaled = [k for k in raw if k.endswith(".scale_weight")]
+    assert scaled and mine.keys() == theirs.keys()
+    for key, value in theirs.items():
+        error = float((mine[key] - value).abs().max() / value.abs().max())
+        assert error < 1 / 16, (key, error)
+    unscaled = raw[scaled[0].replace("scale_weight", "weight")].float()
+    original = load_file(str(files / "models" / "diffusion_models" / "flux2-klein-tiny.safetensors"))
+    reference = original[scaled[0].replace("scale_weight", "weight")]
+    assert float((unscaled - reference).abs().max() / reference.abs().max()) > 0.5
+
+
+@pytest.mark.unit
+def test_flux1_at_the_published_width_goes_through_diffusers_own_converter(comfyui_files, comfyui_dir,
+                                                                           monkeypatch):
+    """FLUX.1 files of the published width (3072) are read by diffusers' single-file converter, which
+    hard-codes it: a 3072-wide transformer with 1 double and 1 single block (about 1 GB) loads exactly."""
+    import file_fixtures
+    import torch
+
+    files = comfyui_files("flux1", "flux1-3072")
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    spec = file_spec(files, **dict(FLUX1, diffusion_model=file_fixtures.FILES["flux1-3072"]["diffusion_model"]))
+    assert spec.source.component("transformer").layout == "flux1", "3072 wide: diffusers' converter"
+    config = spec.component_config("transformer")
+    assert (config["num_attention_heads"], config["attention_head_dim"], config["axes_dims_rope"],
+            config["guidance_embeds"]) == (24, 128, [16, 56, 56], True), "the published FLUX.1-dev values"
+    loaded = _load(spec, "bfloat16").transformer.state_dict()
+    original = file_fixtures.flux1_published_width().state_dict()
+    assert loaded.keys() == original.keys()
+    assert all(torch.equal(loaded[k], original[k]) for k in original)
+    assert scheduler_is_dev(spec)
+
+
+def scheduler_is_dev(spec) -> bool:
+    return spec.component_config("scheduler")["use_dynamic_shifting"] is True
+
+
+# ---- the same seed gives the same image from the files as from the diffusers folder (worker processes)
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_same_seed_same_image_from_the_files_as_from_the_folder(files, case):
+    folder, choice, guidance = CASES[case]
+    req = request(guidance)
+    from_folder = api.sample(api.make_spec(folder, [str(files / "diffusers")]), req)
+    from_files = api.sample(file_spec(files, **choice), req)
+    assert from_files.shape == (1, 64, 64, 3) and from_files.std() > 0
+    assert np.array_equal(from_files, from_folder), float(np.abs(from_files - from_folder).max())
+
+
+@pytest.mark.workers
+def test_gguf_runs_on_the_cpu_through_diffusers(files):
+    """A Q8_0 GGUF FLUX.2 transformer (city96's layout): diffusers dequantizes on the fly, so the image is
+    the float one up to Q8_0's rounding."""
+    folder, choice, guidance = CASES["flux2-klein-split"]
+    gguf = api.sample(file_spec(files, **dict(choice, diffusion_model="flux2-klein-tiny-Q8_0.gguf")), request(guidance))
+    plain = api.sample(file_spec(files, **choice), request(guidance))
+    assert not np.array_equal(gguf, plain) and np.abs(gguf - plain).max() < 0.05
+
+
+@pytest.mark.workers
+def test_files_run_with_offload_compile_and_from_kept_folders(files, kept_folders, tiny_models, monkeypatch):
+    root, hub = kept_folders
+    reference = api.sample(file_spec(files, **FLUX1), request())
+    offloaded = api.make_file_spec(sources.FileChoice(**FLUX1), roots(files), offload="model")
+    assert np.array_equal(api.sample(offloaded, request()), reference)
+    compiled, _ = api.with_compile(file_spec(files, **FLUX1), "whole denoiser", "eager", "64x64")
+    assert np.abs(api.sample(compiled, request()) - reference).max() <= 1e-5
+    # a symlinked folder loads; a variant-only hub snapshot loads under its repo id
+    linked = api.sample(api.make_spec("flux-on-big-disk", [str(root)]), request())
+    assert np.array_equal(linked, api.sample(api.make_spec("tiny-flux", [str(tiny_models)]), request()))
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    assert api.sample(api.make_spec("acme/tiny-sdxl", [str(root)]), request(5.0)).shape == (1, 64, 64, 3)
+
+
+@pytest.mark.workers
+def test_shard_tp_and_data_parallel_with_files(files):
+    """Tolerance as in test_parallel.py: a sharded transformer sums in another order (<= 1e-4); data parallel
+    is bit-identical. Qwen-Image's file is read per rank (its slices); FLUX.1's is read whole, then sharded."""
+    refs = {case: api.sample(file_spec(files, **CASES[case][1]), request(CASES[case][2], batch_size=2))
+            for case in ("flux1-split", "qwenimage-split")}
+    for case, reference in refs.items():
+        sharded, text = api.shard(file_spec(files, **CASES[case][1]), 2)
+        assert "sharded over 2 chips" in text
+        assert np.abs(api.sample(sharded, request(CASES[case][2], batch_size=2)) - reference).max() <= 1e-4, case
+    replicated, _ = api.replicate(file_spec(files, **FLUX1), 2)
+    assert np.array_equal(api.sample(replicated, request(batch_size=2)), refs["flux1-split"])
+
+
+# ---- through a real ComfyUI server (the files come from extra_model_paths.yaml roots and its own folders)
+
+
+@pytest.fixture(scope="module")
+def files_server(files, comfyui_dir, tmp_path_factory):
+    from comfy_server import ComfyServer
+
+    models = files / "models"
+    extra = {folder: str(models / folder) for folder in sources.ROLE_FOLDERS.values()}
+    srv = ComfyServer(str(comfyui_dir), str(files / "diffusers"), work_dir=str(tmp_path_factory.mktemp("files")),
+                      extra_paths=extra)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def files_prompt(seed: int, **files) -> dict:
+    inputs = {"diffusion_model": NONE, "text_encoder_1": NONE, "text_encoder_2": NONE, "text_encoder_3": NONE,
+              "vae": NONE, "checkpoint": NONE, "dtype": "auto", "device": "auto", "offload": "none", **files}
+    return {"1": {"class_type": "LoadTPUPipelineFiles", "inputs": inputs},
+            "2": {"class_type": "TPUSample", "inputs": {"pipeline": ["1", 0], "prompt": FOX, "negative_prompt": "",
+                                                       "width": 64, "height": 64, "steps": 2, "guidance": 0.0,
+                                                       "seed": seed, "batch_size": 1}},
+            "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "files"}}}
+
+
+FLUX1_NODE = {"diffusion_model": "flux1-tiny.safetensors", "text_encoder_1": "clip_l-tiny.safetensors",
+              "text_encoder_2": "t5xxl-tiny.safetensors", "vae": "ae-tiny.safetensors"}
+
+
+@pytest.mark.server
+def test_the_files_node_lists_by_role_and_makes_the_folders_image(files_server):
+    from comfy_server import error_message
+
+    info = files_server.get("/object_info/LoadTPUPipelineFiles").json()["LoadTPUPipelineFiles"]
+    required = info["input"]["required"]
+    assert "flux1-tiny.safetensors" in required["diffusion_model"][0]
+    assert "ae-tiny.safetensors" in required["vae"][0] and "ae-tiny.safetensors" not in required["text_encoder_1"][0]
+    assert required["checkpoint"][0][0] == NONE and "sdxl-tiny.safetensors" in required["checkpoint"][0]
+    from_files = files_server.run(files_prompt(77, **FLUX1_NODE), timeout=180)
+    assert from_files["status"] == "success", error_message(from_files)
+    texts = [m["data"]["text"] for m in from_files["messages"] if m["type"] == "progress_text"]
+    assert any(t.startswith("FLUX.1 (FluxPipeline)") and "t5xxl-tiny.safetensors" in t for t in texts), texts
+    folder = files_prompt(77)
+    folder["1"] = {"class_type": "LoadTPUPipeline", "inputs": {"model": "ref-flux1", "dtype": "auto",
+                                                              "device": "auto", "offload": "none"}}
+    from_folder = files_server.run(folder, timeout=180)
+    assert from_folder["status"] == "success", error_message(from_folder)
+    assert np.array_equal(pixels(from_files["images"][0]), pixels(from_folder["images"][0]))
+
+
+BAD_FILES = {  # what the node is given -> words the error must hold
+    "missing text encoder": ({**FLUX1_NODE, "text_encoder_2": NONE},
+                             ["text_encoder", "T5-XXL", "is missing", "models/text_encoders"]),
+    "file of another family": ({**FLUX1_NODE, "vae": "sd3-vae-tiny.safetensors", "text_encoder_2":
+                                "qwen_3-tiny.safetensors"}, ["'qwen_3-tiny.safetensors'", "does not use", "FLUX.1"]),
+    "pickle checkpoint": ({**FLUX1_NODE, "diffusion_model": "flux1-dev.ckpt"},
+                          ["'flux1-dev.ckpt' is a pickle file", ".safetensors"]),
+    "truncated file": ({**FLUX1_NODE, "diffusion_model": "flux1-dev-truncated.safetensors"},
+                       ["'flux1-dev-truncated.safetensors' is truncated", "download it again"]),
+    "path out of the folder": ({**FLUX1_NODE, "vae": "../vae/ae-tiny.safetensors"}, ["no '..'"]),
+}
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_bad_files_are_named_through_the_server_and_it_stays_up(files_server, files, case):
+    from comfy_server import PromptFailed, error_message
+
+    own = files_server.work_dir / "models" / "diffusion_models"  # ComfyUI's own folder, beside the extra roots
+    own.mkdir(parents=True, exist_ok=True)
+    (own / "flux1-dev.ckpt").write_bytes(b"\x80\x02}q\x00.")
+    good = (files / "models" / "diffusion_models" / "flux1-tiny.safetensors").read_bytes()
+    (own / "flux1-dev-truncated.safetensors").write_bytes(good[: len(good) - 1000])
+    inputs, words = BAD_FILES[case]
+    with pytest.raises(PromptFailed) as e:
+        files_server.run(files_prompt(5, **inputs), timeout=60)
+    assert list(e.value.details["node_errors"]) == ["1"], e.value.details
+    assert all(w in str(e.value) for w in words), str(e.value)
+    assert files_server.proc.poll() is None
+    result = files_server.run(files_prompt(6, **FLUX1_NODE), timeout=120)
+    assert result["status"] == "success", error_message(result)

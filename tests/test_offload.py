@@ -1,0 +1,99 @@
+"""offload 'auto': the controller picks none / model / sequential from the weights' size and one device's
+memory, says why, and the worker only ever sees the choice."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from backend.controller import api, models, plans
+from backend.protocol.errors import CompileError
+
+pytestmark = pytest.mark.unit
+GIB = 2**30
+
+
+def _spec(tiny_models, name="tiny-flux", **kw):
+    return api.make_spec(name, [str(tiny_models)], **kw)
+
+
+def _data_bytes(path) -> int:
+    """Bytes of tensor data in one safetensors file: its size less the 8-byte length and the header."""
+    with open(path, "rb") as f:
+        header = int.from_bytes(f.read(8), "little")
+    return path.stat().st_size - 8 - header
+
+
+def test_weight_sizes_come_from_the_safetensors_headers(tiny_models):
+    folder = tiny_models / "tiny-flux"
+    index = json.loads((folder / "model_index.json").read_text())
+    spec = _spec(tiny_models)
+    f32 = models.weight_bytes(spec, 4)
+    assert list(f32) == [n for n in index if n in ("transformer", "text_encoder", "text_encoder_2", "vae")]
+    for name, size in f32.items():  # the tiny models are saved in float32
+        assert size == sum(_data_bytes(p) for p in (folder / name).glob("*.safetensors")), name
+    bf16 = models.weight_bytes(spec, 2)
+    assert all(bf16[n] < f32[n] for n in f32) and sum(bf16.values()) * 2 >= sum(f32.values())
+
+
+def test_on_the_cpu_auto_is_none_and_the_worker_gets_the_choice(tiny_models):
+    spec = _spec(tiny_models, offload="auto")
+    assert spec.offload == "auto"
+    ready = api.checked(spec)
+    assert ready.offload == "none"
+    assert ready.load_key() == ready.with_changes(offload="none").load_key() != ready.with_changes(offload="model").load_key()
+    text = api.describe_pipeline(spec)
+    assert "tiny-flux (FLUX.1) on the CPU" in text and "offload auto → none: on the CPU" in text
+
+
+# FLUX.1-dev/schnell in bfloat16, from the published parameter counts (2 bytes each): 11.9 B transformer,
+# 4.76 B T5-XXL encoder, 123 M CLIP-L, 84 M VAE. Its transformer has 24 attention heads.
+FLUX1_BF16 = {"text_encoder": 246_144_352, "text_encoder_2": 9_524_621_312, "transformer": 23_802_943_488,
+              "vae": 167_666_902}
+HOSTS = {"v5e": (16 * GIB, (1, 4, 8)), "v6e": (32 * GIB, (1, 4, 8)), "v7x": (96 * GIB, (2, 4, 8))}
+
+
+@pytest.fixture
+def flux1_on(monkeypatch, tiny_models):
+    """tiny-flux dressed as FLUX.1 (its weight sizes and heads) on an 8-device TPU host of a generation."""
+
+    def on(gen: str):
+        memory, sizes = HOSTS[gen]
+        monkeypatch.setattr(plans.devices, "device_memory_bytes", lambda kind: memory)
+        monkeypatch.setattr(plans, "capacity", lambda kind: plans.Capacity("tpu", 8, sizes, f"8 {gen} chips", True))
+        monkeypatch.setattr(plans.models, "weight_bytes", lambda path, float_bytes: dict(FLUX1_BF16))
+        monkeypatch.setattr(plans, "transformer_heads", lambda path: 24)
+        return _spec(tiny_models, offload="auto").with_changes(kind="tpu")
+
+    return on
+
+
+def test_flux1_gets_sequential_with_a_shard_tp_hint_on_v5e_model_on_v6e_none_on_v7x(flux1_on):
+    v5e = plans.choose_offload(flux1_on("v5e"))
+    assert v5e.mode == "sequential", v5e
+    assert "the weights take 31.4 GiB in bfloat16" in v5e.reason and "even transformer (22.2 GiB)" in v5e.reason
+    assert "Shard TP degree 8 would fit (about 12.0 GiB per device)" in v5e.reason, v5e
+    v6e = plans.choose_offload(flux1_on("v6e"))
+    assert v6e.mode == "model" and "more than 25.6 GiB of the 32.0 GiB per device" in v6e.reason, v6e
+    assert "the largest part (transformer, 22.2 GiB) fits" in v6e.reason
+    v7x = plans.choose_offload(flux1_on("v7x"))
+    assert v7x.mode == "none" and "within 76.8 GiB of the 96.0 GiB per device" in v7x.reason, v7x
+
+
+def test_sequential_cannot_be_compiled_and_auto_says_why(flux1_on):
+    spec = flux1_on("v5e").with_changes(mode="compiled")
+    with pytest.raises(CompileError, match=r"offload: 'auto' has to choose 'sequential' here \(the weights take "
+                                           r"31\.4 GiB.*cannot be compiled\. Use Shard TP, or an eager mode"):
+        plans.resolve_offload(spec)
+
+
+def test_under_shard_tp_auto_is_none_and_says_the_weights_per_device(flux1_on):
+    spec = flux1_on("v5e")
+    tp, text = plans.plan_tp(spec, 8)
+    assert tp.offload == "auto" and "offload auto → none (a sharded model cannot be offloaded): about 12.0 GiB" in text
+    assert plans.resolve_offload(tp).offload == "none"
+    _, four = plans.plan_tp(spec, 4)
+    assert "more than 12.8 GiB of the 16.0 GiB per device" in four and "use a larger Shard TP degree" in four
+    with pytest.raises(plans.ParallelError, match=r"offload: 'model' cannot be combined with Shard TP"):
+        plans.plan_tp(spec.with_changes(offload="model"), 2)

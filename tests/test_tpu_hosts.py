@@ -1,0 +1,145 @@
+"""Our launch checks against TorchTPU's own, on fake TPU hosts: the real torch_tpu 0.2.0 with only its PCI scan
+faked (tests/fake_tpu). For every Shard TP × Data Parallel choice the nodes allow, on v5e, v6e, v5p and v7x hosts
+of several sizes, single or one host of a slice: what we accept TorchTPU launches, and what it refuses we refuse
+first, with our message.
+
+Two child processes in the TPU venv (tests/fake_tpu/agree.py): TorchTPU's `set_tpu_launch_env(n)` for n = 1..9
+on each host, and the controller as ComfyUI's process runs it (its TorchTPU child processes see the same fake).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.workers,
+              pytest.mark.skipif(not os.environ.get("TPU_VENV"), reason="TPU_VENV (venv with torch-tpu) not set")]
+
+ROOT = Path(__file__).resolve().parent.parent
+AGREE = ROOT / "tests" / "fake_tpu" / "agree.py"
+HOSTS = [("v5e", 1), ("v5e", 4), ("v5e", 8), ("v6e", 1), ("v6e", 4), ("v6e", 8), ("v5p", 4), ("v7x", 1), ("v7x", 2),
+         ("v7x", 4)]
+HEADS = 24  # the fake FLUX.1's attention heads (agree.fake_model)
+LAUNCH = ("v7x", 1, 2)  # asked through the controller's own child process, on a pod host with a local group
+
+
+def _or_list(values) -> str:
+    items = [str(v) for v in values]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
+
+
+def _start(mode: str, cases: list) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.Popen([f"{os.environ['TPU_VENV']}/bin/python", str(AGREE), mode, json.dumps(cases)], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _lines(proc: subprocess.Popen) -> list[dict]:
+    out, err = proc.communicate(timeout=480)
+    assert proc.returncode == 0, err[-4000:]
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture(scope="module")
+def rules() -> tuple[dict, dict]:
+    """(TorchTPU's: (gen, chips) → {n: ok}, devices; ours: (gen, chips, pod, local) → result), run side by side."""
+    ours_cases = [{"gen": g, "chips": c, "pod": pod, "local": local,
+                   "launch": LAUNCH[2] if (g, c, pod, local) == (*LAUNCH[:2], True, True) else 0}
+                  for g, c in HOSTS for pod, local in ((False, False), (True, False), (True, True))]
+    theirs_proc, ours_proc = _start("torch_tpu", [list(h) for h in HOSTS]), _start("ours", ours_cases)
+    theirs = {(r["gen"], r["chips"]): r for r in _lines(theirs_proc)}
+    ours = {(r["gen"], r["chips"], r["pod"], r["local"]): r for r in _lines(ours_proc)}
+    assert set(theirs) == set(HOSTS) and len(ours) == len(ours_cases)
+    return theirs, ours
+
+
+def _launchable(theirs: dict, host: tuple[str, int]) -> set[int]:
+    """Worker counts TorchTPU launches on this host and that fit its devices (TorchTPU does not check that)."""
+    r = theirs[host]
+    return {int(n) for n, res in r["results"].items() if res["ok"] and int(n) <= r["devices"]}
+
+
+@pytest.mark.parametrize("local", [False, True], ids=["single host", "pod host, local group"])
+def test_we_accept_exactly_what_torch_tpu_launches_and_refuse_the_rest_first(rules, local):
+    theirs, ours = rules
+    for host in HOSTS:
+        result = ours[(*host, local, local)]
+        launchable = _launchable(theirs, host)
+        assert launchable, f"{host}: TorchTPU launches nothing here?"
+        assert result["info"]["sizes"] == sorted(launchable), host
+        accepted = {c["world"] for c in result["combos"] if c["ok"]}
+        assert accepted == launchable, f"{host}: we accept {sorted(accepted)}, TorchTPU launches {sorted(launchable)}"
+        for c in result["combos"]:
+            tp, dp = c["tp"], c["dp"]
+            if c["ok"] or not c["error"]:
+                continue
+            assert "No TPU topology found" not in c["error"], c  # refused by us, before TorchTPU could
+            if tp in (0, None) or dp in (0, None):
+                continue
+            if tp * dp not in launchable and HEADS % tp == 0:  # refused for the host: it says which and how
+                assert "this host has" in c["error"] and "; use " in c["error"], c
+                if tp * dp <= theirs[host]["devices"] and tp <= theirs[host]["devices"]:
+                    assert f"{_or_list(sorted(launchable))} worker processes" in c["error"], c
+
+
+@pytest.mark.parametrize("host", HOSTS, ids=[f"{g}-{c}" for g, c in HOSTS])
+def test_every_explicit_layout_is_accepted_iff_torch_tpu_launches_it(rules, host):
+    """Explicit choices (no node = 1): accepted iff TorchTPU launches tp × dp workers here and tp divides the
+    heads; the only substitution is the v7x default (nothing sharded, no Data Parallel node: Data Parallel over
+    one chip)."""
+    theirs, ours = rules
+    launchable = _launchable(theirs, host)
+    for c in ours[(*host, False, False)]["combos"]:
+        if 0 in (c["tp"], c["dp"]):
+            continue
+        tp, dp = c["tp"] or 1, c["dp"] or 1
+        if tp == 1 and c["dp"] is None and 1 not in launchable:  # Shard TP degree 1 shards nothing
+            assert c["ok"] and (c["tp_degree"], c["replicas"]) == (1, min(launchable)), c
+            continue
+        expected = tp * dp in launchable and HEADS % tp == 0
+        assert c["ok"] == expected, c
+        if expected:
+            assert (c["tp_degree"], c["replicas"], c["world"]) == (tp, dp, tp * dp), c
+            assert c["load_in_turn"] == (dp > 1), "replicas load one after another"
+
+
+def test_one_v7x_chip_runs_data_parallel_2_by_default_and_says_why(rules):
+    theirs, ours = rules
+    result = ours[("v7x", 1, False, False)]
+    assert theirs[("v7x", 1)]["devices"] == 2
+    assert (result["info"]["chips"], result["info"]["devices"], result["info"]["memory_gib"]) == (1, 2, 96.0)
+    default = next(c for c in result["combos"] if c["tp"] is None and c["dp"] is None)
+    assert (default["ok"], default["tp_degree"], default["replicas"]) == (True, 1, 2)
+    assert any("Data Parallel 2" in note and "launches no group of 1" in note for note in result["info"]["notes"])
+    one = next(c for c in result["combos"] if c["tp"] is None and c["dp"] == 1)
+    assert not one["ok"] and one["step"] == "replicate" and "use replicas 2" in one["error"], one
+    five = next(c for c in ours[("v7x", 2, False, False)]["combos"] if c["tp"] is None and c["dp"] == 5)
+    assert "2 TPU v7 chips (4 devices)" in five["error"], "messages keep chips and devices apart"
+
+
+def test_a_pod_host_is_refused_at_once_unless_a_local_group_is_asked_for(rules):
+    _, ours = rules
+    for host in HOSTS:
+        result = ours[(*host, True, False)]
+        assert result["combos"] and all(not c["ok"] and c["step"] == "load" for c in result["combos"]), host
+        error = result["combos"][0]["error"]
+        assert "multi-host slice" in error and "COMFYUI_TPU_LOCAL_GROUP=1" in error and "single-host" in error
+        assert "COMFYUI_TPU_HOSTS" in error and "python -m backend join" in error
+        local = ours[(*host, True, True)]
+        single = ours[(*host, False, False)]
+        assert [c["ok"] for c in local["combos"]] == [c["ok"] for c in single["combos"]], host
+
+
+def test_a_local_group_on_a_pod_host_gets_a_single_host_launch_environment(rules):
+    """The controller's own TorchTPU child, with the pod variables in ComfyUI's environment: they are taken out
+    of the workers' environment, so TorchTPU lays out this host alone (localhost ports, no NNODES)."""
+    _, ours = rules
+    env = ours[(*LAUNCH[:2], True, True)]["launch_env"]
+    assert env.get("TORCH_TPU_TOPOLOGY") == "1,1,1,2", env
+    addresses = env["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")
+    assert len(addresses) == LAUNCH[2] and all(a.startswith("localhost:") for a in addresses), env
+    assert "NNODES" not in env and "NODE_RANK" not in env
