@@ -103,7 +103,8 @@ def test_context_parallel_is_checked(tiny_models, monkeypatch):
 
 @pytest.mark.unit
 def test_layout_counts_every_split_and_data_parallel_auto_accounts_for_them(tiny_models, monkeypatch):
-    monkeypatch.setattr(plans, "chip_count", lambda kind: 8)  # as on an 8-chip host
+    gpus = plans.Capacity("cuda", 8, None, "this host has 8 CUDA GPUs", True)
+    monkeypatch.setattr(plans, "capacity", lambda kind: gpus)  # as on an 8-GPU host
     cfg, _ = api.cfg_parallel(_spec(tiny_models, "tiny-qwenimage"))
     assert api.replicate(cfg, 0)[0].dp_replicas == 4, "auto = chips / (cfg × context × tp)"
     both, _ = api.context_parallel(cfg, 2)
@@ -111,8 +112,14 @@ def test_layout_counts_every_split_and_data_parallel_auto_accounts_for_them(tiny
     assert api.context_parallel(cfg, 0)[0].cp_degree == 2, "auto: the chips left after CFG, dividing the heads"
     with pytest.raises(ParallelError, match=r"replicas: 3 replicas × TP 1 × context 2 × CFG 2 = 12 workers"):
         api.replicate(both, 3)
-    monkeypatch.setattr(plans.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(plans, "chip_count", lambda kind: None)
+    v5e = plans.Capacity("tpu", 8, (1, 4, 8), "this host has 8 TPU v5e chips", True)  # TorchTPU: 1, 4 or 8
+    monkeypatch.setattr(plans, "capacity", lambda kind: v5e)
+    assert api.replicate(cfg, 0)[0].world_size == 8 and api.context_parallel(cfg, 0)[0].cp_degree == 2
+    with pytest.raises(ParallelError, match=r"1 replica × TP 1 × context 1 × CFG 2 = 2 workers, but TorchTPU "
+                                            r"launches only 1, 4 or 8 .*use replicas 2 or 4"):
+        api.checked(cfg.with_changes(kind="tpu"))
+    cpu = plans.Capacity("cpu", 2, None, "this CPU host has 2 cores (one worker process each)", False)
+    monkeypatch.setattr(plans, "capacity", lambda kind: cpu)
     with pytest.raises(ParallelError, match=r"Connect Data Parallel after Shard TP, Context Parallel and CFG"):
         api.cfg_parallel(api.replicate(_spec(tiny_models, "tiny-sdxl"), 2)[0])
 
