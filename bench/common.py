@@ -255,10 +255,10 @@ def plain_args(ctx: Ctx, model: str) -> list[str]:
 class PlainServer:
     """The plain script in `serve` mode: loaded once, then one pipe() call per request."""
 
-    def __init__(self, ctx: Ctx, model: str, extra_env: dict[str, str] | None = None):
+    def __init__(self, ctx: Ctx, model: str, extra_env: dict[str, str] | None = None, args: tuple[str, ...] = ()):
         self.ctx = ctx
         self.log = open(ctx.work / f"plain-{model}-{time.monotonic_ns()}.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, str(PLAIN), "serve", *plain_args(ctx, model)],
+        self.proc = subprocess.Popen([sys.executable, str(PLAIN), "serve", *plain_args(ctx, model), *args],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      env=plain_env(ctx, extra_env), cwd=str(ctx.work))
         self.ready: dict | None = None

@@ -55,7 +55,10 @@ def load(args):
 
     pipe = DiffusionPipeline.from_pretrained(args.model, dtype=_dtype(torch, args.dtype), local_files_only=True,
                                              use_safetensors=True)
-    pipe.to(_device(torch, args.device))
+    if args.offload == "model":  # diffusers' own model offload, as a script would write it
+        pipe.enable_model_cpu_offload(device=_device(torch, args.device))
+    else:
+        pipe.to(_device(torch, args.device))
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
@@ -201,6 +204,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--text-tokens", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--offload", default="none", choices=("none", "model"), help="serve, cold: model offload")
     args = parser.parse_args()
     {"serve": serve, "cold": cold, "transformer": transformer}[args.mode](args)
 

@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from . import figures, handback, load_memory, mfu
+from . import figures, handback, load_memory, mfu, speed
 from .common import (
     ROOT,
     Ctx,
@@ -64,6 +64,11 @@ FIGURES: tuple[Figure, ...] = (
     Figure("load_memory", load_memory.figure, ((load_memory.ID, load_memory.TITLE, load_memory.TARGET),)),
     Figure("mfu", mfu.figure, ((*mfu.EAGER, None), (*mfu.COMPILED, None))),
     Figure("lora", figures.lora_strength, ((*figures.LORA, figures.LORA_TARGET),)),
+    Figure("cfg_parallel", speed.cfg_parallel, ((*speed.CFG, speed.CFG_TARGET),)),
+    Figure("context_parallel", speed.context_parallel, ((*speed.CP, speed.CP_TARGET),)),
+    Figure("prompt_cache", speed.prompt_cache, ((*speed.CACHE, speed.CACHE_TARGET),)),
+    Figure("batched", speed.batched, ((*speed.BATCHED, None),)),
+    Figure("warm_start", speed.warm_start, ((*speed.WARM, None),)),
 )
 SOAK = Figure("soak", figures.soak, ((*figures.SOAK, None),))
 

@@ -7,9 +7,11 @@ from .info_nodes import TPUDeviceInfo, TPUFreeWorkers
 from .lora_nodes import TPULoadLoRA
 from .parallel_nodes import TPUDataParallel, TPUShardTP
 from .pipeline_nodes import LoadTPUPipeline, LoadTPUPipelineFiles, TPUSample
+from .speed_nodes import TPUCFGParallel, TPUContextParallel, TPUSamplingOptions
 
 comfy_bridge.treat_sigterm_as_ctrl_c()
 api.start_hosts()  # several hosts configured: the others can join from now on
+api.warm_start()  # COMFYUI_TPU_WARM_START=1: this host's worker starts now, in the background
 
 NODE_CLASS_MAPPINGS = {
     "LoadTPUPipeline": LoadTPUPipeline,
@@ -21,6 +23,9 @@ NODE_CLASS_MAPPINGS = {
     "TPUSetExecutionMode": TPUSetExecutionMode,
     "TPUCompile": TPUCompile,
     "LoadTPUPipelineFiles": LoadTPUPipelineFiles,
+    "TPUCFGParallel": TPUCFGParallel,
+    "TPUContextParallel": TPUContextParallel,
+    "TPUSamplingOptions": TPUSamplingOptions,
     "TPULoadLoRA": TPULoadLoRA,
 }
 
@@ -34,5 +39,8 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "TPUSetExecutionMode": "Set Execution Mode",
     "TPUCompile": "Compile (TPU)",
     "LoadTPUPipelineFiles": "Load TPU Pipeline (ComfyUI files)",
+    "TPUCFGParallel": "CFG Parallel",
+    "TPUContextParallel": "Context Parallel",
+    "TPUSamplingOptions": "Sampling Options (TPU)",
     "TPULoadLoRA": "Load LoRA (TPU)",
 }

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import comfy.model_management
@@ -117,3 +118,45 @@ def run_cancellable(call: Callable[..., T], *args: Any, node_id: str | None, tot
         if str(e) != Interrupted.DEFAULT:  # more than "interrupted": e.g. which rank did not stop
             send_text(node_id, str(e))
         raise comfy.model_management.InterruptProcessingException() from None
+
+
+def queued_at() -> float | None:
+    """When ComfyUI queued the prompt that runs now (its `create_time`), as time.time(); None if unknown."""
+    try:
+        from server import PromptServer
+
+        server = PromptServer.instance
+        for item in list(server.prompt_queue.currently_running.values()):
+            if item[1] == server.last_prompt_id:
+                return item[3]["create_time"] / 1000.0
+    except Exception:
+        pass
+    return None
+
+
+LATENCY_PARTS = (("queue_s", "queue"), ("start_s", "start"), ("load_s", "load"), ("text_s", "text"),
+                 ("denoise_s", "denoise"), ("vae_s", "VAE"), ("handback_s", "hand-back"))
+
+
+def latency_text(latency: dict | None) -> str:
+    """'time 4.2 s: queue 0.0 · start 2.1 · load 1.5 · text 0.1 · denoise 0.4 · VAE 0.1 · hand-back 0.0'."""
+    if not latency:
+        return ""
+    parts = " · ".join(f"{label} {latency[key]:.2f}" for key, label in LATENCY_PARTS if key in latency)
+    total = latency.get("total_s", 0.0) + latency.get("queue_s", 0.0)
+    return f"time {total:.2f} s: {parts} (seconds)"
+
+
+def show_latency(node_id: str | None, queued: float | None, started: float, notes: Sequence[str] = ()) -> None:
+    """Puts `notes` and where the last Sample's time went next to the node (and the queue wait into the backend's
+    record)."""
+    from ..backend.controller import api
+
+    if queued is not None:
+        api.record_queue_wait(started - queued)
+    if text := "\n".join([*notes, latency_text(api.last_latency())]).strip():
+        send_text(node_id, text)
+
+
+def now() -> float:
+    return time.time()

@@ -13,7 +13,8 @@ CATEGORY = "TPU"
 class TPUDeviceInfo:
     DESCRIPTION = ("Shows the detected device (TPU generation, chips and devices — a v7x chip is two devices —, "
                    "memory per device, the worker counts TorchTPU launches on this host, and anything that keeps a "
-                   "TPU from being used) and the state of the worker processes (loaded model, loads, samples). "
+                   "TPU from being used), the state of the worker processes (loaded model, loads, samples, compile "
+                   "and prompt-cache statistics) and where the last Sample's time went (last_prompt, seconds). "
                    "Safe to run at any time.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("STRING",)
@@ -34,7 +35,8 @@ class TPUDeviceInfo:
         dev = api.device_info()
         data = {"device": dev.kind, "name": dev.name, "chips": dev.chips, "devices": dev.devices,
                 "memory_gib_per_device": dev.memory_gib, "group_sizes": dev.group_sizes, "notes": list(dev.notes),
-                "torch_tpu_installed": dev.torch_tpu_installed, "workers": api.worker_info()}
+                "torch_tpu_installed": dev.torch_tpu_installed, "workers": api.worker_info(),
+                "last_prompt": api.last_latency()}
         if (cluster := api.hosts_info()) is not None:
             data["hosts"] = cluster
         text = json.dumps(data, indent=1)

@@ -217,6 +217,7 @@ class TPUSample:
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, steps, guidance, seed, batch_size,
                prompt_per_line=False, image=None, mask=None, denoise=1.0, size_from_image=False, unique_id=None):
+        started, queued = comfy_bridge.now(), comfy_bridge.queued_at()
         image = image.cpu().numpy() if image is not None else None
         mask = mask.cpu().numpy() if mask is not None else None
         notes = []
@@ -233,7 +234,8 @@ class TPUSample:
             comfy_bridge.send_text(unique_id, "\n".join(notes))
         images = comfy_bridge.run_cancellable(functools.partial(api.sample, image=image, mask=mask), pipeline,
                                               request, node_id=unique_id, total=steps * len(request.images()))
+        # the notes again (the progress text replaced them), then where the time went
+        comfy_bridge.show_latency(unique_id, queued, started, notes)
         if not notes:
             return (torch.from_numpy(images),)
-        comfy_bridge.send_text(unique_id, "\n".join(notes))  # again: the progress text replaced it
         return {"ui": {"text": ["\n".join(notes)]}, "result": (torch.from_numpy(images),)}

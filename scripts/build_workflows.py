@@ -269,6 +269,75 @@ Sample between them, in order: on 8 chips the 8 prompts take about as long as on
 Each copy needs the whole model on its chip (about 34 GB in bfloat16); on smaller chips set offload to
 `model` in Load TPU Pipeline (slower).
 """),
+    "sd35_cfg_parallel": _text_to_image(
+        title="sd35_cfg_parallel", model="stable-diffusion-3.5-medium", offload="none", note_height=260,
+        between=(("TPUCFGParallel", {}),),
+        prompt="a watercolor painting of a hummingbird drinking from a red flower, soft morning light",
+        negative_prompt="blurry, low quality, distorted", width=1024, height=1024, steps=28, guidance=4.5,
+        seed=0, seed_control="randomize", prefix="sd35-cfg-parallel",
+        description="One SD3.5 image sooner on two chips: Load TPU Pipeline -> CFG Parallel (the two guidance "
+                    "passes of every step on two chips) -> Sample (1024x1024, 28 steps, guidance 4.5) -> Save "
+                    "Image. Needs 2 chips and models/diffusers/stable-diffusion-3.5-medium.",
+        note="""
+## SD3.5 Medium, CFG Parallel over 2 chips
+
+**Load TPU Pipeline** → **CFG Parallel** → **Sample** (1024×1024, **28 steps, guidance 4.5**) → **Save Image**.
+
+**Model**: `models/diffusers/stable-diffusion-3.5-medium`. **Needs 2 chips.**
+
+With guidance above 1, SD3 runs its transformer on two halves of every step: with the prompt and with the
+negative prompt. **CFG Parallel** gives each half to its own chip and swaps the results once per step, so one
+image comes about twice as fast. The image matches one chip's within about 1e-5 (halved batches round
+differently in the last bits). The text next to the node says what it does for the chosen model.
+
+Add **Data Parallel** after it to use more chips for more images.
+"""),
+    "flux1_context_parallel": _text_to_image(
+        title="flux1_context_parallel", model="FLUX.1-schnell", offload="none", note_height=260,
+        between=(("TPUContextParallel", {"degree": 0, "mode": "ulysses"}),),
+        prompt="a vast mountain landscape at dawn, tiny village in the valley, ultra detailed",
+        width=2048, height=2048, steps=4, guidance=0.0, seed=0, seed_control="randomize", prefix="flux1-cp",
+        description="One large FLUX.1 image sooner over all chips: Load TPU Pipeline (FLUX.1-schnell) -> Context "
+                    "Parallel (auto, Ulysses) -> Sample (2048x2048, 4 steps, guidance 0) -> Save Image. Needs "
+                    "models/diffusers/FLUX.1-schnell.",
+        note="""
+## FLUX.1 at 2048², Context Parallel
+
+**Load TPU Pipeline** (FLUX.1-schnell) → **Context Parallel** (degree `0` = auto, `ulysses`) → **Sample**
+(2048×2048, **4 steps, guidance 0**) → **Save Image**.
+
+**Model**: `models/diffusers/FLUX.1-schnell`.
+
+At 2048² the transformer sees 16 384 image tokens, and attention grows with their square. **Context
+Parallel** (diffusers' own context parallelism) splits the tokens of every block over the chips: with Ulysses
+each chip attends over all tokens for a share of the attention heads. Auto uses every chip whose count divides
+the heads; the image matches one chip's within about 1e-6. It pays off on large images; at 1024² and below
+CFG Parallel or Shard TP usually gain more.
+"""),
+    "flux1_dev_true_cfg": _text_to_image(
+        title="flux1_dev_true_cfg", model="FLUX.1-dev", offload="none", note_height=300,
+        between=(("TPUSamplingOptions", {"prompt_cache": True, "batched": True, "true_cfg_scale": 3.5}),
+                 ("TPUCFGParallel", {})),
+        prompt="studio portrait of an old sailor with a white beard, dramatic light, 85mm photo",
+        negative_prompt="cartoon, painting, blurry", width=1024, height=1024, steps=28, guidance=3.5, seed=0,
+        seed_control="randomize", batch_size=2, prefix="flux1-dev-true-cfg",
+        description="FLUX.1-dev with true CFG on two chips: Load TPU Pipeline -> Sampling Options (prompt cache, "
+                    "batched, true_cfg_scale 3.5) -> CFG Parallel -> Sample (1024x1024, 28 steps, guidance 3.5, "
+                    "a negative prompt, 2 images) -> Save Image. Needs 2 chips and models/diffusers/FLUX.1-dev.",
+        note="""
+## FLUX.1-dev with a negative prompt (true CFG), on 2 chips
+
+**Load TPU Pipeline** → **Sampling Options** → **CFG Parallel** → **Sample** (1024×1024, **28 steps, guidance
+3.5**, 2 images) → **Save Image**. **Model**: `models/diffusers/FLUX.1-dev`. **Needs 2 chips.**
+
+**Sampling Options**: `true_cfg_scale` 3.5 makes FLUX.1 follow the negative prompt (true classifier-free
+guidance: a second transformer pass per step); `prompt_cache` keeps the prompts' embeddings, so the next seed
+skips the text encoders; `batched` runs both images in one call (faster; the pixels differ in the last bits
+from one call per image).
+
+**CFG Parallel** runs the prompt's pass on one chip and the negative prompt's on the other: the same image as
+one chip, bit for bit, in about half the time.
+"""),
     "flux1_dev_comfyui_files": _text_to_image(
         title="flux1_dev_comfyui_files", model="", offload="model", note_height=380,
         files={"diffusion_model": "flux1-dev.safetensors", "text_encoder_1": "clip_l.safetensors",

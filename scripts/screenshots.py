@@ -38,6 +38,9 @@ NODE_SHOTS = {
     "TPUCompile": ("sd35_medium_compiled", 6),
     "TPUShardTP": ("flux2_dev_tp8", 5),
     "TPUDataParallel": ("data_parallel_prompts", 5),
+    "TPUCFGParallel": ("sd35_cfg_parallel", 5),
+    "TPUContextParallel": ("flux1_context_parallel", 5),
+    "TPUSamplingOptions": ("flux1_dev_true_cfg", 5),
 }
 PACK = "ComfyUI-TPU"  # the folder name the throwaway server gives the pack (scripts/comfy_server.py)
 # Settings of this throwaway server's user for tidy pictures: no minimap or canvas statistics, open workflows listed in the side bar

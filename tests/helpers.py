@@ -107,3 +107,13 @@ def kill_all(procs: list[psutil.Process]) -> None:
             p.kill()
         except psutil.Error:
             pass
+
+
+def wait_for_log(server: ComfyServer, text: str, timeout: float = 30) -> str:
+    """ComfyUI's log once it holds `text` (a line the controller writes after an event the test saw happen)."""
+    deadline = time.monotonic() + timeout
+    while text not in (log := server.log_path.read_text()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{text!r} not in ComfyUI's log after {timeout:.0f} s:\n{log[-3000:]}")
+        time.sleep(0.1)
+    return log

@@ -95,7 +95,7 @@ def test_unavailable_device_names_the_input_and_the_fix(choice, words):
 def test_dist_backend_per_kind():
     from backend.worker.device import dist_backend
 
-    assert [dist_backend(k) for k in ("tpu", "cuda", "cpu")] == ["tpu_dist", "nccl", "gloo"]
+    assert [dist_backend(k) for k in ("tpu", "cuda", "cpu")] == ["tpu_dist", "nccl", "cpu:gloo"]
 
 
 def _run_in_tpu_venv(code: str, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -41,6 +41,7 @@ NOTES = {"Note", "MarkdownNote"}  # frontend-only nodes: not part of the prompt
 TINY = {
     "tiny-flux": "tiny-flux",
     "FLUX.1-schnell": "tiny-flux",
+    "FLUX.1-dev": "tiny-flux",
     "stable-diffusion-3.5-medium": "tiny-sd3",
     "FLUX.2-dev": "tiny-flux2",  # 2 attention heads: Shard TP 2 works
     # model files in ComfyUI's folders -> the tiny FLUX.1 files written by ComfyUI's own code (file_fixtures.py)
@@ -67,6 +68,7 @@ CPU_SETTINGS = {
     "TPUCompile": {"backend": "eager", "warmup": "64x64"},
     "TPUShardTP": {"degree": 2},
     "TPUDataParallel": {"replicas": 2},
+    "TPUContextParallel": {"degree": 2},
 }
 OLD_WORKFLOW = Path(__file__).parent / "data" / "tiny_demo_before_prompt_per_line.json"
 
@@ -157,20 +159,21 @@ def workflow_files_on_the_server(server, tiny_models, tmp_path_factory):
 
 
 def world_size(prompt: dict) -> int:
-    """Worker processes the pipeline of a prompt runs on, on the CPU: Shard TP degree x Data Parallel replicas
-    (0 = auto is 1 on a CPU host)."""
+    """Worker processes the pipeline of a prompt runs on, on the CPU: Shard TP degree x Context Parallel degree x
+    CFG Parallel (2) x Data Parallel replicas (0 = auto is 1 on a CPU host)."""
     size = 1
     for node in prompt.values():
-        count = {"TPUShardTP": "degree", "TPUDataParallel": "replicas"}.get(node["class_type"])
-        size *= (node["inputs"][count] or 1) if count else 1
+        count = {"TPUShardTP": "degree", "TPUDataParallel": "replicas",
+                 "TPUContextParallel": "degree"}.get(node["class_type"])
+        size *= (node["inputs"][count] or 1) if count else 2 if node["class_type"] == "TPUCFGParallel" else 1
     return size
 
 
 @pytest.mark.unit
 def test_the_shipped_workflows_are_there_and_explain_themselves():
     assert {"tiny_demo", "flux1_schnell_offload", "sd35_medium_compiled", "flux2_dev_tp8",
-            "data_parallel_prompts", "flux1_dev_comfyui_files", "flux1_img2img", "flux1_inpaint", "flux1_lora",
-            "flux1_hires_fix"} <= {p.stem for p in FILES}
+            "data_parallel_prompts", "flux1_dev_comfyui_files", "sd35_cfg_parallel", "flux1_context_parallel",
+            "flux1_dev_true_cfg", "flux1_img2img", "flux1_inpaint", "flux1_lora", "flux1_hires_fix"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"

@@ -10,13 +10,15 @@ import dataclasses
 import logging
 import math
 import os
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
 
 from ..protocol.errors import CompileError, ModelError, TPUError, WorkerCrashed
-from ..protocol.messages import ENV_COMPILE_CACHE, Status, Step
+from ..protocol.messages import ENV_COMPILE_CACHE, ENV_WARM_START, Status, Step
 from ..protocol.spec import (
     DTYPE_CHOICES,
     MODE_CHOICES,
@@ -134,6 +136,7 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
             raise ModelError(f"{f.name}: {value} is not a number the pipeline can use; give a finite value "
                              f"(e.g. {getattr(SampleRequest, f.name)}).")
     models.check_size(models.info_of(spec), req.width, req.height)
+    plans.check_cp_size(spec, req.width, req.height)
     if req.steps < 1:
         raise ModelError(f"steps: {req.steps} is too small; use at least 1.")
     if req.batch_size < 1:
@@ -172,19 +175,54 @@ def load(spec: PipelineSpec, on_progress: ProgressFn | None = None,
 def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None = None,
            should_interrupt: Callable[[], bool] | None = None, image: np.ndarray | None = None,
            mask: np.ndarray | None = None) -> np.ndarray:
-    """Images [B, H, W, C] float32 in 0..1 for one request (loading the pipeline first if needed).
+    """Images [B, H, W, C] float32 in 0..1 for one request (loading the pipeline first if needed). Where the
+    time went is kept for `last_latency`.
 
     `image` (IMAGE [B, H, W, C] in 0..1) starts image-to-image, or gives reference images to the families that
     take them; with `mask` (MASK [B, H, W], 1 = repaint) it inpaints. See `describe_inputs`."""
+    t0 = time.perf_counter()
     spec = checked(spec)
     check_request(spec, req)
     arrays = images.as_arrays(spec, req, image, mask)
     progress = _group_progress(spec, req, on_progress)
+    before = group.current_group()
     results = group.run(group_config(spec), lambda g: g.sample(spec, req, progress, should_interrupt, arrays),
                         _status_adapter(on_progress))
+    received = time.time()
     # Each replica's first rank sends its slice; rank order is image order.
     parts = [r.arrays["images"] for r in results if "images" in r.arrays]
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    now = group.current_group()
+    started = now.start_s if now is not None and now is not before else 0.0
+    _record_latency(results, started, received, time.perf_counter() - t0)
+    return out
+
+
+_last_latency: dict | None = None
+
+
+def _record_latency(results: list, start_s: float, received: float, total_s: float) -> None:
+    """Where the last Sample's time went: group start (controller), then each phase of the slowest replica
+    (workers: load, text encoding, denoising, VAE), then the hand-back of the images (worker send → here)."""
+    global _last_latency
+    sent = [r for r in results if "images" in r.arrays and "latency" in r.value]
+    phases = {k: max(r.value["latency"][k] for r in sent) for k in sent[0].value["latency"]} if sent else {}
+    handback = max((received - r.value["sent_at"] for r in sent), default=0.0)
+    _last_latency = {"start_s": round(start_s, 4), **phases, "handback_s": round(max(0.0, handback), 4),
+                     "total_s": round(total_s, 4)}
+
+
+def record_queue_wait(seconds: float) -> None:
+    """The node's share of the last Sample's report: how long the prompt waited in ComfyUI's queue (and for the
+    nodes before Sample)."""
+    if _last_latency is not None:
+        _last_latency["queue_s"] = round(max(0.0, seconds), 4)
+
+
+def last_latency() -> dict | None:
+    """Where the last Sample's time went, in seconds (None before the first): start_s (worker group start),
+    load_s (loading, compiling warm-ups), text_s, denoise_s, vae_s, handback_s, total_s (the whole api.sample)."""
+    return _last_latency
 
 
 def describe_inputs(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None = None,
@@ -299,7 +337,7 @@ def _group_progress(spec: PipelineSpec, req: SampleRequest, on_progress: Progres
 
     def aggregate(msg: Status | Step) -> None:
         if isinstance(msg, Step):
-            done[msg.rank // spec.tp_degree] = msg.step  # each replica reports its own share
+            done[msg.rank // spec.model_ranks] = msg.step  # each replica reports its own share
             msg = Step(msg.id, sum(done.values()), total, msg.step_s, msg.rank)
         on_progress(msg)
 
@@ -322,6 +360,49 @@ def shard(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) ->
 def replicate(spec: PipelineSpec, replicas: int) -> tuple[PipelineSpec, str]:
     """`spec` with `replicas` data-parallel copies (0 = auto), checked; and the layout, for the node's text."""
     return plans.plan_dp(spec, replicas)
+
+
+def cfg_parallel(spec: PipelineSpec) -> tuple[PipelineSpec, str]:
+    """`spec` with its two CFG passes on two ranks, checked; and what that does for this model."""
+    return plans.plan_cfg(spec)
+
+
+def context_parallel(spec: PipelineSpec, degree: int, mode: str = "ulysses") -> tuple[PipelineSpec, str]:
+    """`spec` with its transformer's sequence split over `degree` ranks (0 = auto), checked; and what it does."""
+    return plans.plan_cp(spec, degree, mode)
+
+
+def sampling_options(spec: PipelineSpec, prompt_cache: bool = True, batched: bool = False,
+                     true_cfg_scale: float = 1.0) -> tuple[PipelineSpec, str]:
+    """`spec` with these sampling options, checked; and what they do, for the node's text."""
+    return plans.plan_sampling(spec, prompt_cache, batched, true_cfg_scale)
+
+
+# ---- warm start
+
+def warm_start_enabled() -> bool:
+    return os.environ.get(ENV_WARM_START, "").strip() == "1"
+
+
+def warm_start() -> threading.Thread | None:
+    """With COMFYUI_TPU_WARM_START=1: starts this host's worker group (device auto, one worker) in the background,
+    so that the first prompt only loads weights. Never blocks the caller (ComfyUI's start); errors are logged.
+    A prompt that arrives meanwhile waits for the start and uses the group (or replaces it, if it wants another)."""
+    if not warm_start_enabled():
+        return None
+
+    def start() -> None:
+        try:
+            kind = devices.resolve_kind("auto")
+            t0 = time.perf_counter()
+            group.get_group(GroupConfig(kind=kind, world_size=1))
+            log.info("comfyui-tpu: warm start: a %s worker is ready (%.1f s)", kind, time.perf_counter() - t0)
+        except Exception as e:  # logged, never raised: ComfyUI runs on, the first prompt starts the group itself
+            log.error("comfyui-tpu: warm start failed: %s", e)
+
+    thread = threading.Thread(target=start, daemon=True, name="comfyui-tpu-warm-start")
+    thread.start()
+    return thread
 
 
 # ---- execution modes and compiling

@@ -69,9 +69,11 @@ class WorkerGroup:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.closed = False
+        self.start_s = 0.0  # how long `start` took (the latency report's group start)
 
     # ---- lifecycle
     def start(self, on_status: Callable[[str], None] | None = None) -> None:
+        t0 = time.perf_counter()
         n, kind = self.config.world_size, self.config.kind
         remove_stale_run_dirs()
         handoff.remove_stale()
@@ -147,7 +149,8 @@ class WorkerGroup:
             listener.close()
         self.links = [hellos[r][0] for r in range(n)]
         self.pids = [hellos[r][1].pid for r in range(n)]
-        log.info("comfyui-tpu: worker group ready, pids %s", self.pids)
+        self.start_s = time.perf_counter() - t0
+        log.info("comfyui-tpu: worker group ready in %.1f s, pids %s", self.start_s, self.pids)
 
     def alive(self) -> bool:
         if self.closed or not self.launcher.running():

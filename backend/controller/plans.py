@@ -1,9 +1,10 @@
-"""Plans and their checks: how many chips a pipeline uses and how (Shard TP, Data Parallel), and how it is
-compiled. Controller side: reads configs, never imports torch, never starts a device.
+"""Plans and their checks: how many chips a pipeline uses and how (Shard TP, Context Parallel, CFG Parallel,
+Data Parallel), how it samples (Sampling Options), and how it is compiled. Controller side: reads configs,
+never imports torch, never starts a device.
 
-A worker group has `tp_degree × dp_replicas` ranks, one per chip. Rank r belongs to replica r // tp_degree and
-holds shard r % tp_degree of that replica's transformer (`protocol.spec.Layout`). All ranks receive the same
-request; each replica draws its own contiguous slice of the images, and only the first rank of each replica
+A worker group has `replicas × cfg × context × tp` ranks, one per chip, tp fastest (`protocol.spec.Layout`): the
+`model_ranks = tp × context × cfg` ranks of one replica run one copy of the model together. All ranks receive the
+same request; each replica draws its own contiguous slice of the images, and only the first rank of each replica
 sends its images back. Every check raises an InputError that names the input, the value and the fix.
 """
 
@@ -19,6 +20,7 @@ from ..protocol.errors import CompileError, ParallelError
 from ..protocol.spec import (
     COMPILE_BACKENDS,
     COMPILE_TARGETS,
+    CP_MODES,
     FAMILIES,
     CompilePlan,
     PipelineSpec,
@@ -271,20 +273,22 @@ def plan_dp(spec: PipelineSpec, replicas: int) -> tuple[PipelineSpec, str]:
     notes = []
     if replicas == 0:
         if across is not None:
-            replicas = max(1, across.processes // spec.tp_degree)
+            replicas = max(1, across.processes // spec.model_ranks)
             notes.append(f"auto: every process of the {across.hosts} host(s) that have joined "
                          f"({across.per_host} per host)")
         elif not cap.chips:
             replicas = 1
-            notes.append(f"auto on the CPU is 1 (no chips); set replicas up to {cap.limit // spec.tp_degree} to "
-                         "use more processes")
+            notes.append(f"auto on the CPU is 1 (no chips); set replicas up to "
+                         f"{max(1, cap.limit // spec.model_ranks)} to use more processes")
         else:
-            replicas = max(replica_counts(cap, spec.tp_degree), default=max(1, cap.limit // spec.tp_degree))
+            replicas = max(replica_counts(cap, spec.model_ranks),
+                           default=max(1, cap.limit // spec.model_ranks))
     spec = spec.with_changes(dp_replicas=replicas)
     check_world(spec, cap)
     workers = spec.world_size
-    text = (f"{replicas} replica{'s' if replicas != 1 else ''} × {spec.tp_degree} chip"
-            f"{'s' if spec.tp_degree != 1 else ''} each = {workers} worker{'s' if workers != 1 else ''}. "
+    per = spec.model_ranks
+    text = (f"{replicas} replica{'s' if replicas != 1 else ''} × {per} chip"
+            f"{'s' if per != 1 else ''} each = {workers} worker{'s' if workers != 1 else ''}. "
             "A batch (and each prompt line) is split across replicas in order; image i always uses seed + i.")
     return spec, "\n".join([text, *notes])
 
@@ -292,32 +296,40 @@ def plan_dp(spec: PipelineSpec, replicas: int) -> tuple[PipelineSpec, str]:
 def check_world(spec: PipelineSpec, cap: Capacity) -> None:
     if spec.dp_replicas < 1:
         raise ParallelError(f"replicas: {spec.dp_replicas} is too small; use at least 1.")
-    if spec.tp_text_encoders and spec.tp_degree > 1 and spec.dp_replicas > 1 and any(
+    if spec.tp_text_encoders and 1 < spec.tp_degree < spec.world_size and any(
             e.has_tp_plan for e in text_encoders(spec)):
         raise ParallelError(
             "shard_text_encoders: sharding text encoders cannot be combined with Data Parallel replicas > 1 "
-            "yet (transformers' tensor parallelism spans the whole worker group). Turn shard_text_encoders "
-            "off in Shard TP (the encoders are then replicated) or set replicas to 1.")
+            "or CFG Parallel yet (transformers' tensor parallelism spans the whole worker group). Turn "
+            "shard_text_encoders off in Shard TP (the encoders are then replicated), or set replicas to 1 and "
+            "remove CFG Parallel.")
     if (across := span(spec.kind)) is not None:
         check_hosts(spec, cap, across)
         return
     if cap.launches(spec.world_size):
         return
-    layout = (f"replicas: {spec.dp_replicas} replica{'s' if spec.dp_replicas != 1 else ''} × TP degree "
-              f"{spec.tp_degree} = {spec.world_size} worker{'s' if spec.world_size != 1 else ''}")
-    counts = replica_counts(cap, spec.tp_degree)
+    layout = (f"replicas: {spec.dp_replicas} replica{'s' if spec.dp_replicas != 1 else ''} × {_per_copy(spec)} "
+              f"= {spec.world_size} worker{'s' if spec.world_size != 1 else ''}")
+    counts = replica_counts(cap, spec.model_ranks)
     if cap.sizes is None:
-        fix = f"use at most {max(1, cap.limit // spec.tp_degree)} replica(s) (or 0 for auto)"
+        fix = f"use at most {max(1, cap.limit // spec.model_ranks)} replica(s) (or 0 for auto)"
     elif counts:
         fix = f"use replicas {_or_list(counts)} (or 0 for auto)"
     else:
-        fix = (f"no replica count works with TP degree {spec.tp_degree}; use Shard TP degree "
+        fix = (f"no replica count works with {_per_copy(spec)}; use Shard TP degree "
                f"{_or_list([d for d in tp_degrees(cap, None) if replica_counts(cap, d)])}")
     if spec.world_size > cap.limit:
-        raise ParallelError(f"{layout}, but {cap.where}; {fix}. Connect Data Parallel after Shard TP so that auto "
-                            "accounts for the degree.")
+        raise ParallelError(f"{layout}, but {cap.where}; {fix}. Connect Data Parallel after Shard TP, Context "
+                            "Parallel and CFG Parallel so that auto accounts for them.")
     raise ParallelError(f"{layout}, but TorchTPU launches only {cap.sizes_text()} worker processes on this host "
                         f"({cap.where}); {fix}.")
+
+
+def _per_copy(spec: PipelineSpec) -> str:
+    """'TP degree 2', or 'TP 1 × context 2 × CFG 2': the ranks one copy of the model runs on."""
+    if spec.cp_degree == 1 and spec.cfg_parallel == 1:
+        return f"TP degree {spec.tp_degree}"
+    return f"TP {spec.tp_degree} × context {spec.cp_degree} × CFG {spec.cfg_parallel}"
 
 
 def span(kind: str) -> hosts.Span | None:
@@ -330,18 +342,19 @@ def check_hosts(spec: PipelineSpec, cap: Capacity, across: hosts.Span) -> None:
     """Several hosts: Data Parallel spans hosts, Shard TP stays within one (its chips have the fast links), and
     every host runs a group size it launches (the same on each)."""
     per, world = across.per_host, spec.world_size
-    if per % spec.tp_degree:
-        raise ParallelError(f"degree: {spec.tp_degree} does not divide the {per} worker processes of each host "
-                            "(a sharded model stays within one host); choose a degree that divides it.")
+    if per % spec.model_ranks:
+        raise ParallelError(f"degree: {_per_copy(spec)} = {spec.model_ranks} ranks per model copy does not divide "
+                            f"the {per} worker processes of each host (a split model stays within one host); "
+                            "choose degrees that divide it.")
     if world > across.processes:
         raise ParallelError(
-            f"replicas: {spec.dp_replicas} replicas × TP degree {spec.tp_degree} = {world} workers, but the "
+            f"replicas: {spec.dp_replicas} replicas × {_per_copy(spec)} = {world} workers, but the "
             f"{across.hosts} host(s) that have joined run {across.processes} ({per} each); use at most "
-            f"{max(1, across.processes // spec.tp_degree)} replica(s), 0 for auto, or join more hosts "
+            f"{max(1, across.processes // spec.model_ranks)} replica(s), 0 for auto, or join more hosts "
             "(`python -m backend join`).")
     if world > per and world % per:
         raise ParallelError(f"replicas: {world} workers do not fill whole hosts of {per}; use a replica count "
-                            f"that makes a multiple of {per} workers (or at most {per // spec.tp_degree}).")
+                            f"that makes a multiple of {per} workers (or at most {per // spec.model_ranks}).")
     if not cap.launches(min(world, per)):
         raise ParallelError(f"replicas: {min(world, per)} worker processes per host, but TorchTPU launches only "
                             f"{cap.sizes_text()} on a host ({cap.where}); set COMFYUI_TPU_PROCS_PER_HOST to one of "
@@ -468,8 +481,14 @@ def resolve_load_order(spec: PipelineSpec) -> PipelineSpec:
 
 
 def check_spec(spec: PipelineSpec) -> None:
-    """Re-checks the parallel layout of a spec before any worker is started (specs may come from scripts)."""
-    if spec.tp_degree == 1 and spec.dp_replicas == 1 and spec.kind != "tpu":
+    """Re-checks the parallel layout and sampling options of a spec before any worker is started (specs may come
+    from scripts)."""
+    check_sampling(spec)
+    if spec.cfg_parallel != 1:
+        check_cfg(spec)
+    if spec.cp_degree != 1:
+        check_cp(spec)
+    if spec.world_size == 1 and spec.kind != "tpu":
         return
     cap = capacity(spec.kind)
     if spec.tp_degree < 1:
@@ -480,6 +499,171 @@ def check_spec(spec: PipelineSpec) -> None:
             plan_tp(spec, spec.tp_degree, spec.tp_text_encoders)  # raises the same message the node gives
         check_tp(spec, cap, transformer_heads(spec))
     check_world(spec, cap)
+
+
+# ---- CFG Parallel, Context Parallel, Sampling Options
+
+def families_with(attribute: str) -> list[str]:
+    return sorted({f.name for f in FAMILIES.values() if getattr(f, attribute)})
+
+
+def _distilled_klein(spec: PipelineSpec) -> bool:
+    """A FLUX.2 [klein] model whose guidance is distilled (one pass per step; model_index.json says so)."""
+    if spec.class_name != "Flux2KleinPipeline":
+        return False
+    return bool(spec.model_index().get("is_distilled", False))
+
+
+def plan_cfg(spec: PipelineSpec) -> tuple[PipelineSpec, str]:
+    """CFG Parallel: the two guidance passes of each step on two ranks; checked, and what it does for this model."""
+    spec = spec.with_changes(cfg_parallel=2)
+    check_cfg(spec)
+    check_world(spec, capacity(spec.kind))
+    family, name = spec.family, Path(spec.model_path).name
+    if family.cfg_passes == "batch":
+        what = (f"{family.name} runs CFG as one denoiser call on a doubled batch: each of 2 ranks runs half of it "
+                "(guidance above 1; at 1 or below both run the whole call). Images match one chip within about "
+                "1e-5 (halved batches round differently).")
+    elif spec.class_name == "FluxPipeline":
+        what = ("FLUX.1 runs two passes per step only with true CFG: set true_cfg_scale above 1 in Sampling "
+                "Options and give a negative prompt (the empty one counts). Rank 0 runs the prompt's pass, rank 1 "
+                "the negative prompt's: the same image as one chip, bit for bit.")
+    else:
+        what = (f"{family.name} runs CFG as two passes per step (guidance above 1"
+                f"{' and a negative prompt, the empty one counts' if family.guidance_arg == 'true_cfg_scale' else ''}"
+                "): rank 0 runs the prompt's pass, rank 1 the negative prompt's, and they exchange their "
+                "predictions once per step: the same image as one chip, bit for bit.")
+    return spec, f"CFG Parallel on '{name}': 2 ranks per model copy. {what}"
+
+
+def check_cfg(spec: PipelineSpec) -> None:
+    family, name = spec.family, Path(spec.model_path).name
+    if spec.cfg_parallel != 2:
+        raise ParallelError(f"cfg_parallel: {spec.cfg_parallel} ranks is not supported; CFG has two passes, so "
+                            "CFG Parallel uses 2 ranks (or remove the node).")
+    if not family.cfg_passes or _distilled_klein(spec):
+        raise ParallelError(
+            f"pipeline: '{name}' is a {family.name} model ({spec.class_name}) with guidance distilled into the "
+            "model: it runs one denoiser pass per step, so CFG Parallel has nothing to split. It applies to "
+            "models that run two passes per step: SD3, SDXL, Qwen-Image, FLUX.1 with true CFG and FLUX.2 "
+            "[klein] base models. Remove CFG Parallel; Shard TP or Context Parallel split one pass.")
+
+
+def plan_cp(spec: PipelineSpec, degree: int, mode: str) -> tuple[PipelineSpec, str]:
+    """Context Parallel: the transformer's token sequence split over `degree` ranks (0 = auto), through diffusers'
+    ContextParallelConfig; checked, and what it does for this model."""
+    if degree < 0:
+        raise ParallelError(f"degree: {degree} is not allowed; use 0 (auto) or a number of ranks.")
+    notes = []
+    if degree == 0:
+        cap = capacity(spec.kind)
+        if not cap.chips:
+            degree = 1
+            notes.append(f"auto on the CPU is 1 (no chips); set degree up to {cap.limit} to use more processes")
+        else:
+            per = spec.tp_degree * spec.cfg_parallel
+            heads = transformer_heads(spec) if mode == "ulysses" else None
+            degree = max((d for d in range(1, cap.limit // per + 1)
+                          if (heads is None or heads % d == 0) and replica_counts(cap, per * d)), default=1)
+            notes.append(f"auto: {degree} rank(s), the most the chips left after Shard TP and CFG Parallel allow"
+                         + (f" that divide the {heads} attention heads" if heads else ""))
+    spec = spec.with_changes(cp_degree=degree, cp_mode=mode)
+    check_cp(spec)
+    check_world(spec, capacity(spec.kind))
+    name = Path(spec.model_path).name
+    if degree == 1:
+        return spec, "\n".join(["degree 1: the sequence is not split", *notes])
+    how = ("Ulysses: each rank attends over all tokens for 1/{n} of the heads (two all-to-alls per attention)"
+           if mode == "ulysses" else
+           "ring: each rank keeps 1/{n} of the keys and values and passes them around the ring")
+    text = (f"Context Parallel on '{name}': the image and text tokens of every transformer block are split over "
+            f"{degree} ranks ({how.format(n=degree)}); text encoders and VAE run on every rank. Pays off on long "
+            f"sequences (large images); images match one chip within about 1e-6.")
+    if spec.family.variable_text:
+        text += f" {spec.family.name}'s text length follows the prompt: diffusers' '{mode}_anything' variant is used."
+    return spec, "\n".join([text, *notes])
+
+
+def check_cp(spec: PipelineSpec) -> None:
+    family, name, degree = spec.family, Path(spec.model_path).name, spec.cp_degree
+    if degree < 1:
+        raise ParallelError(f"degree: {degree} is too small; use at least 1.")
+    if spec.cp_mode not in CP_MODES:
+        raise ParallelError(f"mode: '{spec.cp_mode}' is not one of {', '.join(CP_MODES)}.")
+    if degree == 1:
+        return
+    if not family.cp_plan:
+        raise ParallelError(
+            f"pipeline: '{name}' is a {family.name} model ({spec.class_name}), whose transformer has no "
+            f"context-parallel plan in diffusers, so its sequence cannot be split. Models that can: "
+            f"{', '.join(families_with('cp_plan'))}. Remove Context Parallel; for a model that runs CFG, CFG "
+            "Parallel splits its two passes instead.")
+    if spec.tp_degree > 1:
+        raise ParallelError("degree: Context Parallel cannot be combined with Shard TP on one transformer "
+                            "(diffusers 0.42 refuses both at once). Use one of them (or Data Parallel copies of "
+                            "either).")
+    if spec.offload != "none":
+        raise ParallelError(f"offload: '{spec.offload}' cannot be combined with Context Parallel (diffusers adds "
+                            "its split to the transformer, which offload would move away); set offload to 'none' "
+                            "in Load TPU Pipeline or remove Context Parallel.")
+    if spec.cp_mode == "ring" and spec.kind != "cpu":
+        raise ParallelError(f"mode: 'ring' needs an attention kernel that returns its log-sum-exp; diffusers' "
+                            f"default one does not, and the pack provides one only on the CPU. Use 'ulysses' on "
+                            f"{spec.kind}.")
+    heads = transformer_heads(spec)
+    if spec.cp_mode == "ulysses" and heads is not None and heads % degree:
+        good = [d for d in range(2, heads + 1) if heads % d == 0]
+        raise ParallelError(f"degree: Ulysses splits the {heads} attention heads of '{name}' over the ranks, and "
+                            f"{degree} does not divide them; use one of {', '.join(map(str, good))}, or mode "
+                            "'ring'.")
+    if not family.variable_text and TEXT_TOKENS % degree:
+        raise ParallelError(f"degree: {family.name} pads its prompt to {TEXT_TOKENS} tokens, which {degree} ranks "
+                            "cannot split evenly; use 2, 4 or 8.")
+
+
+TEXT_TOKENS = 512  # FLUX.1 / FLUX.2: prompts are padded to max_sequence_length, 512 unless compiled otherwise
+
+
+def check_cp_size(spec: PipelineSpec, width: int, height: int) -> None:
+    """Image tokens must split evenly over the context ranks (prompt-length text uses diffusers' 'anything'
+    variant, which takes any length)."""
+    degree = spec.cp_degree
+    if degree == 1 or spec.family.variable_text:
+        return
+    tokens = (width // spec.size_factor) * (height // spec.size_factor)
+    if tokens % degree:
+        raise ParallelError(f"width/height: {width}x{height} makes {tokens} image tokens, which Context Parallel "
+                            f"degree {degree} cannot split evenly; choose a size where (width/{spec.size_factor}) × "
+                            f"(height/{spec.size_factor}) is a multiple of {degree}.")
+
+
+def plan_sampling(spec: PipelineSpec, prompt_cache: bool, batched: bool,
+                  true_cfg_scale: float) -> tuple[PipelineSpec, str]:
+    """Sampling Options: the prompt-embedding cache, batched calls, FLUX.1's true CFG; checked, and what they do."""
+    spec = spec.with_changes(prompt_cache=bool(prompt_cache), batched=bool(batched),
+                             true_cfg_scale=float(true_cfg_scale))
+    check_sampling(spec)
+    lines = [("prompt_cache on: a prompt seen before on this model reuses its embeddings (no text encoder run, "
+              "none moved to the chip under offload); the same pixels as without it."
+              if spec.prompt_cache else "prompt_cache off: every image encodes its prompt again."),
+             ("batched on: the images of one prompt go through the model in one call (faster where the chip has "
+              "room); the pixels differ in the last bits from one call per image, and from one replica count to "
+              "another." if spec.batched else
+              "batched off: one call per image, so any image can be reproduced alone with any replica count.")]
+    if spec.true_cfg_scale > 1:
+        lines.append(f"true_cfg_scale {spec.true_cfg_scale:g}: FLUX.1 runs true CFG against the negative prompt "
+                     "(two passes per step; CFG Parallel splits them).")
+    return spec, "\n".join(lines)
+
+
+def check_sampling(spec: PipelineSpec) -> None:
+    scale = spec.true_cfg_scale
+    if not (isinstance(scale, (int, float)) and 0 < scale <= 100):
+        raise ParallelError(f"true_cfg_scale: {scale} is out of range; use 1 (off) up to 100.")
+    if scale != 1 and spec.class_name != "FluxPipeline":
+        raise ParallelError(
+            f"true_cfg_scale: only FLUX.1 has a true CFG scale of its own; for {spec.family.name} leave it at 1 "
+            "and use the Sample node's guidance (for Qwen-Image that is its true CFG scale).")
 
 
 # ---- compile plans

@@ -26,6 +26,9 @@ ENV_COMPILE_CACHE = "COMFYUI_TPU_COMPILE_CACHE"  # the persistent compile cache 
 ENV_ALLOW_PICKLE = "COMFYUI_TPU_ALLOW_PICKLE"  # =1: also load pickle weights (the operator's choice)
 
 ENV_COLLECTIVE_TIMEOUT = "COMFYUI_TPU_COLLECTIVE_TIMEOUT"  # seconds a rank may wait in one collective
+ENV_PROMPT_CACHE_ENTRIES = "COMFYUI_TPU_PROMPT_CACHE_ENTRIES"  # prompt-embedding cache: most entries kept
+ENV_PROMPT_CACHE_MB = "COMFYUI_TPU_PROMPT_CACHE_MB"  # prompt-embedding cache: most MiB of embeddings kept
+ENV_WARM_START = "COMFYUI_TPU_WARM_START"  # =1: start this host's worker when ComfyUI loads the pack
 
 HEARTBEAT_S = 2.0  # a busy worker says it is alive this often
 COLLECTIVE_TIMEOUT_S = 600.0  # default bound on one collective: a longer wait means a peer is stuck

@@ -18,6 +18,7 @@ MODE_CHOICES = ("strict eager", "defer-and-fuse eager", "compiled", "debug eager
 COMPILE_TARGETS = ("whole denoiser", "repeated blocks")
 COMPILE_BACKENDS = ("auto", "tpu", "inductor", "eager", "aot_eager")
 WARMUP_STEPS = 2  # steps of a compile warm-up: enough for a per-step recompile to show
+CP_MODES = ("ulysses", "ring")  # diffusers' two context-parallel attentions
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,11 @@ class Family:
     tp_plan: bool  # diffusers ships a tensor-parallel plan for its transformer
     repeated_blocks: bool = True  # the denoiser lists _repeated_blocks (compile_repeated_blocks works)
     cfg_doubles_batch: bool = False  # CFG runs the denoiser once on a doubled batch (a compiled shape)
+    # How CFG runs the denoiser twice per step, which CFG Parallel splits over two ranks: "batch" (one call on a
+    # doubled [uncond, cond] batch), "branches" (a "cond" and an "uncond" call), "" (one pass: guidance-distilled)
+    cfg_passes: str = ""
+    cp_plan: bool = False  # diffusers ships a context-parallel plan (_cp_plan) for its transformer
+    variable_text: bool = False  # the text length follows the prompt (Qwen-Image)
     # What an input image on Sample means (diffusers pipelines made from the loaded one with from_pipe):
     img2img: str | None = None  # the image-to-image pipeline class; None: the image is a reference instead
     inpaint: str | None = None  # the inpainting pipeline class; None: this model cannot inpaint
@@ -37,20 +43,25 @@ class Family:
     needs_image: bool = False  # it cannot make an image without one (edit models)
 
 
-_QWEN_EDIT = dict(references=True, inpaint="QwenImageEditInpaintPipeline", needs_image=True)
+_QWEN_EDIT = dict(references=True, inpaint="QwenImageEditInpaintPipeline", needs_image=True, cfg_passes="branches",
+                  cp_plan=True, variable_text=True)  # the Qwen-Image transformer, true CFG as two branches
 FAMILIES: dict[str, Family] = {
-    "FluxPipeline": Family("FLUX.1", 2, "guidance_scale", True, img2img="FluxImg2ImgPipeline",
-                           inpaint="FluxInpaintPipeline"),
-    "Flux2Pipeline": Family("FLUX.2", 2, "guidance_scale", True, references=True),
-    "Flux2KleinPipeline": Family("FLUX.2", 2, "guidance_scale", True, references=True,
-                                 inpaint="Flux2KleinInpaintPipeline"),
+    # FLUX.1 runs two passes only with true CFG (true_cfg_scale > 1 and a negative prompt: Sampling Options)
+    "FluxPipeline": Family("FLUX.1", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
+                           img2img="FluxImg2ImgPipeline", inpaint="FluxInpaintPipeline"),
+    "Flux2Pipeline": Family("FLUX.2", 2, "guidance_scale", True, cp_plan=True, references=True),
+    # FLUX.2 [klein] base models (not distilled) run CFG as two branches; distilled ones run one pass
+    "Flux2KleinPipeline": Family("FLUX.2", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
+                                 references=True, inpaint="Flux2KleinInpaintPipeline"),
     "StableDiffusion3Pipeline": Family("SD3", 2, "guidance_scale", False, repeated_blocks=False,
-                                       cfg_doubles_batch=True, img2img="StableDiffusion3Img2ImgPipeline",
+                                       cfg_doubles_batch=True, cfg_passes="batch",
+                                       img2img="StableDiffusion3Img2ImgPipeline",
                                        inpaint="StableDiffusion3InpaintPipeline"),
     "StableDiffusionXLPipeline": Family("SDXL", 1, "guidance_scale", False, cfg_doubles_batch=True,
-                                        img2img="StableDiffusionXLImg2ImgPipeline",
+                                        cfg_passes="batch", img2img="StableDiffusionXLImg2ImgPipeline",
                                         inpaint="StableDiffusionXLInpaintPipeline"),
-    "QwenImagePipeline": Family("Qwen-Image", 2, "true_cfg_scale", True, img2img="QwenImageImg2ImgPipeline",
+    "QwenImagePipeline": Family("Qwen-Image", 2, "true_cfg_scale", True, cfg_passes="branches", cp_plan=True,
+                                variable_text=True, img2img="QwenImageImg2ImgPipeline",
                                 inpaint="QwenImageInpaintPipeline"),
     "QwenImageEditPipeline": Family("Qwen-Image-Edit", 2, "true_cfg_scale", True, **_QWEN_EDIT),
     "QwenImageEditPlusPipeline": Family("Qwen-Image-Edit", 2, "true_cfg_scale", True, **_QWEN_EDIT),
@@ -192,6 +203,12 @@ class PipelineSpec:
     dp_replicas: int = 1  # copies of the (possibly sharded) model, each drawing different images
     load_in_turn: bool | None = None  # replicas read their weights one after another (None: plans.resolve_load_order)
     kind: str = ""  # the device kind `device` resolved to, once (api.make_spec; api.checked fills it in)
+    cfg_parallel: int = 1  # ranks the two CFG passes of a step are split over (1, or 2 with CFG Parallel)
+    cp_degree: int = 1  # ranks the transformer's sequence is split over (context parallel)
+    cp_mode: str = "ulysses"  # CP_MODES
+    prompt_cache: bool = True  # reuse prompt embeddings across calls (Sampling Options)
+    batched: bool = False  # the images of one prompt in one pipeline call (Sampling Options)
+    true_cfg_scale: float = 1.0  # FLUX.1's true CFG scale (> 1 with a negative prompt: two passes per step)
     source: FileSource | None = None  # artists' files (ComfyUI's folders) instead of a diffusers folder
     variant: str = ""  # the weights variant a diffusers folder holds only ("fp16": *.fp16.safetensors)
     loras: tuple[LoraRef, ...] = ()  # applied in this order on top of the loaded weights
@@ -215,8 +232,16 @@ class PipelineSpec:
         return read_json(Path(self.model_path) / "model_index.json", {})
 
     @property
+    def model_ranks(self) -> int:
+        """Ranks that run one copy of the model together: tp × context × cfg."""
+        return self.tp_degree * self.cp_degree * self.cfg_parallel
+
+    @property
     def world_size(self) -> int:
-        return self.tp_degree * self.dp_replicas
+        return self.model_ranks * self.dp_replicas
+
+    def layout(self, rank: int) -> Layout:
+        return Layout(self.tp_degree, self.world_size, rank, cp_degree=self.cp_degree, cfg_degree=self.cfg_parallel)
 
     @property
     def name(self) -> str:
@@ -225,7 +250,7 @@ class PipelineSpec:
     def load_key(self) -> tuple:
         """Changing any of these reloads the weights; mode, compile plan and LoRAs do not."""
         return (self.model_path, self.source, self.variant, self.dtype, self.offload, self.tp_degree,
-                self.tp_text_encoders)
+                self.tp_text_encoders, self.cp_degree, self.cp_mode, self.cfg_parallel)
 
     def compile_plan(self) -> CompilePlan | None:
         """The plan the worker runs: None unless the mode is 'compiled'."""
@@ -305,27 +330,42 @@ def share(n: int, replicas: int, replica: int) -> range:
 class Layout:
     """Where a rank sits: which replica, which shard, and whether it sends that replica's images back.
 
-    A group has tp_degree × replicas ranks: rank r is shard r % tp_degree of replica r // tp_degree."""
+    A group has replicas × cfg × context × tp ranks, tp fastest: rank r is TP shard r % tp, context shard
+    (r // tp) % context, CFG branch (r // (tp·context)) % cfg of replica r // (tp·context·cfg)."""
 
     tp_degree: int
     world_size: int
     rank: int
+    cp_degree: int = 1
+    cfg_degree: int = 1
+
+    @property
+    def model_ranks(self) -> int:
+        return self.tp_degree * self.cp_degree * self.cfg_degree
 
     @property
     def replicas(self) -> int:
-        return self.world_size // self.tp_degree
+        return self.world_size // self.model_ranks
 
     @property
     def replica(self) -> int:
-        return self.rank // self.tp_degree
+        return self.rank // self.model_ranks
 
     @property
     def tp_rank(self) -> int:
         return self.rank % self.tp_degree
 
     @property
+    def cp_rank(self) -> int:
+        return self.rank // self.tp_degree % self.cp_degree
+
+    @property
+    def cfg_rank(self) -> int:
+        return self.rank // (self.tp_degree * self.cp_degree) % self.cfg_degree
+
+    @property
     def leader(self) -> bool:
-        return self.tp_rank == 0
+        return self.rank % self.model_ranks == 0
 
     def my_share(self, req: SampleRequest) -> range:
         """The global indices of the images this rank's replica draws (image i: req.images()[i])."""

@@ -40,6 +40,14 @@ def limit_memory(kind: str) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
 
+def preload() -> None:
+    """Imports diffusers' pipeline machinery before saying hello (on a fresh worker most of a first load is this
+    import, many seconds), so it counts as starting the group: a group started early (COMFYUI_TPU_WARM_START)
+    then only loads weights when the first prompt comes; otherwise the import just happens before the load
+    instead of during it."""
+    from diffusers import DiffusionPipeline  # noqa: F401
+
+
 def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -69,6 +77,7 @@ def main() -> None:
 
     from .runtime import Interrupted, Runtime
 
+    preload()
     runtime = Runtime(kind=kind, device=bound, rank=rank, world_size=world_size, channel=channel)
     threading.Thread(target=channel.receive_forever, daemon=True, name="receiver").start()
     channel.send(Hello(rank=rank, local_rank=local_rank, world_size=world_size, pid=os.getpid(),

@@ -59,7 +59,7 @@ def _dynamo_counts() -> dict[str, float]:
     }
 
 
-def _denoiser(pipe) -> tuple[str, Any]:
+def denoiser(pipe) -> tuple[str, Any]:
     for name in ("transformer", "unet"):
         module = getattr(pipe, name, None)
         if module is not None:
@@ -98,7 +98,7 @@ class Compiler:
         """Compiles (or un-compiles) the denoiser of `pipe` for the spec's plan, without reloading anything;
         returns the warm-up shapes not compiled yet (the runtime runs them and calls `warmed_up`)."""
         plan = spec.compile_plan()
-        name, module = _denoiser(pipe)
+        name, module = denoiser(pipe)
         want = None if plan is None else (plan.target, plan.backend, spec.model_path, spec.dtype)
         if module is not self.module or want != self.applied:
             self._uncompile()

@@ -10,8 +10,9 @@ import os
 
 
 def dist_backend(kind: str) -> str:
-    """torch.distributed backend for a device kind."""
-    return {"tpu": "tpu_dist", "cuda": "nccl"}.get(kind, "gloo")
+    """torch.distributed backend for a device kind. On the CPU "cpu:gloo" (gloo, named for its device): diffusers'
+    context parallel with prompt-length text (Qwen-Image) exchanges sizes on the device its backend names."""
+    return {"tpu": "tpu_dist", "cuda": "nccl"}.get(kind, "cpu:gloo")
 
 
 def prepare_worker(kind: str) -> None:

@@ -1,4 +1,5 @@
-"""Tensor parallelism inside the worker group: device meshes, sharded loading, and the stop vote.
+"""Splitting one model over ranks inside the worker group: device meshes, tensor- and context-parallel loading
+(diffusers' own configs), the CFG peers' group, and the stop vote.
 
 The controller has checked the layout (`controller.plans`); here each rank builds its part. Meshes and the
 vote's process groups are made once per worker process and reused by every reload, so reloading a sharded
@@ -18,38 +19,49 @@ T = TypeVar("T")
 LOAD_TURN_TIMEOUT_S = 3600.0  # how long a replica may wait for the ones loading before it
 
 
-def patch_diffusers_tp_device(kind: str) -> None:
-    """Makes diffusers' TensorParallelConfig place every rank on this worker's own device. CPU and TPU workers
-    only (never CUDA, where rank % device_count is right); idempotent; nothing on disk changes.
+def patch_diffusers_parallel_device(kind: str) -> None:
+    """Makes diffusers' TensorParallelConfig and ContextParallelConfig place every rank on this worker's own
+    device. CPU and TPU workers only (never CUDA, where rank % device_count is right); idempotent; nothing on
+    disk changes.
 
     diffusers 0.42 resolves a rank's device as `rank % torch.accelerator.device_count()`. On TPU each process
     has one chip, at index 0 (TorchTPU), so every rank must resolve to tpu:0, as it does once the runtime has
     started; before that the count is every device on the PCI bus. On a CPU host the count is 0 (a division by
-    zero) and "cpu" is not in diffusers' TP device gate: the gate gets "cpu" and ranks resolve to the CPU.
+    zero) and "cpu" is not in diffusers' TP device gate: the gate gets "cpu" and ranks resolve to the CPU; ring
+    attention gets the log-sum-exp it needs from the CPU attention kernel (`_patch_native_lse_for_cpu`).
     """
     import diffusers.hooks.tensor_parallel as tp_hooks
     import torch
     import torch.distributed as dist
-    from diffusers.models._modeling_parallel import ParallelConfig, TensorParallelConfig
+    from diffusers.models._modeling_parallel import (
+        ContextParallelConfig,
+        ParallelConfig,
+        TensorParallelConfig,
+    )
     from diffusers.models.modeling_utils import ModelMixin
     from torch.distributed.device_mesh import init_device_mesh
 
     if kind not in tp_hooks._SUPPORTED_TP_DEVICES:
         tp_hooks._SUPPORTED_TP_DEVICES = (*tp_hooks._SUPPORTED_TP_DEVICES, kind)
+    if kind == "cpu":
+        _patch_native_lse_for_cpu()
     if getattr(ModelMixin._resolve_parallel_config, "_own_device", None) == kind:
         return
     original = getattr(ModelMixin._resolve_parallel_config, "_original", ModelMixin._resolve_parallel_config)
     device = torch.device("tpu", 0) if kind == "tpu" else torch.device("cpu")
 
     def _resolve_parallel_config(self, config):
-        if isinstance(config, TensorParallelConfig):
+        if isinstance(config, ContextParallelConfig):
+            config = ParallelConfig(context_parallel_config=config)
+        elif isinstance(config, TensorParallelConfig):
             config = ParallelConfig(tensor_parallel_config=config)
-        tp = getattr(config, "tensor_parallel_config", None)
-        if tp is None or not dist.is_initialized():
+        cp, tp = config.context_parallel_config, config.tensor_parallel_config
+        if (cp is None and tp is None) or not dist.is_initialized():
             return original(self, config)
-        mesh = tp.mesh
-        if mesh is None:
-            mesh = init_device_mesh(kind, (tp.tp_degree,), mesh_dim_names=("tp",))
+        if cp is not None:
+            mesh = cp.mesh or init_device_mesh(kind, cp.mesh_shape, mesh_dim_names=cp.mesh_dim_names)
+        else:
+            mesh = tp.mesh or init_device_mesh(kind, (tp.tp_degree,), mesh_dim_names=("tp",))
         config.setup(dist.get_rank(), dist.get_world_size(), device, mesh=mesh)
         self._parallel_config = config
         return config
@@ -59,35 +71,93 @@ def patch_diffusers_tp_device(kind: str) -> None:
     ModelMixin._resolve_parallel_config = _resolve_parallel_config
 
 
+def _patch_native_lse_for_cpu() -> None:
+    """Ring attention asks the attention op for its log-sum-exp, which diffusers' 'native' (SDPA) op refuses.
+    On the CPU, `return_lse=True` is answered by aten's CPU flash-attention kernel, which returns it (or by the
+    plain formula when there is a mask); everything else goes to the original op."""
+    import diffusers.models.attention_dispatch as dispatch
+    import torch
+
+    original = dispatch._native_attention_forward_op
+    if getattr(original, "_cpu_lse", False):
+        return
+
+    def forward_op(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                   enable_gqa=False, return_lse=False, _save_ctx=True, _parallel_config=None):
+        if not return_lse or query.device.type != "cpu":
+            return original(ctx, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
+                            _save_ctx=_save_ctx, _parallel_config=_parallel_config)
+        q, k, v = (x.transpose(1, 2) for x in (query, key, value))  # (B, S, H, D) -> (B, H, S, D)
+        if attn_mask is None and not enable_gqa:
+            out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal,
+                                                                                 scale=scale)[:2]
+        else:
+            scores = (q @ k.transpose(-1, -2)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+            if attn_mask is not None:
+                mask = attn_mask if attn_mask.dtype != torch.bool else torch.zeros_like(
+                    attn_mask, dtype=scores.dtype).masked_fill(~attn_mask, float("-inf"))
+                scores = scores + mask
+            lse = torch.logsumexp(scores, dim=-1)
+            out = torch.softmax(scores, dim=-1) @ v
+        return out.transpose(1, 2).contiguous(), lse.transpose(1, 2).contiguous()
+
+    forward_op._cpu_lse = True
+    dispatch._native_attention_forward_op = forward_op
+
+
 @cache
-def tp_mesh(kind: str, tp_degree: int):
-    """This rank's tensor-parallel mesh: the whole group, or its replica's row of a (dp, tp) mesh. Made once per
-    process and degree (the group's world size is fixed), so reloads reuse its process groups.
+def group_mesh(kind: str, replicas: int, cfg: int, ring: int, ulysses: int, tp: int):
+    """The group's device mesh, rank order replica × cfg × context (ring × ulysses) × tp, tp fastest
+    (`protocol.spec.Layout`). Only the dimensions in use are made (a dimension of one rank would only add
+    process groups); "ring" and "ulysses" come together, as diffusers' ContextParallelConfig wants both. Made
+    once per process and layout, so reloads reuse its process groups.
 
     Collective the first time: every rank of the group must call it, in the same order.
     """
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    replicas = dist.get_world_size() // tp_degree
-    if replicas == 1:
-        return init_device_mesh(kind, (tp_degree,), mesh_dim_names=("tp",))
-    return init_device_mesh(kind, (replicas, tp_degree), mesh_dim_names=("dp", "tp"))["tp"]
+    context = ring * ulysses > 1
+    dims = [(name, size) for name, size in (("dp", replicas), ("cfg", cfg), ("ring", ring), ("ulysses", ulysses),
+                                            ("tp", tp))
+            if size > 1 or (context and name in ("ring", "ulysses"))]
+    return init_device_mesh(kind, tuple(s for _, s in dims), mesh_dim_names=tuple(n for n, _ in dims))
 
 
-def tp_load_kwargs(spec: PipelineSpec, kind: str) -> dict[str, dict]:
-    """The extra from_pretrained arguments, per component, that load it sharded (see loading.load_pipeline).
+def spec_mesh(spec: PipelineSpec, kind: str):
+    """`group_mesh` for the layout of `spec` (collective the first time)."""
+    import torch.distributed as dist
 
-    The transformer gets `parallel_config` (each rank reads only its slices of the safetensors); each text
-    encoder the controller chose to shard (`spec.sharded_encoders`) gets a `distributed_config`.
+    ring = spec.cp_degree if spec.cp_mode == "ring" else 1
+    ulysses = spec.cp_degree if spec.cp_mode == "ulysses" else 1
+    return group_mesh(kind, dist.get_world_size() // spec.model_ranks, spec.cfg_parallel, ring, ulysses,
+                      spec.tp_degree)
+
+
+def load_kwargs(spec: PipelineSpec, kind: str) -> dict[str, dict] | None:
+    """The extra from_pretrained arguments, per component, that load it sharded (see loading.load_pipeline), or
+    None when the model is not split.
+
+    Tensor parallel: the transformer gets `parallel_config` (each rank reads only its slices of the safetensors);
+    each text encoder the controller chose to shard (`spec.sharded_encoders`) gets a `distributed_config`.
+    Context parallel: the transformer gets a ContextParallelConfig (Ulysses or ring over the context ranks; the
+    "anything" variants where the text length follows the prompt, Qwen-Image), and diffusers adds its hooks.
     Collective (builds the device mesh the first time): every rank must call it.
     """
-    from diffusers import TensorParallelConfig
+    if spec.tp_degree == 1 and spec.cp_degree == 1:
+        return None
+    from diffusers import ContextParallelConfig, ParallelConfig, TensorParallelConfig
 
     if kind in ("cpu", "tpu"):
-        patch_diffusers_tp_device(kind)
-    extra = {"transformer": {"parallel_config": TensorParallelConfig(tp_degree=spec.tp_degree,
-                                                                     mesh=tp_mesh(kind, spec.tp_degree))}}
+        patch_diffusers_parallel_device(kind)
+    mesh = spec_mesh(spec, kind)
+    if spec.cp_degree > 1:  # the controller refuses context parallel together with tensor parallel
+        anything = spec.family.variable_text
+        degrees = ({"ring_degree": spec.cp_degree, "ring_anything": anything} if spec.cp_mode == "ring" else
+                   {"ulysses_degree": spec.cp_degree, "ulysses_anything": anything})
+        # wrapped in ParallelConfig: from_pretrained reads `.tensor_parallel_config` off a bare CP config
+        config = ParallelConfig(context_parallel_config=ContextParallelConfig(**degrees, mesh=mesh))
+        return {"transformer": {"parallel_config": config}}
+    extra = {"transformer": {"parallel_config": TensorParallelConfig(tp_degree=spec.tp_degree, mesh=mesh["tp"])}}
     if spec.sharded_encoders:
         from transformers.distributed import DistributedConfig
 
@@ -96,17 +166,23 @@ def tp_load_kwargs(spec: PipelineSpec, kind: str) -> dict[str, dict]:
     return extra
 
 
-class StopVote:
-    """Whether to stop, agreed by every rank of one tensor-parallel group.
+def cfg_group(spec: PipelineSpec, kind: str):
+    """This rank's CFG peers (same replica, same context and TP shard): the process group CFG Parallel exchanges
+    its branches over. Collective the first time."""
+    return spec_mesh(spec, kind)["cfg"].get_group()
 
-    The ranks of a sharded model run collectives at every layer: if one stopped a step earlier than the
+
+class StopVote:
+    """Whether to stop, agreed by every rank that runs one copy of the model (TP, context and CFG peers).
+
+    The ranks of a split model run collectives at every layer or step: if one stopped a step earlier than the
     others, they would wait for it forever. So at each step end every rank contributes its own interrupt
     flag and all stop if any saw it. The vote goes over a CPU (gloo) group, so it never syncs the device.
-    Without tensor parallelism each rank simply decides alone.
+    A model on one rank simply decides alone.
     """
 
-    def __init__(self, tp_degree: int):
-        self.group = _vote_group(tp_degree) if tp_degree > 1 else None
+    def __init__(self, model_ranks: int):
+        self.group = _vote_group(model_ranks) if model_ranks > 1 else None
 
     def __call__(self, local: bool) -> bool:
         if self.group is None:
@@ -120,15 +196,15 @@ class StopVote:
 
 
 @cache
-def _vote_group(tp_degree: int):
-    """This rank's CPU (gloo) group of its tensor-parallel peers; made once per process and degree.
+def _vote_group(model_ranks: int):
+    """This rank's CPU (gloo) group of the ranks of its replica (contiguous); made once per process and size.
     Collective the first time: new_group needs every rank to create every group."""
     import torch.distributed as dist
 
     world, rank, mine = dist.get_world_size(), dist.get_rank(), None
-    for start in range(0, world, tp_degree):
-        group = dist.new_group(list(range(start, start + tp_degree)), backend="gloo")
-        if start <= rank < start + tp_degree:
+    for start in range(0, world, model_ranks):
+        group = dist.new_group(list(range(start, start + model_ranks)), backend="gloo")
+        if start <= rank < start + model_ranks:
             mine = group
     return mine
 
@@ -143,12 +219,12 @@ def in_turn(spec: PipelineSpec, rank: int, world_size: int, load: Callable[[], T
 
     Collective: every rank of the group calls it for the same spec.
     """
-    if not spec.load_in_turn or world_size == spec.tp_degree:
+    if not spec.load_in_turn or world_size == spec.model_ranks:
         return load()
     import torch.distributed as dist
 
     group = _turn_group()
-    mine = Layout(spec.tp_degree, world_size, rank)
+    mine = Layout(spec.tp_degree, world_size, rank, cp_degree=spec.cp_degree, cfg_degree=spec.cfg_parallel)
     result: T | None = None
     error: BaseException | None = None
     for turn in range(mine.replicas):

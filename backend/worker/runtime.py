@@ -6,6 +6,7 @@ mode and the compile warm-up loop; compiling itself is the compiler's (`compiler
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import inspect
 import os
@@ -17,11 +18,14 @@ import torch
 
 from ..protocol import messages
 from ..protocol.messages import Request, Status, Step
-from ..protocol.spec import Layout, PipelineSpec, SampleRequest, mode_note, warmup_request
+from ..protocol.spec import PipelineSpec, SampleRequest, mode_note, warmup_request
 from . import device, images, loading, parallel
+from .cfg_parallel import CFGParallel, two_passes
 from .compile_cache import CACHE_INFO
-from .compiler import Compiler
+from .compiler import Compiler, denoiser
+from .latency import Latency
 from .lora import Loras
+from .prompt_cache import PromptCache, text_encoder_state
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 # Allocator messages: torch CUDA ("CUDA out of memory"), torch CPU ("DefaultCPUAllocator: can't allocate
@@ -49,7 +53,10 @@ class Runtime:
         self.compiler = Compiler(self.status)
         self.loras = Loras(self.status)
         self.image_pipes = images.ImagePipelines()
-        self.vote = parallel.StopVote(1)  # replaced at load time when the model is sharded
+        self.vote = parallel.StopVote(1)  # replaced at load time when the model is split over ranks
+        self.prompts = PromptCache()
+        self.cfg: CFGParallel | None = None  # the CFG split of the loaded denoiser (CFG Parallel)
+        self.latency = Latency()
 
     # ---- dispatch
     def handle(self, request: Request) -> tuple[dict, dict | None]:
@@ -57,10 +64,14 @@ class Runtime:
         if request.op == messages.LOAD:
             return self.prepare(request.spec), None
         if request.op == messages.SAMPLE:
+            t0 = time.perf_counter()
             self.prepare(request.spec)
+            self.latency = Latency()
+            self.latency.parts["load_s"] = time.perf_counter() - t0  # loading, LoRAs, mode and compile warm-ups
             out = self.sample(request.spec, request.request, request.arrays)
             self.samples += 1
-            return {"loads": self.loads}, ({"images": out} if out is not None else None)
+            value = {"loads": self.loads, "latency": self.latency.as_dict(), "sent_at": time.time()}
+            return value, ({"images": out} if out is not None else None)
         if request.op == messages.INFO:
             return self.info(), None
         raise ValueError(f"unknown worker op '{request.op}'")
@@ -76,9 +87,10 @@ class Runtime:
                 "model": self.load_key[0] if self.load_key else None,
                 "dtype": str(self.pipe.dtype).replace("torch.", "") if self.pipe is not None else None,
                 "offload": self.load_key[4] if self.load_key else None,  # PipelineSpec.load_key() order
-                "device_mesh": parallel.tp_mesh.cache_info().currsize > 0,  # this process built one (Shard TP)
+                "device_mesh": parallel.group_mesh.cache_info().currsize > 0,  # this process built one
                 "loras": self.loras.info(), "lora_apply_s": self.loras.apply_s,
-                "compile": {"mode": self.mode, "note": mode_note(self.kind, self.mode), **self.compiler.stats()}}
+                "compile": {"mode": self.mode, "note": mode_note(self.kind, self.mode), **self.compiler.stats()},
+                "prompt_cache": self.prompts.stats()}
 
     # ---- loading, mode, warm-up
     def prepare(self, spec: PipelineSpec) -> dict:
@@ -105,14 +117,18 @@ class Runtime:
         dtype_name = self.dtype_name(spec)
         self.status(f"loading {spec.name} ({dtype_name}) on {self.device}")
         t0 = time.perf_counter()
-        extra = parallel.tp_load_kwargs(spec, self.kind) if spec.tp_degree > 1 else None  # collective: before turns
+        extra = parallel.load_kwargs(spec, self.kind)  # collective: before the turns
         pipe = parallel.in_turn(spec, self.rank, self.world_size,
                                 lambda: self._load_onto_device(spec, dtype_name, extra), self.status)
         pipe.set_progress_bar_config(disable=True)
         for module in pipe.components.values():  # inference only; the same flags whatever a LoRA load did
             if isinstance(module, torch.nn.Module):
                 module.requires_grad_(False)
-        self.vote = parallel.StopVote(spec.tp_degree)
+        self.vote = parallel.StopVote(spec.model_ranks)
+        self.prompts.attach(pipe)
+        if spec.cfg_parallel > 1:
+            self.cfg = CFGParallel(denoiser(pipe)[1], spec.family.cfg_passes, parallel.cfg_group(spec, self.kind),
+                                   spec.layout(self.rank).cfg_rank)
         self.pipe, self.load_key = pipe, spec.load_key()
         self.loads += 1
         self.status(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s")
@@ -164,7 +180,8 @@ class Runtime:
         self.compiler.forget()
         self.loras.forget()
         self.image_pipes.forget()
-        self.pipe, self.load_key = None, None
+        self.prompts.clear()
+        self.pipe, self.load_key, self.cfg = None, None, None
         gc.collect()
         if self.kind == "cuda":
             torch.cuda.empty_cache()
@@ -177,30 +194,59 @@ class Runtime:
         same seed gives the same pixels whatever the batch size or the number of replicas (batched matmuls
         differ in the last bits between a batch of 4 and two of 2). Replica r draws a contiguous slice. With
         input images (`arrays`: image, mask), image i of the run takes input image i (cycling).
+        With `spec.batched` the images of one prompt go in one call instead (each still with its own
+        generator; text to image only): faster where the chip has room, not bit-identical to one call per image.
         """
         arrays = arrays or {}
-        layout = Layout(spec.tp_degree, self.world_size, self.rank)
+        layout = spec.layout(self.rank)
         everything, indices = req.images(), layout.my_share(req)
         kind = images.task(spec.family, arrays)
         pipe = self.image_pipes.for_task(self.pipe, spec.family, kind)
+        self.prompts.wrap(pipe)  # an image pipeline made from the loaded one shares its prompt cache
         if self.should_stop():
             raise Interrupted()
-        out = []
-        for k, i in enumerate(indices):
-            prompt, seed = everything[i]
+        calls: list[tuple[str, list[int]]] = []  # (prompt, global image indices) of each pipeline call
+        for i in indices:
+            prompt = everything[i][0]
+            if spec.batched and kind == images.TEXT and calls and calls[-1][0] == prompt:
+                calls[-1][1].append(i)
+            else:
+                calls.append((prompt, [i]))
+        out, done = [], 0
+        for prompt, group in calls:
             if kind in (images.IMG2IMG, images.INPAINT) and req.denoise == 0:  # nothing to repaint
-                out.append(images.input_image(arrays, i, req.width, req.height))
+                out.append(images.input_image(arrays, group[0], req.width, req.height))
+                done += 1
                 continue
-            kwargs = self._call_kwargs(pipe, spec, req, [torch.Generator("cpu").manual_seed(seed)], prompt=prompt)
-            with torch.inference_mode(), self.compiler.sampling(pipe, spec, kwargs) as call:
-                images.add_inputs(pipe, kind, kwargs, arrays, i, req)
-                self._on_steps(pipe, kwargs, call, done=k * req.steps, total=len(indices) * req.steps,
-                               report=layout.leader)
+            generators = [torch.Generator("cpu").manual_seed(everything[i][1]) for i in group]
+            kwargs = self._call_kwargs(pipe, spec, req, generators, prompt)
+            if not layout.leader:  # only a replica's first rank sends images: its peers skip the VAE decode
+                kwargs["output_type"] = "latent"
+            split = self._cfg_split(pipe, spec, kwargs, say=not done)
+            with (torch.inference_mode(), self.latency.call(self.prompts), split,
+                  self.prompts.using(spec.prompt_cache, text_encoder_state(spec)),
+                  self.compiler.sampling(pipe, spec, kwargs) as call):
+                images.add_inputs(pipe, kind, kwargs, arrays, group[0], req)
+                self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,
+                               report=layout.leader, per_step=len(group))
                 result = pipe(**kwargs)
-            out.append(np.asarray(result.images, dtype=np.float32))
+            done += len(group)
+            if layout.leader:
+                out.append(np.asarray(result.images, dtype=np.float32))
         if not layout.leader or not out:
             return None
         return np.ascontiguousarray(np.concatenate(out))
+
+    def _cfg_split(self, pipe: Any, spec: PipelineSpec, kwargs: dict, say: bool) -> Any:
+        """CFG Parallel for one call: split when the pipeline runs two passes, else both ranks run it whole."""
+        if self.cfg is None:
+            return contextlib.nullcontext()
+        active = two_passes(pipe, spec.family.cfg_passes, kwargs)
+        if not active and say:
+            self.status("CFG Parallel: this Sample runs one denoiser pass per step (guidance ≤ 1, or no true "
+                        "CFG), so both ranks compute it whole; raise the guidance (FLUX.1: true_cfg_scale in "
+                        "Sampling Options) to split it.")
+        return self.cfg.call(active)
 
     def should_stop(self) -> bool:
         """The controller asked to stop; with a sharded model, agreed by all its ranks at the same step."""
@@ -218,12 +264,17 @@ class Runtime:
             "num_images_per_prompt": len(generators), "output_type": "np",
             family.guidance_arg: req.guidance,
         }
-        if "negative_prompt" in params and (req.negative_prompt or family.guidance_arg == "true_cfg_scale"):
-            kwargs["negative_prompt"] = req.negative_prompt  # Qwen-Image enables true CFG only with one
+        if family.guidance_arg != "true_cfg_scale" and "true_cfg_scale" in params:
+            kwargs["true_cfg_scale"] = spec.true_cfg_scale  # FLUX.1's true CFG (1 = off, its default)
+        true_cfg = family.guidance_arg == "true_cfg_scale" or spec.true_cfg_scale > 1
+        if "negative_prompt" in params and (req.negative_prompt or true_cfg):
+            kwargs["negative_prompt"] = req.negative_prompt  # true CFG runs only with one (Qwen-Image, FLUX.1)
         return {k: v for k, v in kwargs.items() if k in params or k in ("width", "height")}
 
-    def _on_steps(self, pipe: Any, kwargs: dict, call: Any, done: int, total: int, report: bool) -> None:
-        """Adds the step callback: counts steps, reports each one (with its duration), stops when asked."""
+    def _on_steps(self, pipe: Any, kwargs: dict, call: Any, done: int, total: int, report: bool,
+                  per_step: int = 1) -> None:
+        """Adds the step callback: counts steps, reports each one (with its duration; a batched call's step
+        counts once per image), stops when asked."""
         if "callback_on_step_end" not in inspect.signature(pipe.__call__).parameters:
             return
         last = [time.perf_counter()]
@@ -232,12 +283,15 @@ class Runtime:
             self.steps += 1
             now = time.perf_counter()
             step_s, last[0] = now - last[0], now
+            self.latency.step_end()
+            if self.cfg is not None:
+                self.cfg.check_step()
             stop = self.should_stop()
             if stop and step == 0 and call.compiling:  # the compile ran inside this first step
                 # before the step's progress: ComfyUI's progress hook raises on it once Cancel was pressed
                 self.status(call.stop_note())
             if report:  # steps of this rank's whole share: done before this image + this image's
-                self.channel.send(Step(self._rid, done + step + 1, total, step_s, self.rank))
+                self.channel.send(Step(self._rid, done + (step + 1) * per_step, total, step_s, self.rank))
             if stop:
                 raise Interrupted()
             return {}

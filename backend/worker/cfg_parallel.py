@@ -1,0 +1,162 @@
+"""CFG Parallel: the two classifier-free-guidance passes of each denoising step on two ranks.
+
+diffusers has no CFG parallelism of its own (its `_modeling_parallel.py` lists it as to do), so this is ours,
+kept small and in this one place. Pipelines run CFG in one of two ways (`protocol.spec.Family.cfg_passes`):
+
+- "batch" (SD3, SDXL): one denoiser call on a doubled batch [uncond, cond]. Each rank runs its half of the batch
+  and the halves are gathered, so both ranks hold the whole prediction and take the same guidance and scheduler
+  step. Half a batch is not bit-identical to the doubled batch (batched matmuls differ in the last bits): images
+  match one worker within 1e-4 in float32 (seen: about 1e-5).
+- "branches" (FLUX.1 true CFG, Qwen-Image, FLUX.2 klein base): a call under `cache_context("cond")`, then one under
+  `cache_context("uncond")`. Rank 0 computes cond, rank 1 uncond. Rank 1's cond call returns a placeholder, filled
+  in place when the two exchange their predictions during the uncond call (the pipelines do not read the
+  prediction in between; FLUX.2's slice of it is a view). Same arithmetic as one worker: bit-identical.
+
+The split wraps the denoiser's `__call__` (not `forward`), so a compiled denoiser's graph holds no collective, and
+offload hooks and diffusers' own parallel hooks stay inside. The pipeline decides per call whether it runs two
+passes (guidance, negative prompt); `two_passes` says the same beforehand, and a step that ends with half an
+exchange fails loudly instead of returning a wrong image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+def two_passes(pipe: Any, passes: str, kwargs: dict) -> bool:
+    """Whether the pipeline call with `kwargs` runs the denoiser twice per step (as the pipeline decides it)."""
+    if passes == "batch":  # SD3, SDXL: do_classifier_free_guidance
+        return kwargs.get("guidance_scale", 0) > 1
+    if passes != "branches":
+        return False
+    if "true_cfg_scale" in kwargs:  # FLUX.1, Qwen-Image: true CFG needs a negative prompt (or its embeddings)
+        negative = kwargs.get("negative_prompt") is not None or kwargs.get("negative_prompt_embeds") is not None
+        return kwargs["true_cfg_scale"] > 1 and negative
+    return kwargs.get("guidance_scale", 0) > 1 and not getattr(pipe.config, "is_distilled", True)  # FLUX.2 klein
+
+
+def _sample(out: Any) -> Any:
+    return out[0] if isinstance(out, tuple) else out.sample
+
+
+def _like(out: Any, sample: Any) -> Any:
+    """`out` (a tuple or a diffusers output) carrying `sample` instead."""
+    return (sample, *out[1:]) if isinstance(out, tuple) else type(out)(sample=sample)
+
+
+def _output(sample: Any, return_dict: bool) -> Any:
+    if not return_dict:
+        return (sample,)
+    from diffusers.models.modeling_outputs import Transformer2DModelOutput
+
+    return Transformer2DModelOutput(sample=sample)
+
+
+class CFGParallel:
+    """Splits the CFG passes of one denoiser between this rank and its CFG peer (`group`, 2 ranks)."""
+
+    def __init__(self, module: Any, passes: str, group: Any, rank: int):
+        self.passes, self.group, self.rank = passes, group, rank
+        self.active = False  # this call runs two passes (set per call by `call`)
+        self.branch: str | None = None  # the cache_context the pipeline is in
+        self.cond: Any = None  # rank 0: its cond prediction, until the exchange
+        self.placeholder: Any = None  # rank 1: what its cond call returned, until the exchange fills it
+        self._install(module)
+
+    def _install(self, module: Any) -> None:
+        """Makes `module` an instance of a subclass whose `__call__` (and `cache_context`) go through us."""
+        base, split = type(module), self
+
+        def __call__(module_self, *args, **kwargs):
+            return split.run(lambda *a, **k: base.__call__(module_self, *a, **k), args, kwargs)
+
+        attrs: dict[str, Any] = {"__call__": __call__, "__module__": base.__module__, "__qualname__": base.__qualname__}
+        if self.passes == "branches":
+            @contextlib.contextmanager
+            def cache_context(module_self, name, *args, **kwargs):
+                split.branch = name
+                try:
+                    with base.cache_context(module_self, name, *args, **kwargs):
+                        yield
+                finally:
+                    split.branch = None
+
+            attrs["cache_context"] = cache_context
+        module.__class__ = type(base.__name__, (base,), attrs)
+
+    @contextlib.contextmanager
+    def call(self, active: bool) -> Iterator[None]:
+        """One pipeline call; `active` when it runs two passes per step (else both ranks run it whole)."""
+        self.active = active
+        try:
+            yield
+        finally:
+            self.active, self.branch, self.cond, self.placeholder = False, None, None, None
+
+    def check_step(self) -> None:
+        """At a step's end: an exchange left half done means the pipeline ran one branch only."""
+        if self.cond is not None or self.placeholder is not None:
+            raise RuntimeError("CFG Parallel: the pipeline ran a 'cond' pass without its 'uncond' pass in this step, "
+                               "so the CFG peers could not exchange their predictions. Remove CFG Parallel for this "
+                               "pipeline.")
+
+    def run(self, call: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        if not self.active:
+            return call(*args, **kwargs)
+        if self.passes == "batch":
+            return self._batch(call, args, kwargs)
+        if self.branch in ("cond", "uncond"):
+            return self._branches(call, args, kwargs)
+        return call(*args, **kwargs)
+
+    def _gather(self, local: Any) -> list[Any]:
+        import torch
+        import torch.distributed as dist
+
+        local = local.contiguous()
+        parts = [torch.empty_like(local) for _ in range(2)]
+        dist.all_gather(parts, local, group=self.group)
+        return parts
+
+    def _batch(self, call: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        import torch
+
+        first = args[0] if args else kwargs.get("hidden_states", kwargs.get("sample"))
+        n = first.shape[0]
+        if n % 2:  # not a CFG batch (e.g. SD3's skip-layer pass): computed whole on both ranks
+            return call(*args, **kwargs)
+        half = slice(self.rank * n // 2, (self.rank + 1) * n // 2)
+
+        def cut(x: Any) -> Any:
+            if torch.is_tensor(x) and x.dim() > 0 and x.shape[0] == n:
+                return x[half]
+            if isinstance(x, dict):
+                return {k: cut(v) for k, v in x.items()}
+            return x
+
+        out = call(*(cut(a) for a in args), **{k: cut(v) for k, v in kwargs.items()})
+        return _like(out, torch.cat(self._gather(_sample(out))))
+
+    def _branches(self, call: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        import torch
+
+        return_dict = kwargs.get("return_dict", True)
+        if self.branch == "cond":
+            if self.rank == 0:
+                out = call(*args, **kwargs)
+                self.cond = _sample(out)
+                return out
+            latents = args[0] if args else kwargs["hidden_states"]
+            self.placeholder = torch.empty_like(latents)  # a flow model predicts a velocity shaped like its input
+            return _output(self.placeholder, return_dict)
+        if self.rank == 1:
+            out = call(*args, **kwargs)
+            cond, uncond = self._gather(_sample(out))
+            self.placeholder.copy_(cond)
+            self.placeholder = None
+            return out
+        cond, uncond = self._gather(self.cond)
+        self.cond = None
+        return _output(uncond, return_dict)

@@ -1,0 +1,124 @@
+"""One image sooner: CFG Parallel, Context Parallel and Sampling Options. The backend checks and runs them.
+
+Saved workflows store widget values by position: never reorder or remove inputs here; add new ones last,
+with defaults (tests/test_node_contract.py guards this).
+"""
+
+from __future__ import annotations
+
+from ..backend.controller import api
+from ..backend.protocol.spec import CP_MODES
+from . import comfy_bridge
+
+CATEGORY = "TPU"
+
+
+class TPUCFGParallel:
+    DESCRIPTION = ("Runs the two guidance passes of every denoising step (with and without the prompt) on two "
+                   "chips at once, so one image comes about twice as fast when the model runs classifier-free "
+                   "guidance: SD3/3.5 and SDXL (guidance above 1), Qwen-Image (true CFG), FLUX.1 with true CFG "
+                   "(true_cfg_scale in Sampling Options) and FLUX.2 [klein] base. Guidance-distilled models "
+                   "(FLUX.2-dev, FLUX.1 without true CFG) run one pass and are refused or gain nothing. Same image "
+                   "as one chip: bit for bit for the two-branch models, within about 1e-5 for SD3/SDXL. The text "
+                   "next to the node says what it does for the chosen model.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("TPU_PIPELINE",)
+    RETURN_NAMES = ("pipeline",)
+    OUTPUT_TOOLTIPS = ("The same pipeline on 2 chips per copy; connect it to Sample (or Data Parallel).",)
+    FUNCTION = "split"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline, Shard TP or Context Parallel "
+                                                         "(put Data Parallel after it)."}),
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    def split(self, pipeline, unique_id=None):
+        spec, text = api.cfg_parallel(pipeline)  # InputError: input, value, fix
+        comfy_bridge.send_text(unique_id, text)
+        return {"ui": {"text": [text]}, "result": (spec,)}
+
+
+class TPUContextParallel:
+    DESCRIPTION = ("Splits the transformer's tokens (the image and the prompt) over several chips for every "
+                   "block, with diffusers' own context parallelism: one large image comes sooner. FLUX.1, "
+                   "FLUX.2 and Qwen-Image can be split (their transformers have a context-parallel plan); SD3 and "
+                   "SDXL cannot (use CFG Parallel for them). Pays off on long sequences (large images); text "
+                   "encoders and VAE run on every chip. Images match one chip within about 1e-6.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("TPU_PIPELINE",)
+    RETURN_NAMES = ("pipeline",)
+    OUTPUT_TOOLTIPS = ("The same pipeline, its sequence split; connect it to Sample (or CFG Parallel, Data "
+                       "Parallel).",)
+    FUNCTION = "split"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline (offload 'none'; not with Shard "
+                                                         "TP)."}),
+                "degree": ("INT", {"default": 0, "min": 0, "max": 64, "tooltip":
+                           "Chips to split the sequence over. 0 = auto: the chips left after CFG Parallel (on a "
+                           "CPU host auto is 1; a number up to the core count runs that many processes). With "
+                           "ulysses it must divide the attention heads; the image's tokens must split evenly."}),
+                "mode": (list(CP_MODES), {"default": "ulysses", "tooltip":
+                         "ulysses: each chip attends over all tokens for a share of the heads (two all-to-alls "
+                         "per attention; usually faster). ring: each chip keeps a share of the keys and values "
+                         "and passes them around (less memory; on the CPU only here)."}),
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    @classmethod
+    def IS_CHANGED(cls, **_):
+        return api.topology()  # auto counts the chips of the hosts that have joined
+
+    def split(self, pipeline, degree, mode, unique_id=None):
+        spec, text = api.context_parallel(pipeline, degree, mode)
+        comfy_bridge.send_text(unique_id, text)
+        return {"ui": {"text": [text]}, "result": (spec,)}
+
+
+class TPUSamplingOptions:
+    DESCRIPTION = ("How Sample runs the pipeline. prompt_cache (on by default): a prompt seen before on this "
+                   "model reuses its embeddings, so a new seed, size, steps or guidance never runs the text "
+                   "encoders again (same pixels). batched (off by default): the images of one prompt in one "
+                   "pipeline call, faster where the chip has room, but not bit-identical to one image at a time. "
+                   "true_cfg_scale: FLUX.1's true classifier-free guidance against the negative prompt.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("TPU_PIPELINE",)
+    RETURN_NAMES = ("pipeline",)
+    OUTPUT_TOOLTIPS = ("The same pipeline with these options; connect it to Sample.",)
+    FUNCTION = "options"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "pipeline": ("TPU_PIPELINE", {"tooltip": "Any pipeline (from Load TPU Pipeline or a node after "
+                                                         "it)."}),
+                "prompt_cache": ("BOOLEAN", {"default": True, "tooltip":
+                                 "Reuse the text encoders' output for a prompt (and negative prompt) seen before on "
+                                 "this model: skips encoding, and under offload moving the text encoders to the "
+                                 "chip. Same pixels as without it. Bounded; emptied when the model changes."}),
+                "batched": ("BOOLEAN", {"default": False, "tooltip":
+                            "On: the images of one prompt (batch_size) go through the model in one call, each "
+                            "with its own seed: faster where the chip has room. Off: one call per image, so any "
+                            "image can be reproduced alone, bit for bit, with any batch size or replica count."}),
+                "true_cfg_scale": ("FLOAT", {"default": 1.0, "min": 1.0, "max": 30.0, "step": 0.1, "round": 0.01,
+                                   "tooltip": "FLUX.1 only: above 1, true classifier-free guidance against the "
+                                              "negative prompt (two passes per step: slower, which CFG Parallel "
+                                              "splits over 2 chips). 1 = off, FLUX.1's default."}),
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    def options(self, pipeline, prompt_cache, batched, true_cfg_scale, unique_id=None):
+        spec, text = api.sampling_options(pipeline, prompt_cache, batched, true_cfg_scale)
+        comfy_bridge.send_text(unique_id, text)
+        return {"ui": {"text": [text]}, "result": (spec,)}
