@@ -98,7 +98,7 @@ class Runtime:
         if self.load_key != spec.load_key() or self.pipe is None:
             self.load(spec)
         self.set_mode(spec)
-        tp = (parallel.tp_mesh(self.kind, spec.tp_degree), "transformer") if spec.tp_degree > 1 else None
+        tp = (parallel.spec_mesh(spec, self.kind)["tp"], "transformer") if spec.tp_degree > 1 else None
         self.loras.apply(self.pipe, spec.loras, spec.family.name, tp)
         for i, todo in enumerate(pending := self.compiler.apply(self.pipe, spec, self.dtype_name(spec)), 1):
             w, h, b = todo
