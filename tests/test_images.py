@@ -286,6 +286,33 @@ def test_qwen_image_edit_takes_the_image_and_needs_one(qwen_edit):
         api.sample(spec, req)
 
 
+@pytest.mark.workers
+def test_image_inputs_with_cfg_and_context_parallel_batched_and_the_prompt_cache(tiny_models, qwen_edit):
+    """Image inputs compose with the one-image-faster modes: the image pipelines (made with from_pipe) share the
+    denoiser that CFG Parallel and Context Parallel split; batched calls are for text to image only (image i
+    still takes input i); the prompt cache serves the image pipelines too."""
+    image, mask, two = _image(), _left_half(), np.concatenate([_image(seed=0), _image(seed=1)])
+    sd3, flux = _spec(tiny_models, "tiny-sd3"), _spec(tiny_models)
+    edit = api.make_spec("tiny-qwenimage-edit", [str(qwen_edit)])
+    sd3_req, edit_req = _request(guidance=3.0), _request(guidance=2.0, negative_prompt="blurry", denoise=1.0)
+    # one worker
+    flux_want = api.sample(flux, _request(), image=image, mask=mask)
+    hits = api.worker_info()[0]["prompt_cache"]["hits"]
+    api.sample(flux, _request(seed=77), image=image, mask=mask)
+    assert api.worker_info()[0]["prompt_cache"]["hits"] > hits, "a new seed reuses the prompt's embeddings"
+    batched = api.sampling_options(flux, batched=True)[0]
+    assert np.array_equal(api.sample(batched, _request(batch_size=3), image=two),
+                          api.sample(flux, _request(batch_size=3), image=two))
+    sd3_want = api.sample(sd3, sd3_req, image=image, mask=mask)
+    edit_want = api.sample(edit, edit_req, image=image)
+    # two workers: CFG on a doubled batch within 1e-4 of one worker, CFG as two branches bit-identical
+    sd3_cfg = api.sample(api.cfg_parallel(sd3)[0], sd3_req, image=image, mask=mask)
+    assert np.abs(sd3_cfg - sd3_want).max() <= 1e-4
+    assert np.array_equal(api.sample(api.cfg_parallel(edit)[0], edit_req, image=image), edit_want)
+    flux_cp = api.sample(api.context_parallel(flux, 2)[0], _request(), image=image, mask=mask)
+    assert np.abs(flux_cp - flux_want).max() <= 1e-4
+
+
 # ---- through a real ComfyUI: Load Image (with its mask) into Sample
 
 @pytest.mark.server

@@ -21,6 +21,8 @@ exchange fails loudly instead of returning a wrong image.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,12 +31,18 @@ def two_passes(pipe: Any, passes: str, kwargs: dict) -> bool:
     """Whether the pipeline call with `kwargs` runs the denoiser twice per step (as the pipeline decides it)."""
     if passes == "batch":  # SD3, SDXL: do_classifier_free_guidance
         return kwargs.get("guidance_scale", 0) > 1
-    if passes != "branches":
-        return False
+    if passes != "branches" or "cache_context" not in _call_source(type(pipe)):
+        return False  # (FLUX.1's image-to-image and inpainting pipelines run true CFG without naming the branches)
     if "true_cfg_scale" in kwargs:  # FLUX.1, Qwen-Image: true CFG needs a negative prompt (or its embeddings)
         negative = kwargs.get("negative_prompt") is not None or kwargs.get("negative_prompt_embeds") is not None
         return kwargs["true_cfg_scale"] > 1 and negative
     return kwargs.get("guidance_scale", 0) > 1 and not getattr(pipe.config, "is_distilled", True)  # FLUX.2 klein
+
+
+@functools.cache
+def _call_source(cls: type) -> str:
+    """The pipeline class's __call__ source: the branches can be split only where it names them (cache_context)."""
+    return inspect.getsource(cls.__call__)
 
 
 def _sample(out: Any) -> Any:

@@ -91,8 +91,13 @@ class ImagePipelines:
         if name not in self.derived:
             import diffusers
 
-            # dtype: from_pipe casts every shared module to it (float32 when not given)
-            derived = getattr(diffusers, name).from_pipe(pipe, dtype=pipe.dtype)
+            # dtype: from_pipe casts every shared module to it (float32 when not given). The modules are passed by
+            # name: from_pipe shares a model only when its type is exactly the one the new class names, and CFG
+            # Parallel makes the denoiser an instance of a subclass
+            target = getattr(diffusers, name)
+            expected, _ = target._get_signature_keys(target)
+            shared = {k: v for k, v in pipe.components.items() if k in expected and v is not None}
+            derived = target.from_pipe(pipe, dtype=pipe.dtype, **shared)
             derived.set_progress_bar_config(disable=True)
             self.derived[name] = derived
         return self.derived[name]

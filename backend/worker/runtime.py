@@ -244,8 +244,9 @@ class Runtime:
         active = two_passes(pipe, spec.family.cfg_passes, kwargs)
         if not active and say:
             self.status("CFG Parallel: this Sample runs one denoiser pass per step (guidance ≤ 1, or no true "
-                        "CFG), so both ranks compute it whole; raise the guidance (FLUX.1: true_cfg_scale in "
-                        "Sampling Options) to split it.")
+                        "CFG), or its passes cannot be split (FLUX.1 image to image and inpainting), so both ranks "
+                        "compute it whole; raise the guidance (FLUX.1: true_cfg_scale in Sampling Options) to split "
+                        "it.")
         return self.cfg.call(active)
 
     def should_stop(self) -> bool:
