@@ -78,26 +78,37 @@ class _RunsCode:
         return (os.system, (f"touch {self.marker}",))
 
 
-def _store_attack(port: int, marker: Path) -> bool:
-    """Plays the attack on torchrun's rendezvous store against `port`, from another process: a c10d store client
-    lists the keys and puts a pickled command where the rendezvous state was. True when `port` acted as a store.
-    A client that gets no store handshake waits for ever, so the attacker is given 20 s."""
-    code = textwrap.dedent(f"""
-        import os, pickle, sys
-        from datetime import timedelta
-        from torch.distributed import TCPStore
-        class RunsCode:
-            def __reduce__(self):
-                return (os.system, ("touch {marker}",))
-        store = TCPStore("127.0.0.1", {port}, is_master=False, timeout=timedelta(seconds=5))
-        store.set("torch.rendezvous.none", pickle.dumps(RunsCode()))
-        print("store", store.num_keys())
-    """)
-    try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
-    except subprocess.TimeoutExpired:
-        return False
-    return out.returncode == 0 and out.stdout.startswith("store")
+def _store_attacks(ports: list[int], marker: Path) -> list[int]:
+    """Plays the attack on torchrun's rendezvous store against each port, each from its own process (all at
+    once): a c10d store client lists the keys and puts a pickled command where the rendezvous state was. Returns
+    the ports that acted as a store. A client that gets no store handshake waits for ever, so the attackers are
+    given 20 s."""
+    def code(port: int) -> str:
+        return textwrap.dedent(f"""
+            import os, pickle, sys
+            from datetime import timedelta
+            from torch.distributed import TCPStore
+            class RunsCode:
+                def __reduce__(self):
+                    return (os.system, ("touch {marker}",))
+            store = TCPStore("127.0.0.1", {port}, is_master=False, timeout=timedelta(seconds=5))
+            store.set("torch.rendezvous.none", pickle.dumps(RunsCode()))
+            print("store", store.num_keys())
+        """)
+
+    attackers = {port: subprocess.Popen([sys.executable, "-c", code(port)], stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, text=True) for port in ports}
+    deadline, stores = time.monotonic() + 20, []
+    for port, proc in attackers.items():
+        try:
+            out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            continue
+        if proc.returncode == 0 and out.startswith("store"):
+            stores.append(port)
+    return stores
 
 
 # ---- what a running group opens
@@ -113,7 +124,7 @@ def test_a_running_group_listens_on_loopback_only_and_no_store_runs_a_pickle(ser
     assert comfy == [], "ComfyUI's process (with the pack) listens beyond loopback"
 
     marker = tmp_path / "ran"
-    stores, reached = [], []
+    reached = []
     for _, _, port in ports:
         for ip in host_addresses():  # from the host's own network address: refused
             try:
@@ -121,8 +132,8 @@ def test_a_running_group_listens_on_loopback_only_and_no_store_runs_a_pickle(ser
                 reached.append((ip, port))
             except OSError:
                 pass
-        if _store_attack(port, marker):  # the attack on the old launcher's rendezvous store
-            stores.append(port)
+    stores = _store_attacks([port for _, _, port in ports], marker)  # the old launcher's rendezvous store
+    for _, _, port in ports:
         with socket.create_connection(("127.0.0.1", port), timeout=3) as s:  # raw: a sequence number, a pickle
             s.sendall(struct.pack("<Q", 0) + pickle.dumps(_RunsCode(marker)))
     assert reached == [] and stores == []
