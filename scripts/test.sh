@@ -14,4 +14,4 @@ COMFYUI_TPU_CHROMIUM="$(bash scripts/ensure_chromium.sh)"
 export COMFYUI_DIR TPU_VENV HF_HUB_OFFLINE=1 COMFYUI_TPU_CHROMIUM
 "$VENV/bin/python" scripts/sync_requirements.py --check
 "$VENV/bin/ruff" check .
-exec "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"
+exec "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=25 "$@"
