@@ -136,18 +136,31 @@ def test_sampling_options_are_checked_and_said(tiny_models):
 
 @pytest.mark.unit
 def test_two_passes_follows_the_pipelines_own_rule():
+    import diffusers
+
     class Pipe:
         class config:  # noqa: N801  (like a diffusers config)
             is_distilled = False
 
-    assert two_passes(Pipe, "batch", {"guidance_scale": 5.0}) and not two_passes(Pipe, "batch", {"guidance_scale": 1.0})
-    assert two_passes(Pipe, "branches", {"true_cfg_scale": 4.0, "negative_prompt": ""})
-    assert not two_passes(Pipe, "branches", {"true_cfg_scale": 4.0})  # no negative prompt: one pass
-    assert not two_passes(Pipe, "branches", {"true_cfg_scale": 1.0, "negative_prompt": "x"})
-    assert two_passes(Pipe, "branches", {"guidance_scale": 4.0})  # FLUX.2 klein base
+        def __call__(self):  # names its two branches with the denoiser's cache_context, as diffusers' pipelines do
+            return "cache_context('cond')", "cache_context('uncond')"
+
+    pipe = Pipe()
+    assert two_passes(pipe, "batch", {"guidance_scale": 5.0}) and not two_passes(pipe, "batch", {"guidance_scale": 1.0})
+    assert two_passes(pipe, "branches", {"true_cfg_scale": 4.0, "negative_prompt": ""})
+    assert not two_passes(pipe, "branches", {"true_cfg_scale": 4.0})  # no negative prompt: one pass
+    assert not two_passes(pipe, "branches", {"true_cfg_scale": 1.0, "negative_prompt": "x"})
+    assert two_passes(pipe, "branches", {"guidance_scale": 4.0})  # FLUX.2 klein base
     Pipe.config.is_distilled = True
-    assert not two_passes(Pipe, "branches", {"guidance_scale": 4.0})
-    assert not two_passes(Pipe, "", {"guidance_scale": 4.0})
+    assert not two_passes(pipe, "branches", {"guidance_scale": 4.0})
+    assert not two_passes(pipe, "", {"guidance_scale": 4.0})
+    # diffusers' own classes: FLUX.1's image pipelines run true CFG without naming the branches
+    true_cfg = {"true_cfg_scale": 4.0, "negative_prompt": ""}
+    for name, split in (("FluxPipeline", True), ("FluxImg2ImgPipeline", False), ("FluxInpaintPipeline", False),
+                        ("QwenImageImg2ImgPipeline", True), ("QwenImageInpaintPipeline", True),
+                        ("QwenImageEditPipeline", True)):
+        cls = getattr(diffusers, name)
+        assert two_passes(object.__new__(cls), "branches", true_cfg) is split, name
 
 
 # ---- the prompt cache, in process (a real tiny pipeline, no worker)
