@@ -25,7 +25,8 @@ FIGURE_IDS = {"controller_memory", "comfyui_throughput", "api_throughput", "nois
 
 def test_bench_quick_writes_every_figure(tmp_path, comfyui_dir):
     env = {**os.environ, "COMFYUI_DIR": str(comfyui_dir), "OMP_NUM_THREADS": "1", "COMFYUI_TPU_WORKER_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)], cwd=ROOT, env=env,
+    out = subprocess.run([sys.executable, "-m", "bench", "--quick", "--repeats", "1", "--warmup", "0", "--out",
+                          str(tmp_path)], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=900)
     files = list(tmp_path.glob("*.json"))
     assert len(files) == 1, f"exit {out.returncode}, no results file:\n{out.stderr[-4000:]}"
