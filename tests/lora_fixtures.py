@@ -4,6 +4,8 @@ encoders where the family has text-encoder LoRAs), and it is written in the form
 - "diffusers": `Pipeline.save_lora_weights` with peft's adapter metadata (the diffusers/PEFT format).
 - "kohya": sd-scripts files. SDXL and Qwen-Image through diffusers' own `convert_state_dict_to_kohya`; FLUX.1
   with sd-scripts' native (BFL) names, fused qkv and `.alpha` keys.
+- "xlabs": XLabs' FLUX.1 trainer: 'double_blocks.N.processor.qkv_lora1.down/up' (one down for q, k and v),
+  projections, no alpha and no text encoder; its own random factors (`_xlabs`).
 - "comfy": what ComfyUI's LoraSave writes: 'diffusion_model.<native name>.lora_up/lora_down' (fp16, alpha folded
   in: the layers match to fp16 precision only), 'text_encoders.clip_l/clip_g.transformer.…', and zero `.diff_b`
   entries for biases. Native names come from
@@ -32,7 +34,7 @@ SCALE = ALPHA / RANK
 CLIP_TARGETS = ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"]
 TEXT_LORA = {"tiny-flux": ("text_encoder",), "tiny-sd3": ("text_encoder", "text_encoder_2"),
              "tiny-sdxl": ("text_encoder", "text_encoder_2")}
-FORMATS = {"tiny-flux": ("diffusers", "kohya", "comfy"), "tiny-flux2": ("diffusers", "comfy"),
+FORMATS = {"tiny-flux": ("diffusers", "kohya", "comfy", "xlabs"), "tiny-flux2": ("diffusers", "comfy"),
            "tiny-sd3": ("diffusers",), "tiny-sdxl": ("diffusers", "kohya", "comfy"),
            "tiny-qwenimage": ("diffusers", "kohya", "comfy")}
 _SINGLE_LINEAR1 = re.compile(r"^single_transformer_blocks\.\d+\.(attn\.to_[qkv]|proj_mlp)$")
@@ -99,6 +101,8 @@ def make(models: Path, name: str, fmt: str, out_dir: Path, seed: int = 0, pipe=N
     layers = {**_deltas(den_sd, den_name), **{k: v for c, (sd, _) in te.items() for k, v in _deltas(sd, c).items()}}
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}-{fmt}.safetensors"
+    if fmt == "xlabs":
+        return _xlabs(den, den_name, path, seed)
     if fmt == "diffusers":
         kw = {f"{den_name}_lora_layers": den_sd, f"{den_name}_lora_adapter_metadata": den_cfg.to_dict()}
         for comp, (sd, cfg) in te.items():
@@ -147,6 +151,41 @@ def make(models: Path, name: str, fmt: str, out_dir: Path, seed: int = 0, pipe=N
 def _text_model(key: str) -> str:
     """LoRA files name CLIP modules 'text_model.…' (transformers 5's CLIPTextModel has no text_model level)."""
     return key if key.startswith("text_model.") else "text_model." + key
+
+
+def components(name: str, fmt: str, denoiser: str) -> set[str]:
+    """The pipeline components a LoRA file of this format carries layers for."""
+    return {denoiser} if fmt == "xlabs" else {denoiser, *TEXT_LORA.get(name, ())}
+
+
+def _xlabs(den, den_name: str, path: Path, seed: int) -> tuple[Path, Layers]:
+    """An XLabs FLUX.1 LoRA: a block's q, k and v share one down (the up is split by rows), projections have
+    their own; no alpha (scale 1). diffusers reads these with its own XLabs converter."""
+    from safetensors.torch import save_file
+
+    gen = torch.Generator().manual_seed(seed + 100)
+    out: dict[str, torch.Tensor] = {}
+    layers: Layers = {}
+
+    def put(key: str, modules: list[str]) -> None:
+        linears = [den.get_submodule(m) for m in modules]
+        down = torch.randn(RANK, linears[0].in_features, generator=gen) * 0.1
+        ups = [torch.randn(lin.out_features, RANK, generator=gen) * 0.1 for lin in linears]
+        out[f"{key}.down.weight"], out[f"{key}.up.weight"] = down, torch.cat(ups)
+        layers.update({(den_name, m): up @ down for m, up in zip(modules, ups, strict=True)})
+
+    for i in range(len(den.transformer_blocks)):
+        attn = f"transformer_blocks.{i}.attn."
+        put(f"double_blocks.{i}.processor.qkv_lora1", [attn + "to_q", attn + "to_k", attn + "to_v"])
+        put(f"double_blocks.{i}.processor.proj_lora1", [attn + "to_out.0"])
+        put(f"double_blocks.{i}.processor.qkv_lora2", [attn + "add_q_proj", attn + "add_k_proj", attn + "add_v_proj"])
+        put(f"double_blocks.{i}.processor.proj_lora2", [attn + "to_add_out"])
+    for i in range(len(den.single_transformer_blocks)):
+        block = f"single_transformer_blocks.{i}."
+        put(f"single_blocks.{i}.processor.qkv_lora", [block + "attn.to_q", block + "attn.to_k", block + "attn.to_v"])
+        put(f"single_blocks.{i}.processor.proj_lora", [block + "proj_out"])
+    save_file(out, str(path))
+    return path, layers
 
 
 def _pairs(state: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:

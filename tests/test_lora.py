@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from lora_fixtures import FORMATS, TEXT_LORA, bad_files, denoiser_name, load, make
+from lora_fixtures import FORMATS, TEXT_LORA, bad_files, components, denoiser_name, load, make
 
 from backend.controller import api, plans
 from backend.protocol.errors import ModelError
@@ -74,7 +74,7 @@ def test_each_format_gives_the_layers_peft_made(tiny_models, pipes, lora_dir, na
         mine = got[key].delta(1.0, torch.float32, "cpu")
         tolerance = 2e-3 * float(delta.abs().max()) if fmt == "comfy" else 1e-6  # comfy: fp16 factors
         assert float((mine - delta).abs().max()) <= tolerance, key
-    assert {c for c, _ in got} == {denoiser_name(pipe), *TEXT_LORA.get(name, ())}
+    assert {c for c, _ in got} == components(name, fmt, denoiser_name(pipe))
 
 
 # ---- the in-place route against diffusers' own fuse_lora, in this process
