@@ -19,6 +19,10 @@ from . import comfy_bridge
 CATEGORY = "TPU"
 
 
+# Both Load nodes: where to run
+DEVICE_INPUT = (list(DEVICE_CHOICES), {"default": "auto", "tooltip":
+                "Where to run. auto picks a TPU if one is present, else a CUDA GPU, else the CPU."})
+
 class LoadTPUPipeline:
     DESCRIPTION = ("Chooses a diffusers model folder (FLUX.1, FLUX.2, SD3/3.5, SDXL, Qwen-Image) and how to run it. "
                    "Nothing is loaded here: the weights load in a worker process on the first Sample and stay "
@@ -43,8 +47,7 @@ class LoadTPUPipeline:
                 "dtype": (list(DTYPE_CHOICES), {"default": "auto", "tooltip":
                           "Number format of the weights. auto = bfloat16 on TPU and GPU, float32 on CPU. "
                           "float32 doubles memory; float16 is for older GPUs."}),
-                "device": (list(DEVICE_CHOICES), {"default": "auto", "tooltip":
-                           "Where to run. auto picks a TPU if one is present, else a CUDA GPU, else the CPU."}),
+                "device": DEVICE_INPUT,
                 "offload": (list(OFFLOAD_CHOICES), {"default": "auto", "tooltip":
                             "Keep parts of the model in host memory when the chip's memory is too small. "
                             "auto: picks one of the others from the model's size and the chip's memory, and "
@@ -122,8 +125,7 @@ class LoadTPUPipelineFiles:
                 "dtype": (list(DTYPE_CHOICES), {"default": "auto", "tooltip":
                           "Number format the weights are computed in (fp8 files are upcast to it). auto = "
                           "bfloat16 on TPU and GPU, float32 on CPU."}),
-                "device": (list(DEVICE_CHOICES), {"default": "auto", "tooltip":
-                           "Where to run. auto picks a TPU if one is present, else a CUDA GPU, else the CPU."}),
+                "device": DEVICE_INPUT,
                 "offload": (list(OFFLOAD_CHOICES), {"default": "none", "tooltip":
                             "Keep parts of the model in host memory when the chip's memory is too small. "
                             "model: each sub-model moves to the chip while it runs (a little slower). "

@@ -13,7 +13,7 @@ from datetime import timedelta
 from functools import cache
 from typing import TypeVar
 
-from ..protocol.spec import Layout, PipelineSpec
+from ..protocol.spec import PipelineSpec
 
 T = TypeVar("T")
 LOAD_TURN_TIMEOUT_S = 3600.0  # how long a replica may wait for the ones loading before it
@@ -209,8 +209,7 @@ def _vote_group(model_ranks: int):
     return mine
 
 
-def in_turn(spec: PipelineSpec, rank: int, world_size: int, load: Callable[[], T],
-            status: Callable[[str], None]) -> T:
+def in_turn(spec: PipelineSpec, rank: int, load: Callable[[], T], status: Callable[[str], None]) -> T:
     """`load()`, one Data Parallel replica after another when the spec says so (`load_in_turn`): replica r
     starts once replicas 0..r-1 have their weights on their devices, so the host holds about one copy in
     flight instead of one per replica. The ranks of one replica load together (a sharded load has
@@ -219,12 +218,12 @@ def in_turn(spec: PipelineSpec, rank: int, world_size: int, load: Callable[[], T
 
     Collective: every rank of the group calls it for the same spec.
     """
-    if not spec.load_in_turn or world_size == spec.model_ranks:
+    mine = spec.layout(rank)
+    if not spec.load_in_turn or mine.replicas == 1:
         return load()
     import torch.distributed as dist
 
     group = _turn_group()
-    mine = Layout(spec.tp_degree, world_size, rank, cp_degree=spec.cp_degree, cfg_degree=spec.cfg_parallel)
     result: T | None = None
     error: BaseException | None = None
     for turn in range(mine.replicas):

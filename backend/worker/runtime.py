@@ -43,7 +43,7 @@ class Runtime:
         self.kind, self.device, self.rank, self.world_size = kind, device, rank, world_size
         self.channel = channel
         self.pipe: Any = None
-        self.load_key: tuple | None = None
+        self.loaded: PipelineSpec | None = None  # the description the weights in memory were loaded for
         self.loads = 0
         self.samples = 0  # Sample requests served (compile warm-ups are not samples)
         self.steps = 0  # denoising steps run, all requests together (ranks of one sharded model agree)
@@ -84,9 +84,9 @@ class Runtime:
     def info(self) -> dict:
         return {"rank": self.rank, "pid": os.getpid(), "device": str(self.device), "loads": self.loads,
                 "samples": self.samples, "steps": self.steps,
-                "model": self.load_key[0] if self.load_key else None,
+                "model": self.loaded.model_path if self.loaded else None,
                 "dtype": str(self.pipe.dtype).replace("torch.", "") if self.pipe is not None else None,
-                "offload": self.load_key[4] if self.load_key else None,  # PipelineSpec.load_key() order
+                "offload": self.loaded.offload if self.loaded else None,
                 "device_mesh": parallel.group_mesh.cache_info().currsize > 0,  # this process built one
                 "loras": self.loras.info(), "lora_apply_s": self.loras.apply_s,
                 "compile": {"mode": self.mode, "note": mode_note(self.kind, self.mode), **self.compiler.stats()},
@@ -95,7 +95,7 @@ class Runtime:
     # ---- loading, mode, warm-up
     def prepare(self, spec: PipelineSpec) -> dict:
         """Loads the pipeline unless it is loaded, sets the mode, compiles and warms up what the plan asks."""
-        if self.load_key != spec.load_key() or self.pipe is None:
+        if self.loaded is None or self.loaded.load_key() != spec.load_key():
             self.load(spec)
         self.set_mode(spec)
         tp = (parallel.spec_mesh(spec, self.kind)["tp"], "transformer") if spec.tp_degree > 1 else None
@@ -118,7 +118,7 @@ class Runtime:
         self.status(f"loading {spec.name} ({dtype_name}) on {self.device}")
         t0 = time.perf_counter()
         extra = parallel.load_kwargs(spec, self.kind)  # collective: before the turns
-        pipe = parallel.in_turn(spec, self.rank, self.world_size,
+        pipe = parallel.in_turn(spec, self.rank,
                                 lambda: self._load_onto_device(spec, dtype_name, extra), self.status)
         pipe.set_progress_bar_config(disable=True)
         for module in pipe.components.values():  # inference only; the same flags whatever a LoRA load did
@@ -129,7 +129,7 @@ class Runtime:
         if spec.cfg_parallel > 1:
             self.cfg = CFGParallel(denoiser(pipe)[1], spec.family.cfg_passes, parallel.cfg_group(spec, self.kind),
                                    spec.layout(self.rank).cfg_rank)
-        self.pipe, self.load_key = pipe, spec.load_key()
+        self.pipe, self.loaded = pipe, spec
         self.loads += 1
         self.status(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s")
         if self.should_stop():  # loading cannot stop midway; stop right after it (all TP ranks agree)
@@ -181,7 +181,7 @@ class Runtime:
         self.loras.forget()
         self.image_pipes.forget()
         self.prompts.clear()
-        self.pipe, self.load_key, self.cfg = None, None, None
+        self.pipe, self.loaded, self.cfg = None, None, None
         gc.collect()
         if self.kind == "cuda":
             torch.cuda.empty_cache()
