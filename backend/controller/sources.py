@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from ..protocol import settings
 from ..protocol.errors import ModelError
-from ..protocol.messages import pickle_allowed
 from ..protocol.spec import CONFIGS_DIR, FileComponent, FileSource, read_json
-from .models import ALLOW_ABSOLUTE_ENV
 
 # ComfyUI's model folders per role (folder_paths names; "unet" and "clip" are its legacy second folders)
 ROLE_FOLDERS = {"checkpoint": "checkpoints", "diffusion_model": "diffusion_models",
@@ -95,7 +94,7 @@ def _read_header(path_text: str, mtime_ns: int, size: int, role: str) -> Header:
     suffix = path.suffix.lower()
     if suffix in PICKLE:
         allowed = " (COMFYUI_TPU_ALLOW_PICKLE does not change this: files are read by their safetensors header)" \
-            if pickle_allowed() else ""
+            if settings.ALLOW_PICKLE.on() else ""
         raise _problem(path, role, f"is a pickle file ({suffix}), which can run arbitrary code when loaded and "
                        f"which ComfyUI-TPU does not read{allowed}. Use the .safetensors version of this model "
                        "(most models are published as .safetensors), or convert it.")
@@ -320,10 +319,10 @@ def resolve_file(name: str, role: str, roots: Iterable[str]) -> Path:
     candidate = Path(name)
     folder = ROLE_FOLDERS[role]
     if candidate.is_absolute():
-        if os.environ.get(ALLOW_ABSOLUTE_ENV) != "1":
+        if not settings.ALLOW_ABSOLUTE_PATHS.on():
             raise ModelError(f"{role}: '{name}' is an absolute path, which is refused by default. Put the file in "
                              f"ComfyUI's models/{folder} folder and choose it from the list, or start ComfyUI with "
-                             f"{ALLOW_ABSOLUTE_ENV}=1.")
+                             f"{settings.ALLOW_ABSOLUTE_PATHS.name}=1.")
         if candidate.is_file():
             return candidate
     elif ".." in candidate.parts:
