@@ -9,7 +9,6 @@ import atexit
 import dataclasses
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -17,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..protocol import settings
 from ..protocol.errors import CompileError, ModelError, TPUError, WorkerCrashed
-from ..protocol.messages import ENV_COMPILE_CACHE, ENV_WARM_START, Status, Step
+from ..protocol.messages import Status, Step
 from ..protocol.spec import (
     DTYPE_CHOICES,
     MODE_CHOICES,
@@ -382,7 +382,7 @@ def sampling_options(spec: PipelineSpec, prompt_cache: bool = True, batched: boo
 # ---- warm start
 
 def warm_start_enabled() -> bool:
-    return os.environ.get(ENV_WARM_START, "").strip() == "1"
+    return settings.WARM_START.on()
 
 
 def warm_start() -> threading.Thread | None:
@@ -448,6 +448,6 @@ def compile_stats() -> dict | None:
 def set_compile_cache_dir(path: str, override: bool = False) -> str:
     """The folder the persistent compile caches use from the next worker start; an explicit
     COMFYUI_TPU_COMPILE_CACHE in the environment wins unless `override`. Returns the folder in use."""
-    if override or not os.environ.get(ENV_COMPILE_CACHE):
-        os.environ[ENV_COMPILE_CACHE] = str(path)
-    return os.environ[ENV_COMPILE_CACHE]
+    if override or not settings.COMPILE_CACHE.is_set():
+        settings.COMPILE_CACHE.set(str(path))
+    return settings.COMPILE_CACHE.raw()

@@ -11,13 +11,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..protocol import settings
 from ..protocol.errors import ModelError
 from ..protocol.families import PIPELINES, Pipeline
-from ..protocol.messages import ENV_ALLOW_PICKLE, pickle_allowed
 from ..protocol.spec import PipelineSpec, listed_components, read_json
 from .files import headers
-
-ALLOW_ABSOLUTE_ENV = "COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS"
 
 
 @dataclass(frozen=True)
@@ -104,11 +102,11 @@ def resolve_model_path(name: str, roots: Iterable[str]) -> Path:
         raise ModelError("model: no model was chosen. Pick one from the list, or type a folder name in model_path.")
     candidate = Path(name)
     if candidate.is_absolute():
-        if os.environ.get(ALLOW_ABSOLUTE_ENV) != "1":
+        if not settings.ALLOW_ABSOLUTE_PATHS.on():
             raise ModelError(
                 f"model_path: '{name}' is an absolute path, which is refused by default. Put the model under "
                 f"ComfyUI's diffusers folder ({', '.join(map(str, roots)) or 'models/diffusers'}) and give its "
-                f"name, or start ComfyUI with {ALLOW_ABSOLUTE_ENV}=1 to allow absolute paths.")
+                f"name, or start ComfyUI with {settings.ALLOW_ABSOLUTE_PATHS.name}=1 to allow absolute paths.")
         path = candidate.resolve()
         if path.is_dir():
             return path
@@ -133,7 +131,7 @@ def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
     """Checks a folder is a loadable diffusers pipeline we support, without loading weights.
 
     Pickle-only weights are refused unless `allow_pickle` or COMFYUI_TPU_ALLOW_PICKLE=1."""
-    allow_pickle = allow_pickle or pickle_allowed()
+    allow_pickle = allow_pickle or settings.ALLOW_PICKLE.on()
     index_file = path / "model_index.json"
     if not index_file.is_file():
         raise ModelError(
@@ -158,7 +156,7 @@ def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
                 f"model: '{path.name}/{component}' has only pickle weights ({', '.join(sorted(weights)[:3])}), "
                 "which can run arbitrary code when loaded and are refused. Convert them to .safetensors "
                 "(or download the safetensors variant of the model), or, for models you trust, start ComfyUI "
-                f"with {ENV_ALLOW_PICKLE}=1.")
+                f"with {settings.ALLOW_PICKLE.name}=1.")
     factor = vae_scale(read_json(path / "vae" / "config.json", {})) * family.size_multiple_of_vae
     return ModelInfo(str(path), class_name, family, factor, detect_variant(path, index))
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..protocol import settings
 from ..protocol.families import FAMILIES
-from ..protocol.messages import pickle_allowed
 from ..protocol.spec import FileComponent, FileSource, listed_components, read_json
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
@@ -43,7 +43,7 @@ CHECKPOINT_NATIVE = (*(f.id for f in FAMILIES.values() if f.single_file), "ldm-v
 def safetensors_only() -> bool | None:
     """`use_safetensors` for every from_pretrained call: True (refuse pickle weights) unless the operator
     started ComfyUI with COMFYUI_TPU_ALLOW_PICKLE=1; then None (safetensors when present, else pickle)."""
-    return None if pickle_allowed() else True
+    return None if settings.ALLOW_PICKLE.on() else True
 
 
 @dataclass(frozen=True)

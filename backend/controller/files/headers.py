@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ...protocol import settings
 from ...protocol.errors import ModelError
-from ...protocol.messages import pickle_allowed
 
 SAFETENSORS = (".safetensors", ".sft")
 GGUF = (".gguf",)
@@ -85,7 +85,7 @@ def load(path: Path, size: int) -> Header:
     suffix = path.suffix.lower()
     if suffix in PICKLE:
         allowed = " (COMFYUI_TPU_ALLOW_PICKLE does not change this: files are read by their safetensors header)" \
-            if pickle_allowed() else ""
+            if settings.ALLOW_PICKLE.on() else ""
         raise Unreadable(f"is a pickle file ({suffix}), which can run arbitrary code when loaded and which "
                          f"ComfyUI-TPU does not read{allowed}", "Use the .safetensors version of this model (most "
                          "models are published as .safetensors), or convert it.")

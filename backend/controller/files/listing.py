@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
 
+from ...protocol import settings
 from ...protocol.errors import ModelError
-from ..models import ALLOW_ABSOLUTE_ENV
 from .headers import GGUF, PICKLE, SAFETENSORS, Unreadable, load
 from .recognise import contents
 
@@ -109,10 +109,10 @@ def resolve_file(name: str, role: str, roots: Iterable[str]) -> Path:
     candidate = Path(name)
     folder = ROLE_FOLDERS[role]
     if candidate.is_absolute():
-        if os.environ.get(ALLOW_ABSOLUTE_ENV) != "1":
+        if not settings.ALLOW_ABSOLUTE_PATHS.on():
             raise ModelError(f"{role}: '{name}' is an absolute path, which is refused by default. Put the file in "
                              f"ComfyUI's models/{folder} folder and choose it from the list, or start ComfyUI with "
-                             f"{ALLOW_ABSOLUTE_ENV}=1.")
+                             f"{settings.ALLOW_ABSOLUTE_PATHS.name}=1.")
         if candidate.is_file():
             return candidate
     elif ".." in candidate.parts:
