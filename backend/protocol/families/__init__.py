@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import flux1, flux2, qwenimage, sd3, sdxl
+from . import flux1, flux2, qwenimage, sd3, sdxl, wan
 from .base import Configs, ModelFamily, Pipeline, Shapes, TextSlot
 
-_MODULES = (flux1, flux2, sd3, sdxl, qwenimage)
+_MODULES = (flux1, flux2, sd3, sdxl, qwenimage, wan)
 
 FAMILIES: dict[str, ModelFamily] = {m.FAMILY.id: m.FAMILY for m in _MODULES}
 PIPELINES: dict[str, Pipeline] = {p.class_name: replace(p, family=f.id) for f in FAMILIES.values()
@@ -29,7 +29,7 @@ def recognise(shapes: Shapes) -> ModelFamily | None:
 
 
 def names(families=None) -> str:
-    """'FLUX.1, FLUX.2, SD3/SD3.5, SDXL or Qwen-Image': the families, for messages."""
+    """'FLUX.1, FLUX.2, SD3/SD3.5, SDXL, Qwen-Image or Wan': the families, for messages."""
     found = [f.name for f in (families or FAMILIES.values())]
     return ", ".join(found[:-1]) + " or " + found[-1] if len(found) > 1 else "".join(found)
 
