@@ -32,7 +32,8 @@ from ..protocol.spec import (
     mode_note,
 )
 from ..protocol.units import format_bytes
-from . import devices, group, hosts, images, models, plans, sources
+from . import devices, group, hosts, images, models, plans
+from .files import assemble, listing
 
 ProgressFn = Callable[[Status | Step], None]
 MAX_IMAGES = 4096  # images in one Sample (prompt lines × batch_size)
@@ -63,12 +64,12 @@ def make_spec(model: str, roots: Iterable[str], dtype: str = "auto", device_choi
                         dtype=dtype, device=device_choice, offload=offload, kind=kind, variant=info.variant)
 
 
-def make_file_spec(choice: sources.FileChoice, roots: Mapping[str, Iterable[str]], dtype: str = "auto",
+def make_file_spec(choice: assemble.FileChoice, roots: Mapping[str, Iterable[str]], dtype: str = "auto",
                    device_choice: str = "auto", offload: str = "none") -> PipelineSpec:
     """Checks the user's choices and the chosen files (their headers; no weights read) and describes the
-    pipeline they make. `roots`: ComfyUI's folders per role (sources.ROLE_FOLDERS)."""
+    pipeline they make. `roots`: ComfyUI's folders per role (listing.ROLE_FOLDERS)."""
     kind = _check_choices(dtype, device_choice, offload)
-    class_name, main, source = sources.describe_files(choice, roots)
+    class_name, main, source = assemble.describe_files(choice, roots)
     if kind == "tpu" and any(c.quant == "gguf" for c in source.components):
         gguf = next(c for c in source.components if c.quant == "gguf")
         raise ModelError(f"diffusion_model: '{Path(gguf.path).name}' is a GGUF file; diffusers computes GGUF "
@@ -322,7 +323,7 @@ def list_models(roots: Iterable[str]) -> list[str]:
 
 def list_files(roots: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
     """Per role (checkpoint, diffusion_model, text_encoder, vae), the files of ComfyUI's folders that fit it."""
-    return sources.list_files(roots)
+    return listing.list_files(roots)
 
 
 def _group_progress(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None) -> ProgressFn | None:

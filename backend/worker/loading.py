@@ -29,13 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from ..protocol import settings
+from ..protocol.families import FAMILIES
 from ..protocol.spec import FileComponent, FileSource, listed_components, read_json
 from ..protocol.units import format_bytes
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 _TOKENIZER_LAYOUTS = ("tokenizer", "tekken")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
-CHECKPOINT_NATIVE = ("flux1", "sd3", "sdxl", "ldm-vae", "hf", "openclip")  # the pipeline's loader reads them
+# the parts of an all-in-one checkpoint the pipeline's own loader reads: the denoisers of the families whose
+# all-in-one files diffusers reads (their layout is the family id), LDM VAEs and CLIP/T5 text encoders
+CHECKPOINT_NATIVE = (*(f.id for f in FAMILIES.values() if f.single_file), "ldm-vae", "hf", "openclip")
 
 
 def safetensors_only() -> bool | None:
