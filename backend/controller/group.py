@@ -14,7 +14,6 @@ import itertools
 import logging
 import os
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -39,7 +38,7 @@ from ..protocol.messages import (
 )
 from ..protocol.spec import GroupConfig, PipelineSpec, SampleRequest
 from . import devices, hosts
-from .launcher import Launcher, remove_stale_run_dirs, torchrun_command
+from .launcher import Launcher, free_port, remove_stale_run_dirs, torchrun_command
 from .link import Link, Listener
 
 log = logging.getLogger("comfyui_tpu")
@@ -102,7 +101,7 @@ class WorkerGroup:
         joined: list[Link] = []  # authenticated, hello not yet received (it comes after the rendezvous)
         try:
             if cluster is not None:
-                port = _free_port(cluster.cluster.listen)
+                port = free_port(cluster.cluster.listen)
                 nnodes, per = 1 + len(self.remote), self.config.per_host
                 self.launcher.start(env, self.secret,
                                     torchrun_command(nnodes, 0, per, cluster.cluster.listen, port))
@@ -354,12 +353,6 @@ class WorkerGroup:
         raise WorkerCrashed(
             f"{self.config.kind} worker {who} stopped unexpectedly{cause}. The group was stopped; the next run "
             f"starts a fresh one.{tail}", request_started=call.started)
-
-
-def _free_port(address: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 class _Call:
