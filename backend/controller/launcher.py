@@ -87,7 +87,7 @@ class Launcher:
                 messages.ENV_SECRET_FILE: str(secret_file),
                 messages.ENV_STORE: str(self.run_dir / "store"),
                 "WORLD_SIZE": str(self.nprocs), "LOCAL_WORLD_SIZE": str(self.nprocs),
-                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),  # TorchTPU's runtime asks for them
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),  # TorchTPU's runtime asks for them
                 "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1",
             }
             for rank in range(self.nprocs):
@@ -173,9 +173,10 @@ class Launcher:
         return f" (exit code {code})"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port free on `address` now (bound and released at once: nothing listens)."""
+    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
+        s.bind((address, 0))
         return s.getsockname()[1]
 
 
