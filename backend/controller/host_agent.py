@@ -22,7 +22,7 @@ import time
 from multiprocessing.connection import AuthenticationError, Client, Connection
 from pathlib import Path
 
-from ..protocol import messages
+from ..protocol import settings
 from . import hosts, process_env
 from .launcher import PACK_ROOT, torchrun_command
 
@@ -71,7 +71,7 @@ class Share:
 class Agent:
     def __init__(self, controller: str, secret: bytes, kind: str, procs: int):
         host, sep, port = controller.rpartition(":")
-        self.address = (host, int(port)) if sep and port.isdigit() else (controller, hosts.DEFAULT_HOST_PORT)
+        self.address = (host, int(port)) if sep and port.isdigit() else (controller, int(settings.HOST_PORT.default))
         self.secret, self.kind, self.procs = secret, kind, procs
         self.shares: dict[str, Share] = {}
         self.send_lock = threading.Lock()
@@ -82,7 +82,7 @@ class Agent:
                 conn = Client(self.address, authkey=self.secret)
             except AuthenticationError:
                 log.error("host 0 (%s:%d) refused this host's cluster secret: copy host 0's secret file here "
-                          "(`%s`).", *self.address, hosts.ENV_CLUSTER_SECRET)
+                          "(`%s`).", *self.address, settings.CLUSTER_SECRET.name)
                 return 2
             except (ConnectionError, OSError) as e:
                 log.info("waiting for host 0 at %s:%d (%s)", *self.address, e.strerror or e)
@@ -132,9 +132,9 @@ class Agent:
         tpu = process_env.tpu_group_env() if msg["kind"] == "tpu" else {}  # this host's own tier-2 cache name
         allocator = process_env.allocator_env(os.environ) if msg["kind"] == "tpu" else {}
         env = {**os.environ, **allocator, **tpu, **{str(k): str(v) for k, v in msg.get("env", {}).items()},
-               messages.ENV_CONTROLLER: str(msg["controller"]), messages.ENV_SECRET_FILE: str(secret_file),
-               messages.ENV_GROUP_ID: gid, messages.ENV_DEVICE_KIND: str(msg["kind"]),
-               messages.ENV_INLINE_ARRAYS: "1",  # another host: images go over the link, not /dev/shm
+               settings.CONTROLLER.name: str(msg["controller"]), settings.SECRET_FILE.name: str(secret_file),
+               settings.GROUP_ID.name: gid, settings.DEVICE_KIND.name: str(msg["kind"]),
+               settings.INLINE_ARRAYS.name: "1",  # another host: images go over the link, not /dev/shm
                "GLOO_SOCKET_IFNAME": hosts.interface_of(mine), "PYTHONUNBUFFERED": "1",
                "PYTHONPATH": os.pathsep.join([str(PACK_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
         cmd = torchrun_command(int(msg["nnodes"]), int(msg["node_rank"]), int(msg["nproc"]), str(msg["master_addr"]),

@@ -19,13 +19,16 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..protocol import settings
 from ..protocol.errors import DeviceError
 from .devices import local_group, pod_hosts, torch_tpu_installed, tpu_devices
 from .launcher import free_port
 
 log = logging.getLogger("comfyui_tpu")
 
-# A multi-host slice's variables, taken out of the workers' environment for a group of this host's own chips.
+# A multi-host slice: TorchTPU lays out the whole pod when either is set (its set_tpu_launch_env), and a group
+# of this host's workers alone would wait for the other hosts. settings.LOCAL_GROUP=1 runs this host's chips only,
+# with these variables taken out of the workers' environment.
 POD_VARIABLES = ("TPU_WORKER_HOSTNAMES", "JOB_COMPLETION_INDEX", "TPU_WORKER_ID", "NNODES", "NODE_RANK")
 
 # TorchTPU's handshake (torch_tpu/_internal/distributed/handshake.py): before a compiled graph with collectives
@@ -61,7 +64,7 @@ def configure_process_env(environ: os._Environ | dict = os.environ) -> list[str]
             changed.append("TPU_SKIP_MDS_QUERY=1")
         if "TORCH_DEVICE_BACKEND_AUTOLOAD" not in environ:
             environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-            environ["COMFYUI_TPU_AUTOLOAD_WAS_UNSET"] = "1"
+            settings.AUTOLOAD_WAS_UNSET.set("1", environ)
             changed.append("TORCH_DEVICE_BACKEND_AUTOLOAD=0")
     return changed
 
@@ -72,7 +75,7 @@ def worker_env(kind: str, environ: Mapping[str, str] | None = None, whole_slice:
     on a pod host a group of this host's own chips gets no pod variable, so TorchTPU lays out this host alone
     (`whole_slice`: a group that spans the slice's hosts keeps them)."""
     env = dict(os.environ if environ is None else environ)
-    if env.pop("COMFYUI_TPU_AUTOLOAD_WAS_UNSET", None):
+    if settings.AUTOLOAD_WAS_UNSET.pop(env):
         env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
     if kind == "tpu":
         env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)

@@ -92,11 +92,11 @@ print(json.dumps({"rank": int(os.environ["RANK"]), "handshake_port": handshake._
 def what_ranks_see(env: dict[str, str], n: int) -> list[dict]:
     """Starts `n` ranks with `env` through the controller's launcher (each reports, then exits)."""
     from backend.controller import launcher
-    from backend.protocol import messages
+    from backend.protocol import settings
 
     launcher.WORKER_COMMAND = [sys.executable, "-c", RANK_REPORT]
     group = launcher.Launcher(n)
-    group.start({**env, messages.ENV_DEVICE_KIND: "tpu"}, os.urandom(32))
+    group.start({**env, settings.DEVICE_KIND.name: "tpu"}, os.urandom(32))
     try:
         for proc in group.procs:
             proc.wait(timeout=120)
@@ -109,6 +109,7 @@ def what_ranks_see(env: dict[str, str], n: int) -> list[dict]:
 
 def our_rules(hosts: list[dict]) -> None:
     from backend.controller import api, devices, process_env
+    from backend.protocol import settings
     from backend.protocol.errors import TPUError
 
     work = Path(tempfile.mkdtemp(prefix="fake-tpu-"))
@@ -123,9 +124,9 @@ def our_rules(hosts: list[dict]) -> None:
             os.environ.pop(name, None)
             if host["pod"]:
                 os.environ[name] = value
-        os.environ.pop(devices.ENV_LOCAL_GROUP, None)
+        os.environ.pop(settings.LOCAL_GROUP.name, None)
         if host["local"]:
-            os.environ[devices.ENV_LOCAL_GROUP] = "1"
+            os.environ[settings.LOCAL_GROUP.name] = "1"
         out = {**host, "combos": []}
         try:
             info = devices.detect()
