@@ -141,10 +141,11 @@ class LoadTPUPipelineFiles:
                           text_encoders=(text_encoder_1, text_encoder_2, text_encoder_3), vae=vae)
 
     @classmethod
-    def VALIDATE_INPUTS(cls, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint):
-        try:
+    def VALIDATE_INPUTS(cls, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
+                        device="auto"):
+        try:  # the chosen device, as in Load TPU Pipeline: 'cpu' works where the TPU cannot be used; GGUF on 'cpu'
             api.make_file_spec(cls._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae,
-                                           checkpoint), comfy_bridge.file_roots())
+                                           checkpoint), comfy_bridge.file_roots(), device_choice=device)
         except InputError as e:
             return str(e)
         return True

@@ -25,6 +25,7 @@ from pathlib import Path
 from ..protocol import settings
 from ..protocol.errors import DeviceError
 from ..protocol.spec import DEVICE_CHOICES
+from ..protocol.units import format_bytes
 
 # Google's PCI vendor id and the TPU device ids TorchTPU 0.2.0 itself recognises (its hardware.py). TorchTPU
 # counts a PCI function as a device only when this process can open /dev/vfio/<its iommu group>.
@@ -262,12 +263,8 @@ def v7x_default_note(host: TpuHost) -> str | None:
     return (f"{host.name}: each chip is {host.devices_per_chip} devices and TorchTPU launches no group of 1, so "
             f"without Shard TP or Data Parallel a pipeline runs as Data Parallel {n} (a copy on each device of one "
             "chip; the same seed gives the same image). Every supported model's denoiser fits one device's "
-            f"{_gib(host.hbm_bytes_per_device)} in bfloat16, SD3 and SDXL cannot be sharded, and copies need no "
+            f"{format_bytes(host.hbm_bytes_per_device)} in bfloat16, SD3 and SDXL cannot be sharded, and copies need no "
             "collectives per layer. Add Shard TP to split a model over the devices instead.")
-
-
-def _gib(n: int | None) -> str:
-    return "?" if n is None else f"{n / 2**30:.0f} GiB"
 
 
 def detect() -> DeviceInfo:
