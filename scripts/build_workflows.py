@@ -102,6 +102,44 @@ def _image_workflow(*, title: str, prompt: str, steps: int, denoise: float, seed
     return {"name": title, "nodes": nodes, "links": links, "extra": {"description": description}}
 
 
+def _wan_text_to_video() -> dict:
+    """Load TPU Pipeline (Wan 2.1 1.3B) -> Sample Video (TPU) -> ComfyUI's own Save Animated WEBP, with a note."""
+    sample = {"prompt": "a red fox running through fresh snow in a pine forest, morning light, cinematic",
+              "negative_prompt": "blurry, low quality, static, distorted", "width": 832, "height": 480,
+              "frames": 33, "steps": 30, "guidance": 5.0, "seed": 0, "control_after_generate": "randomize",
+              "batch_size": 1}
+    return {
+        "name": "wan21_t2v",
+        "nodes": [
+            {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
+             "widgets": {"model": "Wan2.1-T2V-1.3B-Diffusers", "dtype": "auto", "device": "auto", "offload": "auto",
+                         "model_path": ""}},
+            {"id": 2, "type": "TPUSampleVideo", "pos": [410, 130], "size": [400, 500], "widgets": sample},
+            {"id": 3, "type": "SaveAnimatedWEBP", "pos": [850, 130], "size": [420, 500],
+             "widgets": {"filename_prefix": "wan21-t2v", "fps": 16.0, "lossless": False, "quality": 90,
+                         "method": "default"}},
+            _note(4, [40, 360], """
+## Wan 2.1 text to video (1.3B)
+
+**Load TPU Pipeline** (Wan 2.1 1.3B) → **Sample Video (TPU)** (832×480, 33 frames, **30 steps, guidance 5**) →
+ComfyUI's own **Save Animated WEBP** (16 fps).
+
+**Model**: the diffusers folder `models/diffusers/Wan2.1-T2V-1.3B-Diffusers`
+(`hf download Wan-AI/Wan2.1-T2V-1.3B-Diffusers --local-dir ...`). ComfyUI's split Wan files are not read yet.
+
+A Wan video has 1 + a multiple of 4 frames (81 is about 5 s at 16 fps); time and memory grow with frames ×
+width × height. The frames leave Sample Video as an image batch, so Save Video or any frame node takes them too.
+Add **CFG Parallel** (2 chips: the two guidance passes) or **Context Parallel** (the video's tokens) before
+Sample Video to make one video sooner, **Data Parallel** for several videos at once.
+""", size=(330, 330)),
+        ],
+        "links": [[1, "pipeline", 2, "pipeline"], [2, "frames", 3, "images"]],
+        "extra": {"description": "Wan 2.1 text to video: Load TPU Pipeline (Wan2.1-T2V-1.3B-Diffusers) -> Sample "
+                                 "Video (832x480, 33 frames, 30 steps, guidance 5) -> Save Animated WEBP (16 fps). "
+                                 "Needs models/diffusers/Wan2.1-T2V-1.3B-Diffusers."},
+    }
+
+
 def _hires_fix() -> dict:
     """Text to image, ComfyUI's Upscale Image By, then image to image at low denoise at the new size."""
     first = {"prompt": "a cozy mountain cabin at dusk, warm lit windows, snow, detailed", "negative_prompt": "",
@@ -429,6 +467,7 @@ LoRA touches (no recompile either). `strength` scales the image model, `strength
 (for LoRAs that have one). A LoRA for another model is refused with a message; the model stays as it was.
 """),
     "flux1_hires_fix": _hires_fix(),
+    "wan21_t2v": _wan_text_to_video(),
 })
 
 

@@ -44,6 +44,7 @@ TINY = {
     "FLUX.1-dev": "tiny-flux",
     "stable-diffusion-3.5-medium": "tiny-sd3",
     "FLUX.2-dev": "tiny-flux2",  # 2 attention heads: Shard TP 2 works
+    "Wan2.1-T2V-1.3B-Diffusers": "tiny-wan",
     # model files in ComfyUI's folders -> the tiny FLUX.1 files written by ComfyUI's own code (file_fixtures.py)
     "flux1-dev.safetensors": "flux1-tiny.safetensors",
     "clip_l.safetensors": "clip_l-tiny.safetensors",
@@ -56,7 +57,7 @@ TINY = {
 # RGBA picture with a transparent square (Load Image's mask: the part to repaint).
 LORAS = {"flux1_style_lora.safetensors": ("tiny-flux", 0), "flux1_detail_lora.safetensors": ("tiny-flux", 1)}
 INPUTS = {"example.png": (64, 64)}
-SIZE_FACTOR = 16  # of the tiny models the workflows run on (FLUX.1, SD3, FLUX.2)
+SIZE_FACTOR = 16  # of the tiny models the workflows run on (FLUX.1, SD3, FLUX.2, Wan)
 TINY_FILES = ("flux1",)  # the families whose tiny files the workflows use
 # names the frontend may not find here (not installed where the UI loads)
 ALLOWED = {**{name: set(TINY) for name in MODEL_INPUTS}, "lora_name": set(LORAS), "image": set(INPUTS)}
@@ -65,6 +66,7 @@ ALLOWED = {**{name: set(TINY) for name in MODEL_INPUTS}, "lora_name": set(LORAS)
 # shipped). Multi-chip workflows run with world size 2 (two CPU worker processes).
 CPU_SETTINGS = {
     "TPUSample": {"width": 64, "height": 64, "steps": 2},
+    "TPUSampleVideo": {"width": 32, "height": 32, "frames": 5, "steps": 2},
     "TPUCompile": {"backend": "eager", "warmup": "64x64"},
     "TPUShardTP": {"degree": 2},
     "TPUDataParallel": {"replicas": 2},
@@ -112,10 +114,12 @@ def for_the_cpu(prompt: dict) -> dict:
 
 def expected_images(prompt: dict) -> int:
     """Images saved by an API prompt: each Save Image gets its Sample's batch_size per prompt (per non-empty line
-    with prompt_per_line)."""
+    with prompt_per_line); each Save Animated WEBP one file, all the frames of its input in it."""
     count = 0
     for node in prompt.values():
-        if node["class_type"] == "SaveImage":
+        if node["class_type"] == "SaveAnimatedWEBP":
+            count += 1
+        elif node["class_type"] == "SaveImage":
             s = prompt[node["inputs"]["images"][0]]["inputs"]
             prompts = [p for p in s["prompt"].splitlines() if p.strip()] if s.get("prompt_per_line") else [1]
             count += s["batch_size"] * len(prompts)
@@ -133,7 +137,7 @@ def image_size(prompt: dict, node_id: str) -> tuple[int, int]:
     if node["class_type"] == "ImageScaleBy":
         w, h = image_size(prompt, inputs["image"][0])
         return round(w * inputs["scale_by"]), round(h * inputs["scale_by"])
-    assert node["class_type"] == "TPUSample", node
+    assert node["class_type"] in ("TPUSample", "TPUSampleVideo"), node
     if inputs.get("size_from_image") and isinstance(inputs.get("image"), list):
         w, h = image_size(prompt, inputs["image"][0])
         return w // SIZE_FACTOR * SIZE_FACTOR, h // SIZE_FACTOR * SIZE_FACTOR
@@ -173,7 +177,8 @@ def world_size(prompt: dict) -> int:
 def test_the_shipped_workflows_are_there_and_explain_themselves():
     assert {"tiny_demo", "flux1_schnell_offload", "sd35_medium_compiled", "flux2_dev_tp8",
             "data_parallel_prompts", "flux1_dev_comfyui_files", "sd35_cfg_parallel", "flux1_context_parallel",
-            "flux1_dev_true_cfg", "flux1_img2img", "flux1_inpaint", "flux1_lora", "flux1_hires_fix"} <= {p.stem for p in FILES}
+            "flux1_dev_true_cfg", "flux1_img2img", "flux1_inpaint", "flux1_lora", "flux1_hires_fix",
+            "wan21_t2v"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"
@@ -202,10 +207,13 @@ def test_workflow_loads_converts_and_runs(ui, server, path, workflow_files_on_th
     result = run_workflow(server, runnable, timeout=300)
     assert result["status"] == "success", f"{path.name}: {error_message(result)}\n{server.log_tail()}"
     assert len(result["images"]) == expected_images(runnable), result["history"].get("outputs")
-    sizes = {image_size(runnable, k) for k, v in runnable.items() if v["class_type"] == "TPUSample"}
+    sizes = {image_size(runnable, k) for k, v in runnable.items() if v["class_type"] in ("TPUSample", "TPUSampleVideo")}
+    videos = {v["inputs"]["frames"] for v in runnable.values() if v["class_type"] == "TPUSampleVideo"}
     for image in result["images"]:
         with Image.open(image) as im:
-            assert im.format == "PNG" and im.size in sizes, (image, im.format, im.size, sizes)
+            frames = getattr(im, "n_frames", 1)
+            assert (im.format, frames in videos) == (("WEBP", True) if videos else ("PNG", False)), (image, im.format)
+            assert im.size in sizes, (image, im.size, sizes)
     seconds = time.perf_counter() - started
     workers = device_info(server)["workers"]
     assert len(workers) == world_size(runnable), workers
