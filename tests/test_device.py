@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -175,13 +176,35 @@ def test_comfyui_with_torch_tpu_installed_starts_and_runs_the_demo(comfyui_dir, 
 
 
 @pytest.mark.unit
-def test_a_tpu_worker_must_see_exactly_one_device_once_bound(monkeypatch):
-    from backend.worker.device import check_one_device
-
-    check_one_device(1)
-    monkeypatch.setenv("LOCAL_RANK", "3")
-    with pytest.raises(RuntimeError, match=r"sees 4 devices after binding, not 1.*LOCAL_RANK=3.*tpu-check"):
-        check_one_device(4)
+def test_a_tpu_worker_that_does_not_bind_one_device_says_what_torch_tpu_set_and_logged(tmp_path):
+    """As in a worker: stderr is the group's log file (opened for reading and writing, as the launcher does),
+    TorchTPU's C++ sets TPU_VISIBLE_CHIPS with setenv (invisible to os.environ) and logs its
+    DistributedWorkerConfiguration line with absl's prefix (the line's text is a string in TorchTPU's library;
+    its values here are made up), another rank logs one too."""
+    code = textwrap.dedent("""
+        import ctypes, os, sys
+        from backend.worker.device import check_one_device
+        check_one_device(1)
+        ctypes.CDLL(None).setenv(b"TPU_VISIBLE_CHIPS", b"3", 1)
+        print("TPU_VISIBLE_CHIPS" in os.environ, flush=True)
+        os.write(2, b"I1201 06:00:00.000000 4242 distributed.cc:80] DistributedWorkerConfiguration: rank=9\\n")
+        os.write(2, f"I1201 06:00:00.000001 {os.getpid()} distributed.cc:80] DistributedWorkerConfiguration: "
+                    "rank=3 world_size=4 topology=2x2x1\\n".encode())
+        try:
+            check_one_device(4)
+        except RuntimeError as e:
+            print(e, flush=True)
+    """)
+    with open(tmp_path / "group.log", "w+b") as log:
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True,
+                             timeout=60, env={**os.environ, "LOCAL_RANK": "3"})
+    assert out.returncode == 0, (tmp_path / "group.log").read_text()
+    seen, message = out.stdout.strip().splitlines()
+    assert seen == "False", "os.environ must not see a variable set with C setenv"
+    assert "sees 4 devices after binding, not 1" in message and "LOCAL_RANK=3" in message
+    assert "TPU_VISIBLE_CHIPS=3" in message and "TPU_PROCESS_BOUNDS=None" in message
+    assert message.count("DistributedWorkerConfiguration") == 1 and "rank=3 world_size=4 topology=2x2x1" in message
+    assert message.endswith("`python -m backend tpu-check`.")
 
 
 @pytest.mark.workers
