@@ -242,3 +242,33 @@ def test_a_groups_tier2_cache_folder_is_removed_with_it_and_only_ours(tmp_path, 
     assert (tmp_path / "default").exists()
     process_env.remove_tier2_cache(mine)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(others)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", ["tiny-flux", "tiny-flux2"])
+def test_the_float64_downcast_tpu_workers_get_changes_pixels_on_the_cpu_by_at_most_1e_5(tiny_models, monkeypatch, name):
+    """What a TPU worker's downcast (FLUX's rotary embedding in float32, diffusers' own mps/npu path) does to the
+    pixels, measured on the CPU by downcasting there the same way: 1.5e-6 (FLUX.1) and 2.4e-6 (FLUX.2) at 64x64,
+    2 steps, float32; the bound is 1e-5 (larger images reach larger positions, where float32 angles lose more)."""
+    import numpy as np
+    import torch
+    from diffusers import DiffusionPipeline
+    from diffusers.utils import torch_utils
+
+    from backend.worker.device import FLOAT64_DOWNCAST, downcast_float64
+
+    assert FLOAT64_DOWNCAST == ("tpu",)
+    pipe = DiffusionPipeline.from_pretrained(str(tiny_models / name), dtype=torch.float32, local_files_only=True,
+                                             use_safetensors=True)
+
+    def image() -> np.ndarray:
+        return pipe(prompt="a red fox in the snow", height=64, width=64, num_inference_steps=2, guidance_scale=1.0,
+                    generator=torch.Generator("cpu").manual_seed(7), output_type="np").images
+
+    native = image()
+    monkeypatch.setattr(torch_utils, "_FP64_UNSUPPORTED_DEVICES", torch_utils._FP64_UNSUPPORTED_DEVICES)
+    monkeypatch.setitem(torch_utils._DTYPE_UNSUPPORTED_DEVICES, torch.float64, torch_utils._FP64_UNSUPPORTED_DEVICES)
+    downcast_float64("cpu")
+    assert torch_utils.maybe_adjust_dtype_for_device(torch.float64, torch.device("cpu")) == torch.float32
+    difference = float(np.abs(image() - native).max())
+    assert 0 < difference <= 1e-5, difference

@@ -32,6 +32,38 @@ def prepare_worker(kind: str) -> None:
         if accelerator is None or accelerator.type != "tpu":
             raise RuntimeError("TorchTPU did not register the 'tpu' device in this worker (accelerator: "
                                f"{accelerator}); is TORCH_DEVICE_BACKEND_AUTOLOAD=0 set for the workers?")
+    if kind in FLOAT64_DOWNCAST:
+        downcast_float64(kind)
+
+
+# Devices on which diffusers computes in float32 where it would use float64 (FLUX.1's and FLUX.2's rotary
+# embedding), as it does itself on mps, npu and neuron. Whether TorchTPU runs float64 well (natively, emulated, or
+# not at all) is unknown: `python -m backend tpu-check` reports it. The CPU pixel difference this makes is in
+# tests/test_device.py.
+FLOAT64_DOWNCAST = ("tpu",)
+
+
+def downcast_float64(device_type: str) -> None:
+    """Adds `device_type` to diffusers' own list of devices without float64
+    (diffusers.utils.torch_utils._FP64_UNSUPPORTED_DEVICES, read by maybe_adjust_dtype_for_device at each call)."""
+    import torch
+    from diffusers.utils import torch_utils
+
+    devices = torch_utils._DTYPE_UNSUPPORTED_DEVICES[torch.float64] | {device_type}
+    torch_utils._FP64_UNSUPPORTED_DEVICES = devices
+    torch_utils._DTYPE_UNSUPPORTED_DEVICES[torch.float64] = devices
+
+
+def tpu_cache_stats(kind: str) -> dict | None:
+    """TorchTPU's compile-cache counters (torch.tpu._get_cache_stats()) and the tier-2 cache name this worker was
+    given (the controller's process_env); None off TPU."""
+    if kind != "tpu":
+        return None
+    import torch
+
+    stats = torch.tpu._get_cache_stats()
+    return {"requests": stats.num_cache_reqs, "hits": stats.num_cache_hits, "compilations": stats.num_compilations,
+            "tier2": os.environ.get("TORCH_TPU_TIER2_COMPILATION_CACHE")}
 
 
 def torch_device(kind: str, local_rank: int):
