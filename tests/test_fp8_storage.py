@@ -15,7 +15,8 @@ import pytest
 import torch
 from lora_fixtures import load, make
 
-from backend.controller import api, plans, sources, storage
+from backend.controller import api, plans, storage
+from backend.controller.files import assemble, listing
 from backend.protocol.errors import CompileError, ModelError
 from backend.protocol.spec import SampleRequest
 
@@ -108,8 +109,8 @@ def monkeypatch_module():
 
 
 def _file_spec(files: Path, dtype="auto", **chosen):
-    roots = {role: [str(files / "models" / folder)] for role, folder in sources.ROLE_FOLDERS.items()}
-    return api.make_file_spec(sources.FileChoice(**chosen), roots, dtype, "cpu")
+    roots = {role: [str(files / "models" / folder)] for role, folder in listing.ROLE_FOLDERS.items()}
+    return api.make_file_spec(assemble.FileChoice(**chosen), roots, dtype, "cpu")
 
 
 @pytest.mark.unit

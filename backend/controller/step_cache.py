@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 
 from ..protocol.errors import CompileError, ParallelError
-from ..protocol.spec import CACHE_THRESHOLDS, FAMILIES, STEP_CACHE_PIPELINES, STEP_CACHES, PipelineSpec
+from ..protocol.families import PIPELINES
+from ..protocol.spec import CACHE_THRESHOLDS, STEP_CACHES, PipelineSpec
 
 _WHAT = {
     "first block": "runs the first transformer block every step and skips the rest when its output changed less "
@@ -28,9 +29,9 @@ def check(spec: PipelineSpec) -> None:
         raise ParallelError(f"cache_threshold: {threshold} is out of range; use 0 (the cache's default) up to 10.")
     if kind == "off":
         return
-    if spec.class_name not in STEP_CACHE_PIPELINES[kind]:
-        fits = sorted({FAMILIES[c].name for c in STEP_CACHE_PIPELINES[kind]})
-        others = [k for k in STEP_CACHES[1:] if spec.class_name in STEP_CACHE_PIPELINES[k]]
+    if kind not in spec.family.step_caches:
+        fits = sorted({p.name for p in PIPELINES.values() if kind in p.step_caches})
+        others = list(spec.family.step_caches)
         instead = f" For {spec.family.name} use {' or '.join(others)}." if others else ""
         raise ParallelError(f"step_cache: '{kind}' does not suit {spec.family.name} ({spec.class_name}); it suits "
                             f"{', '.join(fits)}.{instead} Otherwise set step_cache to off.")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..protocol.errors import CompileError, ModelError
 from ..protocol.spec import PipelineSpec
-from . import sources
+from .files import headers
 
 FP8_CHOICE = "float8_e4m3fn"  # the dtype choice that asks for fp8 storage (DTYPE_CHOICES)
 FP8_COMPUTE = "bfloat16"  # what that choice computes in
@@ -30,7 +30,7 @@ def file_fp8(spec: PipelineSpec) -> str:
     part = next((spec.source.component(n) for n in _DENOISERS if spec.source and spec.source.component(n)), None)
     if part is None or part.quant or not part.path.endswith(".safetensors"):
         return ""
-    header = sources.read_header(Path(part.path))
+    header = headers.read_header(Path(part.path))
     matrices = [d for k, d in header.dtypes.items()
                 if k.startswith(part.prefix) and k.endswith(".weight") and len(header.shapes[k]) >= 2]
     found = {_FILE_FP8[d] for d in matrices if d in _FILE_FP8}
