@@ -31,6 +31,7 @@ from ..protocol.spec import (
     SampleRequest,
     mode_note,
 )
+from ..protocol.units import format_bytes
 from . import devices, group, hosts, images, models, plans, storage
 from .files import assemble, listing
 
@@ -115,7 +116,7 @@ def describe_pipeline(spec: PipelineSpec) -> str:
     if spec.kind == "tpu":
         host = devices.tpu_host()
         lines = [f"{spec.name} ({spec.family.name}) on {host.describe()}, "
-                 f"{_gib(host.hbm_bytes_per_device)} per device"]
+                 f"{format_bytes(host.hbm_bytes_per_device)} per device"]
         if note := devices.v7x_default_note(host):
             lines.append(note)
     elif spec.kind == "cuda":
@@ -128,10 +129,6 @@ def describe_pipeline(spec: PipelineSpec) -> str:
     if spec.offload == "auto":
         lines.append(plans.choose_offload(spec).reason)
     return "\n".join(lines)
-
-
-def _gib(n: int | None) -> str:
-    return "? GiB" if n is None else f"{n / 2**30:.0f} GiB"
 
 
 def check_request(spec: PipelineSpec, req: SampleRequest) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 from ..protocol import settings
 from ..protocol.families import FAMILIES
 from ..protocol.spec import FileComponent, FileSource, listed_components, read_json
+from ..protocol.units import format_bytes
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 _TOKENIZER_LAYOUTS = ("tokenizer", "tekken")
@@ -58,13 +59,6 @@ class Component:
     def describe(self) -> str:
         where = f", {Path(self.file).name}" if self.file else ""
         return f"{self.name} ({self.cls.__name__}, {format_bytes(self.size_bytes)}{where})"
-
-
-def format_bytes(n: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 def _weighted(index: dict) -> list[tuple[str, type]]:

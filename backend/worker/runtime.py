@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..protocol import messages, settings
+from ..protocol.errors import Interrupted
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
 from . import device, images, loading, parallel, storage
@@ -33,10 +34,6 @@ _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torc
 # memory ... Error code 12 (Cannot allocate memory)"; Windows: "not enough memory"), XLA (RESOURCE_EXHAUSTED).
 _OOM_MARKERS = ("out of memory", "resource_exhausted", "resource exhausted", "cannot allocate memory",
                 "can't allocate memory", "not enough memory")
-
-
-class Interrupted(Exception):
-    """Raised from the step callback when the controller asked to stop."""
 
 
 class Runtime:

@@ -290,7 +290,7 @@ def _add_text_encoder(p: _Pipeline, name: str, kind: str) -> None:
     p.parts.append(_tokenizer(tok_name, kind, c))
     if c.input == "checkpoint" and not p.family.single_file:
         raise ModelError(f"checkpoint: '{c.path.name}' holds {p.family.name} text encoders; diffusers "
-                         "reads all-in-one files of SDXL, SD3/3.5 and FLUX.1 only. Choose its parts "
+                         f"reads all-in-one files of {families.single_file_names()} only. Choose its parts "
                          "(diffusion model, text encoders, VAE) as separate files instead.")
     layout = "hf"
     if text_encoders.OPENCLIP_KEY in part.shapes:

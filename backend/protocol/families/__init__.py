@@ -28,11 +28,29 @@ def recognise(shapes: Shapes) -> ModelFamily | None:
     return next((f for f in FAMILIES.values() if f.recognises(shapes)), None)
 
 
-def names(families=None) -> str:
-    """'FLUX.1, FLUX.2, SD3/SD3.5, SDXL or Qwen-Image': the families, for messages."""
-    found = [f.name for f in (families or FAMILIES.values())]
-    return ", ".join(found[:-1]) + " or " + found[-1] if len(found) > 1 else "".join(found)
+def names(families=None, last: str = " or ") -> str:
+    """'FLUX.1, FLUX.2, SD3/SD3.5, SDXL or Qwen-Image': the families (all by default), for messages."""
+    return _listed([f.name for f in (FAMILIES.values() if families is None else families)], last)
+
+
+def _listed(items: list[str], last: str = " and ") -> str:
+    return ", ".join(items[:-1]) + last + items[-1] if len(items) > 1 else "".join(items)
+
+
+def single_file_names() -> str:
+    """'FLUX.1, SD3/SD3.5 and SDXL': the families whose all-in-one checkpoints diffusers reads."""
+    return names([f for f in FAMILIES.values() if f.single_file], " and ")
+
+
+def text_encoders_needed() -> str:
+    """'FLUX.1: CLIP-L and T5-XXL; ...': the text encoders each published model reads, for tooltips."""
+    from .text_encoders import KINDS
+
+    return "; ".join(
+        f"{c.name or f.name}: " + _listed([KINDS[s.kind].short + (" (optional)" if s.optional else "")
+                                           for s in c.text_encoders])
+        for f in FAMILIES.values() for c in f.configs)
 
 
 __all__ = ["FAMILIES", "PIPELINES", "Configs", "ModelFamily", "Pipeline", "TextSlot", "family_of", "names",
-           "recognise"]
+           "recognise", "single_file_names", "text_encoders_needed"]

@@ -58,6 +58,7 @@ class Configs:
 
     folder: str
     text_encoders: tuple[TextSlot, ...]
+    name: str = ""  # what messages call this model where the family has several ("FLUX.2 [klein]")
 
 
 @dataclass(frozen=True)
