@@ -82,13 +82,13 @@ class LoadTPUPipeline:
 
 
 FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/protocol/families)
-    "diffusion_model": f"The diffusion model file (models/diffusion_models or models/unet): {families.names()}, "
+    "diffusion_model": f"The diffusion model file (models/diffusion_models or models/unet): {families.names(families.FROM_FILES)}, "
                        "in bf16, fp16, fp32 or fp8 (fp8 stays fp8 with dtype auto in eager modes), or GGUF (CPU and GPU "
                        "only). Leave '(none)' when using a checkpoint.",
     "text_encoder": "A text encoder file (models/text_encoders or models/clip), in any order. "
                     f"{families.text_encoders_needed()}. With a checkpoint, only to replace or add to the ones "
                     "it holds.",
-    "vae": "The VAE file (models/vae). " + "; ".join(f"{f.name}: {f.vae_hint}" for f in families.FAMILIES.values())
+    "vae": "The VAE file (models/vae). " + "; ".join(f"{f.name}: {f.vae_hint}" for f in families.FROM_FILES)
            + ". Leave '(none)' to use the checkpoint's own VAE.",
     "checkpoint": f"An all-in-one checkpoint (models/checkpoints) of {families.single_file_names()} (with or "
                   "without its text encoders). Its parts are used unless chosen above; leave '(none)' when "
