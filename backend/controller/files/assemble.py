@@ -296,13 +296,10 @@ def _add_text_encoder(p: _Pipeline, name: str, kind: str) -> None:
         raise ModelError(f"checkpoint: '{c.path.name}' holds {p.family.name} text encoders; diffusers "
                          f"reads all-in-one files of {families.single_file_names()} only. Choose its parts "
                          "(diffusion model, text encoders, VAE) as separate files instead.")
-    layout = "hf"
-    if text_encoders.OPENCLIP_KEY in part.shapes:
-        layout = "openclip"  # SDXL's CLIP-G in its checkpoint: diffusers' pipeline loader converts it
-    elif kind == "mistral" and sizes["num_hidden_layers"] < published["num_hidden_layers"]:
-        layout = "hf-no-final-norm"  # pruned (Comfy-Org's 30-layer file): ComfyUI drops the final norm
+    layout = text_encoders.layout(kind, part.shapes, sizes, published)
+    if layout == "hf-no-final-norm":
         p.notes.append(f"{c.path.name}: {sizes['num_hidden_layers']} of Mistral's {published['num_hidden_layers']} "
-                       "layers, read without the final norm as ComfyUI does")
+                       "layers, read without the final norm as ComfyUI does")  # the one pruned text encoder
     quant = _quant(header, part.prefix)
     if layout == "openclip" and quant:
         raise ModelError(f"checkpoint: '{c.path.name}' holds a scaled-fp8 OpenCLIP text encoder, which "
