@@ -84,13 +84,15 @@ class Runtime:
     def info(self) -> dict:
         return {"rank": self.rank, "pid": os.getpid(), "device": str(self.device), "loads": self.loads,
                 "samples": self.samples, "steps": self.steps,
+                "threads": torch.get_num_threads(),  # CPU pixels agree bit for bit only at equal thread counts
                 "model": self.loaded.model_path if self.loaded else None,
                 "dtype": str(self.pipe.dtype).replace("torch.", "") if self.pipe is not None else None,
                 "offload": self.loaded.offload if self.loaded else None,
                 "storage": self.loaded.storage if self.loaded else None,  # fp8 storage of the denoiser ("" none)
                 "device_mesh": parallel.group_mesh.cache_info().currsize > 0,  # this process built one
                 "loras": self.loras.info(), "lora_apply_s": self.loras.apply_s,
-                "compile": {"mode": self.mode, "note": mode_note(self.kind, self.mode), **self.compiler.stats()},
+                "compile": {"mode": self.mode, "note": mode_note(self.kind, self.mode), **self.compiler.stats(),
+                            "torch_tpu_cache": device.tpu_cache_stats(self.kind)},
                 "prompt_cache": self.prompts.stats()}
 
     # ---- loading, mode, warm-up
