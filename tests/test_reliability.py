@@ -22,6 +22,9 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import uuid
@@ -389,6 +392,72 @@ def test_oom_markers_match_torch_cpu_allocator_message():
     rt.device = torch.device("cpu")
     text = rt.describe_error(e.value)
     assert text.startswith("out of memory on cpu") and "offload" in text and "Shard TP" in text, text
+
+
+# ---- the several-hosts port survives running out of file descriptors
+_PORT_OWNER = textwrap.dedent("""
+    import json, logging, resource, sys, time
+    from pathlib import Path
+    from backend.controller import hosts
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    secret_file, port, limit = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    registry = hosts.HostRegistry(hosts.Cluster(("127.0.0.2", "127.0.0.1"), "127.0.0.2", port, secret_file),
+                                  hosts.read_secret(secret_file))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    print("listening", flush=True)
+    deadline = time.monotonic() + 90
+    while not registry.hosts() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    print(json.dumps(registry.describe()), flush=True)
+""")
+
+
+@pytest.mark.unit
+def test_the_host_port_survives_running_out_of_descriptors_and_a_host_then_joins(tmp_path):
+    """HostRegistry's port in a process whose descriptor limit is 48 (ulimit -n), flooded with 100 silent
+    connections: it runs out of descriptors (EMFILE), logs a few lines, not one per connection, and once the
+    flood ends a real `python -m backend join` agent joins."""
+    from backend.controller import hosts, link
+
+    secret = hosts.make_secret(tmp_path / "secret")
+    with socket.create_server(("127.0.0.2", 0)) as probe:
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log_path = tmp_path / "owner.log"
+    with open(log_path, "w") as log_file:
+        owner = subprocess.Popen([sys.executable, "-c", _PORT_OWNER, str(secret), str(port), "48"], cwd=ROOT,
+                                 env=env, stdout=subprocess.PIPE, stderr=log_file, text=True)
+    flood: list[socket.socket] = []
+    agent = None
+    try:
+        assert owner.stdout.readline().strip() == "listening", log_path.read_text()
+        for _ in range(100):
+            flood.append(socket.create_connection(("127.0.0.2", port), timeout=10))
+        exhausted = f"cannot accept connections on 127.0.0.2:{port} (Too many open files)"
+        deadline = time.monotonic() + 30
+        while exhausted not in log_path.read_text():
+            assert time.monotonic() < deadline and owner.poll() is None, log_path.read_text()
+            time.sleep(0.1)
+        for s in flood:
+            s.close()
+        agent = subprocess.Popen([sys.executable, "-m", "backend", "join", f"127.0.0.2:{port}", "--secret-file",
+                                  str(secret), "--device", "cpu", "--procs", "1"], cwd=ROOT, env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        out, _ = owner.communicate(timeout=120)
+        joined = json.loads(out)["joined"]
+        assert [(h["address"], h["processes"], h["agent_pid"]) for h in joined] == [("127.0.0.1", 1, agent.pid)], (
+            log_path.read_text())
+        lines = log_path.read_text().splitlines()
+        refusals = [line for line in lines if "refused a connection" in line or "cannot accept" in line]
+        # rate-limited: at most LOG_BURST lines per LOG_EVERY_S (the flood and the join take well under 60 s)
+        assert 1 <= len(refusals) <= 6 * link.LOG_BURST, lines
+    finally:
+        for s in flood:
+            s.close()
+        for proc in (owner, agent):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
 
 
 # ---- the bad-input matrix, through the server
