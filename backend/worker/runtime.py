@@ -11,12 +11,14 @@ import gc
 import inspect
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..protocol import messages
+from ..protocol.errors import ModelError
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import PipelineSpec, SampleRequest, mode_note, warmup_request
 from . import device, images, loading, parallel
@@ -230,12 +232,33 @@ class Runtime:
                 self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,
                                report=layout.leader, per_step=len(group))
                 result = pipe(**kwargs)
+            self._check_finite(spec, result.images)
             done += len(group)
             if layout.leader:
                 out.append(np.asarray(result.images, dtype=np.float32))
         if not layout.leader or not out:
             return None
         return np.ascontiguousarray(np.concatenate(out))
+
+    def _check_finite(self, spec: PipelineSpec, out: Any) -> None:
+        """Latents (ranks that skip the VAE) or images holding NaN or infinity would be saved black: the run fails
+        instead, naming the likely causes."""
+        if bool(np.isfinite(out).all() if isinstance(out, np.ndarray) else torch.isfinite(out).all()):
+            return
+        causes = []
+        if spec.loras:
+            causes.append(f"the LoRAs applied ({', '.join(f'{x.name} at strength {x.strength:g}' for x in spec.loras)}"
+                          "): run without them, or at a lower strength, to find out")
+        files = sorted({Path(c.path).name for c in spec.source.components if c.layout not in ("tokenizer", "tekken")}
+                       ) if spec.source else [spec.name]
+        causes.append(f"NaN or infinity in the model's weights ({', '.join(files)}): the file is damaged or "
+                      "converted wrongly; download it again")
+        if (dtype := self.dtype_name(spec)) == "float16":
+            causes.append("float16 overflow (the model computes in float16 here): choose dtype bfloat16 or float32 "
+                          "in Load TPU Pipeline")
+        what = "images" if isinstance(out, np.ndarray) else "latents"
+        raise ModelError(f"the run made {what} that are not numbers (NaN or infinity) in {dtype}, which would be saved "
+                         f"as black images, so it failed instead. Likely causes: {'; '.join(causes)}.")
 
     def _cfg_split(self, pipe: Any, spec: PipelineSpec, kwargs: dict, say: bool) -> Any:
         """CFG Parallel for one call: split when the pipeline runs two passes, else both ranks run it whole."""
