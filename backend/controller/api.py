@@ -136,6 +136,7 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
             raise ModelError(f"{f.name}: {value} is not a number the pipeline can use; give a finite value "
                              f"(e.g. {getattr(SampleRequest, f.name)}).")
     models.check_size(models.info_of(spec), req.width, req.height)
+    plans.check_pixels(spec, req.width, req.height, req.batch_size)
     plans.check_cp_size(spec, req.width, req.height)
     if req.steps < 1:
         raise ModelError(f"steps: {req.steps} is too small; use at least 1.")
@@ -168,7 +169,7 @@ def load(spec: PipelineSpec, on_progress: ProgressFn | None = None,
     """Makes sure the pipeline is loaded and warm in the workers (warm-up shapes compiled); returns rank 0's info."""
     spec = checked(spec)
     results = group.run(group_config(spec), lambda g: g.load(spec, on_progress, should_interrupt),
-                        _status_adapter(on_progress))
+                        _status_adapter(on_progress), should_interrupt)
     return results[0].value
 
 
@@ -187,7 +188,7 @@ def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | Non
     progress = _group_progress(spec, req, on_progress)
     before = group.current_group()
     results = group.run(group_config(spec), lambda g: g.sample(spec, req, progress, should_interrupt, arrays),
-                        _status_adapter(on_progress))
+                        _status_adapter(on_progress), should_interrupt)
     received = time.time()
     # Each replica's first rank sends its slice; rank order is image order.
     parts = [r.arrays["images"] for r in results if "images" in r.arrays]
@@ -232,7 +233,20 @@ def describe_inputs(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | 
 
 
 def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, str | None]:
-    """Width and height that follow the image (rounded down to the model's size factor), and a note if rounded."""
+    """Width and height that follow the image (rounded down to the model's size factor), and a note if rounded;
+    held to the limits width and height have (the node's range, the model's, the pixel budget), checked from the
+    image's shape before its pixels are copied."""
+    shape = np.shape(image)
+    if len(shape) in (3, 4) and min(shape[-3:-1], default=0) >= 1:
+        h, w = shape[-3:-1]
+        f = spec.size_factor or 1
+        try:
+            models.check_size(models.info_of(spec), max(f, w // f * f), max(f, h // f * f))
+            plans.check_pixels(spec, max(f, w // f * f), max(f, h // f * f))
+        except ModelError as e:
+            raise ModelError(f"size_from_image: the image is {w}x{h}, and width and height follow it, so they are "
+                             f"held to the same limits: {e} Turn size_from_image off and set width and height, or "
+                             "scale the image down first (Upscale Image By).") from None
     return images.size_from_image(spec, image)
 
 

@@ -10,13 +10,15 @@ sends its images back. Every check raises an InputError that names the input, th
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..protocol.errors import CompileError, ParallelError
+from ..protocol.errors import CompileError, DeviceError, ModelError, ParallelError
+from ..protocol.messages import ENV_MEMORY_LIMIT
 from ..protocol.spec import (
     COMPILE_BACKENDS,
     COMPILE_TARGETS,
@@ -635,6 +637,69 @@ def check_cp_size(spec: PipelineSpec, width: int, height: int) -> None:
         raise ParallelError(f"width/height: {width}x{height} makes {tokens} image tokens, which Context Parallel "
                             f"degree {degree} cannot split evenly; choose a size where (width/{spec.size_factor}) × "
                             f"(height/{spec.size_factor}) is a multiple of {degree}.")
+
+
+# ---- the pixel budget: how large an image this host can make
+
+ENV_MAX_MEGAPIXELS = "COMFYUI_TPU_MAX_MEGAPIXELS"  # the operator's own budget, replacing the estimate
+# A real VAE decoder (FLUX.1, FLUX.2, SD3, SDXL: blocks of 512, 512, 256, 128 channels) holds, at the image's
+# full size, its last upsampler's 256-channel input and output and its last block's 128 channels: about 640
+# values per pixel at once. Weights and the denoiser's activations come on top; the budget is an upper bound.
+VAE_VALUES_PER_PIXEL = 640
+
+
+def pixel_budget(spec: PipelineSpec) -> tuple[int, str] | None:
+    """The most pixels one pipeline call (one image, or a batched Sample's batch) may make on this host, and
+    where that figure comes from; None where the device's memory is unknown. The rule: the memory one worker
+    has (TPU: HBM per device; CUDA: the GPU's memory; CPU: COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB when set, else
+    the host's memory shared by its CPU workers) over VAE_VALUES_PER_PIXEL values of the pipeline's dtype.
+    COMFYUI_TPU_MAX_MEGAPIXELS replaces it."""
+    if value := os.environ.get(ENV_MAX_MEGAPIXELS, "").strip():
+        try:
+            mp = float(value)
+        except ValueError:
+            mp = math.nan
+        if not (math.isfinite(mp) and mp > 0):
+            raise DeviceError(f"{ENV_MAX_MEGAPIXELS}: {value!r} is not a number of megapixels; set one such as 16, "
+                              "or unset it to use the host's memory.")
+        return int(mp * 1e6), f"{ENV_MAX_MEGAPIXELS}={value}"
+    kind = spec.kind or "cpu"
+    dtype = spec.dtype if spec.dtype in _FLOAT_BYTES else ("float32" if kind == "cpu" else "bfloat16")
+    if kind == "cpu":
+        cap = os.environ.get(ENV_MEMORY_LIMIT, "").strip()
+        try:
+            memory, where = int(float(cap) * 2**30), f"a cpu worker is capped at {cap} GiB ({ENV_MEMORY_LIMIT})"
+        except ValueError:
+            workers = max(1, spec.world_size)
+            memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // workers
+            where = (f"this host has {_gib(memory * workers)} of memory"
+                     + (f" for {workers} cpu workers" if workers > 1 else ""))
+    else:
+        memory = devices.device_memory_bytes(kind)
+        if memory is None:
+            return None
+        where = f"a {kind} device has {_gib(memory)}"
+    per_pixel = VAE_VALUES_PER_PIXEL * _FLOAT_BYTES[dtype]
+    return memory // per_pixel, (f"{where}, and decoding an image takes about {per_pixel / 1024:.1f} KiB per pixel "
+                                 f"in {dtype}")
+
+
+def check_pixels(spec: PipelineSpec, width: int, height: int, batch: int = 1) -> None:
+    """Refuses a size beyond the pixel budget (`pixel_budget`) before any worker starts on it."""
+    budget = pixel_budget(spec)
+    if budget is None:
+        return
+    most, why = budget
+    calls = batch if spec.batched else 1
+    pixels = width * height * calls
+    if pixels <= most:
+        return
+    side = int(math.sqrt(most)) // spec.size_factor * spec.size_factor if spec.size_factor else int(math.sqrt(most))
+    what = f"{width}x{height}" + (f" × batch {calls} (batched)" if calls > 1 else "")
+    raise ModelError(f"width/height: {what} is {pixels / 1e6:.1f} megapixels in one pipeline call, more than this "
+                     f"host can make: at most {most / 1e6:.1f} megapixels (e.g. {side}x{side}), because {why}. Use a "
+                     f"smaller width and height{', or turn batched off' if calls > 1 else ''}; an operator sure of "
+                     f"the memory can set {ENV_MAX_MEGAPIXELS}.")
 
 
 def plan_sampling(spec: PipelineSpec, prompt_cache: bool, batched: bool,
