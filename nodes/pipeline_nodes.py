@@ -11,7 +11,8 @@ import functools
 import torch
 
 from ..backend.controller import api
-from ..backend.controller.sources import NONE, FileChoice
+from ..backend.controller.files.assemble import FileChoice
+from ..backend.controller.files.listing import NONE
 from ..backend.protocol.errors import InputError
 from ..backend.protocol.spec import DEVICE_CHOICES, DTYPE_CHOICES, OFFLOAD_CHOICES, SampleRequest
 from . import comfy_bridge
@@ -140,10 +141,11 @@ class LoadTPUPipelineFiles:
                           text_encoders=(text_encoder_1, text_encoder_2, text_encoder_3), vae=vae)
 
     @classmethod
-    def VALIDATE_INPUTS(cls, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint):
-        try:
+    def VALIDATE_INPUTS(cls, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
+                        device="auto"):
+        try:  # the chosen device, as in Load TPU Pipeline: 'cpu' works where the TPU cannot be used; GGUF on 'cpu'
             api.make_file_spec(cls._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae,
-                                           checkpoint), comfy_bridge.file_roots())
+                                           checkpoint), comfy_bridge.file_roots(), device_choice=device)
         except InputError as e:
             return str(e)
         return True

@@ -366,14 +366,14 @@ def test_from_pretrained_is_local_safetensors_only_and_never_trusts_remote_code(
 
 @pytest.mark.unit
 def test_pickle_weights_need_the_operator_opt_in(monkeypatch):
-    from backend.protocol.messages import ENV_ALLOW_PICKLE
+    from backend.protocol import settings
     from backend.worker.loading import safetensors_only
 
     for value, expected in ((None, True), ("0", True), ("true", True), ("1", None)):
         if value is None:
-            monkeypatch.delenv(ENV_ALLOW_PICKLE, raising=False)
+            monkeypatch.delenv(settings.ALLOW_PICKLE.name, raising=False)
         else:
-            monkeypatch.setenv(ENV_ALLOW_PICKLE, value)
+            monkeypatch.setenv(settings.ALLOW_PICKLE.name, value)
         assert safetensors_only() is expected, value
 
 
@@ -532,7 +532,8 @@ def test_non_finite_loras_are_refused_naming_the_tensor_and_a_nan_model_fails_in
     import torch
     from lora_fixtures import make
 
-    from backend.controller import api, sources
+    from backend.controller import api
+    from backend.controller.files import assemble, listing
     from backend.protocol.errors import ModelError
     from backend.protocol.spec import SampleRequest
 
@@ -570,9 +571,9 @@ def test_non_finite_loras_are_refused_naming_the_tensor_and_a_nan_model_fails_in
     nan_model = _non_finite_copy(files / "models" / "diffusion_models" / "flux1-tiny.safetensors",
                                  tmp_path / "diffusion_models" / "flux1-nan.safetensors",
                                  lambda k, t: torch.full_like(t, float("nan")) if t.is_floating_point() else t)
-    roots = {role: [str(files / "models" / folder)] for role, folder in sources.ROLE_FOLDERS.items()}
+    roots = {role: [str(files / "models" / folder)] for role, folder in listing.ROLE_FOLDERS.items()}
     roots["diffusion_model"] = [str(nan_model.parent)]
-    choice = sources.FileChoice(diffusion_model=nan_model.name, text_encoders=(
+    choice = assemble.FileChoice(diffusion_model=nan_model.name, text_encoders=(
         "t5xxl-tiny.safetensors", "clip_l-tiny.safetensors"), vae="ae-tiny.safetensors")
     nan_spec = api.make_file_spec(choice, roots)
     with pytest.raises(ModelError) as e:

@@ -14,7 +14,6 @@ import itertools
 import logging
 import os
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..protocol import handoff, messages
+from ..protocol import handoff, messages, settings
 from ..protocol.errors import INPUT_ERRORS, Interrupted, WorkerCrashed, WorkerError
 from ..protocol.messages import (
     FINAL,
@@ -39,18 +38,18 @@ from ..protocol.messages import (
 )
 from ..protocol.spec import GroupConfig, PipelineSpec, SampleRequest
 from . import devices, hosts
-from .launcher import Launcher, remove_stale_run_dirs, torchrun_command
+from .launcher import Launcher, free_port, remove_stale_run_dirs, torchrun_command
 from .link import Link, Listener
 
 log = logging.getLogger("comfyui_tpu")
 
-START_TIMEOUT_S = float(os.environ.get("COMFYUI_TPU_START_TIMEOUT", "180"))
-SILENCE_TIMEOUT_S = float(os.environ.get("COMFYUI_TPU_SILENCE_TIMEOUT", "120"))
+START_TIMEOUT_S = settings.START_TIMEOUT.number()
+SILENCE_TIMEOUT_S = settings.SILENCE_TIMEOUT.number()
 # After Cancel, a rank that has not stopped within this ends the group: it is silent (stopped, hung), or busy
 # inside one step, VAE pass, load or compile longer than this (it heartbeats but reaches no step boundary).
-CANCEL_GRACE_S = float(os.environ.get("COMFYUI_TPU_CANCEL_GRACE", "10"))
+CANCEL_GRACE_S = settings.CANCEL_GRACE.number()
 STOP_TIMEOUT_S = 2.0  # stopping a group Cancel gave up on: polite, then SIGTERM, then SIGKILL, within this
-ERROR_GRACE_S = float(os.environ.get("COMFYUI_TPU_ERROR_GRACE", "10"))  # peers of a failed rank, then restart
+ERROR_GRACE_S = settings.ERROR_GRACE.number()  # peers of a failed rank, then restart
 EXIT_REPORT_S = 2.0  # how long a crash report waits for a dying rank's exit status
 QUIET_S = 2 * messages.HEARTBEAT_S + 1.0  # a busy rank heard from less recently than this is stopped or hung
 
@@ -98,8 +97,8 @@ class WorkerGroup:
             listener = Listener(self.secret)
             env = {**devices.worker_env(kind), **(devices.tpu_launch_env(n, devices.worker_env("tpu"))
                                                   if kind == "tpu" else {})}
-        env.update({messages.ENV_CONTROLLER: listener.address, messages.ENV_GROUP_ID: self.group_id,
-                    messages.ENV_DEVICE_KIND: kind})
+        env.update({settings.CONTROLLER.name: listener.address, settings.GROUP_ID.name: self.group_id,
+                    settings.DEVICE_KIND.name: kind})
         if on_status:
             where = f" on {1 + len(self.config.hosts)} hosts" if self.config.hosts else ""
             on_status(f"starting {n} {kind} worker{'s' if n > 1 else ''}{where}")
@@ -108,7 +107,7 @@ class WorkerGroup:
         joined: list[Link] = []  # authenticated, hello not yet received (it comes after the rendezvous)
         try:
             if cluster is not None:
-                port = _free_port(cluster.cluster.listen)
+                port = free_port(cluster.cluster.listen)
                 nnodes, per = 1 + len(self.remote), self.config.per_host
                 self.launcher.start(env, self.secret,
                                     torchrun_command(nnodes, 0, per, cluster.cluster.listen, port))
@@ -131,7 +130,7 @@ class WorkerGroup:
                                       "the next run starts them again.")
                 if time.monotonic() > deadline:
                     raise WorkerCrashed(f"workers were not ready after {START_TIMEOUT_S:.0f} s "
-                                        f"(COMFYUI_TPU_START_TIMEOUT).{self.launcher.log_tail()}")
+                                        f"({settings.START_TIMEOUT.name}).{self.launcher.log_tail()}")
                 # Ranks say hello only once all of them joined torch.distributed, so take every rank's link
                 # first and never wait on one rank's hello while another waits to be accepted.
                 for link in wait(joined, timeout=0) if joined else []:
@@ -313,7 +312,7 @@ class WorkerGroup:
             self.close()
             raise WorkerCrashed(
                 f"the {self.config.kind} worker {', '.join(self.who(r) for r in silent)} stopped answering (no "
-                f"message, not even a heartbeat, for {SILENCE_TIMEOUT_S:.0f} s, COMFYUI_TPU_SILENCE_TIMEOUT); the "
+                f"message, not even a heartbeat, for {SILENCE_TIMEOUT_S:.0f} s, {settings.SILENCE_TIMEOUT.name}); the "
                 f"group was stopped and the next run starts fresh ones.{tail}", request_started=call.started)
         bound = min(SILENCE_TIMEOUT_S, CANCEL_GRACE_S)
         if now - call.cancelled_at <= bound or not owing:
@@ -328,7 +327,7 @@ class WorkerGroup:
         tail = self.launcher.log_tail()
         self.close(timeout=STOP_TIMEOUT_S)
         raise Interrupted(f"cancelled; {self.config.kind} worker {why}, so the group was stopped "
-                          f"(COMFYUI_TPU_CANCEL_GRACE); the next run starts a fresh one and loads the model "
+                          f"({settings.CANCEL_GRACE.name}); the next run starts a fresh one and loads the model "
                           f"again.{tail}")
 
     def _first_error(self, call: _Call) -> str:
@@ -375,12 +374,6 @@ class WorkerGroup:
         raise WorkerCrashed(
             f"{self.config.kind} worker {who} stopped unexpectedly{cause}. The group was stopped; the next run "
             f"starts a fresh one.{tail}", request_started=call.started)
-
-
-def _free_port(address: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 class _Call:

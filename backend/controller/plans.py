@@ -17,24 +17,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..protocol import settings
 from ..protocol.errors import CompileError, DeviceError, ModelError, ParallelError
-from ..protocol.messages import ENV_MEMORY_LIMIT
+from ..protocol.families import PIPELINES
 from ..protocol.spec import (
     COMPILE_BACKENDS,
     COMPILE_TARGETS,
     CP_MODES,
-    FAMILIES,
     CompilePlan,
     PipelineSpec,
     listed_components,
 )
+from ..protocol.units import format_bytes
 from . import devices, hosts, models
 
 # ---- Shard TP and Data Parallel
 
 
 def families_with_tp_plan() -> list[str]:
-    return sorted({f.name for f in FAMILIES.values() if f.tp_plan})
+    return sorted({f.name for f in PIPELINES.values() if f.tp_plan})
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) 
     Parallel is added and again before anything starts. Raises ParallelError naming the input, the value and
     the fix.
     """
-    family = FAMILIES[spec.class_name]
+    family = PIPELINES[spec.class_name]
     name = Path(spec.model_path).name
     if degree < 0:
         raise ParallelError(f"degree: {degree} is not allowed; use 0 (auto: all chips) or a number of chips.")
@@ -395,14 +396,6 @@ class OffloadChoice:
     reason: str  # what was chosen and why, for the node
 
 
-def _gib(n: float) -> str:
-    """Bytes in binary units (device memory is sold in GiB): '22.2 GiB', '7.6 MiB'."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
 def _per_device(parts: dict[str, int], degree: int, sharded: Sequence[str]) -> float:
     """Weights one device holds when the transformer (and the `sharded` text encoders) are split `degree` ways."""
     return sum(b / degree if n == "transformer" or n in sharded else b for n, b in parts.items())
@@ -421,23 +414,23 @@ def choose_offload(spec: PipelineSpec) -> OffloadChoice:
     if memory is None or not parts:
         return OffloadChoice("none", "offload auto → none (the device's memory or the model's size is unknown)")
     usable = memory * OFFLOAD_HEADROOM
-    room = f"{_gib(usable)} of the {_gib(memory)} per device (the rest is kept for activations)"
+    room = f"{format_bytes(usable)} of the {format_bytes(memory)} per device (the rest is kept for activations)"
     if spec.tp_degree > 1:
         per = _per_device(parts, spec.tp_degree, spec.sharded_encoders)
         more = "" if per <= usable else f", more than {room}: use a larger Shard TP degree"
         return OffloadChoice("none", f"offload auto → none (a sharded model cannot be offloaded): about "
-                                     f"{_gib(per)} of weights per device in {dtype}{more}")
+                                     f"{format_bytes(per)} of weights per device in {dtype}{more}")
     total = sum(parts.values())
-    what = f"the weights take {_gib(total)} in {dtype} ({', '.join(f'{n} {_gib(b)}' for n, b in parts.items())})"
+    what = f"the weights take {format_bytes(total)} in {dtype} ({', '.join(f'{n} {format_bytes(b)}' for n, b in parts.items())})"
     if total <= usable:
         return OffloadChoice("none", f"offload auto → none: {what}, within {room}")
     biggest = max(parts, key=lambda n: parts[n])
     if parts[biggest] <= usable:
         return OffloadChoice("model", f"offload auto → model: {what}, more than {room}; the largest part "
-                                      f"({biggest}, {_gib(parts[biggest])}) fits, so each part moves onto the "
+                                      f"({biggest}, {format_bytes(parts[biggest])}) fits, so each part moves onto the "
                                       "device while it runs and waits in host memory otherwise")
     return OffloadChoice("sequential", f"offload auto → sequential: {what}; even {biggest} "
-                                       f"({_gib(parts[biggest])}) is more than {room}, so the weights move onto "
+                                       f"({format_bytes(parts[biggest])}) is more than {room}, so the weights move onto "
                                        f"the device layer by layer (slow).{_tp_hint(spec, parts, usable)}")
 
 
@@ -451,10 +444,10 @@ def _tp_hint(spec: PipelineSpec, parts: dict[str, int], usable: float) -> str:
         if d == 1:
             continue
         if _per_device(parts, d, ()) <= usable:
-            return f" Shard TP degree {d} would fit (about {_gib(_per_device(parts, d, ()))} per device) without offload."
+            return f" Shard TP degree {d} would fit (about {format_bytes(_per_device(parts, d, ()))} per device) without offload."
         if shardable and _per_device(parts, d, shardable) <= usable:
             return (f" Shard TP degree {d} with shard_text_encoders on would fit (about "
-                    f"{_gib(_per_device(parts, d, shardable))} per device) without offload.")
+                    f"{format_bytes(_per_device(parts, d, shardable))} per device) without offload.")
     return " It does not fit this host's devices even with Shard TP over all of them."
 
 
@@ -496,7 +489,7 @@ def check_spec(spec: PipelineSpec) -> None:
     if spec.tp_degree < 1:
         raise ParallelError(f"degree: {spec.tp_degree} is too small; use at least 1.")
     if spec.tp_degree > 1:
-        family = FAMILIES[spec.class_name]
+        family = PIPELINES[spec.class_name]
         if not family.tp_plan or spec.offload not in ("none", "auto"):
             plan_tp(spec, spec.tp_degree, spec.tp_text_encoders)  # raises the same message the node gives
         check_tp(spec, cap, transformer_heads(spec))
@@ -506,7 +499,7 @@ def check_spec(spec: PipelineSpec) -> None:
 # ---- CFG Parallel, Context Parallel, Sampling Options
 
 def families_with(attribute: str) -> list[str]:
-    return sorted({f.name for f in FAMILIES.values() if getattr(f, attribute)})
+    return sorted({f.name for f in PIPELINES.values() if getattr(f, attribute)})
 
 
 def _distilled_klein(spec: PipelineSpec) -> bool:
@@ -641,7 +634,6 @@ def check_cp_size(spec: PipelineSpec, width: int, height: int) -> None:
 
 # ---- the pixel budget: how large an image this host can make
 
-ENV_MAX_MEGAPIXELS = "COMFYUI_TPU_MAX_MEGAPIXELS"  # the operator's own budget, replacing the estimate
 # A real VAE decoder (FLUX.1, FLUX.2, SD3, SDXL: blocks of 512, 512, 256, 128 channels) holds, at the image's
 # full size, its last upsampler's 256-channel input and output and its last block's 128 channels: about 640
 # values per pixel at once. Weights and the denoiser's activations come on top; the budget is an upper bound.
@@ -654,31 +646,33 @@ def pixel_budget(spec: PipelineSpec) -> tuple[int, str] | None:
     has (TPU: HBM per device; CUDA: the GPU's memory; CPU: COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB when set, else
     the host's memory shared by its CPU workers) over VAE_VALUES_PER_PIXEL values of the pipeline's dtype.
     COMFYUI_TPU_MAX_MEGAPIXELS replaces it."""
-    if value := os.environ.get(ENV_MAX_MEGAPIXELS, "").strip():
+    if settings.MAX_MEGAPIXELS.is_set():
+        value = settings.MAX_MEGAPIXELS.raw()
         try:
             mp = float(value)
         except ValueError:
             mp = math.nan
         if not (math.isfinite(mp) and mp > 0):
-            raise DeviceError(f"{ENV_MAX_MEGAPIXELS}: {value!r} is not a number of megapixels; set one such as 16, "
-                              "or unset it to use the host's memory.")
-        return int(mp * 1e6), f"{ENV_MAX_MEGAPIXELS}={value}"
+            raise DeviceError(f"{settings.MAX_MEGAPIXELS.name}: {value!r} is not a number of megapixels; set one "
+                              "such as 16, or unset it to use the host's memory.")
+        return int(mp * 1e6), f"{settings.MAX_MEGAPIXELS.name}={value}"
     kind = spec.kind or "cpu"
     dtype = spec.dtype if spec.dtype in _FLOAT_BYTES else ("float32" if kind == "cpu" else "bfloat16")
     if kind == "cpu":
-        cap = os.environ.get(ENV_MEMORY_LIMIT, "").strip()
-        try:
-            memory, where = int(float(cap) * 2**30), f"a cpu worker is capped at {cap} GiB ({ENV_MEMORY_LIMIT})"
-        except ValueError:
+        cap = settings.WORKER_MEMORY_LIMIT_GB.number()
+        if cap is not None and cap > 0:
+            memory = int(cap * 2**30)
+            where = f"a cpu worker is capped at {cap:g} GiB ({settings.WORKER_MEMORY_LIMIT_GB.name})"
+        else:
             workers = max(1, spec.world_size)
             memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // workers
-            where = (f"this host has {_gib(memory * workers)} of memory"
+            where = (f"this host has {format_bytes(memory * workers)} of memory"
                      + (f" for {workers} cpu workers" if workers > 1 else ""))
     else:
         memory = devices.device_memory_bytes(kind)
         if memory is None:
             return None
-        where = f"a {kind} device has {_gib(memory)}"
+        where = f"a {kind} device has {format_bytes(memory)}"
     per_pixel = VAE_VALUES_PER_PIXEL * _FLOAT_BYTES[dtype]
     return memory // per_pixel, (f"{where}, and decoding an image takes about {per_pixel / 1024:.1f} KiB per pixel "
                                  f"in {dtype}")
@@ -699,7 +693,7 @@ def check_pixels(spec: PipelineSpec, width: int, height: int, batch: int = 1) ->
     raise ModelError(f"width/height: {what} is {pixels / 1e6:.1f} megapixels in one pipeline call, more than this "
                      f"host can make: at most {most / 1e6:.1f} megapixels (e.g. {side}x{side}), because {why}. Use a "
                      f"smaller width and height{', or turn batched off' if calls > 1 else ''}; an operator sure of "
-                     f"the memory can set {ENV_MAX_MEGAPIXELS}.")
+                     f"the memory can set {settings.MAX_MEGAPIXELS.name}.")
 
 
 def plan_sampling(spec: PipelineSpec, prompt_cache: bool, batched: bool,
