@@ -43,6 +43,7 @@ TINY = {
     "FLUX.1-schnell": "tiny-flux",
     "FLUX.1-dev": "tiny-flux",
     "stable-diffusion-3.5-medium": "tiny-sd3",
+    "stable-diffusion-xl-base-1.0": "tiny-sdxl",
     "FLUX.2-dev": "tiny-flux2",  # 2 attention heads: Shard TP 2 works
     # model files in ComfyUI's folders -> the tiny FLUX.1 files written by ComfyUI's own code (file_fixtures.py)
     "flux1-dev.safetensors": "flux1-tiny.safetensors",

@@ -290,6 +290,8 @@ class SampleRequest:
     batch_size: int = 1
     prompt_per_line: bool = False  # each non-empty line is a prompt; batch_size images each
     denoise: float = 1.0  # with an input image: how much of it is repainted (0 keeps it, 1 repaints it all)
+    sampler: str = "default"  # ComfyUI's sampler name (protocol.samplers); default: the pipeline's own scheduler
+    scheduler: str = "default"  # ComfyUI's scheduler (schedule) name; default: the pipeline's own schedule
 
     def to_dict(self) -> dict:
         return asdict(self)
