@@ -11,7 +11,8 @@ import functools
 import torch
 
 from ..backend.controller import api
-from ..backend.controller.sources import NONE, FileChoice
+from ..backend.controller.files.assemble import FileChoice
+from ..backend.controller.files.listing import NONE
 from ..backend.protocol.errors import InputError
 from ..backend.protocol.samplers import DEFAULT, SAMPLER_CHOICES, SCHEDULER_CHOICES
 from ..backend.protocol.spec import DEVICE_CHOICES, DTYPE_CHOICES, OFFLOAD_CHOICES, SampleRequest

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from backend.controller import devices as device
+from backend.protocol import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 TPU_VENV = os.environ.get("TPU_VENV")
@@ -67,9 +68,9 @@ def test_a_pod_host_is_refused_at_once_and_a_local_group_drops_the_pod_variables
     with pytest.raises(device.DeviceError, match=r"multi-host slice \(TPU_WORKER_HOSTNAMES lists 4 hosts\).*"
                                                  r"COMFYUI_TPU_HOSTS.*backend join.*COMFYUI_TPU_LOCAL_GROUP=1"):
         device.check_single_host(pod)
-    device.check_single_host({**pod, device.ENV_LOCAL_GROUP: "1"})
+    device.check_single_host({**pod, settings.LOCAL_GROUP.name: "1"})
     assert [k for k in pod if k in device.worker_env("tpu", pod)] == list(pod), "no local group: left alone"
-    local = device.worker_env("tpu", {**pod, device.ENV_LOCAL_GROUP: "1", "PATH": "/bin"})
+    local = device.worker_env("tpu", {**pod, settings.LOCAL_GROUP.name: "1", "PATH": "/bin"})
     assert [k for k in pod if k in local] == [] and local["PATH"] == "/bin"
 
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..protocol import settings
 from ..protocol.errors import DeviceError
 from ..protocol.spec import DEVICE_CHOICES
 
@@ -38,10 +39,8 @@ V4_UNSUPPORTED = "TPU v4 is not supported by TorchTPU 0.2.0"
 SYS_ROOT = "/"  # where /sys and /dev are read (tests point it at a fake tree)
 
 # A multi-host slice: TorchTPU lays out the whole pod when either is set (its set_tpu_launch_env), and a group
-# of this host's workers alone would wait for the other hosts. ENV_LOCAL_GROUP=1 runs this host's chips only,
+# of this host's workers alone would wait for the other hosts. settings.LOCAL_GROUP=1 runs this host's chips only,
 # with these variables taken out of the workers' environment.
-ENV_LOCAL_GROUP = "COMFYUI_TPU_LOCAL_GROUP"
-ENV_HOSTS = "COMFYUI_TPU_HOSTS"  # the slice's hosts, configured for groups that span them (controller/hosts.py)
 POD_VARIABLES = ("TPU_WORKER_HOSTNAMES", "JOB_COMPLETION_INDEX", "TPU_WORKER_ID", "NNODES", "NODE_RANK")
 
 
@@ -229,7 +228,7 @@ def local_group(environ: Mapping[str, str] | None = None) -> bool:
     slice are configured (COMFYUI_TPU_HOSTS: a group that fits one host runs there alone; larger ones span the
     hosts through controller/hosts.py and keep the pod variables)."""
     env = os.environ if environ is None else environ
-    return env.get(ENV_LOCAL_GROUP) == "1" or len([h for h in env.get(ENV_HOSTS, "").split(",") if h.strip()]) > 1
+    return settings.LOCAL_GROUP.on(env) or len([h for h in settings.HOSTS.raw(env).split(",") if h.strip()]) > 1
 
 
 def check_single_host(environ: Mapping[str, str] | None = None) -> None:
@@ -241,8 +240,8 @@ def check_single_host(environ: Mapping[str, str] | None = None) -> None:
     listed = f"TPU_WORKER_HOSTNAMES lists {len(hosts)} hosts" if len(hosts) > 1 else "JOB_COMPLETION_INDEX is set"
     raise DeviceError(
         f"device 'tpu': this TPU VM is one host of a multi-host slice ({listed}). To use the slice's hosts, start "
-        f"ComfyUI with {ENV_HOSTS} listing them (worker 0 first) and run `python -m backend join` on the others "
-        f"(docs/pod-slices.md); to use only this host's own chips, start ComfyUI with {ENV_LOCAL_GROUP}=1; or run "
+        f"ComfyUI with {settings.HOSTS.name} listing them (worker 0 first) and run `python -m backend join` on the others "
+        f"(docs/pod-slices.md); to use only this host's own chips, start ComfyUI with {settings.LOCAL_GROUP.name}=1; or run "
         "ComfyUI on a single-host TPU VM.")
 
 
@@ -261,7 +260,7 @@ def configure_process_env(environ: os._Environ | dict = os.environ) -> list[str]
             changed.append("TPU_SKIP_MDS_QUERY=1")
         if "TORCH_DEVICE_BACKEND_AUTOLOAD" not in environ:
             environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-            environ["COMFYUI_TPU_AUTOLOAD_WAS_UNSET"] = "1"
+            settings.AUTOLOAD_WAS_UNSET.set("1", environ)
             changed.append("TORCH_DEVICE_BACKEND_AUTOLOAD=0")
     return changed
 
@@ -272,7 +271,7 @@ def worker_env(kind: str, environ: Mapping[str, str] | None = None, whole_slice:
     on a pod host a group of this host's own chips gets no pod variable, so TorchTPU lays out this host alone
     (`whole_slice`: a group that spans the slice's hosts keeps them)."""
     env = dict(os.environ if environ is None else environ)
-    if env.pop("COMFYUI_TPU_AUTOLOAD_WAS_UNSET", None):
+    if settings.AUTOLOAD_WAS_UNSET.pop(env):
         env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
     if kind == "tpu":
         env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
@@ -287,7 +286,7 @@ def worker_env(kind: str, environ: Mapping[str, str] | None = None, whole_slice:
 
 
 def cuda_count() -> int:
-    if os.environ.get("COMFYUI_TPU_DISABLE_CUDA") == "1":
+    if settings.DISABLE_CUDA.on():
         return 0
     try:
         import torch
@@ -329,7 +328,7 @@ def detect() -> DeviceInfo:
             if note := v7x_default_note(host):
                 notes.append(note)
             if pod_hosts() is not None:
-                notes.append(f"pod host: {ENV_LOCAL_GROUP}=1, so workers use this host's own chips only")
+                notes.append(f"pod host: {settings.LOCAL_GROUP.name}=1, so workers use this host's own chips only")
             return DeviceInfo("tpu", host.name, host.chips, host.devices,
                               None if host.hbm_bytes_per_device is None else host.hbm_bytes_per_device / 2**30,
                               installed, host.group_sizes, tuple(notes))

@@ -23,7 +23,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..protocol import handoff, messages
+from ..protocol import handoff, messages, settings
 from ..protocol.errors import INPUT_ERRORS, Interrupted, WorkerCrashed, WorkerError
 from ..protocol.messages import (
     FINAL,
@@ -44,11 +44,11 @@ from .link import Link, Listener
 
 log = logging.getLogger("comfyui_tpu")
 
-START_TIMEOUT_S = float(os.environ.get("COMFYUI_TPU_START_TIMEOUT", "180"))
-SILENCE_TIMEOUT_S = float(os.environ.get("COMFYUI_TPU_SILENCE_TIMEOUT", "120"))
-CANCEL_GRACE_S = float(os.environ.get("COMFYUI_TPU_CANCEL_GRACE", "10"))  # after Cancel, silence that ends a group
+START_TIMEOUT_S = settings.START_TIMEOUT.number()
+SILENCE_TIMEOUT_S = settings.SILENCE_TIMEOUT.number()
+CANCEL_GRACE_S = settings.CANCEL_GRACE.number()  # after Cancel, silence that ends a group
 INTERRUPT_GRACE_S = 30.0
-ERROR_GRACE_S = float(os.environ.get("COMFYUI_TPU_ERROR_GRACE", "10"))  # peers of a failed rank, then restart
+ERROR_GRACE_S = settings.ERROR_GRACE.number()  # peers of a failed rank, then restart
 EXIT_REPORT_S = 2.0  # how long a crash report waits for a dying rank's exit status
 
 ProgressFn = Callable[[Status | Step], None]
@@ -92,8 +92,8 @@ class WorkerGroup:
             listener = Listener(self.secret)
             env = {**devices.worker_env(kind), **(devices.tpu_launch_env(n, devices.worker_env("tpu"))
                                                   if kind == "tpu" else {})}
-        env.update({messages.ENV_CONTROLLER: listener.address, messages.ENV_GROUP_ID: self.group_id,
-                    messages.ENV_DEVICE_KIND: kind})
+        env.update({settings.CONTROLLER.name: listener.address, settings.GROUP_ID.name: self.group_id,
+                    settings.DEVICE_KIND.name: kind})
         if on_status:
             where = f" on {1 + len(self.config.hosts)} hosts" if self.config.hosts else ""
             on_status(f"starting {n} {kind} worker{'s' if n > 1 else ''}{where}")
@@ -122,7 +122,7 @@ class WorkerGroup:
                                         "`python -m backend join` log.")
                 if time.monotonic() > deadline:
                     raise WorkerCrashed(f"workers were not ready after {START_TIMEOUT_S:.0f} s "
-                                        f"(COMFYUI_TPU_START_TIMEOUT).{self.launcher.log_tail()}")
+                                        f"({settings.START_TIMEOUT.name}).{self.launcher.log_tail()}")
                 # Ranks say hello only once all of them joined torch.distributed, so take every rank's link
                 # first and never wait on one rank's hello while another waits to be accepted.
                 for link in wait(joined, timeout=0) if joined else []:
@@ -308,7 +308,7 @@ class WorkerGroup:
                 f"a fresh one.{tail}")
         raise WorkerCrashed(
             f"the {self.config.kind} worker {who} stopped answering (no message, not even a heartbeat, for "
-            f"{bound:.0f} s, COMFYUI_TPU_SILENCE_TIMEOUT); the group was stopped and the next run starts fresh "
+            f"{bound:.0f} s, {settings.SILENCE_TIMEOUT.name}); the group was stopped and the next run starts fresh "
             f"ones.{tail}", request_started=call.started)
 
     def _first_error(self, call: _Call) -> str:

@@ -22,7 +22,7 @@ import time
 from multiprocessing.connection import AuthenticationError, Client, Connection
 from pathlib import Path
 
-from ..protocol import messages
+from ..protocol import settings
 from . import hosts
 from .launcher import PACK_ROOT, torchrun_command
 
@@ -69,7 +69,7 @@ class Share:
 class Agent:
     def __init__(self, controller: str, secret: bytes, kind: str, procs: int):
         host, sep, port = controller.rpartition(":")
-        self.address = (host, int(port)) if sep and port.isdigit() else (controller, hosts.DEFAULT_HOST_PORT)
+        self.address = (host, int(port)) if sep and port.isdigit() else (controller, int(settings.HOST_PORT.default))
         self.secret, self.kind, self.procs = secret, kind, procs
         self.shares: dict[str, Share] = {}
         self.send_lock = threading.Lock()
@@ -80,7 +80,7 @@ class Agent:
                 conn = Client(self.address, authkey=self.secret)
             except AuthenticationError:
                 log.error("host 0 (%s:%d) refused this host's cluster secret: copy host 0's secret file here "
-                          "(`%s`).", *self.address, hosts.ENV_CLUSTER_SECRET)
+                          "(`%s`).", *self.address, settings.CLUSTER_SECRET.name)
                 return 2
             except (ConnectionError, OSError) as e:
                 log.info("waiting for host 0 at %s:%d (%s)", *self.address, e.strerror or e)
@@ -127,9 +127,9 @@ class Agent:
             f.write(hosts.group_secret(self.secret, gid).hex())
         log_fd, log_name = tempfile.mkstemp(dir=run_dir, suffix=".log")
         os.unlink(log_name)
-        env = {**os.environ, messages.ENV_CONTROLLER: str(msg["controller"]), messages.ENV_SECRET_FILE: str(secret_file),
-               messages.ENV_GROUP_ID: gid, messages.ENV_DEVICE_KIND: str(msg["kind"]),
-               messages.ENV_INLINE_ARRAYS: "1",  # another host: images go over the link, not /dev/shm
+        env = {**os.environ, settings.CONTROLLER.name: str(msg["controller"]), settings.SECRET_FILE.name: str(secret_file),
+               settings.GROUP_ID.name: gid, settings.DEVICE_KIND.name: str(msg["kind"]),
+               settings.INLINE_ARRAYS.name: "1",  # another host: images go over the link, not /dev/shm
                "GLOO_SOCKET_IFNAME": hosts.interface_of(mine), "PYTHONUNBUFFERED": "1",
                "PYTHONPATH": os.pathsep.join([str(PACK_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
         cmd = torchrun_command(int(msg["nnodes"]), int(msg["node_rank"]), int(msg["nproc"]), str(msg["master_addr"]),

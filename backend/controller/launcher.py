@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..protocol import messages
+from ..protocol import settings
 
 PACK_ROOT = Path(__file__).resolve().parents[2]
 RUN_DIR_PREFIX = "comfyui-tpu-run-"
@@ -77,15 +77,15 @@ class Launcher:
             if torchrun is not None:
                 self.torchrun = True
                 self.procs.append(subprocess.Popen(
-                    torchrun, env={**env, messages.ENV_SECRET_FILE: str(secret_file), "PYTHONPATH": pythonpath,
+                    torchrun, env={**env, settings.SECRET_FILE.name: str(secret_file), "PYTHONPATH": pythonpath,
                                    "PYTHONUNBUFFERED": "1"},
                     cwd=str(PACK_ROOT), stdin=subprocess.DEVNULL, stdout=self._log_fd, stderr=subprocess.STDOUT,
                     start_new_session=True))
                 return
             common = {
-                **env, **loopback_env(env.get(messages.ENV_DEVICE_KIND, "cpu")),
-                messages.ENV_SECRET_FILE: str(secret_file),
-                messages.ENV_STORE: str(self.run_dir / "store"),
+                **env, **loopback_env(settings.DEVICE_KIND.raw(env) or "cpu"),
+                settings.SECRET_FILE.name: str(secret_file),
+                settings.STORE.name: str(self.run_dir / "store"),
                 "WORLD_SIZE": str(self.nprocs), "LOCAL_WORLD_SIZE": str(self.nprocs),
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),  # TorchTPU's runtime asks for them
                 "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1",

@@ -17,11 +17,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..protocol.errors import CompileError, ParallelError
+from ..protocol.families import PIPELINES
 from ..protocol.spec import (
     COMPILE_BACKENDS,
     COMPILE_TARGETS,
     CP_MODES,
-    FAMILIES,
     CompilePlan,
     PipelineSpec,
     listed_components,
@@ -32,7 +32,7 @@ from . import devices, hosts, models
 
 
 def families_with_tp_plan() -> list[str]:
-    return sorted({f.name for f in FAMILIES.values() if f.tp_plan})
+    return sorted({f.name for f in PIPELINES.values() if f.tp_plan})
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) 
     Parallel is added and again before anything starts. Raises ParallelError naming the input, the value and
     the fix.
     """
-    family = FAMILIES[spec.class_name]
+    family = PIPELINES[spec.class_name]
     name = Path(spec.model_path).name
     if degree < 0:
         raise ParallelError(f"degree: {degree} is not allowed; use 0 (auto: all chips) or a number of chips.")
@@ -494,7 +494,7 @@ def check_spec(spec: PipelineSpec) -> None:
     if spec.tp_degree < 1:
         raise ParallelError(f"degree: {spec.tp_degree} is too small; use at least 1.")
     if spec.tp_degree > 1:
-        family = FAMILIES[spec.class_name]
+        family = PIPELINES[spec.class_name]
         if not family.tp_plan or spec.offload not in ("none", "auto"):
             plan_tp(spec, spec.tp_degree, spec.tp_text_encoders)  # raises the same message the node gives
         check_tp(spec, cap, transformer_heads(spec))
@@ -504,7 +504,7 @@ def check_spec(spec: PipelineSpec) -> None:
 # ---- CFG Parallel, Context Parallel, Sampling Options
 
 def families_with(attribute: str) -> list[str]:
-    return sorted({f.name for f in FAMILIES.values() if getattr(f, attribute)})
+    return sorted({f.name for f in PIPELINES.values() if getattr(f, attribute)})
 
 
 def _distilled_klein(spec: PipelineSpec) -> bool:

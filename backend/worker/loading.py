@@ -28,19 +28,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..protocol.messages import pickle_allowed
+from ..protocol import settings
+from ..protocol.families import FAMILIES
 from ..protocol.spec import FileComponent, FileSource, listed_components, read_json
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 _TOKENIZER_LAYOUTS = ("tokenizer", "tekken")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
-CHECKPOINT_NATIVE = ("flux1", "sd3", "sdxl", "ldm-vae", "hf", "openclip")  # the pipeline's loader reads them
+# the parts of an all-in-one checkpoint the pipeline's own loader reads: the denoisers of the families whose
+# all-in-one files diffusers reads (their layout is the family id), LDM VAEs and CLIP/T5 text encoders
+CHECKPOINT_NATIVE = (*(f.id for f in FAMILIES.values() if f.single_file), "ldm-vae", "hf", "openclip")
 
 
 def safetensors_only() -> bool | None:
     """`use_safetensors` for every from_pretrained call: True (refuse pickle weights) unless the operator
     started ComfyUI with COMFYUI_TPU_ALLOW_PICKLE=1; then None (safetensors when present, else pickle)."""
-    return None if pickle_allowed() else True
+    return None if settings.ALLOW_PICKLE.on() else True
 
 
 @dataclass(frozen=True)

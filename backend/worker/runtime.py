@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..protocol import messages, samplers
+from ..protocol import messages, samplers, settings
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import PipelineSpec, SampleRequest, mode_note, warmup_request
 from . import device, images, loading, parallel
@@ -323,9 +323,9 @@ class Runtime:
     def describe_error(self, e: BaseException) -> str:
         text = f"{type(e).__name__}: {e}"
         if _is_oom(e):
-            cap = os.environ.get(messages.ENV_MEMORY_LIMIT, "").strip()
+            cap = settings.WORKER_MEMORY_LIMIT_GB.raw()
             if cap:
-                cap = f" (this worker's memory is capped at {cap} GiB by {messages.ENV_MEMORY_LIMIT})"
+                cap = f" (this worker's memory is capped at {cap} GiB by {settings.WORKER_MEMORY_LIMIT_GB.name})"
             return (f"out of memory on {self.device}{cap}: {text}. Try offload 'model' or 'sequential' in "
                     "Load TPU Pipeline, a smaller width/height or batch_size, or Shard TP over more chips.")
         return text

@@ -80,6 +80,7 @@ def fake_model(folder: Path) -> Path:
 
 def our_rules(hosts: list[dict]) -> None:
     from backend.controller import api, devices
+    from backend.protocol import settings
     from backend.protocol.errors import TPUError
 
     work = Path(tempfile.mkdtemp(prefix="fake-tpu-"))
@@ -94,9 +95,9 @@ def our_rules(hosts: list[dict]) -> None:
             os.environ.pop(name, None)
             if host["pod"]:
                 os.environ[name] = value
-        os.environ.pop(devices.ENV_LOCAL_GROUP, None)
+        os.environ.pop(settings.LOCAL_GROUP.name, None)
         if host["local"]:
-            os.environ[devices.ENV_LOCAL_GROUP] = "1"
+            os.environ[settings.LOCAL_GROUP.name] = "1"
         out = {**host, "combos": []}
         try:
             info = devices.detect()
