@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from backend.controller import api
-from backend.protocol import samplers
+from backend.protocol import samplers, settings
 from backend.protocol.errors import InputError
-from backend.protocol.messages import ENV_COMPILE_CACHE, Step
+from backend.protocol.messages import Step
 from backend.protocol.spec import SampleRequest
 
 FAMILIES = ["tiny-flux", "tiny-flux2", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage"]
@@ -241,7 +241,7 @@ def test_chosen_schedulers_equal_plain_diffusers_and_never_reload(tiny_models):
 def test_changing_the_sampler_never_recompiles_the_denoiser(tiny_models, tmp_path, monkeypatch):
     """Compiled (whole denoiser): schedulers whose timesteps are int64 (DPM-Solver, DDIM, UniPC) or float64
     (DPM++ SDE) reuse the graph the pipeline's own float32 timesteps compiled; the pixels stay plain diffusers'."""
-    monkeypatch.setenv(ENV_COMPILE_CACHE, str(tmp_path))
+    monkeypatch.setenv(settings.COMPILE_CACHE.name, str(tmp_path))
     api.shutdown()
     try:
         for name, choices in (("tiny-sdxl", [dict(sampler="dpmpp_2m", scheduler="karras"), dict(sampler="ddim"),
