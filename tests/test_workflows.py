@@ -226,12 +226,13 @@ def test_a_workflow_saved_before_an_input_was_added_still_runs(ui, server):
     conversion = ui.convert(old, OLD_WORKFLOW.stem)
     problems = conversion.problems(allowed_values=ALLOWED) + conversion.console_errors
     assert not problems, "\n".join(problems)
-    assert conversion.outdated == ["node 2 (TPUSample): saved without prompt_per_line, denoise, size_from_image "
-                                   "(defaults used)"]
+    assert conversion.outdated == ["node 2 (TPUSample): saved without prompt_per_line, denoise, size_from_image, "
+                                   "sampler, scheduler (defaults used)"]
     # the same prompt as today's tiny_demo, the new input at its default
     today = json.loads(api_path(WORKFLOWS / "tiny_demo.json").read_text())
     assert conversion.prompt["2"]["inputs"] == today["2"]["inputs"]
     assert conversion.prompt["2"]["inputs"]["prompt_per_line"] is False
+    assert conversion.prompt["2"]["inputs"]["sampler"] == conversion.prompt["2"]["inputs"]["scheduler"] == "default"
     result = run_workflow(server, conversion, timeout=120)
     assert result["status"] == "success", f"{error_message(result)}\n{server.log_tail()}"
     assert len(result["images"]) == 1
