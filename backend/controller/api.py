@@ -31,6 +31,7 @@ from ..protocol.spec import (
     SampleRequest,
     mode_note,
 )
+from ..protocol.units import format_bytes
 from . import devices, group, hosts, images, models, plans, prompt_weights
 from .files import assemble, listing
 
@@ -112,7 +113,7 @@ def describe_pipeline(spec: PipelineSpec) -> str:
     if spec.kind == "tpu":
         host = devices.tpu_host()
         lines = [f"{spec.name} ({spec.family.name}) on {host.describe()}, "
-                 f"{_gib(host.hbm_bytes_per_device)} per device"]
+                 f"{format_bytes(host.hbm_bytes_per_device)} per device"]
         if note := devices.v7x_default_note(host):
             lines.append(note)
     elif spec.kind == "cuda":
@@ -125,10 +126,6 @@ def describe_pipeline(spec: PipelineSpec) -> str:
     return "\n".join(lines)
 
 
-def _gib(n: int | None) -> str:
-    return "? GiB" if n is None else f"{n / 2**30:.0f} GiB"
-
-
 def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
     """Rejects a sample request before any worker sees it, naming the input and the fix."""
     for f in dataclasses.fields(req):
@@ -137,7 +134,8 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
             raise ModelError(f"{f.name}: {value} is not a number the pipeline can use; give a finite value "
                              f"(e.g. {getattr(SampleRequest, f.name)}).")
     models.check_size(models.info_of(spec), req.width, req.height)
-    plans.check_cp_size(spec, req.width, req.height)
+    models.check_frames(spec.family, req.frames)
+    plans.check_cp_size(spec, req.width, req.height, req.frames)
     if req.steps < 1:
         raise ModelError(f"steps: {req.steps} is too small; use at least 1.")
     if req.batch_size < 1:
@@ -176,8 +174,8 @@ def load(spec: PipelineSpec, on_progress: ProgressFn | None = None,
 def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None = None,
            should_interrupt: Callable[[], bool] | None = None, image: np.ndarray | None = None,
            mask: np.ndarray | None = None) -> np.ndarray:
-    """Images [B, H, W, C] float32 in 0..1 for one request (loading the pipeline first if needed). Where the
-    time went is kept for `last_latency`.
+    """Images [B, H, W, C] float32 in 0..1 for one request (loading the pipeline first if needed); a video
+    pipeline's frames, one video after another [B·F, H, W, C]. Where the time went is kept for `last_latency`.
 
     `image` (IMAGE [B, H, W, C] in 0..1) starts image-to-image, or gives reference images to the families that
     take them; with `mask` (MASK [B, H, W], 1 = repaint) it inpaints. See `describe_inputs`."""
@@ -430,6 +428,9 @@ def with_compile(spec: PipelineSpec, target: str, backend: str, warmup: str,
                  snap_to_warmup: bool = False) -> tuple[PipelineSpec, list[str]]:
     """`spec` in compiled mode with this plan, checked against the model and device; and notes for the user."""
     shapes = plans.parse_warmup(warmup)
+    if shapes and spec.family.frame_step:
+        raise CompileError(f"warmup: {spec.family.name} makes videos, and warm-ups compile image sizes only so far; "
+                           "leave warmup empty: each (frames, size) compiles on its first Sample Video.")
     for w, h, _ in shapes:
         try:
             models.check_size(models.info_of(spec), w, h)

@@ -26,6 +26,7 @@ from ..protocol.spec import (
     PipelineSpec,
     listed_components,
 )
+from ..protocol.units import format_bytes
 from . import devices, hosts, models
 
 # ---- Shard TP and Data Parallel
@@ -393,14 +394,6 @@ class OffloadChoice:
     reason: str  # what was chosen and why, for the node
 
 
-def _gib(n: float) -> str:
-    """Bytes in binary units (device memory is sold in GiB): '22.2 GiB', '7.6 MiB'."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
 def _per_device(parts: dict[str, int], degree: int, sharded: Sequence[str]) -> float:
     """Weights one device holds when the transformer (and the `sharded` text encoders) are split `degree` ways."""
     return sum(b / degree if n == "transformer" or n in sharded else b for n, b in parts.items())
@@ -419,23 +412,23 @@ def choose_offload(spec: PipelineSpec) -> OffloadChoice:
     if memory is None or not parts:
         return OffloadChoice("none", "offload auto → none (the device's memory or the model's size is unknown)")
     usable = memory * OFFLOAD_HEADROOM
-    room = f"{_gib(usable)} of the {_gib(memory)} per device (the rest is kept for activations)"
+    room = f"{format_bytes(usable)} of the {format_bytes(memory)} per device (the rest is kept for activations)"
     if spec.tp_degree > 1:
         per = _per_device(parts, spec.tp_degree, spec.sharded_encoders)
         more = "" if per <= usable else f", more than {room}: use a larger Shard TP degree"
         return OffloadChoice("none", f"offload auto → none (a sharded model cannot be offloaded): about "
-                                     f"{_gib(per)} of weights per device in {dtype}{more}")
+                                     f"{format_bytes(per)} of weights per device in {dtype}{more}")
     total = sum(parts.values())
-    what = f"the weights take {_gib(total)} in {dtype} ({', '.join(f'{n} {_gib(b)}' for n, b in parts.items())})"
+    what = f"the weights take {format_bytes(total)} in {dtype} ({', '.join(f'{n} {format_bytes(b)}' for n, b in parts.items())})"
     if total <= usable:
         return OffloadChoice("none", f"offload auto → none: {what}, within {room}")
     biggest = max(parts, key=lambda n: parts[n])
     if parts[biggest] <= usable:
         return OffloadChoice("model", f"offload auto → model: {what}, more than {room}; the largest part "
-                                      f"({biggest}, {_gib(parts[biggest])}) fits, so each part moves onto the "
+                                      f"({biggest}, {format_bytes(parts[biggest])}) fits, so each part moves onto the "
                                       "device while it runs and waits in host memory otherwise")
     return OffloadChoice("sequential", f"offload auto → sequential: {what}; even {biggest} "
-                                       f"({_gib(parts[biggest])}) is more than {room}, so the weights move onto "
+                                       f"({format_bytes(parts[biggest])}) is more than {room}, so the weights move onto "
                                        f"the device layer by layer (slow).{_tp_hint(spec, parts, usable)}")
 
 
@@ -449,10 +442,10 @@ def _tp_hint(spec: PipelineSpec, parts: dict[str, int], usable: float) -> str:
         if d == 1:
             continue
         if _per_device(parts, d, ()) <= usable:
-            return f" Shard TP degree {d} would fit (about {_gib(_per_device(parts, d, ()))} per device) without offload."
+            return f" Shard TP degree {d} would fit (about {format_bytes(_per_device(parts, d, ()))} per device) without offload."
         if shardable and _per_device(parts, d, shardable) <= usable:
             return (f" Shard TP degree {d} with shard_text_encoders on would fit (about "
-                    f"{_gib(_per_device(parts, d, shardable))} per device) without offload.")
+                    f"{format_bytes(_per_device(parts, d, shardable))} per device) without offload.")
     return " It does not fit this host's devices even with Shard TP over all of them."
 
 
@@ -624,17 +617,20 @@ def check_cp(spec: PipelineSpec) -> None:
 TEXT_TOKENS = 512  # FLUX.1 / FLUX.2: prompts are padded to max_sequence_length, 512 unless compiled otherwise
 
 
-def check_cp_size(spec: PipelineSpec, width: int, height: int) -> None:
-    """Image tokens must split evenly over the context ranks (prompt-length text uses diffusers' 'anything'
-    variant, which takes any length)."""
+def check_cp_size(spec: PipelineSpec, width: int, height: int, frames: int = 0) -> None:
+    """Image (video) tokens must split evenly over the context ranks (prompt-length text uses diffusers'
+    'anything' variant, which takes any length). A video's tokens: its latent frames × the image's."""
     degree = spec.cp_degree
     if degree == 1 or spec.family.variable_text:
         return
-    tokens = (width // spec.size_factor) * (height // spec.size_factor)
+    latent_frames = (frames - 1) // spec.family.frame_step + 1 if spec.family.frame_step and frames else 1
+    tokens = latent_frames * (width // spec.size_factor) * (height // spec.size_factor)
     if tokens % degree:
-        raise ParallelError(f"width/height: {width}x{height} makes {tokens} image tokens, which Context Parallel "
+        video = f" × {latent_frames} latent frames ((frames - 1)/{spec.family.frame_step} + 1)" if latent_frames > 1 else ""
+        what = "video" if spec.family.frame_step else "image"
+        raise ParallelError(f"width/height: {width}x{height} makes {tokens} {what} tokens, which Context Parallel "
                             f"degree {degree} cannot split evenly; choose a size where (width/{spec.size_factor}) × "
-                            f"(height/{spec.size_factor}) is a multiple of {degree}.")
+                            f"(height/{spec.size_factor}){video} is a multiple of {degree}.")
 
 
 def plan_sampling(spec: PipelineSpec, prompt_cache: bool, batched: bool,

@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from ..protocol import messages, settings
-from ..protocol.errors import InputError
+from ..protocol.errors import InputError, Interrupted
 from ..protocol.messages import Accepted, Failure, Hello, Result, Stopped
 from . import compile_cache, device
 from .channel import Channel
@@ -71,7 +71,7 @@ def main() -> None:
     else:  # started by torchrun (several hosts): its environment says where to meet
         dist.init_process_group(backend=device.dist_backend(kind), timeout=timeout)
 
-    from .runtime import Interrupted, Runtime
+    from .runtime import Runtime
 
     preload()
     runtime = Runtime(kind=kind, device=bound, rank=rank, world_size=world_size, channel=channel)

@@ -31,6 +31,7 @@ from typing import Any
 from ..protocol import settings
 from ..protocol.families import FAMILIES
 from ..protocol.spec import FileComponent, FileSource, listed_components, read_json
+from ..protocol.units import format_bytes
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 _TOKENIZER_LAYOUTS = ("tokenizer", "tekken")
@@ -58,13 +59,6 @@ class Component:
     def describe(self) -> str:
         where = f", {Path(self.file).name}" if self.file else ""
         return f"{self.name} ({self.cls.__name__}, {format_bytes(self.size_bytes)}{where})"
-
-
-def format_bytes(n: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 def _weighted(index: dict) -> list[tuple[str, type]]:
@@ -125,6 +119,8 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
     `extra_kwargs` as for load_pipeline: a transformer that diffusers reads with `from_pretrained` gets its
     tensor-parallel config there (each rank reads its slices); one read through a converter is loaded whole
     and then sharded with the same config."""
+    from safetensors import SafetensorError
+
     for note in source.notes:
         status(note)
     with tempfile.TemporaryDirectory(prefix="comfyui-tpu-files-") as tmp:
@@ -140,7 +136,7 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
                    f"{total}")
             try:
                 loaded[name] = _load_file_component(root, name, cls, part, dtype, (extra_kwargs or {}).get(name, {}))
-            except (OSError, ValueError, KeyError, RuntimeError) as e:
+            except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as e:  # it names no file
                 raise OSError(f"component '{name}' from '{Path(part.path).name}': {type(e).__name__}: {e}") from e
         if checkpoint is not None:
             rest = [n for n, _, f in parts if n not in loaded]
