@@ -27,7 +27,8 @@ from ..protocol.spec import (
     listed_components,
 )
 from ..protocol.units import format_bytes
-from . import devices, hosts, models
+from . import devices, hosts, models, storage
+from . import step_cache as step_caching
 
 # ---- Shard TP and Data Parallel
 
@@ -407,8 +408,11 @@ def choose_offload(spec: PipelineSpec) -> OffloadChoice:
     if spec.kind == "cpu":
         return OffloadChoice("none", "offload auto → none: on the CPU the weights stay in host memory anyway")
     memory = devices.device_memory_bytes(spec.kind)
-    dtype = "bfloat16" if spec.dtype == "auto" else spec.dtype
+    dtype = "bfloat16" if spec.dtype == "auto" else storage.compute_dtype(spec)
     parts = models.weight_bytes(spec, _FLOAT_BYTES[dtype])
+    if spec.storage:  # fp8 storage: the denoiser counts at its stored size
+        parts = storage.stored_bytes(spec, parts, models.weight_bytes(spec, 1))
+        dtype = f"{dtype} ({spec.storage} denoiser)"
     if memory is None or not parts:
         return OffloadChoice("none", "offload auto → none (the device's memory or the model's size is unknown)")
     usable = memory * OFFLOAD_HEADROOM
@@ -633,11 +637,13 @@ def check_cp_size(spec: PipelineSpec, width: int, height: int, frames: int = 0) 
                             f"(height/{spec.size_factor}){video} is a multiple of {degree}.")
 
 
-def plan_sampling(spec: PipelineSpec, prompt_cache: bool, batched: bool,
-                  true_cfg_scale: float) -> tuple[PipelineSpec, str]:
-    """Sampling Options: the prompt-embedding cache, batched calls, FLUX.1's true CFG; checked, and what they do."""
+def plan_sampling(spec: PipelineSpec, prompt_cache: bool, batched: bool, true_cfg_scale: float,
+                  step_cache: str = "off", cache_threshold: float = 0.0) -> tuple[PipelineSpec, str]:
+    """Sampling Options: the prompt-embedding cache, batched calls, FLUX.1's true CFG, step caching; checked, and
+    what they do."""
     spec = spec.with_changes(prompt_cache=bool(prompt_cache), batched=bool(batched),
-                             true_cfg_scale=float(true_cfg_scale))
+                             true_cfg_scale=float(true_cfg_scale), step_cache=step_cache,
+                             cache_threshold=float(cache_threshold))
     check_sampling(spec)
     lines = [("prompt_cache on: a prompt seen before on this model reuses its embeddings (no text encoder run, "
               "none moved to the chip under offload); the same pixels as without it."
@@ -649,10 +655,13 @@ def plan_sampling(spec: PipelineSpec, prompt_cache: bool, batched: bool,
     if spec.true_cfg_scale > 1:
         lines.append(f"true_cfg_scale {spec.true_cfg_scale:g}: FLUX.1 runs true CFG against the negative prompt "
                      "(two passes per step; CFG Parallel splits them).")
+    if cached := step_caching.describe(spec):
+        lines.append(cached)
     return spec, "\n".join(lines)
 
 
 def check_sampling(spec: PipelineSpec) -> None:
+    step_caching.check(spec)
     scale = spec.true_cfg_scale
     if not (isinstance(scale, (int, float)) and 0 < scale <= 100):
         raise ParallelError(f"true_cfg_scale: {scale} is out of range; use 1 (off) up to 100.")
