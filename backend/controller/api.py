@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..protocol import settings
-from ..protocol.errors import CompileError, ModelError, TPUError, WorkerCrashed
+from ..protocol.errors import CompileError, ModelError, OptionError, SampleError, TPUError, WorkerCrashed
 from ..protocol.messages import Status, Step
 from ..protocol.spec import (
     DTYPE_CHOICES,
@@ -45,12 +45,12 @@ atexit.register(group.shutdown)
 def _check_choices(dtype: str, device_choice: str, offload: str) -> str:
     """The user's dtype, device and offload checked; the device kind they resolve to."""
     if dtype not in DTYPE_CHOICES:
-        raise ModelError(f"dtype: '{dtype}' is not one of {', '.join(DTYPE_CHOICES)}.")
+        raise OptionError(f"dtype: '{dtype}' is not one of {', '.join(DTYPE_CHOICES)}.")
     if offload not in OFFLOAD_CHOICES:
-        raise ModelError(f"offload: '{offload}' is not one of {', '.join(OFFLOAD_CHOICES)}.")
+        raise OptionError(f"offload: '{offload}' is not one of {', '.join(OFFLOAD_CHOICES)}.")
     kind = devices.resolve_kind(device_choice)
     if dtype == "float16" and kind == "tpu":
-        raise ModelError("dtype: float16 is not a good fit for TPUs; choose 'auto' (bfloat16) instead.")
+        raise OptionError("dtype: float16 is not a good fit for TPUs; choose 'auto' (bfloat16) instead.")
     return kind
 
 
@@ -131,24 +131,24 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
     for f in dataclasses.fields(req):
         value = getattr(req, f.name)
         if isinstance(value, float) and not math.isfinite(value):  # the API accepts NaN and inf; nodes would not
-            raise ModelError(f"{f.name}: {value} is not a number the pipeline can use; give a finite value "
-                             f"(e.g. {getattr(SampleRequest, f.name)}).")
+            raise SampleError(f"{f.name}: {value} is not a number the pipeline can use; give a finite value "
+                              f"(e.g. {getattr(SampleRequest, f.name)}).")
     models.check_size(models.info_of(spec), req.width, req.height)
     plans.check_cp_size(spec, req.width, req.height)
     if req.steps < 1:
-        raise ModelError(f"steps: {req.steps} is too small; use at least 1.")
+        raise SampleError(f"steps: {req.steps} is too small; use at least 1.")
     if req.batch_size < 1:
-        raise ModelError(f"batch_size: {req.batch_size} is too small; use at least 1.")
+        raise SampleError(f"batch_size: {req.batch_size} is too small; use at least 1.")
     if not req.prompt.strip():
-        raise ModelError("prompt: the prompt is empty; describe the image you want.")
+        raise SampleError("prompt: the prompt is empty; describe the image you want.")
     if (count := len(req.images())) > MAX_IMAGES:
         lines = len(req.prompts())
         if lines > 1:
-            raise ModelError(f"prompt: {lines} prompt lines × batch_size {req.batch_size} = {count} images in one "
-                             f"run is too many; use at most {MAX_IMAGES} (fewer lines, or a smaller batch_size).")
-        raise ModelError(f"batch_size: {count} images in one run is too many; use at most {MAX_IMAGES}.")
+            raise SampleError(f"prompt: {lines} prompt lines × batch_size {req.batch_size} = {count} images in one "
+                              f"run is too many; use at most {MAX_IMAGES} (fewer lines, or a smaller batch_size).")
+        raise SampleError(f"batch_size: {count} images in one run is too many; use at most {MAX_IMAGES}.")
     if not 0 <= req.seed < 2**64:
-        raise ModelError(f"seed: {req.seed} is out of range; use 0 to 2^64-1.")
+        raise SampleError(f"seed: {req.seed} is out of range; use 0 to 2^64-1.")
 
 
 def group_config(spec: PipelineSpec) -> GroupConfig:
