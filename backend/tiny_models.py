@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-FAMILIES: tuple[str, ...] = ("flux", "flux2", "sd3", "sdxl", "qwenimage")
+FAMILIES: tuple[str, ...] = ("flux", "flux2", "sd3", "sdxl", "qwenimage", "wan")
 SIZES: tuple[str, ...] = ("tiny", "small")
 _SIZED_FAMILIES: tuple[str, ...] = ("flux",)  # families that also come in sizes other than "tiny"
 
@@ -682,10 +682,46 @@ def _qwenimage(seed: _Seeder, size: str) -> Any:
     )
 
 
+def _wan(seed: _Seeder, size: str) -> Any:
+    """Wan 2.1-like text to video: UMT5 text encoder, a 2-block video DiT (patches 1x2x2, 2 heads), Wan's causal 3D
+    VAE (8x spatial, 4x temporal) and the published UniPC flow schedule. 5 frames of 32x32 make 8 tokens."""
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    tok = _t5_tokenizer()
+    hidden, z_dim = 32, 4
+    text = UMT5Config(vocab_size=len(tok), d_model=hidden, d_kv=hidden // 4, d_ff=2 * hidden, num_layers=2,
+                      num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=32,
+                      feed_forward_proj="gated-gelu", dropout_rate=0.0, is_encoder_decoder=False, use_cache=False,
+                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    transformer = seed(
+        "transformer",
+        lambda: WanTransformer3DModel(
+            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=z_dim,
+            out_channels=z_dim, text_dim=hidden, freq_dim=16, ffn_dim=32, num_layers=2, rope_max_seq_len=32,
+        ),
+    )
+    vae = seed(
+        "vae",
+        lambda: AutoencoderKLWan(
+            base_dim=8, z_dim=z_dim, dim_mult=[1, 2, 2, 2], num_res_blocks=1, temperal_downsample=[False, True, True],
+            latents_mean=[0.0] * z_dim, latents_std=[1.0] * z_dim,
+        ),
+    )
+    return WanPipeline(
+        tokenizer=tok,
+        text_encoder=seed("text_encoder", lambda: UMT5EncoderModel(text)),
+        vae=vae,
+        scheduler=UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0),
+        transformer=transformer,
+    )
+
+
 _BUILDERS: dict[str, Callable[[_Seeder, str], Any]] = {
     "flux": _flux,
     "flux2": _flux2,
     "sd3": _sd3,
     "sdxl": _sdxl,
     "qwenimage": _qwenimage,
+    "wan": _wan,
 }

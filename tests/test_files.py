@@ -258,6 +258,17 @@ def test_a_header_that_does_not_match_its_tensors_names_the_model_file(files, tm
     assert "ae-tiny" not in text and "latent channels" not in text
 
 
+def _huge_header(path: Path) -> Path:
+    """A legal safetensors file whose header is twice the size the pack reads: one tensor, the header padded
+    with spaces as the format allows, the data a hole."""
+    n = 2 * headers.MAX_HEADER
+    with open(path, "wb") as f:
+        f.write(n.to_bytes(8, "little"))
+        f.write(json.dumps({"w": {"dtype": "F32", "shape": [2**20], "data_offsets": [0, 2**22]}}).encode().ljust(n))
+        f.truncate(8 + n + 2**22)
+    return path
+
+
 @pytest.mark.unit
 def test_one_huge_header_or_a_symlink_loop_neither_stalls_nor_empties_the_lists(files, tmp_path, monkeypatch):
     """A legal header far larger than any model's is refused from its first 8 bytes (listed, so that choosing
@@ -270,12 +281,7 @@ def test_one_huge_header_or_a_symlink_loop_neither_stalls_nor_empties_the_lists(
     shutil.copy(files / "models" / "diffusion_models" / "sd3-tiny.safetensors", tmp_path / "elsewhere" / "sd3.safetensors")
     (dm / "loop").symlink_to(".")
     (dm / "linked").symlink_to(tmp_path / "elsewhere")
-    huge = dm / "huge-header.safetensors"
-    n = 2 * headers.MAX_HEADER  # legal: one tensor, the header padded with spaces as the format allows
-    with open(huge, "wb") as f:
-        f.write(n.to_bytes(8, "little"))
-        f.write(json.dumps({"w": {"dtype": "F32", "shape": [2**20], "data_offsets": [0, 2**22]}}).encode().ljust(n))
-        f.truncate(8 + n + 2**22)  # the data: a hole
+    _huge_header(dm / "huge-header.safetensors")
     loads = []
     real_load = listing.load
     monkeypatch.setattr(listing, "load", lambda path, size: loads.append(path.name) or real_load(path, size))
@@ -597,6 +603,27 @@ def test_the_files_node_lists_by_role_and_makes_the_folders_image(files_server):
     from_folder = files_server.run(folder, timeout=180)
     assert from_folder["status"] == "success", error_message(from_folder)
     assert np.array_equal(pixels(from_files["images"][0]), pixels(from_folder["images"][0]))
+
+
+@pytest.mark.server
+def test_object_info_answers_beside_a_huge_header_and_a_symlink_loop(files_server):
+    """ComfyUI's `GET /object_info` (every node's lists) answers within the client's 30 s with a `loop -> .`
+    link and a file whose header is too large in ComfyUI's own diffusion_models folder (before, with ComfyUI
+    reading that folder 41 times through the loop, it did not answer in 120 s), and lists the other files."""
+    own = files_server.work_dir / "models" / "diffusion_models"
+    own.mkdir(parents=True, exist_ok=True)
+    huge, loop = _huge_header(own / "huge-header.safetensors"), own / "loop"
+    loop.symlink_to(".")
+    try:
+        for _ in range(2):  # the second answer comes from the per-file cache
+            required = files_server.get("/object_info").json()["LoadTPUPipelineFiles"]["input"]["required"]
+            listed = required["diffusion_model"][0]
+            assert "huge-header.safetensors" in listed and "flux1-tiny.safetensors" in listed
+            assert not [name for name in listed if name.startswith("loop/")]
+            assert "ae-tiny.safetensors" in required["vae"][0]
+    finally:
+        loop.unlink()
+        huge.unlink()
 
 
 BAD_FILES = {  # what the node is given -> words the error must hold

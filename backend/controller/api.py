@@ -142,7 +142,8 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
             raise SampleError(f"{f.name}: {value} is not a number the pipeline can use; give a finite value "
                               f"(e.g. {getattr(SampleRequest, f.name)}).")
     models.check_size(models.info_of(spec), req.width, req.height)
-    layouts.check_cp_size(spec, req.width, req.height)
+    models.check_frames(spec.family, req.frames)
+    layouts.check_cp_size(spec, req.width, req.height, req.frames)
     if req.steps < 1:
         raise SampleError(f"steps: {req.steps} is too small; use at least 1.")
     if req.batch_size < 1:
@@ -204,8 +205,8 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
 
 def run_sample(prepared: PreparedSample, on_progress: ProgressFn | None = None,
                should_interrupt: Callable[[], bool] | None = None) -> np.ndarray:
-    """Images [B, H, W, C] float32 in 0..1 for a prepared Sample (loading the pipeline first if needed). Where the
-    time went is kept for `last_latency`."""
+    """Images [B, H, W, C] float32 in 0..1 for a prepared Sample (loading the pipeline first if needed); a video
+    pipeline's frames, one video after another [B·F, H, W, C]. Where the time went is kept for `last_latency`."""
     t0 = time.perf_counter()
     spec, req = prepared.spec, prepared.req
     progress = _group_progress(spec, req, on_progress)
@@ -404,6 +405,9 @@ def with_compile(spec: PipelineSpec, target: str, backend: str, warmup: str,
                  snap_to_warmup: bool = False) -> tuple[PipelineSpec, list[str]]:
     """`spec` in compiled mode with this plan, checked against the model and device; and notes for the user."""
     shapes = compile_plan.parse_warmup(warmup)
+    if shapes and spec.family.frame_step:
+        raise CompileError(f"warmup: {spec.family.name} makes videos, and warm-ups compile image sizes only so far; "
+                           "leave warmup empty: each (frames, size) compiles on its first Sample Video.")
     for w, h, _ in shapes:
         try:
             models.check_size(models.info_of(spec), w, h)

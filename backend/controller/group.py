@@ -37,7 +37,7 @@ from ..protocol.messages import (
     Stopped,
 )
 from ..protocol.spec import GroupConfig, PipelineSpec, SampleRequest
-from . import devices, hosts
+from . import hosts, process_env
 from .launcher import Launcher, free_port, remove_stale_run_dirs, torchrun_command
 from .link import Link, Listener
 
@@ -69,6 +69,7 @@ class WorkerGroup:
         self._lock = threading.Lock()
         self.closed = False
         self.start_s = 0.0  # how long `start` took (the latency report's group start)
+        self.tpu_env: dict[str, str] = {}  # a TPU group's own handshake port and tier-2 cache name
 
     # ---- lifecycle
     def start(self, on_status: Callable[[str], None] | None = None) -> None:
@@ -85,12 +86,15 @@ class WorkerGroup:
                                     "plans again with the hosts that have.", request_started=False)
             self.secret = hosts.group_secret(cluster.secret, self.group_id)
             listener = Listener(self.secret, host=cluster.cluster.listen)
-            env = {**devices.worker_env(kind, whole_slice=True),
+            env = {**process_env.worker_env(kind, whole_slice=True),
                    "GLOO_SOCKET_IFNAME": hosts.interface_of(cluster.cluster.listen)}
+            if kind == "tpu":  # rank 0 serves TorchTPU's handshake on this host
+                self.tpu_env = process_env.tpu_group_env(cluster.cluster.listen)
         else:  # one host: TorchTPU's launch environment, once for all ranks (each on its own would pick others)
             listener = Listener(self.secret)
-            env = {**devices.worker_env(kind), **(devices.tpu_launch_env(n, devices.worker_env("tpu"))
-                                                  if kind == "tpu" else {})}
+            env = process_env.tpu_worker_env(n) if kind == "tpu" else process_env.worker_env(kind)
+            self.tpu_env = {k: env[k] for k in (process_env.HANDSHAKE_PORT, process_env.TIER2_CACHE) if k in env}
+        env.update(self.tpu_env)
         env.update({settings.CONTROLLER.name: listener.address, settings.GROUP_ID.name: self.group_id,
                     settings.DEVICE_KIND.name: kind})
         if on_status:
@@ -105,7 +109,8 @@ class WorkerGroup:
                 nnodes, per = 1 + len(self.remote), self.config.per_host
                 self.launcher.start(env, self.secret,
                                     torchrun_command(nnodes, 0, per, cluster.cluster.listen, port))
-                cluster.start_group(self.group_id, self.remote, nnodes, per, port, listener.address, kind)
+                cluster.start_group(self.group_id, self.remote, nnodes, per, port, listener.address, kind,
+                                    {k: v for k, v in self.tpu_env.items() if k == process_env.HANDSHAKE_PORT})
             else:
                 self.launcher.start(env, self.secret)
                 self.pids = self.launcher.pids
@@ -181,6 +186,7 @@ class WorkerGroup:
             link.close()
         self.launcher.close()
         handoff.remove_leftovers(handoff.shm_prefix(self.group_id))
+        process_env.remove_tier2_cache(self.tpu_env)
         log.info("comfyui-tpu: worker group %s stopped", self.config)
 
     # ---- requests

@@ -208,14 +208,14 @@ class HostRegistry:
             return [self._hosts[i] for i in sorted(self._hosts)]
 
     def start_group(self, group_id: str, hosts: list[Host], nnodes: int, nproc: int, master_port: int,
-                    controller: str, kind: str) -> None:
-        """Asks each host to start its share of the group; returns once each has, or raises naming the one
-        that did not."""
+                    controller: str, kind: str, env: dict[str, str] | None = None) -> None:
+        """Asks each host to start its share of the group (`env`: variables every rank must share, such as
+        TorchTPU's handshake port); returns once each has, or raises naming the one that did not."""
         for node_rank, host in enumerate(hosts, start=1):
             host.groups[group_id] = "starting"
             host.link.conn.send({"op": "start", "group_id": group_id, "node_rank": node_rank, "nnodes": nnodes,
                                  "nproc": nproc, "master_addr": self.cluster.listen, "master_port": master_port,
-                                 "controller": controller, "kind": kind})
+                                 "controller": controller, "kind": kind, "env": dict(env or {})})
         deadline = time.monotonic() + START_TIMEOUT_S
         with self._lock:
             while any(h.groups.get(group_id) == "starting" for h in hosts):

@@ -173,7 +173,7 @@ class Launcher:
 
 
 def free_port(address: str = "127.0.0.1") -> int:
-    """A port free on `address` now (the one rendezvous port of a group: the workers bind it, not us)."""
+    """A port free on `address` now (a group's rendezvous or TorchTPU handshake port: the workers bind it, not us)."""
     with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
         s.bind((address, 0))
         return s.getsockname()[1]

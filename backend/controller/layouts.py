@@ -379,14 +379,17 @@ def check_cp(spec: PipelineSpec) -> None:
 TEXT_TOKENS = 512  # FLUX.1 / FLUX.2: prompts are padded to max_sequence_length, 512 unless compiled otherwise
 
 
-def check_cp_size(spec: PipelineSpec, width: int, height: int) -> None:
-    """Image tokens must split evenly over the context ranks (prompt-length text uses diffusers' 'anything'
-    variant, which takes any length)."""
+def check_cp_size(spec: PipelineSpec, width: int, height: int, frames: int = 0) -> None:
+    """Image (video) tokens must split evenly over the context ranks (prompt-length text uses diffusers'
+    'anything' variant, which takes any length). A video's tokens: its latent frames × the image's."""
     degree = spec.cp_degree
     if degree == 1 or spec.family.variable_text:
         return
-    tokens = (width // spec.size_factor) * (height // spec.size_factor)
+    latent_frames = (frames - 1) // spec.family.frame_step + 1 if spec.family.frame_step and frames else 1
+    tokens = latent_frames * (width // spec.size_factor) * (height // spec.size_factor)
     if tokens % degree:
-        raise ParallelError(f"width/height: {width}x{height} makes {tokens} image tokens, which Context Parallel "
+        video = f" × {latent_frames} latent frames ((frames - 1)/{spec.family.frame_step} + 1)" if latent_frames > 1 else ""
+        what = "video" if spec.family.frame_step else "image"
+        raise ParallelError(f"width/height: {width}x{height} makes {tokens} {what} tokens, which Context Parallel "
                             f"degree {degree} cannot split evenly; choose a size where (width/{spec.size_factor}) × "
-                            f"(height/{spec.size_factor}) is a multiple of {degree}.")
+                            f"(height/{spec.size_factor}){video} is a multiple of {degree}.")

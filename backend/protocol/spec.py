@@ -234,7 +234,8 @@ class PipelineSpec:
 
 @dataclass(frozen=True)
 class SampleRequest:
-    """One Sample call. Each image i of the batch uses its own generator seeded with seed + i."""
+    """One Sample (or Sample Video) call. Each image (video) i of the batch uses its own generator seeded with
+    seed + i; a video's frames come back one after another in the image batch."""
 
     prompt: str
     negative_prompt: str = ""
@@ -246,6 +247,7 @@ class SampleRequest:
     batch_size: int = 1
     prompt_per_line: bool = False  # each non-empty line is a prompt; batch_size images each
     denoise: float = 1.0  # with an input image: how much of it is repainted (0 keeps it, 1 repaints it all)
+    frames: int = 0  # frames of each video (video pipelines: Sample Video); 0: an image
 
     def to_dict(self) -> dict:
         return asdict(self)

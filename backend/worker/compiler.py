@@ -42,10 +42,12 @@ class Shape:
     cfg: bool  # CFG doubles the denoiser's batch (SD3, SDXL with guidance > 1)
     text: int  # text tokens the denoiser sees
     variable_text: bool = False  # the pipeline's text length follows the prompt (Qwen-Image): show it
+    frames: int = 0  # a video's frames (each count is a shape of its own); 0: an image
 
     def label(self) -> str:
         extra = (", CFG" if self.cfg else "") + (f", prompt ≤ {self.text} tokens" if self.variable_text else "")
-        return f"{self.width}x{self.height} (batch {self.batch}{extra})"
+        frames = f"x{self.frames} frames" if self.frames else ""
+        return f"{self.width}x{self.height}{frames} (batch {self.batch}{extra})"
 
 
 def _dynamo_counts() -> dict[str, float]:
@@ -219,7 +221,8 @@ class Compiler:
         if variable:
             text = self._pad_prompt(pipe, kwargs, text)
         cfg = spec.family.cfg_doubles_batch and kwargs.get("guidance_scale", 0) > 1
-        return Shape(kwargs["width"], kwargs["height"], kwargs.get("num_images_per_prompt", 1), cfg, text, variable)
+        batch = kwargs.get("num_images_per_prompt", kwargs.get("num_videos_per_prompt", 1))
+        return Shape(kwargs["width"], kwargs["height"], batch, cfg, text, variable, kwargs.get("num_frames", 0))
 
     @staticmethod
     def _pad_prompt(pipe, kwargs: dict, max_len: int) -> int:

@@ -185,7 +185,8 @@ class Runtime:
 
     # ---- sampling
     def sample(self, spec: PipelineSpec, req: SampleRequest, arrays: dict | None = None) -> np.ndarray | None:
-        """This replica's images [B, H, W, C] float32 in 0..1 (None on ranks that do not send images).
+        """This replica's images [B, H, W, C] float32 in 0..1, a video pipeline's frames [B·F, H, W, C] (None on
+        ranks that do not send images).
 
         Global image i is drawn from its own generator (seed + i) and with its own pipeline call, so the
         same seed gives the same pixels whatever the batch size or the number of replicas (batched matmuls
@@ -229,7 +230,7 @@ class Runtime:
                 result = pipe(**kwargs)
             done += len(group)
             if layout.leader:
-                out.append(np.asarray(result.images, dtype=np.float32))
+                out.append(_pixels(result))
         if not layout.leader or not out:
             return None
         return np.ascontiguousarray(np.concatenate(out))
@@ -259,9 +260,11 @@ class Runtime:
         kwargs: dict[str, Any] = {
             "prompt": prompt, "height": req.height, "width": req.width,
             "num_inference_steps": req.steps, "generator": generators,
-            "num_images_per_prompt": len(generators), "output_type": "np",
+            "num_images_per_prompt": len(generators), "num_videos_per_prompt": len(generators), "output_type": "np",
             family.guidance_arg: req.guidance,
         }
+        if family.frame_step:
+            kwargs["num_frames"] = req.frames
         if family.guidance_arg != "true_cfg_scale" and "true_cfg_scale" in params:
             kwargs["true_cfg_scale"] = spec.true_cfg_scale  # FLUX.1's true CFG (1 = off, its default)
         true_cfg = family.guidance_arg == "true_cfg_scale" or spec.true_cfg_scale > 1
@@ -306,6 +309,15 @@ class Runtime:
             return (f"out of memory on {self.device}{cap}: {text}. Try offload 'model' or 'sequential' in "
                     "Load TPU Pipeline, a smaller width/height or batch_size, or Shard TP over more chips.")
         return text
+
+
+def _pixels(result: Any) -> np.ndarray:
+    """A pipeline call's images [B, H, W, C], or its videos' frames one video after another [B·F, H, W, C]
+    (ComfyUI's IMAGE batch, which its video nodes read), float32 in 0..1."""
+    if hasattr(result, "frames"):
+        frames = np.asarray(result.frames, dtype=np.float32)  # [B, F, H, W, C]
+        return frames.reshape(-1, *frames.shape[2:])
+    return np.asarray(result.images, dtype=np.float32)
 
 
 def _is_oom(e: BaseException) -> bool:

@@ -81,9 +81,13 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
                          f"'{NONE}' (a checkpoint holds its diffusion model).")
     denoiser = main.contents.denoiser
     if denoiser is None:
-        raise ModelError(_not_a(main, "diffusion model", f"a {families.names()} diffusion model (or a checkpoint "
+        raise ModelError(_not_a(main, "diffusion model", f"a {families.names(families.FROM_FILES)} diffusion model (or a checkpoint "
                                 "holding one)"))
     family = denoiser.family
+    if not family.files:
+        raise ModelError(f"diffusion_model: '{main.path.name}' is a {family.name} model, which ComfyUI-TPU loads from "
+                         "a diffusers folder only so far: put the diffusers version of the model in "
+                         "models/diffusers and choose it in Load TPU Pipeline.")
     texts = _text_encoders(family, chosen)
     configs = family.published(denoiser.shapes, frozenset(texts))
     needs = [slot.kind for slot in configs.text_encoders]
@@ -290,7 +294,7 @@ def _add_text_encoder(p: _Pipeline, name: str, kind: str) -> None:
     p.parts.append(_tokenizer(tok_name, kind, c))
     if c.input == "checkpoint" and not p.family.single_file:
         raise ModelError(f"checkpoint: '{c.path.name}' holds {p.family.name} text encoders; diffusers "
-                         "reads all-in-one files of SDXL, SD3/3.5 and FLUX.1 only. Choose its parts "
+                         f"reads all-in-one files of {families.single_file_names()} only. Choose its parts "
                          "(diffusion model, text encoders, VAE) as separate files instead.")
     layout = "hf"
     if text_encoders.OPENCLIP_KEY in part.shapes:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import flux1, flux2, qwenimage, sd3, sdxl
+from . import flux1, flux2, qwenimage, sd3, sdxl, wan
 from .base import Configs, ModelFamily, Pipeline, Shapes, TextSlot
 
-_MODULES = (flux1, flux2, sd3, sdxl, qwenimage)
+_MODULES = (flux1, flux2, sd3, sdxl, qwenimage, wan)
 
 FAMILIES: dict[str, ModelFamily] = {m.FAMILY.id: m.FAMILY for m in _MODULES}
+FROM_FILES: list[ModelFamily] = [f for f in FAMILIES.values() if f.files]  # the families whose artists' files load
 PIPELINES: dict[str, Pipeline] = {p.class_name: replace(p, family=f.id) for f in FAMILIES.values()
                                   for p in f.pipelines}
 
@@ -28,11 +29,29 @@ def recognise(shapes: Shapes) -> ModelFamily | None:
     return next((f for f in FAMILIES.values() if f.recognises(shapes)), None)
 
 
-def names(families=None) -> str:
-    """'FLUX.1, FLUX.2, SD3/SD3.5, SDXL or Qwen-Image': the families, for messages."""
-    found = [f.name for f in (families or FAMILIES.values())]
-    return ", ".join(found[:-1]) + " or " + found[-1] if len(found) > 1 else "".join(found)
+def names(families=None, last: str = " or ") -> str:
+    """'FLUX.1, FLUX.2, SD3/SD3.5, SDXL, Qwen-Image or Wan': the families (all by default), for messages."""
+    return _listed([f.name for f in (FAMILIES.values() if families is None else families)], last)
 
 
-__all__ = ["FAMILIES", "PIPELINES", "Configs", "ModelFamily", "Pipeline", "TextSlot", "family_of", "names",
-           "recognise"]
+def _listed(items: list[str], last: str = " and ") -> str:
+    return ", ".join(items[:-1]) + last + items[-1] if len(items) > 1 else "".join(items)
+
+
+def single_file_names() -> str:
+    """'FLUX.1, SD3/SD3.5 and SDXL': the families whose all-in-one checkpoints diffusers reads."""
+    return names([f for f in FAMILIES.values() if f.single_file], " and ")
+
+
+def text_encoders_needed() -> str:
+    """'FLUX.1: CLIP-L and T5-XXL; ...': the text encoders each published model reads, for tooltips."""
+    from .text_encoders import KINDS
+
+    return "; ".join(
+        f"{c.name or f.name}: " + _listed([KINDS[s.kind].short + (" (optional)" if s.optional else "")
+                                           for s in c.text_encoders])
+        for f in FROM_FILES for c in f.configs)
+
+
+__all__ = ["FAMILIES", "FROM_FILES", "PIPELINES", "Configs", "ModelFamily", "Pipeline", "TextSlot", "family_of", "names",
+           "recognise", "single_file_names", "text_encoders_needed"]

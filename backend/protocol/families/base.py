@@ -35,6 +35,9 @@ class Pipeline:
     inpaint: str | None = None  # the inpainting pipeline class; None: this model cannot inpaint
     references: bool = False  # the loaded pipeline itself takes reference images (`image=`)
     needs_image: bool = False  # it cannot make an image without one (edit models)
+    # A video pipeline (num_frames in, .frames out): its frame count is 1 + a multiple of this (the VAE's temporal
+    # compression, Wan: 4). 0: it makes images.
+    frame_step: int = 0
     family: str = ""  # the id of the family module it belongs to (the registry fills it in)
 
 
@@ -55,6 +58,7 @@ class Configs:
 
     folder: str
     text_encoders: tuple[TextSlot, ...]
+    name: str = ""  # what messages call this model where the family has several ("FLUX.2 [klein]")
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class ModelFamily:
     latent_packing: int = 4  # denoiser input channels per VAE latent channel (2x2 packed latents: 4)
     single_file: bool = False  # diffusers' pipeline loader reads its all-in-one checkpoints
     lora_formats: tuple[str, ...] = ()  # LoRA layouts the worker rewrites before diffusers reads them
+    files: bool = True  # its artists' files load (False: they are recognised, and refused naming the way that works)
     # (denoiser shapes, CLIP-L shapes, CLIP-G shapes) -> None when the CLIP pair fits, else the width it reads
     clip_pair: Callable[[Shapes, Shapes, Shapes], int | None] | None = None
     # (denoiser shapes, text kinds chosen) -> the published model the files are (default: the first configs)

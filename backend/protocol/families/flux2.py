@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 from .base import Configs, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
 
-DEV = Configs("flux2", (TextSlot("text_encoder", "mistral"),))
-KLEIN = Configs("flux2-klein", (TextSlot("text_encoder", "qwen3"),))
+DEV = Configs("flux2", (TextSlot("text_encoder", "mistral"),), "FLUX.2 [dev]")
+KLEIN = Configs("flux2-klein", (TextSlot("text_encoder", "qwen3"),), "FLUX.2 [klein]")
 DEV_TEXT_WIDTH = 3 * 5120  # dev reads three of Mistral's layers, 5120 wide
 
 
