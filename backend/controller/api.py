@@ -47,6 +47,7 @@ from . import (
     models,
     offload,
     resolve,
+    storage,
 )
 from . import warm_start as warm
 from .files import assemble, listing
@@ -77,8 +78,9 @@ def make_spec(model: str, roots: Iterable[str], dtype: str = "auto", device_choi
     kind = _check_choices(dtype, device_choice, offload)
     path = models.resolve_model_path(model, roots)
     info = models.inspect_model(path, allow_pickle=allow_pickle)
-    return PipelineSpec(model_path=info.path, class_name=info.class_name, size_factor=info.size_factor,
-                        dtype=dtype, device=device_choice, offload=offload, kind=kind, variant=info.variant)
+    return storage.resolve_storage(PipelineSpec(
+        model_path=info.path, class_name=info.class_name, size_factor=info.size_factor, dtype=dtype,
+        device=device_choice, offload=offload, kind=kind, variant=info.variant))
 
 
 def make_file_spec(choice: assemble.FileChoice, roots: Mapping[str, Iterable[str]], dtype: str = "auto",
@@ -95,7 +97,7 @@ def make_file_spec(choice: assemble.FileChoice, roots: Mapping[str, Iterable[str
     spec = PipelineSpec(model_path=main, class_name=class_name, size_factor=0, dtype=dtype, device=device_choice,
                         offload=offload, kind=kind, source=source)
     factor = models.vae_scale(spec.component_config("vae")) * spec.family.size_multiple_of_vae
-    return spec.with_changes(size_factor=factor)
+    return storage.resolve_storage(spec.with_changes(size_factor=factor))
 
 
 def describe_files(spec: PipelineSpec) -> str:
@@ -107,6 +109,8 @@ def describe_files(spec: PipelineSpec) -> str:
         how = {"scaled-fp8": ", scaled fp8: dequantized on load", "gguf": ", GGUF"}.get(part.quant, "")
         inside = " (in the checkpoint)" if part.prefix and part.name not in ("transformer", "unet") else ""
         lines.append(f"{part.name}: {Path(part.path).name}{inside}{how}")
+    if kept := storage.describe(spec):
+        lines.append(kept)
     return "\n".join([*lines, *(spec.source.notes if spec.source else ())])
 
 
@@ -129,6 +133,8 @@ def describe_pipeline(spec: PipelineSpec) -> str:
         lines = [f"{spec.name} ({spec.family.name}) on CUDA ({n} GPU{'s' if n != 1 else ''})"]
     else:
         lines = [f"{spec.name} ({spec.family.name}) on the CPU"]
+    if kept := storage.describe(spec):
+        lines.append(kept)
     if spec.offload == "auto":
         lines.append(offload.choose_offload(spec).reason)
     return "\n".join(lines)
@@ -368,9 +374,10 @@ def context_parallel(spec: PipelineSpec, degree: int, mode: str = "ulysses") -> 
 
 
 def sampling_options(spec: PipelineSpec, prompt_cache: bool = True, batched: bool = False,
-                     true_cfg_scale: float = 1.0) -> tuple[PipelineSpec, str]:
+                     true_cfg_scale: float = 1.0, step_cache: str = "off",
+                     cache_threshold: float = 0.0) -> tuple[PipelineSpec, str]:
     """`spec` with these sampling options, checked; and what they do, for the node's text."""
-    return plan_sampling(spec, prompt_cache, batched, true_cfg_scale)
+    return plan_sampling(spec, prompt_cache, batched, true_cfg_scale, step_cache, cache_threshold)
 
 
 # ---- warm start (controller/warm_start.py)

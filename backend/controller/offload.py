@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ..protocol.errors import CompileError
 from ..protocol.spec import PipelineSpec
 from ..protocol.units import format_bytes
-from . import capacity, components, devices, models
+from . import capacity, components, devices, models, storage
 
 OFFLOAD_HEADROOM = 0.8  # share of a device's memory the weights may fill: the rest is for activations (a few GB
 # for a 1024x1024 FLUX image), the compiler's buffers and the runtime itself
@@ -37,8 +37,11 @@ def choose_offload(spec: PipelineSpec) -> OffloadChoice:
     if spec.kind == "cpu":
         return OffloadChoice("none", "offload auto → none: on the CPU the weights stay in host memory anyway")
     memory = devices.device_memory_bytes(spec.kind)
-    dtype = "bfloat16" if spec.dtype == "auto" else spec.dtype
+    dtype = "bfloat16" if spec.dtype == "auto" else storage.compute_dtype(spec)
     parts = models.weight_bytes(spec, _FLOAT_BYTES[dtype])
+    if spec.storage:  # fp8 storage: the denoiser counts at its stored size
+        parts = storage.stored_bytes(spec, parts, models.weight_bytes(spec, 1))
+        dtype = f"{dtype} ({spec.storage} denoiser)"
     if memory is None or not parts:
         return OffloadChoice("none", "offload auto → none (the device's memory or the model's size is unknown)")
     usable = memory * OFFLOAD_HEADROOM

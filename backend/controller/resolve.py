@@ -9,16 +9,16 @@ from __future__ import annotations
 from ..protocol.errors import ParallelError
 from ..protocol.families import PIPELINES
 from ..protocol.spec import PipelineSpec
-from . import capacity, compile_plan, components, devices, layouts, loras, offload, sampling_options
+from . import capacity, compile_plan, components, devices, layouts, loras, offload, sampling_options, storage
 
 
 def resolve(spec: PipelineSpec) -> PipelineSpec:
     """`spec` ready to run: its device kind, default layout (v7x: Data Parallel over one chip's two devices),
-    offload 'auto', load order and compile plan resolved, its parallel layout, sampling options and LoRAs checked
+    weight storage, offload 'auto', load order and compile plan resolved, its parallel layout, sampling options and LoRAs checked
     against the model and this host (on TPU: a worker count TorchTPU launches). Idempotent."""
     if not spec.kind:
         spec = spec.with_changes(kind=devices.resolve_kind(spec.device))
-    spec = layouts.with_sharded_encoders(layouts.default_layout(spec))
+    spec = storage.resolve_storage(layouts.with_sharded_encoders(layouts.default_layout(spec)))
     spec = resolve_load_order(offload.resolve_offload(spec))
     check_spec(spec)
     for lora in spec.loras:

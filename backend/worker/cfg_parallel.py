@@ -1,7 +1,7 @@
 """CFG Parallel: the two classifier-free-guidance passes of each denoising step on two ranks.
 
 diffusers has no CFG parallelism of its own (its `_modeling_parallel.py` lists it as to do), so this is ours,
-kept small and in this one place. Pipelines run CFG in one of two ways (`protocol.spec.Family.cfg_passes`):
+kept small and in this one place. Pipelines run CFG in one of two ways (`protocol.families.Pipeline.cfg_passes`):
 
 - "batch" (SD3, SDXL): one denoiser call on a doubled batch [uncond, cond]. Each rank runs its half of the batch
   and the halves are gathered, so both ranks hold the whole prediction and take the same guidance and scheduler

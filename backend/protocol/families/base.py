@@ -35,6 +35,9 @@ class Pipeline:
     inpaint: str | None = None  # the inpainting pipeline class; None: this model cannot inpaint
     references: bool = False  # the loaded pipeline itself takes reference images (`image=`)
     needs_image: bool = False  # it cannot make an image without one (edit models)
+    # The step caches (spec.STEP_CACHES) that suit it: diffusers' hooks know its blocks and the pipeline runs its
+    # denoiser under cache contexts; MagCache also needs the model's magnitude ratios (diffusers ships FLUX.1's)
+    step_caches: tuple[str, ...] = ()
     # A video pipeline (num_frames in, .frames out): its frame count is 1 + a multiple of this (the VAE's temporal
     # compression, Wan: 4). 0: it makes images.
     frame_step: int = 0
