@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..protocol import settings
+from ..protocol import samplers, settings
 from ..protocol.errors import CompileError, ModelError, OptionError, SampleError, TPUError, WorkerCrashed
 from ..protocol.messages import Status, Step
 from ..protocol.spec import (
@@ -46,6 +46,7 @@ from . import (
     loras,
     models,
     offload,
+    prompt_weights,
     resolve,
     storage,
 )
@@ -206,7 +207,9 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
     spec = checked(spec)
     check_request(spec, req)
     arrays = images.as_arrays(spec, req, image, mask)
-    return PreparedSample(spec, req, arrays, tuple(images.describe(spec, req, arrays)))
+    said = [samplers.check(spec, req, images.pipeline_class(spec, arrays)), prompt_weights.note(req)]
+    notes = images.describe(spec, req, arrays) + [text for text in said if text]
+    return PreparedSample(spec, req, arrays, tuple(notes))
 
 
 def run_sample(prepared: PreparedSample, on_progress: ProgressFn | None = None,
@@ -251,7 +254,7 @@ def last_latency() -> dict | None:
 
 def describe_inputs(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None = None,
                     mask: np.ndarray | None = None) -> list[str]:
-    """Checks Sample's inputs as `sample` would and says what will happen to its images."""
+    """Checks Sample's inputs, sampler and scheduler as `sample` would and says what will happen."""
     return list(prepare_sample(spec, req, image, mask).notes)
 
 
