@@ -467,37 +467,37 @@ def test_the_host_port_survives_running_out_of_descriptors_and_a_host_then_joins
 
 @pytest.mark.unit
 def test_the_pixel_budget_follows_a_workers_memory_and_size_from_image_is_held_to_it(monkeypatch):
-    """The rule (plans.pixel_budget): the memory one worker has over 640 values per pixel of the pipeline's dtype
+    """The rule (pixels.budget): the memory one worker has over 640 values per pixel of the pipeline's dtype
     (a real VAE decoder at full size); COMFYUI_TPU_MAX_MEGAPIXELS replaces it. size_from_image is checked from
     the image's shape, before its pixels are copied (an 8192x8192 view of one pixel here)."""
     import numpy as np
 
-    from backend.controller import api, plans
+    from backend.controller import api, pixels
     from backend.protocol.errors import DeviceError, ModelError
     from backend.protocol.spec import PipelineSpec
 
     spec = PipelineSpec(model_path="/m/flux", class_name="FluxPipeline", size_factor=16, kind="cpu")
     monkeypatch.delenv("COMFYUI_TPU_MAX_MEGAPIXELS", raising=False)
     monkeypatch.setenv("COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB", "3")
-    assert plans.pixel_budget(spec)[0] == 3 * 2**30 // (640 * 4)  # float32 on the CPU: 2.5 KiB per pixel
-    assert plans.pixel_budget(spec.with_changes(dtype="bfloat16"))[0] == 3 * 2**30 // (640 * 2)
-    plans.check_pixels(spec, 1120, 1120)
+    assert pixels.budget(spec)[0] == 3 * 2**30 // (640 * 4)  # float32 on the CPU: 2.5 KiB per pixel
+    assert pixels.budget(spec.with_changes(dtype="bfloat16"))[0] == 3 * 2**30 // (640 * 2)
+    pixels.check(spec, 1120, 1120)
     with pytest.raises(ModelError) as e:
-        plans.check_pixels(spec, 1136, 1136)
+        pixels.check(spec, 1136, 1136)
     for words in ("width/height: 1136x1136 is 1.3 megapixels", "at most 1.3 megapixels (e.g. 1120x1120)",
                   "capped at 3 GiB (COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB)", "2.5 KiB per pixel in float32",
                   "COMFYUI_TPU_MAX_MEGAPIXELS"):
         assert words in str(e.value), str(e.value)
     batched = spec.with_changes(batched=True)
-    plans.check_pixels(batched, 512, 512, batch=4)
+    pixels.check(batched, 512, 512, batch=4)
     with pytest.raises(ModelError, match=r"512x512 × batch 8 \(batched\).*or turn batched off"):
-        plans.check_pixels(batched, 512, 512, batch=8)
+        pixels.check(batched, 512, 512, batch=8)
     monkeypatch.delenv("COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB")
     host = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    assert plans.pixel_budget(spec)[0] == host // 2560
-    assert plans.pixel_budget(spec.with_changes(tp_degree=2))[0] == host // 2 // 2560  # two cpu workers share it
+    assert pixels.budget(spec)[0] == host // 2560
+    assert pixels.budget(spec.with_changes(tp_degree=2))[0] == host // 2 // 2560  # two cpu workers share it
     monkeypatch.setenv("COMFYUI_TPU_MAX_MEGAPIXELS", "40")
-    assert plans.pixel_budget(spec) == (40_000_000, "COMFYUI_TPU_MAX_MEGAPIXELS=40")
+    assert pixels.budget(spec) == (40_000_000, "COMFYUI_TPU_MAX_MEGAPIXELS=40")
     image = np.broadcast_to(np.zeros((1, 1, 1, 3), np.float32), (1, 8192, 8192, 3))
     with pytest.raises(ModelError) as e:
         api.size_from_image(spec, image)
@@ -507,7 +507,7 @@ def test_the_pixel_budget_follows_a_workers_memory_and_size_from_image_is_held_t
     assert api.size_from_image(spec, np.zeros((1, 40, 72, 3), np.float32))[:2] == (64, 32)
     monkeypatch.setenv("COMFYUI_TPU_MAX_MEGAPIXELS", "lots")
     with pytest.raises(DeviceError, match="COMFYUI_TPU_MAX_MEGAPIXELS: 'lots' is not a number of megapixels"):
-        plans.pixel_budget(spec)
+        pixels.budget(spec)
 
 
 # ---- NaN and infinity: refused in a LoRA, caught at the end of a run instead of a black image

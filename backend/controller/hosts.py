@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..protocol import settings
-from ..protocol.errors import DeviceError
+from ..protocol.errors import DeviceError, WorkerCrashed
 from .link import Link, accept_forever
 
 log = logging.getLogger("comfyui_tpu")
@@ -215,13 +215,14 @@ class HostRegistry:
             while any(h.groups.get(group_id) == "starting" for h in hosts):
                 if time.monotonic() > deadline:
                     late = [h for h in hosts if h.groups.get(group_id) == "starting"]
-                    raise DeviceError(f"host {late[0].index} ({late[0].address}) did not start its workers within "
-                                      f"{START_TIMEOUT_S:.0f} s; check its `python -m backend join` log.")
+                    raise WorkerCrashed(f"host {late[0].index} ({late[0].address}) did not start its workers within "
+                                        f"{START_TIMEOUT_S:.0f} s; check its `python -m backend join` log.",
+                                        request_started=False, host=late[0].address)
                 self._lock.wait(0.2)
             failed = [h for h in hosts if h.groups.get(group_id, "").startswith("ended")]
             if failed:
-                raise DeviceError(f"host {failed[0].index} ({failed[0].address}) could not start its workers: "
-                                  f"{failed[0].groups[group_id]}")
+                raise WorkerCrashed(f"host {failed[0].index} ({failed[0].address}) could not start its workers: "
+                                    f"{failed[0].groups[group_id]}", request_started=False, host=failed[0].address)
 
     def ended(self, group_id: str, hosts: list[Host]) -> list[str]:
         """Why each of `hosts` no longer runs its share of the group (empty while all do)."""

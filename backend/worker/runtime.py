@@ -145,7 +145,7 @@ class Runtime:
         if self.should_stop():  # loading cannot stop midway; stop right after it (all TP ranks agree)
             self.status("stopped after loading finished (loading cannot be interrupted midway); the model "
                         "stays loaded for the next run")
-            raise Interrupted()
+            raise Interrupted(Interrupted.DEFAULT)
 
     def _load_onto_device(self, spec: PipelineSpec, dtype_name: str, extra: dict | None) -> Any:
         """Reads the weights into host memory and puts them where the offload choice says."""
@@ -217,7 +217,7 @@ class Runtime:
         pipe = self.image_pipes.for_task(self.pipe, spec.family, kind)
         self.prompts.wrap(pipe)  # an image pipeline made from the loaded one shares its prompt cache
         if self.should_stop():
-            raise Interrupted()
+            raise Interrupted(Interrupted.DEFAULT)
         calls: list[tuple[str, list[int]]] = []  # (prompt, global image indices) of each pipeline call
         for i in indices:
             prompt = everything[i][0]
@@ -351,7 +351,7 @@ class Runtime:
                 if report:  # steps of this rank's whole share: done before this image + this image's
                     self.channel.send(Step(self._rid, done + finished * per_step, total, step_s, self.rank))
             if stop:
-                raise Interrupted()
+                raise Interrupted(Interrupted.DEFAULT)
             return {}
 
         kwargs["callback_on_step_end"] = on_step_end
