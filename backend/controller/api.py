@@ -188,7 +188,7 @@ def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | Non
     spec = checked(spec)
     check_request(spec, req)
     arrays = images.as_arrays(spec, req, image, mask)
-    samplers.check(spec, req, images.pipeline_class(spec, arrays))
+    samplers.check(spec, req, images.starts_from_image(spec, arrays))
     progress = _group_progress(spec, req, on_progress)
     before = group.current_group()
     results = group.run(group_config(spec), lambda g: g.sample(spec, req, progress, should_interrupt, arrays),
@@ -234,7 +234,7 @@ def describe_inputs(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | 
                     mask: np.ndarray | None = None) -> list[str]:
     """Checks Sample's image inputs, sampler and scheduler (raising as `sample` would) and says what will happen."""
     arrays = images.as_arrays(checked(spec), req, image, mask)
-    said = [samplers.check(spec, req, images.pipeline_class(spec, arrays)), prompt_weights.note(req)]
+    said = [samplers.check(spec, req, images.starts_from_image(spec, arrays)), prompt_weights.note(req)]
     return images.describe(spec, req, arrays) + [text for text in said if text]
 
 
