@@ -110,7 +110,8 @@ class TPUSamplingOptions:
                 "batched": ("BOOLEAN", {"default": False, "tooltip":
                             "On: the images of one prompt (batch_size) go through the model in one call, each "
                             "with its own seed: faster where the chip has room. Off: one call per image, so any "
-                            "image can be reproduced alone, bit for bit, with any batch size or replica count."}),
+                            "image can be reproduced alone, bit for bit, with any batch size or replica count "
+                            "(one chip or GPU per worker; within 1e-5 for CPU workers with other thread counts)."}),
                 "true_cfg_scale": ("FLOAT", {"default": 1.0, "min": 1.0, "max": 30.0, "step": 0.1, "round": 0.01,
                                    "tooltip": "FLUX.1 only: above 1, true classifier-free guidance against the "
                                               "negative prompt (two passes per step: slower, which CFG Parallel "
