@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..protocol import settings
+from ..protocol import samplers, settings
 from ..protocol.errors import CompileError, ModelError, TPUError, WorkerCrashed
 from ..protocol.messages import Status, Step
 from ..protocol.spec import (
@@ -32,7 +32,7 @@ from ..protocol.spec import (
     mode_note,
 )
 from ..protocol.units import format_bytes
-from . import devices, group, hosts, images, models, plans, storage
+from . import devices, group, hosts, images, models, plans, prompt_weights, storage
 from .files import assemble, listing
 
 ProgressFn = Callable[[Status | Step], None]
@@ -188,6 +188,7 @@ def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | Non
     spec = checked(spec)
     check_request(spec, req)
     arrays = images.as_arrays(spec, req, image, mask)
+    samplers.check(spec, req, images.pipeline_class(spec, arrays))
     progress = _group_progress(spec, req, on_progress)
     before = group.current_group()
     results = group.run(group_config(spec), lambda g: g.sample(spec, req, progress, should_interrupt, arrays),
@@ -231,8 +232,10 @@ def last_latency() -> dict | None:
 
 def describe_inputs(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None = None,
                     mask: np.ndarray | None = None) -> list[str]:
-    """Checks Sample's image inputs (raising ModelError as `sample` would) and says what will happen to them."""
-    return images.describe(spec, req, images.as_arrays(checked(spec), req, image, mask))
+    """Checks Sample's image inputs, sampler and scheduler (raising as `sample` would) and says what will happen."""
+    arrays = images.as_arrays(checked(spec), req, image, mask)
+    said = [samplers.check(spec, req, images.pipeline_class(spec, arrays)), prompt_weights.note(req)]
+    return images.describe(spec, req, arrays) + [text for text in said if text]
 
 
 def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, str | None]:

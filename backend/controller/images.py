@@ -54,6 +54,16 @@ def as_arrays(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None,
     return arrays
 
 
+def pipeline_class(spec: PipelineSpec, arrays: dict[str, np.ndarray]) -> str:
+    """The diffusers pipeline that runs a request with these inputs: the inpainting or image-to-image one made
+    from the loaded pipeline, or the loaded one (text to image, reference images)."""
+    if "mask" in arrays:
+        return spec.family.inpaint
+    if "image" in arrays and spec.family.img2img:
+        return spec.family.img2img
+    return spec.class_name
+
+
 def _image(image: np.ndarray) -> np.ndarray:
     a = np.asarray(image)
     if a.ndim == 3:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..protocol import messages, settings
+from ..protocol import messages, samplers, settings
 from ..protocol.errors import Interrupted
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
@@ -41,6 +41,7 @@ class Runtime:
         self.kind, self.device, self.rank, self.world_size = kind, device, rank, world_size
         self.channel = channel
         self.pipe: Any = None
+        self.own_scheduler: Any = None  # the loaded pipeline's scheduler (Sample's sampler 'default')
         self.loaded: PipelineSpec | None = None  # the description the weights in memory were loaded for
         self.loads = 0
         self.samples = 0  # Sample requests served (compile warm-ups are not samples)
@@ -139,7 +140,7 @@ class Runtime:
         if spec.cfg_parallel > 1:
             self.cfg = CFGParallel(denoiser(pipe)[1], spec.family.cfg_passes, parallel.cfg_group(spec, self.kind),
                                    spec.layout(self.rank).cfg_rank)
-        self.pipe, self.loaded = pipe, spec
+        self.pipe, self.loaded, self.own_scheduler = pipe, spec, pipe.scheduler
         self.loads += 1
         self.status(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s")
         if self.should_stop():  # loading cannot stop midway; stop right after it (all TP ranks agree)
@@ -193,7 +194,7 @@ class Runtime:
         self.step_cache.forget()
         self.image_pipes.forget()
         self.prompts.clear()
-        self.pipe, self.loaded, self.cfg = None, None, None
+        self.pipe, self.loaded, self.cfg, self.own_scheduler = None, None, None, None
         gc.collect()
         if self.kind == "cuda":
             torch.cuda.empty_cache()
@@ -232,6 +233,7 @@ class Runtime:
                 done += 1
                 continue
             generators = [torch.Generator("cpu").manual_seed(everything[i][1]) for i in group]
+            pipe.scheduler = self._scheduler(pipe, spec, req, kind, everything[group[0]][1])
             kwargs = self._call_kwargs(pipe, spec, req, generators, prompt)
             if not layout.leader:  # only a replica's first rank sends images: its peers skip the VAE decode
                 kwargs["output_type"] = "latent"
@@ -242,7 +244,7 @@ class Runtime:
                   self.compiler.sampling(pipe, spec, kwargs) as call):
                 images.add_inputs(pipe, kind, kwargs, arrays, group[0], req)
                 self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,
-                               report=layout.leader, per_step=len(group))
+                               report=layout.leader, per_step=len(group), steps=req.steps)
                 result = pipe(**kwargs)
             done += len(group)
             if layout.leader:
@@ -250,6 +252,19 @@ class Runtime:
         if not layout.leader or not out:
             return None
         return np.ascontiguousarray(np.concatenate(out))
+
+    def _scheduler(self, pipe: Any, spec: PipelineSpec, req: SampleRequest, kind: str, seed: int) -> Any:
+        """The scheduler of one call: the loaded pipeline's own, or the one Sample's sampler and scheduler name
+        (checked by the controller), built from its config. Weights and compiled graphs are untouched."""
+        chosen = samplers.resolve(type(self.own_scheduler).__name__, type(pipe).__name__, spec.family.name,
+                                  req.sampler, req.scheduler, image_input=kind in (images.IMG2IMG, images.INPAINT))
+        if chosen is None:
+            return self.own_scheduler
+        import diffusers
+
+        name, options = chosen
+        return getattr(diffusers, name).from_config(
+            samplers.scheduler_config(dict(self.own_scheduler.config), name, options, seed))
 
     def _cfg_split(self, pipe: Any, spec: PipelineSpec, kwargs: dict, say: bool) -> Any:
         """CFG Parallel for one call: split when the pipeline runs two passes, else both ranks run it whole."""
@@ -289,17 +304,16 @@ class Runtime:
         return {k: v for k, v in kwargs.items() if k in params or k in ("width", "height")}
 
     def _on_steps(self, pipe: Any, kwargs: dict, call: Any, done: int, total: int, report: bool,
-                  per_step: int = 1) -> None:
-        """Adds the step callback: counts steps, reports each one (with its duration; a batched call's step
-        counts once per image), stops when asked."""
+                  per_step: int = 1, steps: int = 1) -> None:
+        """Adds the step callback: counts the call's `steps` steps, reports each one (with its duration; a batched
+        call's step counts once per image; a second-order scheduler's two model calls count once), stops when
+        asked."""
         if "callback_on_step_end" not in inspect.signature(pipe.__call__).parameters:
             return
-        last = [time.perf_counter()]
+        last, counted = [time.perf_counter()], [0]
+        order = getattr(pipe.scheduler, "order", 1)  # Heun, DPM2, DPM++ SDE: two model calls per step
 
         def on_step_end(pipe, step, timestep, callback_kwargs):
-            self.steps += 1
-            now = time.perf_counter()
-            step_s, last[0] = now - last[0], now
             self.latency.step_end()
             if self.cfg is not None:
                 self.cfg.check_step()
@@ -307,8 +321,14 @@ class Runtime:
             if stop and step == 0 and call.compiling:  # the compile ran inside this first step
                 # before the step's progress: ComfyUI's progress hook raises on it once Cancel was pressed
                 self.status(call.stop_note())
-            if report:  # steps of this rank's whole share: done before this image + this image's
-                self.channel.send(Step(self._rid, done + (step + 1) * per_step, total, step_s, self.rank))
+            finished = min(-(-(step + 1) // order), steps)
+            if finished > counted[0]:
+                self.steps += finished - counted[0]
+                counted[0] = finished
+                now = time.perf_counter()
+                step_s, last[0] = now - last[0], now
+                if report:  # steps of this rank's whole share: done before this image + this image's
+                    self.channel.send(Step(self._rid, done + finished * per_step, total, step_s, self.rank))
             if stop:
                 raise Interrupted()
             return {}
