@@ -6,8 +6,6 @@ last, with defaults (tests/test_node_contract.py guards this).
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from ..backend.controller import api
@@ -251,11 +249,12 @@ class TPUSample:
                                 steps=steps, guidance=guidance, seed=seed, batch_size=batch_size,
                                 prompt_per_line=prompt_per_line, denoise=denoise, sampler=sampler,
                                 scheduler=scheduler)
-        notes += api.describe_inputs(pipeline, request, image, mask)
+        prepared = api.prepare_sample(pipeline, request, image, mask)  # resolved and checked once, here
+        notes += prepared.notes
         if notes:
             comfy_bridge.send_text(unique_id, "\n".join(notes))
-        images = comfy_bridge.run_cancellable(functools.partial(api.sample, image=image, mask=mask), pipeline,
-                                              request, node_id=unique_id, total=steps * len(request.images()))
+        images = comfy_bridge.run_cancellable(api.run_sample, prepared, node_id=unique_id,
+                                              total=steps * len(request.images()))
         # the notes again (the progress text replaced them), then where the time went
         comfy_bridge.show_latency(unique_id, queued, started, notes)
         if not notes:

@@ -1,7 +1,7 @@
 """What a family module fills in, and the shape arithmetic its size readers share.
 
 A family (FLUX.1, SDXL, ...) is one module of this package holding one `ModelFamily`: how its diffusers
-pipelines run (`Pipeline`, one per pipeline class: what the worker and the plans read through
+pipelines run (`Pipeline`, one per pipeline class: what the worker and the layouts read through
 `PipelineSpec.family`), and how artists' files of it are recognised and described (keys, size reader, text
 encoders, VAE, the configs of its published models under backend/configs). No torch: both processes read it.
 """
