@@ -46,6 +46,7 @@ from . import (
     loras,
     models,
     offload,
+    pixels,
     prompt_weights,
     resolve,
     storage,
@@ -152,6 +153,7 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
                               f"(e.g. {getattr(SampleRequest, f.name)}).")
     models.check_size(models.info_of(spec), req.width, req.height)
     models.check_frames(spec.family, req.frames)
+    pixels.check(spec, req.width, req.height, req.batch_size)
     layouts.check_cp_size(spec, req.width, req.height, req.frames)
     if req.steps < 1:
         raise SampleError(f"steps: {req.steps} is too small; use at least 1.")
@@ -184,7 +186,7 @@ def load(spec: PipelineSpec, on_progress: ProgressFn | None = None,
     """Makes sure the pipeline is loaded and warm in the workers (warm-up shapes compiled); returns rank 0's info."""
     spec = checked(spec)
     results = group.run(group_config(spec), lambda g: g.load(spec, on_progress, should_interrupt),
-                        _status_adapter(on_progress))
+                        _status_adapter(on_progress), should_interrupt)
     return results[0].value
 
 
@@ -224,7 +226,7 @@ def run_sample(prepared: PreparedSample, on_progress: ProgressFn | None = None,
     before = group.current_group()
     results = group.run(group_config(spec),
                         lambda g: g.sample(spec, req, progress, should_interrupt, prepared.arrays),
-                        _status_adapter(on_progress))
+                        _status_adapter(on_progress), should_interrupt)
     received = time.time()
     # Each replica's first rank sends its slice; rank order is image order.
     parts = [r.arrays["images"] for r in results if "images" in r.arrays]
@@ -261,7 +263,20 @@ def describe_inputs(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | 
 
 
 def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, str | None]:
-    """Width and height that follow the image (rounded down to the model's size factor), and a note if rounded."""
+    """Width and height that follow the image (rounded down to the model's size factor), and a note if rounded;
+    held to the limits width and height have (the node's range, the model's, the pixel budget), checked from the
+    image's shape before its pixels are copied."""
+    shape = np.shape(image)
+    if len(shape) in (3, 4) and min(shape[-3:-1], default=0) >= 1:
+        h, w = shape[-3:-1]
+        f = spec.size_factor or 1
+        try:
+            models.check_size(models.info_of(spec), max(f, w // f * f), max(f, h // f * f))
+            pixels.check(spec, max(f, w // f * f), max(f, h // f * f))
+        except ModelError as e:
+            raise ModelError(f"size_from_image: the image is {w}x{h}, and width and height follow it, so they are "
+                             f"held to the same limits: {e} Turn size_from_image off and set width and height, or "
+                             "scale the image down first (Upscale Image By).") from None
     return images.size_from_image(spec, image)
 
 

@@ -11,13 +11,14 @@ import gc
 import inspect
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..protocol import messages, samplers, settings
-from ..protocol.errors import Interrupted
+from ..protocol.errors import Interrupted, ModelError
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
 from . import device, images, loading, parallel, storage
@@ -244,12 +245,34 @@ class Runtime:
                 self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,
                                report=layout.leader, per_step=len(group), steps=req.steps)
                 result = pipe(**kwargs)
+            self._check_finite(spec, result.frames if hasattr(result, "frames") else result.images)
             done += len(group)
             if layout.leader:
                 out.append(_pixels(result))
         if not layout.leader or not out:
             return None
         return np.ascontiguousarray(np.concatenate(out))
+
+    def _check_finite(self, spec: PipelineSpec, out: Any) -> None:
+        """Latents (ranks that skip the VAE) or images (video frames) holding NaN or infinity would be saved black:
+        the run fails instead, naming the likely causes."""
+        latents = isinstance(out, torch.Tensor)
+        if bool(torch.isfinite(out).all() if latents else np.isfinite(np.asarray(out, dtype=np.float32)).all()):
+            return
+        causes = []
+        if spec.loras:
+            causes.append(f"the LoRAs applied ({', '.join(f'{x.name} at strength {x.strength:g}' for x in spec.loras)}"
+                          "): run without them, or at a lower strength, to find out")
+        files = sorted({Path(c.path).name for c in spec.source.components if c.layout not in ("tokenizer", "tekken")}
+                       ) if spec.source else [spec.name]
+        causes.append(f"NaN or infinity in the model's weights ({', '.join(files)}): the file is damaged or "
+                      "converted wrongly; download it again")
+        if (dtype := self.dtype_name(spec)) == "float16":
+            causes.append("float16 overflow (the model computes in float16 here): choose dtype bfloat16 or float32 "
+                          "in Load TPU Pipeline")
+        what = "latents" if latents else "images"
+        raise ModelError(f"the run made {what} that are not numbers (NaN or infinity) in {dtype}, which would be saved "
+                         f"as black images, so it failed instead. Likely causes: {'; '.join(causes)}.")
 
     def _scheduler(self, pipe: Any, spec: PipelineSpec, req: SampleRequest, kind: str, seed: int) -> Any:
         """The scheduler of one call: the loaded pipeline's own, or the one Sample's sampler and scheduler name
