@@ -54,7 +54,7 @@ def test_a_group_that_could_not_start_is_started_once_more(monkeypatch):
     """What group.run does with that error: one more try, on a fresh group."""
     tries = []
 
-    def get_group(config, *how):  # (on_status, should_interrupt): not used here
+    def get_group(config, on_status=None, should_interrupt=None):
         tries.append(config)
         if len(tries) == 1:
             raise WorkerCrashed("host 1 (10.0.0.2) could not start its workers", request_started=False,

@@ -122,7 +122,7 @@ def test_a_sample_is_resolved_once_and_its_headers_read_once(flux1_on, monkeypat
     monkeypatch.setattr(images, "as_arrays", counted("copies", images.as_arrays))
     sent = []
     out = np.zeros((1, 64, 64, 3), np.float32)
-    monkeypatch.setattr(group, "run", lambda config, call, on_status=None: sent.append(config) or
+    monkeypatch.setattr(group, "run", lambda config, call, on_status=None, should_interrupt=None: sent.append(config) or
                         [Result(1, {}, {"images": out})])
 
     req = SampleRequest(prompt="a red fox", width=64, height=64, steps=2, denoise=0.5)
