@@ -97,6 +97,15 @@ def test_a_choice_a_family_cannot_take_is_refused_naming_the_ones_it_can(tiny_mo
         with pytest.raises(InputError) as e:
             api.describe_inputs(spec, _request(**change), image)
         assert words in str(e.value), (change, str(e.value))
+    # a pipeline whose own scheduler the table does not cover (Wan: UniPC on flow sigmas with its own flow_shift)
+    wan = _spec(tiny_models, "tiny-wan")
+    with pytest.raises(InputError, match="sampler: 'euler' has no mapping for Wan, whose own scheduler is "
+                                         "UniPCMultistepScheduler. Wan takes: default."):
+        samplers.check(wan, _request(sampler="euler"), False)
+    with pytest.raises(InputError, match="scheduler: 'karras' cannot be used with sampler 'default' on Wan "
+                                         r"\(UniPCMultistepScheduler\); it takes: default."):
+        samplers.check(wan, _request(scheduler="karras"), False)
+    assert samplers.check(wan, _request(), False) is None
     # what runs is said next to the node
     notes = api.describe_inputs(sdxl, _request(sampler="dpmpp_2m", scheduler="karras"))
     assert ("sampler dpmpp_2m, scheduler karras: diffusers' DPMSolverMultistepScheduler (algorithm_type=dpmsolver++, "
@@ -114,7 +123,8 @@ def test_every_choice_a_family_takes_runs_in_plain_diffusers(tiny_models, name):
     spec = _spec(tiny_models, name)
     pipe = diffusers.DiffusionPipeline.from_pretrained(str(tiny_models / name), local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
-    own, own_scheduler = type(pipe.scheduler).__name__, pipe.scheduler
+    own_scheduler = pipe.scheduler
+    own = {**own_scheduler.config, "_class_name": type(own_scheduler).__name__}
     pipes = {pipe: False}
     if spec.family.img2img:
         derived = getattr(diffusers, spec.family.img2img).from_pipe(pipe)
@@ -122,12 +132,12 @@ def test_every_choice_a_family_takes_runs_in_plain_diffusers(tiny_models, name):
         pipes[derived] = True
     ran = 0
     for p, image_input in pipes.items():
-        for sampler in samplers.allowed_samplers(own, type(p).__name__, image_input):
+        for sampler in samplers.allowed_samplers(own, spec.family, image_input):
             # from an image: each sampler with its own schedule (the schedules are the same code either way)
             for schedule in ["default"] if image_input else samplers.allowed_schedules(own, sampler):
-                chosen = samplers.resolve(own, type(p).__name__, name, sampler, schedule, image_input)
+                chosen = samplers.resolve(own, spec.family, sampler, schedule, image_input)
                 p.scheduler = own_scheduler if chosen is None else getattr(diffusers, chosen[0]).from_config(
-                    samplers.scheduler_config(dict(own_scheduler.config), *chosen, seed=1))
+                    samplers.scheduler_config(own, *chosen, seed=1))
                 kw = dict(prompt="a fox", num_inference_steps=3, generator=torch.Generator().manual_seed(1),
                           output_type="np", height=64, width=64)
                 if image_input:

@@ -54,14 +54,10 @@ def as_arrays(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None,
     return arrays
 
 
-def pipeline_class(spec: PipelineSpec, arrays: dict[str, np.ndarray]) -> str:
-    """The diffusers pipeline that runs a request with these inputs: the inpainting or image-to-image one made
-    from the loaded pipeline, or the loaded one (text to image, reference images)."""
-    if "mask" in arrays:
-        return spec.family.inpaint
-    if "image" in arrays and spec.family.img2img:
-        return spec.family.img2img
-    return spec.class_name
+def starts_from_image(spec: PipelineSpec, arrays: dict[str, np.ndarray]) -> bool:
+    """Whether the request runs the family's inpainting or image-to-image pipeline (made from the loaded one),
+    rather than the loaded one (text to image, reference images)."""
+    return "mask" in arrays or ("image" in arrays and spec.family.img2img is not None)
 
 
 def _image(image: np.ndarray) -> np.ndarray:

@@ -6,7 +6,9 @@ the weights or the compiled denoiser. Pure data: no torch, no diffusers.
 
 Two tables, chosen by the pipeline's own scheduler: flow-matching pipelines (FLUX.1, FLUX.2, SD3/3.5, Qwen-Image:
 `FlowMatchEulerDiscreteScheduler`) take the flow variants, or the multistep solvers on flow sigmas with the
-pipeline's own shift; noise-prediction pipelines (SDXL) take the classic schedulers. A name maps to the diffusers
+pipeline's own shift; noise-prediction pipelines (SDXL) take the classic schedulers; any other (Wan's UniPC on flow
+sigmas) only `default`. What a pipeline does with its scheduler (passes sigmas of its own, hands it the generators)
+is its family's (`families.base.Pipeline.sigmas`, `.seeded_steps`). A name maps to the diffusers
 scheduler that implements the same method (the table in diffusers' scheduler docs for k-diffusion names). The
 steps are diffusers' own: the pixels equal plain diffusers with that scheduler configured, not ComfyUI's KSampler
 (whose step code and sigma tables differ in details).
@@ -18,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import InputError
+from .families.base import Pipeline
 from .spec import PipelineSpec, SampleRequest
 
 DEFAULT = "default"  # the pipeline's own scheduler, as it ships
@@ -101,38 +104,42 @@ FLOW: dict[str, Method] = {
 SAMPLER_CHOICES = (DEFAULT, *dict.fromkeys([*CLASSIC, *FLOW]))
 SCHEDULER_CHOICES = (DEFAULT, "normal", "simple", "karras", "exponential", "beta", "sgm_uniform", "ddim_uniform")
 
-# Pipelines whose scheduler step gets the call's generators (a stochastic method follows the seed there)
-_SEEDED_STEPS = ("StableDiffusionXLPipeline",)
+
+def table(own: dict) -> str:
+    """Which table a pipeline's own scheduler config (with its `_class_name`) takes: "flow" (FLUX.1, FLUX.2, SD3,
+    Qwen-Image), "classic" (a noise-prediction scheduler: SDXL), or "" (another, e.g. Wan's UniPC on flow sigmas
+    with its own flow_shift: only `default`)."""
+    name = own.get("_class_name", "")
+    if name == "FlowMatchEulerDiscreteScheduler":
+        return "flow"
+    if (name in SCHEDULE_OPTIONS and not name.startswith("FlowMatch") and not own.get("use_flow_sigmas")
+            and own.get("prediction_type", "epsilon") in ("epsilon", "v_prediction")):
+        return "classic"
+    return ""
 
 
-def is_flow(default_scheduler: str) -> bool:
-    return default_scheduler.startswith("FlowMatch")
+def _methods(own: dict) -> dict[str, Method]:
+    return {"flow": FLOW, "classic": CLASSIC}.get(table(own), {})
 
 
-def _methods(default_scheduler: str) -> dict[str, Method]:
-    return FLOW if is_flow(default_scheduler) else CLASSIC
+def _method(own: dict, sampler: str) -> Method:
+    return Method(own.get("_class_name", "")) if sampler == DEFAULT else _methods(own)[sampler]
 
 
-def _method(default_scheduler: str, sampler: str) -> Method:
-    return Method(default_scheduler) if sampler == DEFAULT else _methods(default_scheduler)[sampler]
+def _passes_sigmas(pipeline: Pipeline, method: Method) -> bool:
+    """Whether the pipeline hands set_timesteps sigmas of its own with this method's scheduler (the family says)."""
+    return pipeline.sigmas == "always" or (pipeline.sigmas == "unless flow sigmas"
+                                           and not method.options.get("use_flow_sigmas"))
 
 
-def _passes_sigmas(pipeline_class: str, method: Method) -> bool:
-    """Whether the pipeline hands set_timesteps its own sigmas: Qwen-Image always, FLUX.1 and FLUX.2 unless the
-    scheduler uses flow sigmas, SD3 and SDXL never."""
-    if pipeline_class.startswith("QwenImage"):
-        return True
-    return pipeline_class.startswith("Flux") and not method.options.get("use_flow_sigmas")
-
-
-def _refusal(method: Method, pipeline_class: str, flow: bool, image_input: bool) -> str | None:
+def _refusal(method: Method, pipeline: Pipeline, image_input: bool) -> str | None:
     """Why the pipeline cannot take `method` (None: it can)."""
-    if method.stochastic and (flow or pipeline_class not in _SEEDED_STEPS):
+    if method.stochastic and not pipeline.seeded_steps:
         return ("draws fresh noise at every step, and this pipeline gives its scheduler no generator: the image "
                 "would not follow the seed (and sharded ranks would disagree)")
     if image_input and not method.image_input:
         return "cannot start from an image in diffusers' image-to-image and inpainting pipelines"
-    if _passes_sigmas(pipeline_class, method) and not method.takes_sigmas:
+    if _passes_sigmas(pipeline, method) and not method.takes_sigmas:
         return "cannot take the sigmas this pipeline passes to its scheduler"
     return None
 
@@ -141,7 +148,7 @@ def _schedule_options(method: Method, schedule: str, flow: bool) -> dict | None:
     """The config options of `schedule` for `method`'s class; None when that class cannot take it."""
     if schedule == DEFAULT or (flow and schedule in ("simple", "normal")):
         return {}
-    takes = SCHEDULE_OPTIONS[method.scheduler]
+    takes = SCHEDULE_OPTIONS.get(method.scheduler, frozenset())
     if schedule in _SIGMAS and "sigmas" in takes and not method.options.get("use_flow_sigmas"):
         return {_SIGMAS[schedule]: True}
     if not flow and schedule in _SPACING and "spacing" in takes:
@@ -149,37 +156,40 @@ def _schedule_options(method: Method, schedule: str, flow: bool) -> dict | None:
     return None
 
 
-def allowed_samplers(default_scheduler: str, pipeline_class: str, image_input: bool = False) -> list[str]:
-    flow = is_flow(default_scheduler)
-    return [DEFAULT, *(name for name, m in _methods(default_scheduler).items()
-                       if _refusal(m, pipeline_class, flow, image_input) is None)]
+def allowed_samplers(own: dict, pipeline: Pipeline, image_input: bool = False) -> list[str]:
+    return [DEFAULT, *(name for name, m in _methods(own).items() if _refusal(m, pipeline, image_input) is None)]
 
 
-def allowed_schedules(default_scheduler: str, sampler: str) -> list[str]:
-    method, flow = _method(default_scheduler, sampler), is_flow(default_scheduler)
+def allowed_schedules(own: dict, sampler: str) -> list[str]:
+    method, flow = _method(own, sampler), table(own) == "flow"
+    if not table(own):
+        return [DEFAULT]
     return [s for s in SCHEDULER_CHOICES if _schedule_options(method, s, flow) is not None]
 
 
-def resolve(default_scheduler: str, pipeline_class: str, family: str, sampler: str, schedule: str,
+def resolve(own: dict, pipeline: Pipeline, sampler: str, schedule: str,
             image_input: bool = False) -> tuple[str, dict] | None:
-    """(diffusers class, config options) for Sample's sampler and scheduler; None = the pipeline's own scheduler
-    unchanged. Raises InputError naming the input, the value and the choices this pipeline takes."""
-    flow = is_flow(default_scheduler)
-    known = _methods(default_scheduler)
+    """(diffusers class, config options) for Sample's sampler and scheduler on `pipeline` (the family's entry),
+    whose own scheduler config is `own`; None = the pipeline's own scheduler unchanged. Raises InputError naming
+    the input, the value and the choices this pipeline takes."""
+    flow, known, family = table(own) == "flow", _methods(own), pipeline.name
     if sampler != DEFAULT:
         if sampler not in known:
             why = ("is not one of the sampler names" if sampler not in SAMPLER_CHOICES else
+                   f"has no mapping for {family}, whose own scheduler is {own.get('_class_name')}" if not known else
                    f"has no {'flow-matching ' if flow else ''}scheduler in diffusers")
         else:
-            why = _refusal(known[sampler], pipeline_class, flow, image_input)
+            why = _refusal(known[sampler], pipeline, image_input)
         if why:
             raise InputError(f"sampler: '{sampler}' {why}. {family}{' from an image' if image_input else ''} takes: "
-                             f"{', '.join(allowed_samplers(default_scheduler, pipeline_class, image_input))}.")
-    method = _method(default_scheduler, sampler)
-    options = _schedule_options(method, schedule, flow) if schedule in SCHEDULER_CHOICES else None
+                             f"{', '.join(allowed_samplers(own, pipeline, image_input))}.")
+    method = _method(own, sampler)
+    options = None
+    if schedule in SCHEDULER_CHOICES and (table(own) or schedule == DEFAULT):
+        options = _schedule_options(method, schedule, flow)
     if options is None:
         raise InputError(f"scheduler: '{schedule}' cannot be used with sampler '{sampler}' on {family} "
-                         f"({method.scheduler}); it takes: {', '.join(allowed_schedules(default_scheduler, sampler))}.")
+                         f"({method.scheduler}); it takes: {', '.join(allowed_schedules(own, sampler))}.")
     if sampler == DEFAULT and schedule == DEFAULT:
         return None
     return method.scheduler, {**method.options, **options}
@@ -203,18 +213,16 @@ def scheduler_config(base: dict, name: str, options: dict, seed: int) -> dict:
     return {**config, **options}
 
 
-def own_scheduler(spec: PipelineSpec) -> str:
-    """The class name of the scheduler the pipeline ships with (its scheduler config)."""
-    return spec.component_config("scheduler").get("_class_name", "")
+def own_scheduler(spec: PipelineSpec) -> dict:
+    """The config of the scheduler the pipeline ships with (with its `_class_name`), as the worker will load it."""
+    return spec.component_config("scheduler")
 
 
-def check(spec: PipelineSpec, req: SampleRequest, pipeline_class: str) -> str | None:
-    """Controller side, before anything runs: refuses a sampler or scheduler that `pipeline_class` (the loaded
-    pipeline, or the image-to-image / inpainting one made from it) cannot take; returns what will run, in words
-    (None for the pipeline's own scheduler)."""
-    own = own_scheduler(spec)
-    chosen = resolve(own, pipeline_class, spec.family.name, req.sampler, req.scheduler,
-                     image_input=pipeline_class != spec.class_name)
+def check(spec: PipelineSpec, req: SampleRequest, image_input: bool) -> str | None:
+    """Controller side, before anything runs: refuses a sampler or scheduler the pipeline (or, with `image_input`,
+    its image-to-image or inpainting pipeline) cannot take; returns what will run, in words (None for the
+    pipeline's own scheduler)."""
+    chosen = resolve(own_scheduler(spec), spec.family, req.sampler, req.scheduler, image_input)
     if chosen is None:
         return None
     name, options = chosen

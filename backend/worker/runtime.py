@@ -232,7 +232,7 @@ class Runtime:
                 done += 1
                 continue
             generators = [torch.Generator("cpu").manual_seed(everything[i][1]) for i in group]
-            pipe.scheduler = self._scheduler(pipe, spec, req, kind, everything[group[0]][1])
+            pipe.scheduler = self._scheduler(spec, req, kind, everything[group[0]][1])
             kwargs = self._call_kwargs(pipe, spec, req, generators, prompt)
             if not layout.leader:  # only a replica's first rank sends images: its peers skip the VAE decode
                 kwargs["output_type"] = "latent"
@@ -274,18 +274,18 @@ class Runtime:
         raise ModelError(f"the run made {what} that are not numbers (NaN or infinity) in {dtype}, which would be saved "
                          f"as black images, so it failed instead. Likely causes: {'; '.join(causes)}.")
 
-    def _scheduler(self, pipe: Any, spec: PipelineSpec, req: SampleRequest, kind: str, seed: int) -> Any:
+    def _scheduler(self, spec: PipelineSpec, req: SampleRequest, kind: str, seed: int) -> Any:
         """The scheduler of one call: the loaded pipeline's own, or the one Sample's sampler and scheduler name
         (checked by the controller), built from its config. Weights and compiled graphs are untouched."""
-        chosen = samplers.resolve(type(self.own_scheduler).__name__, type(pipe).__name__, spec.family.name,
-                                  req.sampler, req.scheduler, image_input=kind in (images.IMG2IMG, images.INPAINT))
+        own = {**self.own_scheduler.config, "_class_name": type(self.own_scheduler).__name__}
+        chosen = samplers.resolve(own, spec.family, req.sampler, req.scheduler,
+                                  image_input=kind in (images.IMG2IMG, images.INPAINT))
         if chosen is None:
             return self.own_scheduler
         import diffusers
 
         name, options = chosen
-        return getattr(diffusers, name).from_config(
-            samplers.scheduler_config(dict(self.own_scheduler.config), name, options, seed))
+        return getattr(diffusers, name).from_config(samplers.scheduler_config(own, name, options, seed))
 
     def _cfg_split(self, pipe: Any, spec: PipelineSpec, kwargs: dict, say: bool) -> Any:
         """CFG Parallel for one call: split when the pipeline runs two passes, else both ranks run it whole."""

@@ -35,6 +35,12 @@ class Pipeline:
     inpaint: str | None = None  # the inpainting pipeline class; None: this model cannot inpaint
     references: bool = False  # the loaded pipeline itself takes reference images (`image=`)
     needs_image: bool = False  # it cannot make an image without one (edit models)
+    # How it drives its scheduler (Sample's sampler and scheduler: protocol/samplers.py); its image-to-image and
+    # inpainting pipelines do the same. sigmas: whether it hands set_timesteps sigmas of its own ("always",
+    # "unless flow sigmas", "never"); seeded_steps: it hands scheduler.step the call's generators, so a
+    # stochastic sampler follows the seed.
+    sigmas: str = "never"
+    seeded_steps: bool = False
     # The step caches (spec.STEP_CACHES) that suit it: diffusers' hooks know its blocks and the pipeline runs its
     # denoiser under cache contexts; MagCache also needs the model's magnitude ratios (diffusers ships FLUX.1's)
     step_caches: tuple[str, ...] = ()
