@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-FAMILIES: tuple[str, ...] = ("flux", "flux2", "sd3", "sdxl", "qwenimage")
+FAMILIES: tuple[str, ...] = ("flux", "flux2", "sd3", "sdxl", "qwenimage", "zimage")
 SIZES: tuple[str, ...] = ("tiny", "small")
 _SIZED_FAMILIES: tuple[str, ...] = ("flux",)  # families that also come in sizes other than "tiny"
 
@@ -682,10 +682,60 @@ def _qwenimage(seed: _Seeder, size: str) -> Any:
     )
 
 
+def _zimage(seed: _Seeder, size: str) -> Any:
+    """Z-Image-Turbo-like: one single-stream transformer (noise and context refiners, then joint layers), the
+    Qwen3 text encoder (its second-to-last hidden state), FLUX.1's 16-channel VAE layout (here 4 channels)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, ZImagePipeline, ZImageTransformer2DModel
+    from transformers import Qwen3Config, Qwen3Model
+
+    tok = _qwen_tokenizer()
+    hidden, latent = 32, 4
+    text_config = Qwen3Config(
+        **_qwen_text_common(len(tok), hidden),
+        num_hidden_layers=2,
+        head_dim=16,
+        tie_word_embeddings=True,
+        use_cache=False,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    transformer = seed(
+        "transformer",
+        lambda: ZImageTransformer2DModel(
+            all_patch_size=(2,),
+            all_f_patch_size=(1,),
+            in_channels=latent,
+            dim=32,
+            n_layers=2,
+            n_refiner_layers=1,
+            n_heads=2,
+            n_kv_heads=2,
+            cap_feat_dim=hidden,
+            axes_dims=[4, 6, 6],  # sums to the 16-wide heads, as the published [32, 48, 48] to 128
+            axes_lens=[1024, 512, 512],
+        ),
+    )
+    return ZImagePipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=False),
+        vae=_vae_kl(
+            seed,
+            latent,
+            scaling_factor=0.3611,
+            shift_factor=0.1159,
+            use_quant_conv=False,
+            use_post_quant_conv=False,
+        ),
+        text_encoder=seed("text_encoder", lambda: Qwen3Model(text_config)),
+        tokenizer=tok,
+        transformer=transformer,
+    )
+
+
 _BUILDERS: dict[str, Callable[[_Seeder, str], Any]] = {
     "flux": _flux,
     "flux2": _flux2,
     "sd3": _sd3,
     "sdxl": _sdxl,
     "qwenimage": _qwenimage,
+    "zimage": _zimage,
 }

@@ -21,6 +21,7 @@ PIPELINE_CLASSES = {
     "sd3": "StableDiffusion3Pipeline",
     "sdxl": "StableDiffusionXLPipeline",
     "qwenimage": "QwenImagePipeline",
+    "zimage": "ZImagePipeline",
 }
 MAX_FOLDER_BYTES = 8 * 2**20
 
@@ -146,6 +147,11 @@ def test_tokenizers_match_what_the_pipelines_assume(built):
         enable_thinking=False,
     )
     assert text.startswith("<|im_start|>user\na cat<|im_end|>\n<|im_start|>assistant\n")
+    zimage = AutoTokenizer.from_pretrained(str(built["zimage"] / "tokenizer"))
+    # ZImagePipeline asks for thinking (no think block): exactly ComfyUI's Z-Image template
+    text = zimage.apply_chat_template([{"role": "user", "content": "a cat"}], tokenize=False,
+                                      add_generation_prompt=True, enable_thinking=True)
+    assert text == "<|im_start|>user\na cat<|im_end|>\n<|im_start|>assistant\n"
 
 
 def test_small_flux_runs_at_benchmark_size(tmp_path):

@@ -522,8 +522,8 @@ def plan_cfg(spec: PipelineSpec) -> tuple[PipelineSpec, str]:
     family, name = spec.family, Path(spec.model_path).name
     if family.cfg_passes == "batch":
         what = (f"{family.name} runs CFG as one denoiser call on a doubled batch: each of 2 ranks runs half of it "
-                "(guidance above 1; at 1 or below both run the whole call). Images match one chip within about "
-                "1e-5 (halved batches round differently).")
+                f"(guidance above {family.cfg_above:g}; at {family.cfg_above:g} or below both run the whole call). "
+                "Images match one chip within about 1e-5 (halved batches round differently).")
     elif spec.class_name == "FluxPipeline":
         what = ("FLUX.1 runs two passes per step only with true CFG: set true_cfg_scale above 1 in Sampling "
                 "Options and give a negative prompt (the empty one counts). Rank 0 runs the prompt's pass, rank 1 "
@@ -723,6 +723,13 @@ def resolve_compile(spec: PipelineSpec) -> PipelineSpec:
         target = "repeated blocks"
         notes.append("offload 'model' wraps the whole denoiser in hooks that torch.compile cannot trace: "
                      "compiling its repeated blocks instead.")
+    step = spec.family.prompt_step
+    if step and target == "whole denoiser":
+        target = "repeated blocks"
+        notes.append(f"{spec.family.name}'s transformer takes the prompt at its own length and pads it to a multiple "
+                     f"of {step} tokens inside: compiled whole, every prompt length would compile again. Compiling "
+                     f"its repeated blocks instead (they see the padded length: one compile per {step}-token step "
+                     "of the prompt).")
     if target == "repeated blocks" and not spec.family.repeated_blocks:
         why = " (forced by offload 'model'; set offload to 'none')" if plan.target != target else ""
         raise CompileError(f"target: SD3's transformer has no repeated blocks to compile{why}. "

@@ -38,6 +38,7 @@ MAX_HEADER = 256 * 2**20  # a safetensors header larger than this is not one
 DENOISER_PREFIXES = ("model.diffusion_model.", "diffusion_model.", "")
 VAE_PREFIXES = ("first_stage_model.", "vae.", "")
 FLUX1_CONVERTER_WIDTH = 3072  # diffusers' FLUX.1 single-file converter hard-codes the published width
+ZIMAGE_DIFFUSERS_IN = "all_x_embedder.2-1.weight"  # a Z-Image file with diffusers' keys (ComfyUI: x_embedder.weight)
 
 # what artists call the files each family needs (for messages)
 WANTED = {
@@ -48,10 +49,11 @@ WANTED = {
     "qwen3": "Qwen3 (qwen_3_4b.safetensors)",
     "mistral": "Mistral Small 3.1 (mistral_3_small_flux2_bf16.safetensors)",
 }
-FAMILY_NAMES = {"flux1": "FLUX.1", "flux2": "FLUX.2", "sd3": "SD3/SD3.5", "sdxl": "SDXL", "qwenimage": "Qwen-Image"}
+FAMILY_NAMES = {"flux1": "FLUX.1", "flux2": "FLUX.2", "sd3": "SD3/SD3.5", "sdxl": "SDXL", "qwenimage": "Qwen-Image",
+                "zimage": "Z-Image"}
 VAE_HINT = {"flux1": "FLUX.1's ae.safetensors", "flux2": "FLUX.2's flux2-vae.safetensors",
             "sd3": "SD3.5's VAE (or a checkpoint that holds one)", "sdxl": "sdxl_vae.safetensors",
-            "qwenimage": "qwen_image_vae.safetensors"}
+            "qwenimage": "qwen_image_vae.safetensors", "zimage": "FLUX.1's ae.safetensors"}
 
 
 # ---- reading headers
@@ -179,6 +181,9 @@ def _denoiser(header: Header) -> Part | None:
             kind = "sdxl"
         elif "transformer_blocks.0.img_mod.1.weight" in s and "txt_norm.weight" in s and "img_in.weight" in s:
             kind = "qwenimage"
+        elif "cap_embedder.1.weight" in s and "layers.0.adaLN_modulation.0.weight" in s and (
+                "x_embedder.weight" in s or ZIMAGE_DIFFUSERS_IN in s):  # ComfyUI's layout, or diffusers' own keys
+            kind = "zimage"
         if kind:
             return Part("diffusion_model", kind, prefix, s)
     return None
@@ -237,7 +242,8 @@ def _width(part: Part) -> int:
             return s["conv2.weight"][0]
         return s["decoder.conv_in.weight"][1]
     key = {"flux1": "img_in.weight", "flux2": "img_in.weight", "qwenimage": "img_in.weight",
-           "sd3": "x_embedder.proj.weight", "sdxl": "input_blocks.0.0.weight"}[part.kind]
+           "sd3": "x_embedder.proj.weight", "sdxl": "input_blocks.0.0.weight",
+           "zimage": ZIMAGE_DIFFUSERS_IN if ZIMAGE_DIFFUSERS_IN in s else "x_embedder.weight"}[part.kind]
     return s[key][1]
 
 
@@ -416,6 +422,21 @@ def _qwenimage_sizes(s: Mapping[str, tuple], published: dict) -> dict:
             "axes_dims_rope": _scaled(published["axes_dims_rope"], head, even=True)}
 
 
+def _zimage_sizes(s: Mapping[str, tuple], published: dict) -> dict:
+    """ComfyUI's layout (fused qkv) or diffusers' own keys: widths and counts from the tensors, the head size from
+    the q-norm; rotary axes scaled from the published ones. The patch sizes are the published (2, 1)."""
+    diffusers = ZIMAGE_DIFFUSERS_IN in s
+    dim, head = s["cap_embedder.1.weight"][0], s["layers.0.attention." + ("norm_q" if diffusers else "q_norm")
+                                                 + ".weight"][0]
+    kv = s["layers.0.attention.to_k.weight"][0] // head if diffusers else \
+        (s["layers.0.attention.qkv.weight"][0] // head - dim // head) // 2
+    patch = published["all_patch_size"][0] ** 2 * published["all_f_patch_size"][0]
+    return {"in_channels": s[ZIMAGE_DIFFUSERS_IN if diffusers else "x_embedder.weight"][1] // patch, "dim": dim,
+            "n_layers": _count(s, "layers."), "n_refiner_layers": _count(s, "noise_refiner."), "n_heads": dim // head,
+            "n_kv_heads": kv, "cap_feat_dim": s["cap_embedder.1.weight"][1],
+            "axes_dims": _scaled(published["axes_dims"], head, even=True)}
+
+
 def _sdxl_sizes(s: Mapping[str, tuple], published: dict, pooled_width: int | None) -> dict:
     """The UNet's layout from the LDM keys (input_blocks: resnets, attention and downsamplers in order)."""
     levels: list[list[tuple[int, int]]] = [[]]  # per level: (channels, attention depth) of each resnet
@@ -564,10 +585,11 @@ NEEDS = {
     "sd3": ("sd3", ("clip-l", "clip-g", "t5"), ("t5",)),
     "sdxl": ("sdxl", ("clip-l", "clip-g"), ()),
     "qwenimage": ("qwenimage", ("qwen25vl",), ()),
+    "zimage": ("zimage", ("qwen3",), ()),
 }
 TEXT_NAMES = {"flux1": ("text_encoder", "text_encoder_2"), "flux2": ("text_encoder",),
               "sd3": ("text_encoder", "text_encoder_2", "text_encoder_3"),
-              "sdxl": ("text_encoder", "text_encoder_2"), "qwenimage": ("text_encoder",)}
+              "sdxl": ("text_encoder", "text_encoder_2"), "qwenimage": ("text_encoder",), "zimage": ("text_encoder",)}
 DENOISER_NAME = {"sdxl": "unet"}
 PIPELINE_CHECKPOINTS = ("sd3", "sdxl", "flux1")  # diffusers reads all-in-one checkpoints of these families
 
@@ -599,8 +621,8 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
                          f"'{NONE}' (a checkpoint holds its diffusion model).")
     denoiser = main.contents.denoiser
     if denoiser is None:
-        raise ModelError(_not_a(main, "diffusion model", "a FLUX.1, FLUX.2, SD3/3.5, SDXL or Qwen-Image diffusion "
-                                "model (or a checkpoint holding one)"))
+        raise ModelError(_not_a(main, "diffusion model", "a FLUX.1, FLUX.2, SD3/3.5, SDXL, Qwen-Image or Z-Image "
+                                "diffusion model (or a checkpoint holding one)"))
     family = denoiser.kind
     texts = _text_encoders(family, chosen)
     if family == "flux2":  # dev reads Mistral, klein reads Qwen3: the text encoder decides the pipeline
@@ -733,6 +755,8 @@ def _check_fit(family: str, main: _Chosen, denoiser: Part, texts: dict, vae_file
             raise ModelError(_clip_mismatch(family, main, texts, s[key][1]))
     elif family == "qwenimage":
         wanted = {"qwen25vl": s["txt_norm.weight"][0]}
+    elif family == "zimage":
+        wanted = {"qwen3": s["cap_embedder.1.weight"][1]}
     for kind, width in wanted.items():
         if kind in texts and texts[kind][0].width != width:
             part, c = texts[kind]
@@ -837,7 +861,7 @@ def _source(family: str, configs: str, main: _Chosen, denoiser: Part, texts: dic
         overrides[denoiser_name] = _sdxl_sizes(s, published, pooled)
     else:
         sizes = {"flux1": _flux1_sizes, "flux2": _flux2_sizes, "sd3": _sd3_sizes,
-                 "qwenimage": _qwenimage_sizes}[family](s, published)
+                 "qwenimage": _qwenimage_sizes, "zimage": _zimage_sizes}[family](s, published)
         overrides[denoiser_name] = sizes
     layout, key_map = family, ()
     if family == "flux1" and s["img_in.weight"][0] != FLUX1_CONVERTER_WIDTH:
@@ -852,6 +876,8 @@ def _source(family: str, configs: str, main: _Chosen, denoiser: Part, texts: dic
         overrides[""] = {"is_distilled": False}
     if family == "qwenimage" and denoiser.prefix == "" and quant == "":
         layout = "diffusers"  # ComfyUI's Qwen-Image files hold diffusers' own keys
+    if family == "zimage" and ZIMAGE_DIFFUSERS_IN in s:
+        layout = "diffusers"  # diffusers' own keys, which its single-file converter (ComfyUI's layout) would rename
     parts.append(FileComponent(denoiser_name, str(main.path), layout, denoiser.prefix, quant, header.size, key_map))
 
     # the VAE
@@ -866,7 +892,8 @@ def _source(family: str, configs: str, main: _Chosen, denoiser: Part, texts: dic
     comfy = comfy_package_dir()
     names = TEXT_NAMES[family]
     order = {"flux1": ("clip-l", "t5"), "sd3": ("clip-l", "clip-g", "t5"), "sdxl": ("clip-l", "clip-g"),
-             "qwenimage": ("qwen25vl",), "flux2": ("qwen3",) if configs == "flux2-klein" else ("mistral",)}[family]
+             "qwenimage": ("qwen25vl",), "flux2": ("qwen3",) if configs == "flux2-klein" else ("mistral",),
+             "zimage": ("qwen3",)}[family]
     for name, kind in zip(names, order, strict=True):
         tok_name = name.replace("text_encoder", "tokenizer")
         if kind not in texts:  # optional (SD3 without T5)

@@ -41,6 +41,11 @@ class Family:
     inpaint: str | None = None  # the inpainting pipeline class; None: this model cannot inpaint
     references: bool = False  # the loaded pipeline itself takes reference images (`image=`)
     needs_image: bool = False  # it cannot make an image without one (edit models)
+    cfg_above: float = 1.0  # the pipeline runs CFG when its guidance is above this (Z-Image: any guidance above 0)
+    # the denoiser takes the prompt at its own length and pads it inside to a multiple of this (Z-Image: 32,
+    # diffusers' SEQ_MULTI_OF): compiled whole, every prompt length would be a new graph; its repeated blocks see
+    # the padded length. 0: the prompt reaches the denoiser at a fixed or padded length
+    prompt_step: int = 0
 
 
 _QWEN_EDIT = dict(references=True, inpaint="QwenImageEditInpaintPipeline", needs_image=True, cfg_passes="branches",
@@ -65,6 +70,11 @@ FAMILIES: dict[str, Family] = {
                                 inpaint="QwenImageInpaintPipeline"),
     "QwenImageEditPipeline": Family("Qwen-Image-Edit", 2, "true_cfg_scale", True, **_QWEN_EDIT),
     "QwenImageEditPlusPipeline": Family("Qwen-Image-Edit", 2, "true_cfg_scale", True, **_QWEN_EDIT),
+    # Z-Image runs CFG for any guidance_scale above 0 on a doubled list of latents; Turbo is used at 0 (one pass).
+    # diffusers ships neither a TP nor a context-parallel plan for its transformer
+    "ZImagePipeline": Family("Z-Image", 2, "guidance_scale", False, cfg_doubles_batch=True, cfg_passes="batch",
+                             variable_text=True, img2img="ZImageImg2ImgPipeline", inpaint="ZImageInpaintPipeline",
+                             cfg_above=0.0, prompt_step=32),
 }
 
 

@@ -285,6 +285,8 @@ def _load_file_component(root: Path, name: str, cls: type, part: FileComponent, 
         return _finish_text_encoder(model, part)
     if part.layout in ("flux2-vae", "wan-vae"):
         return _converted_vae(root, cls, part, dtype)
+    if part.layout == "diffusers":  # diffusers' own keys under a prefix or with scales: no converter to run
+        return _shard_after_load(_assigned(root, name, cls, _state_dict(part, dtype), dtype), extra)
     if part.quant == "gguf":
         from diffusers import GGUFQuantizationConfig
 
@@ -329,15 +331,21 @@ def _converted_vae(root: Path, cls: type, part: FileComponent, dtype: Any) -> An
     from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint, convert_wan_vae_to_diffusers
 
     sd = {k: v.to(torch.float32) for k, v in _state_dict(part, torch.float32).items()}
-    config = cls.load_config(str(root), subfolder="vae")
     if part.layout == "flux2-vae":
-        converted = convert_ldm_vae_checkpoint(sd, config)
+        converted = convert_ldm_vae_checkpoint(sd, cls.load_config(str(root), subfolder="vae"))
         converted.update({k: v for k, v in sd.items() if k.startswith("bn.")})
     else:
         converted = convert_wan_vae_to_diffusers(sd)
+    return _assigned(root, "vae", cls, converted, dtype)
+
+
+def _assigned(root: Path, name: str, cls: type, sd: dict, dtype: Any) -> Any:
+    """Component `name` built from its config on the meta device and given the tensors of `sd` (strict)."""
+    import torch
+
     with torch.device("meta"):
-        model = cls.from_config(config)
-    model.load_state_dict(converted, strict=True, assign=True)
+        model = cls.from_config(cls.load_config(str(root), subfolder=name))
+    model.load_state_dict(sd, strict=True, assign=True)
     return model.to(dtype).eval()
 
 
