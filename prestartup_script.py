@@ -13,7 +13,7 @@ _PACKAGE = "comfyui_tpu_prestartup"
 _pack = types.ModuleType(_PACKAGE)
 _pack.__path__ = [os.path.dirname(os.path.abspath(__file__))]
 sys.modules[_PACKAGE] = _pack
-_devices = importlib.import_module(f"{_PACKAGE}.backend.controller.devices")
-_changed = _devices.configure_process_env()
+_process_env = importlib.import_module(f"{_PACKAGE}.backend.controller.process_env")
+_changed = _process_env.configure_process_env()
 if _changed:
     print(f"[ComfyUI-TPU] set {', '.join(_changed)} for ComfyUI's process (TPU work runs in worker processes)")

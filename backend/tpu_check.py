@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .controller import api
+from .protocol import settings
 from .protocol.errors import ParallelError
 from .protocol.spec import MODE_CHOICES, PipelineSpec, SampleRequest
 
@@ -299,7 +300,7 @@ def render(report: Report, versions: str, info, log_lines: list[str] = ()) -> st
     if info is not None:
         lines.append(f"- device: {info.kind}, {info.name}, chips {info.chips}, devices {info.devices}, memory per "
                      f"device {info.memory_gib} GiB, TorchTPU group sizes {info.group_sizes}")
-    pod = {k: os.environ[k] for k in ("TPU_WORKER_HOSTNAMES", "JOB_COMPLETION_INDEX", "COMFYUI_TPU_LOCAL_GROUP",
+    pod = {k: os.environ[k] for k in ("TPU_WORKER_HOSTNAMES", "JOB_COMPLETION_INDEX", settings.LOCAL_GROUP.name,
                                       "TPU_SKIP_MDS_QUERY", "TORCH_DEVICE_BACKEND_AUTOLOAD") if k in os.environ}
     lines.append(f"- environment: {pod or 'none of the TPU variables set'}")
     lines += ["", "| step | result | seconds | details |", "|---|---|---|---|"]

@@ -258,7 +258,7 @@ def compile_figures(ctx: Ctx) -> list[dict]:
 
     from backend.controller import api
     from backend.controller.plans import compile_backend
-    from backend.protocol.messages import ENV_COMPILE_CACHE
+    from backend.protocol import settings
     from backend.protocol.spec import CompilePlan
 
     backend = compile_backend(ctx.kind, ctx.compile_backend)
@@ -281,7 +281,7 @@ def compile_figures(ctx: Ctx) -> list[dict]:
 
     def ours_compile(cache: Path) -> dict:
         """A fresh worker with `cache` as its persistent compile cache: first compiled call, then warm calls."""
-        with with_env({ENV_COMPILE_CACHE: str(cache)}):
+        with with_env({settings.COMPILE_CACHE.name: str(cache)}):
             api.shutdown()
             api.load(eager)  # group start + load: not part of the compile time
         for waiting in early.values():

@@ -21,6 +21,8 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from backend.protocol import settings
+
 from . import figures, handback, load_memory, mfu, speed
 from .common import (
     ROOT,
@@ -35,7 +37,7 @@ from .common import (
     target_text,
 )
 
-CACHE = Path(os.environ.get("COMFYUI_TPU_CACHE", Path.home() / ".cache" / "comfyui-tpu"))
+CACHE = Path(settings.CACHE.raw()).expanduser()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +87,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, help="measured rounds of the warm figures (default 7; --quick 3)")
     p.add_argument("--warmup", type=int, help="discarded rounds before them (default 2; --quick 1)")
     p.add_argument("--cold-repeats", type=int, help="measured cold starts (default 3; --quick 1)")
-    p.add_argument("--threads", type=int, default=int(os.environ.get("COMFYUI_TPU_WORKER_THREADS") or 1),
+    p.add_argument("--threads", type=int, default=int(settings.WORKER_THREADS.raw() or 1),
                    help="torch threads of every process, ours and the baseline's (default 1)")
     p.add_argument("--compile-prompts", type=int, help="varied prompts of the recompile figure (default 100; --quick 5)")
     p.add_argument("--compile-repeats", type=int, help="cold compiles of each side (default 2; --quick 1)")

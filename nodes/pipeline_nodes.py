@@ -11,7 +11,9 @@ import functools
 import torch
 
 from ..backend.controller import api
-from ..backend.controller.sources import NONE, FileChoice
+from ..backend.controller.files.assemble import FileChoice
+from ..backend.controller.files.listing import NONE
+from ..backend.protocol import families
 from ..backend.protocol.errors import InputError
 from ..backend.protocol.spec import DEVICE_CHOICES, DTYPE_CHOICES, OFFLOAD_CHOICES, SampleRequest
 from . import comfy_bridge
@@ -24,7 +26,7 @@ DEVICE_INPUT = (list(DEVICE_CHOICES), {"default": "auto", "tooltip":
                 "Where to run. auto picks a TPU if one is present, else a CUDA GPU, else the CPU."})
 
 class LoadTPUPipeline:
-    DESCRIPTION = ("Chooses a diffusers model folder (FLUX.1, FLUX.2, SD3/3.5, SDXL, Qwen-Image) and how to run it. "
+    DESCRIPTION = (f"Chooses a diffusers model folder ({families.names(last=', ')}) and how to run it. "
                    "Nothing is loaded here: the weights load in a worker process on the first Sample and stay "
                    "warm across prompts.")
     CATEGORY = CATEGORY
@@ -77,19 +79,18 @@ class LoadTPUPipeline:
         return (spec,)
 
 
-FILE_TOOLTIPS = {
-    "diffusion_model": "The diffusion model file (models/diffusion_models or models/unet): FLUX.1, FLUX.2, "
-                       "SD3/3.5, SDXL or Qwen-Image, in bf16, fp16, fp32 or fp8 (fp8 is upcast to dtype when it "
-                       "loads), or GGUF (CPU and GPU only). Leave '(none)' when using a checkpoint.",
-    "text_encoder": "A text encoder file (models/text_encoders or models/clip), in any order: FLUX.1 needs "
-                    "clip_l and t5xxl; SD3.5 clip_l, clip_g and t5xxl (t5xxl optional); FLUX.2 [dev] the "
-                    "mistral_3_small_flux2 file, FLUX.2 [klein] qwen_3; Qwen-Image qwen_2.5_vl. With a "
-                    "checkpoint, only to replace or add to the ones it holds.",
-    "vae": "The VAE file (models/vae): ae.safetensors for FLUX.1, flux2-vae for FLUX.2, qwen_image_vae for "
-           "Qwen-Image. Leave '(none)' to use the checkpoint's own VAE.",
-    "checkpoint": "An all-in-one checkpoint (models/checkpoints): SDXL (sd_xl_base_1.0.safetensors), SD3/3.5 "
-                  "(with or without its text encoders). Its parts are used unless chosen above; leave "
-                  "'(none)' when using a diffusion model.",
+FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/protocol/families)
+    "diffusion_model": f"The diffusion model file (models/diffusion_models or models/unet): {families.names()}, "
+                       "in bf16, fp16, fp32 or fp8 (fp8 is upcast to dtype when it loads), or GGUF (CPU and GPU "
+                       "only). Leave '(none)' when using a checkpoint.",
+    "text_encoder": "A text encoder file (models/text_encoders or models/clip), in any order. "
+                    f"{families.text_encoders_needed()}. With a checkpoint, only to replace or add to the ones "
+                    "it holds.",
+    "vae": "The VAE file (models/vae). " + "; ".join(f"{f.name}: {f.vae_hint}" for f in families.FAMILIES.values())
+           + ". Leave '(none)' to use the checkpoint's own VAE.",
+    "checkpoint": f"An all-in-one checkpoint (models/checkpoints) of {families.single_file_names()} (with or "
+                  "without its text encoders). Its parts are used unless chosen above; leave '(none)' when "
+                  "using a diffusion model.",
 }
 
 
@@ -140,10 +141,11 @@ class LoadTPUPipelineFiles:
                           text_encoders=(text_encoder_1, text_encoder_2, text_encoder_3), vae=vae)
 
     @classmethod
-    def VALIDATE_INPUTS(cls, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint):
-        try:
+    def VALIDATE_INPUTS(cls, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
+                        device="auto"):
+        try:  # the chosen device, as in Load TPU Pipeline: 'cpu' works where the TPU cannot be used; GGUF on 'cpu'
             api.make_file_spec(cls._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae,
-                                           checkpoint), comfy_bridge.file_roots())
+                                           checkpoint), comfy_bridge.file_roots(), device_choice=device)
         except InputError as e:
             return str(e)
         return True

@@ -24,10 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from comfy_server import ComfyServer, error_message, load_workflow  # noqa: E402
 
 from backend.controller.models import find_models  # noqa: E402
+from backend.protocol import settings  # noqa: E402
 from backend.tiny_models import build_tiny_pipeline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("COMFYUI_TPU_CACHE", Path.home() / ".cache" / "comfyui-tpu"))
+CACHE = Path(settings.CACHE.raw()).expanduser()
 
 # Which tiny family stands in for a real model, by words in its name.
 TINY_FOR = (("flux.2", "flux2"), ("flux2", "flux2"), ("flux", "flux"), ("sd3", "sd3"),

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,10 @@ from pathlib import Path
 
 import requests
 import websocket
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the pack's root, for its settings
+
+from backend.protocol import settings  # noqa: E402
 
 CHROMIUM_NAMES = ("chromium-headless-shell", "chromium", "chromium-browser")
 # Inputs that name a model folder or a model file: what a workflow names need not be installed where it is
@@ -52,8 +57,8 @@ class FrontendError(RuntimeError):
 
 
 def find_chromium() -> str | None:
-    """$COMFYUI_TPU_CHROMIUM, else Debian's chromium-headless-shell or chromium on PATH."""
-    env = os.environ.get("COMFYUI_TPU_CHROMIUM")
+    """settings.CHROMIUM, else Debian's chromium-headless-shell or chromium on PATH."""
+    env = settings.CHROMIUM.raw()
     if env:
         return env if os.access(env, os.X_OK) else None
     for name in CHROMIUM_NAMES:
@@ -71,7 +76,7 @@ class Browser:
         self.binary = binary or find_chromium()
         if not self.binary:
             raise ChromiumNotFound("no Chromium found: run scripts/ensure_chromium.sh (Debian's "
-                                   "chromium-headless-shell) or set COMFYUI_TPU_CHROMIUM")
+                                   "chromium-headless-shell) or set " + settings.CHROMIUM.name)
         self.width, self.height = width, height
         self.profile = Path(tempfile.mkdtemp(prefix="comfyui-tpu-chromium-"))
         self.proc: subprocess.Popen | None = None

@@ -57,7 +57,6 @@ FILES = {
                "comfysave": "z_image_turbo-tiny-comfysave.safetensors",
                "bf16": "z_image_turbo-tiny_bf16.safetensors", "fp8": "z_image_turbo-tiny_fp8_e4m3fn.safetensors",
                "fp8_scaled": "z_image_turbo-tiny_fp8_scaled.safetensors",
-               "diffusers_keys": "z_image_turbo-tiny-diffusers.safetensors",
                "qwen3": "qwen_3-tiny.safetensors", "vae": "ae-tiny.safetensors"},
 }
 
@@ -593,7 +592,7 @@ def _zimage_transformer_file(comfy, transformer) -> dict:
 def _zimage(tiny: Path, comfyui_dir: str, out: Path) -> None:
     """Z-Image (Turbo): ComfyUI's own split files as its Z-Image template lays them out (the diffusion model in
     ComfyUI's layout, Qwen3-4B, FLUX.1's ae.safetensors: the same text encoder and VAE files as FLUX.2 [klein]
-    and FLUX.1 here, as artists share them), plus bf16, fp8 and diffusers-keyed variants."""
+    and FLUX.1 here, as artists share them), plus bf16, fp8 and scaled-fp8 variants."""
     import torch
     from diffusers import ZImagePipeline
 
@@ -615,7 +614,6 @@ def _zimage(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(_fp8(comfy_sd, torch.float8_e4m3fn), dm / names["fp8"])
     linear = [k for k, v in comfy_sd.items() if v.ndim == 2 and k.endswith(".weight") and k.startswith("layers.")]
     _save(_scaled_fp8(comfy, comfy_sd, linear), dm / names["fp8_scaled"])
-    _save(_sd(pipe.transformer), dm / names["diffusers_keys"])
     # FLUX.1's ae.safetensors: the tiny FLUX.1 and Z-Image VAEs are the same weights, so this is FLUX.1's file
     _save(comfy.diffusers_convert.convert_vae_state_dict(_sd(pipe.vae)), models / "vae" / names["vae"])
     te = {f"model.{k}": v for k, v in _sd(qwen3.model).items()}  # as ComfyUI's qwen_3_4b: no lm_head

@@ -17,9 +17,10 @@ from backend.controller import api, group, link
 from backend.protocol.errors import Interrupted, WorkerCrashed
 from backend.protocol.messages import Step
 from backend.protocol.spec import GroupConfig, SampleRequest
+from backend.protocol.units import format_bytes
 from backend.worker import loading
 
-FAMILY_DIRS = ["tiny-flux", "tiny-flux2", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage"]
+FAMILY_DIRS = ["tiny-flux", "tiny-flux2", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage", "tiny-zimage"]
 
 
 def _request(**kw) -> SampleRequest:
@@ -83,7 +84,7 @@ def test_loading_names_each_component_and_equals_diffusers_own_load(tiny_models,
     n = len(index_order)
     assert said[:n] == [
         f"loading {k} ({type(ours.components[k]).__name__}, "
-        f"{loading.format_bytes(sum(f.stat().st_size for f in (tiny_models / name / k).rglob('*')))})"
+        f"{format_bytes(sum(f.stat().st_size for f in (tiny_models / name / k).rglob('*')))})"
         f" · component {i} of {n}"
         for i, k in enumerate(index_order, 1)
     ], said
@@ -219,3 +220,37 @@ def test_worker_channel_refuses_a_peer_without_the_secret(monkeypatch):
         g.close()
     assert captured["result"] == "refused"
     assert captured["addr"][0] == "127.0.0.1"
+
+
+@pytest.mark.unit
+def test_a_group_start_removes_stale_run_folders_once(monkeypatch):
+    """Once per start, by the group (the launcher it drives does not do it again)."""
+    from backend.controller import launcher
+
+    calls = []
+    monkeypatch.setattr(group, "remove_stale_run_dirs", lambda: calls.append("group"))
+    monkeypatch.setattr(launcher, "remove_stale_run_dirs", lambda: calls.append("launcher"))
+
+    def no_room(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(launcher.tempfile, "mkdtemp", no_room)  # the launcher's first step: stop there
+    with pytest.raises(OSError, match="No space left"):
+        group.WorkerGroup(GroupConfig("cpu", 1)).start()
+    assert calls == ["group"]
+
+
+@pytest.mark.unit
+def test_sizes_read_the_same_everywhere():
+    """One formatter, binary units: the loader's text, offload's reasons and the load status agree."""
+    assert format_bytes(int(22.2 * 2**30)) == "22.2 GiB" and format_bytes(8 * 2**20) == "8.0 MiB"
+    assert format_bytes(512) == "512 B" and format_bytes(None) == "? GiB"
+
+
+@pytest.mark.unit
+def test_one_interrupted_on_both_sides():
+    """The worker stops a request with the same Interrupted the controller raises to the node."""
+    from backend.protocol import errors
+    from backend.worker import runtime
+
+    assert runtime.Interrupted is errors.Interrupted is Interrupted

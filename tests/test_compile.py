@@ -22,8 +22,9 @@ import pytest
 from helpers import device_info, run_ok
 
 from backend.controller import api, plans
+from backend.protocol import settings
 from backend.protocol.errors import CompileError
-from backend.protocol.messages import ENV_COMPILE_CACHE, Status, Step
+from backend.protocol.messages import Status, Step
 from backend.protocol.spec import MODE_CHOICES, CompilePlan, SampleRequest
 from backend.worker import compile_cache
 from backend.worker.device import TPU_EAGER_MODES
@@ -68,7 +69,7 @@ def cache_dir(tmp_path_factory):
     (root / compile_cache.MANIFEST).write_text(json.dumps({**compile_cache.versions(), "torch": "0.0.1"}))
     api.shutdown()  # a running group would keep its own cache folder
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(ENV_COMPILE_CACHE, str(root))
+        mp.setenv(settings.COMPILE_CACHE.name, str(root))
         yield root
     api.shutdown()
 
@@ -270,7 +271,7 @@ def test_offload_model_compiles_the_repeated_blocks_and_says_so(tiny_models, cac
 
 @pytest.mark.workers
 def test_inductor_graphs_come_back_from_disk_after_a_restart(tiny_models, tmp_path, monkeypatch):
-    monkeypatch.setenv(ENV_COMPILE_CACHE, str(tmp_path / "cache"))
+    monkeypatch.setenv(settings.COMPILE_CACHE.name, str(tmp_path / "cache"))
     api.shutdown()
     spec, _ = api.with_compile(_spec(tiny_models), "repeated blocks", "inductor", "", False)
     try:
@@ -355,6 +356,6 @@ def test_compile_workflow_in_comfyui_shows_compile_text_and_saves_a_png(server):
     assert stats["mode"] == "compiled" and stats["compiles"] >= 1 and stats["unexpected_recompiles"] == 0
     # the nodes put the cache in ComfyUI's user directory unless the environment names a folder
     # (the session server may have started inside this module's cache_dir fixture, which names one)
-    chosen = psutil.Process(server.proc.pid).environ().get(ENV_COMPILE_CACHE)
+    chosen = psutil.Process(server.proc.pid).environ().get(settings.COMPILE_CACHE.name)
     expected = chosen or str(server.work_dir / "user" / "comfyui-tpu" / "compile-cache")
-    assert stats["cache"]["dir"] == expected, f"{ENV_COMPILE_CACHE}={chosen!r} in the server's environment"
+    assert stats["cache"]["dir"] == expected, f"{settings.COMPILE_CACHE.name}={chosen!r} in the server's environment"

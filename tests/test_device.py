@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from backend.controller import devices as device
+from backend.controller import process_env
+from backend.protocol import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 TPU_VENV = os.environ.get("TPU_VENV")
@@ -67,9 +69,9 @@ def test_a_pod_host_is_refused_at_once_and_a_local_group_drops_the_pod_variables
     with pytest.raises(device.DeviceError, match=r"multi-host slice \(TPU_WORKER_HOSTNAMES lists 4 hosts\).*"
                                                  r"COMFYUI_TPU_HOSTS.*backend join.*COMFYUI_TPU_LOCAL_GROUP=1"):
         device.check_single_host(pod)
-    device.check_single_host({**pod, device.ENV_LOCAL_GROUP: "1"})
-    assert [k for k in pod if k in device.worker_env("tpu", pod)] == list(pod), "no local group: left alone"
-    local = device.worker_env("tpu", {**pod, device.ENV_LOCAL_GROUP: "1", "PATH": "/bin"})
+    device.check_single_host({**pod, settings.LOCAL_GROUP.name: "1"})
+    assert [k for k in pod if k in process_env.worker_env("tpu", pod)] == list(pod), "no local group: left alone"
+    local = process_env.worker_env("tpu", {**pod, settings.LOCAL_GROUP.name: "1", "PATH": "/bin"})
     assert [k for k in pod if k in local] == [] and local["PATH"] == "/bin"
 
 
@@ -180,3 +182,40 @@ def test_a_tpu_worker_must_see_exactly_one_device_once_bound(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "3")
     with pytest.raises(RuntimeError, match=r"sees 4 devices after binding, not 1.*LOCAL_RANK=3.*tpu-check"):
         check_one_device(4)
+
+
+@pytest.mark.workers
+@needs_tpu_venv
+@pytest.mark.skipif(process_env.tcmalloc_path() is None, reason="no tcmalloc here (apt install libtcmalloc-minimal4)")
+def test_tpu_workers_preload_tcmalloc_or_say_once_why_not_and_torch_tpu_agrees():
+    """TorchTPU's own start-up check (torch_tpu/_tcmalloc_check.py) on `import torch_tpu`: it warns in a plain
+    environment, and not in a TPU worker's, which preloads the system's tcmalloc; without one, the worker's
+    environment filters the warning (said once by the controller instead)."""
+    code = "import torch_tpu"
+    plain = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONWARNINGS")}
+    worker = process_env.worker_env("tpu", plain)
+    assert worker["LD_PRELOAD"] == process_env.tcmalloc_path() and "PYTHONWARNINGS" not in worker
+    without = {**plain, **process_env.allocator_env(plain, dirs=())}
+    assert "LD_PRELOAD" not in without and without["PYTHONWARNINGS"] == process_env.TCMALLOC_WARNING_FILTER
+    runs = {name: subprocess.run([f"{TPU_VENV}/bin/python", "-c", code], cwd=ROOT, timeout=120, capture_output=True,
+                                 text=True, env={**env, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "TPU_SKIP_MDS_QUERY": "1"})
+            for name, env in (("plain", plain), ("worker", worker), ("without", without))}
+    assert all(r.returncode == 0 for r in runs.values()), {n: r.stderr[-2000:] for n, r in runs.items()}
+    warned = {name: "tcmalloc is not loaded" in r.stderr for name, r in runs.items()}
+    assert warned == {"plain": True, "worker": False, "without": False}, warned
+
+
+@pytest.mark.unit
+def test_a_groups_tier2_cache_folder_is_removed_with_it_and_only_ours(tmp_path, monkeypatch):
+    monkeypatch.setattr(process_env, "TIER2_ROOT", tmp_path)
+    mine = process_env.tpu_group_env()
+    name = mine[process_env.TIER2_CACHE]
+    assert name.startswith(f"comfyui-tpu-{os.getuid()}-{os.getpid()}-")
+    dead = f"comfyui-tpu-{os.getuid()}-999999999-ab12"  # a controller that died without cleaning up
+    others = ["default", f"comfyui-tpu-{os.getuid() + 1}-999999999-ab12"]  # TorchTPU's own, another user's
+    for folder in (name, dead, *others):
+        (tmp_path / folder / "entry").mkdir(parents=True)
+    process_env.remove_tier2_cache({process_env.TIER2_CACHE: "default"})  # never a name we did not make
+    assert (tmp_path / "default").exists()
+    process_env.remove_tier2_cache(mine)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(others)

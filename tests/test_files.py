@@ -11,6 +11,7 @@ with the image.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -20,13 +21,14 @@ import pytest
 from helpers import pixels
 from lora_fixtures import make
 
-from backend.controller import api, devices, models, plans, sources
+from backend.controller import api, devices, models, plans
+from backend.controller.files import assemble, headers, listing
 from backend.protocol.errors import InputError, ModelError, ParallelError
 from backend.protocol.spec import SampleRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 FOX = "a red fox in the snow"
-NONE = sources.NONE
+NONE = listing.NONE
 
 # family layout -> (reference diffusers folder, the files chosen, guidance)
 CASES = {
@@ -57,9 +59,6 @@ CASES = {
     "zimage-modelsave": ("ref-zimage", dict(diffusion_model="z_image_turbo-tiny-comfysave.safetensors",
                                             text_encoders=("qwen_3-tiny.safetensors",), vae="ae-tiny.safetensors"),
                          3.0),
-    "zimage-diffusers-keys": ("ref-zimage", dict(diffusion_model="z_image_turbo-tiny-diffusers.safetensors",
-                                                 text_encoders=("qwen_3-tiny.safetensors",),
-                                                 vae="ae-tiny.safetensors"), 0.0),
 }
 FLUX1 = CASES["flux1-split"][1]
 # Where the image from the files is not bit-identical to the folder's: float32 matmuls on the CPU round by the
@@ -84,11 +83,11 @@ def monkeypatch_module():
 
 
 def roots(files: Path) -> dict[str, list[str]]:
-    return {role: [str(files / "models" / folder)] for role, folder in sources.ROLE_FOLDERS.items()}
+    return {role: [str(files / "models" / folder)] for role, folder in listing.ROLE_FOLDERS.items()}
 
 
 def file_spec(files: Path, **choice) -> api.PipelineSpec:
-    return api.make_file_spec(sources.FileChoice(**choice), roots(files))
+    return api.make_file_spec(assemble.FileChoice(**choice), roots(files))
 
 
 def request(guidance: float = 0.0, **kw) -> SampleRequest:
@@ -225,12 +224,105 @@ def test_unreadable_files_are_named_with_the_fix(files, tmp_path, monkeypatch):
                                                          "download it again"]),
                         ("not-safetensors.safetensors", ["'not-safetensors.safetensors' is not a safetensors file"])):
         assert_error(["diffusion_model: ", *words], api.make_file_spec,
-                     sources.FileChoice(**{**choice, "diffusion_model": name}), local)
+                     assemble.FileChoice(**{**choice, "diffusion_model": name}), local)
     monkeypatch.setenv("COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS", "0")
     assert_error(["absolute path", "COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS"], file_spec, files,
                  **{**choice, "diffusion_model": str(good)})
     monkeypatch.setenv("COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS", "1")
     assert file_spec(files, **{**choice, "diffusion_model": str(good)}).model_path == str(good)
+
+
+def _rewritten(src: Path, out: Path, change) -> Path:
+    """A copy of the safetensors file `src` whose header `change` edits (the tensor data kept as it is)."""
+    raw = src.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    table = json.loads(raw[8:8 + n])
+    change(table)
+    header = json.dumps(table).encode()
+    out.write_bytes(len(header).to_bytes(8, "little") + header + raw[8 + n:])
+    return out
+
+
+@pytest.mark.unit
+def test_a_header_that_does_not_match_its_tensors_names_the_model_file(files, tmp_path):
+    """Shapes that do not match the bytes stored, and a tensor stored the wrong way round (the right number of
+    bytes): the diffusion model file is named as damaged, before any worker reads it, and the VAE is not blamed."""
+    good = files / "models" / "diffusion_models" / "flux1-tiny.safetensors"
+    dm = tmp_path / "diffusion_models"
+    dm.mkdir()
+    key = next(k for k in json.loads(good.read_bytes()[8:8 + int.from_bytes(good.read_bytes()[:8], "little")])
+               if k.endswith("img_in.weight"))
+
+    def wider(table):
+        table[key]["shape"][1] += 1
+
+    def transposed(table):
+        table[key]["shape"].reverse()
+
+    _rewritten(good, dm / "flux1-wider.safetensors", wider)
+    _rewritten(good, dm / "flux1-transposed.safetensors", transposed)
+    local = {**roots(files), "diffusion_model": [str(dm)]}
+    assert_error(["diffusion_model: 'flux1-wider.safetensors' is damaged", f"'{key}'", "does not match",
+                  "Download it again"], api.make_file_spec,
+                 assemble.FileChoice(**{**FLUX1, "diffusion_model": "flux1-wider.safetensors"}), local)
+    text = assert_error(["diffusion_model: 'flux1-transposed.safetensors' is damaged", f"'{key}'",
+                         "does not fit its other layers", "Download it again"], api.make_file_spec,
+                        assemble.FileChoice(**{**FLUX1, "diffusion_model": "flux1-transposed.safetensors"}), local)
+    assert "ae-tiny" not in text and "latent channels" not in text
+
+
+def _huge_header(path: Path) -> Path:
+    """A legal safetensors file whose header is twice the size the pack reads: one tensor, the header padded
+    with spaces as the format allows, the data a hole."""
+    n = 2 * headers.MAX_HEADER
+    with open(path, "wb") as f:
+        f.write(n.to_bytes(8, "little"))
+        f.write(json.dumps({"w": {"dtype": "F32", "shape": [2**20], "data_offsets": [0, 2**22]}}).encode().ljust(n))
+        f.truncate(8 + n + 2**22)
+    return path
+
+
+@pytest.mark.unit
+def test_one_huge_header_or_a_symlink_loop_neither_stalls_nor_empties_the_lists(files, tmp_path, monkeypatch):
+    """A legal header far larger than any model's is refused from its first 8 bytes (listed, so that choosing
+    it says why), a `loop -> .` link is followed once, each file is read once for every role and every
+    refresh, and the other files are listed as before."""
+    dm = tmp_path / "diffusion_models"
+    (tmp_path / "elsewhere").mkdir(parents=True)
+    dm.mkdir()
+    shutil.copy(files / "models" / "diffusion_models" / "flux1-tiny.safetensors", dm / "flux1.safetensors")
+    shutil.copy(files / "models" / "diffusion_models" / "sd3-tiny.safetensors", tmp_path / "elsewhere" / "sd3.safetensors")
+    (dm / "loop").symlink_to(".")
+    (dm / "linked").symlink_to(tmp_path / "elsewhere")
+    _huge_header(dm / "huge-header.safetensors")
+    loads = []
+    real_load = listing.load
+    monkeypatch.setattr(listing, "load", lambda path, size: loads.append(path.name) or real_load(path, size))
+    local = {"diffusion_model": [str(dm)], "checkpoint": [str(dm)]}
+    for _ in range(2):
+        listed = api.list_files(local)
+        assert listed["diffusion_model"] == listed["checkpoint"] == [
+            "flux1.safetensors", "huge-header.safetensors", "linked/sd3.safetensors"]
+    assert sorted(loads) == ["flux1.safetensors", "huge-header.safetensors", "sd3.safetensors"]
+    assert_error(["diffusion_model: 'huge-header.safetensors' has a header of 16,777,216 bytes",
+                  f"more than the {headers.MAX_HEADER:,}", "under 1 MB"], api.make_file_spec,
+                 assemble.FileChoice(**{**FLUX1, "diffusion_model": "huge-header.safetensors"}),
+                 {**roots(files), "diffusion_model": [str(dm)]})
+
+
+@pytest.mark.unit
+def test_listing_past_its_time_lists_the_unread_files_where_they_are(files, tmp_path, monkeypatch, caplog):
+    te = tmp_path / "text_encoders"
+    te.mkdir()
+    shutil.copy(files / "models" / "vae" / "ae-tiny.safetensors", te / "ae-tiny.safetensors")
+    shutil.copy(files / "models" / "text_encoders" / "clip_l-tiny.safetensors", te / "clip_l.safetensors")
+    assert api.list_files({"text_encoder": [str(te)]})["text_encoder"] == ["clip_l.safetensors"]
+    monkeypatch.setattr(listing, "LIST_SECONDS", 0.0)
+    (te / "t5xxl.safetensors").write_bytes(b"")  # new: not read in time, so listed unread
+    with caplog.at_level("WARNING", logger=listing.__name__):
+        listed = api.list_files({"text_encoder": [str(te)]})["text_encoder"]
+    assert listed == ["ae-tiny.safetensors", "clip_l.safetensors", "t5xxl.safetensors"]
+    assert "listed 3 model files without reading them" in caplog.text
 
 
 @pytest.mark.unit
@@ -242,7 +334,7 @@ def test_gguf_is_refused_on_tpu_and_with_shard_tp(files, monkeypatch):
         plans.plan_tp(spec, 2)
     monkeypatch.setattr(devices, "resolve_kind", lambda choice: "tpu")
     assert_error(["'flux2-klein-tiny-Q8_0.gguf' is a GGUF file", "TorchTPU", ".safetensors version"], api.make_file_spec,
-                 sources.FileChoice(**choice), roots(files), device_choice="tpu")
+                 assemble.FileChoice(**choice), roots(files), device_choice="tpu")
 
 
 # ---- diffusers folders as people keep them
@@ -464,7 +556,7 @@ def test_gguf_runs_on_the_cpu_through_diffusers(files):
 def test_files_run_with_offload_compile_and_from_kept_folders(files, kept_folders, tiny_models, monkeypatch):
     root, hub = kept_folders
     reference = api.sample(file_spec(files, **FLUX1), request())
-    offloaded = api.make_file_spec(sources.FileChoice(**FLUX1), roots(files), offload="model")
+    offloaded = api.make_file_spec(assemble.FileChoice(**FLUX1), roots(files), offload="model")
     assert np.array_equal(api.sample(offloaded, request()), reference)
     compiled, _ = api.with_compile(file_spec(files, **FLUX1), "whole denoiser", "eager", "64x64")
     assert np.abs(api.sample(compiled, request()) - reference).max() <= 1e-5
@@ -509,7 +601,7 @@ def files_server(files, comfyui_dir, tmp_path_factory):
     from comfy_server import ComfyServer
 
     models = files / "models"
-    extra = {folder: str(models / folder) for folder in sources.ROLE_FOLDERS.values()}
+    extra = {folder: str(models / folder) for folder in listing.ROLE_FOLDERS.values()}
     srv = ComfyServer(str(comfyui_dir), str(files / "diffusers"), work_dir=str(tmp_path_factory.mktemp("files")),
                       extra_paths=extra)
     srv.start()
@@ -550,6 +642,27 @@ def test_the_files_node_lists_by_role_and_makes_the_folders_image(files_server):
     from_folder = files_server.run(folder, timeout=180)
     assert from_folder["status"] == "success", error_message(from_folder)
     assert np.array_equal(pixels(from_files["images"][0]), pixels(from_folder["images"][0]))
+
+
+@pytest.mark.server
+def test_object_info_answers_beside_a_huge_header_and_a_symlink_loop(files_server):
+    """ComfyUI's `GET /object_info` (every node's lists) answers within the client's 30 s with a `loop -> .`
+    link and a file whose header is too large in ComfyUI's own diffusion_models folder (before, with ComfyUI
+    reading that folder 41 times through the loop, it did not answer in 120 s), and lists the other files."""
+    own = files_server.work_dir / "models" / "diffusion_models"
+    own.mkdir(parents=True, exist_ok=True)
+    huge, loop = _huge_header(own / "huge-header.safetensors"), own / "loop"
+    loop.symlink_to(".")
+    try:
+        for _ in range(2):  # the second answer comes from the per-file cache
+            required = files_server.get("/object_info").json()["LoadTPUPipelineFiles"]["input"]["required"]
+            listed = required["diffusion_model"][0]
+            assert "huge-header.safetensors" in listed and "flux1-tiny.safetensors" in listed
+            assert not [name for name in listed if name.startswith("loop/")]
+            assert "ae-tiny.safetensors" in required["vae"][0]
+    finally:
+        loop.unlink()
+        huge.unlink()
 
 
 BAD_FILES = {  # what the node is given -> words the error must hold

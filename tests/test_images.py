@@ -14,8 +14,9 @@ from lora_fixtures import load
 
 from backend.controller import api
 from backend.protocol.errors import ModelError
+from backend.protocol.families import PIPELINES
 from backend.protocol.messages import Step
-from backend.protocol.spec import FAMILIES, SampleRequest, read_json
+from backend.protocol.spec import SampleRequest, read_json
 from backend.worker import images
 
 PROMPT = "a red fox in the snow"
@@ -52,7 +53,7 @@ def test_denoise_runs_exactly_steps_steps_in_every_image_pipeline():
     steps, at the end of a schedule of int(steps / denoise), whichever way the pipeline rounds."""
     import diffusers
 
-    classes = sorted({c for f in FAMILIES.values() for c in (f.img2img, f.inpaint) if c})
+    classes = sorted({c for f in PIPELINES.values() for c in (f.img2img, f.inpaint) if c})
     stub = types.SimpleNamespace(scheduler=types.SimpleNamespace(timesteps=torch.arange(5000), order=1))
     for name in classes:
         get_timesteps = getattr(diffusers, name).get_timesteps
@@ -160,7 +161,7 @@ def _plain(tiny_models, name: str, cls_name: str, req: SampleRequest, **inputs) 
     cls = getattr(diffusers, cls_name)
     pipe = load(tiny_models, name, cls=cls)
     params = inspect.signature(cls.__call__).parameters
-    family = FAMILIES[read_json(tiny_models / name / "model_index.json")["_class_name"]]
+    family = PIPELINES[read_json(tiny_models / name / "model_index.json")["_class_name"]]
     kw = {"prompt": req.prompt, "num_inference_steps": int(req.steps / req.denoise), "strength": req.denoise,
           "output_type": "np", "generator": [torch.Generator("cpu").manual_seed(req.seed)],
           family.guidance_arg: req.guidance, **inputs}
@@ -173,7 +174,7 @@ def _plain(tiny_models, name: str, cls_name: str, req: SampleRequest, **inputs) 
 
 
 @pytest.mark.workers
-@pytest.mark.parametrize("name", ["tiny-flux", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage"])
+@pytest.mark.parametrize("name", ["tiny-flux", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage", "tiny-zimage"])
 def test_img2img_and_inpaint_equal_diffusers_own_pipelines(tiny_models, name):
     spec = _spec(tiny_models, name)
     family = spec.family

@@ -16,7 +16,8 @@ from lora_fixtures import FORMATS, TEXT_LORA, bad_files, components, denoiser_na
 
 from backend.controller import api, plans
 from backend.protocol.errors import ModelError
-from backend.protocol.spec import FAMILIES, FileComponent, FileSource, LoraRef, SampleRequest
+from backend.protocol.families import PIPELINES
+from backend.protocol.spec import FileComponent, FileSource, LoraRef, SampleRequest
 from backend.worker import lora
 
 TP_TOLERANCE = 1e-4  # as tests/test_parallel.py: a sharded transformer sums in another order
@@ -24,7 +25,7 @@ PROMPT = "a red fox in the snow"
 
 
 def _family(pipe) -> str:
-    return FAMILIES[type(pipe).__name__].name
+    return PIPELINES[type(pipe).__name__].name
 
 
 def _generate(pipe, seed: int = 3) -> np.ndarray:

@@ -174,13 +174,14 @@ def test_tpu_launch_env_comes_from_torch_tpu_once_for_all_ranks():
     """The real TorchTPU (installed, no TPU here): one child process computes the launch environment."""
     code = textwrap.dedent("""
         import json
-        from backend.controller import devices as device
+        from backend.controller import process_env
+        from backend.protocol.errors import DeviceError
         try:
-            device.tpu_launch_env(2, device.worker_env("tpu"))
-        except device.DeviceError as e:
+            process_env.tpu_launch_env(2, process_env.worker_env("tpu"))
+        except DeviceError as e:
             print(json.dumps(str(e)))
-        pod = {**device.worker_env("tpu"), "TPU_WORKER_HOSTNAMES": "h0,h1", "JOB_COMPLETION_INDEX": "1"}
-        print(json.dumps(device.tpu_launch_env(4, pod)))
+        pod = {**process_env.worker_env("tpu"), "TPU_WORKER_HOSTNAMES": "h0,h1", "JOB_COMPLETION_INDEX": "1"}
+        print(json.dumps(process_env.tpu_launch_env(4, pod)))
     """)
     out = subprocess.run([f"{os.environ['TPU_VENV']}/bin/python", "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parent.parent, timeout=120)

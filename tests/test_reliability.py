@@ -358,14 +358,14 @@ def test_from_pretrained_is_local_safetensors_only_and_never_trusts_remote_code(
 
 @pytest.mark.unit
 def test_pickle_weights_need_the_operator_opt_in(monkeypatch):
-    from backend.protocol.messages import ENV_ALLOW_PICKLE
+    from backend.protocol import settings
     from backend.worker.loading import safetensors_only
 
     for value, expected in ((None, True), ("0", True), ("true", True), ("1", None)):
         if value is None:
-            monkeypatch.delenv(ENV_ALLOW_PICKLE, raising=False)
+            monkeypatch.delenv(settings.ALLOW_PICKLE.name, raising=False)
         else:
-            monkeypatch.setenv(ENV_ALLOW_PICKLE, value)
+            monkeypatch.setenv(settings.ALLOW_PICKLE.name, value)
         assert safetensors_only() is expected, value
 
 

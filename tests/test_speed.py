@@ -25,8 +25,9 @@ import pytest
 import torch
 
 from backend.controller import api, group, plans
+from backend.protocol import settings
 from backend.protocol.errors import Interrupted, ParallelError
-from backend.protocol.messages import ENV_PROMPT_CACHE_ENTRIES, ENV_PROMPT_CACHE_MB, ENV_WARM_START, Step
+from backend.protocol.messages import Step
 from backend.protocol.spec import Layout, PipelineSpec, SampleRequest
 from backend.worker.cfg_parallel import two_passes
 from backend.worker.prompt_cache import PromptCache, text_encoder_state
@@ -250,7 +251,7 @@ def test_text_encoder_state_follows_lora_settings(tiny_models):
 @pytest.mark.unit
 def test_cache_is_bounded_by_entries_and_bytes(tiny_models, monkeypatch):
     pipe = _pipe(tiny_models, "tiny-flux")
-    monkeypatch.setenv(ENV_PROMPT_CACHE_ENTRIES, "2")
+    monkeypatch.setenv(settings.PROMPT_CACHE_ENTRIES.name, "2")
     cache = PromptCache()
     cache.attach(pipe)
     with cache.using(True, ()):
@@ -260,8 +261,8 @@ def test_cache_is_bounded_by_entries_and_bytes(tiny_models, monkeypatch):
         _draw(pipe, prompt="one", guidance_scale=0.0)  # the oldest went first
         assert cache.misses == 4
     entry = cache.bytes // 2
-    monkeypatch.setenv(ENV_PROMPT_CACHE_ENTRIES, "100")
-    monkeypatch.setenv(ENV_PROMPT_CACHE_MB, str(1.5 * entry / 2**20))
+    monkeypatch.setenv(settings.PROMPT_CACHE_ENTRIES.name, "100")
+    monkeypatch.setenv(settings.PROMPT_CACHE_MB.name, str(1.5 * entry / 2**20))
     cache = PromptCache()
     cache.attach(pipe)
     with cache.using(True, ()):
@@ -352,9 +353,9 @@ def test_latency_report_and_prompt_cache_statistics(tiny_models):
 @pytest.mark.workers
 def test_warm_start_starts_one_worker_in_the_background(tiny_models, monkeypatch):
     api.shutdown()
-    monkeypatch.delenv(ENV_WARM_START, raising=False)
+    monkeypatch.delenv(settings.WARM_START.name, raising=False)
     assert api.warm_start() is None and group.current_group() is None
-    monkeypatch.setenv(ENV_WARM_START, "1")
+    monkeypatch.setenv(settings.WARM_START.name, "1")
     thread = api.warm_start()
     assert isinstance(thread, threading.Thread)
     thread.join(180)
@@ -367,7 +368,7 @@ def test_warm_start_starts_one_worker_in_the_background(tiny_models, monkeypatch
 @pytest.mark.workers
 def test_a_failed_warm_start_is_logged_and_raises_nothing(monkeypatch, caplog):
     api.shutdown()
-    monkeypatch.setenv(ENV_WARM_START, "1")
+    monkeypatch.setenv(settings.WARM_START.name, "1")
 
     def broken(choice):
         raise RuntimeError("no device here")

@@ -143,3 +143,19 @@ def test_a_local_group_on_a_pod_host_gets_a_single_host_launch_environment(rules
     addresses = env["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")
     assert len(addresses) == LAUNCH[2] and all(a.startswith("localhost:") for a in addresses), env
     assert "NNODES" not in env and "NODE_RANK" not in env
+
+
+def test_every_tpu_group_gets_its_own_handshake_port_and_tier2_cache_in_every_rank(rules):
+    """Two groups on one pretend VM, started by our launcher: every rank's environment carries its group's
+    handshake port, which TorchTPU's own handshake code reads (not its default 36423, which a second group
+    could not bind), and its group's tier-2 compile cache name, one per user and group."""
+    _, ours = rules
+    result = ours[(*LAUNCH[:2], True, True)]
+    groups = result["groups"]
+    assert [[r["rank"] for r in ranks] for ranks in groups] == [list(range(LAUNCH[2]))] * 2, groups
+    ports = [{r["handshake_port"] for r in ranks} for ranks in groups]
+    names = [{r["tier2"] for r in ranks} for ranks in groups]
+    assert all(len(p) == 1 for p in ports) and ports[0] != ports[1] and 36423 not in ports[0] | ports[1], ports
+    assert all(len(n) == 1 for n in names) and names[0] != names[1], names
+    assert all(name.startswith(f"comfyui-tpu-{os.getuid()}-") for name in names[0] | names[1]), names
+    assert result["launch_env"]["TORCH_TPU_INTERNAL_HANDSHAKE_PORT"] == str(groups[0][0]["handshake_port"])

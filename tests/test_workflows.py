@@ -76,7 +76,7 @@ OLD_WORKFLOW = Path(__file__).parent / "data" / "tiny_demo_before_prompt_per_lin
 @pytest.fixture(scope="module")
 def tiny_files(server, comfyui_files):
     """The tiny files of TINY_FILES in the server's own model folders (models/diffusion_models, ...)."""
-    from backend.controller.sources import ROLE_FOLDERS
+    from backend.controller.files.listing import ROLE_FOLDERS
 
     models = comfyui_files(*TINY_FILES) / "models"
     for folder in ROLE_FOLDERS.values():

@@ -19,8 +19,9 @@ from lora_fixtures import load, make
 
 from backend.controller import api, plans
 from backend.protocol.errors import ParallelError
+from backend.protocol.families import FAMILIES, PIPELINES
 from backend.protocol.messages import Status
-from backend.protocol.spec import CONFIGS_DIR, FAMILIES, SampleRequest, read_json
+from backend.protocol.spec import CONFIGS_DIR, SampleRequest, read_json
 
 NAME = "tiny-zimage"
 FOX, NEG = "a red fox in the snow", "blurry"
@@ -55,7 +56,8 @@ def test_the_family_says_what_diffusers_has():
     import diffusers
     from diffusers.models.transformers import transformer_z_image
 
-    family = FAMILIES["ZImagePipeline"]
+    family = PIPELINES["ZImagePipeline"]
+    assert family.family == "zimage" and FAMILIES["zimage"].pipelines[0].class_name == "ZImagePipeline"
     cls = diffusers.ZImageTransformer2DModel
     assert family.repeated_blocks and cls._repeated_blocks == ["ZImageTransformerBlock"]
     assert not family.tp_plan and getattr(cls, "_tp_plan", None) is None

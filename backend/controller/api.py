@@ -9,7 +9,6 @@ import atexit
 import dataclasses
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -17,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..protocol import settings
 from ..protocol.errors import CompileError, ModelError, TPUError, WorkerCrashed
-from ..protocol.messages import ENV_COMPILE_CACHE, ENV_WARM_START, Status, Step
+from ..protocol.messages import Status, Step
 from ..protocol.spec import (
     DTYPE_CHOICES,
     MODE_CHOICES,
@@ -31,7 +31,9 @@ from ..protocol.spec import (
     SampleRequest,
     mode_note,
 )
-from . import devices, group, hosts, images, models, plans, sources
+from ..protocol.units import format_bytes
+from . import devices, group, hosts, images, models, plans
+from .files import assemble, listing
 
 ProgressFn = Callable[[Status | Step], None]
 MAX_IMAGES = 4096  # images in one Sample (prompt lines × batch_size)
@@ -62,12 +64,12 @@ def make_spec(model: str, roots: Iterable[str], dtype: str = "auto", device_choi
                         dtype=dtype, device=device_choice, offload=offload, kind=kind, variant=info.variant)
 
 
-def make_file_spec(choice: sources.FileChoice, roots: Mapping[str, Iterable[str]], dtype: str = "auto",
+def make_file_spec(choice: assemble.FileChoice, roots: Mapping[str, Iterable[str]], dtype: str = "auto",
                    device_choice: str = "auto", offload: str = "none") -> PipelineSpec:
     """Checks the user's choices and the chosen files (their headers; no weights read) and describes the
-    pipeline they make. `roots`: ComfyUI's folders per role (sources.ROLE_FOLDERS)."""
+    pipeline they make. `roots`: ComfyUI's folders per role (listing.ROLE_FOLDERS)."""
     kind = _check_choices(dtype, device_choice, offload)
-    class_name, main, source = sources.describe_files(choice, roots)
+    class_name, main, source = assemble.describe_files(choice, roots)
     if kind == "tpu" and any(c.quant == "gguf" for c in source.components):
         gguf = next(c for c in source.components if c.quant == "gguf")
         raise ModelError(f"diffusion_model: '{Path(gguf.path).name}' is a GGUF file; diffusers computes GGUF "
@@ -111,7 +113,7 @@ def describe_pipeline(spec: PipelineSpec) -> str:
     if spec.kind == "tpu":
         host = devices.tpu_host()
         lines = [f"{spec.name} ({spec.family.name}) on {host.describe()}, "
-                 f"{_gib(host.hbm_bytes_per_device)} per device"]
+                 f"{format_bytes(host.hbm_bytes_per_device)} per device"]
         if note := devices.v7x_default_note(host):
             lines.append(note)
     elif spec.kind == "cuda":
@@ -122,10 +124,6 @@ def describe_pipeline(spec: PipelineSpec) -> str:
     if spec.offload == "auto":
         lines.append(plans.choose_offload(spec).reason)
     return "\n".join(lines)
-
-
-def _gib(n: int | None) -> str:
-    return "? GiB" if n is None else f"{n / 2**30:.0f} GiB"
 
 
 def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
@@ -325,7 +323,7 @@ def list_models(roots: Iterable[str]) -> list[str]:
 
 def list_files(roots: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
     """Per role (checkpoint, diffusion_model, text_encoder, vae), the files of ComfyUI's folders that fit it."""
-    return sources.list_files(roots)
+    return listing.list_files(roots)
 
 
 def _group_progress(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None) -> ProgressFn | None:
@@ -381,7 +379,7 @@ def sampling_options(spec: PipelineSpec, prompt_cache: bool = True, batched: boo
 # ---- warm start
 
 def warm_start_enabled() -> bool:
-    return os.environ.get(ENV_WARM_START, "").strip() == "1"
+    return settings.WARM_START.on()
 
 
 def warm_start() -> threading.Thread | None:
@@ -447,6 +445,6 @@ def compile_stats() -> dict | None:
 def set_compile_cache_dir(path: str, override: bool = False) -> str:
     """The folder the persistent compile caches use from the next worker start; an explicit
     COMFYUI_TPU_COMPILE_CACHE in the environment wins unless `override`. Returns the folder in use."""
-    if override or not os.environ.get(ENV_COMPILE_CACHE):
-        os.environ[ENV_COMPILE_CACHE] = str(path)
-    return os.environ[ENV_COMPILE_CACHE]
+    if override or not settings.COMPILE_CACHE.is_set():
+        settings.COMPILE_CACHE.set(str(path))
+    return settings.COMPILE_CACHE.raw()

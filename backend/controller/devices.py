@@ -3,10 +3,11 @@
 Detection must be cheap and must never start the TPU runtime: with torch_tpu installed on a host
 without a TPU, starting the runtime blocks ~10 minutes retrying the cloud metadata server and then
 aborts the process. So we only look at signals that cost nothing (the package can be found, a TPU
-sits on the PCI bus). This module imports torch lazily so that `prestartup_script.py` can use it
-before ComfyUI imports torch. TorchTPU itself is imported only by workers (`worker.device`), and by two short
-child processes: `tpu_host` (its hardware module alone: names, HBM, the worker counts it launches) and
-`tpu_launch_env` (its launch helper). ComfyUI's process never loads it.
+sits on the PCI bus: /sys and /dev). This module imports torch lazily so that `prestartup_script.py` can use it
+before ComfyUI imports torch. TorchTPU itself is imported only by workers (`worker.device`), and by short child
+processes: `tpu_host` here (its hardware module alone: names, HBM, the worker counts it launches) and the launch
+helper in `process_env`. ComfyUI's process never loads it. The environment processes start with is
+`process_env`'s job.
 
 TPU hosts this module refuses, with the reason: TPU v4 (TorchTPU 0.2.0 counts chips through VFIO only), chips
 this process cannot open, torch_tpu missing, and hosts of a multi-host slice (unless COMFYUI_TPU_LOCAL_GROUP=1).
@@ -21,8 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..protocol import settings
 from ..protocol.errors import DeviceError
 from ..protocol.spec import DEVICE_CHOICES
+from ..protocol.units import format_bytes
 
 # Google's PCI vendor id and the TPU device ids TorchTPU 0.2.0 itself recognises (its hardware.py). TorchTPU
 # counts a PCI function as a device only when this process can open /dev/vfio/<its iommu group>.
@@ -36,14 +39,6 @@ _TPU_PCI_DEVICES = {
 }
 V4_UNSUPPORTED = "TPU v4 is not supported by TorchTPU 0.2.0"
 SYS_ROOT = "/"  # where /sys and /dev are read (tests point it at a fake tree)
-
-# A multi-host slice: TorchTPU lays out the whole pod when either is set (its set_tpu_launch_env), and a group
-# of this host's workers alone would wait for the other hosts. ENV_LOCAL_GROUP=1 runs this host's chips only,
-# with these variables taken out of the workers' environment.
-ENV_LOCAL_GROUP = "COMFYUI_TPU_LOCAL_GROUP"
-ENV_HOSTS = "COMFYUI_TPU_HOSTS"  # the slice's hosts, configured for groups that span them (controller/hosts.py)
-POD_VARIABLES = ("TPU_WORKER_HOSTNAMES", "JOB_COMPLETION_INDEX", "TPU_WORKER_ID", "NNODES", "NODE_RANK")
-
 
 @dataclass(frozen=True)
 class DeviceInfo:
@@ -195,6 +190,8 @@ def _probe(sys_root: str, usable: tuple[str, ...]) -> TpuHost:
     import subprocess
     import sys
 
+    from .process_env import worker_env  # it reads this module's detection
+
     env = {**worker_env("tpu"), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "TPU_SKIP_MDS_QUERY": "1"}
     try:
         out = subprocess.run([sys.executable, "-c", _TPU_PROBE, str(len(usable))], env=env, timeout=60,
@@ -229,7 +226,7 @@ def local_group(environ: Mapping[str, str] | None = None) -> bool:
     slice are configured (COMFYUI_TPU_HOSTS: a group that fits one host runs there alone; larger ones span the
     hosts through controller/hosts.py and keep the pod variables)."""
     env = os.environ if environ is None else environ
-    return env.get(ENV_LOCAL_GROUP) == "1" or len([h for h in env.get(ENV_HOSTS, "").split(",") if h.strip()]) > 1
+    return settings.LOCAL_GROUP.on(env) or len([h for h in settings.HOSTS.raw(env).split(",") if h.strip()]) > 1
 
 
 def check_single_host(environ: Mapping[str, str] | None = None) -> None:
@@ -241,53 +238,13 @@ def check_single_host(environ: Mapping[str, str] | None = None) -> None:
     listed = f"TPU_WORKER_HOSTNAMES lists {len(hosts)} hosts" if len(hosts) > 1 else "JOB_COMPLETION_INDEX is set"
     raise DeviceError(
         f"device 'tpu': this TPU VM is one host of a multi-host slice ({listed}). To use the slice's hosts, start "
-        f"ComfyUI with {ENV_HOSTS} listing them (worker 0 first) and run `python -m backend join` on the others "
-        f"(docs/pod-slices.md); to use only this host's own chips, start ComfyUI with {ENV_LOCAL_GROUP}=1; or run "
+        f"ComfyUI with {settings.HOSTS.name} listing them (worker 0 first) and run `python -m backend join` on the others "
+        f"(docs/pod-slices.md); to use only this host's own chips, start ComfyUI with {settings.LOCAL_GROUP.name}=1; or run "
         "ComfyUI on a single-host TPU VM.")
 
 
-def configure_process_env(environ: os._Environ | dict = os.environ) -> list[str]:
-    """Environment for a process that must never start the TPU runtime (ComfyUI's own process).
-
-    Called from prestartup_script.py, before ComfyUI imports torch. Returns what it changed.
-    - No usable TPU here: TPU_SKIP_MDS_QUERY=1 makes a stray runtime start fail in seconds, not ~10 minutes.
-    - torch_tpu installed: stop torch from autoloading it into ComfyUI's process (saves ~3 s and
-      ~300 MiB, and keeps torch_tpu's torch.compile patches out of the UI process); workers load it.
-    """
-    changed = []
-    if torch_tpu_installed():
-        if not tpu_devices() and "TPU_SKIP_MDS_QUERY" not in environ:
-            environ["TPU_SKIP_MDS_QUERY"] = "1"
-            changed.append("TPU_SKIP_MDS_QUERY=1")
-        if "TORCH_DEVICE_BACKEND_AUTOLOAD" not in environ:
-            environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-            environ["COMFYUI_TPU_AUTOLOAD_WAS_UNSET"] = "1"
-            changed.append("TORCH_DEVICE_BACKEND_AUTOLOAD=0")
-    return changed
-
-
-def worker_env(kind: str, environ: Mapping[str, str] | None = None, whole_slice: bool = False) -> dict[str, str]:
-    """The environment a worker process for `kind` starts with (copied from this process). TPU workers get
-    TorchTPU autoloaded (it registers the `tpu` device; importing torch_tpu with autoload off does not), and
-    on a pod host a group of this host's own chips gets no pod variable, so TorchTPU lays out this host alone
-    (`whole_slice`: a group that spans the slice's hosts keeps them)."""
-    env = dict(os.environ if environ is None else environ)
-    if env.pop("COMFYUI_TPU_AUTOLOAD_WAS_UNSET", None):
-        env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
-    if kind == "tpu":
-        env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
-        if pod_hosts(env) is not None and local_group(env) and not whole_slice:
-            for name in POD_VARIABLES:
-                env.pop(name, None)
-    elif torch_tpu_installed():
-        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # CPU/CUDA workers do not need it
-        if not tpu_devices():
-            env.setdefault("TPU_SKIP_MDS_QUERY", "1")
-    return env
-
-
 def cuda_count() -> int:
-    if os.environ.get("COMFYUI_TPU_DISABLE_CUDA") == "1":
+    if settings.DISABLE_CUDA.on():
         return 0
     try:
         import torch
@@ -306,12 +263,8 @@ def v7x_default_note(host: TpuHost) -> str | None:
     return (f"{host.name}: each chip is {host.devices_per_chip} devices and TorchTPU launches no group of 1, so "
             f"without Shard TP or Data Parallel a pipeline runs as Data Parallel {n} (a copy on each device of one "
             "chip; the same seed gives the same image). Every supported model's denoiser fits one device's "
-            f"{_gib(host.hbm_bytes_per_device)} in bfloat16, SD3 and SDXL cannot be sharded, and copies need no "
+            f"{format_bytes(host.hbm_bytes_per_device)} in bfloat16, SD3 and SDXL cannot be sharded, and copies need no "
             "collectives per layer. Add Shard TP to split a model over the devices instead.")
-
-
-def _gib(n: int | None) -> str:
-    return "?" if n is None else f"{n / 2**30:.0f} GiB"
 
 
 def detect() -> DeviceInfo:
@@ -329,7 +282,7 @@ def detect() -> DeviceInfo:
             if note := v7x_default_note(host):
                 notes.append(note)
             if pod_hosts() is not None:
-                notes.append(f"pod host: {ENV_LOCAL_GROUP}=1, so workers use this host's own chips only")
+                notes.append(f"pod host: {settings.LOCAL_GROUP.name}=1, so workers use this host's own chips only")
             return DeviceInfo("tpu", host.name, host.chips, host.devices,
                               None if host.hbm_bytes_per_device is None else host.hbm_bytes_per_device / 2**30,
                               installed, host.group_sizes, tuple(notes))
@@ -380,35 +333,3 @@ def device_memory_bytes(kind: str) -> int | None:
 
         return int(torch.cuda.get_device_properties(0).total_memory)
     return None
-
-
-_TPU_LAUNCH_ENV = """
-import json, os, sys
-import torch, torch_tpu  # noqa: F401  (autoload off: the launch helper needs no device)
-before = dict(os.environ)
-torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=int(sys.argv[1]))
-print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))
-"""
-
-
-def tpu_launch_env(nproc_per_node: int, env: dict[str, str], timeout: float = 120.0) -> dict[str, str]:
-    """TorchTPU's launch environment for one host's ranks, computed once for all of them (not run on a TPU).
-
-    `torch.tpu.distributed.set_tpu_launch_env()` must run once in the launcher's parent: on one host it picks
-    a random port per chip, so ranks calling it each on their own would disagree. ComfyUI's process must not
-    load TorchTPU, so a short child process (with the workers' environment) calls it and reports what it set
-    (TORCH_TPU_TOPOLOGY, TORCH_TPU_SLICEBUILDER_ADDRESSES, ...). It reads the PCI bus only; no runtime starts.
-    """
-    import json
-    import subprocess
-    import sys
-
-    child_env = {**env, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "TPU_SKIP_MDS_QUERY": "1"}
-    out = subprocess.run([sys.executable, "-c", _TPU_LAUNCH_ENV, str(nproc_per_node)], env=child_env,
-                         timeout=timeout, capture_output=True, text=True)
-    lines = out.stdout.strip().splitlines()
-    if out.returncode or not lines:
-        tail = "\n".join((out.stderr or "").strip().splitlines()[-5:])
-        raise DeviceError(f"TorchTPU could not prepare the launch of {nproc_per_node} TPU workers "
-                          f"(torch.tpu.distributed.set_tpu_launch_env failed):\n{tail}")
-    return json.loads(lines[-1])

@@ -14,7 +14,6 @@ import itertools
 import logging
 import os
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..protocol import handoff, messages
+from ..protocol import handoff, messages, settings
 from ..protocol.errors import INPUT_ERRORS, Interrupted, WorkerCrashed, WorkerError
 from ..protocol.messages import (
     FINAL,
@@ -38,17 +37,17 @@ from ..protocol.messages import (
     Stopped,
 )
 from ..protocol.spec import GroupConfig, PipelineSpec, SampleRequest
-from . import devices, hosts
-from .launcher import Launcher, remove_stale_run_dirs, torchrun_command
+from . import hosts, process_env
+from .launcher import Launcher, free_port, remove_stale_run_dirs, torchrun_command
 from .link import Link, Listener
 
 log = logging.getLogger("comfyui_tpu")
 
-START_TIMEOUT_S = float(os.environ.get("COMFYUI_TPU_START_TIMEOUT", "180"))
-SILENCE_TIMEOUT_S = float(os.environ.get("COMFYUI_TPU_SILENCE_TIMEOUT", "120"))
-CANCEL_GRACE_S = float(os.environ.get("COMFYUI_TPU_CANCEL_GRACE", "10"))  # after Cancel, silence that ends a group
+START_TIMEOUT_S = settings.START_TIMEOUT.number()
+SILENCE_TIMEOUT_S = settings.SILENCE_TIMEOUT.number()
+CANCEL_GRACE_S = settings.CANCEL_GRACE.number()  # after Cancel, silence that ends a group
 INTERRUPT_GRACE_S = 30.0
-ERROR_GRACE_S = float(os.environ.get("COMFYUI_TPU_ERROR_GRACE", "10"))  # peers of a failed rank, then restart
+ERROR_GRACE_S = settings.ERROR_GRACE.number()  # peers of a failed rank, then restart
 EXIT_REPORT_S = 2.0  # how long a crash report waits for a dying rank's exit status
 
 ProgressFn = Callable[[Status | Step], None]
@@ -70,6 +69,7 @@ class WorkerGroup:
         self._lock = threading.Lock()
         self.closed = False
         self.start_s = 0.0  # how long `start` took (the latency report's group start)
+        self.tpu_env: dict[str, str] = {}  # a TPU group's own handshake port and tier-2 cache name
 
     # ---- lifecycle
     def start(self, on_status: Callable[[str], None] | None = None) -> None:
@@ -86,14 +86,17 @@ class WorkerGroup:
                                     "plans again with the hosts that have.", request_started=False)
             self.secret = hosts.group_secret(cluster.secret, self.group_id)
             listener = Listener(self.secret, host=cluster.cluster.listen)
-            env = {**devices.worker_env(kind, whole_slice=True),
+            env = {**process_env.worker_env(kind, whole_slice=True),
                    "GLOO_SOCKET_IFNAME": hosts.interface_of(cluster.cluster.listen)}
+            if kind == "tpu":  # rank 0 serves TorchTPU's handshake on this host
+                self.tpu_env = process_env.tpu_group_env(cluster.cluster.listen)
         else:  # one host: TorchTPU's launch environment, once for all ranks (each on its own would pick others)
             listener = Listener(self.secret)
-            env = {**devices.worker_env(kind), **(devices.tpu_launch_env(n, devices.worker_env("tpu"))
-                                                  if kind == "tpu" else {})}
-        env.update({messages.ENV_CONTROLLER: listener.address, messages.ENV_GROUP_ID: self.group_id,
-                    messages.ENV_DEVICE_KIND: kind})
+            env = process_env.tpu_worker_env(n) if kind == "tpu" else process_env.worker_env(kind)
+            self.tpu_env = {k: env[k] for k in (process_env.HANDSHAKE_PORT, process_env.TIER2_CACHE) if k in env}
+        env.update(self.tpu_env)
+        env.update({settings.CONTROLLER.name: listener.address, settings.GROUP_ID.name: self.group_id,
+                    settings.DEVICE_KIND.name: kind})
         if on_status:
             where = f" on {1 + len(self.config.hosts)} hosts" if self.config.hosts else ""
             on_status(f"starting {n} {kind} worker{'s' if n > 1 else ''}{where}")
@@ -102,11 +105,12 @@ class WorkerGroup:
         joined: list[Link] = []  # authenticated, hello not yet received (it comes after the rendezvous)
         try:
             if cluster is not None:
-                port = _free_port(cluster.cluster.listen)
+                port = free_port(cluster.cluster.listen)
                 nnodes, per = 1 + len(self.remote), self.config.per_host
                 self.launcher.start(env, self.secret,
                                     torchrun_command(nnodes, 0, per, cluster.cluster.listen, port))
-                cluster.start_group(self.group_id, self.remote, nnodes, per, port, listener.address, kind)
+                cluster.start_group(self.group_id, self.remote, nnodes, per, port, listener.address, kind,
+                                    {k: v for k, v in self.tpu_env.items() if k == process_env.HANDSHAKE_PORT})
             else:
                 self.launcher.start(env, self.secret)
                 self.pids = self.launcher.pids
@@ -122,7 +126,7 @@ class WorkerGroup:
                                         "`python -m backend join` log.")
                 if time.monotonic() > deadline:
                     raise WorkerCrashed(f"workers were not ready after {START_TIMEOUT_S:.0f} s "
-                                        f"(COMFYUI_TPU_START_TIMEOUT).{self.launcher.log_tail()}")
+                                        f"({settings.START_TIMEOUT.name}).{self.launcher.log_tail()}")
                 # Ranks say hello only once all of them joined torch.distributed, so take every rank's link
                 # first and never wait on one rank's hello while another waits to be accepted.
                 for link in wait(joined, timeout=0) if joined else []:
@@ -182,6 +186,7 @@ class WorkerGroup:
             link.close()
         self.launcher.close()
         handoff.remove_leftovers(handoff.shm_prefix(self.group_id))
+        process_env.remove_tier2_cache(self.tpu_env)
         log.info("comfyui-tpu: worker group %s stopped", self.config)
 
     # ---- requests
@@ -308,7 +313,7 @@ class WorkerGroup:
                 f"a fresh one.{tail}")
         raise WorkerCrashed(
             f"the {self.config.kind} worker {who} stopped answering (no message, not even a heartbeat, for "
-            f"{bound:.0f} s, COMFYUI_TPU_SILENCE_TIMEOUT); the group was stopped and the next run starts fresh "
+            f"{bound:.0f} s, {settings.SILENCE_TIMEOUT.name}); the group was stopped and the next run starts fresh "
             f"ones.{tail}", request_started=call.started)
 
     def _first_error(self, call: _Call) -> str:
@@ -354,12 +359,6 @@ class WorkerGroup:
         raise WorkerCrashed(
             f"{self.config.kind} worker {who} stopped unexpectedly{cause}. The group was stopped; the next run "
             f"starts a fresh one.{tail}", request_started=call.started)
-
-
-def _free_port(address: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 class _Call:

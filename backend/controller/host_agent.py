@@ -22,8 +22,8 @@ import time
 from multiprocessing.connection import AuthenticationError, Client, Connection
 from pathlib import Path
 
-from ..protocol import messages
-from . import hosts
+from ..protocol import settings
+from . import hosts, process_env
 from .launcher import PACK_ROOT, torchrun_command
 
 log = logging.getLogger("comfyui_tpu.join")
@@ -33,8 +33,9 @@ RETRY_S = 3.0
 class Share:
     """This host's share of one group: a torchrun agent and its workers."""
 
-    def __init__(self, group_id: str, proc: subprocess.Popen, run_dir: Path, log_fd: int):
+    def __init__(self, group_id: str, proc: subprocess.Popen, run_dir: Path, log_fd: int, tpu_env: dict[str, str]):
         self.group_id, self.proc, self.run_dir, self.log_fd = group_id, proc, run_dir, log_fd
+        self.tpu_env = tpu_env  # its tier-2 compile cache name, removed with it
         self.stopping = False  # asked to stop (by host 0, or because host 0 left): its exit is no news
 
     def tail(self, lines: int = 12) -> str:
@@ -64,12 +65,13 @@ class Share:
             pass
         os.close(self.log_fd)
         shutil.rmtree(self.run_dir, ignore_errors=True)
+        process_env.remove_tier2_cache(self.tpu_env)
 
 
 class Agent:
     def __init__(self, controller: str, secret: bytes, kind: str, procs: int):
         host, sep, port = controller.rpartition(":")
-        self.address = (host, int(port)) if sep and port.isdigit() else (controller, hosts.DEFAULT_HOST_PORT)
+        self.address = (host, int(port)) if sep and port.isdigit() else (controller, int(settings.HOST_PORT.default))
         self.secret, self.kind, self.procs = secret, kind, procs
         self.shares: dict[str, Share] = {}
         self.send_lock = threading.Lock()
@@ -80,7 +82,7 @@ class Agent:
                 conn = Client(self.address, authkey=self.secret)
             except AuthenticationError:
                 log.error("host 0 (%s:%d) refused this host's cluster secret: copy host 0's secret file here "
-                          "(`%s`).", *self.address, hosts.ENV_CLUSTER_SECRET)
+                          "(`%s`).", *self.address, settings.CLUSTER_SECRET.name)
                 return 2
             except (ConnectionError, OSError) as e:
                 log.info("waiting for host 0 at %s:%d (%s)", *self.address, e.strerror or e)
@@ -127,9 +129,12 @@ class Agent:
             f.write(hosts.group_secret(self.secret, gid).hex())
         log_fd, log_name = tempfile.mkstemp(dir=run_dir, suffix=".log")
         os.unlink(log_name)
-        env = {**os.environ, messages.ENV_CONTROLLER: str(msg["controller"]), messages.ENV_SECRET_FILE: str(secret_file),
-               messages.ENV_GROUP_ID: gid, messages.ENV_DEVICE_KIND: str(msg["kind"]),
-               messages.ENV_INLINE_ARRAYS: "1",  # another host: images go over the link, not /dev/shm
+        tpu = process_env.tpu_group_env() if msg["kind"] == "tpu" else {}  # this host's own tier-2 cache name
+        allocator = process_env.allocator_env(os.environ) if msg["kind"] == "tpu" else {}
+        env = {**os.environ, **allocator, **tpu, **{str(k): str(v) for k, v in msg.get("env", {}).items()},
+               settings.CONTROLLER.name: str(msg["controller"]), settings.SECRET_FILE.name: str(secret_file),
+               settings.GROUP_ID.name: gid, settings.DEVICE_KIND.name: str(msg["kind"]),
+               settings.INLINE_ARRAYS.name: "1",  # another host: images go over the link, not /dev/shm
                "GLOO_SOCKET_IFNAME": hosts.interface_of(mine), "PYTHONUNBUFFERED": "1",
                "PYTHONPATH": os.pathsep.join([str(PACK_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
         cmd = torchrun_command(int(msg["nnodes"]), int(msg["node_rank"]), int(msg["nproc"]), str(msg["master_addr"]),
@@ -142,7 +147,7 @@ class Agent:
             shutil.rmtree(run_dir, ignore_errors=True)
             self._send(conn, {"type": "ended", "group_id": gid, "why": f"could not start torchrun: {e}"})
             return
-        share = self.shares[gid] = Share(gid, proc, run_dir, log_fd)
+        share = self.shares[gid] = Share(gid, proc, run_dir, log_fd, tpu)
         log.info("started this host's %d worker(s) of group %s (node rank %s)", msg["nproc"], gid, msg["node_rank"])
         self._send(conn, {"type": "started", "group_id": gid, "pid": proc.pid})
         threading.Thread(target=self._watch, args=(conn, share), daemon=True).start()

@@ -5,14 +5,8 @@ host 0, proves it holds the cluster secret, says how many worker processes it ru
 its share of each group on request, with torch's own launcher (torchrun, static rendezvous). Nothing secret
 crosses the network: each group's key is derived on every host from the cluster secret and the group's id.
 
-Configured in ComfyUI's environment (host 0) and read here:
-- COMFYUI_TPU_HOSTS: the hosts' addresses, this host first (e.g. `$TPU_WORKER_HOSTNAMES` on a pod slice);
-  unset or one address: one host, nothing listens beyond loopback.
-- COMFYUI_TPU_LISTEN: where host 0 listens for the other hosts and their workers (default: the first address).
-- COMFYUI_TPU_HOST_PORT: the port the other hosts join on (default 29470).
-- COMFYUI_TPU_CLUSTER_SECRET: the cluster secret file, readable by its owner only (make it with
-  `python -m backend make-secret`; default ~/.config/comfyui-tpu/cluster-secret).
-- COMFYUI_TPU_PROCS_PER_HOST: worker processes per host (default: the host's chips; 1 on a CPU host).
+Configured in ComfyUI's environment (host 0) by the settings HOSTS, LISTEN, HOST_PORT, CLUSTER_SECRET and
+PROCS_PER_HOST (protocol/settings.py, docs/settings.md).
 """
 
 from __future__ import annotations
@@ -30,19 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..protocol import settings
 from ..protocol.errors import DeviceError
-from . import devices
 from .link import Link, authenticate
 
 log = logging.getLogger("comfyui_tpu")
 
-ENV_HOSTS = devices.ENV_HOSTS
-ENV_LISTEN = "COMFYUI_TPU_LISTEN"
-ENV_HOST_PORT = "COMFYUI_TPU_HOST_PORT"
-ENV_CLUSTER_SECRET = "COMFYUI_TPU_CLUSTER_SECRET"
-ENV_PROCS_PER_HOST = "COMFYUI_TPU_PROCS_PER_HOST"
-DEFAULT_HOST_PORT = 29470
-DEFAULT_SECRET_FILE = "~/.config/comfyui-tpu/cluster-secret"
 START_TIMEOUT_S = 60.0  # a host agent must answer a start request within this
 
 
@@ -59,14 +46,14 @@ class Cluster:
 
 
 def cluster_from_env(environ: dict | os._Environ = os.environ) -> Cluster:
-    hosts = tuple(h.strip() for h in environ.get(ENV_HOSTS, "").replace(" ", ",").split(",") if h.strip())
-    listen = environ.get(ENV_LISTEN, "").strip() or (hosts[0] if len(hosts) > 1 else "127.0.0.1")
+    hosts = tuple(h.strip() for h in settings.HOSTS.raw(environ).replace(" ", ",").split(",") if h.strip())
+    listen = settings.LISTEN.raw(environ) or (hosts[0] if len(hosts) > 1 else "127.0.0.1")
     try:
-        port = int(environ.get(ENV_HOST_PORT, DEFAULT_HOST_PORT))
+        port = int(settings.HOST_PORT.raw(environ))
     except ValueError:
-        raise DeviceError(f"{ENV_HOST_PORT}: {environ.get(ENV_HOST_PORT)!r} is not a port number; set a number "
-                          f"such as {DEFAULT_HOST_PORT}, or unset it.") from None
-    return Cluster(hosts, listen, port, Path(environ.get(ENV_CLUSTER_SECRET, DEFAULT_SECRET_FILE)).expanduser())
+        raise DeviceError(f"{settings.HOST_PORT.name}: {settings.HOST_PORT.raw(environ)!r} is not a port number; "
+                          f"set a number such as {settings.HOST_PORT.default}, or unset it.") from None
+    return Cluster(hosts, listen, port, Path(settings.CLUSTER_SECRET.raw(environ)).expanduser())
 
 
 def read_secret(path: Path) -> bytes:
@@ -75,17 +62,17 @@ def read_secret(path: Path) -> bytes:
         info = path.stat()
         text = path.read_text().strip()
     except OSError as e:
-        raise DeviceError(f"{ENV_CLUSTER_SECRET}: the cluster secret file '{path}' cannot be read ({e.strerror}). "
+        raise DeviceError(f"{settings.CLUSTER_SECRET.name}: the cluster secret file '{path}' cannot be read ({e.strerror}). "
                           "Make one with `python -m backend make-secret` and copy it to every host.") from None
     if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO) or info.st_uid != os.geteuid():
-        raise DeviceError(f"{ENV_CLUSTER_SECRET}: '{path}' can be read by other users (mode "
+        raise DeviceError(f"{settings.CLUSTER_SECRET.name}: '{path}' can be read by other users (mode "
                           f"{stat.S_IMODE(info.st_mode):o}); run `chmod 600 {path}` (it must belong to this user).")
     try:
         secret = bytes.fromhex(text)
     except ValueError:
         secret = b""
     if len(secret) < 16:
-        raise DeviceError(f"{ENV_CLUSTER_SECRET}: '{path}' does not hold a secret made by `python -m backend "
+        raise DeviceError(f"{settings.CLUSTER_SECRET.name}: '{path}' does not hold a secret made by `python -m backend "
                           "make-secret`; make a new one and copy it to every host.")
     return secret
 
@@ -113,16 +100,16 @@ def interface_of(address: str) -> str:
     for name, addrs in psutil.net_if_addrs().items():
         if any(a.address == address for a in addrs):
             return name
-    raise DeviceError(f"{ENV_LISTEN}: no network interface of this host has the address {address}; give one of "
+    raise DeviceError(f"{settings.LISTEN.name}: no network interface of this host has the address {address}; give one of "
                       "this host's own addresses.")
 
 
 def procs_per_host(kind: str, chips: int | None) -> int:
     """Worker processes on a host: COMFYUI_TPU_PROCS_PER_HOST, else its chips (1 on a CPU host)."""
-    value = os.environ.get(ENV_PROCS_PER_HOST, "").strip()
+    value = settings.PROCS_PER_HOST.raw()
     if value:
         if not value.isdigit() or int(value) < 1:
-            raise DeviceError(f"{ENV_PROCS_PER_HOST}: {value!r} is not a number of processes; set 1 or more.")
+            raise DeviceError(f"{settings.PROCS_PER_HOST.name}: {value!r} is not a number of processes; set 1 or more.")
         return int(value)
     return chips or 1
 
@@ -179,7 +166,7 @@ class HostRegistry:
             index = self.cluster.hosts.index(address)
         except (EOFError, OSError, KeyError, TypeError, ValueError):
             log.warning("comfyui-tpu: refused a host agent from %s: its address is not one of %s (%s)",
-                        link.peer, ", ".join(self.cluster.hosts[1:]), "COMFYUI_TPU_HOSTS")
+                        link.peer, ", ".join(self.cluster.hosts[1:]), settings.HOSTS.name)
             link.close()
             return
         host = Host(index, address, str(hello.get("hostname", "")), str(hello.get("kind", "")),
@@ -221,14 +208,14 @@ class HostRegistry:
             return [self._hosts[i] for i in sorted(self._hosts)]
 
     def start_group(self, group_id: str, hosts: list[Host], nnodes: int, nproc: int, master_port: int,
-                    controller: str, kind: str) -> None:
-        """Asks each host to start its share of the group; returns once each has, or raises naming the one
-        that did not."""
+                    controller: str, kind: str, env: dict[str, str] | None = None) -> None:
+        """Asks each host to start its share of the group (`env`: variables every rank must share, such as
+        TorchTPU's handshake port); returns once each has, or raises naming the one that did not."""
         for node_rank, host in enumerate(hosts, start=1):
             host.groups[group_id] = "starting"
             host.link.conn.send({"op": "start", "group_id": group_id, "node_rank": node_rank, "nnodes": nnodes,
                                  "nproc": nproc, "master_addr": self.cluster.listen, "master_port": master_port,
-                                 "controller": controller, "kind": kind})
+                                 "controller": controller, "kind": kind, "env": dict(env or {})})
         deadline = time.monotonic() + START_TIMEOUT_S
         with self._lock:
             while any(h.groups.get(group_id) == "starting" for h in hosts):

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..protocol import messages
+from ..protocol import settings
 
 PACK_ROOT = Path(__file__).resolve().parents[2]
 RUN_DIR_PREFIX = "comfyui-tpu-run-"
@@ -64,7 +64,6 @@ class Launcher:
     def start(self, env: dict[str, str], secret: bytes, torchrun: list[str] | None = None) -> None:
         """Starts the workers with `env` (through `torchrun`, host 0's share of a group over several hosts, when
         given). On any failure, nothing is left behind (file, folder, process)."""
-        remove_stale_run_dirs()
         try:
             self.run_dir = Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-"))  # mode 0700
             secret_file = self.run_dir / "secret"
@@ -77,17 +76,17 @@ class Launcher:
             if torchrun is not None:
                 self.torchrun = True
                 self.procs.append(subprocess.Popen(
-                    torchrun, env={**env, messages.ENV_SECRET_FILE: str(secret_file), "PYTHONPATH": pythonpath,
+                    torchrun, env={**env, settings.SECRET_FILE.name: str(secret_file), "PYTHONPATH": pythonpath,
                                    "PYTHONUNBUFFERED": "1"},
                     cwd=str(PACK_ROOT), stdin=subprocess.DEVNULL, stdout=self._log_fd, stderr=subprocess.STDOUT,
                     start_new_session=True))
                 return
             common = {
-                **env, **loopback_env(env.get(messages.ENV_DEVICE_KIND, "cpu")),
-                messages.ENV_SECRET_FILE: str(secret_file),
-                messages.ENV_STORE: str(self.run_dir / "store"),
+                **env, **loopback_env(settings.DEVICE_KIND.raw(env) or "cpu"),
+                settings.SECRET_FILE.name: str(secret_file),
+                settings.STORE.name: str(self.run_dir / "store"),
                 "WORLD_SIZE": str(self.nprocs), "LOCAL_WORLD_SIZE": str(self.nprocs),
-                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),  # TorchTPU's runtime asks for them
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),  # TorchTPU's runtime asks for them
                 "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1",
             }
             for rank in range(self.nprocs):
@@ -173,9 +172,10 @@ class Launcher:
         return f" (exit code {code})"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+def free_port(address: str = "127.0.0.1") -> int:
+    """A port free on `address` now (a group's rendezvous or TorchTPU handshake port: the workers bind it, not us)."""
+    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
+        s.bind((address, 0))
         return s.getsockname()[1]
 
 
@@ -188,7 +188,8 @@ def _kill(pid: int, sig: int) -> None:
 
 
 def remove_stale_run_dirs() -> None:
-    """Run folders of controllers that died without cleaning up (named after the controller's pid)."""
+    """Run folders of controllers that died without cleaning up (named after the controller's pid); called once
+    per group start (WorkerGroup.start)."""
     for path in Path(tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}*-*"):
         pid = path.name[len(RUN_DIR_PREFIX):].split("-", 1)[0]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():

@@ -5,27 +5,24 @@ Reads JSON and lists files, never imports torch.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
-import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..protocol import settings
 from ..protocol.errors import ModelError
-from ..protocol.messages import ENV_ALLOW_PICKLE, pickle_allowed
-from ..protocol.spec import FAMILIES, Family, PipelineSpec, listed_components, read_json
-
-ALLOW_ABSOLUTE_ENV = "COMFYUI_TPU_ALLOW_ABSOLUTE_PATHS"
+from ..protocol.families import PIPELINES, Pipeline
+from ..protocol.spec import PipelineSpec, listed_components, read_json
+from .files import headers
 
 
 @dataclass(frozen=True)
 class ModelInfo:
     path: str  # absolute
     class_name: str
-    family: Family
+    family: Pipeline
     size_factor: int  # width and height must be multiples of this
     variant: str = ""  # the weights variant the folder holds only (diffusers' `variant`)
     max_side: int | None = None  # the largest side its transformer's position embedding covers
@@ -105,11 +102,11 @@ def resolve_model_path(name: str, roots: Iterable[str]) -> Path:
         raise ModelError("model: no model was chosen. Pick one from the list, or type a folder name in model_path.")
     candidate = Path(name)
     if candidate.is_absolute():
-        if os.environ.get(ALLOW_ABSOLUTE_ENV) != "1":
+        if not settings.ALLOW_ABSOLUTE_PATHS.on():
             raise ModelError(
                 f"model_path: '{name}' is an absolute path, which is refused by default. Put the model under "
                 f"ComfyUI's diffusers folder ({', '.join(map(str, roots)) or 'models/diffusers'}) and give its "
-                f"name, or start ComfyUI with {ALLOW_ABSOLUTE_ENV}=1 to allow absolute paths.")
+                f"name, or start ComfyUI with {settings.ALLOW_ABSOLUTE_PATHS.name}=1 to allow absolute paths.")
         path = candidate.resolve()
         if path.is_dir():
             return path
@@ -134,7 +131,7 @@ def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
     """Checks a folder is a loadable diffusers pipeline we support, without loading weights.
 
     Pickle-only weights are refused unless `allow_pickle` or COMFYUI_TPU_ALLOW_PICKLE=1."""
-    allow_pickle = allow_pickle or pickle_allowed()
+    allow_pickle = allow_pickle or settings.ALLOW_PICKLE.on()
     index_file = path / "model_index.json"
     if not index_file.is_file():
         raise ModelError(
@@ -143,11 +140,11 @@ def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
             "Hugging Face Hub), which holds model_index.json.")
     index = read_json(index_file)
     class_name = index.get("_class_name", "")
-    family = FAMILIES.get(class_name)
+    family = PIPELINES.get(class_name)
     if family is None:
         raise ModelError(
             f"model: '{path.name}' is a {class_name or 'unknown'} pipeline, which ComfyUI-TPU does not support. "
-            f"Supported: {', '.join(sorted(FAMILIES))}.")
+            f"Supported: {', '.join(sorted(PIPELINES))}.")
     for component in listed_components(index):
         comp_dir = path / component
         if not comp_dir.is_dir():
@@ -159,7 +156,7 @@ def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
                 f"model: '{path.name}/{component}' has only pickle weights ({', '.join(sorted(weights)[:3])}), "
                 "which can run arbitrary code when loaded and are refused. Convert them to .safetensors "
                 "(or download the safetensors variant of the model), or, for models you trust, start ComfyUI "
-                f"with {ENV_ALLOW_PICKLE}=1.")
+                f"with {settings.ALLOW_PICKLE.name}=1.")
     factor = vae_scale(read_json(path / "vae" / "config.json", {})) * family.size_multiple_of_vae
     return ModelInfo(str(path), class_name, family, factor, detect_variant(path, index))
 
@@ -232,14 +229,11 @@ def check_lora(path: str) -> str:
                          "the .safetensors version of this LoRA (most LoRAs are published as .safetensors), or "
                          "convert it.")
     try:
-        with open(file, "rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            if size > 100 * 2**20:
-                raise ValueError(f"a header of {size} bytes")
-            header = json.loads(f.read(size))
-        keys = [k for k in header if k != "__metadata__"]
-    except (OSError, ValueError, struct.error) as e:
-        raise ModelError(f"lora_name: '{name}' cannot be read as safetensors ({e}); the file is damaged or "
+        keys = list(headers.load(file, file.stat().st_size).shapes)
+    except OSError as e:
+        raise ModelError(f"lora_name: '{name}' cannot be read ({e.strerror}).") from None
+    except headers.Unreadable as e:
+        raise ModelError(f"lora_name: '{name}' cannot be read as safetensors ({e.what}); the file is damaged or "
                          "incomplete: download it again.") from None
     if not any("lora" in k.lower() for k in keys):
         raise ModelError(f"lora_name: '{name}' holds no LoRA weights ({len(keys)} tensors, none named like a LoRA "
@@ -249,25 +243,10 @@ def check_lora(path: str) -> str:
 
 # ---- how much memory the weights take once loaded (offload 'auto'; reads file headers only)
 
-_FLOAT_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
-_ELEMENT_BYTES = {**_FLOAT_BYTES, "I64": 8, "U64": 8, "I32": 4, "U32": 4, "I16": 2, "U16": 2, "I8": 1, "U8": 1,
-                  "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
-
 
 def _safetensors_bytes(path: Path, float_bytes: int) -> int:
-    """Bytes the tensors of one safetensors file take with floats at `float_bytes` each (others as stored),
-    from its JSON header alone: an 8-byte little-endian length, then the header."""
-    with open(path, "rb") as f:
-        length = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(length))
-    total = 0
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        count = math.prod(info.get("shape", ()))
-        dtype = info.get("dtype", "")
-        total += count * (float_bytes if dtype in _FLOAT_BYTES else _ELEMENT_BYTES.get(dtype, 1))
-    return total
+    """Bytes the tensors of one safetensors file take with floats at `float_bytes` each (others as stored)."""
+    return headers.read_header(path).loaded_bytes(float_bytes)
 
 
 def weight_bytes(spec: PipelineSpec, float_bytes: int) -> dict[str, int]:
@@ -281,7 +260,7 @@ def weight_bytes(spec: PipelineSpec, float_bytes: int) -> dict[str, int]:
             path = Path(part.path)
             try:
                 size = _safetensors_bytes(path, float_bytes) if path.suffix == ".safetensors" else part.size_bytes
-            except (OSError, ValueError):
+            except ModelError:
                 size = part.size_bytes
             if size and not part.name.startswith("tokenizer"):
                 sizes[part.name] = size
@@ -301,7 +280,7 @@ def weight_bytes(spec: PipelineSpec, float_bytes: int) -> dict[str, int]:
                 total += _safetensors_bytes(path, float_bytes)
             if not files:
                 total = sum(p.stat().st_size for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth"))
-        except (OSError, ValueError):
+        except (OSError, ModelError):
             continue
         if total:
             sizes[name] = total

@@ -17,22 +17,23 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..protocol.errors import CompileError, ParallelError
+from ..protocol.families import PIPELINES
 from ..protocol.spec import (
     COMPILE_BACKENDS,
     COMPILE_TARGETS,
     CP_MODES,
-    FAMILIES,
     CompilePlan,
     PipelineSpec,
     listed_components,
 )
+from ..protocol.units import format_bytes
 from . import devices, hosts, models
 
 # ---- Shard TP and Data Parallel
 
 
 def families_with_tp_plan() -> list[str]:
-    return sorted({f.name for f in FAMILIES.values() if f.tp_plan})
+    return sorted({f.name for f in PIPELINES.values() if f.tp_plan})
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) 
     Parallel is added and again before anything starts. Raises ParallelError naming the input, the value and
     the fix.
     """
-    family = FAMILIES[spec.class_name]
+    family = PIPELINES[spec.class_name]
     name = Path(spec.model_path).name
     if degree < 0:
         raise ParallelError(f"degree: {degree} is not allowed; use 0 (auto: all chips) or a number of chips.")
@@ -393,14 +394,6 @@ class OffloadChoice:
     reason: str  # what was chosen and why, for the node
 
 
-def _gib(n: float) -> str:
-    """Bytes in binary units (device memory is sold in GiB): '22.2 GiB', '7.6 MiB'."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
 def _per_device(parts: dict[str, int], degree: int, sharded: Sequence[str]) -> float:
     """Weights one device holds when the transformer (and the `sharded` text encoders) are split `degree` ways."""
     return sum(b / degree if n == "transformer" or n in sharded else b for n, b in parts.items())
@@ -419,23 +412,23 @@ def choose_offload(spec: PipelineSpec) -> OffloadChoice:
     if memory is None or not parts:
         return OffloadChoice("none", "offload auto → none (the device's memory or the model's size is unknown)")
     usable = memory * OFFLOAD_HEADROOM
-    room = f"{_gib(usable)} of the {_gib(memory)} per device (the rest is kept for activations)"
+    room = f"{format_bytes(usable)} of the {format_bytes(memory)} per device (the rest is kept for activations)"
     if spec.tp_degree > 1:
         per = _per_device(parts, spec.tp_degree, spec.sharded_encoders)
         more = "" if per <= usable else f", more than {room}: use a larger Shard TP degree"
         return OffloadChoice("none", f"offload auto → none (a sharded model cannot be offloaded): about "
-                                     f"{_gib(per)} of weights per device in {dtype}{more}")
+                                     f"{format_bytes(per)} of weights per device in {dtype}{more}")
     total = sum(parts.values())
-    what = f"the weights take {_gib(total)} in {dtype} ({', '.join(f'{n} {_gib(b)}' for n, b in parts.items())})"
+    what = f"the weights take {format_bytes(total)} in {dtype} ({', '.join(f'{n} {format_bytes(b)}' for n, b in parts.items())})"
     if total <= usable:
         return OffloadChoice("none", f"offload auto → none: {what}, within {room}")
     biggest = max(parts, key=lambda n: parts[n])
     if parts[biggest] <= usable:
         return OffloadChoice("model", f"offload auto → model: {what}, more than {room}; the largest part "
-                                      f"({biggest}, {_gib(parts[biggest])}) fits, so each part moves onto the "
+                                      f"({biggest}, {format_bytes(parts[biggest])}) fits, so each part moves onto the "
                                       "device while it runs and waits in host memory otherwise")
     return OffloadChoice("sequential", f"offload auto → sequential: {what}; even {biggest} "
-                                       f"({_gib(parts[biggest])}) is more than {room}, so the weights move onto "
+                                       f"({format_bytes(parts[biggest])}) is more than {room}, so the weights move onto "
                                        f"the device layer by layer (slow).{_tp_hint(spec, parts, usable)}")
 
 
@@ -449,10 +442,10 @@ def _tp_hint(spec: PipelineSpec, parts: dict[str, int], usable: float) -> str:
         if d == 1:
             continue
         if _per_device(parts, d, ()) <= usable:
-            return f" Shard TP degree {d} would fit (about {_gib(_per_device(parts, d, ()))} per device) without offload."
+            return f" Shard TP degree {d} would fit (about {format_bytes(_per_device(parts, d, ()))} per device) without offload."
         if shardable and _per_device(parts, d, shardable) <= usable:
             return (f" Shard TP degree {d} with shard_text_encoders on would fit (about "
-                    f"{_gib(_per_device(parts, d, shardable))} per device) without offload.")
+                    f"{format_bytes(_per_device(parts, d, shardable))} per device) without offload.")
     return " It does not fit this host's devices even with Shard TP over all of them."
 
 
@@ -494,7 +487,7 @@ def check_spec(spec: PipelineSpec) -> None:
     if spec.tp_degree < 1:
         raise ParallelError(f"degree: {spec.tp_degree} is too small; use at least 1.")
     if spec.tp_degree > 1:
-        family = FAMILIES[spec.class_name]
+        family = PIPELINES[spec.class_name]
         if not family.tp_plan or spec.offload not in ("none", "auto"):
             plan_tp(spec, spec.tp_degree, spec.tp_text_encoders)  # raises the same message the node gives
         check_tp(spec, cap, transformer_heads(spec))
@@ -504,7 +497,7 @@ def check_spec(spec: PipelineSpec) -> None:
 # ---- CFG Parallel, Context Parallel, Sampling Options
 
 def families_with(attribute: str) -> list[str]:
-    return sorted({f.name for f in FAMILIES.values() if getattr(f, attribute)})
+    return sorted({f.name for f in PIPELINES.values() if getattr(f, attribute)})
 
 
 def _distilled_klein(spec: PipelineSpec) -> bool:

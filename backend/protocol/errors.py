@@ -50,7 +50,8 @@ class WorkerCrashed(TPUError, RuntimeError):
 
 
 class Interrupted(TPUError):
-    """The user cancelled; every rank stopped at its next step (or the group was stopped, as the message says)."""
+    """The user cancelled; every rank stopped at its next step (or the group was stopped, as the message says).
+    Raised in a worker by its step callback (replied as `Stopped`), and in the controller to the node."""
 
     DEFAULT = "interrupted by the user"
 

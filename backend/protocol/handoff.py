@@ -17,7 +17,9 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-SHM_DIR = os.environ.get("COMFYUI_TPU_SHM_DIR", "/dev/shm")
+from . import settings
+
+SHM_DIR = settings.SHM_DIR.raw()
 PREFIX = "comfyui-tpu-"
 
 

@@ -1,4 +1,4 @@
-"""The messages between the controller and its workers, and the environment a worker starts with.
+"""The messages between the controller and its workers (the environment a worker starts with: `settings`).
 
 On the wire every message is a plain dict (pickled by `multiprocessing.connection` after the HMAC handshake);
 arrays travel beside it (`handoff`). Both sides build messages with the constructors here and read them with
@@ -7,36 +7,13 @@ arrays travel beside it (`handoff`). Both sides build messages with the construc
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .spec import PipelineSpec, SampleRequest
 
-# ---- environment the controller gives each worker (and the operator's settings both sides read)
-ENV_CONTROLLER = "COMFYUI_TPU_CONTROLLER"  # the controller's link address, host:port
-ENV_SECRET_FILE = "COMFYUI_TPU_SECRET_FILE"  # a 0600 file holding the group's HMAC key (never the key itself)
-ENV_STORE = "COMFYUI_TPU_STORE"  # torch.distributed FileStore path in the group's 0700 folder (one host)
-ENV_GROUP_ID = "COMFYUI_TPU_GROUP_ID"  # "<controller pid>-<token>": names the group's /dev/shm files
-ENV_DEVICE_KIND = "COMFYUI_TPU_DEVICE_KIND"  # tpu | cuda | cpu
-ENV_INLINE_ARRAYS = "COMFYUI_TPU_INLINE_ARRAYS"  # =1 on another host: arrays go over the link, not /dev/shm
-ENV_WORKER_THREADS = "COMFYUI_TPU_WORKER_THREADS"  # torch threads per worker (default: cores / workers)
-ENV_MEMORY_LIMIT = "COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB"  # caps a CPU worker's private memory
-ENV_COMPILE_CACHE = "COMFYUI_TPU_COMPILE_CACHE"  # the persistent compile cache folder
-ENV_ALLOW_PICKLE = "COMFYUI_TPU_ALLOW_PICKLE"  # =1: also load pickle weights (the operator's choice)
-
-ENV_COLLECTIVE_TIMEOUT = "COMFYUI_TPU_COLLECTIVE_TIMEOUT"  # seconds a rank may wait in one collective
-ENV_PROMPT_CACHE_ENTRIES = "COMFYUI_TPU_PROMPT_CACHE_ENTRIES"  # prompt-embedding cache: most entries kept
-ENV_PROMPT_CACHE_MB = "COMFYUI_TPU_PROMPT_CACHE_MB"  # prompt-embedding cache: most MiB of embeddings kept
-ENV_WARM_START = "COMFYUI_TPU_WARM_START"  # =1: start this host's worker when ComfyUI loads the pack
-
 HEARTBEAT_S = 2.0  # a busy worker says it is alive this often
-COLLECTIVE_TIMEOUT_S = 600.0  # default bound on one collective: a longer wait means a peer is stuck
 
-
-def pickle_allowed() -> bool:
-    """Whether the operator started ComfyUI with COMFYUI_TPU_ALLOW_PICKLE=1 (pickle weights can run code)."""
-    return os.environ.get(ENV_ALLOW_PICKLE) == "1"
 
 # ---- controller → worker
 LOAD, SAMPLE, INFO, INTERRUPT, SHUTDOWN = "load", "sample", "info", "interrupt", "shutdown"

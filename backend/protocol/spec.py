@@ -1,5 +1,5 @@
-"""What both processes agree on: the pipeline families, and the immutable descriptions that flow through the
-node graph and over the link.
+"""What both processes agree on: the immutable descriptions that flow through the node graph and over the link
+(the families they name live in backend/protocol/families).
 
 Nodes build these; the controller checks them once and the worker follows them. A new seed or prompt reuses
 everything, a new model reloads, a new device kind or chip count restarts the worker group.
@@ -11,6 +11,8 @@ import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from .families import PIPELINES, Pipeline
+
 DTYPE_CHOICES = ("auto", "bfloat16", "float16", "float32")
 DEVICE_CHOICES = ("auto", "tpu", "cuda", "cpu")
 OFFLOAD_CHOICES = ("none", "model", "sequential", "auto")  # auto: the controller picks one of the others
@@ -19,63 +21,6 @@ COMPILE_TARGETS = ("whole denoiser", "repeated blocks")
 COMPILE_BACKENDS = ("auto", "tpu", "inductor", "eager", "aot_eager")
 WARMUP_STEPS = 2  # steps of a compile warm-up: enough for a per-step recompile to show
 CP_MODES = ("ulysses", "ring")  # diffusers' two context-parallel attentions
-
-
-@dataclass(frozen=True)
-class Family:
-    """What differs between the pipeline classes we support."""
-
-    name: str
-    size_multiple_of_vae: int  # latent packing/patching on top of the VAE's downscale
-    guidance_arg: str  # the __call__ argument our "guidance" maps to
-    tp_plan: bool  # diffusers ships a tensor-parallel plan for its transformer
-    repeated_blocks: bool = True  # the denoiser lists _repeated_blocks (compile_repeated_blocks works)
-    cfg_doubles_batch: bool = False  # CFG runs the denoiser once on a doubled batch (a compiled shape)
-    # How CFG runs the denoiser twice per step, which CFG Parallel splits over two ranks: "batch" (one call on a
-    # doubled [uncond, cond] batch), "branches" (a "cond" and an "uncond" call), "" (one pass: guidance-distilled)
-    cfg_passes: str = ""
-    cp_plan: bool = False  # diffusers ships a context-parallel plan (_cp_plan) for its transformer
-    variable_text: bool = False  # the text length follows the prompt (Qwen-Image)
-    # What an input image on Sample means (diffusers pipelines made from the loaded one with from_pipe):
-    img2img: str | None = None  # the image-to-image pipeline class; None: the image is a reference instead
-    inpaint: str | None = None  # the inpainting pipeline class; None: this model cannot inpaint
-    references: bool = False  # the loaded pipeline itself takes reference images (`image=`)
-    needs_image: bool = False  # it cannot make an image without one (edit models)
-    cfg_above: float = 1.0  # the pipeline runs CFG when its guidance is above this (Z-Image: any guidance above 0)
-    # the denoiser takes the prompt at its own length and pads it inside to a multiple of this (Z-Image: 32,
-    # diffusers' SEQ_MULTI_OF): compiled whole, every prompt length would be a new graph; its repeated blocks see
-    # the padded length. 0: the prompt reaches the denoiser at a fixed or padded length
-    prompt_step: int = 0
-
-
-_QWEN_EDIT = dict(references=True, inpaint="QwenImageEditInpaintPipeline", needs_image=True, cfg_passes="branches",
-                  cp_plan=True, variable_text=True)  # the Qwen-Image transformer, true CFG as two branches
-FAMILIES: dict[str, Family] = {
-    # FLUX.1 runs two passes only with true CFG (true_cfg_scale > 1 and a negative prompt: Sampling Options)
-    "FluxPipeline": Family("FLUX.1", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
-                           img2img="FluxImg2ImgPipeline", inpaint="FluxInpaintPipeline"),
-    "Flux2Pipeline": Family("FLUX.2", 2, "guidance_scale", True, cp_plan=True, references=True),
-    # FLUX.2 [klein] base models (not distilled) run CFG as two branches; distilled ones run one pass
-    "Flux2KleinPipeline": Family("FLUX.2", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
-                                 references=True, inpaint="Flux2KleinInpaintPipeline"),
-    "StableDiffusion3Pipeline": Family("SD3", 2, "guidance_scale", False, repeated_blocks=False,
-                                       cfg_doubles_batch=True, cfg_passes="batch",
-                                       img2img="StableDiffusion3Img2ImgPipeline",
-                                       inpaint="StableDiffusion3InpaintPipeline"),
-    "StableDiffusionXLPipeline": Family("SDXL", 1, "guidance_scale", False, cfg_doubles_batch=True,
-                                        cfg_passes="batch", img2img="StableDiffusionXLImg2ImgPipeline",
-                                        inpaint="StableDiffusionXLInpaintPipeline"),
-    "QwenImagePipeline": Family("Qwen-Image", 2, "true_cfg_scale", True, cfg_passes="branches", cp_plan=True,
-                                variable_text=True, img2img="QwenImageImg2ImgPipeline",
-                                inpaint="QwenImageInpaintPipeline"),
-    "QwenImageEditPipeline": Family("Qwen-Image-Edit", 2, "true_cfg_scale", True, **_QWEN_EDIT),
-    "QwenImageEditPlusPipeline": Family("Qwen-Image-Edit", 2, "true_cfg_scale", True, **_QWEN_EDIT),
-    # Z-Image runs CFG for any guidance_scale above 0 on a doubled list of latents; Turbo is used at 0 (one pass).
-    # diffusers ships neither a TP nor a context-parallel plan for its transformer
-    "ZImagePipeline": Family("Z-Image", 2, "guidance_scale", False, cfg_doubles_batch=True, cfg_passes="batch",
-                             variable_text=True, img2img="ZImageImg2ImgPipeline", inpaint="ZImageInpaintPipeline",
-                             cfg_above=0.0, prompt_step=32),
-}
 
 
 # ---- diffusers pipeline folders (the controller checks them, the worker loads them)
@@ -224,8 +169,9 @@ class PipelineSpec:
     loras: tuple[LoraRef, ...] = ()  # applied in this order on top of the loaded weights
 
     @property
-    def family(self) -> Family:
-        return FAMILIES[self.class_name]
+    def family(self) -> Pipeline:
+        """How its pipeline class runs (what its family module says of it)."""
+        return PIPELINES[self.class_name]
 
     def component_config(self, name: str) -> dict:
         """Component `name`'s config.json (the scheduler's scheduler_config.json) as the worker will load it;

@@ -13,8 +13,8 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
-from ..protocol import messages
-from ..protocol.errors import InputError
+from ..protocol import messages, settings
+from ..protocol.errors import InputError, Interrupted
 from ..protocol.messages import Accepted, Failure, Hello, Result, Stopped
 from . import compile_cache, device
 from .channel import Channel
@@ -25,16 +25,12 @@ def limit_memory(kind: str) -> None:
     libraries) at COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB (GiB) when set: a runaway request then fails in the
     worker with an out-of-memory error instead of swapping the host or waking the kernel's OOM killer. Not
     applied to TPU or CUDA workers, whose runtimes manage host memory of their own."""
-    value = os.environ.get(messages.ENV_MEMORY_LIMIT, "").strip()
-    if not value or kind != "cpu":
+    gib = settings.WORKER_MEMORY_LIMIT_GB.number()
+    if gib is None or kind != "cpu":
         return
     import resource
 
-    try:
-        limit = int(float(value) * 2**30)
-    except ValueError:
-        print(f"comfyui-tpu: ignoring {messages.ENV_MEMORY_LIMIT}={value!r}: not a number of GiB", flush=True)
-        return
+    limit = int(gib * 2**30)
     hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
     soft = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
     resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
@@ -52,30 +48,30 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    kind = os.environ[messages.ENV_DEVICE_KIND]
+    kind = settings.DEVICE_KIND.raw()
     limit_memory(kind)
-    secret = bytes.fromhex(Path(os.environ[messages.ENV_SECRET_FILE]).read_text().strip())
-    channel = Channel(os.environ[messages.ENV_CONTROLLER], secret, os.environ.get(messages.ENV_GROUP_ID, "solo"), rank)
+    secret = bytes.fromhex(Path(settings.SECRET_FILE.raw()).read_text().strip())
+    channel = Channel(settings.CONTROLLER.raw(), secret, settings.GROUP_ID.raw() or "solo", rank)
 
     compile_cache.prepare_cache_env()  # before torch loads and the device starts: they read the folders once
     device.prepare_worker(kind)
     import torch
     import torch.distributed as dist
 
-    threads = os.environ.get(messages.ENV_WORKER_THREADS)
+    threads = settings.WORKER_THREADS.raw()
     if threads:
         torch.set_num_threads(int(threads))
     elif kind == "cpu" and int(os.environ.get("LOCAL_WORLD_SIZE", "1")) > 1:  # torchrun would leave 1 each
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"])))
     bound = device.torch_device(kind, local_rank)  # bind the chip before the process group uses it
-    timeout = timedelta(seconds=float(os.environ.get(messages.ENV_COLLECTIVE_TIMEOUT, messages.COLLECTIVE_TIMEOUT_S)))
-    if store_path := os.environ.get(messages.ENV_STORE):  # one host: the group's private FileStore
+    timeout = timedelta(seconds=settings.COLLECTIVE_TIMEOUT.number())
+    if store_path := settings.STORE.raw():  # one host: the group's private FileStore
         dist.init_process_group(backend=device.dist_backend(kind), store=dist.FileStore(store_path, world_size),
                                 rank=rank, world_size=world_size, timeout=timeout)
     else:  # started by torchrun (several hosts): its environment says where to meet
         dist.init_process_group(backend=device.dist_backend(kind), timeout=timeout)
 
-    from .runtime import Interrupted, Runtime
+    from .runtime import Runtime
 
     preload()
     runtime = Runtime(kind=kind, device=bound, rank=rank, world_size=world_size, channel=channel)

@@ -13,7 +13,7 @@ import threading
 import time
 from multiprocessing.connection import Client
 
-from ..protocol import handoff, messages
+from ..protocol import handoff, messages, settings
 from ..protocol.messages import Heartbeat, Reply, Request
 
 
@@ -26,7 +26,7 @@ class Channel:
         self.interrupt = threading.Event()
         self.busy = threading.Event()  # heartbeats only while serving a request: nobody reads them when idle
         # Another host's worker cannot share /dev/shm with the controller: its arrays go over the link.
-        inline = os.environ.get(messages.ENV_INLINE_ARRAYS) == "1"
+        inline = settings.INLINE_ARRAYS.on()
         self.shm_prefix = None if inline else handoff.shm_prefix(group_id) + f"{rank}-"
         self.sent_arrays = 0
 

@@ -2,7 +2,7 @@
 
 `prepare_cache_env` runs at worker start, before torch loads and the device starts (inductor and TorchTPU read
 their cache folders once): it points both at one folder and renews it when the manifest names other versions.
-The controller only chooses the folder (ENV_COMPILE_CACHE); ComfyUI's nodes put it in ComfyUI's user folder.
+The controller only chooses the folder (settings.COMPILE_CACHE); ComfyUI's nodes put it in ComfyUI's user folder.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..protocol.messages import ENV_COMPILE_CACHE
+from ..protocol import settings
 
 log = logging.getLogger("comfyui_tpu")
 
@@ -54,7 +54,7 @@ def prepare_cache_env(environ: dict | os._Environ = os.environ, root: str | None
     """Points the compile caches at `root` (default: $COMFYUI_TPU_COMPILE_CACHE, else ~/.cache/comfyui-tpu/compile)
     after checking its manifest. Call before torch loads and before the device starts. Never raises: a folder
     that cannot be used leaves the libraries' own defaults in place and says why."""
-    path = Path(root or environ.get(ENV_COMPILE_CACHE) or DEFAULT_CACHE).expanduser()
+    path = Path(root or settings.COMPILE_CACHE.raw(environ) or DEFAULT_CACHE).expanduser()
     try:
         path.mkdir(parents=True, exist_ok=True)
         with open(path / ".lock", "a") as lock:  # ranks of one group start together: one checks at a time

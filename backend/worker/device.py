@@ -21,7 +21,7 @@ def prepare_worker(kind: str) -> None:
     A TPU worker starts with TorchTPU autoloaded (the controller leaves TORCH_DEVICE_BACKEND_AUTOLOAD unset for
     it): with autoload off, `import torch_tpu` installs `torch.tpu` but registers no `tpu` device. Its launch
     environment (TORCH_TPU_TOPOLOGY, the slice-builder addresses, RANK, MASTER_ADDR, ...) was computed once by
-    the controller for every rank (controller.devices.tpu_launch_env); TorchTPU's C++ derives this rank's chip
+    the controller for every rank (controller.process_env.tpu_launch_env); TorchTPU's C++ derives this rank's chip
     from LOCAL_RANK when the device starts.
     """
     if kind == "tpu":

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..protocol.spec import Family, SampleRequest
+from ..protocol.families import Pipeline
+from ..protocol.spec import SampleRequest
 
 TEXT, IMG2IMG, INPAINT, REFERENCE = "text", "img2img", "inpaint", "reference"
 # Pipelines that run int(N · strength) steps (the others run N − int(N − N · strength)).
@@ -23,7 +24,7 @@ _FLOOR_STRENGTH = ("StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaint
 _SINGLE_REFERENCE = ("QwenImageEditPipeline",)  # takes one image, not a list
 
 
-def task(family: Family, arrays: dict) -> str:
+def task(family: Pipeline, arrays: dict) -> str:
     """What the request's inputs ask of this family (the controller has checked that it can)."""
     if "image" not in arrays:
         return TEXT
@@ -80,7 +81,7 @@ class ImagePipelines:
     def forget(self) -> None:
         self.pipe, self.derived = None, {}
 
-    def for_task(self, pipe: Any, family: Family, kind: str) -> Any:
+    def for_task(self, pipe: Any, family: Pipeline, kind: str) -> Any:
         """The pipeline that runs `kind` (the loaded one for text and reference images)."""
         if pipe is not self.pipe:
             self.forget()

@@ -28,19 +28,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..protocol.messages import pickle_allowed
+from ..protocol import settings
+from ..protocol.families import FAMILIES
 from ..protocol.spec import FileComponent, FileSource, listed_components, read_json
+from ..protocol.units import format_bytes
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 _TOKENIZER_LAYOUTS = ("tokenizer", "tekken")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
-CHECKPOINT_NATIVE = ("flux1", "sd3", "sdxl", "ldm-vae", "hf", "openclip")  # the pipeline's loader reads them
+# the parts of an all-in-one checkpoint the pipeline's own loader reads: the denoisers of the families whose
+# all-in-one files diffusers reads (their layout is the family id), LDM VAEs and CLIP/T5 text encoders
+CHECKPOINT_NATIVE = (*(f.id for f in FAMILIES.values() if f.single_file), "ldm-vae", "hf", "openclip")
 
 
 def safetensors_only() -> bool | None:
     """`use_safetensors` for every from_pretrained call: True (refuse pickle weights) unless the operator
     started ComfyUI with COMFYUI_TPU_ALLOW_PICKLE=1; then None (safetensors when present, else pickle)."""
-    return None if pickle_allowed() else True
+    return None if settings.ALLOW_PICKLE.on() else True
 
 
 @dataclass(frozen=True)
@@ -55,13 +59,6 @@ class Component:
     def describe(self) -> str:
         where = f", {Path(self.file).name}" if self.file else ""
         return f"{self.name} ({self.cls.__name__}, {format_bytes(self.size_bytes)}{where})"
-
-
-def format_bytes(n: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 def _weighted(index: dict) -> list[tuple[str, type]]:
@@ -285,8 +282,6 @@ def _load_file_component(root: Path, name: str, cls: type, part: FileComponent, 
         return _finish_text_encoder(model, part)
     if part.layout in ("flux2-vae", "wan-vae"):
         return _converted_vae(root, cls, part, dtype)
-    if part.layout == "diffusers":  # diffusers' own keys under a prefix or with scales: no converter to run
-        return _shard_after_load(_assigned(root, name, cls, _state_dict(part, dtype), dtype), extra)
     if part.quant == "gguf":
         from diffusers import GGUFQuantizationConfig
 
@@ -331,21 +326,15 @@ def _converted_vae(root: Path, cls: type, part: FileComponent, dtype: Any) -> An
     from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint, convert_wan_vae_to_diffusers
 
     sd = {k: v.to(torch.float32) for k, v in _state_dict(part, torch.float32).items()}
+    config = cls.load_config(str(root), subfolder="vae")
     if part.layout == "flux2-vae":
-        converted = convert_ldm_vae_checkpoint(sd, cls.load_config(str(root), subfolder="vae"))
+        converted = convert_ldm_vae_checkpoint(sd, config)
         converted.update({k: v for k, v in sd.items() if k.startswith("bn.")})
     else:
         converted = convert_wan_vae_to_diffusers(sd)
-    return _assigned(root, "vae", cls, converted, dtype)
-
-
-def _assigned(root: Path, name: str, cls: type, sd: dict, dtype: Any) -> Any:
-    """Component `name` built from its config on the meta device and given the tensors of `sd` (strict)."""
-    import torch
-
     with torch.device("meta"):
-        model = cls.from_config(cls.load_config(str(root), subfolder=name))
-    model.load_state_dict(sd, strict=True, assign=True)
+        model = cls.from_config(config)
+    model.load_state_dict(converted, strict=True, assign=True)
     return model.to(dtype).eval()
 
 

@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 from ..protocol.errors import ModelError
-from ..protocol.spec import FAMILIES, LoraRef
+from ..protocol.families import PIPELINES, family_of
+from ..protocol.spec import LoraRef
 
 _DOWN_KEY = re.compile(r"(lora_A|lora[._]down)\.weight$")  # one per LoRA layer, in every converted layout
 _LYCORIS = ("lokr_", "hada_", "lycoris_", ".oft_", "lora_mid")
@@ -176,19 +177,22 @@ def _sdxl_comfy(sd: dict, pipe_cls: Any) -> dict:
     return out
 
 
-def _passes(keys: list[str], family: str) -> list[Callable[[dict, Any], dict]]:
+# The LoRA layouts diffusers does not read as they are, by the names family modules give them
+# (ModelFamily.lora_formats): whether a file's keys are in that layout, and the rewrite it needs.
+_FORMATS: dict[str, tuple[Callable[[list[str]], bool], Callable[[dict, Any], dict]]] = {
+    "kohya-flux1": (lambda keys: any(k.endswith(".lora_down.weight") for k in keys), _flux_kohya),
+    "bfl-flux2": (lambda keys: any(k.startswith("diffusion_model.") for k in keys), _flux2_native),
+    "comfyui-sdxl": (lambda keys: any(k.startswith(tuple(_SDXL_COMFY)) for k in keys), _sdxl_comfy),
+    "comfyui-zimage": (lambda keys: any(k.startswith("diffusion_model.") for k in keys), _zimage_native),
+}
+
+
+def _passes(keys: list[str], formats: tuple[str, ...]) -> list[Callable[[dict, Any], dict]]:
     """The pre-passes a file needs (none for the formats diffusers reads as they are)."""
     passes = []
     if any(k.endswith((".diff", ".diff_b")) for k in keys):
         passes.append(_drop_zero_diffs)
-    if family == "FLUX.1" and any(k.endswith(".lora_down.weight") for k in keys):
-        passes.append(_flux_kohya)
-    if family == "FLUX.2" and any(k.startswith("diffusion_model.") for k in keys):
-        passes.append(_flux2_native)
-    if family == "Z-Image" and any(k.startswith("diffusion_model.") for k in keys):
-        passes.append(_zimage_native)
-    if family == "SDXL" and any(k.startswith(tuple(_SDXL_COMFY)) for k in keys):
-        passes.append(_sdxl_comfy)
+    passes += [rewrite for uses, rewrite in map(_FORMATS.__getitem__, formats) if uses(keys)]
     return passes
 
 
@@ -200,8 +204,8 @@ def source(path: str, pipe_cls: Any) -> str | dict:
     if any(marker in k for k in keys for marker in _LYCORIS):
         raise ModelError(f"lora_name: '{name}' is a LyCORIS file (LoKr/LoHa/OFT), not a LoRA; ComfyUI-TPU applies "
                          "LoRA files only. Use a LoRA version of it.")
-    family = FAMILIES[pipe_cls.__name__].name if pipe_cls.__name__ in FAMILIES else ""
-    passes = _passes(keys, family)
+    pipeline = PIPELINES.get(pipe_cls.__name__)
+    passes = _passes(keys, family_of(pipeline).lora_formats if pipeline else ())
     if not passes:
         return path
     from safetensors.torch import load_file

@@ -18,17 +18,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
-from ..protocol.messages import ENV_PROMPT_CACHE_ENTRIES, ENV_PROMPT_CACHE_MB
+from ..protocol import settings
 from ..protocol.spec import PipelineSpec
-
-DEFAULT_ENTRIES = 32
-DEFAULT_MB = 512.0
 
 
 def text_encoder_state(spec: PipelineSpec) -> tuple:
@@ -38,13 +34,8 @@ def text_encoder_state(spec: PipelineSpec) -> tuple:
     return (spec.load_key(), loras)
 
 
-def _limit(name: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(name, "") or default)
-    except ValueError:
-        print(f"comfyui-tpu: ignoring {name}={os.environ[name]!r}: not a number", flush=True)
-        value = default
-    return max(0.0, value)
+def _limit(setting: settings.Setting) -> float:
+    return max(0.0, setting.number() or 0.0)
 
 
 def _plain(value: Any) -> Any:
@@ -74,8 +65,8 @@ class PromptCache:
     """One per worker: memoises the loaded pipeline's `encode_prompt`."""
 
     def __init__(self) -> None:
-        self.max_entries = int(_limit(ENV_PROMPT_CACHE_ENTRIES, DEFAULT_ENTRIES))
-        self.max_bytes = int(_limit(ENV_PROMPT_CACHE_MB, DEFAULT_MB) * 2**20)
+        self.max_entries = int(_limit(settings.PROMPT_CACHE_ENTRIES))
+        self.max_bytes = int(_limit(settings.PROMPT_CACHE_MB) * 2**20)
         self.entries: OrderedDict[tuple, tuple[Any, int]] = OrderedDict()
         self.bytes = 0
         self.hits = self.misses = 0

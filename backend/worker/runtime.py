@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..protocol import messages
+from ..protocol import messages, settings
+from ..protocol.errors import Interrupted
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import PipelineSpec, SampleRequest, mode_note, warmup_request
 from . import device, images, loading, parallel
@@ -32,10 +33,6 @@ _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torc
 # memory ... Error code 12 (Cannot allocate memory)"; Windows: "not enough memory"), XLA (RESOURCE_EXHAUSTED).
 _OOM_MARKERS = ("out of memory", "resource_exhausted", "resource exhausted", "cannot allocate memory",
                 "can't allocate memory", "not enough memory")
-
-
-class Interrupted(Exception):
-    """Raised from the step callback when the controller asked to stop."""
 
 
 class Runtime:
@@ -303,9 +300,9 @@ class Runtime:
     def describe_error(self, e: BaseException) -> str:
         text = f"{type(e).__name__}: {e}"
         if _is_oom(e):
-            cap = os.environ.get(messages.ENV_MEMORY_LIMIT, "").strip()
+            cap = settings.WORKER_MEMORY_LIMIT_GB.raw()
             if cap:
-                cap = f" (this worker's memory is capped at {cap} GiB by {messages.ENV_MEMORY_LIMIT})"
+                cap = f" (this worker's memory is capped at {cap} GiB by {settings.WORKER_MEMORY_LIMIT_GB.name})"
             return (f"out of memory on {self.device}{cap}: {text}. Try offload 'model' or 'sequential' in "
                     "Load TPU Pipeline, a smaller width/height or batch_size, or Shard TP over more chips.")
         return text

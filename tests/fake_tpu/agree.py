@@ -78,8 +78,38 @@ def fake_model(folder: Path) -> Path:
     return folder
 
 
+# Each rank of a group started by our launcher: the handshake port TorchTPU's own code reads from its environment
+# (as its coordinator, rank 0, would), and the tier-2 cache name it was given.
+RANK_REPORT = """
+import json, os
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+from torch_tpu._internal.distributed import handshake
+print(json.dumps({"rank": int(os.environ["RANK"]), "handshake_port": handshake._get_validated_port(True),
+                  "tier2": os.environ.get("TORCH_TPU_TIER2_COMPILATION_CACHE")}), flush=True)
+"""
+
+
+def what_ranks_see(env: dict[str, str], n: int) -> list[dict]:
+    """Starts `n` ranks with `env` through the controller's launcher (each reports, then exits)."""
+    from backend.controller import launcher
+    from backend.protocol import settings
+
+    launcher.WORKER_COMMAND = [sys.executable, "-c", RANK_REPORT]
+    group = launcher.Launcher(n)
+    group.start({**env, settings.DEVICE_KIND.name: "tpu"}, os.urandom(32))
+    try:
+        for proc in group.procs:
+            proc.wait(timeout=120)
+        lines = group.log_tail(lines=10_000, max_bytes=1 << 20).splitlines()
+    finally:
+        group.stop(2.0)
+        group.close()
+    return sorted((json.loads(line) for line in lines if line.startswith("{")), key=lambda r: r["rank"])
+
+
 def our_rules(hosts: list[dict]) -> None:
-    from backend.controller import api, devices
+    from backend.controller import api, devices, process_env
+    from backend.protocol import settings
     from backend.protocol.errors import TPUError
 
     work = Path(tempfile.mkdtemp(prefix="fake-tpu-"))
@@ -94,9 +124,9 @@ def our_rules(hosts: list[dict]) -> None:
             os.environ.pop(name, None)
             if host["pod"]:
                 os.environ[name] = value
-        os.environ.pop(devices.ENV_LOCAL_GROUP, None)
+        os.environ.pop(settings.LOCAL_GROUP.name, None)
         if host["local"]:
-            os.environ[devices.ENV_LOCAL_GROUP] = "1"
+            os.environ[settings.LOCAL_GROUP.name] = "1"
         out = {**host, "combos": []}
         try:
             info = devices.detect()
@@ -124,7 +154,9 @@ def our_rules(hosts: list[dict]) -> None:
                 out["combos"].append(combo)
         if host.get("launch"):
             try:
-                out["launch_env"] = devices.tpu_launch_env(host["launch"], devices.worker_env("tpu"))
+                envs = [process_env.tpu_worker_env(host["launch"]) for _ in range(2)]  # two groups on this VM
+                out["launch_env"] = {k: v for k, v in envs[0].items() if os.environ.get(k) != v}
+                out["groups"] = [what_ranks_see(env, host["launch"]) for env in envs]
             except TPUError as e:
                 out["launch_env"] = {"error": str(e)}
         print(json.dumps(out), flush=True)

@@ -1,8 +1,11 @@
-"""Test-only: with FAKE_TPU_ROOT set, TorchTPU's hardware module in this process reads that fake host.
+"""Test-only: with FAKE_TPU_ROOT set, TorchTPU's hardware module and our own PCI scan in this process read
+that fake host.
 
-Put this folder on a child process's PYTHONPATH (the controller's TorchTPU child processes in the tests). It
-re-roots `torch_tpu._internal.utils.hardware` the moment that module is imported — before torch_tpu's autoload
-(`_loader.load()`) scans the bus — so everything downstream sees the fake chips. Nothing here starts a runtime.
+Put this folder on a child process's PYTHONPATH (the controller's TorchTPU child processes in the tests, or a
+whole ComfyUI server on a pretend host). It re-roots `torch_tpu._internal.utils.hardware` the moment that module
+is imported — before torch_tpu's autoload (`_loader.load()`) scans the bus — so everything downstream sees the
+fake chips; and it points our scan's SYS_ROOT (backend/controller/devices.py, under whatever package name
+ComfyUI gives the pack) at the same tree. Nothing here starts a runtime.
 """
 
 import importlib.abc
@@ -12,11 +15,21 @@ import sys
 
 _ROOT = os.environ.get("FAKE_TPU_ROOT")
 _TARGET = "torch_tpu._internal.utils.hardware"
+_OUR_SCAN = "backend.controller.devices"
+
+
+def _reroot(module):
+    if module.__name__ == _TARGET:
+        from hosts import reroot  # this folder is on the path
+
+        reroot(module, _ROOT)
+    else:
+        module.SYS_ROOT = _ROOT
 
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
-        if fullname != _TARGET:
+        if fullname != _TARGET and not (fullname == _OUR_SCAN or fullname.endswith("." + _OUR_SCAN)):
             return None
         sys.meta_path.remove(self)
         try:
@@ -26,10 +39,8 @@ class _Finder(importlib.abc.MetaPathFinder):
         original = spec.loader.exec_module
 
         def exec_module(module):
-            from hosts import reroot  # this folder is on the path
-
             original(module)
-            reroot(module, _ROOT)
+            _reroot(module)
 
         spec.loader.exec_module = exec_module
         return spec

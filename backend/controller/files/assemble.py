@@ -1,0 +1,370 @@
+"""The files a user chose, checked to make one pipeline of a supported family, and described
+(`spec.FileSource`): the pack's configs of the published model (backend/configs) with the sizes read from the
+files' tensors laid over them, so that trimmed or variant files load, and every file with how the worker must
+read it. What differs between families is read from their modules (backend/protocol/families).
+
+ComfyUI's own key maps and tokenizers are used from ComfyUI's process, found without importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...protocol import families
+from ...protocol.errors import ModelError
+from ...protocol.families import Configs, ModelFamily, text_encoders, vaes
+from ...protocol.families.base import count
+from ...protocol.spec import CONFIGS_DIR, FileComponent, FileSource, read_json
+from .headers import FLOAT_DTYPES, GGUF, Header
+from .listing import NONE, resolve_file
+from .recognise import Contents, Part, file_contents, short_name
+
+
+@dataclass(frozen=True)
+class FileChoice:
+    """What the user chose: a file name per input (None or NONE for none)."""
+
+    checkpoint: str | None = None
+    diffusion_model: str | None = None
+    text_encoders: tuple[str | None, ...] = ()
+    vae: str | None = None
+
+    def chosen(self, value: str | None) -> bool:
+        return bool(value) and value.strip() != NONE
+
+
+@dataclass
+class _Chosen:
+    """A file the user chose, read once."""
+
+    input: str  # the node input it came from, for messages
+    path: Path
+    contents: Contents
+
+
+@dataclass
+class _Pipeline:
+    """The pipeline being described from the chosen files: its family, published configs, the files' parts."""
+
+    family: ModelFamily
+    configs: Configs
+    main: _Chosen  # the checkpoint or diffusion model
+    denoiser: Part
+    texts: dict[str, tuple[Part, _Chosen]]  # text encoder kind -> its part and file
+    vae_file: _Chosen
+    overrides: dict[str, dict] = field(default_factory=dict)  # component ("" : model_index) -> config keys
+    parts: list[FileComponent] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def folder(self) -> Path:
+        return CONFIGS_DIR / self.configs.folder
+
+    def override(self, component: str, values: dict) -> None:
+        self.overrides[component] = {**self.overrides.get(component, {}), **values}
+
+
+def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tuple[str, str, FileSource]:
+    """Reads the chosen files' headers, checks they make one pipeline, and describes it: (pipeline class,
+    main file path, FileSource). Raises ModelError naming the input, the file and the fix."""
+    chosen = _read_choice(choice, roots)
+    main = chosen.get("checkpoint") or chosen.get("diffusion_model")
+    if main is None:
+        raise ModelError("diffusion_model: no model was chosen. Choose a diffusion model (models/diffusion_models "
+                         "or models/unet) with its text encoders and VAE, or a checkpoint (models/checkpoints).")
+    if "checkpoint" in chosen and "diffusion_model" in chosen:
+        raise ModelError("checkpoint: both a checkpoint and a diffusion model were chosen; set one of them to "
+                         f"'{NONE}' (a checkpoint holds its diffusion model).")
+    denoiser = main.contents.denoiser
+    if denoiser is None:
+        raise ModelError(_not_a(main, "diffusion model", f"a {families.names()} diffusion model (or a checkpoint "
+                                "holding one)"))
+    family = denoiser.family
+    texts = _text_encoders(family, chosen)
+    configs = family.published(denoiser.shapes, frozenset(texts))
+    needs = [slot.kind for slot in configs.text_encoders]
+    missing = [slot.kind for slot in configs.text_encoders if slot.kind not in texts and not slot.optional]
+    if missing:
+        have = ", ".join(f"{_wanted(p.kind)} ({c.path.name})" for p, c in texts.values()) or "none"
+        raise ModelError(
+            f"text_encoder: {family.name} needs {' and '.join(map(_wanted, needs))}; "
+            f"{' and '.join(map(_wanted, missing))} {'is' if len(missing) == 1 else 'are'} missing "
+            f"(chosen: {have}). Put the file in ComfyUI's models/text_encoders (or models/clip) folder and choose "
+            "it in text_encoder_1, _2 or _3.")
+    vae_file = chosen.get("vae") or (main if main.contents.vae is not None else None)
+    if vae_file is None:
+        raise ModelError(f"vae: {family.name} needs a VAE ({family.vae_hint}); '{main.path.name}' holds "
+                         "none. Put it in ComfyUI's models/vae folder and choose it in vae.")
+    pipeline = _Pipeline(family, configs, main, denoiser, texts, vae_file)
+    _check_fit(pipeline)
+    _add_denoiser(pipeline)
+    _add_vae(pipeline)
+    for slot in configs.text_encoders:
+        _add_text_encoder(pipeline, slot.component, slot.kind)
+    return _described(pipeline)
+
+
+def _wanted(kind: str) -> str:
+    return text_encoders.KINDS[kind].wanted if kind in text_encoders.KINDS else kind
+
+
+def _read_choice(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> dict[str, _Chosen]:
+    chosen: dict[str, _Chosen] = {}
+    inputs = [("checkpoint", "checkpoint", choice.checkpoint), ("diffusion_model", "diffusion_model",
+                                                                 choice.diffusion_model),
+              ("vae", "vae", choice.vae)]
+    inputs += [(f"text_encoder_{i}", "text_encoder", v) for i, v in enumerate(choice.text_encoders, 1)]
+    for name, role, value in inputs:
+        if not choice.chosen(value):
+            continue
+        path = resolve_file(value, role, roots.get(role, ()))
+        if path.suffix.lower() in GGUF and role != "diffusion_model":
+            raise ModelError(f"{name}: '{path.name}' is a GGUF file; ComfyUI-TPU reads GGUF diffusion models only "
+                             "(through diffusers). Use the .safetensors version of this "
+                             f"{role.replace('_', ' ')}.")
+        chosen[name] = _Chosen(name, path, file_contents(path, name))
+    return chosen
+
+
+def _not_a(c: _Chosen, what: str, wanted: str) -> str:
+    return f"{c.input}: '{c.path.name}' is not a {what} ComfyUI-TPU can use ({c.contents.describe()}); choose {wanted}."
+
+
+def _text_encoders(family: ModelFamily, chosen: dict[str, _Chosen]) -> dict[str, tuple[Part, _Chosen]]:
+    """The text encoders by kind ("clip-l", "clip-g", "t5", ...): from the checkpoint, then the chosen
+    files (which win). Two CLIPs are told apart by width (CLIP-L is the narrower, as in every model)."""
+    wanted = family.text_kinds()
+    found: dict[str, tuple[Part, _Chosen]] = {}
+    ckpt = chosen.get("checkpoint")
+    if ckpt is not None:  # named by their prefix in the checkpoint
+        found.update({part.kind: (part, ckpt) for part in ckpt.contents.text_encoders})
+    clips: list[tuple[Part, _Chosen]] = []
+    for name in sorted(k for k in chosen if k.startswith("text_encoder_")):
+        c = chosen[name]
+        part = c.contents.text_encoders[0] if c.contents.text_encoders else None
+        if part is None or c.contents.denoiser is not None or (part.kind != "clip"
+                                                                and part.kind not in text_encoders.KINDS):
+            raise ModelError(_not_a(c, "text encoder", " or ".join(map(_wanted, wanted))))
+        if part.kind == "clip":
+            clips.append((part, c))
+        else:
+            found[part.kind] = (part, c)
+    if len(clips) > 2:
+        raise ModelError(f"{clips[2][1].input}: three CLIP text encoders were chosen; models use at most two "
+                         "(CLIP-L and CLIP-G).")
+    clips.sort(key=lambda pc: pc[0].width)
+    if len(clips) == 2:
+        found["clip-l"], found["clip-g"] = clips
+    elif clips:  # one CLIP: CLIP-G is 1280 wide, CLIP-L 768 (narrower test models count as CLIP-L)
+        found["clip-g" if "clip-g" in wanted and clips[0][0].width >= 1024 else "clip-l"] = clips[0]
+    for kind, (_, c) in found.items():
+        if kind not in wanted and c.input != "checkpoint":
+            raise ModelError(
+                f"{c.input}: '{c.path.name}' is a {short_name(kind)} text encoder, which {family.name} does not "
+                f"use; it needs {' and '.join(map(_wanted, wanted))}.")
+    return found
+
+
+# ---- the chosen parts fit each other
+
+
+def _check_fit(p: _Pipeline) -> None:
+    """The chosen parts fit each other (widths, channels): a file of another family is named with the fix."""
+    family, main, s = p.family, p.main, p.denoiser.shapes
+    vae = p.vae_file.contents.vae
+    if vae is None:
+        raise ModelError(_not_a(p.vae_file, "VAE", family.vae_hint))
+    _check_own_shapes(p)
+    latent = family.latent_channels(s)
+    if vae.kind != family.vae or vae.width != latent:
+        raise ModelError(
+            f"{p.vae_file.input}: '{p.vae_file.path.name}' is a VAE with {vae.width} latent channels"
+            f"{' of another kind' if vae.kind != family.vae else ''}; this {family.name} model "
+            f"('{main.path.name}') needs {family.vae_hint} ({latent} channels). Choose the matching VAE.")
+    if family.clip_pair and "clip-l" in p.texts and "clip-g" in p.texts:
+        width = family.clip_pair(s, p.texts["clip-l"][0].shapes, p.texts["clip-g"][0].shapes)
+        if width is not None:
+            names = ", ".join(f"'{p.texts[k][1].path.name}' ({p.texts[k][0].width} wide)" for k in ("clip-l", "clip-g"))
+            raise ModelError(f"text_encoder: the CLIP text encoders {names} do not fit this {family.name} model "
+                             f"('{main.path.name}'), which reads {width}-wide CLIP features. Choose its CLIP-L and "
+                             "CLIP-G.")
+    for kind, width in family.text_widths(s, frozenset(p.texts)).items():
+        if kind in p.texts and p.texts[kind][0].width != width:
+            part, c = p.texts[kind]
+            raise ModelError(f"{c.input}: '{c.path.name}' is a {short_name(kind)} text encoder "
+                             f"{part.width} wide; this {family.name} model ('{main.path.name}') reads "
+                             f"{width}-wide text features. Choose {_wanted(kind)} made for it.")
+
+
+def _check_own_shapes(p: _Pipeline) -> None:
+    """The denoiser's first layer agrees with its other layers: a file whose tensor is stored the wrong way
+    round is named as the damaged file (not blamed on the VAE it then seems not to fit)."""
+    key, dim = p.family.width_agrees
+    s = p.denoiser.shapes
+    if s[p.family.width_key][0] != s[key][dim]:
+        raise ModelError(f"{p.main.input}: '{p.main.path.name}' is damaged: its tensor "
+                         f"'{p.denoiser.prefix}{p.family.width_key}' has the shape {list(s[p.family.width_key])}, "
+                         f"which does not fit its other layers ('{p.denoiser.prefix}{key}': {list(s[key])}). "
+                         "Download it again.")
+
+
+# ---- how each file is read
+
+
+def _quant(header: Header, prefix: str = "") -> str:
+    """How the part under `prefix` stores its weights: "gguf", "scaled-fp8" (ComfyUI's fp8 with per-layer
+    scales, old or new layout), or "" (plain floats, fp8 included: upcast on load)."""
+    if header.format == "gguf":
+        return "gguf"
+    if any(k.startswith(prefix) and k.endswith((".scale_weight", ".weight_scale")) for k in header.shapes):
+        return "scaled-fp8"
+    return ""
+
+
+def _unsupported_quant(c: _Chosen) -> None:
+    """Weights in integer or packed formats (int8, nvfp4, ... layers of ComfyUI's mixed-precision files) are
+    refused by name; a few integer tensors that are not weights (tekken_model, position ids) are fine."""
+    header = c.contents.header
+    if header.format != "safetensors":
+        return
+    odd = sorted({d for k, d in header.dtypes.items() if k.endswith(".weight") and d not in FLOAT_DTYPES})
+    formats = json.loads(header.metadata.get("_quantization_metadata", "{}") or "{}")
+    layers = formats.get("layers", {}) if isinstance(formats, dict) else {}
+    odd += sorted({str(v.get("format")) for v in layers.values()
+                   if isinstance(v, dict) and not str(v.get("format", "")).startswith("float8")})
+    if odd:
+        raise ModelError(f"{c.input}: '{c.path.name}' holds weights in {', '.join(odd)}, a quantized format "
+                         "ComfyUI-TPU cannot read. Supported: float32, float16, bfloat16 and fp8 (float8_e4m3fn, "
+                         "float8_e5m2, ComfyUI's scaled fp8) safetensors, and GGUF diffusion models on CPU and "
+                         "CUDA.")
+
+
+def _add_denoiser(p: _Pipeline) -> None:
+    family, main, denoiser = p.family, p.main, p.denoiser
+    header = main.contents.header
+    _unsupported_quant(main)
+    quant = _quant(header, denoiser.prefix)
+    if quant == "gguf" and main.input != "diffusion_model":
+        raise ModelError(f"{main.input}: GGUF files are read as diffusion models only; put '{main.path.name}' in "
+                         "models/diffusion_models (or models/unet).")
+    published = read_json(p.folder / family.denoiser / "config.json")
+    sizes = family.sizes(denoiser.shapes, published, {kind: part.shapes for kind, (part, _) in p.texts.items()})
+    p.override(family.denoiser, sizes)
+    if family.variant:
+        overrides, notes = family.variant(sizes, main.path.name, p.configs)
+        for component, values in overrides.items():
+            p.override(component, values)
+        p.notes += notes
+    layout = family.layout(denoiser.shapes, denoiser.prefix, quant, main.path.name)
+    key_map = _flux1_key_map(denoiser.shapes) if layout == "flux1-comfy-map" else ()
+    p.parts.append(FileComponent(family.denoiser, str(main.path), layout, denoiser.prefix, quant, header.size,
+                                 key_map))
+
+
+def _add_vae(p: _Pipeline) -> None:
+    vae_file = p.vae_file
+    vae = vae_file.contents.vae
+    p.override("vae", vaes.sizes(vae.kind, vae.shapes, read_json(p.folder / "vae" / "config.json")))
+    _unsupported_quant(vae_file)
+    p.parts.append(FileComponent("vae", str(vae_file.path), vaes.KINDS[vae.kind].layout, vae.prefix,
+                                 _quant(vae_file.contents.header, vae.prefix), vae_file.contents.header.size))
+
+
+def _add_text_encoder(p: _Pipeline, name: str, kind: str) -> None:
+    """Text encoder `name` (a pipeline component) of kind `kind`, and its tokenizer."""
+    tok_name = name.replace("text_encoder", "tokenizer")
+    if kind not in p.texts:  # optional (SD3 without T5)
+        p.override("", {name: [None, None], tok_name: [None, None]})
+        p.notes.append(f"no {short_name(kind)} text encoder: {name} is left out")
+        return
+    part, c = p.texts[kind]
+    published = read_json(p.folder / name / "config.json")
+    sizes = text_encoders.sizes(kind, part.shapes, published)
+    p.override(name, sizes)
+    header = c.contents.header
+    _unsupported_quant(c)
+    p.parts.append(_tokenizer(tok_name, kind, c))
+    if c.input == "checkpoint" and not p.family.single_file:
+        raise ModelError(f"checkpoint: '{c.path.name}' holds {p.family.name} text encoders; diffusers "
+                         f"reads all-in-one files of {families.single_file_names()} only. Choose its parts "
+                         "(diffusion model, text encoders, VAE) as separate files instead.")
+    layout = "hf"
+    if text_encoders.OPENCLIP_KEY in part.shapes:
+        layout = "openclip"  # SDXL's CLIP-G in its checkpoint: diffusers' pipeline loader converts it
+    elif kind == "mistral" and sizes["num_hidden_layers"] < published["num_hidden_layers"]:
+        layout = "hf-no-final-norm"  # pruned (Comfy-Org's 30-layer file): ComfyUI drops the final norm
+        p.notes.append(f"{c.path.name}: {sizes['num_hidden_layers']} of Mistral's {published['num_hidden_layers']} "
+                       "layers, read without the final norm as ComfyUI does")
+    quant = _quant(header, part.prefix)
+    if layout == "openclip" and quant:
+        raise ModelError(f"checkpoint: '{c.path.name}' holds a scaled-fp8 OpenCLIP text encoder, which "
+                         "ComfyUI-TPU cannot read; use a checkpoint with plain weights.")
+    p.parts.append(FileComponent(name, str(c.path), layout, part.prefix, quant, header.size))
+
+
+def _tokenizer(tok_name: str, kind: str, c: _Chosen) -> FileComponent:
+    """ComfyUI's bundled tokenizer for a text encoder kind; Mistral's from the file itself."""
+    folder = text_encoders.KINDS[kind].tokenizer
+    if not folder:
+        if "tekken_model" not in c.contents.header.shapes:
+            raise ModelError(f"{c.input}: '{c.path.name}' carries no tokenizer (the 'tekken_model' tensor of "
+                             "Comfy-Org's mistral_3_small_flux2 files); use one of those files.")
+        return FileComponent(tok_name, str(c.path), "tekken")
+    comfy = comfy_package_dir()
+    if comfy is None:
+        raise ModelError("ComfyUI's bundled tokenizers (its comfy package) were not found: files from "
+                         "ComfyUI's folders are read inside ComfyUI.")
+    return FileComponent(tok_name, str(comfy / folder), "tokenizer")
+
+
+def _described(p: _Pipeline) -> tuple[str, str, FileSource]:
+    denoiser = p.parts[0]
+    if p.main.input == "checkpoint" and p.family.single_file:
+        p.parts.append(FileComponent("checkpoint", str(p.main.path), "checkpoint", "", denoiser.quant,
+                                     denoiser.size_bytes))
+    if any(part.quant == "scaled-fp8" for part in p.parts):
+        p.notes.append("scaled fp8 weights are dequantized once while loading")
+    overrides = {k: v for k, v in p.overrides.items() if v}
+    source = FileSource(configs=p.configs.folder, components=tuple(p.parts),
+                        overrides=json.dumps(overrides, sort_keys=True), notes=tuple(p.notes))
+    return read_json(p.folder / "model_index.json")["_class_name"], str(p.main.path), source
+
+
+def comfy_package_dir() -> Path | None:
+    """ComfyUI's `comfy` package folder (its bundled tokenizers live there), without importing it."""
+    spec = importlib.util.find_spec("comfy")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _flux1_key_map(shapes: Mapping[str, tuple]) -> tuple[tuple, ...]:
+    """ComfyUI's own FLUX.1 key map (diffusers key -> BFL key, slice, transform), inverted by the worker: for
+    widths diffusers' converter does not read. Needs ComfyUI (`comfy.utils`), present in ComfyUI's process."""
+    try:
+        import comfy.utils
+    except ImportError:
+        raise ModelError("diffusion_model: this FLUX.1 file is not 3072 wide, which diffusers' converter needs; "
+                         "reading other widths uses ComfyUI's own key map, and ComfyUI is not importable here. "
+                         "Run it from ComfyUI.") from None
+    key_map = comfy.utils.flux_to_diffusers({"depth": count(shapes, "double_blocks."),
+                                             "depth_single_blocks": count(shapes, "single_blocks."),
+                                             "hidden_size": shapes["img_in.weight"][0]})
+    entries = []
+    for target, src in sorted(key_map.items()):
+        if isinstance(src, str):
+            src = (src, None)
+        name, offset = src[0], src[1]
+        transform = src[2] if len(src) > 2 else None
+        if name not in shapes:
+            continue
+        if transform not in (None, comfy.utils.swap_scale_shift):
+            raise ModelError(f"diffusion_model: ComfyUI's FLUX.1 key map uses a transform ({transform}) ComfyUI-TPU "
+                             "does not know; this ComfyUI version is not supported for FLUX.1 files of this width.")
+        dim, start, length = offset if offset is not None else (-1, 0, 0)
+        entries.append((target, name, dim, start, length, "swap_scale_shift" if transform else ""))
+    return tuple(entries)

@@ -1,0 +1,149 @@
+"""What a family module fills in, and the shape arithmetic its size readers share.
+
+A family (FLUX.1, SDXL, ...) is one module of this package holding one `ModelFamily`: how its diffusers
+pipelines run (`Pipeline`, one per pipeline class: what the worker and the plans read through
+`PipelineSpec.family`), and how artists' files of it are recognised and described (keys, size reader, text
+encoders, VAE, the configs of its published models under backend/configs). No torch: both processes read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+Shapes = Mapping[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """How one diffusers pipeline class of a family runs: what differs between the classes we support."""
+
+    class_name: str  # diffusers' pipeline class ("FluxPipeline")
+    name: str  # what messages call it ("FLUX.1")
+    size_multiple_of_vae: int  # latent packing/patching on top of the VAE's downscale
+    guidance_arg: str  # the __call__ argument our "guidance" maps to
+    tp_plan: bool  # diffusers ships a tensor-parallel plan for its transformer
+    repeated_blocks: bool = True  # the denoiser lists _repeated_blocks (compile_repeated_blocks works)
+    cfg_doubles_batch: bool = False  # CFG runs the denoiser once on a doubled batch (a compiled shape)
+    # How CFG runs the denoiser twice per step, which CFG Parallel splits over two ranks: "batch" (one call on a
+    # doubled [uncond, cond] batch), "branches" (a "cond" and an "uncond" call), "" (one pass: guidance-distilled)
+    cfg_passes: str = ""
+    cp_plan: bool = False  # diffusers ships a context-parallel plan (_cp_plan) for its transformer
+    variable_text: bool = False  # the text length follows the prompt (Qwen-Image)
+    # What an input image on Sample means (diffusers pipelines made from the loaded one with from_pipe):
+    img2img: str | None = None  # the image-to-image pipeline class; None: the image is a reference instead
+    inpaint: str | None = None  # the inpainting pipeline class; None: this model cannot inpaint
+    references: bool = False  # the loaded pipeline itself takes reference images (`image=`)
+    needs_image: bool = False  # it cannot make an image without one (edit models)
+    cfg_above: float = 1.0  # the pipeline runs CFG when its guidance is above this (Z-Image: any guidance above 0)
+    # the denoiser takes the prompt at its own length and pads it inside to a multiple of this (Z-Image: 32,
+    # diffusers' SEQ_MULTI_OF): compiled whole, every prompt length would be a new graph; its repeated blocks see
+    # the padded length. 0: the prompt reaches the denoiser at a fixed or padded length
+    prompt_step: int = 0
+    family: str = ""  # the id of the family module it belongs to (the registry fills it in)
+
+
+@dataclass(frozen=True)
+class TextSlot:
+    """One text encoder of a published pipeline: the component it becomes, and the kind of file it reads
+    (a key of text_encoders.KINDS)."""
+
+    component: str  # "text_encoder_2"
+    kind: str  # "t5"
+    optional: bool = False  # the pipeline runs without it (SD3 without T5)
+
+
+@dataclass(frozen=True)
+class Configs:
+    """The configs of one published model of the family: a folder of backend/configs and its text encoders,
+    in the pipeline's order."""
+
+    folder: str
+    text_encoders: tuple[TextSlot, ...]
+    name: str = ""  # what messages call this model where the family has several ("FLUX.2 [klein]")
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """One family: its pipelines, and what its artists' files (ComfyUI's folders) hold and how they load."""
+
+    id: str  # "flux1": the loader layout of its denoiser files and the key of the registry
+    name: str  # what messages about files call it ("SD3/SD3.5")
+    pipelines: tuple[Pipeline, ...]  # the text-to-image one first, then edit pipelines
+    configs: tuple[Configs, ...]  # the published models; several where the text encoder decides (FLUX.2)
+    denoiser_keys: tuple[str, ...]  # keys every denoiser file of the family holds (under its prefix)
+    width_key: str  # the denoiser's first layer: its input channels are shape[1]
+    width_agrees: tuple[str, int]  # (key, dim): a size of another layer that equals width_key's shape[0]
+    # (denoiser shapes, published denoiser config, text encoders chosen: kind -> shapes) -> config sizes
+    sizes: Callable[[Shapes, dict, Mapping[str, Shapes]], dict]
+    # (denoiser shapes, text kinds chosen) -> the width of the features each text encoder kind must give
+    text_widths: Callable[[Shapes, frozenset[str]], dict[str, int]]
+    vae: str  # the VAE kind it decodes with (a key of vaes.KINDS)
+    vae_hint: str  # what artists call its VAE file
+    absent_keys: tuple[str, ...] = ()  # keys its files never hold (tells it from a family with the same keys)
+    denoiser: str = "transformer"  # the denoiser's component name
+    latent_packing: int = 4  # denoiser input channels per VAE latent channel (2x2 packed latents: 4)
+    single_file: bool = False  # diffusers' pipeline loader reads its all-in-one checkpoints
+    lora_formats: tuple[str, ...] = ()  # LoRA layouts the worker rewrites before diffusers reads them
+    # (denoiser shapes, CLIP-L shapes, CLIP-G shapes) -> None when the CLIP pair fits, else the width it reads
+    clip_pair: Callable[[Shapes, Shapes, Shapes], int | None] | None = None
+    # (denoiser shapes, text kinds chosen) -> the published model the files are (default: the first configs)
+    configs_for: Callable[[Shapes, frozenset[str]], Configs] | None = None
+    # (denoiser shapes, key prefix, quant, file name) -> how the worker reads the denoiser file (default: id)
+    denoiser_layout: Callable[[Shapes, str, str, str], str] | None = None
+    # (denoiser sizes, file name, configs) -> (config overrides by component, "" for model_index; notes)
+    variant: Callable[[dict, str, Configs], tuple[dict[str, dict], tuple[str, ...]]] | None = None
+
+    def recognises(self, shapes: Shapes) -> bool:
+        return all(k in shapes for k in self.denoiser_keys) and not any(k in shapes for k in self.absent_keys)
+
+    def published(self, shapes: Shapes, kinds: frozenset[str]) -> Configs:
+        return self.configs_for(shapes, kinds) if self.configs_for else self.configs[0]
+
+    def text_kinds(self) -> tuple[str, ...]:
+        """Every text encoder kind any of its published models reads, in order."""
+        return tuple(dict.fromkeys(s.kind for c in self.configs for s in c.text_encoders))
+
+    def layout(self, shapes: Shapes, prefix: str, quant: str, file_name: str) -> str:
+        return self.denoiser_layout(shapes, prefix, quant, file_name) if self.denoiser_layout else self.id
+
+    def latent_channels(self, shapes: Shapes) -> int:
+        """The VAE latent channels this denoiser reads."""
+        return shapes[self.width_key][1] // self.latent_packing
+
+
+# ---- shape arithmetic shared by the size readers
+
+
+def count(shapes: Shapes, prefix: str) -> int:
+    """How many numbered blocks (`prefix`0., `prefix`1., ...) the shapes hold."""
+    found = {k[len(prefix):].split(".", 1)[0] for k in shapes if k.startswith(prefix)}
+    return len([i for i in found if i.isdigit()])
+
+
+def head_dim(width: int, published: int) -> int:
+    """The published head size where it divides the width; for narrower (trimmed or test) models the largest
+    power-of-two fraction of it that does. Head counts are not stored in the weights."""
+    head = published
+    while head > 1 and width % head:
+        head //= 2
+    return head
+
+
+def groups(channels, published: int = 32) -> int:
+    """GroupNorm groups: the published count where it divides every width, else the largest fraction of it."""
+    n = published
+    while n > 1 and any(c % n for c in channels):
+        n //= 2
+    return n
+
+
+def scaled(published: list[int], total: int, even: bool) -> list[int]:
+    """A split of `total` in the proportions of `published` (rotary axes; even sizes where rotary pairs
+    need them), the remainder on the last."""
+    if sum(published) == total:
+        return list(published)
+    step = 2 if even else 1
+    out = [max(step, step * round(a * total / sum(published) / step)) for a in published]
+    out[-1] += total - sum(out)
+    return out

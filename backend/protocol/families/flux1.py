@@ -1,0 +1,58 @@
+"""FLUX.1 (Black Forest Labs): dev, schnell and their fine-tunes; CLIP-L and T5-XXL text encoders, the
+16-channel LDM VAE (ae.safetensors), 2x2 packed latents."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .base import Configs, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
+
+CONVERTER_WIDTH = 3072  # diffusers' FLUX.1 single-file converter hard-codes the published width
+
+
+def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
+    hidden, head = s["img_in.weight"][0], s["double_blocks.0.img_attn.norm.query_norm.scale"][0]
+    return {"in_channels": s["img_in.weight"][1], "num_layers": count(s, "double_blocks."),
+            "num_single_layers": count(s, "single_blocks."), "attention_head_dim": head,
+            "num_attention_heads": hidden // head, "joint_attention_dim": s["txt_in.weight"][1],
+            "pooled_projection_dim": s["vector_in.in_layer.weight"][1],
+            "guidance_embeds": "guidance_in.in_layer.weight" in s,
+            "axes_dims_rope": scaled(published["axes_dims_rope"], head, even=True)}
+
+
+def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
+    return {"clip-l": s["vector_in.in_layer.weight"][1], "t5": s["txt_in.weight"][1]}
+
+
+def denoiser_layout(s: Shapes, prefix: str, quant: str, file_name: str) -> str:
+    """diffusers' converter reads the published width; other widths go through ComfyUI's own key map."""
+    width = s["img_in.weight"][0]
+    if width == CONVERTER_WIDTH:
+        return "flux1"
+    if quant == "gguf":
+        from ..errors import ModelError
+
+        raise ModelError(f"diffusion_model: '{file_name}' is a GGUF FLUX.1 file {width} wide; diffusers reads GGUF "
+                         "FLUX.1 files of the published width (3072) only.")
+    return "flux1-comfy-map"
+
+
+def variant(sizes: dict, file_name: str, configs: Configs) -> tuple[dict[str, dict], tuple[str, ...]]:
+    if sizes["guidance_embeds"]:
+        return {}, ()
+    return ({"scheduler": {"shift": 1.0, "use_dynamic_shifting": False}},  # schnell: its own schedule
+            ("FLUX.1 [schnell] (no guidance embedding): 4 steps, guidance 0",))
+
+
+FAMILY = ModelFamily(
+    id="flux1", name="FLUX.1",
+    # FLUX.1 runs two passes only with true CFG (true_cfg_scale > 1 and a negative prompt: Sampling Options)
+    pipelines=(Pipeline("FluxPipeline", "FLUX.1", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
+                        img2img="FluxImg2ImgPipeline", inpaint="FluxInpaintPipeline"),),
+    configs=(Configs("flux1", (TextSlot("text_encoder", "clip-l"), TextSlot("text_encoder_2", "t5"))),),
+    denoiser_keys=("double_blocks.0.img_attn.qkv.weight", "img_in.weight", "vector_in.in_layer.weight"),
+    width_key="img_in.weight", width_agrees=("txt_in.weight", 0), sizes=sizes, text_widths=text_widths,
+    vae="vae-ldm", vae_hint="FLUX.1's ae.safetensors",
+    single_file=True, lora_formats=("kohya-flux1",),
+    denoiser_layout=denoiser_layout, variant=variant,
+)

@@ -1,0 +1,49 @@
+"""Qwen-Image (Alibaba Qwen) and Qwen-Image-Edit (2509 and later: Edit Plus, several input images): an MMDiT
+with the Qwen2.5-VL text encoder and Wan 2.1's VAE; true CFG as two branches; the text length follows the
+prompt."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .base import Configs, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
+
+
+def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
+    hidden, head = s["img_in.weight"][0], s["transformer_blocks.0.attn.norm_q.weight"][0]
+    patch = published["patch_size"]
+    return {"in_channels": s["img_in.weight"][1], "out_channels": s["proj_out.weight"][0] // (patch * patch),
+            "num_layers": count(s, "transformer_blocks."), "attention_head_dim": head,
+            "num_attention_heads": hidden // head, "joint_attention_dim": s["txt_norm.weight"][0],
+            "guidance_embeds": any(k.startswith("time_text_embed.guidance_embedder.") for k in s),
+            "axes_dims_rope": scaled(published["axes_dims_rope"], head, even=True)}
+
+
+def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
+    return {"qwen25vl": s["txt_norm.weight"][0]}
+
+
+def denoiser_layout(s: Shapes, prefix: str, quant: str, file_name: str) -> str:
+    return "diffusers" if prefix == "" and quant == "" else "qwenimage"  # ComfyUI's files hold diffusers' keys
+
+
+def _pipeline(class_name: str, name: str, **traits) -> Pipeline:
+    """The Qwen-Image transformer: true CFG as two branches, its own context-parallel plan, prompt-long text."""
+    return Pipeline(class_name, name, 2, "true_cfg_scale", True, cfg_passes="branches", cp_plan=True,
+                    variable_text=True, **traits)
+
+
+_EDIT = dict(references=True, inpaint="QwenImageEditInpaintPipeline", needs_image=True)
+FAMILY = ModelFamily(
+    id="qwenimage", name="Qwen-Image",
+    pipelines=(
+        _pipeline("QwenImagePipeline", "Qwen-Image", img2img="QwenImageImg2ImgPipeline",
+                  inpaint="QwenImageInpaintPipeline"),
+        _pipeline("QwenImageEditPipeline", "Qwen-Image-Edit", **_EDIT),
+        _pipeline("QwenImageEditPlusPipeline", "Qwen-Image-Edit", **_EDIT),
+    ),
+    configs=(Configs("qwenimage", (TextSlot("text_encoder", "qwen25vl"),)),),
+    denoiser_keys=("transformer_blocks.0.img_mod.1.weight", "txt_norm.weight", "img_in.weight"),
+    width_key="img_in.weight", width_agrees=("txt_in.weight", 0), sizes=sizes, text_widths=text_widths,
+    vae="vae-wan", vae_hint="qwen_image_vae.safetensors", denoiser_layout=denoiser_layout,
+)

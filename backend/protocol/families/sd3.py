@@ -1,0 +1,48 @@
+"""Stable Diffusion 3 and 3.5 (Stability AI): MMDiT; CLIP-L, CLIP-G and (optional) T5-XXL text encoders,
+the 16-channel LDM VAE; CFG on a doubled batch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from . import text_encoders
+from .base import Configs, ModelFamily, Pipeline, Shapes, TextSlot, count
+
+
+def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
+    hidden, _, patch, _ = s["x_embedder.proj.weight"]
+    qk_norm = "joint_blocks.0.x_block.attn.ln_q.weight" in s
+    head = s["joint_blocks.0.x_block.attn.ln_q.weight"][0] if qk_norm else 64  # without qk-norm, as ComfyUI
+    return {"in_channels": s["x_embedder.proj.weight"][1], "patch_size": patch,
+            "out_channels": s["final_layer.linear.weight"][0] // (patch * patch), "num_layers": count(s, "joint_blocks."),
+            "attention_head_dim": head, "num_attention_heads": hidden // head,
+            "joint_attention_dim": s["context_embedder.weight"][1],
+            "caption_projection_dim": s["context_embedder.weight"][0],
+            "pooled_projection_dim": s["y_embedder.mlp.0.weight"][1],
+            "pos_embed_max_size": int(round(s["pos_embed"][1] ** 0.5)), "qk_norm": "rms_norm" if qk_norm else None,
+            "dual_attention_layers": sorted(int(k.split(".")[1]) for k in s if k.endswith("x_block.attn2.qkv.weight"))}
+
+
+def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
+    return {"t5": s["context_embedder.weight"][1]}
+
+
+def clip_pair(s: Shapes, clip_l: Shapes, clip_g: Shapes) -> int | None:
+    """The pooled projections of CLIP-L and CLIP-G together feed its pooled input."""
+    wanted = s["y_embedder.mlp.0.weight"][1]
+    return None if text_encoders.projection(clip_l) + text_encoders.projection(clip_g) == wanted else wanted
+
+
+FAMILY = ModelFamily(
+    id="sd3", name="SD3/SD3.5",
+    pipelines=(Pipeline("StableDiffusion3Pipeline", "SD3", 2, "guidance_scale", False, repeated_blocks=False,
+                        cfg_doubles_batch=True, cfg_passes="batch", img2img="StableDiffusion3Img2ImgPipeline",
+                        inpaint="StableDiffusion3InpaintPipeline"),),
+    configs=(Configs("sd3", (TextSlot("text_encoder", "clip-l"), TextSlot("text_encoder_2", "clip-g"),
+                             TextSlot("text_encoder_3", "t5", optional=True))),),
+    denoiser_keys=("joint_blocks.0.x_block.attn.qkv.weight", "x_embedder.proj.weight"),
+    width_key="x_embedder.proj.weight", width_agrees=("context_embedder.weight", 0),
+    sizes=sizes, text_widths=text_widths,
+    vae="vae-ldm", vae_hint="SD3.5's VAE (or a checkpoint that holds one)",
+    latent_packing=1, single_file=True, clip_pair=clip_pair,
+)

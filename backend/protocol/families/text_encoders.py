@@ -1,0 +1,159 @@
+"""The kinds of text encoder the families read: what artists call each file, how a file of each kind is
+recognised from its tensor names, its width, its config sizes and ComfyUI's bundled tokenizer for it.
+
+Several families share a kind (T5-XXL: FLUX.1 and SD3), so kinds live here and a family names them
+(`TextSlot.kind`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Shapes, count, head_dim, scaled
+
+
+@dataclass(frozen=True)
+class TextEncoderKind:
+    id: str  # "clip-l"
+    wanted: str  # what artists call the file, for messages
+    tokenizer: str  # ComfyUI's bundled tokenizer folder (relative to its comfy package); "": the file holds one
+
+    @property
+    def short(self) -> str:
+        """'CLIP-L': the name without the file names."""
+        return self.wanted.split(" (")[0]
+
+
+KINDS = {k.id: k for k in (
+    TextEncoderKind("clip-l", "CLIP-L (clip_l.safetensors)", "sd1_tokenizer"),
+    TextEncoderKind("clip-g", "CLIP-G (clip_g.safetensors)", "sd1_tokenizer"),
+    TextEncoderKind("t5", "T5-XXL (t5xxl_fp16.safetensors or t5xxl_fp8_e4m3fn.safetensors)",
+                    "text_encoders/t5_tokenizer"),
+    TextEncoderKind("qwen25vl", "Qwen2.5-VL (qwen_2.5_vl_7b.safetensors)", "text_encoders/qwen25_tokenizer"),
+    TextEncoderKind("qwen3", "Qwen3 (qwen_3_4b.safetensors)", "text_encoders/qwen25_tokenizer"),
+    TextEncoderKind("mistral", "Mistral Small 3.1 (mistral_3_small_flux2_bf16.safetensors)", ""),
+)}
+
+# text encoders inside all-in-one checkpoints: SD3 and FLUX.1 as ComfyUI saves them, SDXL as Stability does
+CHECKPOINT_PREFIXES = {
+    "text_encoders.clip_l.transformer.": "clip-l", "text_encoders.clip_g.transformer.": "clip-g",
+    "text_encoders.t5xxl.transformer.": "t5", "conditioner.embedders.0.transformer.": "clip-l",
+    "conditioner.embedders.1.model.": "clip-g",  # OpenCLIP layout (diffusers converts it)
+}
+OPENCLIP_KEY = "transformer.resblocks.0.attn.in_proj_weight"  # OpenCLIP's layout (SDXL's CLIP-G in its checkpoint)
+
+
+def recognise(s: Shapes) -> str | None:
+    """The kind of text encoder the shapes hold: a KINDS key, or "clip" (CLIP-L or CLIP-G: told apart by
+    width where it is used), "clip-openclip", "umt5" and "qwen25" (text encoders no family reads); None when
+    they hold none."""
+    if any(k.endswith("embeddings.token_embedding.weight") for k in s) and (
+            "text_model.encoder.layers.0.self_attn.q_proj.weight" in s or "encoder.layers.0.self_attn.q_proj.weight" in s):
+        return "clip"
+    if OPENCLIP_KEY in s and "token_embedding.weight" in s:
+        return "clip-openclip"
+    if "encoder.block.0.layer.0.SelfAttention.q.weight" in s:
+        if "encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight" in s:
+            return "umt5"  # Wan's UMT5: not a text encoder we use
+        return "t5"
+    if "model.layers.0.self_attn.q_proj.weight" in s and "model.embed_tokens.weight" in s:
+        if "model.layers.0.self_attn.q_norm.weight" in s:
+            return "qwen3"
+        if "model.layers.0.self_attn.q_proj.bias" in s:
+            return "qwen25vl" if any(k.startswith("visual.") for k in s) else "qwen25"
+        return "mistral"
+    return None
+
+
+def width(s: Shapes) -> int:
+    """The text encoder's hidden size."""
+    for key in ("text_model.embeddings.token_embedding.weight", "embeddings.token_embedding.weight",
+                "token_embedding.weight", "shared.weight", "encoder.embed_tokens.weight", "model.embed_tokens.weight"):
+        if key in s:
+            return s[key][1]
+    return 0
+
+
+def projection(s: Shapes) -> int:
+    """A CLIP's pooled output width: its projection's, else its hidden size."""
+    if "text_projection" in s:
+        return s["text_projection"][1]
+    if "text_projection.weight" in s:
+        return s["text_projection.weight"][0]
+    return width(s)
+
+
+# ---- config sizes from the tensors (laid over the published text encoder's config)
+
+
+def sizes(kind: str, s: Shapes, published: dict) -> dict:
+    if kind in ("clip-l", "clip-g"):
+        return _clip_sizes(s)
+    if kind == "t5":
+        return _t5_sizes(s)
+    return _llm_sizes(s, published)
+
+
+def _clip_sizes(s: Shapes) -> dict:
+    if OPENCLIP_KEY in s:  # OpenCLIP layout (SDXL checkpoints)
+        hidden = s["token_embedding.weight"][1]
+        return {"hidden_size": hidden, "vocab_size": s["token_embedding.weight"][0],
+                "max_position_embeddings": s["positional_embedding"][0],
+                "num_hidden_layers": count(s, "transformer.resblocks."),
+                "intermediate_size": s["transformer.resblocks.0.mlp.c_fc.weight"][0],
+                "num_attention_heads": hidden // head_dim(hidden, 64),
+                "projection_dim": s["text_projection"][1]}
+    pre = "text_model." if "text_model.encoder.layers.0.self_attn.q_proj.weight" in s else ""
+    hidden = s[f"{pre}embeddings.token_embedding.weight"][1]
+    out = {"hidden_size": hidden, "vocab_size": s[f"{pre}embeddings.token_embedding.weight"][0],
+           "max_position_embeddings": s[f"{pre}embeddings.position_embedding.weight"][0],
+           "num_hidden_layers": count(s, f"{pre}encoder.layers."),
+           "intermediate_size": s[f"{pre}encoder.layers.0.mlp.fc1.weight"][0],
+           "num_attention_heads": hidden // head_dim(hidden, 64)}
+    out["projection_dim"] = s["text_projection.weight"][0] if "text_projection.weight" in s else hidden
+    return out
+
+
+def _t5_sizes(s: Shapes) -> dict:
+    bias = s["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"]
+    embed = s.get("shared.weight") or s["encoder.embed_tokens.weight"]
+    return {"d_model": embed[1], "vocab_size": embed[0], "num_layers": count(s, "encoder.block."),
+            "num_heads": bias[1], "relative_attention_num_buckets": bias[0],
+            "d_kv": s["encoder.block.0.layer.0.SelfAttention.q.weight"][0] // bias[1],
+            "d_ff": s["encoder.block.0.layer.1.DenseReluDense.wi_0.weight"][0]}
+
+
+def _llm_sizes(s: Shapes, published: dict) -> dict:
+    """A decoder-only text encoder (Qwen2.5-VL's language model, Qwen3, Mistral): counts and widths from the
+    tensors, head size from q_norm where the model has one, else the published one (fitted to the width)."""
+    text = published.get("text_config", published)
+    hidden = s["model.embed_tokens.weight"][1]
+    q, k = s["model.layers.0.self_attn.q_proj.weight"][0], s["model.layers.0.self_attn.k_proj.weight"][0]
+    if "model.layers.0.self_attn.q_norm.weight" in s:
+        head = s["model.layers.0.self_attn.q_norm.weight"][0]
+    else:
+        head = head_dim(q, text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"])
+    out = {"hidden_size": hidden, "vocab_size": s["model.embed_tokens.weight"][0],
+           "num_hidden_layers": count(s, "model.layers."),
+           "intermediate_size": s["model.layers.0.mlp.gate_proj.weight"][0],
+           "num_attention_heads": q // head, "num_key_value_heads": k // head}
+    if "head_dim" in text:
+        out["head_dim"] = head
+    rope = dict(text.get("rope_parameters") or {})
+    if "mrope_section" in rope:
+        rope["mrope_section"] = scaled(rope["mrope_section"], head // 2, even=False)
+        out["rope_parameters"] = rope
+    if "text_config" not in published:
+        return out
+    vision = {}
+    if "visual.patch_embed.proj.weight" in s:
+        embed, _, temporal, patch, _ = s["visual.patch_embed.proj.weight"]
+        merge = int(round((s["visual.merger.mlp.0.weight"][1] / embed) ** 0.5))
+        vision = {"hidden_size": embed, "depth": count(s, "visual.blocks."), "patch_size": patch,
+                  "temporal_patch_size": temporal, "spatial_merge_size": merge,
+                  "intermediate_size": s["visual.blocks.0.mlp.gate_proj.weight"][0],
+                  "out_hidden_size": s["visual.merger.mlp.2.weight"][0],
+                  "num_heads": embed // head_dim(embed, 80)}
+        published_blocks = published["vision_config"]["fullatt_block_indexes"]
+        vision["fullatt_block_indexes"] = [b for b in published_blocks if b < vision["depth"]] or [vision["depth"] - 1]
+    return {"text_config": {**text, **out}, "vision_config": {**published["vision_config"], **vision}}

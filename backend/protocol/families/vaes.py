@@ -1,0 +1,54 @@
+"""The kinds of VAE the families decode with: how a VAE file of each kind is recognised, its latent channels,
+its config sizes and how the worker reads it (the loader layout: worker/loading.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Shapes, count, groups
+
+
+@dataclass(frozen=True)
+class VaeKind:
+    id: str  # "vae-ldm"
+    layout: str  # how the worker reads its files
+
+
+KINDS = {k.id: k for k in (
+    VaeKind("vae-ldm", "ldm-vae"),  # AutoencoderKL in the LDM layout (SD3, SDXL, FLUX.1)
+    VaeKind("vae-flux2", "flux2-vae"),  # the LDM layout plus batch-norm statistics of the latents
+    VaeKind("vae-wan", "wan-vae"),  # Wan 2.1's causal 3D VAE (Qwen-Image)
+)}
+
+
+def recognise(s: Shapes) -> str | None:
+    """The VAE kind the shapes hold, None when they hold none."""
+    if "encoder.conv_in.weight" in s and "decoder.conv_out.weight" in s and "encoder.down.0.block.0.conv1.weight" in s:
+        return "vae-flux2" if "bn.running_mean" in s else "vae-ldm"
+    if "encoder.conv1.weight" in s and "decoder.head.2.weight" in s and "conv2.weight" in s:
+        return "vae-wan"
+    return None
+
+
+def width(kind: str, s: Shapes) -> int:
+    """The VAE's latent channels."""
+    if kind == "vae-wan":
+        return s["conv2.weight"][0]
+    return s["decoder.conv_in.weight"][1]
+
+
+def sizes(kind: str, s: Shapes, published: dict) -> dict:
+    """Config sizes from the tensors, laid over the published VAE's config."""
+    if kind == "vae-wan":
+        z = s["conv2.weight"][0]
+        out = {"base_dim": s["encoder.conv1.weight"][0], "z_dim": z}
+        if z != published["z_dim"]:  # the published latent statistics are for 16 channels
+            out.update(latents_mean=[0.0] * z, latents_std=[1.0] * z)
+        return out
+    levels = count(s, "encoder.down.")
+    channels = [s[f"encoder.down.{i}.block.0.conv2.weight"][0] for i in range(levels)]
+    return {"block_out_channels": channels, "layers_per_block": count(s, "encoder.down.0.block."),
+            "latent_channels": s["decoder.conv_in.weight"][1], "norm_num_groups": groups(channels),
+            "down_block_types": ["DownEncoderBlock2D"] * levels, "up_block_types": ["UpDecoderBlock2D"] * levels,
+            "use_quant_conv": "quant_conv.weight" in s, "use_post_quant_conv": "post_quant_conv.weight" in s,
+            "mid_block_add_attention": "encoder.mid.attn_1.q.weight" in s}

@@ -1,0 +1,49 @@
+"""The family registry (backend/protocol/families): each family module names things that exist, so adding a
+family is adding its module, its configs and its fixtures, and nothing else has to know it."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.protocol import families
+from backend.protocol.families import FAMILIES, PIPELINES, text_encoders, vaes
+from backend.protocol.spec import CONFIGS_DIR, read_json
+from backend.worker import lora
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("family_id", sorted(FAMILIES))
+def test_each_family_names_its_configs_parts_and_pipelines(family_id):
+    family = FAMILIES[family_id]
+    assert family.id == family_id and family.pipelines
+    for configs in family.configs:
+        folder = CONFIGS_DIR / configs.folder
+        index = read_json(folder / "model_index.json")
+        assert index["_class_name"] in {p.class_name for p in family.pipelines}, configs.folder
+        assert (folder / family.denoiser / "config.json").is_file()
+        assert (folder / "vae" / "config.json").is_file()
+        for slot in configs.text_encoders:
+            assert index[slot.component][0] == "transformers", (configs.folder, slot.component)
+            assert (folder / slot.component / "config.json").is_file(), (configs.folder, slot.component)
+            assert slot.kind in text_encoders.KINDS
+    assert family.vae in vaes.KINDS
+    assert set(family.lora_formats) <= set(lora._FORMATS)
+    assert all(PIPELINES[p.class_name].family == family_id for p in family.pipelines)
+
+
+def test_every_configs_folder_belongs_to_one_family():
+    folders = [c.folder for f in FAMILIES.values() for c in f.configs]
+    assert sorted(folders) == sorted(p.name for p in CONFIGS_DIR.iterdir() if p.is_dir())
+
+
+def test_recognition_keys_tell_every_family_apart():
+    """A file holding exactly one family's recognition keys is that family's, whatever the registry's order."""
+    for family in FAMILIES.values():
+        shapes = dict.fromkeys(family.denoiser_keys, (1, 1))
+        assert families.recognise(shapes) is family
+        assert [f.id for f in FAMILIES.values() if f.recognises(shapes)] == [family.id]
+
+
+def test_messages_name_the_families_in_order():
+    assert families.names() == "FLUX.1, FLUX.2, SD3/SD3.5, SDXL, Qwen-Image or Z-Image"
