@@ -26,7 +26,7 @@ import torch
 
 FAMILIES: tuple[str, ...] = ("flux", "flux2", "sd3", "sdxl", "qwenimage", "zimage")
 SIZES: tuple[str, ...] = ("tiny", "small")
-_SIZED_FAMILIES: tuple[str, ...] = ("flux",)  # families that also come in sizes other than "tiny"
+_SIZED_FAMILIES: tuple[str, ...] = ("flux", "zimage")  # families that also come in sizes other than "tiny"
 
 # Words that get their own BPE merges / unigram pieces, so common prompts tokenize to a realistic handful
 # of tokens instead of one token per byte. Any other text still tokenizes (byte fallback for the BPE
@@ -54,7 +54,7 @@ def build_tiny_pipeline(
     """Builds and saves one pipeline folder (model_index.json + safetensors + tokenizers). Deterministic for a seed.
 
     size="tiny": smallest that runs; size="small": same family but wider/deeper so that one 256x256, 4-step call
-    takes >= 0.3 s on one CPU thread (used by benchmarks; only needed for "flux" — raise ValueError for others).
+    takes >= 0.3 s on one CPU thread (used by benchmarks; "flux" and "zimage" only — ValueError for others).
     The global torch RNG state of the caller is left untouched (weights are drawn inside ``fork_rng``).
     """
     if family not in _BUILDERS:
@@ -682,12 +682,20 @@ def _qwenimage(seed: _Seeder, size: str) -> Any:
     )
 
 
+# Z-Image shapes per size; "small" is sized like small FLUX.1 (its VAE decoder supplies most of the time).
+_ZIMAGE_SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"dim": 32, "heads": 2, "axes": [4, 6, 6], "vae": (8, 16, 16, 16)},
+    "small": {"dim": 96, "heads": 4, "axes": [4, 10, 10], "vae": (112, 32, 16, 16)},
+}
+
+
 def _zimage(seed: _Seeder, size: str) -> Any:
     """Z-Image-Turbo-like: one single-stream transformer (noise and context refiners, then joint layers), the
     Qwen3 text encoder (its second-to-last hidden state), FLUX.1's 16-channel VAE layout (here 4 channels)."""
     from diffusers import FlowMatchEulerDiscreteScheduler, ZImagePipeline, ZImageTransformer2DModel
     from transformers import Qwen3Config, Qwen3Model
 
+    shape = _ZIMAGE_SIZES[size]
     tok = _qwen_tokenizer()
     hidden, latent = 32, 4
     text_config = Qwen3Config(
@@ -705,13 +713,13 @@ def _zimage(seed: _Seeder, size: str) -> Any:
             all_patch_size=(2,),
             all_f_patch_size=(1,),
             in_channels=latent,
-            dim=32,
+            dim=shape["dim"],
             n_layers=2,
             n_refiner_layers=1,
-            n_heads=2,
-            n_kv_heads=2,
+            n_heads=shape["heads"],
+            n_kv_heads=shape["heads"],
             cap_feat_dim=hidden,
-            axes_dims=[4, 6, 6],  # sums to the 16-wide heads, as the published [32, 48, 48] to 128
+            axes_dims=shape["axes"],  # sums to the head width, as the published [32, 48, 48] to 128
             axes_lens=[1024, 512, 512],
         ),
     )
@@ -720,6 +728,7 @@ def _zimage(seed: _Seeder, size: str) -> Any:
         vae=_vae_kl(
             seed,
             latent,
+            shape["vae"],
             scaling_factor=0.3611,
             shift_factor=0.1159,
             use_quant_conv=False,
