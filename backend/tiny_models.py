@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-FAMILIES: tuple[str, ...] = ("flux", "flux2", "sd3", "sdxl", "qwenimage", "zimage")
+FAMILIES: tuple[str, ...] = ("flux", "flux2", "sd3", "sdxl", "qwenimage", "zimage", "wan")
 SIZES: tuple[str, ...] = ("tiny", "small")
 _SIZED_FAMILIES: tuple[str, ...] = ("flux", "zimage")  # families that also come in sizes other than "tiny"
 
@@ -682,60 +682,37 @@ def _qwenimage(seed: _Seeder, size: str) -> Any:
     )
 
 
-# Z-Image shapes per size; "small" is sized like small FLUX.1 (its VAE decoder supplies most of the time).
-_ZIMAGE_SIZES: dict[str, dict[str, Any]] = {
-    "tiny": {"dim": 32, "heads": 2, "axes": [4, 6, 6], "vae": (8, 16, 16, 16)},
-    "small": {"dim": 96, "heads": 4, "axes": [4, 10, 10], "vae": (112, 32, 16, 16)},
-}
+def _wan(seed: _Seeder, size: str) -> Any:
+    """Wan 2.1-like text to video: UMT5 text encoder, a 2-block video DiT (patches 1x2x2, 2 heads), Wan's causal 3D
+    VAE (8x spatial, 4x temporal) and the published UniPC flow schedule. 5 frames of 32x32 make 8 tokens."""
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+    from transformers import UMT5Config, UMT5EncoderModel
 
-
-def _zimage(seed: _Seeder, size: str) -> Any:
-    """Z-Image-Turbo-like: one single-stream transformer (noise and context refiners, then joint layers), the
-    Qwen3 text encoder (its second-to-last hidden state), FLUX.1's 16-channel VAE layout (here 4 channels)."""
-    from diffusers import FlowMatchEulerDiscreteScheduler, ZImagePipeline, ZImageTransformer2DModel
-    from transformers import Qwen3Config, Qwen3Model
-
-    shape = _ZIMAGE_SIZES[size]
-    tok = _qwen_tokenizer()
-    hidden, latent = 32, 4
-    text_config = Qwen3Config(
-        **_qwen_text_common(len(tok), hidden),
-        num_hidden_layers=2,
-        head_dim=16,
-        tie_word_embeddings=True,
-        use_cache=False,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-    )
+    tok = _t5_tokenizer()
+    hidden, z_dim = 32, 4
+    text = UMT5Config(vocab_size=len(tok), d_model=hidden, d_kv=hidden // 4, d_ff=2 * hidden, num_layers=2,
+                      num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=32,
+                      feed_forward_proj="gated-gelu", dropout_rate=0.0, is_encoder_decoder=False, use_cache=False,
+                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     transformer = seed(
         "transformer",
-        lambda: ZImageTransformer2DModel(
-            all_patch_size=(2,),
-            all_f_patch_size=(1,),
-            in_channels=latent,
-            dim=shape["dim"],
-            n_layers=2,
-            n_refiner_layers=1,
-            n_heads=shape["heads"],
-            n_kv_heads=shape["heads"],
-            cap_feat_dim=hidden,
-            axes_dims=shape["axes"],  # sums to the head width, as the published [32, 48, 48] to 128
-            axes_lens=[1024, 512, 512],
+        lambda: WanTransformer3DModel(
+            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=z_dim,
+            out_channels=z_dim, text_dim=hidden, freq_dim=16, ffn_dim=32, num_layers=2, rope_max_seq_len=32,
         ),
     )
-    return ZImagePipeline(
-        scheduler=FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=False),
-        vae=_vae_kl(
-            seed,
-            latent,
-            shape["vae"],
-            scaling_factor=0.3611,
-            shift_factor=0.1159,
-            use_quant_conv=False,
-            use_post_quant_conv=False,
+    vae = seed(
+        "vae",
+        lambda: AutoencoderKLWan(
+            base_dim=8, z_dim=z_dim, dim_mult=[1, 2, 2, 2], num_res_blocks=1, temperal_downsample=[False, True, True],
+            latents_mean=[0.0] * z_dim, latents_std=[1.0] * z_dim,
         ),
-        text_encoder=seed("text_encoder", lambda: Qwen3Model(text_config)),
+    )
+    return WanPipeline(
         tokenizer=tok,
+        text_encoder=seed("text_encoder", lambda: UMT5EncoderModel(text)),
+        vae=vae,
+        scheduler=UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0),
         transformer=transformer,
     )
 
@@ -746,5 +723,5 @@ _BUILDERS: dict[str, Callable[[_Seeder, str], Any]] = {
     "sd3": _sd3,
     "sdxl": _sdxl,
     "qwenimage": _qwenimage,
-    "zimage": _zimage,
+    "wan": _wan,
 }

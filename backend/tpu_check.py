@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .controller import api
+from .controller.process_env import TIER2_ROOT
 from .protocol import settings
 from .protocol.errors import ParallelError
 from .protocol.spec import MODE_CHOICES, PipelineSpec, SampleRequest
@@ -39,6 +40,12 @@ MODEL = "tiny-flux"
 SIZES = ((64, 64), (64, 96))  # the two compiled shapes (multiples of FLUX's 16)
 IMAGES = 4  # images per comparison: split over the replicas of the multi-device steps
 TP_TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2}  # a sharded transformer sums in another order
+# Data Parallel's promise (README, docs/multi-chip.md): each image is its own pipeline call with its own seed, so
+# a replica computes it exactly as one worker does, bit for bit, when both compute the same way: one chip or GPU
+# each, or CPU workers with the same number of torch threads. CPU workers of different groups get different
+# thread counts by default (the cores are divided among a group's workers), and the matmuls then sum in another
+# order: within this much (3.6e-07 seen on 2 cores).
+DP_CPU_TOLERANCE = 1e-5
 VERSIONS = ("torch", "torch_tpu", "libtpu", "diffusers", "transformers", "accelerate", "safetensors", "numpy")
 
 
@@ -123,6 +130,7 @@ class TpuCheck:
         self.compiled: PipelineSpec | None = None
         self.reference: np.ndarray | None = None
         self.world = 1
+        self.threads: list[int] = []  # torch threads of the first group's workers
         self.info = None
         self.cache_dir = Path(tempfile.mkdtemp(prefix="comfyui-tpu-check-cache-"))
 
@@ -141,7 +149,8 @@ class TpuCheck:
         r.run("Shard TP over several devices", self.shard_tp, needs=("sample in strict eager",))
         r.run("Data Parallel over several devices: same images", self.data_parallel,
               needs=("sample in strict eager",))
-        api.shutdown()
+        api.shutdown()  # the chips are free again for the next step's own process
+        r.run("float64 on the device (FLUX's rotary embedding)", self.float64, needs=("detect the device",))
         shutil.rmtree(self.cache_dir, ignore_errors=True)
         return r
 
@@ -170,6 +179,7 @@ class TpuCheck:
         ready = api.checked(self.spec)
         self.world = ready.world_size
         info = api.load(self.spec)
+        self.threads = sorted({w["threads"] for w in api.worker_info()})
         layout = f"{ready.world_size} worker(s)" + (f" (Data Parallel {ready.dp_replicas} by default)"
                                                     if ready.dp_replicas > 1 else "")
         return f"{layout} on {info['device']}, {info['dtype']}, model {Path(info['model']).name}"
@@ -212,19 +222,29 @@ class TpuCheck:
     def restart(self) -> str:
         cold = api.compile_stats()
         tpu_files = _count_files(self.cache_dir / "tpu")
+        first = (cold.get("torch_tpu_cache") or {}).get("tier2")
         api.shutdown()
         api.load(self.compiled)
         warm = api.compile_stats()
         status = warm["cache"]["status"]
         if warm["disk_hits"]:
             found = f"{warm['disk_hits']} graphs from inductor's disk cache"
-        elif self.compiled.compile.backend == "tpu":  # TorchTPU counts no hits: a reused cache writes no new files
+        elif self.compiled.compile.backend == "tpu":  # a reused on-disk cache writes no new files
             found = (f"TorchTPU's cache held {tpu_files} files and gained "
                      f"{_count_files(self.cache_dir / 'tpu') - tpu_files} in the restart")
         else:
             found = f"backend {self.compiled.compile.backend} keeps no compiled graphs on disk"
         text = (f"cache folder {status}; compile {cold['compile_s']:.1f} s cold → {warm['compile_s']:.1f} s after "
                 f"the restart; {found}")
+        if tpu := warm.get("torch_tpu_cache"):
+            # Each group has its own tier-2 (shared-memory) cache, deleted when it stops: the restarted group
+            # cannot be served from the first one's, so what it did not compile came from the on-disk cache.
+            gone = first is not None and first != tpu["tier2"] and not (TIER2_ROOT / first).exists()
+            text += (f"; torch.tpu._get_cache_stats(): {tpu['requests']} requests, {tpu['hits']} hits, "
+                     f"{tpu['compilations']} compilations; tier-2 cache '{tpu['tier2']}', the first group's "
+                     f"'{first}' {'removed' if gone else 'NOT removed'}")
+            if not gone:
+                raise AssertionError(text)
         if not status.startswith("reused"):
             raise AssertionError(text)
         return text
@@ -263,11 +283,57 @@ class TpuCheck:
         images = api.sample(spec, _request())
         ready = api.checked(spec)
         diff = _diff(images, self.reference)
-        text = f"{ready.dp_replicas} replicas: {'bit-identical to' if diff == 0 else f'{diff:.2g} off'} " \
-               f"{self.world} worker(s)"
+        threads = sorted({w["threads"] for w in api.worker_info()})
+        same_way = self.kind != "cpu" or threads == self.threads
+        text = (f"{ready.dp_replicas} replicas: {'bit-identical to' if diff == 0 else f'{diff:.2g} off'} "
+                f"{self.world} worker(s)")
+        if self.kind == "cpu":
+            text += f" (torch threads per worker: {'/'.join(map(str, threads))} against {'/'.join(map(str, self.threads))})"
+        if same_way and diff:
+            raise AssertionError(text + ": workers that compute the same way must give the same pixels")
+        if diff > DP_CPU_TOLERANCE:
+            raise AssertionError(text + f": more than the {DP_CPU_TOLERANCE:g} CPU workers with other thread counts "
+                                        "may differ")
         if diff:
-            raise AssertionError(text + " (the same seed must give the same pixels)")
+            text += (f", within the {DP_CPU_TOLERANCE:g} promised for CPU workers with other thread counts (set "
+                     f"{settings.WORKER_THREADS.name} for bit-identical pixels)")
         return text
+
+
+    def float64(self) -> str:
+        """Whether float64 runs on the device, in a process of its own (one that fails or aborts ends alone)."""
+        from .controller import process_env
+        from .worker.device import FLOAT64_DOWNCAST
+
+        kind = self.kind or self.info.kind
+        where = {"tpu": "tpu:0", "cuda": "cuda:0"}.get(kind, "cpu")
+        try:
+            out = subprocess.run([sys.executable, "-c", _FLOAT64_PROBE, where], env=process_env.worker_env(kind),
+                                 capture_output=True, text=True, timeout=600)
+            found = out.stdout.strip().splitlines()[-1].split() if out.returncode == 0 and out.stdout.strip() else []
+        except subprocess.TimeoutExpired:
+            out, found = None, []
+        policy = (f"the pack computes FLUX's rotary embedding in float32 on {kind} (as diffusers does on mps and npu)"
+                  if kind in FLOAT64_DOWNCAST else f"FLUX's rotary embedding runs in float64 on {kind}")
+        if len(found) != 3:
+            why = ("no answer within 600 s" if out is None else f"exit code {out.returncode}: "
+                   + " / ".join((out.stderr or "").strip().splitlines()[-2:]))
+            return f"float64 does not run on {where} ({why}); {policy}"
+        dtype, error, float32_error = found
+        if dtype != "torch.float64":
+            return f"float64 comes back as {dtype} from {where}; {policy}"
+        return (f"float64 runs on {where}: cos of 4096 values within {float(error):.2g} of the CPU's float64 "
+                f"(float32: {float(float32_error):.2g}); {policy}")
+
+
+# cos of 4096 float64 values on the device, against the CPU in float64, and float32's own error for scale.
+_FLOAT64_PROBE = """
+import sys, torch
+x = torch.linspace(0, 4096, 4096, dtype=torch.float64)
+want = torch.cos(x * 1.0001)
+got = torch.cos(x.to(sys.argv[1]) * 1.0001).cpu()
+print(got.dtype, float((got.double() - want).abs().max()), float((torch.cos(x.float() * 1.0001).double() - want).abs().max()))
+"""
 
 
 def api_launches(spec: PipelineSpec) -> bool:

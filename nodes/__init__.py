@@ -8,6 +8,7 @@ from .lora_nodes import TPULoadLoRA
 from .parallel_nodes import TPUDataParallel, TPUShardTP
 from .pipeline_nodes import LoadTPUPipeline, LoadTPUPipelineFiles, TPUSample
 from .speed_nodes import TPUCFGParallel, TPUContextParallel, TPUSamplingOptions
+from .video_nodes import TPUSampleVideo
 
 comfy_bridge.treat_sigterm_as_ctrl_c()
 api.start_hosts()  # several hosts configured: the others can join from now on
@@ -27,6 +28,7 @@ NODE_CLASS_MAPPINGS = {
     "TPUContextParallel": TPUContextParallel,
     "TPUSamplingOptions": TPUSamplingOptions,
     "TPULoadLoRA": TPULoadLoRA,
+    "TPUSampleVideo": TPUSampleVideo,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -43,4 +45,5 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "TPUContextParallel": "Context Parallel",
     "TPUSamplingOptions": "Sampling Options (TPU)",
     "TPULoadLoRA": "Load LoRA (TPU)",
+    "TPUSampleVideo": "Sample Video (TPU)",
 }

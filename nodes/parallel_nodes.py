@@ -56,7 +56,9 @@ class TPUDataParallel:
     DESCRIPTION = ("Runs a copy of the (possibly sharded) model on each group of chips and splits the images "
                    "of each Sample between them: more images per second, same time per image. Image i always "
                    "uses seed + i, so the same seed gives the same image with any number of replicas (a "
-                   "workflow made on 8 chips reproduces on 1). Put it after Shard TP when you use both.")
+                   "workflow made on 8 chips reproduces on 1): bit for bit with one chip or GPU per worker, "
+                   "within 1e-5 for CPU workers with other thread counts. Put it after Shard TP when you use "
+                   "both.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("TPU_PIPELINE",)
     RETURN_NAMES = ("pipeline",)

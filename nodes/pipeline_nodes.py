@@ -48,7 +48,9 @@ class LoadTPUPipeline:
                                               "diffusion models) use Load TPU Pipeline (ComfyUI files)."}),
                 "dtype": (list(DTYPE_CHOICES), {"default": "auto", "tooltip":
                           "Number format of the weights. auto = bfloat16 on TPU and GPU, float32 on CPU. "
-                          "float32 doubles memory; float16 is for older GPUs."}),
+                          "float32 doubles memory; float16 is for older GPUs. float8_e4m3fn: the transformer's "
+                          "weights stored in fp8 (half of bfloat16's memory), each layer computed in bfloat16; "
+                          "eager modes only."}),
                 "device": DEVICE_INPUT,
                 "offload": (list(OFFLOAD_CHOICES), {"default": "auto", "tooltip":
                             "Keep parts of the model in host memory when the chip's memory is too small. "
@@ -80,13 +82,13 @@ class LoadTPUPipeline:
 
 
 FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/protocol/families)
-    "diffusion_model": f"The diffusion model file (models/diffusion_models or models/unet): {families.names()}, "
-                       "in bf16, fp16, fp32 or fp8 (fp8 is upcast to dtype when it loads), or GGUF (CPU and GPU "
+    "diffusion_model": f"The diffusion model file (models/diffusion_models or models/unet): {families.names(families.FROM_FILES)}, "
+                       "in bf16, fp16, fp32 or fp8 (fp8 stays fp8 with dtype auto in eager modes), or GGUF (CPU and GPU "
                        "only). Leave '(none)' when using a checkpoint.",
     "text_encoder": "A text encoder file (models/text_encoders or models/clip), in any order. "
                     f"{families.text_encoders_needed()}. With a checkpoint, only to replace or add to the ones "
                     "it holds.",
-    "vae": "The VAE file (models/vae). " + "; ".join(f"{f.name}: {f.vae_hint}" for f in families.FAMILIES.values())
+    "vae": "The VAE file (models/vae). " + "; ".join(f"{f.name}: {f.vae_hint}" for f in families.FROM_FILES)
            + ". Leave '(none)' to use the checkpoint's own VAE.",
     "checkpoint": f"An all-in-one checkpoint (models/checkpoints) of {families.single_file_names()} (with or "
                   "without its text encoders). Its parts are used unless chosen above; leave '(none)' when "
@@ -124,8 +126,10 @@ class LoadTPUPipelineFiles:
                 "checkpoint": ([NONE, *files["checkpoint"]], {"default": NONE, "tooltip":
                                FILE_TOOLTIPS["checkpoint"]}),
                 "dtype": (list(DTYPE_CHOICES), {"default": "auto", "tooltip":
-                          "Number format the weights are computed in (fp8 files are upcast to it). auto = "
-                          "bfloat16 on TPU and GPU, float32 on CPU."}),
+                          "Number format the weights are computed in. auto = bfloat16 on TPU and GPU, float32 "
+                          "on CPU; an fp8 diffusion model keeps its fp8 weights (each layer computed in that "
+                          "dtype; in compiled mode they are upcast). float8_e4m3fn: store any diffusion model's "
+                          "weights in fp8, computed in bfloat16; eager modes only."}),
                 "device": DEVICE_INPUT,
                 "offload": (list(OFFLOAD_CHOICES), {"default": "none", "tooltip":
                             "Keep parts of the model in host memory when the chip's memory is too small. "

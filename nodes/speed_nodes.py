@@ -7,7 +7,7 @@ with defaults (tests/test_node_contract.py guards this).
 from __future__ import annotations
 
 from ..backend.controller import api
-from ..backend.protocol.spec import CP_MODES
+from ..backend.protocol.spec import CP_MODES, STEP_CACHES
 from . import comfy_bridge
 
 CATEGORY = "TPU"
@@ -89,7 +89,8 @@ class TPUSamplingOptions:
                    "model reuses its embeddings, so a new seed, size, steps or guidance never runs the text "
                    "encoders again (same pixels). batched (off by default): the images of one prompt in one "
                    "pipeline call, faster where the chip has room, but not bit-identical to one image at a time. "
-                   "true_cfg_scale: FLUX.1's true classifier-free guidance against the negative prompt.")
+                   "true_cfg_scale: FLUX.1's true classifier-free guidance against the negative prompt. "
+                   "step_cache (off by default): skips transformer work on steps that barely change the image.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("TPU_PIPELINE",)
     RETURN_NAMES = ("pipeline",)
@@ -109,16 +110,28 @@ class TPUSamplingOptions:
                 "batched": ("BOOLEAN", {"default": False, "tooltip":
                             "On: the images of one prompt (batch_size) go through the model in one call, each "
                             "with its own seed: faster where the chip has room. Off: one call per image, so any "
-                            "image can be reproduced alone, bit for bit, with any batch size or replica count."}),
+                            "image can be reproduced alone, bit for bit, with any batch size or replica count "
+                            "(one chip or GPU per worker; within 1e-5 for CPU workers with other thread counts)."}),
                 "true_cfg_scale": ("FLOAT", {"default": 1.0, "min": 1.0, "max": 30.0, "step": 0.1, "round": 0.01,
                                    "tooltip": "FLUX.1 only: above 1, true classifier-free guidance against the "
                                               "negative prompt (two passes per step: slower, which CFG Parallel "
                                               "splits over 2 chips). 1 = off, FLUX.1's default."}),
+                "step_cache": (list(STEP_CACHES), {"default": "off", "tooltip":
+                               "Skip or approximate transformer work on steps whose input barely changed "
+                               "(diffusers' cache hooks; what TeaCache and WaveSpeed do): faster, slightly different "
+                               "pixels. first block: FLUX.1, Qwen-Image. taylorseer: FLUX.1, FLUX.2 [klein], "
+                               "Qwen-Image. magcache: FLUX.1. Not in compiled mode."}),
+                "cache_threshold": ("FLOAT", {"default": 0.0, "min": 0.0, "max": 10.0, "step": 0.01, "round": 0.001,
+                                    "tooltip": "How much change a skipped step may hide: higher is faster and "
+                                               "further from the uncached image. 0 = the cache's default (first "
+                                               "block 0.08, magcache 0.06); taylorseer has none."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
-    def options(self, pipeline, prompt_cache, batched, true_cfg_scale, unique_id=None):
-        spec, text = api.sampling_options(pipeline, prompt_cache, batched, true_cfg_scale)
+    def options(self, pipeline, prompt_cache, batched, true_cfg_scale, step_cache="off", cache_threshold=0.0,
+                unique_id=None):
+        spec, text = api.sampling_options(pipeline, prompt_cache, batched, true_cfg_scale, step_cache,
+                                          cache_threshold)
         comfy_bridge.send_text(unique_id, text)
         return {"ui": {"text": [text]}, "result": (spec,)}

@@ -269,6 +269,16 @@ def test_a_header_that_does_not_match_its_tensors_names_the_model_file(files, tm
                          "does not fit its other layers", "Download it again"], api.make_file_spec,
                         assemble.FileChoice(**{**FLUX1, "diffusion_model": "flux1-transposed.safetensors"}), local)
     assert "ae-tiny" not in text and "latent channels" not in text
+    # a file damaged after it was checked is named by the worker too (safetensors' own error names no file)
+    shutil.copy(good, dm / "flux1-later.safetensors")
+    spec = api.make_file_spec(assemble.FileChoice(**{**FLUX1, "diffusion_model": "flux1-later.safetensors"}), local)
+    _rewritten(good, dm / "flux1-later.safetensors", wider)
+    import torch
+
+    from backend.worker import loading
+
+    with pytest.raises(OSError, match="component 'transformer' from 'flux1-later.safetensors': SafetensorError"):
+        loading.load_files(spec.source, torch.float32, lambda text: None)
 
 
 def _huge_header(path: Path) -> Path:

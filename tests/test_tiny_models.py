@@ -22,6 +22,7 @@ PIPELINE_CLASSES = {
     "sdxl": "StableDiffusionXLPipeline",
     "qwenimage": "QwenImagePipeline",
     "zimage": "ZImagePipeline",
+    "wan": "WanPipeline",
 }
 MAX_FOLDER_BYTES = 8 * 2**20
 
@@ -51,20 +52,24 @@ def _load(folder: Path):
 
 
 def _call(pipe, seeds: list[int], height: int = 64, width: int = 64, steps: int = 2) -> np.ndarray:
+    """Images [B, H, W, C]; a video pipeline's one-frame videos as images."""
     kwargs = {}
-    if "max_sequence_length" in inspect.signature(pipe.__call__).parameters:
+    params = inspect.signature(pipe.__call__).parameters
+    if "max_sequence_length" in params:
         kwargs["max_sequence_length"] = 32
+    video = "num_frames" in params
+    kwargs.update({"num_frames": 1, "num_videos_per_prompt": len(seeds)} if video else
+                  {"num_images_per_prompt": len(seeds)})
     out = pipe(
         prompt="a photo of a cat",
         height=height,
         width=width,
         num_inference_steps=steps,
         generator=[torch.Generator().manual_seed(s) for s in seeds],
-        num_images_per_prompt=len(seeds),
         output_type="np",
         **kwargs,
     )
-    return np.asarray(out.images)
+    return np.asarray(out.frames)[:, 0] if video else np.asarray(out.images)
 
 
 def _digests(folder: Path) -> dict[str, str]:

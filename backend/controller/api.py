@@ -32,7 +32,7 @@ from ..protocol.spec import (
     mode_note,
 )
 from ..protocol.units import format_bytes
-from . import devices, group, hosts, images, models, plans
+from . import devices, group, hosts, images, models, plans, storage
 from .files import assemble, listing
 
 ProgressFn = Callable[[Status | Step], None]
@@ -60,8 +60,9 @@ def make_spec(model: str, roots: Iterable[str], dtype: str = "auto", device_choi
     kind = _check_choices(dtype, device_choice, offload)
     path = models.resolve_model_path(model, roots)
     info = models.inspect_model(path, allow_pickle=allow_pickle)
-    return PipelineSpec(model_path=info.path, class_name=info.class_name, size_factor=info.size_factor,
-                        dtype=dtype, device=device_choice, offload=offload, kind=kind, variant=info.variant)
+    return storage.resolve_storage(PipelineSpec(
+        model_path=info.path, class_name=info.class_name, size_factor=info.size_factor, dtype=dtype,
+        device=device_choice, offload=offload, kind=kind, variant=info.variant))
 
 
 def make_file_spec(choice: assemble.FileChoice, roots: Mapping[str, Iterable[str]], dtype: str = "auto",
@@ -78,7 +79,7 @@ def make_file_spec(choice: assemble.FileChoice, roots: Mapping[str, Iterable[str
     spec = PipelineSpec(model_path=main, class_name=class_name, size_factor=0, dtype=dtype, device=device_choice,
                         offload=offload, kind=kind, source=source)
     factor = models.vae_scale(spec.component_config("vae")) * spec.family.size_multiple_of_vae
-    return spec.with_changes(size_factor=factor)
+    return storage.resolve_storage(spec.with_changes(size_factor=factor))
 
 
 def describe_files(spec: PipelineSpec) -> str:
@@ -90,6 +91,8 @@ def describe_files(spec: PipelineSpec) -> str:
         how = {"scaled-fp8": ", scaled fp8: dequantized on load", "gguf": ", GGUF"}.get(part.quant, "")
         inside = " (in the checkpoint)" if part.prefix and part.name not in ("transformer", "unet") else ""
         lines.append(f"{part.name}: {Path(part.path).name}{inside}{how}")
+    if kept := storage.describe(spec):
+        lines.append(kept)
     return "\n".join([*lines, *(spec.source.notes if spec.source else ())])
 
 
@@ -99,7 +102,7 @@ def checked(spec: PipelineSpec) -> PipelineSpec:
     TPU: a worker count TorchTPU launches). Run before every request; specs built by scripts are checked too."""
     if not spec.kind:
         spec = spec.with_changes(kind=devices.resolve_kind(spec.device))
-    spec = plans.with_sharded_encoders(plans.default_layout(spec))
+    spec = storage.resolve_storage(plans.with_sharded_encoders(plans.default_layout(spec)))
     spec = plans.resolve_load_order(plans.resolve_offload(spec))
     plans.check_spec(spec)
     for lora in spec.loras:
@@ -121,6 +124,8 @@ def describe_pipeline(spec: PipelineSpec) -> str:
         lines = [f"{spec.name} ({spec.family.name}) on CUDA ({n} GPU{'s' if n != 1 else ''})"]
     else:
         lines = [f"{spec.name} ({spec.family.name}) on the CPU"]
+    if kept := storage.describe(spec):
+        lines.append(kept)
     if spec.offload == "auto":
         lines.append(plans.choose_offload(spec).reason)
     return "\n".join(lines)
@@ -134,7 +139,8 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
             raise ModelError(f"{f.name}: {value} is not a number the pipeline can use; give a finite value "
                              f"(e.g. {getattr(SampleRequest, f.name)}).")
     models.check_size(models.info_of(spec), req.width, req.height)
-    plans.check_cp_size(spec, req.width, req.height)
+    models.check_frames(spec.family, req.frames)
+    plans.check_cp_size(spec, req.width, req.height, req.frames)
     if req.steps < 1:
         raise ModelError(f"steps: {req.steps} is too small; use at least 1.")
     if req.batch_size < 1:
@@ -173,8 +179,8 @@ def load(spec: PipelineSpec, on_progress: ProgressFn | None = None,
 def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None = None,
            should_interrupt: Callable[[], bool] | None = None, image: np.ndarray | None = None,
            mask: np.ndarray | None = None) -> np.ndarray:
-    """Images [B, H, W, C] float32 in 0..1 for one request (loading the pipeline first if needed). Where the
-    time went is kept for `last_latency`.
+    """Images [B, H, W, C] float32 in 0..1 for one request (loading the pipeline first if needed); a video
+    pipeline's frames, one video after another [B·F, H, W, C]. Where the time went is kept for `last_latency`.
 
     `image` (IMAGE [B, H, W, C] in 0..1) starts image-to-image, or gives reference images to the families that
     take them; with `mask` (MASK [B, H, W], 1 = repaint) it inpaints. See `describe_inputs`."""
@@ -371,9 +377,10 @@ def context_parallel(spec: PipelineSpec, degree: int, mode: str = "ulysses") -> 
 
 
 def sampling_options(spec: PipelineSpec, prompt_cache: bool = True, batched: bool = False,
-                     true_cfg_scale: float = 1.0) -> tuple[PipelineSpec, str]:
+                     true_cfg_scale: float = 1.0, step_cache: str = "off",
+                     cache_threshold: float = 0.0) -> tuple[PipelineSpec, str]:
     """`spec` with these sampling options, checked; and what they do, for the node's text."""
-    return plans.plan_sampling(spec, prompt_cache, batched, true_cfg_scale)
+    return plans.plan_sampling(spec, prompt_cache, batched, true_cfg_scale, step_cache, cache_threshold)
 
 
 # ---- warm start
@@ -424,6 +431,9 @@ def with_compile(spec: PipelineSpec, target: str, backend: str, warmup: str,
                  snap_to_warmup: bool = False) -> tuple[PipelineSpec, list[str]]:
     """`spec` in compiled mode with this plan, checked against the model and device; and notes for the user."""
     shapes = plans.parse_warmup(warmup)
+    if shapes and spec.family.frame_step:
+        raise CompileError(f"warmup: {spec.family.name} makes videos, and warm-ups compile image sizes only so far; "
+                           "leave warmup empty: each (frames, size) compiles on its first Sample Video.")
     for w, h, _ in shapes:
         try:
             models.check_size(models.info_of(spec), w, h)

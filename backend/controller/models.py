@@ -216,6 +216,22 @@ def check_size(info: ModelInfo, width: int, height: int, max_side: int = 8192) -
                              f"use {near}.")
 
 
+def check_frames(family: Pipeline, frames: int) -> None:
+    """A video pipeline makes 1 + k·frame_step frames (Sample Video); an image pipeline none (Sample)."""
+    step = family.frame_step
+    if not step:
+        if frames:
+            raise ModelError(f"pipeline: {family.name} makes images, not videos; use Sample (TPU) with it.")
+        return
+    if not frames:
+        raise ModelError(f"pipeline: {family.name} makes videos; use Sample Video (TPU) with it.")
+    if frames < 1 or (frames - 1) % step:
+        lo = max(1, (frames - 1) // step * step + 1)
+        near = f"{lo} or {lo + step}" if frames > 1 else "1"
+        raise ModelError(f"frames: {family.name} makes 1 + a multiple of {step} frames (its VAE packs {step} frames "
+                         f"into one), not {frames}; use {near}.")
+
+
 def check_lora(path: str) -> str:
     """A LoRA file ready to apply: an existing .safetensors file whose tensors include LoRA layers (reads only
     its header). Returns its absolute path; raises ModelError naming the file and the fix."""

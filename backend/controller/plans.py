@@ -27,7 +27,8 @@ from ..protocol.spec import (
     listed_components,
 )
 from ..protocol.units import format_bytes
-from . import devices, hosts, models
+from . import devices, hosts, models, storage
+from . import step_cache as step_caching
 
 # ---- Shard TP and Data Parallel
 
@@ -407,8 +408,11 @@ def choose_offload(spec: PipelineSpec) -> OffloadChoice:
     if spec.kind == "cpu":
         return OffloadChoice("none", "offload auto → none: on the CPU the weights stay in host memory anyway")
     memory = devices.device_memory_bytes(spec.kind)
-    dtype = "bfloat16" if spec.dtype == "auto" else spec.dtype
+    dtype = "bfloat16" if spec.dtype == "auto" else storage.compute_dtype(spec)
     parts = models.weight_bytes(spec, _FLOAT_BYTES[dtype])
+    if spec.storage:  # fp8 storage: the denoiser counts at its stored size
+        parts = storage.stored_bytes(spec, parts, models.weight_bytes(spec, 1))
+        dtype = f"{dtype} ({spec.storage} denoiser)"
     if memory is None or not parts:
         return OffloadChoice("none", "offload auto → none (the device's memory or the model's size is unknown)")
     usable = memory * OFFLOAD_HEADROOM
@@ -617,24 +621,29 @@ def check_cp(spec: PipelineSpec) -> None:
 TEXT_TOKENS = 512  # FLUX.1 / FLUX.2: prompts are padded to max_sequence_length, 512 unless compiled otherwise
 
 
-def check_cp_size(spec: PipelineSpec, width: int, height: int) -> None:
-    """Image tokens must split evenly over the context ranks (prompt-length text uses diffusers' 'anything'
-    variant, which takes any length)."""
+def check_cp_size(spec: PipelineSpec, width: int, height: int, frames: int = 0) -> None:
+    """Image (video) tokens must split evenly over the context ranks (prompt-length text uses diffusers'
+    'anything' variant, which takes any length). A video's tokens: its latent frames × the image's."""
     degree = spec.cp_degree
     if degree == 1 or spec.family.variable_text:
         return
-    tokens = (width // spec.size_factor) * (height // spec.size_factor)
+    latent_frames = (frames - 1) // spec.family.frame_step + 1 if spec.family.frame_step and frames else 1
+    tokens = latent_frames * (width // spec.size_factor) * (height // spec.size_factor)
     if tokens % degree:
-        raise ParallelError(f"width/height: {width}x{height} makes {tokens} image tokens, which Context Parallel "
+        video = f" × {latent_frames} latent frames ((frames - 1)/{spec.family.frame_step} + 1)" if latent_frames > 1 else ""
+        what = "video" if spec.family.frame_step else "image"
+        raise ParallelError(f"width/height: {width}x{height} makes {tokens} {what} tokens, which Context Parallel "
                             f"degree {degree} cannot split evenly; choose a size where (width/{spec.size_factor}) × "
-                            f"(height/{spec.size_factor}) is a multiple of {degree}.")
+                            f"(height/{spec.size_factor}){video} is a multiple of {degree}.")
 
 
-def plan_sampling(spec: PipelineSpec, prompt_cache: bool, batched: bool,
-                  true_cfg_scale: float) -> tuple[PipelineSpec, str]:
-    """Sampling Options: the prompt-embedding cache, batched calls, FLUX.1's true CFG; checked, and what they do."""
+def plan_sampling(spec: PipelineSpec, prompt_cache: bool, batched: bool, true_cfg_scale: float,
+                  step_cache: str = "off", cache_threshold: float = 0.0) -> tuple[PipelineSpec, str]:
+    """Sampling Options: the prompt-embedding cache, batched calls, FLUX.1's true CFG, step caching; checked, and
+    what they do."""
     spec = spec.with_changes(prompt_cache=bool(prompt_cache), batched=bool(batched),
-                             true_cfg_scale=float(true_cfg_scale))
+                             true_cfg_scale=float(true_cfg_scale), step_cache=step_cache,
+                             cache_threshold=float(cache_threshold))
     check_sampling(spec)
     lines = [("prompt_cache on: a prompt seen before on this model reuses its embeddings (no text encoder run, "
               "none moved to the chip under offload); the same pixels as without it."
@@ -646,10 +655,13 @@ def plan_sampling(spec: PipelineSpec, prompt_cache: bool, batched: bool,
     if spec.true_cfg_scale > 1:
         lines.append(f"true_cfg_scale {spec.true_cfg_scale:g}: FLUX.1 runs true CFG against the negative prompt "
                      "(two passes per step; CFG Parallel splits them).")
+    if cached := step_caching.describe(spec):
+        lines.append(cached)
     return spec, "\n".join(lines)
 
 
 def check_sampling(spec: PipelineSpec) -> None:
+    step_caching.check(spec)
     scale = spec.true_cfg_scale
     if not (isinstance(scale, (int, float)) and 0 < scale <= 100):
         raise ParallelError(f"true_cfg_scale: {scale} is out of range; use 1 (off) up to 100.")

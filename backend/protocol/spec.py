@@ -13,7 +13,14 @@ from pathlib import Path
 
 from .families import PIPELINES, Pipeline
 
-DTYPE_CHOICES = ("auto", "bfloat16", "float16", "float32")
+# float8_e4m3fn: the denoiser's weights stored in fp8 and computed in bfloat16 layer by layer (diffusers'
+# enable_layerwise_casting); appended last, as saved workflows store the choice by value
+DTYPE_CHOICES = ("auto", "bfloat16", "float16", "float32", "float8_e4m3fn")
+FP8_STORAGE = ("float8_e4m3fn", "float8_e5m2")  # storage dtypes kept as they are (spec.storage)
+# Step caching (Sampling Options): diffusers' cache hooks that skip or approximate transformer work on steps
+# whose input barely changed; "off" first (the default). Which suit a pipeline: its `Pipeline.step_caches`.
+STEP_CACHES = ("off", "first block", "taylorseer", "magcache")
+CACHE_THRESHOLDS = {"first block": 0.08, "magcache": 0.06}  # threshold 0 means these; TaylorSeer has none
 DEVICE_CHOICES = ("auto", "tpu", "cuda", "cpu")
 OFFLOAD_CHOICES = ("none", "model", "sequential", "auto")  # auto: the controller picks one of the others
 MODE_CHOICES = ("strict eager", "defer-and-fuse eager", "compiled", "debug eager (launch blocking)")
@@ -167,6 +174,12 @@ class PipelineSpec:
     source: FileSource | None = None  # artists' files (ComfyUI's folders) instead of a diffusers folder
     variant: str = ""  # the weights variant a diffusers folder holds only ("fp16": *.fp16.safetensors)
     loras: tuple[LoraRef, ...] = ()  # applied in this order on top of the loaded weights
+    # The denoiser's weights kept in this fp8 dtype (FP8_STORAGE) and cast to the compute dtype layer by layer;
+    # "" = stored in the compute dtype. Set by the controller (storage.resolve_storage) from the dtype choice or
+    # the file's fp8 weights.
+    storage: str = ""
+    step_cache: str = "off"  # STEP_CACHES (Sampling Options)
+    cache_threshold: float = 0.0  # the cache kind's threshold; 0 = its default (Sampling Options)
 
     @property
     def family(self) -> Pipeline:
@@ -206,7 +219,7 @@ class PipelineSpec:
     def load_key(self) -> tuple:
         """Changing any of these reloads the weights; mode, compile plan and LoRAs do not."""
         return (self.model_path, self.source, self.variant, self.dtype, self.offload, self.tp_degree,
-                self.tp_text_encoders, self.cp_degree, self.cp_mode, self.cfg_parallel)
+                self.tp_text_encoders, self.cp_degree, self.cp_mode, self.cfg_parallel, self.storage)
 
     def compile_plan(self) -> CompilePlan | None:
         """The plan the worker runs: None unless the mode is 'compiled'."""
@@ -234,7 +247,8 @@ class PipelineSpec:
 
 @dataclass(frozen=True)
 class SampleRequest:
-    """One Sample call. Each image i of the batch uses its own generator seeded with seed + i."""
+    """One Sample (or Sample Video) call. Each image (video) i of the batch uses its own generator seeded with
+    seed + i; a video's frames come back one after another in the image batch."""
 
     prompt: str
     negative_prompt: str = ""
@@ -246,6 +260,7 @@ class SampleRequest:
     batch_size: int = 1
     prompt_per_line: bool = False  # each non-empty line is a prompt; batch_size images each
     denoise: float = 1.0  # with an input image: how much of it is repainted (0 keeps it, 1 repaints it all)
+    frames: int = 0  # frames of each video (video pipelines: Sample Video); 0: an image
 
     def to_dict(self) -> dict:
         return asdict(self)

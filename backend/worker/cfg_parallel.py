@@ -1,13 +1,13 @@
 """CFG Parallel: the two classifier-free-guidance passes of each denoising step on two ranks.
 
 diffusers has no CFG parallelism of its own (its `_modeling_parallel.py` lists it as to do), so this is ours,
-kept small and in this one place. Pipelines run CFG in one of two ways (`protocol.spec.Family.cfg_passes`):
+kept small and in this one place. Pipelines run CFG in one of two ways (`protocol.families.Pipeline.cfg_passes`):
 
 - "batch" (SD3, SDXL, Z-Image): one denoiser call on a doubled batch ([uncond, cond]; Z-Image: [cond, uncond], as
   lists of per-image tensors). Each rank runs its half of the batch and the halves are gathered, so both ranks
   hold the whole prediction and take the same guidance and scheduler step. Half a batch is not bit-identical to the doubled batch (batched matmuls differ in the last bits): images
   match one worker within 1e-4 in float32 (seen: about 1e-5).
-- "branches" (FLUX.1 true CFG, Qwen-Image, FLUX.2 klein base): a call under `cache_context("cond")`, then one under
+- "branches" (FLUX.1 true CFG, Qwen-Image, FLUX.2 klein base, Wan): a call under `cache_context("cond")`, then one under
   `cache_context("uncond")`. Rank 0 computes cond, rank 1 uncond. Rank 1's cond call returns a placeholder, filled
   in place when the two exchange their predictions during the uncond call (the pipelines do not read the
   prediction in between; FLUX.2's slice of it is a view). Same arithmetic as one worker: bit-identical.
@@ -37,7 +37,8 @@ def two_passes(pipe: Any, passes: str, kwargs: dict, cfg_above: float = 1.0) -> 
     if "true_cfg_scale" in kwargs:  # FLUX.1, Qwen-Image: true CFG needs a negative prompt (or its embeddings)
         negative = kwargs.get("negative_prompt") is not None or kwargs.get("negative_prompt_embeds") is not None
         return kwargs["true_cfg_scale"] > 1 and negative
-    return kwargs.get("guidance_scale", 0) > 1 and not getattr(pipe.config, "is_distilled", True)  # FLUX.2 klein
+    # Wan; FLUX.2 klein's distilled models run one pass
+    return kwargs.get("guidance_scale", 0) > 1 and not getattr(pipe.config, "is_distilled", False)
 
 
 @functools.cache

@@ -44,11 +44,13 @@ class Shape:
     text: int  # text tokens the denoiser sees
     variable_text: bool = False  # the pipeline's text length follows the prompt (Qwen-Image): show it
     negative_text: int = 0  # Z-Image under CFG: the negative prompt's padded length, when not the prompt's
+    frames: int = 0  # a video's frames (each count is a shape of its own); 0: an image
 
     def label(self) -> str:
         extra = (", CFG" if self.cfg else "") + (f", prompt ≤ {self.text} tokens" if self.variable_text else "")
         extra += f", negative prompt ≤ {self.negative_text} tokens" if self.negative_text else ""
-        return f"{self.width}x{self.height} (batch {self.batch}{extra})"
+        frames = f"x{self.frames} frames" if self.frames else ""
+        return f"{self.width}x{self.height}{frames} (batch {self.batch}{extra})"
 
 
 def _dynamo_counts() -> dict[str, float]:
@@ -244,8 +246,9 @@ class Compiler:
         negative = 0
         if spec.family.prompt_step:
             text, negative = self._prompt_steps(pipe, kwargs, spec.family.prompt_step, cfg, text)
-        return Shape(kwargs["width"], kwargs["height"], kwargs.get("num_images_per_prompt", 1), cfg, text,
-                     variable or bool(spec.family.prompt_step), negative)
+        batch = kwargs.get("num_images_per_prompt", kwargs.get("num_videos_per_prompt", 1))
+        return Shape(kwargs["width"], kwargs["height"], batch, cfg, text, variable or bool(spec.family.prompt_step),
+                     negative, kwargs.get("num_frames", 0))
 
     @staticmethod
     def _prompt_steps(pipe, kwargs: dict, step: int, cfg: bool, max_len: int) -> tuple[int, int]:

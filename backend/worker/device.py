@@ -32,6 +32,38 @@ def prepare_worker(kind: str) -> None:
         if accelerator is None or accelerator.type != "tpu":
             raise RuntimeError("TorchTPU did not register the 'tpu' device in this worker (accelerator: "
                                f"{accelerator}); is TORCH_DEVICE_BACKEND_AUTOLOAD=0 set for the workers?")
+    if kind in FLOAT64_DOWNCAST:
+        downcast_float64(kind)
+
+
+# Devices on which diffusers computes in float32 where it would use float64 (FLUX.1's and FLUX.2's rotary
+# embedding), as it does itself on mps, npu and neuron. Whether TorchTPU runs float64 well (natively, emulated, or
+# not at all) is unknown: `python -m backend tpu-check` reports it. The CPU pixel difference this makes is in
+# tests/test_device.py.
+FLOAT64_DOWNCAST = ("tpu",)
+
+
+def downcast_float64(device_type: str) -> None:
+    """Adds `device_type` to diffusers' own list of devices without float64
+    (diffusers.utils.torch_utils._FP64_UNSUPPORTED_DEVICES, read by maybe_adjust_dtype_for_device at each call)."""
+    import torch
+    from diffusers.utils import torch_utils
+
+    devices = torch_utils._DTYPE_UNSUPPORTED_DEVICES[torch.float64] | {device_type}
+    torch_utils._FP64_UNSUPPORTED_DEVICES = devices
+    torch_utils._DTYPE_UNSUPPORTED_DEVICES[torch.float64] = devices
+
+
+def tpu_cache_stats(kind: str) -> dict | None:
+    """TorchTPU's compile-cache counters (torch.tpu._get_cache_stats()) and the tier-2 cache name this worker was
+    given (the controller's process_env); None off TPU."""
+    if kind != "tpu":
+        return None
+    import torch
+
+    stats = torch.tpu._get_cache_stats()
+    return {"requests": stats.num_cache_reqs, "hits": stats.num_cache_hits, "compilations": stats.num_compilations,
+            "tier2": os.environ.get("TORCH_TPU_TIER2_COMPILATION_CACHE")}
 
 
 def torch_device(kind: str, local_rank: int):
@@ -46,7 +78,11 @@ def torch_device(kind: str, local_rank: int):
         # runtime (a tensor created on tpu:0 would not; its allocation is deferred). Until it has started,
         # TorchTPU counts every device on the PCI bus, and DeviceMesh and diffusers' TP would pick
         # index LOCAL_RANK, which does not exist in this process. Not run on a TPU yet.
-        torch.accelerator.set_device_index(0)
+        try:
+            torch.accelerator.set_device_index(0)
+        except Exception as e:
+            raise RuntimeError(f"this TPU worker could not bind its chip ({type(e).__name__}: {e}). "
+                               f"{launch_report()}") from e
         check_one_device(torch.accelerator.device_count())
         return torch.device("tpu", 0)
     return torch.device("cpu")
@@ -56,11 +92,52 @@ def check_one_device(count: int) -> None:
     """A TPU worker must see exactly one device once bound; anything else means its runtime did not start as
     TorchTPU's launch environment says, and tensor-parallel placement would go wrong."""
     if count != 1:
-        raise RuntimeError(
-            f"this TPU worker sees {count} devices after binding, not 1: TorchTPU's runtime did not start with one "
-            f"chip per process (LOCAL_RANK={os.environ.get('LOCAL_RANK')}, TORCH_TPU_TOPOLOGY="
-            f"{os.environ.get('TORCH_TPU_TOPOLOGY')}, TPU_VISIBLE_CHIPS={os.environ.get('TPU_VISIBLE_CHIPS')}). "
-            "Please report it with the output of `python -m backend tpu-check`.")
+        raise RuntimeError(f"this TPU worker sees {count} devices after binding, not 1: TorchTPU's runtime did not "
+                           f"start with one chip per process. {launch_report()}")
+
+
+# What the controller gives every rank, then what TorchTPU's C++ sets for this one when its runtime starts.
+LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCH_TPU_TOPOLOGY",
+                    "TORCH_TPU_SLICEBUILDER_ADDRESSES")
+TORCH_TPU_SETS = ("TPU_VISIBLE_CHIPS", "TPU_VISIBLE_DEVICES", "CLOUD_TPU_TASK_ID", "TPU_PROCESS_BOUNDS",
+                  "TPU_CHIPS_PER_PROCESS_BOUNDS", "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES")
+WORKER_CONFIGURATION = "DistributedWorkerConfiguration: "  # TorchTPU's own log line (a string in its C++ library)
+
+
+def launch_report() -> str:
+    """The launch variables as this process sees them, read through libc: TorchTPU sets its own with C setenv,
+    which Python's os.environ (a copy made at start-up) never shows; then TorchTPU's DistributedWorkerConfiguration
+    line from this process's log, and what to do."""
+    values = ", ".join(f"{name}={c_getenv(name)}" for name in (*LAUNCH_VARIABLES, *TORCH_TPU_SETS))
+    line = worker_configuration_line()
+    said = f" TorchTPU logged: {line}" if line else (" TorchTPU logged no DistributedWorkerConfiguration line in "
+                                                     "this worker's log.")
+    return (f"Launch variables (read through libc): {values}.{said} Please report it with the output of "
+            "`python -m backend tpu-check`.")
+
+
+def c_getenv(name: str) -> str | None:
+    """The variable as the C library sees it now (what TorchTPU's C++ set with setenv included)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    value = libc.getenv(name.encode())
+    return None if value is None else value.decode(errors="replace")
+
+
+def worker_configuration_line(max_bytes: int = 1 << 20) -> str | None:
+    """TorchTPU's last 'DistributedWorkerConfiguration: ...' line written by this process (absl's prefix names the
+    thread, which for the main thread is the pid), read back from its stderr: the group's log file, which the
+    launcher opens for reading and writing. None when stderr is not a readable file or holds no such line."""
+    try:
+        size = os.fstat(2).st_size
+        data = os.pread(2, max_bytes, max(0, size - max_bytes)).decode(errors="replace")
+    except OSError:
+        return None
+    pid = f" {os.getpid()} "
+    lines = [line.strip() for line in data.splitlines() if WORKER_CONFIGURATION in line and pid in line]
+    return lines[-1] if lines else None
 
 
 def default_dtype_name(kind: str) -> str:

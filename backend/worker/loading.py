@@ -119,6 +119,8 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
     `extra_kwargs` as for load_pipeline: a transformer that diffusers reads with `from_pretrained` gets its
     tensor-parallel config there (each rank reads its slices); one read through a converter is loaded whole
     and then sharded with the same config."""
+    from safetensors import SafetensorError
+
     for note in source.notes:
         status(note)
     with tempfile.TemporaryDirectory(prefix="comfyui-tpu-files-") as tmp:
@@ -134,7 +136,7 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
                    f"{total}")
             try:
                 loaded[name] = _load_file_component(root, name, cls, part, dtype, (extra_kwargs or {}).get(name, {}))
-            except (OSError, ValueError, KeyError, RuntimeError) as e:
+            except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as e:  # it names no file
                 raise OSError(f"component '{name}' from '{Path(part.path).name}': {type(e).__name__}: {e}") from e
         if checkpoint is not None:
             rest = [n for n, _, f in parts if n not in loaded]

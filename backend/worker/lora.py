@@ -9,6 +9,10 @@ as dense deltas would be tens of GB), and each touched weight is rewritten from 
 own arithmetic and order (what `fuse_lora(lora_scale=strength)` does), so images equal diffusers' fused LoRA bit
 for bit in float32, and strength 0 or removal restores the original weights exactly.
 
+Weights stored in fp8 (fp8 storage, diffusers' layerwise casting) get the LoRA the way diffusers' fused LoRA
+followed by `enable_layerwise_casting` would have it: the original fp8 weight in the compute dtype plus the deltas,
+rounded to fp8 once; the fp8 originals are kept, so removal restores them exactly.
+
 Under Shard TP each rank writes its own slice of every delta, cut with diffusers' own TP helpers (so packed
 layouts come out right). Data-parallel replicas each apply the LoRAs themselves.
 """
@@ -29,6 +33,7 @@ import torch
 from ..protocol.errors import ModelError
 from ..protocol.families import PIPELINES, family_of
 from ..protocol.spec import LoraRef
+from .storage import compute_dtype_of, compute_dtype_of_model
 
 _DOWN_KEY = re.compile(r"(lora_A|lora[._]down)\.weight$")  # one per LoRA layer, in every converted layout
 _LYCORIS = ("lokr_", "hada_", "lycoris_", ".oft_", "lora_mid")
@@ -240,7 +245,7 @@ def skeleton(pipe: Any) -> Any:
     for name, module in pipe.components.items():
         if not isinstance(module, torch.nn.Module):
             continue
-        dtype = next(module.parameters()).dtype
+        dtype = compute_dtype_of_model(module)  # fp8 storage: LoRA factors in the compute dtype
         with torch.device("meta"):
             copy = type(module)._from_config(module.config) if hasattr(module, "_from_config") else \
                 type(module).from_config(module.config)
@@ -380,6 +385,8 @@ class Loras:
         touched = {(c, m, p) for _, (_, layers) in resolved for (c, m), layer in layers.items()
                    for p in (("weight", "bias") if layer.bias is not None else ("weight",))}
         self._applied = None  # until the rewrite is complete: a failure midway is redone from the originals
+        # Weights stored in fp8 (layerwise casting): summed in their compute dtype, then rounded to fp8 once
+        sums: dict[tuple[str, str, str], torch.Tensor] = {}
         with torch.no_grad():
             for key in [k for k in self._originals if k not in touched]:  # LoRAs removed: originals back
                 self._local(key).copy_(self._originals.pop(key))
@@ -387,6 +394,8 @@ class Loras:
                 target = self._local(key)
                 if key not in self._originals:
                     self._originals[key] = target.detach().to("cpu", copy=True)
+                if (compute := compute_dtype_of(self._module(key))) is not None:
+                    sums[key] = self._originals[key].to(target.device, compute)
                 else:
                     target.copy_(self._originals[key])
             for ref, (_, layers) in resolved:  # peft's order: one LoRA after the other, each rounded once
@@ -394,11 +403,14 @@ class Loras:
                     strength = ref.strength if component in _DENOISERS else ref.te_strength
                     if strength == 0:
                         continue
-                    weight = self._local((component, module, "weight"))
-                    self._add((component, module, "weight"), layer.delta(strength, weight.dtype, weight.device))
+                    key = (component, module, "weight")
+                    weight = sums.get(key, self._local(key))
+                    self._add(key, layer.delta(strength, weight.dtype, weight.device), sums)
                     if layer.bias is not None:
                         bias = (layer.bias.to(weight.device, torch.float32) * (layer.scale * strength))
-                        self._add((component, module, "bias"), bias.to(weight.dtype))
+                        self._add((component, module, "bias"), bias.to(weight.dtype), sums)
+            for key, value in sums.items():
+                self._local(key).copy_(value)  # rounded to the storage dtype
         self._applied = want
         self.apply_s = time.perf_counter() - started
         gc_keys = {key for key, _, _ in want}
@@ -425,17 +437,20 @@ class Loras:
             self._cache[key] = self._cache.pop(key)  # most recently used last
         return key, self._cache[key]
 
+    def _module(self, key: tuple[str, str, str]) -> torch.nn.Module:
+        component, module, _ = key
+        return getattr(self.pipe, component).get_submodule(module)
+
     def _param(self, key: tuple[str, str, str]) -> torch.Tensor:
-        component, module, param = key
-        return getattr(getattr(self.pipe, component).get_submodule(module), param)
+        return getattr(self._module(key), key[2])
 
     def _local(self, key: tuple[str, str, str]) -> torch.Tensor:
         """The tensor this rank holds for a parameter (its shard under tensor parallelism)."""
         p = self._param(key)
         return p.to_local() if hasattr(p, "to_local") else p
 
-    def _add(self, key: tuple[str, str, str], delta: torch.Tensor) -> None:
-        target = self._local(key)
+    def _add(self, key: tuple[str, str, str], delta: torch.Tensor, sums: dict) -> None:
+        target = sums[key] if key in sums else self._local(key)
         if self._tp is not None and key[0] == self._tp[1]:
             from diffusers.hooks.tensor_parallel import _local_shard
 

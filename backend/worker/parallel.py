@@ -195,6 +195,14 @@ class StopVote:
         return bool(flag.item())
 
 
+def pass_peers(spec: PipelineSpec):
+    """The CPU (gloo) group of the ranks that run one denoiser pass together (Shard TP and Context Parallel
+    shards of one CFG branch: contiguous ranks), or None when a pass runs on one rank. Collective the first
+    time: every rank calls it."""
+    size = spec.tp_degree * spec.cp_degree
+    return _vote_group(size) if size > 1 else None
+
+
 @cache
 def _vote_group(model_ranks: int):
     """This rank's CPU (gloo) group of the ranks of its replica (contiguous); made once per process and size.

@@ -19,14 +19,15 @@ import torch
 from ..protocol import messages, settings
 from ..protocol.errors import Interrupted
 from ..protocol.messages import Request, Status, Step
-from ..protocol.spec import PipelineSpec, SampleRequest, mode_note, warmup_request
-from . import device, images, loading, parallel
+from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
+from . import device, images, loading, parallel, storage
 from .cfg_parallel import CFGParallel, two_passes
 from .compile_cache import CACHE_INFO
 from .compiler import Compiler, denoiser
 from .latency import Latency
 from .lora import Loras
 from .prompt_cache import PromptCache, text_encoder_state
+from .step_cache import StepCache
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 # Allocator messages: torch CUDA ("CUDA out of memory"), torch CPU ("DefaultCPUAllocator: can't allocate
@@ -49,6 +50,8 @@ class Runtime:
         self._cache_told = False  # a renewed or unusable compile cache folder is said once
         self.compiler = Compiler(self.status)
         self.loras = Loras(self.status)
+        self.step_cache = StepCache(self.status)
+        self.pass_peers: Any = None  # the ranks of one denoiser pass (TP/context shards), when step caching needs them
         self.image_pipes = images.ImagePipelines()
         self.vote = parallel.StopVote(1)  # replaced at load time when the model is split over ranks
         self.prompts = PromptCache()
@@ -81,12 +84,15 @@ class Runtime:
     def info(self) -> dict:
         return {"rank": self.rank, "pid": os.getpid(), "device": str(self.device), "loads": self.loads,
                 "samples": self.samples, "steps": self.steps,
+                "threads": torch.get_num_threads(),  # CPU pixels agree bit for bit only at equal thread counts
                 "model": self.loaded.model_path if self.loaded else None,
                 "dtype": str(self.pipe.dtype).replace("torch.", "") if self.pipe is not None else None,
                 "offload": self.loaded.offload if self.loaded else None,
+                "storage": self.loaded.storage if self.loaded else None,  # fp8 storage of the denoiser ("" none)
                 "device_mesh": parallel.group_mesh.cache_info().currsize > 0,  # this process built one
                 "loras": self.loras.info(), "lora_apply_s": self.loras.apply_s,
-                "compile": {"mode": self.mode, "note": mode_note(self.kind, self.mode), **self.compiler.stats()},
+                "compile": {"mode": self.mode, "note": mode_note(self.kind, self.mode), **self.compiler.stats(),
+                            "torch_tpu_cache": device.tpu_cache_stats(self.kind)},
                 "prompt_cache": self.prompts.stats()}
 
     # ---- loading, mode, warm-up
@@ -95,6 +101,8 @@ class Runtime:
         if self.loaded is None or self.loaded.load_key() != spec.load_key():
             self.load(spec)
         self.set_mode(spec)
+        if spec.step_cache != "off":  # collective the first time: every rank prepares every request
+            self.pass_peers = parallel.pass_peers(spec)
         tp = (parallel.spec_mesh(spec, self.kind)["tp"], "transformer") if spec.tp_degree > 1 else None
         self.loras.apply(self.pipe, spec.loras, spec.family.name, tp)
         for i, todo in enumerate(pending := self.compiler.apply(self.pipe, spec, self.dtype_name(spec)), 1):
@@ -107,7 +115,10 @@ class Runtime:
         return self.info()
 
     def dtype_name(self, spec: PipelineSpec) -> str:
-        return device.default_dtype_name(self.kind) if spec.dtype == "auto" else spec.dtype
+        """The dtype the weights compute in (fp8 storage: the dtype each layer is cast to while it runs)."""
+        if spec.dtype == "auto":
+            return device.default_dtype_name(self.kind)
+        return "bfloat16" if spec.dtype in FP8_STORAGE else spec.dtype
 
     def load(self, spec: PipelineSpec) -> None:
         self.unload()
@@ -151,6 +162,7 @@ class Runtime:
                 f"model: '{spec.name}' could not be loaded from its folder ({e}). ComfyUI-TPU never downloads at "
                 "run time: make sure the folder holds every component (safetensors weights, configs, "
                 "tokenizers).") from e
+        storage.keep_in_storage_dtype(pipe, spec, _DTYPES[dtype_name])  # fp8 storage: before it reaches the device
         if spec.offload == "model":
             pipe.enable_model_cpu_offload(device=self.device)
         elif spec.offload == "sequential":
@@ -176,6 +188,7 @@ class Runtime:
             return
         self.compiler.forget()
         self.loras.forget()
+        self.step_cache.forget()
         self.image_pipes.forget()
         self.prompts.clear()
         self.pipe, self.loaded, self.cfg = None, None, None
@@ -185,7 +198,8 @@ class Runtime:
 
     # ---- sampling
     def sample(self, spec: PipelineSpec, req: SampleRequest, arrays: dict | None = None) -> np.ndarray | None:
-        """This replica's images [B, H, W, C] float32 in 0..1 (None on ranks that do not send images).
+        """This replica's images [B, H, W, C] float32 in 0..1, a video pipeline's frames [B·F, H, W, C] (None on
+        ranks that do not send images).
 
         Global image i is drawn from its own generator (seed + i) and with its own pipeline call, so the
         same seed gives the same pixels whatever the batch size or the number of replicas (batched matmuls
@@ -222,6 +236,7 @@ class Runtime:
             split = self._cfg_split(pipe, spec, kwargs, say=not done)
             with (torch.inference_mode(), self.latency.call(self.prompts), split,
                   self.prompts.using(spec.prompt_cache, text_encoder_state(spec)),
+                  self.step_cache.call(pipe, spec, req.steps, self.pass_peers),
                   self.compiler.sampling(pipe, spec, kwargs) as call):
                 images.add_inputs(pipe, kind, kwargs, arrays, group[0], req)
                 self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,
@@ -229,7 +244,7 @@ class Runtime:
                 result = pipe(**kwargs)
             done += len(group)
             if layout.leader:
-                out.append(np.asarray(result.images, dtype=np.float32))
+                out.append(_pixels(result))
         if not layout.leader or not out:
             return None
         return np.ascontiguousarray(np.concatenate(out))
@@ -259,9 +274,11 @@ class Runtime:
         kwargs: dict[str, Any] = {
             "prompt": prompt, "height": req.height, "width": req.width,
             "num_inference_steps": req.steps, "generator": generators,
-            "num_images_per_prompt": len(generators), "output_type": "np",
+            "num_images_per_prompt": len(generators), "num_videos_per_prompt": len(generators), "output_type": "np",
             family.guidance_arg: req.guidance,
         }
+        if family.frame_step:
+            kwargs["num_frames"] = req.frames
         if family.guidance_arg != "true_cfg_scale" and "true_cfg_scale" in params:
             kwargs["true_cfg_scale"] = spec.true_cfg_scale  # FLUX.1's true CFG (1 = off, its default)
         true_cfg = family.guidance_arg == "true_cfg_scale" or spec.true_cfg_scale > 1
@@ -306,6 +323,15 @@ class Runtime:
             return (f"out of memory on {self.device}{cap}: {text}. Try offload 'model' or 'sequential' in "
                     "Load TPU Pipeline, a smaller width/height or batch_size, or Shard TP over more chips.")
         return text
+
+
+def _pixels(result: Any) -> np.ndarray:
+    """A pipeline call's images [B, H, W, C], or its videos' frames one video after another [B·F, H, W, C]
+    (ComfyUI's IMAGE batch, which its video nodes read), float32 in 0..1."""
+    if hasattr(result, "frames"):
+        frames = np.asarray(result.frames, dtype=np.float32)  # [B, F, H, W, C]
+        return frames.reshape(-1, *frames.shape[2:])
+    return np.asarray(result.images, dtype=np.float32)
 
 
 def _is_oom(e: BaseException) -> bool:

@@ -81,9 +81,13 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
                          f"'{NONE}' (a checkpoint holds its diffusion model).")
     denoiser = main.contents.denoiser
     if denoiser is None:
-        raise ModelError(_not_a(main, "diffusion model", f"a {families.names()} diffusion model (or a checkpoint "
+        raise ModelError(_not_a(main, "diffusion model", f"a {families.names(families.FROM_FILES)} diffusion model (or a checkpoint "
                                 "holding one)"))
     family = denoiser.family
+    if not family.files:
+        raise ModelError(f"diffusion_model: '{main.path.name}' is a {family.name} model, which ComfyUI-TPU loads from "
+                         "a diffusers folder only so far: put the diffusers version of the model in "
+                         "models/diffusers and choose it in Load TPU Pipeline.")
     texts = _text_encoders(family, chosen)
     configs = family.published(denoiser.shapes, frozenset(texts))
     needs = [slot.kind for slot in configs.text_encoders]

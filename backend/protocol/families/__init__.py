@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import flux1, flux2, qwenimage, sd3, sdxl, zimage
+from . import flux1, flux2, qwenimage, sd3, sdxl, wan, zimage
 from .base import Configs, ModelFamily, Pipeline, Shapes, TextSlot
 
-_MODULES = (flux1, flux2, sd3, sdxl, qwenimage, zimage)
+_MODULES = (flux1, flux2, sd3, sdxl, qwenimage, zimage, wan)
 
 FAMILIES: dict[str, ModelFamily] = {m.FAMILY.id: m.FAMILY for m in _MODULES}
+FROM_FILES: list[ModelFamily] = [f for f in FAMILIES.values() if f.files]  # the families whose artists' files load
 PIPELINES: dict[str, Pipeline] = {p.class_name: replace(p, family=f.id) for f in FAMILIES.values()
                                   for p in f.pipelines}
 
@@ -29,7 +30,7 @@ def recognise(shapes: Shapes) -> ModelFamily | None:
 
 
 def names(families=None, last: str = " or ") -> str:
-    """'FLUX.1, FLUX.2, SD3/SD3.5, SDXL or Qwen-Image': the families (all by default), for messages."""
+    """'FLUX.1, FLUX.2, SD3/SD3.5, SDXL, Qwen-Image or Wan': the families (all by default), for messages."""
     return _listed([f.name for f in (FAMILIES.values() if families is None else families)], last)
 
 
@@ -49,8 +50,8 @@ def text_encoders_needed() -> str:
     return "; ".join(
         f"{c.name or f.name}: " + _listed([KINDS[s.kind].short + (" (optional)" if s.optional else "")
                                            for s in c.text_encoders])
-        for f in FAMILIES.values() for c in f.configs)
+        for f in FROM_FILES for c in f.configs)
 
 
-__all__ = ["FAMILIES", "PIPELINES", "Configs", "ModelFamily", "Pipeline", "TextSlot", "family_of", "names",
+__all__ = ["FAMILIES", "FROM_FILES", "PIPELINES", "Configs", "ModelFamily", "Pipeline", "TextSlot", "family_of", "names",
            "recognise", "single_file_names", "text_encoders_needed"]

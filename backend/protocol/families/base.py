@@ -40,6 +40,12 @@ class Pipeline:
     # diffusers' SEQ_MULTI_OF): compiled whole, every prompt length would be a new graph; its repeated blocks see
     # the padded length. 0: the prompt reaches the denoiser at a fixed or padded length
     prompt_step: int = 0
+    # The step caches (spec.STEP_CACHES) that suit it: diffusers' hooks know its blocks and the pipeline runs its
+    # denoiser under cache contexts; MagCache also needs the model's magnitude ratios (diffusers ships FLUX.1's)
+    step_caches: tuple[str, ...] = ()
+    # A video pipeline (num_frames in, .frames out): its frame count is 1 + a multiple of this (the VAE's temporal
+    # compression, Wan: 4). 0: it makes images.
+    frame_step: int = 0
     family: str = ""  # the id of the family module it belongs to (the registry fills it in)
 
 
@@ -85,6 +91,7 @@ class ModelFamily:
     latent_packing: int = 4  # denoiser input channels per VAE latent channel (2x2 packed latents: 4)
     single_file: bool = False  # diffusers' pipeline loader reads its all-in-one checkpoints
     lora_formats: tuple[str, ...] = ()  # LoRA layouts the worker rewrites before diffusers reads them
+    files: bool = True  # its artists' files load (False: they are recognised, and refused naming the way that works)
     # (denoiser shapes, CLIP-L shapes, CLIP-G shapes) -> None when the CLIP pair fits, else the width it reads
     clip_pair: Callable[[Shapes, Shapes, Shapes], int | None] | None = None
     # (denoiser shapes, text kinds chosen) -> the published model the files are (default: the first configs)

@@ -48,7 +48,8 @@ FAMILY = ModelFamily(
     id="flux1", name="FLUX.1",
     # FLUX.1 runs two passes only with true CFG (true_cfg_scale > 1 and a negative prompt: Sampling Options)
     pipelines=(Pipeline("FluxPipeline", "FLUX.1", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
-                        img2img="FluxImg2ImgPipeline", inpaint="FluxInpaintPipeline"),),
+                        img2img="FluxImg2ImgPipeline", inpaint="FluxInpaintPipeline",
+                        step_caches=("first block", "taylorseer", "magcache")),),
     configs=(Configs("flux1", (TextSlot("text_encoder", "clip-l"), TextSlot("text_encoder_2", "t5"))),),
     denoiser_keys=("double_blocks.0.img_attn.qkv.weight", "img_in.weight", "vector_in.in_layer.weight"),
     width_key="img_in.weight", width_agrees=("txt_in.weight", 0), sizes=sizes, text_widths=text_widths,

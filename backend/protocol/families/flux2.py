@@ -50,7 +50,7 @@ FAMILY = ModelFamily(
         Pipeline("Flux2Pipeline", "FLUX.2", 2, "guidance_scale", True, cp_plan=True, references=True),
         # FLUX.2 [klein] base models (not distilled) run CFG as two branches; distilled ones run one pass
         Pipeline("Flux2KleinPipeline", "FLUX.2", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
-                 references=True, inpaint="Flux2KleinInpaintPipeline"),
+                 references=True, inpaint="Flux2KleinInpaintPipeline", step_caches=("taylorseer",)),
     ),
     configs=(DEV, KLEIN),
     denoiser_keys=("double_blocks.0.img_attn.qkv.weight", "img_in.weight"),

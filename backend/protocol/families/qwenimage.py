@@ -38,7 +38,7 @@ FAMILY = ModelFamily(
     id="qwenimage", name="Qwen-Image",
     pipelines=(
         _pipeline("QwenImagePipeline", "Qwen-Image", img2img="QwenImageImg2ImgPipeline",
-                  inpaint="QwenImageInpaintPipeline"),
+                  inpaint="QwenImageInpaintPipeline", step_caches=("first block", "taylorseer")),
         _pipeline("QwenImageEditPipeline", "Qwen-Image-Edit", **_EDIT),
         _pipeline("QwenImageEditPlusPipeline", "Qwen-Image-Edit", **_EDIT),
     ),

@@ -32,6 +32,7 @@ KINDS = {k.id: k for k in (
     TextEncoderKind("qwen25vl", "Qwen2.5-VL (qwen_2.5_vl_7b.safetensors)", "text_encoders/qwen25_tokenizer"),
     TextEncoderKind("qwen3", "Qwen3 (qwen_3_4b.safetensors)", "text_encoders/qwen25_tokenizer"),
     TextEncoderKind("mistral", "Mistral Small 3.1 (mistral_3_small_flux2_bf16.safetensors)", ""),
+    TextEncoderKind("umt5", "UMT5-XXL (umt5_xxl_fp16.safetensors or umt5_xxl_fp8_e4m3fn_scaled.safetensors)", ""),
 )}
 
 # text encoders inside all-in-one checkpoints: SD3 and FLUX.1 as ComfyUI saves them, SDXL as Stability does
@@ -45,7 +46,7 @@ OPENCLIP_KEY = "transformer.resblocks.0.attn.in_proj_weight"  # OpenCLIP's layou
 
 def recognise(s: Shapes) -> str | None:
     """The kind of text encoder the shapes hold: a KINDS key, or "clip" (CLIP-L or CLIP-G: told apart by
-    width where it is used), "clip-openclip", "umt5" and "qwen25" (text encoders no family reads); None when
+    width where it is used), "clip-openclip" and "qwen25" (text encoders no family reads); None when
     they hold none."""
     if any(k.endswith("embeddings.token_embedding.weight") for k in s) and (
             "text_model.encoder.layers.0.self_attn.q_proj.weight" in s or "encoder.layers.0.self_attn.q_proj.weight" in s):
@@ -54,7 +55,7 @@ def recognise(s: Shapes) -> str | None:
         return "clip-openclip"
     if "encoder.block.0.layer.0.SelfAttention.q.weight" in s:
         if "encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight" in s:
-            return "umt5"  # Wan's UMT5: not a text encoder we use
+            return "umt5"  # Wan's UMT5
         return "t5"
     if "model.layers.0.self_attn.q_proj.weight" in s and "model.embed_tokens.weight" in s:
         if "model.layers.0.self_attn.q_norm.weight" in s:

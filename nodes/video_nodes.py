@@ -1,0 +1,68 @@
+"""Sample Video (TPU): a video pipeline's frames as ComfyUI's IMAGE batch, which its own Save Animated WEBP / Save
+Video and the usual video nodes take. Sampling itself is Sample's (api.sample); only the inputs differ.
+
+Saved workflows store widget values by position: never reorder or remove inputs here; add new ones last, with
+defaults (tests/test_node_contract.py guards this).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..backend.controller import api
+from ..backend.protocol.spec import SampleRequest
+from . import comfy_bridge
+from .pipeline_nodes import CATEGORY
+
+
+class TPUSampleVideo:
+    DESCRIPTION = ("Generates a video with a video pipeline from Load TPU Pipeline (Wan 2.1 / 2.2 text to video). "
+                   "The frames come out as an image batch, one frame after another, for Save Animated WEBP, Save "
+                   "Video or any node that takes frames. The same seed gives the same video. Shows progress with "
+                   "seconds per step and can be cancelled.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("IMAGE",)
+    RETURN_NAMES = ("frames",)
+    OUTPUT_TOOLTIPS = ("The video's frames in order (with several videos, one video after another).",)
+    FUNCTION = "sample"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline: a video model (Wan)."}),
+                "prompt": ("STRING", {"multiline": True, "default": "", "tooltip": "What the video should show."}),
+                "negative_prompt": ("STRING", {"multiline": True, "default": "", "tooltip":
+                                    "What the video should not show (used when guidance is above 1)."}),
+                "width": ("INT", {"default": 832, "min": 16, "max": 8192, "step": 16, "tooltip":
+                          "Frame width in pixels, a multiple of 16 for Wan (832 for 480p, 1280 for 720p)."}),
+                "height": ("INT", {"default": 480, "min": 16, "max": 8192, "step": 16, "tooltip":
+                           "Frame height in pixels, a multiple of 16 for Wan (480 or 720)."}),
+                "frames": ("INT", {"default": 81, "min": 1, "max": 1021, "step": 4, "tooltip":
+                           "Frames of the video: 1 + a multiple of 4 for Wan (81 is about 5 s at 16 fps). "
+                           "Time and memory grow with frames × width × height."}),
+                "steps": ("INT", {"default": 30, "min": 1, "max": 1000, "tooltip":
+                          "Denoising steps. Wan 2.1: 30-50."}),
+                "guidance": ("FLOAT", {"default": 5.0, "min": 0.0, "max": 30.0, "step": 0.1, "round": 0.01,
+                             "tooltip": "How strongly to follow the prompt (CFG: above 1 runs the model twice per "
+                                        "step, with the negative prompt). Wan 2.1: 5-6."}),
+                "seed": ("INT", {"default": 0, "min": 0, "max": 0xFFFFFFFFFFFFFFFF, "control_after_generate": True,
+                         "tooltip": "Random seed. The same seed, size, frames and settings give the same video."}),
+            },
+            "optional": {
+                "batch_size": ("INT", {"default": 1, "min": 1, "max": 64, "tooltip":
+                               "Videos per run; video i uses seed + i. With Data Parallel, the videos are split "
+                               "across the replicas."}),
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    def sample(self, pipeline, prompt, negative_prompt, width, height, frames, steps, guidance, seed, batch_size=1,
+               unique_id=None):
+        started, queued = comfy_bridge.now(), comfy_bridge.queued_at()
+        request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,
+                                steps=steps, guidance=guidance, seed=seed, batch_size=batch_size, frames=frames)
+        out = comfy_bridge.run_cancellable(api.sample, pipeline, request, node_id=unique_id,
+                                           total=steps * batch_size)
+        comfy_bridge.show_latency(unique_id, queued, started)
+        return (torch.from_numpy(out),)

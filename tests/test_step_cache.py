@@ -1,0 +1,154 @@
+"""Step caching (Sampling Options): diffusers' cache hooks on the denoiser, in every layout.
+
+Tolerances, float32 images in 0..1, against plain diffusers with the same hook configured (`enable_cache`):
+- one worker, CFG Parallel (each rank one branch under its own cache context), Data Parallel: bit-identical.
+- Shard TP and Context Parallel: TOLERANCE, as without caching (a split matmul or attention sums in another
+  order), with the same steps skipped (a different skip would differ by about the cache's own effect, which
+  each test also checks is far larger).
+Each test first checks that the cache changed the image (it skipped something), so equality is not vacuous.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from lora_fixtures import load, make
+
+from backend.controller import api
+from backend.protocol.errors import CompileError, ParallelError
+from backend.protocol.spec import SampleRequest
+from backend.worker.step_cache import config
+
+TOLERANCE = 1e-4
+FOX, NEG = "a red fox in the snow", "blurry"
+STEPS = 10
+# (model, kind, threshold): thresholds at which the tiny random-weight models skip steps
+CASES = [("tiny-flux", "first block", 0.5), ("tiny-flux", "taylorseer", 0.0), ("tiny-flux", "magcache", 0.0),
+         ("tiny-qwenimage", "first block", 0.5), ("tiny-qwenimage", "taylorseer", 0.0),
+         ("tiny-flux2", "taylorseer", 0.0)]
+GUIDANCE = {"tiny-flux": 0.0, "tiny-qwenimage": 4.0, "tiny-flux2": 1.0}
+
+
+def _spec(tiny_models, name="tiny-flux", **kw):
+    return api.make_spec(name, [str(tiny_models)], **kw)
+
+
+def _cached(spec, kind, threshold=0.0, true_cfg=1.0):
+    return api.sampling_options(spec, true_cfg_scale=true_cfg, step_cache=kind, cache_threshold=threshold)[0]
+
+
+def _request(name="tiny-flux", **kw) -> SampleRequest:
+    return SampleRequest(**{"prompt": FOX, "width": 64, "height": 64, "steps": STEPS, "guidance": GUIDANCE[name],
+                            "seed": 3, **kw})
+
+
+def _plain(tiny_models, name, kind, threshold, loras=(), true_cfg=1.0, seeds=(3,)) -> np.ndarray:
+    """What a plain diffusers script makes with the same hook (and LoRAs fused), one call per image."""
+    pipe = load(tiny_models, name)
+    for i, (path, _) in enumerate(loras):
+        pipe.load_lora_weights(path, adapter_name=f"l{i}")
+    if loras:
+        pipe.set_adapters([f"l{i}" for i in range(len(loras))], [s for _, s in loras])
+        pipe.fuse_lora(components=["transformer"], adapter_names=[f"l{i}" for i in range(len(loras))])
+        pipe.unload_lora_weights()
+    if kind != "off":
+        pipe.transformer.enable_cache(config(kind, threshold, STEPS))
+    kw = {"prompt": FOX, "num_inference_steps": STEPS, "height": 64, "width": 64, "output_type": "np"}
+    if name == "tiny-qwenimage":
+        kw.update(true_cfg_scale=GUIDANCE[name], negative_prompt="")
+    else:
+        kw.update(guidance_scale=GUIDANCE[name])
+    if true_cfg > 1:
+        kw.update(true_cfg_scale=true_cfg, negative_prompt=NEG)
+    out = []
+    with torch.inference_mode():
+        for seed in seeds:
+            out.append(pipe(**kw, generator=[torch.Generator("cpu").manual_seed(seed)]).images)
+    return np.concatenate(out)
+
+
+# ---- checked before any worker starts
+
+@pytest.mark.unit
+def test_step_cache_is_checked_and_said(tiny_models):
+    spec, text = api.sampling_options(_spec(tiny_models), step_cache="first block")
+    assert spec.step_cache == "first block" and "threshold 0.08" in text and "not the same pixels" in text
+    assert api.sampling_options(_spec(tiny_models))[0].step_cache == "off", "off by default"
+    with pytest.raises(ParallelError, match=r"'first block' does not suit SD3 .*FLUX\.1, Qwen-Image.*step_cache to off"):
+        api.sampling_options(_spec(tiny_models, "tiny-sd3"), step_cache="first block")
+    with pytest.raises(ParallelError, match=r"'magcache' does not suit Qwen-Image.*use first block or taylorseer"):
+        api.sampling_options(_spec(tiny_models, "tiny-qwenimage"), step_cache="magcache")
+    with pytest.raises(ParallelError, match=r"cache_threshold: 0.1 means nothing to taylorseer"):
+        api.sampling_options(_spec(tiny_models), step_cache="taylorseer", cache_threshold=0.1)
+    with pytest.raises(ParallelError, match=r"cache_threshold: -1.0 is out of range"):
+        api.sampling_options(_spec(tiny_models), step_cache="first block", cache_threshold=-1.0)
+    with pytest.raises(ParallelError, match=r"step_cache: 'teacache' is not one of off, first block"):
+        api.sampling_options(_spec(tiny_models), step_cache="teacache")
+
+
+@pytest.mark.unit
+def test_step_cache_is_refused_in_compiled_mode_with_the_reason(tiny_models):
+    for kind in ("first block", "taylorseer", "magcache"):
+        compiled, _ = api.with_mode(_cached(_spec(tiny_models), kind), "compiled")
+        with pytest.raises(CompileError, match=rf"step_cache: '{kind}' cannot run in compiled mode: .*recompiles"):
+            api.checked(compiled)
+
+
+# ---- in the worker
+
+@pytest.mark.workers
+@pytest.mark.parametrize("name,kind,threshold", CASES)
+def test_each_cache_kind_equals_plain_diffusers_with_the_same_hook(tiny_models, name, kind, threshold):
+    images = api.sample(_cached(_spec(tiny_models, name), kind, threshold), _request(name))
+    assert not np.array_equal(images, _plain(tiny_models, name, "off", 0.0)), "the cache skipped nothing"
+    assert np.array_equal(images, _plain(tiny_models, name, kind, threshold))
+    again = api.sample(_cached(_spec(tiny_models, name), kind, threshold), _request(name))
+    assert np.array_equal(again, images), "the hooks' state starts afresh every call"
+
+
+@pytest.mark.workers
+def test_turning_the_cache_off_or_changing_it_never_reloads(tiny_models):
+    spec = _spec(tiny_models)
+    plain = api.sample(spec, _request())
+    loads = api.worker_info()[0]["loads"]
+    api.sample(_cached(spec, "first block", 0.5), _request())
+    assert np.array_equal(api.sample(_cached(spec, "magcache"), _request()),
+                          _plain(tiny_models, "tiny-flux", "magcache", 0.0))
+    assert np.array_equal(api.sample(spec, _request()), plain), "off takes the hooks off again"
+    assert api.worker_info()[0]["loads"] == loads
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("kind,threshold", [("first block", 0.5), ("taylorseer", 0.0)])
+def test_cfg_parallel_with_a_step_cache_is_bit_identical(tiny_models, kind, threshold):
+    spec = _cached(_spec(tiny_models), kind, threshold, true_cfg=4.0)
+    images = api.sample(api.cfg_parallel(spec)[0], _request(negative_prompt=NEG))
+    assert np.array_equal(images, _plain(tiny_models, "tiny-flux", kind, threshold, true_cfg=4.0))
+    assert not np.array_equal(images, _plain(tiny_models, "tiny-flux", "off", 0.0, true_cfg=4.0))
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("layout", ["context", "tp"])
+def test_split_passes_take_the_same_skip_decision_on_every_rank(tiny_models, layout):
+    """First block cache decides from the data: every rank of a split pass decides from the whole sequence's
+    sums (a rank deciding alone would desynchronise the collectives, or skip differently)."""
+    spec = _cached(_spec(tiny_models), "first block", 0.5)
+    split = api.context_parallel(spec, 2, "ulysses")[0] if layout == "context" else api.shard(spec, 2)[0]
+    images = api.sample(split, _request())
+    want, uncached = _plain(tiny_models, "tiny-flux", "first block", 0.5), _plain(tiny_models, "tiny-flux", "off", 0)
+    assert np.abs(want - uncached).max() > 100 * TOLERANCE
+    assert np.abs(images - want).max() <= TOLERANCE
+    workers = api.worker_info()
+    assert len(workers) == 2 and workers[0]["steps"] == workers[1]["steps"]
+
+
+@pytest.mark.workers
+def test_data_parallel_replicas_and_loras_keep_the_cached_image(tiny_models, tmp_path_factory):
+    spec = _cached(_spec(tiny_models), "taylorseer")
+    images = api.sample(api.replicate(spec, 2)[0], _request(batch_size=2))
+    assert np.array_equal(images, _plain(tiny_models, "tiny-flux", "taylorseer", 0.0, seeds=(3, 4)))
+    lora = str(make(tiny_models, "tiny-flux", "diffusers", tmp_path_factory.mktemp("loras"), seed=7)[0])
+    with_lora = api.with_lora(_cached(_spec(tiny_models), "first block", 0.5), lora, 0.8, 0.0)[0]
+    assert np.array_equal(api.sample(with_lora, _request()),
+                          _plain(tiny_models, "tiny-flux", "first block", 0.5, loras=[(lora, 0.8)]))

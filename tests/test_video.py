@@ -1,0 +1,105 @@
+"""Video (Wan) through the workers: frames equal plain diffusers' WanPipeline, progress per step, Cancel, and the
+layouts (Context Parallel 2, CFG Parallel, Data Parallel 2) against one worker.
+
+Tolerances: CFG Parallel and Data Parallel run one worker's arithmetic (each rank computes whole passes, each
+video is its own call with its own generator): bit-identical. Context Parallel 2 (Ulysses) splits the tokens and
+the heads of each attention over two ranks, which sums in another order: frames match one worker within 1e-4 in
+float32.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from backend.controller import api, plans
+from backend.protocol.errors import CompileError, Interrupted, ModelError, ParallelError
+from backend.protocol.messages import Status, Step
+from backend.protocol.spec import SampleRequest
+
+CP_TOLERANCE = 1e-4
+FOX = "a red fox in the snow"
+
+
+def _request(**kw) -> SampleRequest:
+    base = dict(prompt=FOX, negative_prompt="blurry", width=32, height=32, frames=5, steps=2, guidance=5.0, seed=11)
+    return SampleRequest(**{**base, **kw})
+
+
+def _spec(tiny_models, name="tiny-wan"):
+    return api.make_spec(name, [str(tiny_models)])
+
+
+@pytest.mark.unit
+def test_frames_and_video_tokens_are_checked_before_any_worker(tiny_models):
+    wan = _spec(tiny_models)
+    with pytest.raises(ModelError, match=r"frames: Wan makes 1 \+ a multiple of 4 frames .* not 6; use 5 or 9"):
+        api.check_request(wan, _request(frames=6))
+    with pytest.raises(ModelError, match=r"pipeline: Wan makes videos; use Sample Video \(TPU\)"):
+        api.check_request(wan, _request(frames=0))
+    with pytest.raises(ModelError, match=r"pipeline: FLUX.1 makes images, not videos; use Sample \(TPU\)"):
+        api.check_request(_spec(tiny_models, "tiny-flux"), _request())
+    cp, _ = api.context_parallel(wan, 2)
+    api.check_request(cp, _request(width=16, height=16, frames=5))  # 2 latent frames x 1 x 1 tokens
+    with pytest.raises(ParallelError, match=r"makes 1 video tokens.*\(width/16\) × \(height/16\) is a multiple of 2"):
+        api.check_request(cp, _request(width=16, height=16, frames=1))
+    with pytest.raises(CompileError, match="warmup: Wan makes videos"):
+        api.with_compile(wan, "whole denoiser", "auto", "32x32")
+
+
+@pytest.fixture(scope="module")
+def one_worker(tiny_models) -> np.ndarray:
+    """Two videos (seeds 11, 12) from one worker, with CFG (guidance 5, a negative prompt)."""
+    return api.sample(_spec(tiny_models), _request(batch_size=2))
+
+
+@pytest.mark.workers
+def test_frames_equal_plain_diffusers_with_progress_and_cancel(tiny_models, one_worker):
+    from diffusers import WanPipeline
+
+    assert one_worker.shape == (10, 32, 32, 3) and one_worker.dtype == np.float32, "2 videos of 5 frames"
+    pipe = WanPipeline.from_pretrained(str(tiny_models / "tiny-wan"), dtype=torch.float32, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    for video, seed in enumerate((11, 12)):
+        with torch.inference_mode():
+            plain = pipe(prompt=FOX, negative_prompt="blurry", height=32, width=32, num_frames=5,
+                         num_inference_steps=2, guidance_scale=5.0, output_type="np",
+                         generator=[torch.Generator("cpu").manual_seed(seed)]).frames[0]
+        assert np.array_equal(one_worker[5 * video:5 * (video + 1)], plain), f"video {video} (seed {seed})"
+
+    spec, stop, seen = _spec(tiny_models), threading.Event(), []
+
+    def on_progress(msg):
+        if isinstance(msg, Step):
+            seen.append((msg.step, msg.total))
+            if msg.step == 2:
+                stop.set()
+
+    with pytest.raises(Interrupted):
+        api.sample(spec, _request(steps=5000), on_progress, stop.is_set)
+    assert seen[0] == (1, 5000) and max(s for s, _ in seen) < 50, "one Step per step; stopped within a few"
+    assert api.sample(spec, _request(batch_size=1)).shape == (5, 32, 32, 3), "the next video runs"
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("layout", ["context", "cfg", "data"])
+def test_layouts_of_two_ranks_equal_one_worker(tiny_models, one_worker, layout):
+    spec = _spec(tiny_models)
+    spec = {"context": lambda: api.context_parallel(spec, 2)[0], "cfg": lambda: api.cfg_parallel(spec)[0],
+            "data": lambda: plans.plan_dp(spec, 2)[0]}[layout]()
+    assert spec.world_size == 2
+    api.load(spec)
+    before = [w["steps"] for w in api.worker_info()]
+    said = []
+    frames = api.sample(spec, _request(batch_size=2), lambda m: said.append(m.text) if isinstance(m, Status) else None)
+    assert frames.shape == one_worker.shape
+    assert not [t for t in said if t.startswith("CFG Parallel: this Sample runs one")], "CFG Parallel split the passes"
+    if layout == "context":
+        assert np.abs(frames - one_worker).max() <= CP_TOLERANCE
+    else:
+        assert np.array_equal(frames, one_worker)
+    steps = [w["steps"] - b for w, b in zip(api.worker_info(), before, strict=True)]
+    assert steps == ([2, 2] if layout == "data" else [4, 4]), "data: a video each; split models: both, every step"
