@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+# The tiny pipelines by the name of their folder (tiny-<name>), one per family of backend/protocol/families
+# (tests/test_families.py checks it); "flux" is FLUX.1: shipped workflows and benchmarks name tiny-flux.
 FAMILIES: tuple[str, ...] = ("flux", "flux2", "sd3", "sdxl", "qwenimage", "zimage", "wan")
 SIZES: tuple[str, ...] = ("tiny", "small")
 _SIZED_FAMILIES: tuple[str, ...] = ("flux", "zimage")  # families that also come in sizes other than "tiny"

@@ -195,11 +195,11 @@ class TpuCheck:
         return f"max difference to strict eager {_diff(images, self.reference):.2g}" + "".join(f"; {n}" for n in notes)
 
     def compile(self) -> str:
-        from .controller import plans
+        from .controller import compile_plan
 
         backend = self.backend_choice or {"tpu": "tpu", "cuda": "inductor"}.get(self.kind, "aot_eager")
         warmup = ", ".join(f"{w}x{h}" for w, h in SIZES)
-        self.compiled, _ = api.with_compile(self.spec, "whole denoiser", plans.compile_backend(self.kind, backend),
+        self.compiled, _ = api.with_compile(self.spec, "whole denoiser", compile_plan.compile_backend(self.kind, backend),
                                             warmup)
         api.load(self.compiled)
         stats = api.compile_stats()

@@ -300,7 +300,7 @@ def compile_figures(ctx: Ctx) -> list[dict]:
     import sys
 
     from backend.controller import api
-    from backend.controller.plans import compile_backend
+    from backend.controller.compile_plan import compile_backend
     from backend.protocol import settings
     from backend.protocol.spec import CompilePlan
 

@@ -109,7 +109,7 @@ def treat_sigterm_as_ctrl_c() -> None:
 
 
 def run_cancellable(call: Callable[..., T], *args: Any, node_id: str | None, total: int) -> T:
-    """`call(*args, on_progress, should_interrupt)` (api.load, api.sample) with ComfyUI's progress bar and text
+    """`call(*args, on_progress, should_interrupt)` (api.load, api.run_sample, api.sample) with ComfyUI's progress bar and text
     for `node_id` (`total` steps). Cancel stops the workers at their next step and ends the prompt the way
     ComfyUI expects, with its interrupt exception."""
     try:

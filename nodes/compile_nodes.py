@@ -7,7 +7,7 @@ last, with defaults (tests/test_node_contract.py guards this).
 from __future__ import annotations
 
 from ..backend.controller import api
-from ..backend.controller.plans import parse_warmup
+from ..backend.controller.compile_plan import parse_warmup
 from ..backend.protocol.errors import CompileError
 from ..backend.protocol.spec import COMPILE_BACKENDS, COMPILE_TARGETS, MODE_CHOICES
 from . import comfy_bridge

@@ -6,8 +6,6 @@ last, with defaults (tests/test_node_contract.py guards this).
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from ..backend.controller import api
@@ -15,6 +13,7 @@ from ..backend.controller.files.assemble import FileChoice
 from ..backend.controller.files.listing import NONE
 from ..backend.protocol import families
 from ..backend.protocol.errors import InputError
+from ..backend.protocol.samplers import DEFAULT, SAMPLER_CHOICES, SCHEDULER_CHOICES
 from ..backend.protocol.spec import DEVICE_CHOICES, DTYPE_CHOICES, OFFLOAD_CHOICES, SampleRequest
 from . import comfy_bridge
 
@@ -219,12 +218,24 @@ class TPUSample:
                                     "On: width and height follow the image (rounded down to what the model needs). "
                                     "Off: the image is stretched to width × height when its size differs (never "
                                     "cropped); the text next to the node says so."}),
+                "sampler": (list(SAMPLER_CHOICES), {"default": DEFAULT, "tooltip":
+                            "ComfyUI's sampler names, run by the diffusers scheduler of the same method (the table "
+                            "is in docs/nodes.md). default: the model's own scheduler. FLUX, SD3 and Qwen-Image "
+                            "take the flow-matching ones (euler, heun, dpmpp_2m, uni_pc, ...); a choice the model "
+                            "cannot take is refused before anything runs, naming the ones it can. Changing it "
+                            "never reloads or recompiles."}),
+                "scheduler": (list(SCHEDULER_CHOICES), {"default": DEFAULT, "tooltip":
+                              "ComfyUI's scheduler (noise schedule) names: karras, exponential and beta are "
+                              "diffusers' use_karras/exponential/beta_sigmas; normal, simple, sgm_uniform and "
+                              "ddim_uniform its timestep spacings (flow models: simple = normal = their shifted "
+                              "linear schedule). default: the model's own schedule."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, steps, guidance, seed, batch_size,
-               prompt_per_line=False, image=None, mask=None, denoise=1.0, size_from_image=False, unique_id=None):
+               prompt_per_line=False, image=None, mask=None, denoise=1.0, size_from_image=False, sampler=DEFAULT,
+               scheduler=DEFAULT, unique_id=None):
         started, queued = comfy_bridge.now(), comfy_bridge.queued_at()
         image = image.cpu().numpy() if image is not None else None
         mask = mask.cpu().numpy() if mask is not None else None
@@ -236,12 +247,14 @@ class TPUSample:
             notes.append(f"size_from_image: no image is connected, so the size is {width}x{height}")
         request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,
                                 steps=steps, guidance=guidance, seed=seed, batch_size=batch_size,
-                                prompt_per_line=prompt_per_line, denoise=denoise)
-        notes += api.describe_inputs(pipeline, request, image, mask)
+                                prompt_per_line=prompt_per_line, denoise=denoise, sampler=sampler,
+                                scheduler=scheduler)
+        prepared = api.prepare_sample(pipeline, request, image, mask)  # resolved and checked once, here
+        notes += prepared.notes
         if notes:
             comfy_bridge.send_text(unique_id, "\n".join(notes))
-        images = comfy_bridge.run_cancellable(functools.partial(api.sample, image=image, mask=mask), pipeline,
-                                              request, node_id=unique_id, total=steps * len(request.images()))
+        images = comfy_bridge.run_cancellable(api.run_sample, prepared, node_id=unique_id,
+                                              total=steps * len(request.images()))
         # the notes again (the progress text replaced them), then where the time went
         comfy_bridge.show_latency(unique_id, queued, started, notes)
         if not notes:

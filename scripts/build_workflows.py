@@ -39,7 +39,7 @@ def _text_to_image(*, title: str, model: str, offload: str, prompt: str, width: 
                    guidance: float, seed: int, seed_control: str, prefix: str, note: str, description: str,
                    note_height: int, negative_prompt: str = "", batch_size: int = 1,
                    prompt_per_line: bool = False, between: tuple[tuple[str, dict], ...] = (),
-                   files: dict | None = None) -> dict:
+                   files: dict | None = None, sampler: str = "", scheduler: str = "") -> dict:
     """Load TPU Pipeline -> [the nodes of `between`, in order] -> Sample (TPU) -> Save Image, with a note.
     Node ids: Load 1, Sample 2, Save 3, the note 4, then 5, 6, ... for `between` ((type, widgets) pairs).
     With `files` (the file inputs by name), the loader is Load TPU Pipeline (ComfyUI files) instead."""
@@ -48,6 +48,8 @@ def _text_to_image(*, title: str, model: str, offload: str, prompt: str, width: 
                       "control_after_generate": seed_control, "batch_size": batch_size}
     if prompt_per_line:
         sample_widgets["prompt_per_line"] = True
+    if sampler or scheduler:
+        sample_widgets.update(sampler=sampler or "default", scheduler=scheduler or "default")
     x, middle, chain = 410, [], [1]
     for i, (node_type, widgets) in enumerate(between):
         middle.append({"id": 5 + i, "type": node_type, "pos": [x, 130], "size": [300, 0], "widgets": widgets})
@@ -337,6 +339,27 @@ from one call per image).
 
 **CFG Parallel** runs the prompt's pass on one chip and the negative prompt's on the other: the same image as
 one chip, bit for bit, in about half the time.
+"""),
+    "sdxl_sampler_scheduler": _text_to_image(
+        title="sdxl_sampler_scheduler", model="stable-diffusion-xl-base-1.0", offload="none", note_height=330,
+        prompt="a cozy cabin in a snowy pine forest at dusk, warm light in the windows, detailed, 35mm photo",
+        negative_prompt="blurry, low quality, watermark", width=1024, height=1024, steps=30, guidance=6.0, seed=0,
+        seed_control="randomize", sampler="dpmpp_2m", scheduler="karras", prefix="sdxl-dpmpp-2m-karras",
+        description="SDXL with ComfyUI's sampler and scheduler names: Load TPU Pipeline -> Sample (1024x1024, 30 "
+                    "steps, guidance 6, sampler dpmpp_2m, scheduler karras) -> Save Image. Needs "
+                    "models/diffusers/stable-diffusion-xl-base-1.0.",
+        note="""
+## SDXL with a sampler and a scheduler
+
+**Load TPU Pipeline** → **Sample** (1024×1024, 30 steps, guidance 6, **sampler `dpmpp_2m`, scheduler
+`karras`**) → **Save Image**. **Model**: `models/diffusers/stable-diffusion-xl-base-1.0`.
+
+Sample's last two inputs take **ComfyUI's own names**. Each runs the diffusers scheduler of the same method:
+`dpmpp_2m` + `karras` is `DPMSolverMultistepScheduler` with `use_karras_sigmas` (the table is in
+docs/nodes.md). `default` keeps the model's own scheduler.
+
+Changing them **never reloads the weights or recompiles**. A choice the model cannot take is refused before
+anything runs, naming the ones it can (FLUX, SD3 and Qwen-Image take the flow-matching ones).
 """),
     "flux1_dev_comfyui_files": _text_to_image(
         title="flux1_dev_comfyui_files", model="", offload="model", note_height=380,

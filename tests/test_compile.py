@@ -21,7 +21,7 @@ import psutil
 import pytest
 from helpers import device_info, run_ok
 
-from backend.controller import api, plans
+from backend.controller import api, compile_plan
 from backend.protocol import settings
 from backend.protocol.errors import CompileError
 from backend.protocol.messages import Status, Step
@@ -78,12 +78,12 @@ def cache_dir(tmp_path_factory):
 
 @pytest.mark.unit
 def test_warmup_list_parses_sizes_and_batches_and_names_bad_entries():
-    assert plans.parse_warmup("1024x1024, 832x1216x2; 64 X 64\n") == ((1024, 1024, 1), (832, 1216, 2), (64, 64, 1))
-    assert plans.parse_warmup("  ") == ()
-    assert plans.parse_warmup("64x64, 64x64x1") == ((64, 64, 1),)
+    assert compile_plan.parse_warmup("1024x1024, 832x1216x2; 64 X 64\n") == ((1024, 1024, 1), (832, 1216, 2), (64, 64, 1))
+    assert compile_plan.parse_warmup("  ") == ()
+    assert compile_plan.parse_warmup("64x64, 64x64x1") == ((64, 64, 1),)
     for bad, words in (("1024", "'1024' is not a size"), ("64x64x0", "batch 0"), ("axb", "WIDTHxHEIGHT")):
         with pytest.raises(CompileError, match=words):
-            plans.parse_warmup(bad)
+            compile_plan.parse_warmup(bad)
 
 
 @pytest.mark.unit
@@ -94,8 +94,8 @@ def test_compile_plan_checks_name_the_input_and_the_fix(tiny_models):
     # the plan is resolved once, for the pipeline's device: auto is inductor here and TorchTPU's compiler on TPU
     assert spec.compile == CompilePlan("whole denoiser", "inductor", ((64, 64, 1), (128, 64, 2)), True) and not notes
     on_tpu = spec.with_changes(kind="tpu", compile=replace(spec.compile, backend="auto"))
-    assert plans.resolve_compile(on_tpu).compile.backend == "tpu"
-    assert plans.resolve_compile(spec) == spec, "resolving twice changes nothing"
+    assert compile_plan.resolve_compile(on_tpu).compile.backend == "tpu"
+    assert compile_plan.resolve_compile(spec) == spec, "resolving twice changes nothing"
     # 'compiled' without a Compile node: whole denoiser, the device's own backend, and a note saying so
     spec, notes = api.with_mode(flux, "compiled")
     assert spec.compile == CompilePlan("whole denoiser", "inductor")
@@ -299,7 +299,7 @@ def test_modes_and_compile_names_exist_in_real_torch_tpu():
         import glob, json, os
         import torch, torch._dynamo
         import torch_tpu
-        from backend.controller.plans import compile_backend
+        from backend.controller.compile_plan import compile_backend
         from backend.protocol.spec import MODE_CHOICES
         from backend.worker import compile_cache, device
         modes = {}

@@ -21,7 +21,7 @@ import pytest
 from helpers import pixels
 from lora_fixtures import make
 
-from backend.controller import api, devices, models, plans
+from backend.controller import api, devices, layouts, models
 from backend.controller.files import assemble, headers, listing
 from backend.protocol.errors import InputError, ModelError, ParallelError
 from backend.protocol.spec import SampleRequest
@@ -166,9 +166,9 @@ def test_files_read_without_a_converter_for_their_size_say_how_they_load(files):
     assert "schnell" in api.describe_files(spec) and "ae-tiny.safetensors" in api.describe_files(spec)
     qwen = file_spec(files, **CASES["qwenimage-split"][1])
     assert qwen.source.component("transformer").layout == "diffusers", "diffusers' own keys: symlinked"
-    _, text = plans.plan_tp(qwen, 2)
+    _, text = layouts.plan_tp(qwen, 2)
     assert "each chip reads only its slices of the file" in text
-    _, text = plans.plan_tp(spec, 2)
+    _, text = layouts.plan_tp(spec, 2)
     assert "each chip reads the whole file" in text
 
 
@@ -341,7 +341,7 @@ def test_gguf_is_refused_on_tpu_and_with_shard_tp(files, monkeypatch):
     spec = file_spec(files, **choice)
     assert spec.source.component("transformer").quant == "gguf"
     with pytest.raises(ParallelError, match=r"'flux2-klein-tiny-Q8_0.gguf' is a GGUF file.*cannot be sharded"):
-        plans.plan_tp(spec, 2)
+        layouts.plan_tp(spec, 2)
     monkeypatch.setattr(devices, "resolve_kind", lambda choice: "tpu")
     assert_error(["'flux2-klein-tiny-Q8_0.gguf' is a GGUF file", "TorchTPU", ".safetensors version"], api.make_file_spec,
                  assemble.FileChoice(**choice), roots(files), device_choice="tpu")

@@ -15,7 +15,7 @@ import pytest
 import torch
 from lora_fixtures import load, make
 
-from backend.controller import api, plans, storage
+from backend.controller import api, offload, storage
 from backend.controller.files import assemble, listing
 from backend.protocol.errors import CompileError, ModelError
 from backend.protocol.spec import SampleRequest
@@ -84,12 +84,12 @@ def test_offload_auto_counts_the_stored_size(tiny_models, monkeypatch):
     fit together (offload model); with the transformer stored in fp8 they do (offload none)."""
     bf16 = {"text_encoder": 246_144_352, "text_encoder_2": 9_524_621_312, "transformer": 23_802_943_488,
             "vae": 167_666_902}
-    monkeypatch.setattr(plans.devices, "device_memory_bytes", lambda kind: 32 * GIB)
-    monkeypatch.setattr(plans.models, "weight_bytes",
+    monkeypatch.setattr(offload.devices, "device_memory_bytes", lambda kind: 32 * GIB)
+    monkeypatch.setattr(offload.models, "weight_bytes",
                         lambda spec, float_bytes: {n: b * float_bytes // 2 for n, b in bf16.items()})
-    as_bf16 = plans.choose_offload(_spec(tiny_models, dtype="bfloat16", offload="auto").with_changes(kind="tpu"))
+    as_bf16 = offload.choose_offload(_spec(tiny_models, dtype="bfloat16", offload="auto").with_changes(kind="tpu"))
     assert as_bf16.mode == "model", as_bf16
-    fp8 = plans.choose_offload(_spec(tiny_models, dtype="float8_e4m3fn", offload="auto").with_changes(kind="tpu"))
+    fp8 = offload.choose_offload(_spec(tiny_models, dtype="float8_e4m3fn", offload="auto").with_changes(kind="tpu"))
     assert fp8.mode == "none", fp8
     assert "in bfloat16 (float8_e4m3fn denoiser)" in fp8.reason and "transformer 11.1 GiB" in fp8.reason
 

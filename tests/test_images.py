@@ -224,7 +224,7 @@ def test_image_inputs_compiled_and_on_two_replicas(tiny_models):
     data-parallel replicas each get the inputs (one /dev/shm file both map, deleted after the request)."""
     import glob
 
-    from backend.controller import group, plans
+    from backend.controller import group, layouts
     from backend.protocol import handoff
 
     spec = _spec(tiny_models)
@@ -238,7 +238,7 @@ def test_image_inputs_compiled_and_on_two_replicas(tiny_models):
     assert np.array_equal(api.sample(compiled, _request(), image=image, mask=mask), want[1])
     after = api.compile_stats()
     assert after["graphs"] == before["graphs"] and after["unexpected_recompiles"] == 0
-    dp, _ = plans.plan_dp(spec, 2)
+    dp, _ = layouts.plan_dp(spec, 2)
     assert np.array_equal(api.sample(dp, _request(batch_size=2), image=image), want[0])
     inputs = handoff.shm_prefix(group.current_group().group_id) + "in-"
     assert glob.glob(glob.escape(inputs) + "*") == [], "the input files are gone after the request"

@@ -14,7 +14,7 @@ import pytest
 import torch
 from lora_fixtures import FORMATS, TEXT_LORA, bad_files, components, denoiser_name, load, make
 
-from backend.controller import api, plans
+from backend.controller import api, layouts
 from backend.protocol.errors import ModelError
 from backend.protocol.families import PIPELINES
 from backend.protocol.spec import FileComponent, FileSource, LoraRef, SampleRequest
@@ -287,11 +287,11 @@ def test_shard_tp_and_data_parallel_carry_the_lora(tiny_models, flux_loras):
     spec = api.make_spec("tiny-flux", [str(tiny_models)])
     one = api.sample(api.with_lora(spec, flux_loras["diffusers"], 0.8)[0], _request(batch_size=2))
     base = api.sample(spec, _request(batch_size=2))
-    tp, _ = plans.plan_tp(spec, 2)
+    tp, _ = layouts.plan_tp(spec, 2)
     sharded = api.sample(api.with_lora(tp, flux_loras["diffusers"], 0.8)[0], _request(batch_size=2))
     assert np.abs(sharded - one).max() <= TP_TOLERANCE < np.abs(one - base).max()
     assert np.abs(api.sample(tp, _request(batch_size=2)) - base).max() <= TP_TOLERANCE, "removed on every shard"
-    dp, _ = plans.plan_dp(spec, 2)
+    dp, _ = layouts.plan_dp(spec, 2)
     assert np.array_equal(api.sample(api.with_lora(dp, flux_loras["diffusers"], 0.8)[0], _request(batch_size=2)),
                           one), "each replica applies it: image 1 comes from the second replica"
 

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from backend.controller import api, models
-from backend.protocol.errors import ModelError
+from backend.protocol.errors import ModelError, OptionError, SampleError
 
 pytestmark = pytest.mark.unit
 
@@ -73,25 +73,28 @@ def test_size_factor_comes_from_the_model_configs(tiny_models):
     assert api.make_spec("tiny-sdxl", [str(tiny_models)]).size_factor == 8
 
 
-@pytest.mark.parametrize("field, value, words", [
-    ("width", 1000, "width: 1000 is not a multiple of 16, which FLUX.1 needs; use 992 or 1008"),
-    ("height", 8, "height: 8 is not a multiple of 16, which FLUX.1 needs; use 16"),
-    ("width", 0, "width: 0 is out of range"),
-    ("height", 100000, "height: 100000 is out of range"),
-    ("steps", 0, "steps: 0 is too small"),
-    ("batch_size", 0, "batch_size: 0 is too small"),
-    ("prompt", "   ", "prompt: the prompt is empty"),
+@pytest.mark.parametrize("field, value, kind, words", [
+    ("width", 1000, ModelError, "width: 1000 is not a multiple of 16, which FLUX.1 needs; use 992 or 1008"),
+    ("height", 8, ModelError, "height: 8 is not a multiple of 16, which FLUX.1 needs; use 16"),
+    ("width", 0, ModelError, "width: 0 is out of range"),
+    ("height", 100000, ModelError, "height: 100000 is out of range"),
+    ("steps", 0, SampleError, "steps: 0 is too small"),
+    ("batch_size", 0, SampleError, "batch_size: 0 is too small"),
+    ("prompt", "   ", SampleError, "prompt: the prompt is empty"),
+    ("seed", 2**64, SampleError, "seed: 18446744073709551616 is out of range"),
+    ("guidance", float("nan"), SampleError, "guidance: nan is not a number the pipeline can use"),
 ])
-def test_bad_sample_requests_name_the_input_value_and_fix(tiny_models, field, value, words):
+def test_bad_sample_requests_name_the_input_value_and_fix(tiny_models, field, value, kind, words):
+    """Sizes the model cannot make are the model's (ModelError); values no model can use are Sample's."""
     spec = api.make_spec("tiny-flux", [str(tiny_models)])
     base = dict(prompt="x", width=64, height=64, steps=2)
-    with pytest.raises(ModelError) as e:
+    with pytest.raises(kind) as e:
         api.check_request(spec, api.SampleRequest(**{**base, field: value}))
     assert words in str(e.value)
 
 
 def test_bad_choices_are_refused_before_anything_starts(tiny_models):
-    with pytest.raises(ModelError, match="dtype: 'int8'"):
+    with pytest.raises(OptionError, match="dtype: 'int8'"):
         api.make_spec("tiny-flux", [str(tiny_models)], dtype="int8")
-    with pytest.raises(ModelError, match="offload: 'disk'"):
+    with pytest.raises(OptionError, match="offload: 'disk'"):
         api.make_spec("tiny-flux", [str(tiny_models)], offload="disk")

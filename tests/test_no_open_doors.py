@@ -330,4 +330,4 @@ def test_small_messages_are_human(server):
     message = error_message(result)
     assert "prompt: 5000 prompt lines × batch_size 1 = 5000 images in one run is too many" in message, message
     error = next(m for m in result["messages"] if m["type"] == "execution_error")["data"]
-    assert error["exception_type"] == "comfyui_tpu.ModelError", error["exception_type"]
+    assert error["exception_type"] == "comfyui_tpu.SampleError", error["exception_type"]

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from backend.controller import api, models, plans
-from backend.protocol.errors import CompileError
+from backend.controller import api, capacity, components, layouts, models, offload
+from backend.protocol.errors import CompileError, ParallelError
 
 pytestmark = pytest.mark.unit
 GIB = 2**30
@@ -60,24 +60,24 @@ def flux1_on(monkeypatch, tiny_models):
 
     def on(gen: str):
         memory, sizes = HOSTS[gen]
-        monkeypatch.setattr(plans.devices, "device_memory_bytes", lambda kind: memory)
-        monkeypatch.setattr(plans, "capacity", lambda kind: plans.Capacity("tpu", 8, sizes, f"8 {gen} chips", True))
-        monkeypatch.setattr(plans.models, "weight_bytes", lambda path, float_bytes: dict(FLUX1_BF16))
-        monkeypatch.setattr(plans, "transformer_heads", lambda path: 24)
+        monkeypatch.setattr(offload.devices, "device_memory_bytes", lambda kind: memory)
+        monkeypatch.setattr(capacity, "host_capacity", lambda kind: capacity.Capacity("tpu", 8, sizes, f"8 {gen} chips", True))
+        monkeypatch.setattr(offload.models, "weight_bytes", lambda path, float_bytes: dict(FLUX1_BF16))
+        monkeypatch.setattr(components, "transformer_heads", lambda path: 24)
         return _spec(tiny_models, offload="auto").with_changes(kind="tpu")
 
     return on
 
 
 def test_flux1_gets_sequential_with_a_shard_tp_hint_on_v5e_model_on_v6e_none_on_v7x(flux1_on):
-    v5e = plans.choose_offload(flux1_on("v5e"))
+    v5e = offload.choose_offload(flux1_on("v5e"))
     assert v5e.mode == "sequential", v5e
     assert "the weights take 31.4 GiB in bfloat16" in v5e.reason and "even transformer (22.2 GiB)" in v5e.reason
     assert "Shard TP degree 8 would fit (about 12.0 GiB per device)" in v5e.reason, v5e
-    v6e = plans.choose_offload(flux1_on("v6e"))
+    v6e = offload.choose_offload(flux1_on("v6e"))
     assert v6e.mode == "model" and "more than 25.6 GiB of the 32.0 GiB per device" in v6e.reason, v6e
     assert "the largest part (transformer, 22.2 GiB) fits" in v6e.reason
-    v7x = plans.choose_offload(flux1_on("v7x"))
+    v7x = offload.choose_offload(flux1_on("v7x"))
     assert v7x.mode == "none" and "within 76.8 GiB of the 96.0 GiB per device" in v7x.reason, v7x
 
 
@@ -85,15 +85,48 @@ def test_sequential_cannot_be_compiled_and_auto_says_why(flux1_on):
     spec = flux1_on("v5e").with_changes(mode="compiled")
     with pytest.raises(CompileError, match=r"offload: 'auto' has to choose 'sequential' here \(the weights take "
                                            r"31\.4 GiB.*cannot be compiled\. Use Shard TP, or an eager mode"):
-        plans.resolve_offload(spec)
+        offload.resolve_offload(spec)
 
 
 def test_under_shard_tp_auto_is_none_and_says_the_weights_per_device(flux1_on):
     spec = flux1_on("v5e")
-    tp, text = plans.plan_tp(spec, 8)
+    tp, text = layouts.plan_tp(spec, 8)
     assert tp.offload == "auto" and "offload auto → none (a sharded model cannot be offloaded): about 12.0 GiB" in text
-    assert plans.resolve_offload(tp).offload == "none"
-    _, four = plans.plan_tp(spec, 4)
+    assert offload.resolve_offload(tp).offload == "none"
+    _, four = layouts.plan_tp(spec, 4)
     assert "more than 12.8 GiB of the 16.0 GiB per device" in four and "use a larger Shard TP degree" in four
-    with pytest.raises(plans.ParallelError, match=r"offload: 'model' cannot be combined with Shard TP"):
-        plans.plan_tp(spec.with_changes(offload="model"), 2)
+    with pytest.raises(ParallelError, match=r"offload: 'model' cannot be combined with Shard TP"):
+        layouts.plan_tp(spec.with_changes(offload="model"), 2)
+
+
+def test_a_sample_is_resolved_once_and_its_headers_read_once(flux1_on, monkeypatch):
+    """What the Sample node does (prepare_sample for its notes, then run_sample) resolves the description once:
+    offload auto reads the weights' headers once, and the input image is copied once."""
+    import numpy as np
+
+    from backend.controller import group, images, resolve
+    from backend.protocol.messages import Result
+    from backend.protocol.spec import SampleRequest
+
+    spec = flux1_on("v6e")
+    counts = {"resolve": 0, "headers": 0, "copies": 0}
+
+    def counted(name, real):
+        def call(*args, **kwargs):
+            counts[name] += 1
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(resolve, "resolve", counted("resolve", resolve.resolve))
+    monkeypatch.setattr(offload.models, "weight_bytes", counted("headers", offload.models.weight_bytes))
+    monkeypatch.setattr(images, "as_arrays", counted("copies", images.as_arrays))
+    sent = []
+    out = np.zeros((1, 64, 64, 3), np.float32)
+    monkeypatch.setattr(group, "run", lambda config, call, on_status=None, should_interrupt=None: sent.append(config) or
+                        [Result(1, {}, {"images": out})])
+
+    req = SampleRequest(prompt="a red fox", width=64, height=64, steps=2, denoise=0.5)
+    prepared = api.prepare_sample(spec, req, np.ones((1, 64, 64, 3), np.float32))
+    assert prepared.spec.offload == "model" and prepared.notes  # what the node shows before it runs
+    assert api.run_sample(prepared) is out and len(sent) == 1
+    assert counts == {"resolve": 1, "headers": 1, "copies": 1}, counts

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from helpers import run_ok, wait_gone
 
-from backend.controller import api, group, plans
+from backend.controller import api, capacity, group, layouts
 from backend.protocol.errors import Interrupted, ParallelError, WorkerCrashed
 from backend.protocol.messages import Status, Step
 from backend.protocol.spec import Layout, SampleRequest, share
@@ -66,7 +66,7 @@ def _group_processes() -> list[psutil.Process]:
 def test_tp_is_refused_for_models_without_a_plan(tiny_models):
     for name in ("tiny-sd3", "tiny-sdxl"):
         with pytest.raises(ParallelError) as e:
-            plans.plan_tp(_spec(tiny_models, name), 2)
+            layouts.plan_tp(_spec(tiny_models, name), 2)
         text = str(e.value)
         assert "tensor-parallel plan" in text and name in text
         assert all(f in text for f in ("FLUX.1", "FLUX.2", "Qwen-Image")), text
@@ -75,66 +75,66 @@ def test_tp_is_refused_for_models_without_a_plan(tiny_models):
 @pytest.mark.unit
 def test_tp_degree_is_checked_against_cores_chips_and_heads(tiny_models, monkeypatch):
     spec = _spec(tiny_models)  # tiny-flux: 2 attention heads
-    monkeypatch.setattr(plans.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(capacity.os, "cpu_count", lambda: 2)
     with pytest.raises(ParallelError, match=r"degree: 3 is more than this CPU host has 2 cores.*use at most 2"):
-        plans.plan_tp(spec, 3)
-    monkeypatch.setattr(plans.os, "cpu_count", lambda: 8)
+        layouts.plan_tp(spec, 3)
+    monkeypatch.setattr(capacity.os, "cpu_count", lambda: 8)
     with pytest.raises(ParallelError, match=r"degree: 3 does not divide the 2 attention heads of 'tiny-flux'.*"
                                          r"use one of 1, 2"):
-        plans.plan_tp(spec, 3)
-    assert plans.plan_tp(spec, 0)[0].tp_degree == 1, "auto on the CPU is 1"
-    assert plans.plan_tp(spec, 2)[0].tp_degree == 2
+        layouts.plan_tp(spec, 3)
+    assert layouts.plan_tp(spec, 0)[0].tp_degree == 1, "auto on the CPU is 1"
+    assert layouts.plan_tp(spec, 2)[0].tp_degree == 2
 
-    eight = plans.Capacity("cuda", 8, None, "this host has 8 CUDA GPUs", True)  # as on an 8-GPU host
-    monkeypatch.setattr(plans, "capacity", lambda kind: eight)
+    eight = capacity.Capacity("cuda", 8, None, "this host has 8 CUDA GPUs", True)  # as on an 8-GPU host
+    monkeypatch.setattr(capacity, "host_capacity", lambda kind: eight)
     with pytest.raises(ParallelError, match=r"degree: 16 is more than this host has 8 CUDA GPUs"):
-        plans.plan_tp(spec, 16)
+        layouts.plan_tp(spec, 16)
     with pytest.raises(ParallelError, match=r"degree: 3 does not divide the 8 chips"):
-        plans.plan_tp(spec, 3)
-    tp, text = plans.plan_tp(spec, 0)
+        layouts.plan_tp(spec, 3)
+    tp, text = layouts.plan_tp(spec, 0)
     assert tp.tp_degree == 2 and "the largest degree that divides the 2 attention heads" in text
     with pytest.raises(ParallelError, match=r"replicas: 8 replicas × TP degree 2 = 16 workers"):
-        plans.plan_dp(tp, 8)
-    assert plans.plan_dp(tp, 0)[0].dp_replicas == 4, "auto = chips / degree"
+        layouts.plan_dp(tp, 8)
+    assert layouts.plan_dp(tp, 0)[0].dp_replicas == 4, "auto = chips / degree"
 
 
 @pytest.mark.unit
 def test_on_tpu_only_worker_counts_torch_tpu_launches_pass(tiny_models, monkeypatch):
     """As on an 8-chip v5e host (TorchTPU launches 1, 4 or 8 workers) and one v7x chip (2 devices: only 2);
     tests/test_tpu_hosts.py holds the same rules against TorchTPU itself."""
-    v5e = plans.Capacity("tpu", 8, (1, 4, 8), "this host has 8 TPU v5e chips", True)
-    monkeypatch.setattr(plans, "capacity", lambda kind: v5e)
+    v5e = capacity.Capacity("tpu", 8, (1, 4, 8), "this host has 8 TPU v5e chips", True)
+    monkeypatch.setattr(capacity, "host_capacity", lambda kind: v5e)
     spec = _spec(tiny_models).with_changes(kind="tpu")  # tiny-flux: 2 attention heads
     with pytest.raises(ParallelError, match=r"replicas: 2 replicas × TP degree 1 = 2 workers, but TorchTPU "
                                             r"launches only 1, 4 or 8 worker processes on this host \(this host has "
                                             r"8 TPU v5e chips\); use replicas 1, 4 or 8"):
-        plans.plan_dp(spec, 2)
-    tp, text = plans.plan_tp(spec, 2)
+        layouts.plan_dp(spec, 2)
+    tp, text = layouts.plan_tp(spec, 2)
     assert "not 2: add Data Parallel after this node with replicas 2 or 4 (or 0 = auto)" in text
     with pytest.raises(ParallelError, match=r"use replicas 2 or 4"):
         api.checked(tp)  # Sample without Data Parallel
-    assert plans.plan_dp(tp, 0)[0].world_size == 8 and plans.plan_dp(spec, 0)[0].dp_replicas == 8
-    assert plans.plan_tp(spec, 0)[0].tp_degree == 1, "auto: the largest degree that launches alone"
+    assert layouts.plan_dp(tp, 0)[0].world_size == 8 and layouts.plan_dp(spec, 0)[0].dp_replicas == 8
+    assert layouts.plan_tp(spec, 0)[0].tp_degree == 1, "auto: the largest degree that launches alone"
 
-    v7x = plans.Capacity("tpu", 2, (2,), "this host has 1 TPU v7 chip (2 devices)", True)
-    monkeypatch.setattr(plans, "capacity", lambda kind: v7x)
+    v7x = capacity.Capacity("tpu", 2, (2,), "this host has 1 TPU v7 chip (2 devices)", True)
+    monkeypatch.setattr(capacity, "host_capacity", lambda kind: v7x)
     default = api.checked(spec)
     assert (default.tp_degree, default.dp_replicas, default.load_in_turn) == (1, 2, True)
     with pytest.raises(ParallelError, match=r"replicas: 1 replica × TP degree 1 = 1 worker, but TorchTPU launches "
                                             r"only 2 worker processes.*use replicas 2"):
-        plans.plan_dp(spec, 1)
-    assert plans.plan_tp(spec, 0)[0].tp_degree == 2
+        layouts.plan_dp(spec, 1)
+    assert layouts.plan_tp(spec, 0)[0].tp_degree == 2
 
 
 @pytest.mark.unit
 def test_offload_and_tp_are_refused_together(tiny_models):
     with pytest.raises(ParallelError, match=r"offload: 'model' cannot be combined with Shard TP.*'none'"):
-        plans.plan_tp(_spec(tiny_models, offload="model"), 2)
+        layouts.plan_tp(_spec(tiny_models, offload="model"), 2)
 
 
 @pytest.mark.unit
 def test_a_bad_spec_fails_before_any_worker_starts(tiny_models, monkeypatch):
-    monkeypatch.setattr(plans.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(capacity.os, "cpu_count", lambda: 2)
     before = group.current_group()
     bad = _spec(tiny_models).with_changes(tp_degree=2, dp_replicas=2)
     with pytest.raises(ParallelError, match=r"replicas: 2 replicas × TP degree 2 = 4 workers"):
@@ -146,15 +146,15 @@ def test_a_bad_spec_fails_before_any_worker_starts(tiny_models, monkeypatch):
 
 @pytest.mark.unit
 def test_text_encoders_show_what_is_sharded(tiny_models):
-    _, flux = plans.plan_tp(_spec(tiny_models), 2, shard_text_encoders=True)
+    _, flux = layouts.plan_tp(_spec(tiny_models), 2, shard_text_encoders=True)
     assert "text_encoder (CLIPTextModel): replicated on every chip (no TP plan" in flux
     assert "text_encoder_2 (T5EncoderModel): replicated on every chip (no TP plan" in flux
     assert "transformer: sharded over 2 chips" in flux
-    _, qwen = plans.plan_tp(_spec(tiny_models, "tiny-qwenimage"), 2, shard_text_encoders=True)
+    _, qwen = layouts.plan_tp(_spec(tiny_models, "tiny-qwenimage"), 2, shard_text_encoders=True)
     assert "text_encoder (Qwen2_5_VLForConditionalGeneration): sharded over 2 chips" in qwen
-    tp, _ = plans.plan_tp(_spec(tiny_models, "tiny-qwenimage"), 2, shard_text_encoders=True)
+    tp, _ = layouts.plan_tp(_spec(tiny_models, "tiny-qwenimage"), 2, shard_text_encoders=True)
     with pytest.raises(ParallelError, match=r"shard_text_encoders: .*Data Parallel"):
-        plans.plan_dp(tp, 2)
+        layouts.plan_dp(tp, 2)
 
 
 @pytest.mark.unit
@@ -197,7 +197,7 @@ def test_tpu_launch_env_comes_from_torch_tpu_once_for_all_ranks():
 
 @pytest.mark.workers
 def test_tp2_gives_the_same_image_as_one_worker(tiny_models, refs):
-    tp, _ = plans.plan_tp(_spec(tiny_models), 2)
+    tp, _ = layouts.plan_tp(_spec(tiny_models), 2)
     images = api.sample(tp, _request(batch_size=4))
     assert images.shape == refs["flux4"].shape
     assert np.abs(images - refs["flux4"]).max() <= TP_TOLERANCE
@@ -209,7 +209,7 @@ def test_tp2_gives_the_same_image_as_one_worker(tiny_models, refs):
 
 @pytest.mark.workers
 def test_tp2_with_sharded_text_encoder(tiny_models, refs):
-    tp, _ = plans.plan_tp(_spec(tiny_models, "tiny-qwenimage"), 2, shard_text_encoders=True)
+    tp, _ = layouts.plan_tp(_spec(tiny_models, "tiny-qwenimage"), 2, shard_text_encoders=True)
     images = api.sample(tp, _request(guidance=1.0))
     assert np.abs(images - refs["qwen"]).max() <= TP_TOLERANCE
 
@@ -219,7 +219,7 @@ def test_tp2_compiled_sharded_transformer(tiny_models, refs):
     from backend.protocol.spec import CompilePlan
 
     spec = _spec(tiny_models).with_changes(mode="compiled", compile=CompilePlan(backend="eager"))
-    tp, _ = plans.plan_tp(spec, 2)
+    tp, _ = layouts.plan_tp(spec, 2)
     images = api.sample(tp, _request(batch_size=2))
     assert np.abs(images - refs["flux4"][:2]).max() <= TP_TOLERANCE
     assert api.worker_info()[1]["compile"]["compiles"] >= 1, "rank 1 compiled its shard too"
@@ -227,7 +227,7 @@ def test_tp2_compiled_sharded_transformer(tiny_models, refs):
 
 @pytest.mark.workers
 def test_dp2_is_bit_identical_to_one_worker_and_keeps_the_order(tiny_models, refs):
-    dp, _ = plans.plan_dp(_spec(tiny_models), 2)
+    dp, _ = layouts.plan_dp(_spec(tiny_models), 2)
     api.shutdown()  # a fresh group: the TP tests' workers (same size) have built a device mesh
     api.load(dp)
     before = [w["steps"] for w in api.worker_info()]
@@ -248,7 +248,7 @@ def test_dp2_is_bit_identical_to_one_worker_and_keeps_the_order(tiny_models, ref
 @pytest.mark.workers
 def test_dp2_replicas_load_in_turn_and_give_the_same_images(tiny_models, refs):
     """Replica 1 reads its weights only after replica 0 has loaded (host memory: one load in flight)."""
-    dp, _ = plans.plan_dp(_spec(tiny_models, "tiny-qwenimage"), 2)
+    dp, _ = layouts.plan_dp(_spec(tiny_models, "tiny-qwenimage"), 2)
     assert api.checked(dp).load_in_turn and not api.checked(_spec(tiny_models)).load_in_turn
     said = []
     images = api.sample(dp, _request(guidance=1.0), lambda m: said.append(m.text) if isinstance(m, Status) else None)
@@ -259,14 +259,14 @@ def test_dp2_replicas_load_in_turn_and_give_the_same_images(tiny_models, refs):
 
 @pytest.mark.workers
 def test_dp2_prompt_per_line_splits_prompts_in_order(tiny_models, refs):
-    dp, _ = plans.plan_dp(_spec(tiny_models), 2)
+    dp, _ = layouts.plan_dp(_spec(tiny_models), 2)
     images = api.sample(dp, _request(prompt=f"{FOX}\n{CAR}", prompt_per_line=True, seed=300, batch_size=2))
     assert np.array_equal(images, np.concatenate([refs["fox2"], refs["car2"]]))
 
 
 @pytest.mark.workers
 def test_interrupt_stops_both_tp_ranks_at_the_same_step(tiny_models):
-    tp, _ = plans.plan_tp(_spec(tiny_models), 2)
+    tp, _ = layouts.plan_tp(_spec(tiny_models), 2)
     api.load(tp)
     before = [w["steps"] for w in api.worker_info()]
     stop, seen = threading.Event(), []
@@ -287,7 +287,7 @@ def test_interrupt_stops_both_tp_ranks_at_the_same_step(tiny_models):
 
 @pytest.mark.workers
 def test_sigkill_of_rank_1_fails_fast_naming_it_and_the_next_request_starts_fresh(tiny_models):
-    tp, _ = plans.plan_tp(_spec(tiny_models), 2)
+    tp, _ = layouts.plan_tp(_spec(tiny_models), 2)
     api.load(tp)
     old = _group_processes()
     victim = api.worker_info()[1]["pid"]

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 
-from backend.controller import api, group, plans
+from backend.controller import api, capacity, group, layouts
 from backend.protocol import settings
 from backend.protocol.errors import Interrupted, ParallelError
 from backend.protocol.messages import Step
@@ -81,7 +81,7 @@ def test_cfg_parallel_applies_to_two_pass_families_only(tiny_models):
 
 @pytest.mark.unit
 def test_context_parallel_is_checked(tiny_models, monkeypatch):
-    monkeypatch.setattr(plans.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(capacity.os, "cpu_count", lambda: 8)
     for name in ("tiny-sd3", "tiny-sdxl"):
         with pytest.raises(ParallelError, match=r"no context-parallel plan.*FLUX.1, FLUX.2, Qwen-Image.*CFG Parallel"):
             api.context_parallel(_spec(tiny_models, name), 2)
@@ -91,7 +91,7 @@ def test_context_parallel_is_checked(tiny_models, monkeypatch):
     with pytest.raises(ParallelError, match=r"degree: Ulysses splits the 2 attention heads of 'tiny-flux'.*use one of 2"):
         api.context_parallel(_spec(tiny_models), 4)
     with pytest.raises(ParallelError, match=r"cannot be combined with Shard TP"):
-        api.context_parallel(plans.plan_tp(_spec(tiny_models), 2)[0], 2)
+        api.context_parallel(layouts.plan_tp(_spec(tiny_models), 2)[0], 2)
     with pytest.raises(ParallelError, match=r"offload: 'model' cannot be combined with Context Parallel"):
         api.context_parallel(_spec(tiny_models, offload="model"), 2)
     with pytest.raises(ParallelError, match=r"mode: 'ring' needs .* Use 'ulysses' on cuda"):
@@ -104,8 +104,8 @@ def test_context_parallel_is_checked(tiny_models, monkeypatch):
 
 @pytest.mark.unit
 def test_layout_counts_every_split_and_data_parallel_auto_accounts_for_them(tiny_models, monkeypatch):
-    gpus = plans.Capacity("cuda", 8, None, "this host has 8 CUDA GPUs", True)
-    monkeypatch.setattr(plans, "capacity", lambda kind: gpus)  # as on an 8-GPU host
+    gpus = capacity.Capacity("cuda", 8, None, "this host has 8 CUDA GPUs", True)
+    monkeypatch.setattr(capacity, "host_capacity", lambda kind: gpus)  # as on an 8-GPU host
     cfg, _ = api.cfg_parallel(_spec(tiny_models, "tiny-qwenimage"))
     assert api.replicate(cfg, 0)[0].dp_replicas == 4, "auto = chips / (cfg × context × tp)"
     both, _ = api.context_parallel(cfg, 2)
@@ -113,14 +113,14 @@ def test_layout_counts_every_split_and_data_parallel_auto_accounts_for_them(tiny
     assert api.context_parallel(cfg, 0)[0].cp_degree == 2, "auto: the chips left after CFG, dividing the heads"
     with pytest.raises(ParallelError, match=r"replicas: 3 replicas × TP 1 × context 2 × CFG 2 = 12 workers"):
         api.replicate(both, 3)
-    v5e = plans.Capacity("tpu", 8, (1, 4, 8), "this host has 8 TPU v5e chips", True)  # TorchTPU: 1, 4 or 8
-    monkeypatch.setattr(plans, "capacity", lambda kind: v5e)
+    v5e = capacity.Capacity("tpu", 8, (1, 4, 8), "this host has 8 TPU v5e chips", True)  # TorchTPU: 1, 4 or 8
+    monkeypatch.setattr(capacity, "host_capacity", lambda kind: v5e)
     assert api.replicate(cfg, 0)[0].world_size == 8 and api.context_parallel(cfg, 0)[0].cp_degree == 2
     with pytest.raises(ParallelError, match=r"1 replica × TP 1 × context 1 × CFG 2 = 2 workers, but TorchTPU "
                                             r"launches only 1, 4 or 8 .*use replicas 2 or 4"):
         api.checked(cfg.with_changes(kind="tpu"))
-    cpu = plans.Capacity("cpu", 2, None, "this CPU host has 2 cores (one worker process each)", False)
-    monkeypatch.setattr(plans, "capacity", lambda kind: cpu)
+    cpu = capacity.Capacity("cpu", 2, None, "this CPU host has 2 cores (one worker process each)", False)
+    monkeypatch.setattr(capacity, "host_capacity", lambda kind: cpu)
     with pytest.raises(ParallelError, match=r"Connect Data Parallel after Shard TP, Context Parallel and CFG"):
         api.cfg_parallel(api.replicate(_spec(tiny_models, "tiny-sdxl"), 2)[0])
 

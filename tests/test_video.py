@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from backend.controller import api, plans
+from backend.controller import api, layouts
 from backend.protocol.errors import CompileError, Interrupted, ModelError, ParallelError
 from backend.protocol.messages import Status, Step
 from backend.protocol.spec import SampleRequest
@@ -89,7 +89,7 @@ def test_frames_equal_plain_diffusers_with_progress_and_cancel(tiny_models, one_
 def test_layouts_of_two_ranks_equal_one_worker(tiny_models, one_worker, layout):
     spec = _spec(tiny_models)
     spec = {"context": lambda: api.context_parallel(spec, 2)[0], "cfg": lambda: api.cfg_parallel(spec)[0],
-            "data": lambda: plans.plan_dp(spec, 2)[0]}[layout]()
+            "data": lambda: layouts.plan_dp(spec, 2)[0]}[layout]()
     assert spec.world_size == 2
     api.load(spec)
     before = [w["steps"] for w in api.worker_info()]

@@ -43,6 +43,7 @@ TINY = {
     "FLUX.1-schnell": "tiny-flux",
     "FLUX.1-dev": "tiny-flux",
     "stable-diffusion-3.5-medium": "tiny-sd3",
+    "stable-diffusion-xl-base-1.0": "tiny-sdxl",
     "FLUX.2-dev": "tiny-flux2",  # 2 attention heads: Shard TP 2 works
     # model files in ComfyUI's folders -> the tiny FLUX.1 files written by ComfyUI's own code (file_fixtures.py)
     "flux1-dev.safetensors": "flux1-tiny.safetensors",
@@ -228,12 +229,13 @@ def test_a_workflow_saved_before_an_input_was_added_still_runs(ui, server):
     conversion = ui.convert(old, OLD_WORKFLOW.stem)
     problems = conversion.problems(allowed_values=ALLOWED) + conversion.console_errors
     assert not problems, "\n".join(problems)
-    assert conversion.outdated == ["node 2 (TPUSample): saved without prompt_per_line, denoise, size_from_image "
-                                   "(defaults used)"]
+    assert conversion.outdated == ["node 2 (TPUSample): saved without prompt_per_line, denoise, size_from_image, "
+                                   "sampler, scheduler (defaults used)"]
     # the same prompt as today's tiny_demo, the new input at its default
     today = json.loads(api_path(WORKFLOWS / "tiny_demo.json").read_text())
     assert conversion.prompt["2"]["inputs"] == today["2"]["inputs"]
     assert conversion.prompt["2"]["inputs"]["prompt_per_line"] is False
+    assert conversion.prompt["2"]["inputs"]["sampler"] == conversion.prompt["2"]["inputs"]["scheduler"] == "default"
     result = run_workflow(server, conversion, timeout=120)
     assert result["status"] == "success", f"{error_message(result)}\n{server.log_tail()}"
     assert len(result["images"]) == 1

@@ -17,7 +17,7 @@ import pytest
 import torch
 from lora_fixtures import load, make
 
-from backend.controller import api, plans
+from backend.controller import api, capacity, layouts, offload
 from backend.protocol.errors import ParallelError
 from backend.protocol.families import FAMILIES, PIPELINES
 from backend.protocol.messages import Status
@@ -117,11 +117,11 @@ def test_offload_auto_fits_the_published_model_per_tpu_generation(tiny_models, m
     both: 'none'. So one chip runs the 6B model, and Shard TP and Context Parallel are not needed for it."""
     sizes = _published_bytes()
     assert round(sizes["transformer"] / 1e9, 1) == 12.3 and round(sizes["text_encoder"] / 1e9, 1) == 8.0
-    monkeypatch.setattr(plans.models, "weight_bytes", lambda path, float_bytes: dict(sizes))
+    monkeypatch.setattr(offload.models, "weight_bytes", lambda path, float_bytes: dict(sizes))
+    monkeypatch.setattr(capacity, "host_capacity", lambda kind: capacity.Capacity("tpu", 8, (1, 4, 8), "8 chips", True))
     for memory, mode in ((16 * 2**30, "model"), (32 * 2**30, "none")):
-        monkeypatch.setattr(plans.devices, "device_memory_bytes", lambda kind, m=memory: m)
-        monkeypatch.setattr(plans, "capacity", lambda kind: plans.Capacity("tpu", 8, (1, 4, 8), "8 chips", True))
-        choice = plans.choose_offload(_spec(tiny_models, offload="auto").with_changes(kind="tpu"))
+        monkeypatch.setattr(offload.devices, "device_memory_bytes", lambda kind, m=memory: m)
+        choice = offload.choose_offload(_spec(tiny_models, offload="auto").with_changes(kind="tpu"))
         assert choice.mode == mode, choice.reason
 
 
@@ -156,7 +156,7 @@ def test_lora_in_the_worker_equals_diffusers_fused_lora(tiny_models, tmp_path):
 def test_data_parallel_2_equals_one_worker(tiny_models):
     spec = _spec(tiny_models)
     one = api.sample(spec, _request(guidance=4.0, batch_size=3))
-    dp, _ = plans.plan_dp(spec, 2)
+    dp, _ = layouts.plan_dp(spec, 2)
     assert np.array_equal(api.sample(dp, _request(guidance=4.0, batch_size=3)), one)
     workers = api.worker_info()
     assert len(workers) == 2

@@ -1,5 +1,7 @@
 """What the nodes (and scripts, tests, benchmarks) call. Describes and checks pipelines, then hands the work to
-the worker group. Every check happens here, once, before any worker sees the work; each raises an InputError
+the worker group. Each node checks its own inputs when it runs (the loaders their model and files, the plan
+nodes their layout); before a request goes to the workers, `resolve` checks the whole description once more
+(specs built by scripts pass the same checks), once per request. Every check raises an InputError
 (`protocol.errors`) that names the input, the value and the fix.
 """
 
@@ -12,12 +14,13 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..protocol import settings
-from ..protocol.errors import CompileError, ModelError, TPUError, WorkerCrashed
+from ..protocol import samplers, settings
+from ..protocol.errors import CompileError, ModelError, OptionError, SampleError, TPUError, WorkerCrashed
 from ..protocol.messages import Status, Step
 from ..protocol.spec import (
     DTYPE_CHOICES,
@@ -26,14 +29,31 @@ from ..protocol.spec import (
     WARMUP_STEPS,
     CompilePlan,
     GroupConfig,
-    LoraRef,
     PipelineSpec,
     SampleRequest,
     mode_note,
 )
 from ..protocol.units import format_bytes
-from . import devices, group, hosts, images, models, plans, storage
+from . import (
+    capacity,
+    compile_plan,
+    devices,
+    group,
+    hosts,
+    images,
+    latency,
+    layouts,
+    loras,
+    models,
+    offload,
+    pixels,
+    prompt_weights,
+    resolve,
+    storage,
+)
+from . import warm_start as warm
 from .files import assemble, listing
+from .sampling_options import plan_sampling
 
 ProgressFn = Callable[[Status | Step], None]
 MAX_IMAGES = 4096  # images in one Sample (prompt lines × batch_size)
@@ -45,12 +65,12 @@ atexit.register(group.shutdown)
 def _check_choices(dtype: str, device_choice: str, offload: str) -> str:
     """The user's dtype, device and offload checked; the device kind they resolve to."""
     if dtype not in DTYPE_CHOICES:
-        raise ModelError(f"dtype: '{dtype}' is not one of {', '.join(DTYPE_CHOICES)}.")
+        raise OptionError(f"dtype: '{dtype}' is not one of {', '.join(DTYPE_CHOICES)}.")
     if offload not in OFFLOAD_CHOICES:
-        raise ModelError(f"offload: '{offload}' is not one of {', '.join(OFFLOAD_CHOICES)}.")
+        raise OptionError(f"offload: '{offload}' is not one of {', '.join(OFFLOAD_CHOICES)}.")
     kind = devices.resolve_kind(device_choice)
     if dtype == "float16" and kind == "tpu":
-        raise ModelError("dtype: float16 is not a good fit for TPUs; choose 'auto' (bfloat16) instead.")
+        raise OptionError("dtype: float16 is not a good fit for TPUs; choose 'auto' (bfloat16) instead.")
     return kind
 
 
@@ -97,17 +117,8 @@ def describe_files(spec: PipelineSpec) -> str:
 
 
 def checked(spec: PipelineSpec) -> PipelineSpec:
-    """`spec` ready to run: its device kind, default layout (v7x: Data Parallel over one chip's two devices),
-    offload 'auto' and compile plan resolved, its parallel layout checked against the model and this host (on
-    TPU: a worker count TorchTPU launches). Run before every request; specs built by scripts are checked too."""
-    if not spec.kind:
-        spec = spec.with_changes(kind=devices.resolve_kind(spec.device))
-    spec = storage.resolve_storage(plans.with_sharded_encoders(plans.default_layout(spec)))
-    spec = plans.resolve_load_order(plans.resolve_offload(spec))
-    plans.check_spec(spec)
-    for lora in spec.loras:
-        check_lora(spec, lora)
-    return plans.resolve_compile(spec)
+    """`spec` ready to run, resolved and checked in one trip (controller/resolve.py)."""
+    return resolve.resolve(spec)
 
 
 def describe_pipeline(spec: PipelineSpec) -> str:
@@ -127,7 +138,7 @@ def describe_pipeline(spec: PipelineSpec) -> str:
     if kept := storage.describe(spec):
         lines.append(kept)
     if spec.offload == "auto":
-        lines.append(plans.choose_offload(spec).reason)
+        lines.append(offload.choose_offload(spec).reason)
     return "\n".join(lines)
 
 
@@ -136,30 +147,31 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
     for f in dataclasses.fields(req):
         value = getattr(req, f.name)
         if isinstance(value, float) and not math.isfinite(value):  # the API accepts NaN and inf; nodes would not
-            raise ModelError(f"{f.name}: {value} is not a number the pipeline can use; give a finite value "
-                             f"(e.g. {getattr(SampleRequest, f.name)}).")
+            raise SampleError(f"{f.name}: {value} is not a number the pipeline can use; give a finite value "
+                              f"(e.g. {getattr(SampleRequest, f.name)}).")
     models.check_size(models.info_of(spec), req.width, req.height)
     models.check_frames(spec.family, req.frames)
-    plans.check_cp_size(spec, req.width, req.height, req.frames)
+    pixels.check(spec, req.width, req.height, req.batch_size)
+    layouts.check_cp_size(spec, req.width, req.height, req.frames)
     if req.steps < 1:
-        raise ModelError(f"steps: {req.steps} is too small; use at least 1.")
+        raise SampleError(f"steps: {req.steps} is too small; use at least 1.")
     if req.batch_size < 1:
-        raise ModelError(f"batch_size: {req.batch_size} is too small; use at least 1.")
+        raise SampleError(f"batch_size: {req.batch_size} is too small; use at least 1.")
     if not req.prompt.strip():
-        raise ModelError("prompt: the prompt is empty; describe the image you want.")
+        raise SampleError("prompt: the prompt is empty; describe the image you want.")
     if (count := len(req.images())) > MAX_IMAGES:
         lines = len(req.prompts())
         if lines > 1:
-            raise ModelError(f"prompt: {lines} prompt lines × batch_size {req.batch_size} = {count} images in one "
-                             f"run is too many; use at most {MAX_IMAGES} (fewer lines, or a smaller batch_size).")
-        raise ModelError(f"batch_size: {count} images in one run is too many; use at most {MAX_IMAGES}.")
+            raise SampleError(f"prompt: {lines} prompt lines × batch_size {req.batch_size} = {count} images in one "
+                              f"run is too many; use at most {MAX_IMAGES} (fewer lines, or a smaller batch_size).")
+        raise SampleError(f"batch_size: {count} images in one run is too many; use at most {MAX_IMAGES}.")
     if not 0 <= req.seed < 2**64:
-        raise ModelError(f"seed: {req.seed} is out of range; use 0 to 2^64-1.")
+        raise SampleError(f"seed: {req.seed} is out of range; use 0 to 2^64-1.")
 
 
 def group_config(spec: PipelineSpec) -> GroupConfig:
     """The group `spec` runs on: this host's chips, or (a group larger than one host) the joined hosts too."""
-    across = plans.span(spec.kind)
+    across = capacity.span(spec.kind)
     if across is None or spec.world_size <= across.per_host:
         return GroupConfig(kind=spec.kind, world_size=spec.world_size)
     others = hosts.sharing_hosts(hosts.registry(), spec.kind, across.per_host)
@@ -172,103 +184,106 @@ def load(spec: PipelineSpec, on_progress: ProgressFn | None = None,
     """Makes sure the pipeline is loaded and warm in the workers (warm-up shapes compiled); returns rank 0's info."""
     spec = checked(spec)
     results = group.run(group_config(spec), lambda g: g.load(spec, on_progress, should_interrupt),
-                        _status_adapter(on_progress))
+                        _status_adapter(on_progress), should_interrupt)
     return results[0].value
 
 
-def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None = None,
-           should_interrupt: Callable[[], bool] | None = None, image: np.ndarray | None = None,
-           mask: np.ndarray | None = None) -> np.ndarray:
-    """Images [B, H, W, C] float32 in 0..1 for one request (loading the pipeline first if needed); a video
-    pipeline's frames, one video after another [B·F, H, W, C]. Where the time went is kept for `last_latency`.
+@dataclass(frozen=True)
+class PreparedSample:
+    """One Sample, resolved and checked once: the ready spec, the request, the input images as the workers take
+    them (copied once), and what will happen to them, for the node's text."""
+
+    spec: PipelineSpec
+    req: SampleRequest
+    arrays: dict[str, np.ndarray]
+    notes: tuple[str, ...]
+
+
+def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None = None,
+                   mask: np.ndarray | None = None) -> PreparedSample:
+    """Resolves `spec` and checks the request and Sample's image inputs (raising an InputError naming the input),
+    once: the node shows the notes, then `run_sample` runs exactly this.
 
     `image` (IMAGE [B, H, W, C] in 0..1) starts image-to-image, or gives reference images to the families that
-    take them; with `mask` (MASK [B, H, W], 1 = repaint) it inpaints. See `describe_inputs`."""
-    t0 = time.perf_counter()
+    take them; with `mask` (MASK [B, H, W], 1 = repaint) it inpaints."""
     spec = checked(spec)
     check_request(spec, req)
     arrays = images.as_arrays(spec, req, image, mask)
+    said = [samplers.check(spec, req, images.starts_from_image(spec, arrays)), prompt_weights.note(req)]
+    notes = images.describe(spec, req, arrays) + [text for text in said if text]
+    return PreparedSample(spec, req, arrays, tuple(notes))
+
+
+def run_sample(prepared: PreparedSample, on_progress: ProgressFn | None = None,
+               should_interrupt: Callable[[], bool] | None = None) -> np.ndarray:
+    """Images [B, H, W, C] float32 in 0..1 for a prepared Sample (loading the pipeline first if needed); a video
+    pipeline's frames, one video after another [B·F, H, W, C]. Where the time went is kept for `last_latency`."""
+    t0 = time.perf_counter()
+    spec, req = prepared.spec, prepared.req
     progress = _group_progress(spec, req, on_progress)
     before = group.current_group()
-    results = group.run(group_config(spec), lambda g: g.sample(spec, req, progress, should_interrupt, arrays),
-                        _status_adapter(on_progress))
+    results = group.run(group_config(spec),
+                        lambda g: g.sample(spec, req, progress, should_interrupt, prepared.arrays),
+                        _status_adapter(on_progress), should_interrupt)
     received = time.time()
     # Each replica's first rank sends its slice; rank order is image order.
     parts = [r.arrays["images"] for r in results if "images" in r.arrays]
     out = parts[0] if len(parts) == 1 else np.concatenate(parts)
     now = group.current_group()
     started = now.start_s if now is not None and now is not before else 0.0
-    _record_latency(results, started, received, time.perf_counter() - t0)
+    latency.record(results, started, received, time.perf_counter() - t0)
     return out
 
 
-_last_latency: dict | None = None
-
-
-def _record_latency(results: list, start_s: float, received: float, total_s: float) -> None:
-    """Where the last Sample's time went: group start (controller), then each phase of the slowest replica
-    (workers: load, text encoding, denoising, VAE), then the hand-back of the images (worker send → here)."""
-    global _last_latency
-    sent = [r for r in results if "images" in r.arrays and "latency" in r.value]
-    phases = {k: max(r.value["latency"][k] for r in sent) for k in sent[0].value["latency"]} if sent else {}
-    handback = max((received - r.value["sent_at"] for r in sent), default=0.0)
-    _last_latency = {"start_s": round(start_s, 4), **phases, "handback_s": round(max(0.0, handback), 4),
-                     "total_s": round(total_s, 4)}
+def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None = None,
+           should_interrupt: Callable[[], bool] | None = None, image: np.ndarray | None = None,
+           mask: np.ndarray | None = None) -> np.ndarray:
+    """`prepare_sample` then `run_sample`: one call for scripts, tests and benchmarks."""
+    return run_sample(prepare_sample(spec, req, image, mask), on_progress, should_interrupt)
 
 
 def record_queue_wait(seconds: float) -> None:
     """The node's share of the last Sample's report: how long the prompt waited in ComfyUI's queue (and for the
     nodes before Sample)."""
-    if _last_latency is not None:
-        _last_latency["queue_s"] = round(max(0.0, seconds), 4)
+    latency.record_queue_wait(seconds)
 
 
 def last_latency() -> dict | None:
     """Where the last Sample's time went, in seconds (None before the first): start_s (worker group start),
-    load_s (loading, compiling warm-ups), text_s, denoise_s, vae_s, handback_s, total_s (the whole api.sample)."""
-    return _last_latency
+    load_s (loading, compiling warm-ups), text_s, denoise_s, vae_s, handback_s, total_s (the whole run)."""
+    return latency.last()
 
 
 def describe_inputs(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None = None,
                     mask: np.ndarray | None = None) -> list[str]:
-    """Checks Sample's image inputs (raising ModelError as `sample` would) and says what will happen to them."""
-    return images.describe(spec, req, images.as_arrays(checked(spec), req, image, mask))
+    """Checks Sample's inputs, sampler and scheduler as `sample` would and says what will happen."""
+    return list(prepare_sample(spec, req, image, mask).notes)
 
 
 def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, str | None]:
-    """Width and height that follow the image (rounded down to the model's size factor), and a note if rounded."""
+    """Width and height that follow the image (rounded down to the model's size factor), and a note if rounded;
+    held to the limits width and height have (the node's range, the model's, the pixel budget), checked from the
+    image's shape before its pixels are copied."""
+    shape = np.shape(image)
+    if len(shape) in (3, 4) and min(shape[-3:-1], default=0) >= 1:
+        h, w = shape[-3:-1]
+        f = spec.size_factor or 1
+        try:
+            models.check_size(models.info_of(spec), max(f, w // f * f), max(f, h // f * f))
+            pixels.check(spec, max(f, w // f * f), max(f, h // f * f))
+        except ModelError as e:
+            raise ModelError(f"size_from_image: the image is {w}x{h}, and width and height follow it, so they are "
+                             f"held to the same limits: {e} Turn size_from_image off and set width and height, or "
+                             "scale the image down first (Upscale Image By).") from None
     return images.size_from_image(spec, image)
 
 
 # ---- LoRAs
 
-def check_lora(spec: PipelineSpec, lora: LoraRef) -> None:
-    """A LoRA that can be written into this pipeline; raises ModelError naming the file and the fix."""
-    for name, value in (("strength", lora.strength), ("strength_text_encoder", lora.te_strength)):
-        if not (isinstance(value, (int, float)) and math.isfinite(value)):
-            raise ModelError(f"{name}: {value!r} is not a number a LoRA can be applied with ('{lora.name}'); give a "
-                             "finite value such as 1.0 (0 turns the LoRA off).")
-    if spec.offload == "sequential":
-        raise ModelError(f"lora_name: '{lora.name}' cannot be applied with offload 'sequential', which keeps the "
-                         "weights off the device between layers (offload 'auto' picks it for a model too big for "
-                         "the chip); choose offload 'model' or 'none' in the Load TPU Pipeline node.")
-    gguf = next((c for c in spec.source.components if c.quant == "gguf"), None) if spec.source else None
-    if gguf is not None:
-        raise ModelError(f"lora_name: '{lora.name}' cannot be applied to '{Path(gguf.path).name}', a GGUF file whose "
-                         "weights stay quantized; use the safetensors version of the model to apply LoRAs.")
-    models.check_lora(lora.path)
-
-
 def with_lora(spec: PipelineSpec, path: str, strength: float = 1.0,
               te_strength: float = 1.0) -> tuple[PipelineSpec, str]:
-    """`spec` with one more LoRA (applied after the ones it has), checked; and the LoRAs, for the node's text.
-    Never reloads the model: the worker rewrites the touched weights in place."""
-    lora = LoraRef(str(Path(path).resolve()), strength, te_strength)
-    check_lora(spec, lora)
-    spec = spec.with_changes(loras=(*spec.loras, lora))
-    lines = [f"{i}. {x.name}: strength {x.strength:g}, text encoder {x.te_strength:g}"
-             for i, x in enumerate(spec.loras, 1)]
-    return spec, "LoRAs (applied in this order):\n" + "\n".join(lines)
+    """`spec` with one more LoRA (applied after the ones it has), checked; and the LoRAs, for the node's text."""
+    return loras.add(spec, path, strength, te_strength)
 
 
 def warmup_steps(spec: PipelineSpec) -> int:
@@ -354,60 +369,44 @@ def _status_adapter(on_progress: ProgressFn | None) -> Callable[[str], None] | N
     return lambda text: on_progress(Status(None, text))
 
 
-# ---- parallel plans (controller/plans.py does the work)
+# ---- parallel layouts and sampling options (controller/layouts.py, sampling_options.py do the work)
 
 def shard(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) -> tuple[PipelineSpec, str]:
     """`spec` sharded over `degree` chips (0 = auto), checked; and what is sharded, for the node's text."""
-    return plans.plan_tp(spec, degree, shard_text_encoders)
+    return layouts.plan_tp(spec, degree, shard_text_encoders)
 
 
 def replicate(spec: PipelineSpec, replicas: int) -> tuple[PipelineSpec, str]:
     """`spec` with `replicas` data-parallel copies (0 = auto), checked; and the layout, for the node's text."""
-    return plans.plan_dp(spec, replicas)
+    return layouts.plan_dp(spec, replicas)
 
 
 def cfg_parallel(spec: PipelineSpec) -> tuple[PipelineSpec, str]:
     """`spec` with its two CFG passes on two ranks, checked; and what that does for this model."""
-    return plans.plan_cfg(spec)
+    return layouts.plan_cfg(spec)
 
 
 def context_parallel(spec: PipelineSpec, degree: int, mode: str = "ulysses") -> tuple[PipelineSpec, str]:
     """`spec` with its transformer's sequence split over `degree` ranks (0 = auto), checked; and what it does."""
-    return plans.plan_cp(spec, degree, mode)
+    return layouts.plan_cp(spec, degree, mode)
 
 
 def sampling_options(spec: PipelineSpec, prompt_cache: bool = True, batched: bool = False,
                      true_cfg_scale: float = 1.0, step_cache: str = "off",
                      cache_threshold: float = 0.0) -> tuple[PipelineSpec, str]:
     """`spec` with these sampling options, checked; and what they do, for the node's text."""
-    return plans.plan_sampling(spec, prompt_cache, batched, true_cfg_scale, step_cache, cache_threshold)
+    return plan_sampling(spec, prompt_cache, batched, true_cfg_scale, step_cache, cache_threshold)
 
 
-# ---- warm start
+# ---- warm start (controller/warm_start.py)
 
 def warm_start_enabled() -> bool:
-    return settings.WARM_START.on()
+    return warm.enabled()
 
 
 def warm_start() -> threading.Thread | None:
-    """With COMFYUI_TPU_WARM_START=1: starts this host's worker group (device auto, one worker) in the background,
-    so that the first prompt only loads weights. Never blocks the caller (ComfyUI's start); errors are logged.
-    A prompt that arrives meanwhile waits for the start and uses the group (or replaces it, if it wants another)."""
-    if not warm_start_enabled():
-        return None
-
-    def start() -> None:
-        try:
-            kind = devices.resolve_kind("auto")
-            t0 = time.perf_counter()
-            group.get_group(GroupConfig(kind=kind, world_size=1))
-            log.info("comfyui-tpu: warm start: a %s worker is ready (%.1f s)", kind, time.perf_counter() - t0)
-        except Exception as e:  # logged, never raised: ComfyUI runs on, the first prompt starts the group itself
-            log.error("comfyui-tpu: warm start failed: %s", e)
-
-    thread = threading.Thread(target=start, daemon=True, name="comfyui-tpu-warm-start")
-    thread.start()
-    return thread
+    """With COMFYUI_TPU_WARM_START=1: starts this host's worker group in the background (never blocks)."""
+    return warm.start()
 
 
 # ---- execution modes and compiling
@@ -417,7 +416,7 @@ def with_mode(spec: PipelineSpec, mode: str) -> tuple[PipelineSpec, list[str]]:
     if mode not in MODE_CHOICES:
         raise CompileError(f"mode: '{mode}' is not one of {', '.join(MODE_CHOICES)}.")
     unplanned = spec.compile is None
-    spec = plans.resolve_compile(spec.with_changes(mode=mode))
+    spec = compile_plan.resolve_compile(spec.with_changes(mode=mode))
     note = mode_note(spec.kind, mode)
     notes = list(spec.compile.notes) if spec.compile_plan() else []
     if spec.compile_plan() is not None and unplanned:
@@ -430,7 +429,7 @@ def with_mode(spec: PipelineSpec, mode: str) -> tuple[PipelineSpec, list[str]]:
 def with_compile(spec: PipelineSpec, target: str, backend: str, warmup: str,
                  snap_to_warmup: bool = False) -> tuple[PipelineSpec, list[str]]:
     """`spec` in compiled mode with this plan, checked against the model and device; and notes for the user."""
-    shapes = plans.parse_warmup(warmup)
+    shapes = compile_plan.parse_warmup(warmup)
     if shapes and spec.family.frame_step:
         raise CompileError(f"warmup: {spec.family.name} makes videos, and warm-ups compile image sizes only so far; "
                            "leave warmup empty: each (frames, size) compiles on its first Sample Video.")
@@ -442,7 +441,7 @@ def with_compile(spec: PipelineSpec, target: str, backend: str, warmup: str,
     if snap_to_warmup and not shapes:
         raise CompileError("snap_to_warmup: there are no warm-up sizes to snap to; list some in warmup.")
     plan = CompilePlan(target, backend, shapes, bool(snap_to_warmup))
-    spec = plans.resolve_compile(spec.with_changes(mode="compiled", compile=plan))
+    spec = compile_plan.resolve_compile(spec.with_changes(mode="compiled", compile=plan))
     return spec, list(spec.compile.notes)
 
 

@@ -45,10 +45,13 @@ log = logging.getLogger("comfyui_tpu")
 
 START_TIMEOUT_S = settings.START_TIMEOUT.number()
 SILENCE_TIMEOUT_S = settings.SILENCE_TIMEOUT.number()
-CANCEL_GRACE_S = settings.CANCEL_GRACE.number()  # after Cancel, silence that ends a group
-INTERRUPT_GRACE_S = 30.0
+# After Cancel, a rank that has not stopped within this ends the group: it is silent (stopped, hung), or busy
+# inside one step, VAE pass, load or compile longer than this (it heartbeats but reaches no step boundary).
+CANCEL_GRACE_S = settings.CANCEL_GRACE.number()
+STOP_TIMEOUT_S = 2.0  # stopping a group Cancel gave up on: polite, then SIGTERM, then SIGKILL, within this
 ERROR_GRACE_S = settings.ERROR_GRACE.number()  # peers of a failed rank, then restart
 EXIT_REPORT_S = 2.0  # how long a crash report waits for a dying rank's exit status
+QUIET_S = 2 * messages.HEARTBEAT_S + 1.0  # a busy rank heard from less recently than this is stopped or hung
 
 ProgressFn = Callable[[Status | Step], None]
 T = TypeVar("T")
@@ -72,7 +75,10 @@ class WorkerGroup:
         self.tpu_env: dict[str, str] = {}  # a TPU group's own handshake port and tier-2 cache name
 
     # ---- lifecycle
-    def start(self, on_status: Callable[[str], None] | None = None) -> None:
+    def start(self, on_status: Callable[[str], None] | None = None,
+              should_interrupt: Callable[[], bool] | None = None) -> None:
+        """Starts every rank and waits for each one's hello. Cancel (`should_interrupt`) stops the group being
+        started at once: starting is all it has done, and a rank may never say hello (a stopped one)."""
         t0 = time.perf_counter()
         n, kind = self.config.world_size, self.config.kind
         remove_stale_run_dirs()
@@ -124,6 +130,9 @@ class WorkerGroup:
                 if cluster is not None and (gone := cluster.ended(self.group_id, self.remote)):
                     raise WorkerCrashed(f"{gone[0]} before all {n} workers were ready; see that host's "
                                         "`python -m backend join` log.")
+                if should_interrupt is not None and should_interrupt():
+                    raise Interrupted(f"cancelled while the {kind} workers were starting; they were stopped, and "
+                                      "the next run starts them again.")
                 if time.monotonic() > deadline:
                     raise WorkerCrashed(f"workers were not ready after {START_TIMEOUT_S:.0f} s "
                                         f"({settings.START_TIMEOUT.name}).{self.launcher.log_tail()}")
@@ -144,10 +153,10 @@ class WorkerGroup:
                         link.close()
                 if (link := listener.get(timeout=0.2)) is not None:
                     joined.append(link)
-        except BaseException:
+        except BaseException as e:
             for link in [*joined, *(lk for lk, _ in hellos.values())]:
                 link.close()
-            self.close()
+            self.close(timeout=STOP_TIMEOUT_S if isinstance(e, Interrupted) else 5.0)
             raise
         finally:
             listener.close()
@@ -212,12 +221,14 @@ class WorkerGroup:
 
         Progress goes to `on_progress` while waiting. If `should_interrupt()` turns true, or `on_progress`
         raises (ComfyUI's progress hook raises on interrupt), every rank is told to stop at its next step, and
-        the exception (or `Interrupted`) is raised once they have; a rank that stays silent for CANCEL_GRACE_S
-        after that ends the group instead.
+        the exception (or `Interrupted`) is raised once they have; a rank that has not stopped CANCEL_GRACE_S
+        after that ends the group instead (`_check_liveness`). Cancelled before it is sent, it is not sent.
         """
         with self._lock:
             if not self.alive():
                 raise WorkerCrashed("the worker group is not running.", request_started=False)
+            if should_interrupt is not None and should_interrupt():
+                raise Interrupted(Interrupted.DEFAULT)
             call = _Call(next(self._ids), len(self.links))
             msg, specs, inline = build(call.rid), [], []
             if arrays:  # a group over several hosts: other hosts cannot map this host's /dev/shm, all go inline
@@ -294,27 +305,36 @@ class WorkerGroup:
             raise Interrupted(Interrupted.DEFAULT)
 
     def _check_liveness(self, call: _Call) -> None:
-        """Ends the group when a rank that owes an answer has said nothing for too long: SILENCE_TIMEOUT_S
-        normally, CANCEL_GRACE_S once Cancel was sent (a rank that still heartbeats, e.g. in a compile that
-        cannot stop midway, is waited for)."""
+        """Ends the group when a rank that owes an answer has said nothing for SILENCE_TIMEOUT_S, or, once Cancel
+        was sent, has not stopped within CANCEL_GRACE_S (or the silence timeout, if shorter), whether it is
+        silent (stopped, hung) or still busy and heartbeating (one step, VAE pass, load or compile that long)."""
         now = time.monotonic()
-        bound = SILENCE_TIMEOUT_S if call.cancelled_at is None else min(SILENCE_TIMEOUT_S, CANCEL_GRACE_S)
-        since = call.heard if call.cancelled_at is None else {r: max(t, call.cancelled_at) for r, t in call.heard.items()}
-        silent = [r for r in range(len(self.links)) if r not in call.replies and now - since[r] > bound]
-        if not silent:
+        owing = [r for r in range(len(self.links)) if r not in call.replies]
+        if call.cancelled_at is None:
+            silent = [r for r in owing if now - call.heard[r] > SILENCE_TIMEOUT_S]
+            if not silent:
+                return
+            tail = self.launcher.log_tail()  # before close(), which closes the log
+            self.close()
+            raise WorkerCrashed(
+                f"the {self.config.kind} worker {', '.join(self.who(r) for r in silent)} stopped answering (no "
+                f"message, not even a heartbeat, for {SILENCE_TIMEOUT_S:.0f} s, {settings.SILENCE_TIMEOUT.name}); the "
+                f"group was stopped and the next run starts fresh ones.{tail}", request_started=call.started)
+        bound = min(SILENCE_TIMEOUT_S, CANCEL_GRACE_S)
+        if now - call.cancelled_at <= bound or not owing:
             return
-        tail = self.launcher.log_tail()  # before close(), which closes the log
-        who = ", ".join(self.who(r) for r in silent)
-        self.close()
-        if call.cancelled_at is not None:
-            raise Interrupted(
-                f"cancelled; {self.config.kind} worker {who} did not answer within {bound:.0f} s of the request "
-                "to stop (no step, no heartbeat: stopped or hung), so the group was stopped; the next run starts "
-                f"a fresh one.{tail}")
-        raise WorkerCrashed(
-            f"the {self.config.kind} worker {who} stopped answering (no message, not even a heartbeat, for "
-            f"{bound:.0f} s, {settings.SILENCE_TIMEOUT.name}); the group was stopped and the next run starts fresh "
-            f"ones.{tail}", request_started=call.started)
+        # A silent rank is the cause; its busy peers may only be waiting for it in a collective.
+        if quiet := [r for r in owing if now - call.heard[r] > QUIET_S]:
+            why = (f"{', '.join(self.who(r) for r in quiet)} did not answer within {bound:.0f} s of the request to "
+                   "stop (no step, no heartbeat: stopped or hung)")
+        else:
+            why = (f"{', '.join(self.who(r) for r in owing)} did not stop within {bound:.0f} s of the request to "
+                   "stop (still busy in one step, VAE pass, load or compile, none of which can stop midway)")
+        tail = self.launcher.log_tail()
+        self.close(timeout=STOP_TIMEOUT_S)
+        raise Interrupted(f"cancelled; {self.config.kind} worker {why}, so the group was stopped "
+                          f"({settings.CANCEL_GRACE.name}); the next run starts a fresh one and loads the model "
+                          f"again.{tail}")
 
     def _first_error(self, call: _Call) -> str:
         """The message of the first rank that failed (replies keep their arrival order), naming the rank."""
@@ -324,16 +344,19 @@ class WorkerGroup:
         return failure.message
 
     def _broadcast_interrupt(self, call: _Call) -> None:
+        """Tells every rank to stop at its next step (once per request: Cancel's bound counts from the first)."""
+        if call.cancelled_at is not None:
+            return
         call.cancelled_at = time.monotonic()
         for rank in range(len(self.links)):
             self._send(rank, messages.interrupt(call.rid), call)
 
     def _interrupt_and_drain(self, call: _Call) -> None:
-        """After an exception in the controller: stop the ranks and wait until they are idle again."""
+        """After an exception in the controller: stop the ranks and wait until they are idle again (ended within
+        CANCEL_GRACE_S by `_check_liveness`)."""
         try:
             self._broadcast_interrupt(call)
-            deadline = time.monotonic() + INTERRUPT_GRACE_S
-            while len(call.replies) < len(self.links) and time.monotonic() < deadline:
+            while len(call.replies) < len(self.links):
                 self._check_liveness(call)
                 pending = [link for r, link in enumerate(self.links) if r not in call.replies]
                 for link in wait(pending, timeout=0.2):
@@ -341,10 +364,8 @@ class WorkerGroup:
                     reply = self._recv(rank, call)
                     if isinstance(reply, FINAL) and reply.id == call.rid:
                         call.replies[rank] = reply
-            if len(call.replies) < len(self.links):
-                self.close()
-        except (WorkerCrashed, Interrupted):
-            pass  # the group is closed; the caller's own exception says what happened
+        except (WorkerCrashed, Interrupted) as e:  # the group is closed; the caller's own exception is raised
+            log.warning("comfyui-tpu: %s", str(e).splitlines()[0])
 
     def _crashed(self, rank: int, error: BaseException, call: _Call) -> None:
         who = self.who(rank)
@@ -378,8 +399,10 @@ _current: WorkerGroup | None = None
 _current_lock = threading.Lock()
 
 
-def get_group(config: GroupConfig, on_status: Callable[[str], None] | None = None) -> WorkerGroup:
-    """The running group for `config`, started if needed. Chips are exclusive: another group is stopped first."""
+def get_group(config: GroupConfig, on_status: Callable[[str], None] | None = None,
+              should_interrupt: Callable[[], bool] | None = None) -> WorkerGroup:
+    """The running group for `config`, started if needed (Cancel stops a start: `WorkerGroup.start`). Chips are
+    exclusive: another group is stopped first."""
     global _current
     with _current_lock:
         if _current is not None and _current.config == config and _current.alive():
@@ -388,22 +411,23 @@ def get_group(config: GroupConfig, on_status: Callable[[str], None] | None = Non
             _current.close()
             _current = None
         group = WorkerGroup(config)
-        group.start(on_status)
+        group.start(on_status, should_interrupt)
         _current = group
         return group
 
 
-def run(config: GroupConfig, call: Callable[[WorkerGroup], T], on_status: Callable[[str], None] | None = None) -> T:
+def run(config: GroupConfig, call: Callable[[WorkerGroup], T], on_status: Callable[[str], None] | None = None,
+        should_interrupt: Callable[[], bool] | None = None) -> T:
     """`call(group)` on the running group for `config`. If a worker had died before any rank took the request
     up (e.g. while idle), nothing had started: the request runs once more, on a fresh group."""
     try:
-        return call(get_group(config, on_status))
+        return call(get_group(config, on_status, should_interrupt))
     except WorkerCrashed as e:
         if e.request_started:
             raise
         log.warning("comfyui-tpu: a worker had died before the request started (%s); retrying on a fresh group",
                     str(e).splitlines()[0])
-    return call(get_group(config, on_status))
+    return call(get_group(config, on_status, should_interrupt))
 
 
 def current_group() -> WorkerGroup | None:

@@ -177,8 +177,8 @@ def main(controller: str, secret_file: str | None, kind: str, procs: int | None)
         from .devices import detect
 
         kind = detect().kind
-    from .plans import capacity
+    from .capacity import host_capacity
 
-    cap = capacity(kind)
+    cap = host_capacity(kind)
     count = procs or hosts.procs_per_host(kind, cap.limit if cap.chips else None)
     return Agent(controller, secret, kind, count).serve_forever()

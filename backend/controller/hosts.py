@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ..protocol import settings
-from ..protocol.errors import DeviceError
-from .link import Link, authenticate
+from ..protocol.errors import DeviceError, WorkerCrashed
+from .link import Link, accept_forever
 
 log = logging.getLogger("comfyui_tpu")
 
@@ -144,22 +144,16 @@ class HostRegistry:
         self._left: list[dict[str, Any]] = []
         self._lock = threading.Condition()
         self.sock = socket.create_server((cluster.listen, cluster.port), reuse_port=False)
-        threading.Thread(target=self._accept_forever, daemon=True, name="comfyui-tpu-hosts").start()
+        self._closed = threading.Event()
+        # Survives a flood or running out of descriptors: see link.accept_forever.
+        threading.Thread(target=accept_forever, args=(self.sock, secret, self._admit, self._closed,
+                                                      "comfyui-tpu-host"),
+                         daemon=True, name="comfyui-tpu-hosts").start()
         log.info("comfyui-tpu: waiting for the other hosts on %s:%d (%s)", cluster.listen, cluster.port,
                  ", ".join(cluster.hosts[1:]))
 
-    def _accept_forever(self) -> None:
-        while True:
-            try:
-                sock, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._admit, args=(sock,), daemon=True, name="comfyui-tpu-host").start()
-
-    def _admit(self, sock: socket.socket) -> None:
-        link = authenticate(sock, self.secret)  # logs a refusal (never the secret) and returns None
-        if link is None:
-            return
+    def _admit(self, link: Link) -> None:
+        """An authenticated agent: its hello says which host it is; then its messages are read until it leaves."""
         try:
             hello = link.conn.recv()
             address = str(hello["address"])
@@ -221,13 +215,14 @@ class HostRegistry:
             while any(h.groups.get(group_id) == "starting" for h in hosts):
                 if time.monotonic() > deadline:
                     late = [h for h in hosts if h.groups.get(group_id) == "starting"]
-                    raise DeviceError(f"host {late[0].index} ({late[0].address}) did not start its workers within "
-                                      f"{START_TIMEOUT_S:.0f} s; check its `python -m backend join` log.")
+                    raise WorkerCrashed(f"host {late[0].index} ({late[0].address}) did not start its workers within "
+                                        f"{START_TIMEOUT_S:.0f} s; check its `python -m backend join` log.",
+                                        request_started=False, host=late[0].address)
                 self._lock.wait(0.2)
             failed = [h for h in hosts if h.groups.get(group_id, "").startswith("ended")]
             if failed:
-                raise DeviceError(f"host {failed[0].index} ({failed[0].address}) could not start its workers: "
-                                  f"{failed[0].groups[group_id]}")
+                raise WorkerCrashed(f"host {failed[0].index} ({failed[0].address}) could not start its workers: "
+                                    f"{failed[0].groups[group_id]}", request_started=False, host=failed[0].address)
 
     def ended(self, group_id: str, hosts: list[Host]) -> list[str]:
         """Why each of `hosts` no longer runs its share of the group (empty while all do)."""
@@ -250,6 +245,7 @@ class HostRegistry:
                     "left": list(self._left[-20:])}
 
     def close(self) -> None:
+        self._closed.set()
         try:
             self.sock.close()
         except OSError:

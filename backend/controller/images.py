@@ -54,6 +54,12 @@ def as_arrays(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None,
     return arrays
 
 
+def starts_from_image(spec: PipelineSpec, arrays: dict[str, np.ndarray]) -> bool:
+    """Whether the request runs the family's inpainting or image-to-image pipeline (made from the loaded one),
+    rather than the loaded one (text to image, reference images)."""
+    return "mask" in arrays or ("image" in arrays and spec.family.img2img is not None)
+
+
 def _image(image: np.ndarray) -> np.ndarray:
     a = np.asarray(image)
     if a.ndim == 3:

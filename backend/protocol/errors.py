@@ -21,7 +21,17 @@ class InputError(TPUError, ValueError):
 
 
 class ModelError(InputError):
-    """A model (folder or file) cannot be used, or a sample request does not fit it."""
+    """A model (folder, file or LoRA) cannot be used, or cannot do what is asked of it (a size, an image)."""
+
+
+class OptionError(InputError):
+    """A loader's option cannot be used as chosen: a dtype or offload that is not one of its choices, or does not
+    fit the device."""
+
+
+class SampleError(InputError):
+    """A value given to Sample cannot work, whatever the model: steps, batch size, seed, the prompt, a number that
+    is not finite."""
 
 
 class CompileError(InputError):
@@ -36,20 +46,31 @@ class ParallelError(InputError):
     """A Shard TP / Data Parallel layout cannot run on this model or host."""
 
 
-class WorkerError(TPUError, RuntimeError):
+class RankError(TPUError):
+    """An error that names a worker process: which `rank`, its `pid`, and its `host` (None: this host) as fields,
+    beside the same words in the message ("rank 1 (pid 123 on host 10.0.0.2)"). Fields are None where no one
+    rank is the cause."""
+
+    def __init__(self, message: str, *, rank: int | None = None, pid: int | None = None, host: str | None = None):
+        super().__init__(message)
+        self.rank, self.pid, self.host = rank, pid, host
+
+
+class WorkerError(RankError, RuntimeError):
     """A request failed inside a worker; the group is still usable (or was restarted, as the message says)."""
 
 
-class WorkerCrashed(TPUError, RuntimeError):
-    """A worker died or stopped answering; the group was stopped and the next request starts a fresh one.
-    `request_started` is False when no rank had taken the request up, so it can safely run again."""
+class WorkerCrashed(RankError, RuntimeError):
+    """A worker died, stopped answering or could not start (here or on another host); the group was stopped and
+    the next request starts a fresh one. `request_started` is False when no rank had taken the request up, so it
+    can safely run again."""
 
-    def __init__(self, message: str, request_started: bool = True):
-        super().__init__(message)
+    def __init__(self, message: str, request_started: bool = True, **where):
+        super().__init__(message, **where)
         self.request_started = request_started
 
 
-class Interrupted(TPUError):
+class Interrupted(RankError):
     """The user cancelled; every rank stopped at its next step (or the group was stopped, as the message says).
     Raised in a worker by its step callback (replied as `Stopped`), and in the controller to the node."""
 
@@ -57,9 +78,10 @@ class Interrupted(TPUError):
 
 
 # The input errors a worker may raise; they come back over the link by name and are raised again as such.
-INPUT_ERRORS: dict[str, type[InputError]] = {c.__name__: c for c in (InputError, ModelError, CompileError,
-                                                                    DeviceError, ParallelError)}
+INPUT_ERRORS: dict[str, type[InputError]] = {c.__name__: c for c in (InputError, ModelError, OptionError,
+                                                                    SampleError, CompileError, DeviceError,
+                                                                    ParallelError)}
 
-for _cls in (TPUError, InputError, ModelError, CompileError, DeviceError, ParallelError, WorkerError,
-             WorkerCrashed, Interrupted):
+for _cls in (TPUError, InputError, ModelError, OptionError, SampleError, CompileError, DeviceError, ParallelError,
+             RankError, WorkerError, WorkerCrashed, Interrupted):
     _cls.__module__ = PUBLIC_MODULE

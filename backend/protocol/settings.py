@@ -76,6 +76,9 @@ WORKER_THREADS = _define("WORKER_THREADS", "", "torch threads per worker process
 WORKER_MEMORY_LIMIT_GB = _define("WORKER_MEMORY_LIMIT_GB", "", "caps each CPU worker's private memory at this "
                                  "many GiB (RLIMIT_DATA): a runaway request fails in the worker, named, instead of "
                                  "swapping the host. Not applied to TPU or CUDA workers. Unset: no cap.")
+MAX_MEGAPIXELS = _define("MAX_MEGAPIXELS", "", "the most megapixels one Sample pipeline call may make (one image, "
+                          "or a batched batch), replacing the estimate from the worker's memory (docs/troubleshooting"
+                          ".md); a size over it is refused before anything runs.")
 COMPILE_CACHE = _define("COMPILE_CACHE", "", "the persistent compile cache folder (default: `comfyui-tpu/compile-cache` "
                         "in ComfyUI's user folder when run from ComfyUI, else `~/.cache/comfyui-tpu/compile`).")
 PROMPT_CACHE_ENTRIES = _define("PROMPT_CACHE_ENTRIES", "32", "the prompt-embedding cache keeps at most this many "
@@ -91,8 +94,9 @@ START_TIMEOUT = _define("START_TIMEOUT", "180", "seconds a worker group may take
 SILENCE_TIMEOUT = _define("SILENCE_TIMEOUT", "120", "seconds a rank that owes an answer may stay silent (busy "
                           "workers heartbeat every 2 s) before the group is stopped, named; the next run starts "
                           "a fresh group.")
-CANCEL_GRACE = _define("CANCEL_GRACE", "10", "after Cancel, seconds a rank may stay silent before the group is "
-                       "stopped and the node names the rank that did not answer.")
+CANCEL_GRACE = _define("CANCEL_GRACE", "10", "after Cancel, seconds a rank may take to stop (silent, or busy in "
+                       "one step, VAE pass, load or compile that cannot stop midway) before the group is stopped and "
+                       "the node names the rank.")
 ERROR_GRACE = _define("ERROR_GRACE", "10", "after one rank fails, seconds its peers get to stop before the group "
                       "is stopped and restarted.")
 COLLECTIVE_TIMEOUT = _define("COLLECTIVE_TIMEOUT", "600", "seconds a rank may wait in one collective (the process "

@@ -156,14 +156,14 @@ class PipelineSpec:
     size_factor: int
     dtype: str = "auto"
     device: str = "auto"  # what the user chose
-    offload: str = "none"  # "auto" until the controller resolves it (plans.resolve_offload); workers never see it
+    offload: str = "none"  # "auto" until the controller resolves it (offload.resolve_offload); workers never see it
     mode: str = "strict eager"
     compile: CompilePlan | None = None  # the plan in compiled mode, resolved for `kind` by the controller
     tp_degree: int = 1  # chips one model is split over (tensor parallel)
     tp_text_encoders: bool = False  # also shard text encoders that have a TP plan (the user's choice)
     sharded_encoders: tuple[str, ...] = ()  # the text encoders that choice shards (found by the controller)
     dp_replicas: int = 1  # copies of the (possibly sharded) model, each drawing different images
-    load_in_turn: bool | None = None  # replicas read their weights one after another (None: plans.resolve_load_order)
+    load_in_turn: bool | None = None  # replicas read their weights one after another (None: resolve.resolve_load_order)
     kind: str = ""  # the device kind `device` resolved to, once (api.make_spec; api.checked fills it in)
     cfg_parallel: int = 1  # ranks the two CFG passes of a step are split over (1, or 2 with CFG Parallel)
     cp_degree: int = 1  # ranks the transformer's sequence is split over (context parallel)
@@ -261,6 +261,8 @@ class SampleRequest:
     prompt_per_line: bool = False  # each non-empty line is a prompt; batch_size images each
     denoise: float = 1.0  # with an input image: how much of it is repainted (0 keeps it, 1 repaints it all)
     frames: int = 0  # frames of each video (video pipelines: Sample Video); 0: an image
+    sampler: str = "default"  # ComfyUI's sampler name (protocol.samplers); default: the pipeline's own scheduler
+    scheduler: str = "default"  # ComfyUI's scheduler (schedule) name; default: the pipeline's own schedule
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -88,6 +88,26 @@ def _contiguous_inputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def _float_timestep(call: Callable[..., Any]) -> Callable[..., Any]:
+    """`call` with the timestep handed over as a contiguous float32 tensor whatever the scheduler made it
+    (DPM-Solver, UniPC, DDIM: int64; DPM++ SDE: float64; an expanded view or a copy), so that changing Sample's
+    sampler never compiles another graph. Exact: diffusers' timestep embeddings turn the timestep into float32
+    first (FLUX's turns it back into the latents' dtype, which it came from)."""
+    import torch
+
+    def as_float(t: Any) -> Any:
+        return t.to(torch.float32).contiguous() if isinstance(t, torch.Tensor) else t
+
+    def wrapped(*args, **kwargs):
+        if "timestep" in kwargs:
+            kwargs["timestep"] = as_float(kwargs["timestep"])
+        elif len(args) > 1:  # the UNet: (sample, timestep, ...)
+            args = (args[0], as_float(args[1]), *args[2:])
+        return call(*args, **kwargs)
+
+    return wrapped
+
+
 class Call:
     """One pipeline call under way: which shape it compiles, if it compiles one."""
 
@@ -144,6 +164,7 @@ class Compiler:
         options = {"fullgraph": True, "dynamic": False, "backend": plan.backend}
         if plan.target == "whole denoiser":
             module.compile(**options)
+            module._compiled_call_impl = _float_timestep(module._compiled_call_impl)
         else:
             if not getattr(module, "_repeated_blocks", None):
                 raise CompileError(f"target: the {name} of {class_name} has no repeated blocks to compile. "

@@ -88,6 +88,24 @@ def _keys(path: str, name: str) -> list[str]:
                          "is damaged or incomplete: download it again.") from None
 
 
+def check_finite(path: str, name: str) -> None:
+    """Refuses a file whose tensors hold NaN or infinity (a diverged training run, a broken conversion): written
+    into the weights they would turn every image black. Names the file and the first such tensor."""
+    from safetensors import safe_open
+
+    bad: list[str] = []
+    with safe_open(path, "pt") as f:
+        for key in f.keys():  # noqa: SIM118 (a safe_open handle is not a dict)
+            t = f.get_tensor(key)
+            if t.is_floating_point() and not bool(torch.isfinite(t.float() if t.element_size() == 1 else t).all()):
+                bad.append(key)
+    if bad:
+        more = f" (and {len(bad) - 1} more tensor{'s' if len(bad) > 2 else ''})" if len(bad) > 1 else ""
+        raise ModelError(f"lora_name: '{name}' holds values that are not numbers (NaN or infinity) in tensor "
+                         f"'{bad[0]}'{more}; applied, they would make every image black. The file is damaged or "
+                         "comes from a training run that diverged: download it again or use another LoRA.")
+
+
 def _drop_zero_diffs(sd: dict, name: str) -> dict:
     """ComfyUI's LoraSave writes a `.diff`/`.diff_b` entry for every 1-D weight and bias (zeros when only the LoRA
     changed); diffusers refuses them ('state_dict should be empty'). Zeros carry nothing: drop them. Non-zero
@@ -209,6 +227,7 @@ def source(path: str, pipe_cls: Any) -> str | dict:
     if any(marker in k for k in keys for marker in _LYCORIS):
         raise ModelError(f"lora_name: '{name}' is a LyCORIS file (LoKr/LoHa/OFT), not a LoRA; ComfyUI-TPU applies "
                          "LoRA files only. Use a LoRA version of it.")
+    check_finite(path, name)
     pipeline = PIPELINES.get(pipe_cls.__name__)
     passes = _passes(keys, family_of(pipeline).lora_formats if pipeline else ())
     if not passes:

@@ -1,7 +1,7 @@
 """Splitting one model over ranks inside the worker group: device meshes, tensor- and context-parallel loading
 (diffusers' own configs), the CFG peers' group, and the stop vote.
 
-The controller has checked the layout (`controller.plans`); here each rank builds its part. Meshes and the
+The controller has checked the layout (`controller.layouts`, `controller.resolve`); here each rank builds its part. Meshes and the
 vote's process groups are made once per worker process and reused by every reload, so reloading a sharded
 model never leaves process groups behind.
 """

@@ -11,13 +11,14 @@ import gc
 import inspect
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..protocol import messages, settings
-from ..protocol.errors import Interrupted
+from ..protocol import messages, samplers, settings
+from ..protocol.errors import Interrupted, ModelError
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
 from . import device, images, loading, parallel, storage
@@ -41,6 +42,7 @@ class Runtime:
         self.kind, self.device, self.rank, self.world_size = kind, device, rank, world_size
         self.channel = channel
         self.pipe: Any = None
+        self.own_scheduler: Any = None  # the loaded pipeline's scheduler (Sample's sampler 'default')
         self.loaded: PipelineSpec | None = None  # the description the weights in memory were loaded for
         self.loads = 0
         self.samples = 0  # Sample requests served (compile warm-ups are not samples)
@@ -137,13 +139,13 @@ class Runtime:
         if spec.cfg_parallel > 1:
             self.cfg = CFGParallel(denoiser(pipe)[1], spec.family.cfg_passes, parallel.cfg_group(spec, self.kind),
                                    spec.layout(self.rank).cfg_rank)
-        self.pipe, self.loaded = pipe, spec
+        self.pipe, self.loaded, self.own_scheduler = pipe, spec, pipe.scheduler
         self.loads += 1
         self.status(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s")
         if self.should_stop():  # loading cannot stop midway; stop right after it (all TP ranks agree)
             self.status("stopped after loading finished (loading cannot be interrupted midway); the model "
                         "stays loaded for the next run")
-            raise Interrupted()
+            raise Interrupted(Interrupted.DEFAULT)
 
     def _load_onto_device(self, spec: PipelineSpec, dtype_name: str, extra: dict | None) -> Any:
         """Reads the weights into host memory and puts them where the offload choice says."""
@@ -191,7 +193,7 @@ class Runtime:
         self.step_cache.forget()
         self.image_pipes.forget()
         self.prompts.clear()
-        self.pipe, self.loaded, self.cfg = None, None, None
+        self.pipe, self.loaded, self.cfg, self.own_scheduler = None, None, None, None
         gc.collect()
         if self.kind == "cuda":
             torch.cuda.empty_cache()
@@ -215,7 +217,7 @@ class Runtime:
         pipe = self.image_pipes.for_task(self.pipe, spec.family, kind)
         self.prompts.wrap(pipe)  # an image pipeline made from the loaded one shares its prompt cache
         if self.should_stop():
-            raise Interrupted()
+            raise Interrupted(Interrupted.DEFAULT)
         calls: list[tuple[str, list[int]]] = []  # (prompt, global image indices) of each pipeline call
         for i in indices:
             prompt = everything[i][0]
@@ -230,6 +232,7 @@ class Runtime:
                 done += 1
                 continue
             generators = [torch.Generator("cpu").manual_seed(everything[i][1]) for i in group]
+            pipe.scheduler = self._scheduler(spec, req, kind, everything[group[0]][1])
             kwargs = self._call_kwargs(pipe, spec, req, generators, prompt)
             if not layout.leader:  # only a replica's first rank sends images: its peers skip the VAE decode
                 kwargs["output_type"] = "latent"
@@ -240,14 +243,49 @@ class Runtime:
                   self.compiler.sampling(pipe, spec, kwargs) as call):
                 images.add_inputs(pipe, kind, kwargs, arrays, group[0], req)
                 self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,
-                               report=layout.leader, per_step=len(group))
+                               report=layout.leader, per_step=len(group), steps=req.steps)
                 result = pipe(**kwargs)
+            self._check_finite(spec, result.frames if hasattr(result, "frames") else result.images)
             done += len(group)
             if layout.leader:
                 out.append(_pixels(result))
         if not layout.leader or not out:
             return None
         return np.ascontiguousarray(np.concatenate(out))
+
+    def _check_finite(self, spec: PipelineSpec, out: Any) -> None:
+        """Latents (ranks that skip the VAE) or images (video frames) holding NaN or infinity would be saved black:
+        the run fails instead, naming the likely causes."""
+        latents = isinstance(out, torch.Tensor)
+        if bool(torch.isfinite(out).all() if latents else np.isfinite(np.asarray(out, dtype=np.float32)).all()):
+            return
+        causes = []
+        if spec.loras:
+            causes.append(f"the LoRAs applied ({', '.join(f'{x.name} at strength {x.strength:g}' for x in spec.loras)}"
+                          "): run without them, or at a lower strength, to find out")
+        files = sorted({Path(c.path).name for c in spec.source.components if c.layout not in ("tokenizer", "tekken")}
+                       ) if spec.source else [spec.name]
+        causes.append(f"NaN or infinity in the model's weights ({', '.join(files)}): the file is damaged or "
+                      "converted wrongly; download it again")
+        if (dtype := self.dtype_name(spec)) == "float16":
+            causes.append("float16 overflow (the model computes in float16 here): choose dtype bfloat16 or float32 "
+                          "in Load TPU Pipeline")
+        what = "latents" if latents else "images"
+        raise ModelError(f"the run made {what} that are not numbers (NaN or infinity) in {dtype}, which would be saved "
+                         f"as black images, so it failed instead. Likely causes: {'; '.join(causes)}.")
+
+    def _scheduler(self, spec: PipelineSpec, req: SampleRequest, kind: str, seed: int) -> Any:
+        """The scheduler of one call: the loaded pipeline's own, or the one Sample's sampler and scheduler name
+        (checked by the controller), built from its config. Weights and compiled graphs are untouched."""
+        own = {**self.own_scheduler.config, "_class_name": type(self.own_scheduler).__name__}
+        chosen = samplers.resolve(own, spec.family, req.sampler, req.scheduler,
+                                  image_input=kind in (images.IMG2IMG, images.INPAINT))
+        if chosen is None:
+            return self.own_scheduler
+        import diffusers
+
+        name, options = chosen
+        return getattr(diffusers, name).from_config(samplers.scheduler_config(own, name, options, seed))
 
     def _cfg_split(self, pipe: Any, spec: PipelineSpec, kwargs: dict, say: bool) -> Any:
         """CFG Parallel for one call: split when the pipeline runs two passes, else both ranks run it whole."""
@@ -287,17 +325,16 @@ class Runtime:
         return {k: v for k, v in kwargs.items() if k in params or k in ("width", "height")}
 
     def _on_steps(self, pipe: Any, kwargs: dict, call: Any, done: int, total: int, report: bool,
-                  per_step: int = 1) -> None:
-        """Adds the step callback: counts steps, reports each one (with its duration; a batched call's step
-        counts once per image), stops when asked."""
+                  per_step: int = 1, steps: int = 1) -> None:
+        """Adds the step callback: counts the call's `steps` steps, reports each one (with its duration; a batched
+        call's step counts once per image; a second-order scheduler's two model calls count once), stops when
+        asked."""
         if "callback_on_step_end" not in inspect.signature(pipe.__call__).parameters:
             return
-        last = [time.perf_counter()]
+        last, counted = [time.perf_counter()], [0]
+        order = getattr(pipe.scheduler, "order", 1)  # Heun, DPM2, DPM++ SDE: two model calls per step
 
         def on_step_end(pipe, step, timestep, callback_kwargs):
-            self.steps += 1
-            now = time.perf_counter()
-            step_s, last[0] = now - last[0], now
             self.latency.step_end()
             if self.cfg is not None:
                 self.cfg.check_step()
@@ -305,10 +342,16 @@ class Runtime:
             if stop and step == 0 and call.compiling:  # the compile ran inside this first step
                 # before the step's progress: ComfyUI's progress hook raises on it once Cancel was pressed
                 self.status(call.stop_note())
-            if report:  # steps of this rank's whole share: done before this image + this image's
-                self.channel.send(Step(self._rid, done + (step + 1) * per_step, total, step_s, self.rank))
+            finished = min(-(-(step + 1) // order), steps)
+            if finished > counted[0]:
+                self.steps += finished - counted[0]
+                counted[0] = finished
+                now = time.perf_counter()
+                step_s, last[0] = now - last[0], now
+                if report:  # steps of this rank's whole share: done before this image + this image's
+                    self.channel.send(Step(self._rid, done + finished * per_step, total, step_s, self.rank))
             if stop:
-                raise Interrupted()
+                raise Interrupted(Interrupted.DEFAULT)
             return {}
 
         kwargs["callback_on_step_end"] = on_step_end

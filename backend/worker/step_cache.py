@@ -73,7 +73,7 @@ class StepCache:
             kind = "off"
         key = (kind, spec.cache_threshold, steps if kind == "magcache" else 0)
         if module is not self.module or key != self.key:
-            if getattr(module, "is_cache_enabled", False):  # denoisers without diffusers' CacheMixin (Z-Image)
+            if getattr(module, "is_cache_enabled", False):  # the SDXL UNet has no cache hooks (no CacheMixin)
                 module.disable_cache()
             self.module, self.key = module, None
             if kind != "off":

@@ -47,7 +47,7 @@ class _Chosen:
 
 
 @dataclass
-class _Pipeline:
+class _Draft:
     """The pipeline being described from the chosen files: its family, published configs, the files' parts."""
 
     family: ModelFamily
@@ -103,13 +103,13 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
     if vae_file is None:
         raise ModelError(f"vae: {family.name} needs a VAE ({family.vae_hint}); '{main.path.name}' holds "
                          "none. Put it in ComfyUI's models/vae folder and choose it in vae.")
-    pipeline = _Pipeline(family, configs, main, denoiser, texts, vae_file)
-    _check_fit(pipeline)
-    _add_denoiser(pipeline)
-    _add_vae(pipeline)
+    draft = _Draft(family, configs, main, denoiser, texts, vae_file)
+    _check_fit(draft)
+    _add_denoiser(draft)
+    _add_vae(draft)
     for slot in configs.text_encoders:
-        _add_text_encoder(pipeline, slot.component, slot.kind)
-    return _described(pipeline)
+        _add_text_encoder(draft, slot.component, slot.kind)
+    return _described(draft)
 
 
 def _wanted(kind: str) -> str:
@@ -176,7 +176,7 @@ def _text_encoders(family: ModelFamily, chosen: dict[str, _Chosen]) -> dict[str,
 # ---- the chosen parts fit each other
 
 
-def _check_fit(p: _Pipeline) -> None:
+def _check_fit(p: _Draft) -> None:
     """The chosen parts fit each other (widths, channels): a file of another family is named with the fix."""
     family, main, s = p.family, p.main, p.denoiser.shapes
     vae = p.vae_file.contents.vae
@@ -204,7 +204,7 @@ def _check_fit(p: _Pipeline) -> None:
                              f"{width}-wide text features. Choose {_wanted(kind)} made for it.")
 
 
-def _check_own_shapes(p: _Pipeline) -> None:
+def _check_own_shapes(p: _Draft) -> None:
     """The denoiser's first layer agrees with its other layers: a file whose tensor is stored the wrong way
     round is named as the damaged file (not blamed on the VAE it then seems not to fit)."""
     key, dim = p.family.width_agrees
@@ -247,7 +247,7 @@ def _unsupported_quant(c: _Chosen) -> None:
                          "CUDA.")
 
 
-def _add_denoiser(p: _Pipeline) -> None:
+def _add_denoiser(p: _Draft) -> None:
     family, main, denoiser = p.family, p.main, p.denoiser
     header = main.contents.header
     _unsupported_quant(main)
@@ -269,7 +269,7 @@ def _add_denoiser(p: _Pipeline) -> None:
                                  key_map))
 
 
-def _add_vae(p: _Pipeline) -> None:
+def _add_vae(p: _Draft) -> None:
     vae_file = p.vae_file
     vae = vae_file.contents.vae
     p.override("vae", vaes.sizes(vae.kind, vae.shapes, read_json(p.folder / "vae" / "config.json")))
@@ -278,7 +278,7 @@ def _add_vae(p: _Pipeline) -> None:
                                  _quant(vae_file.contents.header, vae.prefix), vae_file.contents.header.size))
 
 
-def _add_text_encoder(p: _Pipeline, name: str, kind: str) -> None:
+def _add_text_encoder(p: _Draft, name: str, kind: str) -> None:
     """Text encoder `name` (a pipeline component) of kind `kind`, and its tokenizer."""
     tok_name = name.replace("text_encoder", "tokenizer")
     if kind not in p.texts:  # optional (SD3 without T5)
@@ -296,13 +296,10 @@ def _add_text_encoder(p: _Pipeline, name: str, kind: str) -> None:
         raise ModelError(f"checkpoint: '{c.path.name}' holds {p.family.name} text encoders; diffusers "
                          f"reads all-in-one files of {families.single_file_names()} only. Choose its parts "
                          "(diffusion model, text encoders, VAE) as separate files instead.")
-    layout = "hf"
-    if text_encoders.OPENCLIP_KEY in part.shapes:
-        layout = "openclip"  # SDXL's CLIP-G in its checkpoint: diffusers' pipeline loader converts it
-    elif kind == "mistral" and sizes["num_hidden_layers"] < published["num_hidden_layers"]:
-        layout = "hf-no-final-norm"  # pruned (Comfy-Org's 30-layer file): ComfyUI drops the final norm
+    layout = text_encoders.layout(kind, part.shapes, sizes, published)
+    if layout == "hf-no-final-norm":
         p.notes.append(f"{c.path.name}: {sizes['num_hidden_layers']} of Mistral's {published['num_hidden_layers']} "
-                       "layers, read without the final norm as ComfyUI does")
+                       "layers, read without the final norm as ComfyUI does")  # the one pruned text encoder
     quant = _quant(header, part.prefix)
     if layout == "openclip" and quant:
         raise ModelError(f"checkpoint: '{c.path.name}' holds a scaled-fp8 OpenCLIP text encoder, which "
@@ -325,7 +322,7 @@ def _tokenizer(tok_name: str, kind: str, c: _Chosen) -> FileComponent:
     return FileComponent(tok_name, str(comfy / folder), "tokenizer")
 
 
-def _described(p: _Pipeline) -> tuple[str, str, FileSource]:
+def _described(p: _Draft) -> tuple[str, str, FileSource]:
     denoiser = p.parts[0]
     if p.main.input == "checkpoint" and p.family.single_file:
         p.parts.append(FileComponent("checkpoint", str(p.main.path), "checkpoint", "", denoiser.quant,

@@ -1,7 +1,7 @@
 """What a family module fills in, and the shape arithmetic its size readers share.
 
 A family (FLUX.1, SDXL, ...) is one module of this package holding one `ModelFamily`: how its diffusers
-pipelines run (`Pipeline`, one per pipeline class: what the worker and the plans read through
+pipelines run (`Pipeline`, one per pipeline class: what the worker and the layouts read through
 `PipelineSpec.family`), and how artists' files of it are recognised and described (keys, size reader, text
 encoders, VAE, the configs of its published models under backend/configs). No torch: both processes read it.
 """
@@ -40,6 +40,12 @@ class Pipeline:
     # diffusers' SEQ_MULTI_OF): compiled whole, every prompt length would be a new graph; its repeated blocks see
     # the padded length. 0: the prompt reaches the denoiser at a fixed or padded length
     prompt_step: int = 0
+    # How it drives its scheduler (Sample's sampler and scheduler: protocol/samplers.py); its image-to-image and
+    # inpainting pipelines do the same. sigmas: whether it hands set_timesteps sigmas of its own ("always",
+    # "unless flow sigmas", "never"); seeded_steps: it hands scheduler.step the call's generators, so a
+    # stochastic sampler follows the seed.
+    sigmas: str = "never"
+    seeded_steps: bool = False
     # The step caches (spec.STEP_CACHES) that suit it: diffusers' hooks know its blocks and the pipeline runs its
     # denoiser under cache contexts; MagCache also needs the model's magnitude ratios (diffusers ships FLUX.1's)
     step_caches: tuple[str, ...] = ()

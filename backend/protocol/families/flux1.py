@@ -48,6 +48,7 @@ FAMILY = ModelFamily(
     id="flux1", name="FLUX.1",
     # FLUX.1 runs two passes only with true CFG (true_cfg_scale > 1 and a negative prompt: Sampling Options)
     pipelines=(Pipeline("FluxPipeline", "FLUX.1", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
+                        sigmas="unless flow sigmas",
                         img2img="FluxImg2ImgPipeline", inpaint="FluxInpaintPipeline",
                         step_caches=("first block", "taylorseer", "magcache")),),
     configs=(Configs("flux1", (TextSlot("text_encoder", "clip-l"), TextSlot("text_encoder_2", "t5"))),),

@@ -47,9 +47,11 @@ def variant(sizes: dict, file_name: str, configs: Configs) -> tuple[dict[str, di
 FAMILY = ModelFamily(
     id="flux2", name="FLUX.2",
     pipelines=(
-        Pipeline("Flux2Pipeline", "FLUX.2", 2, "guidance_scale", True, cp_plan=True, references=True),
+        Pipeline("Flux2Pipeline", "FLUX.2", 2, "guidance_scale", True, cp_plan=True, references=True,
+                 sigmas="unless flow sigmas"),
         # FLUX.2 [klein] base models (not distilled) run CFG as two branches; distilled ones run one pass
         Pipeline("Flux2KleinPipeline", "FLUX.2", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
+                 sigmas="unless flow sigmas",
                  references=True, inpaint="Flux2KleinInpaintPipeline", step_caches=("taylorseer",)),
     ),
     configs=(DEV, KLEIN),

@@ -39,7 +39,7 @@ def denoiser_layout(s: Shapes, prefix: str, quant: str, file_name: str) -> str:
 def _pipeline(class_name: str, name: str, **traits) -> Pipeline:
     """The Qwen-Image transformer: true CFG as two branches, its own context-parallel plan, prompt-long text."""
     return Pipeline(class_name, name, 2, "true_cfg_scale", True, cfg_passes="branches", cp_plan=True,
-                    variable_text=True, **traits)
+                    variable_text=True, sigmas="always", **traits)
 
 
 _EDIT = dict(references=True, inpaint="QwenImageEditInpaintPipeline", needs_image=True)

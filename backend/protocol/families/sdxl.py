@@ -57,7 +57,7 @@ FAMILY = ModelFamily(
     id="sdxl", name="SDXL",
     pipelines=(Pipeline("StableDiffusionXLPipeline", "SDXL", 1, "guidance_scale", False, cfg_doubles_batch=True,
                         cfg_passes="batch", img2img="StableDiffusionXLImg2ImgPipeline",
-                        inpaint="StableDiffusionXLInpaintPipeline"),),
+                        inpaint="StableDiffusionXLInpaintPipeline", seeded_steps=True),),
     configs=(Configs("sdxl", (TextSlot("text_encoder", "clip-l"), TextSlot("text_encoder_2", "clip-g"))),),
     denoiser_keys=("input_blocks.0.0.weight", "label_emb.0.0.weight", "middle_block.1.proj_in.weight"),
     width_key="input_blocks.0.0.weight", width_agrees=("time_embed.0.weight", 1),

@@ -84,6 +84,17 @@ def projection(s: Shapes) -> int:
     return width(s)
 
 
+def layout(kind: str, s: Shapes, sizes: dict, published: dict) -> str:
+    """How the worker reads a text encoder file: in transformers' own layout ("hf"), in OpenCLIP's (SDXL's
+    CLIP-G in its checkpoint: diffusers' pipeline loader converts it), or, for a Mistral pruned to fewer layers
+    than published (Comfy-Org's 30-layer file), without the final norm, as ComfyUI reads it."""
+    if OPENCLIP_KEY in s:
+        return "openclip"
+    if kind == "mistral" and sizes["num_hidden_layers"] < published["num_hidden_layers"]:
+        return "hf-no-final-norm"
+    return "hf"
+
+
 # ---- config sizes from the tensors (laid over the published text encoder's config)
 
 

@@ -38,7 +38,7 @@ FAMILY = ModelFamily(
     id="zimage", name="Z-Image",
     pipelines=(Pipeline("ZImagePipeline", "Z-Image", 2, "guidance_scale", False, cfg_doubles_batch=True,
                         cfg_passes="batch", variable_text=True, img2img="ZImageImg2ImgPipeline",
-                        inpaint="ZImageInpaintPipeline", cfg_above=0.0, prompt_step=32),),
+                        inpaint="ZImageInpaintPipeline", cfg_above=0.0, prompt_step=32, sigmas="always"),),
     configs=(Configs("zimage", (TextSlot("text_encoder", "qwen3"),), "Z-Image Turbo"),),
     denoiser_keys=("cap_embedder.1.weight", "layers.0.adaLN_modulation.0.weight", "x_embedder.weight"),
     width_key="x_embedder.weight", width_agrees=("cap_embedder.1.weight", 0), sizes=sizes, text_widths=text_widths,

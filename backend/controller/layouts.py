@@ -1,145 +1,31 @@
-"""Plans and their checks: how many chips a pipeline uses and how (Shard TP, Context Parallel, CFG Parallel,
-Data Parallel), how it samples (Sampling Options), and how it is compiled. Controller side: reads configs,
-never imports torch, never starts a device.
+"""Parallel layouts and their checks: Shard TP, Data Parallel, CFG Parallel and Context Parallel, and the
+layout a pipeline gets by default. Controller side: reads configs, never imports torch, never starts a device.
 
 A worker group has `replicas × cfg × context × tp` ranks, one per chip, tp fastest (`protocol.spec.Layout`): the
 `model_ranks = tp × context × cfg` ranks of one replica run one copy of the model together. All ranks receive the
 same request; each replica draws its own contiguous slice of the images, and only the first rank of each replica
-sends its images back. Every check raises an InputError that names the input, the value and the fix.
+sends its images back. Every check raises a ParallelError that names the input, the value and the fix.
 """
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..protocol.errors import CompileError, ParallelError
+from ..protocol import settings
+from ..protocol.errors import ParallelError
 from ..protocol.families import PIPELINES
-from ..protocol.spec import (
-    COMPILE_BACKENDS,
-    COMPILE_TARGETS,
-    CP_MODES,
-    CompilePlan,
-    PipelineSpec,
-    listed_components,
-)
-from ..protocol.units import format_bytes
-from . import devices, hosts, models, storage
-from . import step_cache as step_caching
-
-# ---- Shard TP and Data Parallel
+from ..protocol.spec import CP_MODES, PipelineSpec
+from . import capacity, components, hosts, offload
+from .capacity import Capacity, or_list, replica_counts, tp_degrees
 
 
 def families_with_tp_plan() -> list[str]:
     return sorted({f.name for f in PIPELINES.values() if f.tp_plan})
 
 
-@dataclass(frozen=True)
-class Capacity:
-    """How many worker processes this host runs for a device kind, and which counts launch."""
-
-    kind: str
-    limit: int  # the most workers: TPU devices (a v7x chip is two), GPUs, or CPU cores
-    sizes: tuple[int, ...] | None  # TPU: the only counts TorchTPU launches here; None: any count up to `limit`
-    where: str  # "this host has 4 TPU v6e chips", for messages
-    chips: bool  # workers drive chips (TPU, CUDA); on the CPU they are processes on cores
-
-    def launches(self, n: int) -> bool:
-        return 1 <= n <= self.limit and (self.sizes is None or n in self.sizes)
-
-    def sizes_text(self) -> str:
-        return _or_list(self.sizes or ())
-
-
-def _or_list(values: Sequence[int]) -> str:
-    items = [str(v) for v in values]
-    return " or ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else "".join(items)
-
-
-def capacity(kind: str) -> Capacity:
-    """This host's capacity for `kind`. On TPU the worker counts come from the installed TorchTPU itself (its
-    topology table, asked once in a child process; `devices.tpu_host`), limited to the devices on the bus,
-    which TorchTPU does not check."""
-    if kind == "tpu":
-        host = devices.tpu_host()
-        return Capacity("tpu", host.devices, host.group_sizes, f"this host has {host.describe()}", True)
-    if kind == "cuda":
-        n = devices.cuda_count()
-        return Capacity("cuda", n, None, f"this host has {n} CUDA GPU{'s' if n != 1 else ''}", True)
-    cores = os.cpu_count() or 1
-    return Capacity("cpu", cores, None, f"this CPU host has {cores} cores (one worker process each)", False)
-
-
-def tp_degrees(cap: Capacity, heads: int | None) -> list[int]:
-    """Shard TP degrees that can run here: each divides the attention heads and fits the host (TPU: divides a
-    worker count TorchTPU launches; CUDA: divides the GPUs)."""
-    good = []
-    for d in range(1, cap.limit + 1):
-        if heads is not None and heads % d:
-            continue
-        if cap.sizes is not None and not any(s % d == 0 for s in cap.sizes):
-            continue
-        if cap.sizes is None and cap.chips and cap.limit % d:
-            continue
-        good.append(d)
-    return good
-
-
-def replica_counts(cap: Capacity, tp_degree: int) -> list[int]:
-    """Data Parallel replica counts that launch with this Shard TP degree."""
-    return [r for r in range(1, cap.limit // tp_degree + 1) if cap.launches(r * tp_degree)]
-
-
-def transformer_heads(spec: PipelineSpec) -> int | None:
-    """num_attention_heads of the pipeline's transformer (from its config; no weights are read)."""
-    heads = spec.component_config("transformer").get("num_attention_heads")
-    return heads if isinstance(heads, int) else None
-
-
-@dataclass(frozen=True)
-class TextEncoder:
-    name: str  # component name, e.g. "text_encoder_2"
-    class_name: str  # e.g. "T5EncoderModel"
-    has_tp_plan: bool  # transformers ships a tensor-parallel plan for it
-    heads: tuple[int, ...]  # attention and key/value head counts that a TP degree must divide
-
-
-def _tp_plan_of(config: dict) -> bool:
-    """Whether transformers has a TP plan for a model config (its config class or its text_config's)."""
-    try:
-        from transformers import CONFIG_MAPPING
-    except ImportError:
-        return False
-    model_type = config.get("model_type")
-    try:
-        cls = CONFIG_MAPPING[model_type]
-    except KeyError:
-        return False
-    if getattr(cls, "base_model_tp_plan", None):
-        return True
-    text = config.get("text_config")
-    if isinstance(text, dict):
-        sub = getattr(cls, "sub_configs", {}).get("text_config")
-        text = {"model_type": getattr(sub, "model_type", None), **text}
-        return bool(text.get("model_type")) and _tp_plan_of(text)
-    return False
-
-
-def text_encoders(spec: PipelineSpec) -> list[TextEncoder]:
-    """The pipeline's text encoders and whether each could be sharded (reads configs only)."""
-    found = []
-    for name, (_, class_name) in sorted(listed_components(spec.model_index()).items()):
-        if not name.startswith("text_encoder"):
-            continue
-        config = spec.component_config(name)
-        text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-        heads = tuple(h for h in (text.get("num_attention_heads"), text.get("num_key_value_heads"))
-                      if isinstance(h, int))
-        found.append(TextEncoder(name, class_name, _tp_plan_of(config), heads))
-    return found
+def families_with(attribute: str) -> list[str]:
+    return sorted({f.name for f in PIPELINES.values() if getattr(f, attribute)})
 
 
 def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) -> tuple[PipelineSpec, str]:
@@ -166,8 +52,8 @@ def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) 
             f"offload: '{spec.offload}' cannot be combined with Shard TP (diffusers refuses offload on a "
             "sharded model; both decide where a weight lives). Set offload to 'none' or 'auto' in Load TPU "
             "Pipeline — sharding already splits the weights over the chips — or remove Shard TP.")
-    cap = capacity(spec.kind)
-    heads = transformer_heads(spec)
+    cap = capacity.host_capacity(spec.kind)
+    heads = components.transformer_heads(spec)
     notes = []
     if degree == 0:
         if not cap.chips:
@@ -186,7 +72,7 @@ def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) 
     elif not cap.launches(spec.world_size):
         notes.append(_incomplete_note(spec, cap))
     if spec.offload == "auto":
-        notes.append(choose_offload(spec).reason)
+        notes.append(offload.choose_offload(spec).reason)
     return spec, describe_tp(spec, heads, notes)
 
 
@@ -197,7 +83,7 @@ def _incomplete_note(spec: PipelineSpec, cap: Capacity) -> str:
         return (f"TorchTPU launches {cap.sizes_text()} worker processes on this host ({cap.where}), not 1: "
                 f"without Data Parallel this pipeline runs as Data Parallel {counts[0]}")
     return (f"TorchTPU launches {cap.sizes_text()} worker processes on this host ({cap.where}), not "
-            f"{spec.world_size}: add Data Parallel after this node with replicas {_or_list(counts)} (or 0 = auto)")
+            f"{spec.world_size}: add Data Parallel after this node with replicas {or_list(counts)} (or 0 = auto)")
 
 
 def check_tp(spec: PipelineSpec, cap: Capacity, heads: int | None) -> None:
@@ -221,7 +107,7 @@ def check_tp(spec: PipelineSpec, cap: Capacity, heads: int | None) -> None:
         raise ParallelError(f"degree: {degree} does not divide the {heads} attention heads of "
                             f"'{Path(spec.model_path).name}' (each chip must hold whole heads); use one of {good}.")
     if spec.tp_text_encoders:
-        for enc in text_encoders(spec):
+        for enc in components.text_encoders(spec):
             bad = [h for h in enc.heads if h % degree]
             if enc.has_tp_plan and bad:
                 raise ParallelError(
@@ -238,7 +124,7 @@ def describe_tp(spec: PipelineSpec, heads: int | None, notes: Sequence[str] = ()
     else:
         per = f", {heads // n} of {heads} heads per chip" if heads else ""
         lines = [f"transformer: sharded over {n} chips{per}{_how_ranks_read(spec)}"]
-    for enc in text_encoders(spec):
+    for enc in components.text_encoders(spec):
         if n > 1 and spec.tp_text_encoders and enc.has_tp_plan:
             lines.append(f"{enc.name} ({enc.class_name}): sharded over {n} chips")
         elif enc.has_tp_plan:
@@ -270,8 +156,8 @@ def plan_dp(spec: PipelineSpec, replicas: int) -> tuple[PipelineSpec, str]:
     if replicas < 0:
         raise ParallelError(f"replicas: {replicas} is not allowed; use 0 (auto: all chips) or a number of "
                             "copies.")
-    cap = capacity(spec.kind)
-    across = span(spec.kind)
+    cap = capacity.host_capacity(spec.kind)
+    across = capacity.span(spec.kind)
     notes = []
     if replicas == 0:
         if across is not None:
@@ -299,13 +185,13 @@ def check_world(spec: PipelineSpec, cap: Capacity) -> None:
     if spec.dp_replicas < 1:
         raise ParallelError(f"replicas: {spec.dp_replicas} is too small; use at least 1.")
     if spec.tp_text_encoders and 1 < spec.tp_degree < spec.world_size and any(
-            e.has_tp_plan for e in text_encoders(spec)):
+            e.has_tp_plan for e in components.text_encoders(spec)):
         raise ParallelError(
             "shard_text_encoders: sharding text encoders cannot be combined with Data Parallel replicas > 1 "
             "or CFG Parallel yet (transformers' tensor parallelism spans the whole worker group). Turn "
             "shard_text_encoders off in Shard TP (the encoders are then replicated), or set replicas to 1 and "
             "remove CFG Parallel.")
-    if (across := span(spec.kind)) is not None:
+    if (across := capacity.span(spec.kind)) is not None:
         check_hosts(spec, cap, across)
         return
     if cap.launches(spec.world_size):
@@ -316,10 +202,10 @@ def check_world(spec: PipelineSpec, cap: Capacity) -> None:
     if cap.sizes is None:
         fix = f"use at most {max(1, cap.limit // spec.model_ranks)} replica(s) (or 0 for auto)"
     elif counts:
-        fix = f"use replicas {_or_list(counts)} (or 0 for auto)"
+        fix = f"use replicas {or_list(counts)} (or 0 for auto)"
     else:
         fix = (f"no replica count works with {_per_copy(spec)}; use Shard TP degree "
-               f"{_or_list([d for d in tp_degrees(cap, None) if replica_counts(cap, d)])}")
+               f"{or_list([d for d in tp_degrees(cap, None) if replica_counts(cap, d)])}")
     if spec.world_size > cap.limit:
         raise ParallelError(f"{layout}, but {cap.where}; {fix}. Connect Data Parallel after Shard TP, Context "
                             "Parallel and CFG Parallel so that auto accounts for them.")
@@ -332,12 +218,6 @@ def _per_copy(spec: PipelineSpec) -> str:
     if spec.cp_degree == 1 and spec.cfg_parallel == 1:
         return f"TP degree {spec.tp_degree}"
     return f"TP {spec.tp_degree} × context {spec.cp_degree} × CFG {spec.cfg_parallel}"
-
-
-def span(kind: str) -> hosts.Span | None:
-    """The hosts a group of `kind` may span now (None on one host): processes per host default to its chips."""
-    cap = capacity(kind)
-    return hosts.span(kind, cap.limit if cap.chips else None)
 
 
 def check_hosts(spec: PipelineSpec, cap: Capacity, across: hosts.Span) -> None:
@@ -359,7 +239,7 @@ def check_hosts(spec: PipelineSpec, cap: Capacity, across: hosts.Span) -> None:
                             f"that makes a multiple of {per} workers (or at most {per // spec.model_ranks}).")
     if not cap.launches(min(world, per)):
         raise ParallelError(f"replicas: {min(world, per)} worker processes per host, but TorchTPU launches only "
-                            f"{cap.sizes_text()} on a host ({cap.where}); set COMFYUI_TPU_PROCS_PER_HOST to one of "
+                            f"{cap.sizes_text()} on a host ({cap.where}); set {settings.PROCS_PER_HOST.name} to one of "
                             "them on every host.")
 
 
@@ -368,7 +248,7 @@ def default_layout(spec: PipelineSpec) -> PipelineSpec:
     chip is two devices) runs as Data Parallel over the smallest group it launches (see devices.v7x_default_note)."""
     if spec.kind != "tpu" or spec.world_size != 1:
         return spec
-    sizes = capacity("tpu").sizes
+    sizes = capacity.host_capacity("tpu").sizes
     if sizes and 1 not in sizes:
         return spec.with_changes(dp_replicas=min(sizes))
     return spec
@@ -378,130 +258,8 @@ def with_sharded_encoders(spec: PipelineSpec) -> PipelineSpec:
     """`spec` naming the text encoders its tp_text_encoders choice shards: those with a transformers TP plan."""
     names = ()
     if spec.tp_text_encoders and spec.tp_degree > 1:
-        names = tuple(e.name for e in text_encoders(spec) if e.has_tp_plan)
+        names = tuple(e.name for e in components.text_encoders(spec) if e.has_tp_plan)
     return spec.with_changes(sharded_encoders=names)
-
-
-# ---- offload 'auto'
-
-OFFLOAD_HEADROOM = 0.8  # share of a device's memory the weights may fill: the rest is for activations (a few GB
-# for a 1024x1024 FLUX image), the compiler's buffers and the runtime itself
-_FLOAT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-
-
-@dataclass(frozen=True)
-class OffloadChoice:
-    mode: str  # none | model | sequential
-    reason: str  # what was chosen and why, for the node
-
-
-def _per_device(parts: dict[str, int], degree: int, sharded: Sequence[str]) -> float:
-    """Weights one device holds when the transformer (and the `sharded` text encoders) are split `degree` ways."""
-    return sum(b / degree if n == "transformer" or n in sharded else b for n, b in parts.items())
-
-
-def choose_offload(spec: PipelineSpec) -> OffloadChoice:
-    """What offload 'auto' runs, from the weights' size in the chosen dtype (safetensors headers) and one
-    device's memory (TorchTPU's HBM per device, CUDA's total memory): none when everything fits with room for
-    activations, model when the largest component does, else sequential (with a note when Shard TP would fit).
-    Under Shard TP always none: diffusers refuses offload on a sharded model."""
-    if spec.kind == "cpu":
-        return OffloadChoice("none", "offload auto → none: on the CPU the weights stay in host memory anyway")
-    memory = devices.device_memory_bytes(spec.kind)
-    dtype = "bfloat16" if spec.dtype == "auto" else storage.compute_dtype(spec)
-    parts = models.weight_bytes(spec, _FLOAT_BYTES[dtype])
-    if spec.storage:  # fp8 storage: the denoiser counts at its stored size
-        parts = storage.stored_bytes(spec, parts, models.weight_bytes(spec, 1))
-        dtype = f"{dtype} ({spec.storage} denoiser)"
-    if memory is None or not parts:
-        return OffloadChoice("none", "offload auto → none (the device's memory or the model's size is unknown)")
-    usable = memory * OFFLOAD_HEADROOM
-    room = f"{format_bytes(usable)} of the {format_bytes(memory)} per device (the rest is kept for activations)"
-    if spec.tp_degree > 1:
-        per = _per_device(parts, spec.tp_degree, spec.sharded_encoders)
-        more = "" if per <= usable else f", more than {room}: use a larger Shard TP degree"
-        return OffloadChoice("none", f"offload auto → none (a sharded model cannot be offloaded): about "
-                                     f"{format_bytes(per)} of weights per device in {dtype}{more}")
-    total = sum(parts.values())
-    what = f"the weights take {format_bytes(total)} in {dtype} ({', '.join(f'{n} {format_bytes(b)}' for n, b in parts.items())})"
-    if total <= usable:
-        return OffloadChoice("none", f"offload auto → none: {what}, within {room}")
-    biggest = max(parts, key=lambda n: parts[n])
-    if parts[biggest] <= usable:
-        return OffloadChoice("model", f"offload auto → model: {what}, more than {room}; the largest part "
-                                      f"({biggest}, {format_bytes(parts[biggest])}) fits, so each part moves onto the "
-                                      "device while it runs and waits in host memory otherwise")
-    return OffloadChoice("sequential", f"offload auto → sequential: {what}; even {biggest} "
-                                       f"({format_bytes(parts[biggest])}) is more than {room}, so the weights move onto "
-                                       f"the device layer by layer (slow).{_tp_hint(spec, parts, usable)}")
-
-
-def _tp_hint(spec: PipelineSpec, parts: dict[str, int], usable: float) -> str:
-    """The smallest Shard TP degree this host runs under which the weights would fit, as a suggestion."""
-    if not spec.family.tp_plan:
-        return ""
-    cap = capacity(spec.kind)
-    shardable = [e.name for e in text_encoders(spec) if e.has_tp_plan]
-    for d in tp_degrees(cap, transformer_heads(spec)):
-        if d == 1:
-            continue
-        if _per_device(parts, d, ()) <= usable:
-            return f" Shard TP degree {d} would fit (about {format_bytes(_per_device(parts, d, ()))} per device) without offload."
-        if shardable and _per_device(parts, d, shardable) <= usable:
-            return (f" Shard TP degree {d} with shard_text_encoders on would fit (about "
-                    f"{format_bytes(_per_device(parts, d, shardable))} per device) without offload.")
-    return " It does not fit this host's devices even with Shard TP over all of them."
-
-
-def resolve_offload(spec: PipelineSpec) -> PipelineSpec:
-    """`spec` with offload 'auto' turned into what it runs (none / model / sequential), once, before any worker
-    sees it; other choices unchanged."""
-    if spec.offload != "auto":
-        return spec
-    choice = choose_offload(spec)
-    if choice.mode == "sequential" and spec.mode == "compiled":
-        raise CompileError(f"offload: 'auto' has to choose 'sequential' here ({choice.reason.split(': ', 1)[1]}), "
-                           "and sequential offload cannot be compiled. Use Shard TP, or an eager mode.")
-    return spec.with_changes(offload=choice.mode)
-
-
-def resolve_load_order(spec: PipelineSpec) -> PipelineSpec:
-    """Data Parallel replicas load one after another unless the spec says otherwise. A replica's weights pass
-    through its private host memory while it loads (converted to the dtype; on TPU/CUDA they leave it once on
-    the device), so in turn the host carries one load at a time instead of one per replica: bench
-    `load_memory` measures 2 CPU workers at 2.0x one model's size on disk in turn against 2.7x together, and
-    Data Parallel 8 of FLUX.1 on a TPU host would carry ~34 GB in flight, not ~270 GB. Each replica's load
-    waits for the ones before it; with one replica nothing changes."""
-    if spec.load_in_turn is not None:
-        return spec
-    return spec.with_changes(load_in_turn=spec.dp_replicas > 1)
-
-
-def check_spec(spec: PipelineSpec) -> None:
-    """Re-checks the parallel layout and sampling options of a spec before any worker is started (specs may come
-    from scripts)."""
-    check_sampling(spec)
-    if spec.cfg_parallel != 1:
-        check_cfg(spec)
-    if spec.cp_degree != 1:
-        check_cp(spec)
-    if spec.world_size == 1 and spec.kind != "tpu":
-        return
-    cap = capacity(spec.kind)
-    if spec.tp_degree < 1:
-        raise ParallelError(f"degree: {spec.tp_degree} is too small; use at least 1.")
-    if spec.tp_degree > 1:
-        family = PIPELINES[spec.class_name]
-        if not family.tp_plan or spec.offload not in ("none", "auto"):
-            plan_tp(spec, spec.tp_degree, spec.tp_text_encoders)  # raises the same message the node gives
-        check_tp(spec, cap, transformer_heads(spec))
-    check_world(spec, cap)
-
-
-# ---- CFG Parallel, Context Parallel, Sampling Options
-
-def families_with(attribute: str) -> list[str]:
-    return sorted({f.name for f in PIPELINES.values() if getattr(f, attribute)})
 
 
 def _distilled_klein(spec: PipelineSpec) -> bool:
@@ -515,7 +273,7 @@ def plan_cfg(spec: PipelineSpec) -> tuple[PipelineSpec, str]:
     """CFG Parallel: the two guidance passes of each step on two ranks; checked, and what it does for this model."""
     spec = spec.with_changes(cfg_parallel=2)
     check_cfg(spec)
-    check_world(spec, capacity(spec.kind))
+    check_world(spec, capacity.host_capacity(spec.kind))
     family, name = spec.family, Path(spec.model_path).name
     if family.cfg_passes == "batch":
         what = (f"{family.name} runs CFG as one denoiser call on a doubled batch: each of 2 ranks runs half of it "
@@ -553,20 +311,20 @@ def plan_cp(spec: PipelineSpec, degree: int, mode: str) -> tuple[PipelineSpec, s
         raise ParallelError(f"degree: {degree} is not allowed; use 0 (auto) or a number of ranks.")
     notes = []
     if degree == 0:
-        cap = capacity(spec.kind)
+        cap = capacity.host_capacity(spec.kind)
         if not cap.chips:
             degree = 1
             notes.append(f"auto on the CPU is 1 (no chips); set degree up to {cap.limit} to use more processes")
         else:
             per = spec.tp_degree * spec.cfg_parallel
-            heads = transformer_heads(spec) if mode == "ulysses" else None
+            heads = components.transformer_heads(spec) if mode == "ulysses" else None
             degree = max((d for d in range(1, cap.limit // per + 1)
                           if (heads is None or heads % d == 0) and replica_counts(cap, per * d)), default=1)
             notes.append(f"auto: {degree} rank(s), the most the chips left after Shard TP and CFG Parallel allow"
                          + (f" that divide the {heads} attention heads" if heads else ""))
     spec = spec.with_changes(cp_degree=degree, cp_mode=mode)
     check_cp(spec)
-    check_world(spec, capacity(spec.kind))
+    check_world(spec, capacity.host_capacity(spec.kind))
     name = Path(spec.model_path).name
     if degree == 1:
         return spec, "\n".join(["degree 1: the sequence is not split", *notes])
@@ -607,7 +365,7 @@ def check_cp(spec: PipelineSpec) -> None:
         raise ParallelError(f"mode: 'ring' needs an attention kernel that returns its log-sum-exp; diffusers' "
                             f"default one does not, and the pack provides one only on the CPU. Use 'ulysses' on "
                             f"{spec.kind}.")
-    heads = transformer_heads(spec)
+    heads = components.transformer_heads(spec)
     if spec.cp_mode == "ulysses" and heads is not None and heads % degree:
         good = [d for d in range(2, heads + 1) if heads % d == 0]
         raise ParallelError(f"degree: Ulysses splits the {heads} attention heads of '{name}' over the ranks, and "
@@ -635,108 +393,3 @@ def check_cp_size(spec: PipelineSpec, width: int, height: int, frames: int = 0) 
         raise ParallelError(f"width/height: {width}x{height} makes {tokens} {what} tokens, which Context Parallel "
                             f"degree {degree} cannot split evenly; choose a size where (width/{spec.size_factor}) × "
                             f"(height/{spec.size_factor}){video} is a multiple of {degree}.")
-
-
-def plan_sampling(spec: PipelineSpec, prompt_cache: bool, batched: bool, true_cfg_scale: float,
-                  step_cache: str = "off", cache_threshold: float = 0.0) -> tuple[PipelineSpec, str]:
-    """Sampling Options: the prompt-embedding cache, batched calls, FLUX.1's true CFG, step caching; checked, and
-    what they do."""
-    spec = spec.with_changes(prompt_cache=bool(prompt_cache), batched=bool(batched),
-                             true_cfg_scale=float(true_cfg_scale), step_cache=step_cache,
-                             cache_threshold=float(cache_threshold))
-    check_sampling(spec)
-    lines = [("prompt_cache on: a prompt seen before on this model reuses its embeddings (no text encoder run, "
-              "none moved to the chip under offload); the same pixels as without it."
-              if spec.prompt_cache else "prompt_cache off: every image encodes its prompt again."),
-             ("batched on: the images of one prompt go through the model in one call (faster where the chip has "
-              "room); the pixels differ in the last bits from one call per image, and from one replica count to "
-              "another." if spec.batched else
-              "batched off: one call per image, so any image can be reproduced alone with any replica count.")]
-    if spec.true_cfg_scale > 1:
-        lines.append(f"true_cfg_scale {spec.true_cfg_scale:g}: FLUX.1 runs true CFG against the negative prompt "
-                     "(two passes per step; CFG Parallel splits them).")
-    if cached := step_caching.describe(spec):
-        lines.append(cached)
-    return spec, "\n".join(lines)
-
-
-def check_sampling(spec: PipelineSpec) -> None:
-    step_caching.check(spec)
-    scale = spec.true_cfg_scale
-    if not (isinstance(scale, (int, float)) and 0 < scale <= 100):
-        raise ParallelError(f"true_cfg_scale: {scale} is out of range; use 1 (off) up to 100.")
-    if scale != 1 and spec.class_name != "FluxPipeline":
-        raise ParallelError(
-            f"true_cfg_scale: only FLUX.1 has a true CFG scale of its own; for {spec.family.name} leave it at 1 "
-            "and use the Sample node's guidance (for Qwen-Image that is its true CFG scale).")
-
-
-# ---- compile plans
-
-MAX_WARMUP_BATCH = 64
-_SIZE = re.compile(r"^(\d+)\s*[x×*]\s*(\d+)(?:\s*[x×*]\s*(\d+))?$")
-
-
-def parse_warmup(text: str) -> tuple[tuple[int, int, int], ...]:
-    """'1024x1024, 832x1216x2' → ((1024, 1024, 1), (832, 1216, 2)): WIDTHxHEIGHT[xBATCH], comma separated."""
-    shapes: list[tuple[int, int, int]] = []
-    for part in re.split(r"[,;\n]+", text or ""):
-        part = part.strip().lower()
-        if not part:
-            continue
-        m = _SIZE.match(part)
-        if not m:
-            raise CompileError(f"warmup: '{part}' is not a size. Write WIDTHxHEIGHT with an optional xBATCH, "
-                               "separated by commas, e.g. '1024x1024, 832x1216x2' (or leave it empty).")
-        w, h, b = int(m[1]), int(m[2]), int(m[3] or 1)
-        if not 1 <= b <= MAX_WARMUP_BATCH:
-            raise CompileError(f"warmup: batch {b} in '{part}' is out of range; use 1 to {MAX_WARMUP_BATCH}.")
-        if (w, h, b) not in shapes:
-            shapes.append((w, h, b))
-    return tuple(shapes)
-
-
-def compile_backend(kind: str, choice: str) -> str:
-    """torch.compile backend for a device kind: auto = TorchTPU's "tpu" on TPU, inductor on CUDA/CPU."""
-    if choice not in COMPILE_BACKENDS:
-        raise CompileError(f"backend: '{choice}' is not one of {', '.join(COMPILE_BACKENDS)}.")
-    if choice == "auto":
-        return "tpu" if kind == "tpu" else "inductor"
-    if choice == "tpu" and kind != "tpu":
-        raise CompileError(f"backend: 'tpu' compiles for TPU chips only, and this pipeline runs on {kind}. "
-                           "Choose 'auto' (inductor here).")
-    if choice == "inductor" and kind == "tpu":
-        raise CompileError("backend: 'inductor' cannot compile for TPU tensors. Choose 'auto' (TorchTPU's 'tpu').")
-    return choice
-
-
-def resolve_compile(spec: PipelineSpec) -> PipelineSpec:
-    """`spec` with its compile plan resolved for its device (backend chosen, target adjusted for offload, the
-    adjustments said in the plan's notes); unchanged unless its mode is 'compiled'. Idempotent."""
-    if spec.mode != "compiled":
-        return spec
-    plan = spec.compile or CompilePlan()
-    if plan.target not in COMPILE_TARGETS:
-        raise CompileError(f"target: '{plan.target}' is not one of {', '.join(COMPILE_TARGETS)}.")
-    backend = compile_backend(spec.kind, plan.backend)
-    if spec.offload == "sequential":
-        raise CompileError("offload: 'sequential' moves weights layer by layer inside the denoiser's blocks, which "
-                           "torch.compile cannot trace. Use offload 'model' (its repeated blocks are compiled) "
-                           "or 'none', or use an eager mode.")
-    notes, target = list(plan.notes), plan.target
-    if spec.offload == "model" and target == "whole denoiser":
-        target = "repeated blocks"
-        notes.append("offload 'model' wraps the whole denoiser in hooks that torch.compile cannot trace: "
-                     "compiling its repeated blocks instead.")
-    step = spec.family.prompt_step
-    if step and target == "whole denoiser":
-        target = "repeated blocks"
-        notes.append(f"{spec.family.name}'s transformer takes the prompt at its own length and pads it to a multiple "
-                     f"of {step} tokens inside: compiled whole, every prompt length would compile again. Compiling "
-                     f"its repeated blocks instead (they see the padded length: one compile per {step}-token step "
-                     "of the prompt).")
-    if target == "repeated blocks" and not spec.family.repeated_blocks:
-        why = " (forced by offload 'model'; set offload to 'none')" if plan.target != target else ""
-        raise CompileError(f"target: SD3's transformer has no repeated blocks to compile{why}. "
-                           "Choose target 'whole denoiser'.")
-    return spec.with_changes(compile=replace(plan, target=target, backend=backend, notes=tuple(notes)))

@@ -1,0 +1,59 @@
+"""What a pipeline's components are, from their configs (no weights read): the transformer's attention heads,
+and the text encoders with the head counts a Shard TP degree must divide and whether transformers ships a
+tensor-parallel plan for each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..protocol.spec import PipelineSpec, listed_components
+
+
+def transformer_heads(spec: PipelineSpec) -> int | None:
+    """num_attention_heads of the pipeline's transformer (from its config; no weights are read)."""
+    heads = spec.component_config("transformer").get("num_attention_heads")
+    return heads if isinstance(heads, int) else None
+
+
+@dataclass(frozen=True)
+class TextEncoder:
+    name: str  # component name, e.g. "text_encoder_2"
+    class_name: str  # e.g. "T5EncoderModel"
+    has_tp_plan: bool  # transformers ships a tensor-parallel plan for it
+    heads: tuple[int, ...]  # attention and key/value head counts that a TP degree must divide
+
+
+def _tp_plan_of(config: dict) -> bool:
+    """Whether transformers has a TP plan for a model config (its config class or its text_config's)."""
+    try:
+        from transformers import CONFIG_MAPPING
+    except ImportError:
+        return False
+    model_type = config.get("model_type")
+    try:
+        cls = CONFIG_MAPPING[model_type]
+    except KeyError:
+        return False
+    if getattr(cls, "base_model_tp_plan", None):
+        return True
+    text = config.get("text_config")
+    if isinstance(text, dict):
+        sub = getattr(cls, "sub_configs", {}).get("text_config")
+        text = {"model_type": getattr(sub, "model_type", None), **text}
+        return bool(text.get("model_type")) and _tp_plan_of(text)
+    return False
+
+
+def text_encoders(spec: PipelineSpec) -> list[TextEncoder]:
+    """The pipeline's text encoders and whether each could be sharded (reads configs only)."""
+    found = []
+    for name, (_, class_name) in sorted(listed_components(spec.model_index()).items()):
+        if not name.startswith("text_encoder"):
+            continue
+        config = spec.component_config(name)
+        text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+        heads = tuple(h for h in (text.get("num_attention_heads"), text.get("num_key_value_heads"))
+                      if isinstance(h, int))
+        found.append(TextEncoder(name, class_name, _tp_plan_of(config), heads))
+    return found

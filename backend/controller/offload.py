@@ -1,0 +1,94 @@
+"""Offload 'auto': what it runs (none, model or sequential), from the weights' size in the chosen dtype (their
+safetensors headers) and one device's memory, and why, for the node. Controller side: reads headers, never
+weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..protocol.errors import CompileError
+from ..protocol.spec import PipelineSpec
+from ..protocol.units import format_bytes
+from . import capacity, components, devices, models, storage
+
+OFFLOAD_HEADROOM = 0.8  # share of a device's memory the weights may fill: the rest is for activations (a few GB
+# for a 1024x1024 FLUX image), the compiler's buffers and the runtime itself
+_FLOAT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class OffloadChoice:
+    mode: str  # none | model | sequential
+    reason: str  # what was chosen and why, for the node
+
+
+def _per_device(parts: dict[str, int], degree: int, sharded: Sequence[str]) -> float:
+    """Weights one device holds when the transformer (and the `sharded` text encoders) are split `degree` ways."""
+    return sum(b / degree if n == "transformer" or n in sharded else b for n, b in parts.items())
+
+
+def choose_offload(spec: PipelineSpec) -> OffloadChoice:
+    """What offload 'auto' runs, from the weights' size in the chosen dtype (safetensors headers) and one
+    device's memory (TorchTPU's HBM per device, CUDA's total memory): none when everything fits with room for
+    activations, model when the largest component does, else sequential (with a note when Shard TP would fit).
+    Under Shard TP always none: diffusers refuses offload on a sharded model."""
+    if spec.kind == "cpu":
+        return OffloadChoice("none", "offload auto → none: on the CPU the weights stay in host memory anyway")
+    memory = devices.device_memory_bytes(spec.kind)
+    dtype = "bfloat16" if spec.dtype == "auto" else storage.compute_dtype(spec)
+    parts = models.weight_bytes(spec, _FLOAT_BYTES[dtype])
+    if spec.storage:  # fp8 storage: the denoiser counts at its stored size
+        parts = storage.stored_bytes(spec, parts, models.weight_bytes(spec, 1))
+        dtype = f"{dtype} ({spec.storage} denoiser)"
+    if memory is None or not parts:
+        return OffloadChoice("none", "offload auto → none (the device's memory or the model's size is unknown)")
+    usable = memory * OFFLOAD_HEADROOM
+    room = f"{format_bytes(usable)} of the {format_bytes(memory)} per device (the rest is kept for activations)"
+    if spec.tp_degree > 1:
+        per = _per_device(parts, spec.tp_degree, spec.sharded_encoders)
+        more = "" if per <= usable else f", more than {room}: use a larger Shard TP degree"
+        return OffloadChoice("none", f"offload auto → none (a sharded model cannot be offloaded): about "
+                                     f"{format_bytes(per)} of weights per device in {dtype}{more}")
+    total = sum(parts.values())
+    what = f"the weights take {format_bytes(total)} in {dtype} ({', '.join(f'{n} {format_bytes(b)}' for n, b in parts.items())})"
+    if total <= usable:
+        return OffloadChoice("none", f"offload auto → none: {what}, within {room}")
+    biggest = max(parts, key=lambda n: parts[n])
+    if parts[biggest] <= usable:
+        return OffloadChoice("model", f"offload auto → model: {what}, more than {room}; the largest part "
+                                      f"({biggest}, {format_bytes(parts[biggest])}) fits, so each part moves onto the "
+                                      "device while it runs and waits in host memory otherwise")
+    return OffloadChoice("sequential", f"offload auto → sequential: {what}; even {biggest} "
+                                       f"({format_bytes(parts[biggest])}) is more than {room}, so the weights move onto "
+                                       f"the device layer by layer (slow).{_tp_hint(spec, parts, usable)}")
+
+
+def _tp_hint(spec: PipelineSpec, parts: dict[str, int], usable: float) -> str:
+    """The smallest Shard TP degree this host runs under which the weights would fit, as a suggestion."""
+    if not spec.family.tp_plan:
+        return ""
+    cap = capacity.host_capacity(spec.kind)
+    shardable = [e.name for e in components.text_encoders(spec) if e.has_tp_plan]
+    for d in capacity.tp_degrees(cap, components.transformer_heads(spec)):
+        if d == 1:
+            continue
+        if _per_device(parts, d, ()) <= usable:
+            return f" Shard TP degree {d} would fit (about {format_bytes(_per_device(parts, d, ()))} per device) without offload."
+        if shardable and _per_device(parts, d, shardable) <= usable:
+            return (f" Shard TP degree {d} with shard_text_encoders on would fit (about "
+                    f"{format_bytes(_per_device(parts, d, shardable))} per device) without offload.")
+    return " It does not fit this host's devices even with Shard TP over all of them."
+
+
+def resolve_offload(spec: PipelineSpec) -> PipelineSpec:
+    """`spec` with offload 'auto' turned into what it runs (none / model / sequential), once, before any worker
+    sees it; other choices unchanged."""
+    if spec.offload != "auto":
+        return spec
+    choice = choose_offload(spec)
+    if choice.mode == "sequential" and spec.mode == "compiled":
+        raise CompileError(f"offload: 'auto' has to choose 'sequential' here ({choice.reason.split(': ', 1)[1]}), "
+                           "and sequential offload cannot be compiled. Use Shard TP, or an eager mode.")
+    return spec.with_changes(offload=choice.mode)

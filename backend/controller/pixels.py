@@ -1,0 +1,78 @@
+"""The pixel budget: how large an image one pipeline call may make on this host, checked before any worker
+starts on it (a size the memory cannot hold would otherwise run for minutes, or until it runs out of memory).
+
+The rule: the memory one worker has (TPU: HBM per device; CUDA: the GPU's memory; CPU: COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB
+when set, else the host's memory shared by its CPU workers) over VAE_VALUES_PER_PIXEL values of the pipeline's
+dtype. COMFYUI_TPU_MAX_MEGAPIXELS replaces it. Controller side: reads no weights.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from ..protocol import settings
+from ..protocol.errors import DeviceError, ModelError
+from ..protocol.spec import PipelineSpec
+from ..protocol.units import format_bytes
+from . import devices
+from .offload import _FLOAT_BYTES
+
+# A real VAE decoder (FLUX.1, FLUX.2, SD3, SDXL: blocks of 512, 512, 256, 128 channels) holds, at the image's
+# full size, its last upsampler's 256-channel input and output and its last block's 128 channels: about 640
+# values per pixel at once. Weights and the denoiser's activations come on top; the budget is an upper bound.
+VAE_VALUES_PER_PIXEL = 640
+
+
+def budget(spec: PipelineSpec) -> tuple[int, str] | None:
+    """The most pixels one pipeline call (one image, or a batched Sample's batch) may make on this host, and
+    where that figure comes from; None where the device's memory is unknown."""
+    if settings.MAX_MEGAPIXELS.is_set():
+        value = settings.MAX_MEGAPIXELS.raw()
+        try:
+            mp = float(value)
+        except ValueError:
+            mp = math.nan
+        if not (math.isfinite(mp) and mp > 0):
+            raise DeviceError(f"{settings.MAX_MEGAPIXELS.name}: {value!r} is not a number of megapixels; set one "
+                              "such as 16, or unset it to use the host's memory.")
+        return int(mp * 1e6), f"{settings.MAX_MEGAPIXELS.name}={value}"
+    kind = spec.kind or "cpu"
+    dtype = spec.dtype if spec.dtype in _FLOAT_BYTES else ("float32" if kind == "cpu" else "bfloat16")
+    if kind == "cpu":
+        cap = settings.WORKER_MEMORY_LIMIT_GB.number()
+        if cap is not None and cap > 0:
+            memory = int(cap * 2**30)
+            where = f"a cpu worker is capped at {cap:g} GiB ({settings.WORKER_MEMORY_LIMIT_GB.name})"
+        else:
+            workers = max(1, spec.world_size)
+            memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // workers
+            where = (f"this host has {format_bytes(memory * workers)} of memory"
+                     + (f" for {workers} cpu workers" if workers > 1 else ""))
+    else:
+        memory = devices.device_memory_bytes(kind)
+        if memory is None:
+            return None
+        where = f"a {kind} device has {format_bytes(memory)}"
+    per_pixel = VAE_VALUES_PER_PIXEL * _FLOAT_BYTES[dtype]
+    return memory // per_pixel, (f"{where}, and decoding an image takes about {per_pixel / 1024:.1f} KiB per pixel "
+                                 f"in {dtype}")
+
+
+def check(spec: PipelineSpec, width: int, height: int, batch: int = 1) -> None:
+    """Refuses a size beyond the budget before any worker starts on it, naming the size, the budget, its source
+    and the fix."""
+    found = budget(spec)
+    if found is None:
+        return
+    most, why = found
+    calls = batch if spec.batched else 1
+    pixels = width * height * calls
+    if pixels <= most:
+        return
+    side = int(math.sqrt(most)) // spec.size_factor * spec.size_factor if spec.size_factor else int(math.sqrt(most))
+    what = f"{width}x{height}" + (f" × batch {calls} (batched)" if calls > 1 else "")
+    raise ModelError(f"width/height: {what} is {pixels / 1e6:.1f} megapixels in one pipeline call, more than this "
+                     f"host can make: at most {most / 1e6:.1f} megapixels (e.g. {side}x{side}), because {why}. Use a "
+                     f"smaller width and height{', or turn batched off' if calls > 1 else ''}; an operator sure of "
+                     f"the memory can set {settings.MAX_MEGAPIXELS.name}.")
