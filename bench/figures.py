@@ -113,6 +113,8 @@ THROUGHPUT_TARGET = target(">=", 0.98)
 
 
 def comfyui(ctx: Ctx) -> list[dict]:
+    """The ComfyUI process's memory, and throughput through ComfyUI and backend.api against plain diffusers (with
+    the plain script against a second copy of itself: the noise floor)."""
     from backend.controller import api
 
     if not ctx.comfyui_dir:
@@ -124,75 +126,94 @@ def comfyui(ctx: Ctx) -> list[dict]:
     spec = _spec(ctx)
     pool = ThreadPoolExecutor(max_workers=1)
     comfy = Comfy(ctx, "main")
-    plain = None if ctx.exclusive else PlainServer(ctx, ctx.model)
-    twin = None if ctx.exclusive else PlainServer(ctx, ctx.model)  # the A/A control
+    plains = {} if ctx.exclusive else {"plain": PlainServer(ctx, ctx.model), "twin": PlainServer(ctx, ctx.model)}
     api_up = None if ctx.exclusive else pool.submit(api.load, spec)
-    plain_rss: dict[str, int] = {}
     t0 = time.perf_counter()
     try:
         comfy.start()
         log(f"comfyui: server up in {time.perf_counter() - t0:.1f} s")
         time.sleep(1.0)
         rss0 = comfy.rss()
-        mem: dict[str, dict] = {}
-        for i, model in enumerate(ctx.sizes):  # the first prompt starts the workers and loads; then a model switch
-            first = comfy.run(comfy.prompt(model, seed_of(-100 - i), ctx.width, ctx.height, ctx.steps))
-            time.sleep(0.5)
-            mem[model] = {"controller_growth_mb": (comfy.rss() - rss0) / MB, "workers_rss_mb": comfy.worker_rss() / MB,
-                          "first_prompt_s": first}
+        mem = _first_prompts_memory(ctx, comfy, rss0)
         log(f"comfyui: memory measured at {time.perf_counter() - t0:.1f} s: {mem}")
-
-        # Throughput: ComfyUI, backend.api and plain pipe(), alternating.
-        png_dir = ctx.work / "plain-png"
-        png_dir.mkdir(exist_ok=True)
-        plain_calls: list[float] = []
-
-        def run_plain(r: int) -> float:
-            out = plain.call(seed_of(r), png_dir=str(png_dir))
-            if not plain_rss:  # after load + first image, like ours (outside the timed call)
-                plain_rss.update(torch=plain.wait_ready()["rss_torch"], first=plain.ask("rss")["rss"])
-            if r >= 0:
-                plain_calls.append(out["call_s"])
-            return out["call_s"] + out["save_s"]
-
-        def run_twin(r: int) -> float:
-            return twin.call(seed_of(r))["call_s"]
-
-        def run_comfy(r: int) -> float:
-            return comfy.run(comfy.prompt(ctx.model, seed_of(r), ctx.width, ctx.height, ctx.steps))
-
-        def run_api(r: int) -> float:
-            return timed(api.sample, spec, request(ctx, seed_of(r)))
-
-        if ctx.exclusive:  # one holder of the chip at a time: blocks, each holder released before the next
-            times = alternate({"comfyui": run_comfy}, ctx.repeats, ctx.warmup, blocks=True)
-            comfy.run({"1": {"class_type": "TPUFreeWorkers", "inputs": {}}})
-            api.load(spec)
-            times.update(alternate({"api": run_api}, ctx.repeats, ctx.warmup, blocks=True))
-            api.shutdown()
-            plain = PlainServer(ctx, ctx.model)
-            times.update(alternate({"plain": run_plain}, ctx.repeats, ctx.warmup, blocks=True))
-        else:
-            api_up.result()
-            plain.wait_ready()
-            twin.wait_ready()
-            log(f"comfyui: all up at {time.perf_counter() - t0:.1f} s")
-            times = alternate({"plain": run_plain, "comfyui": run_comfy, "twin": run_twin, "api": run_api},
-                              ctx.repeats, ctx.warmup)
+        times, plain_calls, plain_rss = _throughput_rounds(ctx, spec, comfy, plains, api_up, t0)
         after_rss = (comfy.rss() - rss0) / MB
         log(f"comfyui: rounds done at {time.perf_counter() - t0:.1f} s")
     finally:  # everything stops at once
         pool.shutdown(wait=True)
         with ThreadPoolExecutor(max_workers=3) as stopper:
             stops = [stopper.submit(comfy.stop), stopper.submit(api.shutdown)]
-            stops += [stopper.submit(p.close) for p in (plain, twin) if p is not None]
+            stops += [stopper.submit(p.close) for p in plains.values()]
             for fut in stops:
                 fut.result()
+    return [_memory_row(ctx, mem, plain_rss, after_rss), *_throughput_rows(ctx, times, plain_calls)]
 
+
+def _first_prompts_memory(ctx: Ctx, comfy: Comfy, rss0: int) -> dict[str, dict]:
+    """The ComfyUI process's RSS growth from idle after the first prompt (starts the workers, loads, one image),
+    then after switching to the second model; the workers' RSS beside it."""
+    mem: dict[str, dict] = {}
+    for i, model in enumerate(ctx.sizes):  # the first prompt starts the workers and loads; then a model switch
+        first = comfy.run(comfy.prompt(model, seed_of(-100 - i), ctx.width, ctx.height, ctx.steps))
+        time.sleep(0.5)
+        mem[model] = {"controller_growth_mb": (comfy.rss() - rss0) / MB, "workers_rss_mb": comfy.worker_rss() / MB,
+                      "first_prompt_s": first}
+    return mem
+
+
+def _throughput_rounds(ctx: Ctx, spec, comfy: Comfy, plains: dict[str, PlainServer], api_up,
+                       t0: float) -> tuple[dict[str, list[float]], list[float], dict[str, int]]:
+    """ComfyUI, backend.api and plain pipe() (and its twin), in alternating rounds; on a device with one holder
+    (TPU) in blocks, each holder released before the next (the plain server is then started here, into
+    `plains`). Returns the times per runner, the plain pipe() calls alone, and the plain script's RSS."""
+    from backend.controller import api
+
+    png_dir = ctx.work / "plain-png"
+    png_dir.mkdir(exist_ok=True)
+    plain_calls: list[float] = []
+    plain_rss: dict[str, int] = {}
+
+    def run_plain(r: int) -> float:
+        plain = plains["plain"]
+        out = plain.call(seed_of(r), png_dir=str(png_dir))
+        if not plain_rss:  # after load + first image, like ours (outside the timed call)
+            plain_rss.update(torch=plain.wait_ready()["rss_torch"], first=plain.ask("rss")["rss"])
+        if r >= 0:
+            plain_calls.append(out["call_s"])
+        return out["call_s"] + out["save_s"]
+
+    def run_twin(r: int) -> float:
+        return plains["twin"].call(seed_of(r))["call_s"]
+
+    def run_comfy(r: int) -> float:
+        return comfy.run(comfy.prompt(ctx.model, seed_of(r), ctx.width, ctx.height, ctx.steps))
+
+    def run_api(r: int) -> float:
+        return timed(api.sample, spec, request(ctx, seed_of(r)))
+
+    if ctx.exclusive:  # one holder of the chip at a time: blocks, each holder released before the next
+        times = alternate({"comfyui": run_comfy}, ctx.repeats, ctx.warmup, blocks=True)
+        comfy.run({"1": {"class_type": "TPUFreeWorkers", "inputs": {}}})
+        api.load(spec)
+        times.update(alternate({"api": run_api}, ctx.repeats, ctx.warmup, blocks=True))
+        api.shutdown()
+        plains["plain"] = PlainServer(ctx, ctx.model)
+        times.update(alternate({"plain": run_plain}, ctx.repeats, ctx.warmup, blocks=True))
+        return times, plain_calls, plain_rss
+    api_up.result()
+    for plain in plains.values():
+        plain.wait_ready()
+    log(f"comfyui: all up at {time.perf_counter() - t0:.1f} s")
+    times = alternate({"plain": run_plain, "comfyui": run_comfy, "twin": run_twin, "api": run_api},
+                      ctx.repeats, ctx.warmup)
+    return times, plain_calls, plain_rss
+
+
+def _memory_row(ctx: Ctx, mem: dict[str, dict], plain_rss: dict[str, int], after_rss: float) -> dict:
     plain_growth = (plain_rss["first"] - plain_rss["torch"]) / MB
     sizes = ", ".join(f"{m}: +{v['controller_growth_mb']:.0f} MB (workers {v['workers_rss_mb']:.0f} MB)"
                       for m, v in mem.items())
-    memory = row(
+    return row(
         *MEMORY, ratio=max(v["controller_growth_mb"] for v in mem.values()) / plain_growth,
         ratio_of=f"ComfyUI process RSS growth (the larger of the two models) ÷ RSS growth of the plain script after "
                  f"`import torch` when it loads {ctx.model} and makes one image in its own process; lower is better",
@@ -205,6 +226,10 @@ def comfyui(ctx: Ctx) -> list[dict]:
                              "ComfyUI's own first-prompt costs (imports, caches, Save Image). The workers' RSS is "
                              "shown for contrast: the model lives there."},
         notes=[f"per model (cumulative, same server): {sizes}"])
+
+
+def _throughput_rows(ctx: Ctx, times: dict[str, list[float]], plain_calls: list[float]) -> list[dict]:
+    """ComfyUI's and backend.api's throughput against plain, and the noise floor (plain against its twin)."""
     plain_total, plain_call = median(times["plain"]), median(plain_calls)
     rounds = "blocks (TPU: one process holds the chip)" if ctx.exclusive else "alternating rounds"
     comfy_row = row(
@@ -231,7 +256,7 @@ def comfyui(ctx: Ctx) -> list[dict]:
                              "far from 1.0 noise alone moves a ratio in this run",
                     ours=summary(times["twin"], "s/image"), plain=summary(plain_calls, "s/image"),
                     details={"paired_ratio_median": paired(plain_calls, times["twin"]), "repeats": ctx.repeats})
-    return [memory, comfy_row, api_row, noise]
+    return [comfy_row, api_row, noise]
 
 
 # ---- cold_start
@@ -370,16 +395,26 @@ def compile_figures(ctx: Ctx) -> list[dict]:
         api.shutdown()
         if not plain_box:
             plain_cold(ctx.compile_repeats)
-        plain = plain_box[0]
-        g0 = plain.ask("graphs")["graphs"]
-        for i, text in enumerate(prompts):
-            plain.call(5000 + i, prompt=text)
-        p_graphs = plain.ask("graphs")["graphs"] - g0
+        p_graphs = _plain_graphs(plain_box[0], prompts)
     finally:
         api.shutdown()
         for old in [*plain_box, *early.values()]:
             old.close()
+    return _compile_rows(ctx, backend, times, runs, restart, (before, after), prompts, p_graphs)
 
+
+def _plain_graphs(plain: PlainServer, prompts: list[str]) -> int:
+    """New dynamo graphs the plain script makes over the varied prompts (its recompiles)."""
+    g0 = plain.ask("graphs")["graphs"]
+    for i, text in enumerate(prompts):
+        plain.call(5000 + i, prompt=text)
+    return plain.ask("graphs")["graphs"] - g0
+
+
+def _compile_rows(ctx: Ctx, backend: str, times: dict[str, list[float]], runs: dict[str, list[dict]],
+                  restart: dict, counters: tuple[dict, dict], prompts: list[str], p_graphs: int) -> list[dict]:
+    """The cold compile, warm restart and recompile rows from what compile_figures measured."""
+    before, after = counters
     cold, plain_cold_s = median(times["ours"]), median(times["plain"])
     ours_last = runs["ours"][-1]
     recompiles = after["unexpected_recompiles"] - before["unexpected_recompiles"]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from backend.protocol import settings
 
-from . import figures, handback, load_memory, mfu, speed
+from . import figures, fp8_cache, handback, load_memory, mfu, speed
 from .common import (
     ROOT,
     Ctx,
@@ -72,6 +72,11 @@ FIGURES: tuple[Figure, ...] = (
     Figure("prompt_cache", speed.prompt_cache, ((*speed.CACHE, speed.CACHE_TARGET),)),
     Figure("batched", speed.batched, ((*speed.BATCHED, None),)),
     Figure("warm_start", speed.warm_start, ((*speed.WARM, None),)),
+    Figure("fp8_storage", fp8_cache.fp8_storage, ((*fp8_cache.FP8, fp8_cache.FP8_TARGET),
+                                                  (*fp8_cache.FP8_HELD, fp8_cache.FP8_TARGET),
+                                                  (*fp8_cache.FP8_SPEED, None))),
+    Figure("step_cache", fp8_cache.step_cache, ((*fp8_cache.CACHE_FLUX, fp8_cache.CACHE_TARGET),
+                                                (*fp8_cache.CACHE_QWEN, fp8_cache.CACHE_TARGET))),
 )
 SOAK = Figure("soak", figures.soak, ((*figures.SOAK, None),))
 

@@ -20,9 +20,13 @@ from . import comfy_bridge
 CATEGORY = "TPU"
 
 
-# Both Load nodes: where to run
+# Both Load nodes: where to run, and offload (each node keeps its own default)
 DEVICE_INPUT = (list(DEVICE_CHOICES), {"default": "auto", "tooltip":
                 "Where to run. auto picks a TPU if one is present, else a CUDA GPU, else the CPU."})
+OFFLOAD_TOOLTIP = ("Keep parts of the model in host memory when the chip's memory is too small. auto: picks one "
+                   "of the others from the model's size and the chip's memory, and says which and why next to "
+                   "this node. none: fastest. model: each sub-model moves to the chip while it runs (a little "
+                   "slower). sequential: layer by layer (much slower, least memory).")
 
 class LoadTPUPipeline:
     DESCRIPTION = (f"Chooses a diffusers model folder ({families.names(last=', ')}) and how to run it. "
@@ -51,12 +55,7 @@ class LoadTPUPipeline:
                           "weights stored in fp8 (half of bfloat16's memory), each layer computed in bfloat16; "
                           "eager modes only."}),
                 "device": DEVICE_INPUT,
-                "offload": (list(OFFLOAD_CHOICES), {"default": "auto", "tooltip":
-                            "Keep parts of the model in host memory when the chip's memory is too small. "
-                            "auto: picks one of the others from the model's size and the chip's memory, and "
-                            "says which and why next to this node. none: fastest. model: each sub-model moves "
-                            "to the chip while it runs (a little slower). sequential: layer by layer (much "
-                            "slower, least memory)."}),
+                "offload": (list(OFFLOAD_CHOICES), {"default": "auto", "tooltip": OFFLOAD_TOOLTIP}),
             },
             "optional": {
                 "model_path": ("STRING", {"default": "", "tooltip":
@@ -131,9 +130,7 @@ class LoadTPUPipelineFiles:
                           "weights in fp8, computed in bfloat16; eager modes only."}),
                 "device": DEVICE_INPUT,
                 "offload": (list(OFFLOAD_CHOICES), {"default": "none", "tooltip":
-                            "Keep parts of the model in host memory when the chip's memory is too small. "
-                            "model: each sub-model moves to the chip while it runs (a little slower). "
-                            "sequential: layer by layer (much slower, least memory). none: fastest."}),
+                            OFFLOAD_TOOLTIP + " Here the default is none (choose auto to have it picked)."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }

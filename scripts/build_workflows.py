@@ -384,11 +384,59 @@ anything runs, naming the ones it can (FLUX, SD3 and Qwen-Image take the flow-ma
   works too)
 - `models/vae/ae.safetensors`
 
-fp8 files are upcast to the compute dtype (bfloat16 on TPU and GPU) as they load. The model's configuration
+fp8 text encoders are upcast to the compute dtype (bfloat16 on TPU and GPU) as they load; an fp8 diffusion model
+keeps its fp8 weights (see flux1_dev_fp8). The model's configuration
 ships with ComfyUI-TPU and the tokenizers come from ComfyUI: nothing is downloaded. For FLUX.1-schnell choose
 `flux1-schnell.safetensors` (it is recognised: 4 steps, guidance 0).
 
 **Offload `model`**: each part moves to the chip only while it runs; `none` is faster where everything fits.
+"""),
+    "flux1_dev_fp8": _text_to_image(
+        title="flux1_dev_fp8", model="", offload="none", note_height=400,
+        files={"diffusion_model": "flux1-dev-fp8-e4m3fn.safetensors", "text_encoder_1": "clip_l.safetensors",
+               "text_encoder_2": "t5xxl_fp8_e4m3fn.safetensors", "text_encoder_3": "(none)",
+               "vae": "ae.safetensors", "checkpoint": "(none)"},
+        prompt="a red fox curled up asleep in fresh snow, morning light, wildlife photo",
+        width=1024, height=1024, steps=28, guidance=3.5, seed=0, seed_control="randomize", prefix="flux1-dev-fp8",
+        description="FLUX.1-dev in fp8 on one chip without offload: Load TPU Pipeline (ComfyUI files: "
+                    "flux1-dev-fp8-e4m3fn.safetensors, clip_l, t5xxl_fp8_e4m3fn, ae; dtype auto keeps the fp8 "
+                    "weights, offload none) -> Sample (1024x1024, 28 steps, guidance 3.5) -> Save Image.",
+        note="""
+## FLUX.1-dev in fp8, on one chip, without offload
+
+**Load TPU Pipeline (ComfyUI files)** → **Sample (TPU)** (1024×1024, **28 steps, guidance 3.5**) →
+**Save Image**.
+
+**Files**: `models/diffusion_models/flux1-dev-fp8-e4m3fn.safetensors` (an fp8 FLUX.1-dev transformer, 12 GB),
+`models/text_encoders/clip_l.safetensors` and `t5xxl_fp8_e4m3fn.safetensors`, `models/vae/ae.safetensors`.
+
+**fp8 storage**: with dtype `auto` an fp8 diffusion model keeps its fp8 weights on the chip (about 11 GiB
+instead of 22 in bfloat16) and each layer is computed in bfloat16 (diffusers' layerwise casting). With the text
+encoders and the VAE that is about 20 GiB: one v6e chip (32 GiB) or a 24 GB GPU holds it with offload `none`.
+For a bfloat16 file choose dtype `float8_e4m3fn` to store it the same way. Eager modes only: in compiled mode
+the weights are upcast to bfloat16 (and need offload `model` on such a chip).
+"""),
+    "flux1_dev_step_cache": _text_to_image(
+        title="flux1_dev_step_cache", model="FLUX.1-dev", offload="auto", note_height=360,
+        between=(("TPUSamplingOptions", {"prompt_cache": True, "batched": False, "true_cfg_scale": 1.0,
+                                         "step_cache": "first block", "cache_threshold": 0.0}),),
+        prompt="a lighthouse on a rocky cliff at dusk, crashing waves, oil painting",
+        width=1024, height=1024, steps=28, guidance=3.5, seed=0, seed_control="randomize",
+        prefix="flux1-dev-step-cache",
+        description="FLUX.1-dev with step caching: Load TPU Pipeline -> Sampling Options (step_cache first block, "
+                    "default threshold) -> Sample (1024x1024, 28 steps, guidance 3.5) -> Save Image. Needs "
+                    "models/diffusers/FLUX.1-dev.",
+        note="""
+## FLUX.1-dev with step caching
+
+**Load TPU Pipeline** → **Sampling Options** → **Sample (TPU)** (1024×1024, **28 steps, guidance 3.5**) →
+**Save Image**. **Model**: `models/diffusers/FLUX.1-dev`.
+
+**step_cache `first block`** (diffusers' First Block Cache, what TeaCache and WaveSpeed do in ComfyUI): every
+step runs the first transformer block; when its output changed less than the threshold since the last full
+step, the other blocks are skipped and their cached change reused. `cache_threshold` 0 means the default
+(0.08): raise it for speed, lower it for fidelity. The image differs a little from the uncached one.
+`taylorseer` and `magcache` are the other kinds for FLUX.1. Eager modes only (not with Compile).
 """),
     "zimage_turbo_comfyui_files": _text_to_image(
         title="zimage_turbo_comfyui_files", model="", offload="auto", note_height=420,
@@ -406,7 +454,7 @@ ships with ComfyUI-TPU and the tokenizers come from ComfyUI: nothing is download
 **Load TPU Pipeline (ComfyUI files)** → **Sample (TPU)** (1024×1024, **8 steps, guidance 0**) → **Save Image**.
 
 **Files**: those of ComfyUI's Z-Image Turbo template, where ComfyUI keeps them:
-- `models/diffusion_models/z_image_turbo_bf16.safetensors` (fp8 files work too: upcast as they load)
+- `models/diffusion_models/z_image_turbo_bf16.safetensors` (or an fp8 file of it)
 - `models/text_encoders/qwen_3_4b.safetensors` (the same file FLUX.2 [klein] 4B reads)
 - `models/vae/ae.safetensors` (FLUX.1's VAE)
 

@@ -179,8 +179,9 @@ def test_killed_worker_gives_a_clear_error_and_the_next_request_starts_fresh(tin
         if isinstance(msg, Step) and msg.step == 2:
             os.kill(pid, signal.SIGKILL)
 
-    with pytest.raises(WorkerCrashed, match=r"rank 0 \(pid \d+\) stopped unexpectedly"):
+    with pytest.raises(WorkerCrashed, match=r"rank 0 \(pid \d+\) stopped unexpectedly") as e:
         api.sample(spec, _request(steps=5000), kill_on_step)
+    assert (e.value.rank, e.value.pid, e.value.host) == (0, pid, None)
     assert api.sample(spec, _request()).shape == (1, 64, 64, 3)
     assert api.worker_info()[0]["pid"] != pid
     with pytest.raises(ProcessLookupError):

@@ -164,6 +164,9 @@ def test_files_read_without_a_converter_for_their_size_say_how_they_load(files):
     assert transformer.layout == "flux1-comfy-map" and transformer.key_map, "32 wide: ComfyUI's key map"
     assert spec.source.component("tokenizer").path.endswith("sd1_tokenizer")
     assert "schnell" in api.describe_files(spec) and "ae-tiny.safetensors" in api.describe_files(spec)
+    assert "offload auto" not in api.describe_files(spec)
+    auto = api.make_file_spec(assemble.FileChoice(**FLUX1), roots(files), offload="auto")
+    assert "offload auto → none: on the CPU" in api.describe_files(auto), "what auto chose, as Load TPU Pipeline says"
     qwen = file_spec(files, **CASES["qwenimage-split"][1])
     assert qwen.source.component("transformer").layout == "diffusers", "diffusers' own keys: symlinked"
     _, text = layouts.plan_tp(qwen, 2)

@@ -299,8 +299,9 @@ def test_sigkill_of_rank_1_fails_fast_naming_it_and_the_next_request_starts_fres
             os.kill(victim, signal.SIGKILL)
 
     crash = rf"rank 1 \(pid {victim}\) stopped unexpectedly \(killed by SIGKILL"
-    with pytest.raises(WorkerCrashed, match=crash):
+    with pytest.raises(WorkerCrashed, match=crash) as e:
         api.sample(tp, _request(steps=5000), kill_on_step)
+    assert (e.value.rank, e.value.pid, e.value.host) == (1, victim, None), "the message's rank and pid, as fields"
     left = wait_gone(old, timeout=10)
     assert [p.pid for p in left] == [], "the other rank was left running"
     assert api.sample(tp, _request()).shape == (1, 64, 64, 3)

@@ -87,7 +87,9 @@ def test_context_parallel_is_checked(tiny_models, monkeypatch):
             api.context_parallel(_spec(tiny_models, name), 2)
     spec, text = api.context_parallel(_spec(tiny_models), 2, "ring")
     assert (spec.cp_degree, spec.cp_mode, spec.world_size) == (2, "ring", 2) and "ring" in text
-    assert "'ulysses_anything' variant" in api.context_parallel(_spec(tiny_models, "tiny-qwenimage"), 2)[1]
+    assert "padded with masked tokens to a multiple of 2" in api.context_parallel(_spec(tiny_models, "tiny-qwenimage"), 2)[1]
+    with pytest.raises(ParallelError, match=r"mode: 'ring' cannot be used with Qwen-Image.*masked.*Use 'ulysses'"):
+        api.context_parallel(_spec(tiny_models, "tiny-qwenimage"), 2, "ring")
     with pytest.raises(ParallelError, match=r"degree: Ulysses splits the 2 attention heads of 'tiny-flux'.*use one of 2"):
         api.context_parallel(_spec(tiny_models), 4)
     with pytest.raises(ParallelError, match=r"cannot be combined with Shard TP"):
@@ -98,8 +100,10 @@ def test_context_parallel_is_checked(tiny_models, monkeypatch):
         api.context_parallel(_spec(tiny_models).with_changes(kind="cuda"), 2, "ring")
     with pytest.raises(ParallelError, match=r"width/height: 48x48 makes 9 image tokens.*multiple of 2"):
         api.check_request(spec, _request(width=48, height=48))
-    api.check_request(api.context_parallel(_spec(tiny_models, "tiny-qwenimage"), 2)[0],
-                      _request(width=48, height=48))  # 'anything' mode: any length
+    qwen = api.context_parallel(_spec(tiny_models, "tiny-qwenimage"), 2)[0]
+    with pytest.raises(ParallelError, match=r"width/height: 48x48 makes 9 image tokens.*multiple of 2"):
+        api.check_request(qwen, _request(width=48, height=48))  # odd image tokens: refused for every family
+    api.check_request(qwen, _request(width=48, height=64))
 
 
 @pytest.mark.unit
@@ -421,12 +425,36 @@ def test_cancel_stops_both_cfg_ranks_at_the_same_step(tiny_models):
                                                   ("tiny-flux", "ring", "flux4", FOX),
                                                   ("tiny-qwenimage", "ulysses", "qwen_cat", "a cat")])
 def test_context_parallel_matches_one_worker(tiny_models, refs, name, mode, ref, prompt):
-    """'a cat' gives Qwen-Image an odd text length: the 'anything' variant splits it."""
+    """'a cat' gives Qwen-Image an odd text length: padded with masked tokens to an even one."""
     cp, _ = api.context_parallel(_spec(tiny_models, name), 2, mode)
     guidance, batch = (0.0, 4) if name == "tiny-flux" else (4.0, 1)
     images = api.sample(cp, _request(prompt=prompt, guidance=guidance, batch_size=batch))
     assert images.shape == refs[ref].shape
     assert np.abs(images - refs[ref]).max() <= CP_TOLERANCE
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("name", ["tiny-flux", "tiny-flux2", "tiny-qwenimage"])
+def test_context_parallel_splits_every_token_count_evenly_or_refuses_it(tiny_models, name):
+    """TorchTPU's all_to_all_single takes equal splits only, so every family with Context Parallel gives each
+    rank the same number of tokens. Prompts one token apart (one of the two lengths is odd): Qwen-Image's text,
+    as long as the prompt, is padded with masked tokens, in eager and in compiled mode (its bucket a multiple of the
+    degree too); FLUX pads to 512 itself. Both match one worker. A size with an odd number of image tokens is
+    refused before any worker runs, naming the fix."""
+    qwen = name == "tiny-qwenimage"
+    requests = [_request(prompt=p, guidance=4.0 if qwen else 1.0, width=48, height=64) for p in ("a cat", "a cat cat")]
+    one = _spec(tiny_models, name)
+    refs = [api.sample(one, r) for r in requests]
+    cp, _ = api.context_parallel(one, 2)
+    layouts = [cp, api.with_compile(cp, "whole denoiser", "eager", "")[0]] if qwen else [cp]
+    for spec in layouts:
+        for req, ref in zip(requests, refs, strict=True):
+            images = api.sample(spec, req)
+            assert images.shape == ref.shape
+            assert np.abs(images - ref).max() <= CP_TOLERANCE, (spec.compile, req.prompt)
+    with pytest.raises(ParallelError, match=r"width/height: 48x48 makes 9 image tokens.*degree 2 cannot split "
+                                            r"evenly.*multiple of 2"):
+        api.sample(cp, _request(prompt="a cat", width=48, height=48))
 
 
 # ---- through a real ComfyUI server

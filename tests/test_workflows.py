@@ -47,6 +47,7 @@ TINY = {
     "FLUX.2-dev": "tiny-flux2",  # 2 attention heads: Shard TP 2 works
     # model files in ComfyUI's folders -> the tiny FLUX.1 files written by ComfyUI's own code (file_fixtures.py)
     "flux1-dev.safetensors": "flux1-tiny.safetensors",
+    "flux1-dev-fp8-e4m3fn.safetensors": "flux1-tiny-fp8-e5m2.safetensors",  # a plain fp8 transformer file
     "clip_l.safetensors": "clip_l-tiny.safetensors",
     "t5xxl_fp8_e4m3fn.safetensors": "t5xxl-tiny_fp8_e4m3fn.safetensors",
     "ae.safetensors": "ae-tiny.safetensors",

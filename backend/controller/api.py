@@ -113,6 +113,8 @@ def describe_files(spec: PipelineSpec) -> str:
         lines.append(f"{part.name}: {Path(part.path).name}{inside}{how}")
     if kept := storage.describe(spec):
         lines.append(kept)
+    if spec.offload == "auto":  # as next to Load TPU Pipeline: what auto chose and why
+        lines.append(offload.choose_offload(spec).reason)
     return "\n".join([*lines, *(spec.source.notes if spec.source else ())])
 
 

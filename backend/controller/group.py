@@ -80,79 +80,27 @@ class WorkerGroup:
         """Starts every rank and waits for each one's hello. Cancel (`should_interrupt`) stops the group being
         started at once: starting is all it has done, and a rank may never say hello (a stopped one)."""
         t0 = time.perf_counter()
-        n, kind = self.config.world_size, self.config.kind
         remove_stale_run_dirs()
         handoff.remove_stale()
-        cluster = None
-        if self.config.hosts:  # several hosts: the key is derived from the cluster secret on every host
-            cluster = hosts.registry()
-            self.remote = [h for a in self.config.hosts for h in cluster.hosts() if h.address == a]
-            if len(self.remote) != len(self.config.hosts):
-                raise WorkerCrashed(f"host(s) {', '.join(self.config.hosts)} no longer all joined; the next run "
-                                    "plans again with the hosts that have.", request_started=False)
-            self.secret = hosts.group_secret(cluster.secret, self.group_id)
-            listener = Listener(self.secret, host=cluster.cluster.listen)
-            env = {**process_env.worker_env(kind, whole_slice=True),
-                   "GLOO_SOCKET_IFNAME": hosts.interface_of(cluster.cluster.listen)}
-            if kind == "tpu":  # rank 0 serves TorchTPU's handshake on this host
-                self.tpu_env = process_env.tpu_group_env(cluster.cluster.listen)
-        else:  # one host: TorchTPU's launch environment, once for all ranks (each on its own would pick others)
-            listener = Listener(self.secret)
-            env = process_env.tpu_worker_env(n) if kind == "tpu" else process_env.worker_env(kind)
-            self.tpu_env = {k: env[k] for k in (process_env.HANDSHAKE_PORT, process_env.TIER2_CACHE) if k in env}
-        env.update(self.tpu_env)
+        cluster = self._joined_hosts() if self.config.hosts else None
+        listener = Listener(self.secret, host=cluster.cluster.listen) if cluster else Listener(self.secret)
+        env = self._several_hosts_env(cluster) if cluster else self._one_host_env()
         env.update({settings.CONTROLLER.name: listener.address, settings.GROUP_ID.name: self.group_id,
-                    settings.DEVICE_KIND.name: kind})
+                    settings.DEVICE_KIND.name: self.config.kind})
         if on_status:
+            n, kind = self.config.world_size, self.config.kind
             where = f" on {1 + len(self.config.hosts)} hosts" if self.config.hosts else ""
             on_status(f"starting {n} {kind} worker{'s' if n > 1 else ''}{where}")
         log.info("comfyui-tpu: starting worker group %s", self.config)
         hellos: dict[int, tuple[Link, Hello]] = {}
         joined: list[Link] = []  # authenticated, hello not yet received (it comes after the rendezvous)
         try:
-            if cluster is not None:
-                port = free_port(cluster.cluster.listen)
-                nnodes, per = 1 + len(self.remote), self.config.per_host
-                self.launcher.start(env, self.secret,
-                                    torchrun_command(nnodes, 0, per, cluster.cluster.listen, port))
-                cluster.start_group(self.group_id, self.remote, nnodes, per, port, listener.address, kind,
-                                    {k: v for k, v in self.tpu_env.items() if k == process_env.HANDSHAKE_PORT})
+            if cluster:
+                self._launch_across_hosts(cluster, env, listener.address)
             else:
                 self.launcher.start(env, self.secret)
                 self.pids = self.launcher.pids
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while len(hellos) < n:
-                if ended := self.launcher.exited():
-                    rank = min(ended)
-                    who = f"worker rank {rank} (pid {self.pids[rank]})" if self.pids else "launcher"
-                    raise WorkerCrashed(f"{kind} {who} ended before all {n} workers were ready"
-                                        f"{self.launcher.exit_cause(rank)}.{self.launcher.log_tail()}")
-                if cluster is not None and (gone := cluster.ended(self.group_id, self.remote)):
-                    raise WorkerCrashed(f"{gone[0]} before all {n} workers were ready; see that host's "
-                                        "`python -m backend join` log.")
-                if should_interrupt is not None and should_interrupt():
-                    raise Interrupted(f"cancelled while the {kind} workers were starting; they were stopped, and "
-                                      "the next run starts them again.")
-                if time.monotonic() > deadline:
-                    raise WorkerCrashed(f"workers were not ready after {START_TIMEOUT_S:.0f} s "
-                                        f"({settings.START_TIMEOUT.name}).{self.launcher.log_tail()}")
-                # Ranks say hello only once all of them joined torch.distributed, so take every rank's link
-                # first and never wait on one rank's hello while another waits to be accepted.
-                for link in wait(joined, timeout=0) if joined else []:
-                    joined.remove(link)
-                    try:
-                        hello = link.recv()
-                    except (EOFError, OSError):
-                        link.close()
-                        continue
-                    # one of ours (authenticated with this group's key), once per rank
-                    ours = hello.pid in self.pids if not self.config.hosts else 0 <= hello.rank < n
-                    if isinstance(hello, Hello) and ours and hello.rank not in hellos:
-                        hellos[hello.rank] = (link, hello)
-                    else:
-                        link.close()
-                if (link := listener.get(timeout=0.2)) is not None:
-                    joined.append(link)
+            self._wait_for_hellos(listener, cluster, hellos, joined, should_interrupt)
         except BaseException as e:
             for link in [*joined, *(lk for lk, _ in hellos.values())]:
                 link.close()
@@ -160,23 +108,104 @@ class WorkerGroup:
             raise
         finally:
             listener.close()
-        self.links = [hellos[r][0] for r in range(n)]
-        self.pids = [hellos[r][1].pid for r in range(n)]
+        self.links = [hellos[r][0] for r in range(self.config.world_size)]
+        self.pids = [hellos[r][1].pid for r in range(self.config.world_size)]
         self.start_s = time.perf_counter() - t0
         log.info("comfyui-tpu: worker group ready in %.1f s, pids %s", self.start_s, self.pids)
+
+    # ---- starting: one host, or several
+    def _one_host_env(self) -> dict[str, str]:
+        """One host: TorchTPU's launch environment, once for all ranks (each on its own would pick others)."""
+        kind = self.config.kind
+        env = process_env.tpu_worker_env(self.config.world_size) if kind == "tpu" else process_env.worker_env(kind)
+        self.tpu_env = {k: env[k] for k in (process_env.HANDSHAKE_PORT, process_env.TIER2_CACHE) if k in env}
+        return env
+
+    def _joined_hosts(self) -> hosts.HostRegistry:
+        """Several hosts: the registry holding the hosts this group takes a share of (each still joined), and
+        the group's key, derived from the cluster secret on every host."""
+        cluster = hosts.registry()
+        self.remote = [h for a in self.config.hosts for h in cluster.hosts() if h.address == a]
+        if len(self.remote) != len(self.config.hosts):
+            raise WorkerCrashed(f"host(s) {', '.join(self.config.hosts)} no longer all joined; the next run "
+                                "plans again with the hosts that have.", request_started=False)
+        self.secret = hosts.group_secret(cluster.secret, self.group_id)
+        return cluster
+
+    def _several_hosts_env(self, cluster: hosts.HostRegistry) -> dict[str, str]:
+        kind = self.config.kind
+        env = {**process_env.worker_env(kind, whole_slice=True),
+               "GLOO_SOCKET_IFNAME": hosts.interface_of(cluster.cluster.listen)}
+        if kind == "tpu":  # rank 0 serves TorchTPU's handshake on this host
+            self.tpu_env = process_env.tpu_group_env(cluster.cluster.listen)
+        return {**env, **self.tpu_env}
+
+    def _launch_across_hosts(self, cluster: hosts.HostRegistry, env: dict[str, str], controller: str) -> None:
+        """Host 0's share through torchrun, then each other host's through its agent (static rendezvous)."""
+        port = free_port(cluster.cluster.listen)
+        nnodes, per = 1 + len(self.remote), self.config.per_host
+        self.launcher.start(env, self.secret, torchrun_command(nnodes, 0, per, cluster.cluster.listen, port))
+        cluster.start_group(self.group_id, self.remote, nnodes, per, port, controller, self.config.kind,
+                            {k: v for k, v in self.tpu_env.items() if k == process_env.HANDSHAKE_PORT})
+
+    def _wait_for_hellos(self, listener: Listener, cluster: hosts.HostRegistry | None,
+                         hellos: dict[int, tuple[Link, Hello]], joined: list[Link],
+                         should_interrupt: Callable[[], bool] | None) -> None:
+        """Accepts the ranks' links until every rank said hello, or raises why not (a rank ended, a host's share
+        ended, Cancel, START_TIMEOUT_S)."""
+        n, kind = self.config.world_size, self.config.kind
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while len(hellos) < n:
+            if ended := self.launcher.exited():
+                rank = min(ended)
+                pid = self.pids[rank] if self.pids else None
+                who = f"worker rank {rank} (pid {pid})" if self.pids else "launcher"
+                raise WorkerCrashed(f"{kind} {who} ended before all {n} workers were ready"
+                                    f"{self.launcher.exit_cause(rank)}.{self.launcher.log_tail()}",
+                                    rank=rank if self.pids else None, pid=pid)
+            if cluster is not None and (gone := cluster.ended(self.group_id, self.remote)):
+                raise WorkerCrashed(f"{gone[0]} before all {n} workers were ready; see that host's "
+                                    "`python -m backend join` log.")
+            if should_interrupt is not None and should_interrupt():
+                raise Interrupted(f"cancelled while the {kind} workers were starting; they were stopped, and "
+                                  "the next run starts them again.")
+            if time.monotonic() > deadline:
+                raise WorkerCrashed(f"workers were not ready after {START_TIMEOUT_S:.0f} s "
+                                    f"({settings.START_TIMEOUT.name}).{self.launcher.log_tail()}")
+            # Ranks say hello only once all of them joined torch.distributed, so take every rank's link
+            # first and never wait on one rank's hello while another waits to be accepted.
+            for link in wait(joined, timeout=0) if joined else []:
+                joined.remove(link)
+                try:
+                    hello = link.recv()
+                except (EOFError, OSError):
+                    link.close()
+                    continue
+                # one of ours (authenticated with this group's key), once per rank
+                ours = hello.pid in self.pids if not self.config.hosts else 0 <= hello.rank < n
+                if isinstance(hello, Hello) and ours and hello.rank not in hellos:
+                    hellos[hello.rank] = (link, hello)
+                else:
+                    link.close()
+            if (link := listener.get(timeout=0.2)) is not None:
+                joined.append(link)
 
     def alive(self) -> bool:
         if self.closed or not self.launcher.running():
             return False
         return not self.remote or not hosts.registry().ended(self.group_id, self.remote)
 
+    def origin(self, rank: int) -> dict:
+        """Where `rank` runs, as the fields of a RankError: rank, pid and host (None: this host, or unknown)."""
+        pid = self.pids[rank] if rank < len(self.pids) else None
+        host = self.links[rank].peer.rsplit(":", 1)[0] if self.remote and rank < len(self.links) else None
+        return {"rank": rank, "pid": pid, "host": host}
+
     def who(self, rank: int) -> str:
         """'rank 1 (pid 123)', with the host when the group spans several: '... on host 10.0.0.2'."""
-        pid = self.pids[rank] if rank < len(self.pids) else "?"
-        where = ""
-        if self.remote and rank < len(self.links):
-            where = f" on host {self.links[rank].peer.rsplit(':', 1)[0]}"
-        return f"rank {rank} (pid {pid}{where})"
+        where = self.origin(rank)
+        host = f" on host {where['host']}" if where["host"] else ""
+        return f"rank {rank} (pid {'?' if where['pid'] is None else where['pid']}{host})"
 
     def close(self, timeout: float = 5.0) -> None:
         """Stops every rank: asks politely, then terminates, then kills. Leaves no process behind."""
@@ -278,11 +307,11 @@ class WorkerGroup:
                     self._broadcast_interrupt(call)
             if failed_at is not None and time.monotonic() - failed_at > ERROR_GRACE_S:
                 # The others are stuck, e.g. in a collective with the failed rank: only a restart frees them.
-                error = self._first_error(call)
+                error, where = self._first_error(call)
                 self.close()
                 raise WorkerError(f"{error} The other workers did not stop within {ERROR_GRACE_S:.0f} s "
                                   "(they wait for the failed one), so the group was stopped; the next run "
-                                  "starts a fresh one.")
+                                  "starts a fresh one.", **where)
             self._check_liveness(call)
             pending = [link for r, link in enumerate(self.links) if r not in call.replies]
             for link in wait(pending, timeout=0.1):
@@ -300,7 +329,8 @@ class WorkerGroup:
             if failure.input_error in INPUT_ERRORS:  # the choice cannot work here: the same answer on every rank
                 raise INPUT_ERRORS[failure.input_error](failure.message)
             log.error("comfyui-tpu: a worker request failed:\n%s", failure.traceback)
-            raise WorkerError(self._first_error(call))
+            error, where = self._first_error(call)
+            raise WorkerError(error, **where)
         if any(isinstance(r, Stopped) for r in call.replies.values()):
             raise Interrupted(Interrupted.DEFAULT)
 
@@ -315,11 +345,12 @@ class WorkerGroup:
             if not silent:
                 return
             tail = self.launcher.log_tail()  # before close(), which closes the log
+            where = self.origin(silent[0])
             self.close()
             raise WorkerCrashed(
                 f"the {self.config.kind} worker {', '.join(self.who(r) for r in silent)} stopped answering (no "
                 f"message, not even a heartbeat, for {SILENCE_TIMEOUT_S:.0f} s, {settings.SILENCE_TIMEOUT.name}); the "
-                f"group was stopped and the next run starts fresh ones.{tail}", request_started=call.started)
+                f"group was stopped and the next run starts fresh ones.{tail}", request_started=call.started, **where)
         bound = min(SILENCE_TIMEOUT_S, CANCEL_GRACE_S)
         if now - call.cancelled_at <= bound or not owing:
             return
@@ -331,17 +362,19 @@ class WorkerGroup:
             why = (f"{', '.join(self.who(r) for r in owing)} did not stop within {bound:.0f} s of the request to "
                    "stop (still busy in one step, VAE pass, load or compile, none of which can stop midway)")
         tail = self.launcher.log_tail()
+        where = self.origin((quiet or owing)[0])
         self.close(timeout=STOP_TIMEOUT_S)
         raise Interrupted(f"cancelled; {self.config.kind} worker {why}, so the group was stopped "
                           f"({settings.CANCEL_GRACE.name}); the next run starts a fresh one and loads the model "
-                          f"again.{tail}")
+                          f"again.{tail}", **where)
 
-    def _first_error(self, call: _Call) -> str:
-        """The message of the first rank that failed (replies keep their arrival order), naming the rank."""
+    def _first_error(self, call: _Call) -> tuple[str, dict]:
+        """The message of the first rank that failed (replies keep their arrival order), naming the rank, and
+        where it runs (`origin`)."""
         rank, failure = next((r, msg) for r, msg in call.replies.items() if isinstance(msg, Failure))
         if len(self.links) > 1:
-            return f"{self.config.kind} worker rank {rank}: {failure.message}"
-        return failure.message
+            return f"{self.config.kind} worker rank {rank}: {failure.message}", self.origin(rank)
+        return failure.message, self.origin(rank)
 
     def _broadcast_interrupt(self, call: _Call) -> None:
         """Tells every rank to stop at its next step (once per request: Cancel's bound counts from the first)."""
@@ -368,7 +401,7 @@ class WorkerGroup:
             log.warning("comfyui-tpu: %s", str(e).splitlines()[0])
 
     def _crashed(self, rank: int, error: BaseException, call: _Call) -> None:
-        who = self.who(rank)
+        who, where = self.who(rank), self.origin(rank)
         self.launcher.wait_any(EXIT_REPORT_S)  # a rank that closed its link is usually exiting
         tail = self.launcher.log_tail()
         cause = self.launcher.exit_cause(rank)
@@ -379,7 +412,7 @@ class WorkerGroup:
         self.close(timeout=2.0)
         raise WorkerCrashed(
             f"{self.config.kind} worker {who} stopped unexpectedly{cause}. The group was stopped; the next run "
-            f"starts a fresh one.{tail}", request_started=call.started)
+            f"starts a fresh one.{tail}", request_started=call.started, **where)
 
 
 class _Call:

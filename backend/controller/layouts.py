@@ -335,7 +335,8 @@ def plan_cp(spec: PipelineSpec, degree: int, mode: str) -> tuple[PipelineSpec, s
             f"{degree} ranks ({how.format(n=degree)}); text encoders and VAE run on every rank. Pays off on long "
             f"sequences (large images); images match one chip within about 1e-6.")
     if spec.family.variable_text:
-        text += f" {spec.family.name}'s text length follows the prompt: diffusers' '{mode}_anything' variant is used."
+        text += (f" {spec.family.name}'s text length follows the prompt: its prompt embeddings are padded with "
+                 f"masked tokens to a multiple of {degree}, so every rank gets the same number of tokens.")
     return spec, "\n".join([text, *notes])
 
 
@@ -365,6 +366,10 @@ def check_cp(spec: PipelineSpec) -> None:
         raise ParallelError(f"mode: 'ring' needs an attention kernel that returns its log-sum-exp; diffusers' "
                             f"default one does not, and the pack provides one only on the CPU. Use 'ulysses' on "
                             f"{spec.kind}.")
+    if spec.cp_mode == "ring" and family.variable_text:
+        raise ParallelError(f"mode: 'ring' cannot be used with {family.name}: its prompt is padded with masked "
+                            "tokens so the ranks split it evenly, and diffusers' ring attention applies each rank's "
+                            "mask to every other rank's keys. Use 'ulysses'.")
     heads = components.transformer_heads(spec)
     if spec.cp_mode == "ulysses" and heads is not None and heads % degree:
         good = [d for d in range(2, heads + 1) if heads % d == 0]
@@ -380,10 +385,11 @@ TEXT_TOKENS = 512  # FLUX.1 / FLUX.2: prompts are padded to max_sequence_length,
 
 
 def check_cp_size(spec: PipelineSpec, width: int, height: int, frames: int = 0) -> None:
-    """Image (video) tokens must split evenly over the context ranks (prompt-length text uses diffusers'
-    'anything' variant, which takes any length). A video's tokens: its latent frames × the image's."""
+    """Image (video) tokens must split evenly over the context ranks: TorchTPU's all-to-all takes equal splits only
+    (prompt-length text is padded to a multiple of the degree in the worker, `parallel.even_text`; reference
+    images' tokens are checked there too). A video's tokens: its latent frames × the image's."""
     degree = spec.cp_degree
-    if degree == 1 or spec.family.variable_text:
+    if degree == 1:
         return
     latent_frames = (frames - 1) // spec.family.frame_step + 1 if spec.family.frame_step and frames else 1
     tokens = latent_frames * (width // spec.size_factor) * (height // spec.size_factor)

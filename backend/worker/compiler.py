@@ -26,6 +26,7 @@ from typing import Any
 from ..protocol.errors import CompileError
 from ..protocol.spec import CompilePlan, PipelineSpec
 from .compile_cache import CACHE_INFO
+from .parallel import pad_tokens
 
 log = logging.getLogger("comfyui_tpu")
 
@@ -262,7 +263,7 @@ class Compiler:
         if "max_sequence_length" in params:
             text = kwargs.setdefault("max_sequence_length", params["max_sequence_length"].default)
         if variable:
-            text = self._pad_prompt(pipe, kwargs, text)
+            text = self._pad_prompt(pipe, kwargs, text, spec.cp_degree)
         cfg = spec.family.cfg_doubles_batch and kwargs.get("guidance_scale", 0) > spec.family.cfg_above
         negative = 0
         if spec.family.prompt_step:
@@ -291,9 +292,10 @@ class Compiler:
         return text, 0 if negative == text else negative
 
     @staticmethod
-    def _pad_prompt(pipe, kwargs: dict, max_len: int) -> int:
+    def _pad_prompt(pipe, kwargs: dict, max_len: int, degree: int = 1) -> int:
         """Encodes the prompt (and the negative one when true CFG is on) and pads both to one bucketed
-        length with an attention mask, so the denoiser's text length does not follow the prompt."""
+        length with an attention mask, so the denoiser's text length does not follow the prompt. Under Context
+        Parallel the bucket is also a multiple of the degree (its ranks split the text evenly)."""
         import torch
 
         def encode(text):
@@ -307,19 +309,11 @@ class Compiler:
         neg = encode(negative) if negative is not None and kwargs.get("true_cfg_scale", 0) > 1 else None
         longest = max(e.shape[1] for e, _ in filter(None, (pos, neg)))
         # One spare token keeps the mask partial (an all-ones mask becomes None: another graph).
-        length = min(max_len, -(-(longest + 1) // TEXT_BUCKET) * TEXT_BUCKET)
-
-        def pad(embeds, mask):
-            n = min(embeds.shape[1], length)
-            out = embeds.new_zeros(embeds.shape[0], length, embeds.shape[2])
-            out[:, :n] = embeds[:, :n]
-            m = mask.new_zeros(mask.shape[0], length)
-            m[:, :n] = mask[:, :n]
-            return out, m
-
-        kwargs["prompt_embeds"], kwargs["prompt_embeds_mask"] = pad(*pos)
+        bucket = math.lcm(TEXT_BUCKET, degree)
+        length = min(max_len - max_len % degree, -(-(longest + 1) // bucket) * bucket)
+        kwargs["prompt_embeds"], kwargs["prompt_embeds_mask"] = pad_tokens(*pos, length)
         if neg is not None:
-            kwargs["negative_prompt_embeds"], kwargs["negative_prompt_embeds_mask"] = pad(*neg)
+            kwargs["negative_prompt_embeds"], kwargs["negative_prompt_embeds_mask"] = pad_tokens(*neg, length)
         return length
 
     # ---- statistics

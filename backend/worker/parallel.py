@@ -8,11 +8,13 @@ model never leaves process groups behind.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from functools import cache
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from ..protocol.errors import ParallelError
 from ..protocol.spec import PipelineSpec
 
 T = TypeVar("T")
@@ -139,8 +141,8 @@ def load_kwargs(spec: PipelineSpec, kind: str) -> dict[str, dict] | None:
 
     Tensor parallel: the transformer gets `parallel_config` (each rank reads only its slices of the safetensors);
     each text encoder the controller chose to shard (`spec.sharded_encoders`) gets a `distributed_config`.
-    Context parallel: the transformer gets a ContextParallelConfig (Ulysses or ring over the context ranks; the
-    "anything" variants where the text length follows the prompt, Qwen-Image), and diffusers adds its hooks.
+    Context parallel: the transformer gets a ContextParallelConfig (Ulysses or ring over the context ranks), and
+    diffusers adds its hooks; every split is even (Qwen-Image's prompt is padded: `even_text`).
     Collective (builds the device mesh the first time): every rank must call it.
     """
     if spec.tp_degree == 1 and spec.cp_degree == 1:
@@ -151,9 +153,11 @@ def load_kwargs(spec: PipelineSpec, kind: str) -> dict[str, dict] | None:
         patch_diffusers_parallel_device(kind)
     mesh = spec_mesh(spec, kind)
     if spec.cp_degree > 1:  # the controller refuses context parallel together with tensor parallel
-        anything = spec.family.variable_text
-        degrees = ({"ring_degree": spec.cp_degree, "ring_anything": anything} if spec.cp_mode == "ring" else
-                   {"ulysses_degree": spec.cp_degree, "ulysses_anything": anything})
+        # Every split is even (`even_text`, `check_even_split`): diffusers' plain Ulysses, whose all-to-all has
+        # equal splits, the only kind TorchTPU's all_to_all_single takes (its "anything" variants exchange sizes
+        # and split unevenly).
+        degrees = ({"ring_degree": spec.cp_degree} if spec.cp_mode == "ring" else
+                   {"ulysses_degree": spec.cp_degree})
         # wrapped in ParallelConfig: from_pretrained reads `.tensor_parallel_config` off a bare CP config
         config = ParallelConfig(context_parallel_config=ContextParallelConfig(**degrees, mesh=mesh))
         return {"transformer": {"parallel_config": config}}
@@ -164,6 +168,67 @@ def load_kwargs(spec: PipelineSpec, kind: str) -> dict[str, dict] | None:
         for name in spec.sharded_encoders:
             extra[name] = {"distributed_config": DistributedConfig(tp_size=spec.tp_degree)}
     return extra
+
+
+def pad_tokens(embeds: Any, mask: Any, length: int) -> tuple[Any, Any]:
+    """Prompt embeddings [B, S, D] and their mask [B, S] (None: all valid) cut or padded with masked zeros to
+    `length` tokens."""
+    import torch
+
+    if mask is None:
+        mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
+    n = min(embeds.shape[1], length)
+    out = embeds.new_zeros(embeds.shape[0], length, embeds.shape[2])
+    out[:, :n] = embeds[:, :n]
+    m = mask.new_zeros(mask.shape[0], length)
+    m[:, :n] = mask[:, :n]
+    return out, m
+
+
+@contextlib.contextmanager
+def even_text(pipe: Any, spec: PipelineSpec) -> Iterator[None]:
+    """Context Parallel splits the text tokens over the ranks, evenly (TorchTPU's all-to-all takes equal splits
+    only). Qwen-Image's prompt embeddings are as long as the prompt: during this call its `encode_prompt` pads them
+    with masked zeros to a multiple of the degree (the transformer masks them out of attention)."""
+    degree = spec.cp_degree
+    if degree == 1 or not spec.family.variable_text or not hasattr(pipe, "encode_prompt"):
+        yield
+        return
+    own = "encode_prompt" in vars(pipe)  # the prompt cache's wrapper, kept as it is
+    original = pipe.encode_prompt
+
+    def encode_prompt(*args, **kwargs):
+        embeds, mask = original(*args, **kwargs)
+        if embeds.shape[1] % degree == 0:
+            return embeds, mask
+        return pad_tokens(embeds, mask, -(-embeds.shape[1] // degree) * degree)
+
+    pipe.encode_prompt = encode_prompt
+    try:
+        yield
+    finally:
+        if own:
+            pipe.encode_prompt = original
+        else:
+            del pipe.encode_prompt
+
+
+def check_even_split(transformer: Any, degree: int) -> None:
+    """Refuses, before diffusers splits them, image or text tokens the context ranks cannot share evenly: image
+    tokens the controller could not count (reference images of an edit) and text a compiled bucket could not
+    round. Made once per load; the check reads shapes only, so a compiled denoiser traces it away."""
+
+    def check(module, args, kwargs):
+        for name, what, fix in (("hidden_states", "image tokens (the image and any reference images)",
+                                 "change the width/height or the reference images' sizes"),
+                                ("encoder_hidden_states", "text tokens", "change the prompt's length")):
+            x = kwargs.get(name)
+            if x is not None and x.shape[1] % degree:
+                raise ParallelError(f"degree: Context Parallel {degree} cannot split {x.shape[1]} {what} evenly "
+                                    f"over its ranks (TorchTPU's all-to-all takes equal splits only); {fix} so "
+                                    f"that it is a multiple of {degree}, or use another degree.")
+
+    transformer.register_forward_pre_hook(check, with_kwargs=True)
 
 
 def cfg_group(spec: PipelineSpec, kind: str):

@@ -136,6 +136,8 @@ class Runtime:
                 module.requires_grad_(False)
         self.vote = parallel.StopVote(spec.model_ranks)
         self.prompts.attach(pipe)
+        if spec.cp_degree > 1:
+            parallel.check_even_split(denoiser(pipe)[1], spec.cp_degree)
         if spec.cfg_parallel > 1:
             self.cfg = CFGParallel(denoiser(pipe)[1], spec.family.cfg_passes, parallel.cfg_group(spec, self.kind),
                                    spec.layout(self.rank).cfg_rank)
@@ -239,7 +241,7 @@ class Runtime:
             split = self._cfg_split(pipe, spec, kwargs, say=not done)
             with (torch.inference_mode(), self.latency.call(self.prompts), split,
                   self.prompts.using(spec.prompt_cache, text_encoder_state(spec)),
-                  self.step_cache.call(pipe, spec, req.steps, self.pass_peers),
+                  self.step_cache.call(pipe, spec, req.steps, self.pass_peers), parallel.even_text(pipe, spec),
                   self.compiler.sampling(pipe, spec, kwargs) as call):
                 images.add_inputs(pipe, kind, kwargs, arrays, group[0], req)
                 self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,

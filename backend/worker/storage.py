@@ -22,7 +22,12 @@ def keep_in_storage_dtype(pipe: Any, spec: PipelineSpec, compute: torch.dtype) -
     if not spec.storage:
         return
     _, module = denoiser(pipe)
-    module.enable_layerwise_casting(storage_dtype=getattr(torch, spec.storage), compute_dtype=compute)
+    storage = getattr(torch, spec.storage)
+    module.enable_layerwise_casting(storage_dtype=storage, compute_dtype=compute)
+    with torch.no_grad():  # the layers left in the compute dtype may still view the loader's mapping of the file,
+        for param in module.parameters():  # which would keep all of its pages in host memory: own copies instead
+            if param.dtype != storage and not hasattr(param, "to_local"):
+                param.data = param.data.clone()
 
 
 def compute_dtype_of(module: torch.nn.Module) -> torch.dtype | None:
