@@ -26,9 +26,9 @@ import torch
 
 # The tiny pipelines by the name of their folder (tiny-<name>), one per family of backend/protocol/families
 # (tests/test_families.py checks it); "flux" is FLUX.1: shipped workflows and benchmarks name tiny-flux.
-FAMILIES: tuple[str, ...] = ("flux", "flux2", "sd3", "sdxl", "qwenimage", "wan")
+FAMILIES: tuple[str, ...] = ("flux", "flux2", "sd3", "sdxl", "qwenimage", "zimage", "wan")
 SIZES: tuple[str, ...] = ("tiny", "small")
-_SIZED_FAMILIES: tuple[str, ...] = ("flux",)  # families that also come in sizes other than "tiny"
+_SIZED_FAMILIES: tuple[str, ...] = ("flux", "zimage")  # families that also come in sizes other than "tiny"
 
 # Words that get their own BPE merges / unigram pieces, so common prompts tokenize to a realistic handful
 # of tokens instead of one token per byte. Any other text still tokenizes (byte fallback for the BPE
@@ -56,7 +56,7 @@ def build_tiny_pipeline(
     """Builds and saves one pipeline folder (model_index.json + safetensors + tokenizers). Deterministic for a seed.
 
     size="tiny": smallest that runs; size="small": same family but wider/deeper so that one 256x256, 4-step call
-    takes >= 0.3 s on one CPU thread (used by benchmarks; only needed for "flux" — raise ValueError for others).
+    takes >= 0.3 s on one CPU thread (used by benchmarks; "flux" and "zimage" only — ValueError for others).
     The global torch RNG state of the caller is left untouched (weights are drawn inside ``fork_rng``).
     """
     if family not in _BUILDERS:
@@ -684,6 +684,64 @@ def _qwenimage(seed: _Seeder, size: str) -> Any:
     )
 
 
+# Z-Image shapes per size; "small" is sized like small FLUX.1 (its VAE decoder supplies most of the time).
+_ZIMAGE_SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"dim": 32, "heads": 2, "axes": [4, 6, 6], "vae": (8, 16, 16, 16)},
+    "small": {"dim": 96, "heads": 4, "axes": [4, 10, 10], "vae": (112, 32, 16, 16)},
+}
+
+
+def _zimage(seed: _Seeder, size: str) -> Any:
+    """Z-Image-Turbo-like: one single-stream transformer (noise and context refiners, then joint layers), the
+    Qwen3 text encoder (its second-to-last hidden state), FLUX.1's 16-channel VAE layout (here 4 channels)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, ZImagePipeline, ZImageTransformer2DModel
+    from transformers import Qwen3Config, Qwen3Model
+
+    shape = _ZIMAGE_SIZES[size]
+    tok = _qwen_tokenizer()
+    hidden, latent = 32, 4
+    text_config = Qwen3Config(
+        **_qwen_text_common(len(tok), hidden),
+        num_hidden_layers=2,
+        head_dim=16,
+        tie_word_embeddings=True,
+        use_cache=False,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    transformer = seed(
+        "transformer",
+        lambda: ZImageTransformer2DModel(
+            all_patch_size=(2,),
+            all_f_patch_size=(1,),
+            in_channels=latent,
+            dim=shape["dim"],
+            n_layers=2,
+            n_refiner_layers=1,
+            n_heads=shape["heads"],
+            n_kv_heads=shape["heads"],
+            cap_feat_dim=hidden,
+            axes_dims=shape["axes"],  # sums to the head width, as the published [32, 48, 48] to 128
+            axes_lens=[1024, 512, 512],
+        ),
+    )
+    return ZImagePipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=False),
+        vae=_vae_kl(
+            seed,
+            latent,
+            shape["vae"],
+            scaling_factor=0.3611,
+            shift_factor=0.1159,
+            use_quant_conv=False,
+            use_post_quant_conv=False,
+        ),
+        text_encoder=seed("text_encoder", lambda: Qwen3Model(text_config)),
+        tokenizer=tok,
+        transformer=transformer,
+    )
+
+
 def _wan(seed: _Seeder, size: str) -> Any:
     """Wan 2.1-like text to video: UMT5 text encoder, a 2-block video DiT (patches 1x2x2, 2 heads), Wan's causal 3D
     VAE (8x spatial, 4x temporal) and the published UniPC flow schedule. 5 frames of 32x32 make 8 tokens."""
@@ -725,5 +783,6 @@ _BUILDERS: dict[str, Callable[[_Seeder, str], Any]] = {
     "sd3": _sd3,
     "sdxl": _sdxl,
     "qwenimage": _qwenimage,
+    "zimage": _zimage,
     "wan": _wan,
 }

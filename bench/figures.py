@@ -1,4 +1,4 @@
-"""The comfyui, cold_start, compile, data_parallel and lora figures and the soak: this pack against the plain
+"""The comfyui, zimage, cold_start, compile, data_parallel and lora figures and the soak: this pack against the plain
 diffusers script, measured in the same run.
 
 Each figure is one function `f(ctx) -> list of rows` (bench/common.py: `row`, `not_available`); bench/run.py
@@ -57,6 +57,49 @@ def _spec(ctx: Ctx, model: str | None = None):
     from backend.controller import api
 
     return api.make_spec(model or ctx.model, [str(ctx.models_dir)])
+
+
+# ---- zimage: Z-Image Turbo's warm throughput through the backend API
+
+ZIMAGE = ("zimage_throughput", "Z-Image Turbo: warm throughput through backend.api vs plain pipe() (guidance 0)")
+
+
+def zimage(ctx: Ctx) -> list[dict]:
+    """`api.sample` against the plain script's `pipe()` with a Z-Image pipeline at guidance 0 (Turbo: one
+    transformer pass per step), alternating rounds, one image per call with a new seed each round."""
+    from backend.controller import api
+
+    model = "tiny-zimage" if ctx.quick else "small-zimage"
+    spec = _spec(ctx, model)
+    plain = None if ctx.exclusive else PlainServer(ctx, model)
+
+    def run_api(r: int) -> float:
+        return timed(api.sample, spec, request(ctx, seed_of(r)))
+
+    def run_plain(r: int) -> float:
+        return plain.call(seed_of(r))["call_s"]
+
+    try:
+        api.load(spec)
+        if ctx.exclusive:  # one holder of the chip at a time
+            times = alternate({"api": run_api}, ctx.repeats, ctx.warmup, blocks=True)
+            api.shutdown()
+            plain = PlainServer(ctx, model)
+            times.update(alternate({"plain": run_plain}, ctx.repeats, ctx.warmup, blocks=True))
+        else:
+            plain.wait_ready()
+            times = alternate({"plain": run_plain, "api": run_api}, ctx.repeats, ctx.warmup)
+    finally:
+        api.shutdown()
+        if plain is not None:
+            plain.close()
+    return [row(*ZIMAGE, ratio=median(times["plain"]) / median(times["api"]),
+                ratio_of="plain pipe() s/image ÷ api.sample s/image; ≥ 1 is as fast as plain",
+                ours=summary(times["api"], "s/image"), plain=summary(times["plain"], "s/image"),
+                tgt=THROUGHPUT_TARGET,
+                details={"workload": f"{model} {ctx.width}x{ctx.height}, {ctx.steps} steps, guidance 0",
+                         "repeats": ctx.repeats, "warmup": ctx.warmup,
+                         "paired_ratio_median": paired(times["plain"], times["api"])})]
 
 
 # ---- comfyui: memory and throughput through ComfyUI (and through the backend API alone)

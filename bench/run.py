@@ -57,6 +57,7 @@ FIGURES: tuple[Figure, ...] = (
                                         (*figures.COMFY, figures.THROUGHPUT_TARGET),
                                         (*figures.API, figures.THROUGHPUT_TARGET),
                                         (*figures.NOISE, None))),
+    Figure("zimage", figures.zimage, ((*figures.ZIMAGE, figures.THROUGHPUT_TARGET),)),
     Figure("handback", handback.figure, ((handback.ID, handback.TITLE, handback.TARGET),)),
     Figure("cold_start", figures.cold_start, ((*figures.COLD, figures.COLD_TARGET),)),
     Figure("data_parallel", figures.data_parallel, ((*figures.DP, figures.DP_TARGET),)),
@@ -112,8 +113,8 @@ def make_ctx(args: argparse.Namespace, kind: str, work: Path) -> Ctx:
     from backend.worker.device import default_dtype_name
 
     models = Path(args.models) if args.models else CACHE / f"bench-models-{models_key()}"
-    build_all(models, families=("flux",), size="tiny")
-    build_all(models, families=("flux",), size="small")
+    build_all(models, families=("flux", "zimage"), size="tiny")
+    build_all(models, families=("flux", "zimage"), size="small")
     q = args.quick
 
     def pick(value, full, quick):

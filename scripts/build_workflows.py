@@ -476,6 +476,33 @@ step, the other blocks are skipped and their cached change reused. `cache_thresh
 (0.08): raise it for speed, lower it for fidelity. The image differs a little from the uncached one.
 `taylorseer` and `magcache` are the other kinds for FLUX.1. Eager modes only (not with Compile).
 """),
+    "zimage_turbo_comfyui_files": _text_to_image(
+        title="zimage_turbo_comfyui_files", model="", offload="auto", note_height=420,
+        files={"diffusion_model": "z_image_turbo_bf16.safetensors", "text_encoder_1": "qwen_3_4b.safetensors",
+               "text_encoder_2": "(none)", "text_encoder_3": "(none)", "vae": "ae.safetensors",
+               "checkpoint": "(none)"},
+        prompt="a red fox in fresh snow at sunrise, soft golden light, detailed fur, photograph",
+        width=1024, height=1024, steps=8, guidance=0.0, seed=0, seed_control="randomize", prefix="zimage-turbo",
+        description="Z-Image Turbo from the files of ComfyUI's Z-Image template: Load TPU Pipeline (ComfyUI files: "
+                    "z_image_turbo_bf16, qwen_3_4b, ae) -> Sample (1024x1024, 8 steps, guidance 0) -> Save Image. "
+                    "Needs those files in models/diffusion_models, models/text_encoders and models/vae.",
+        note="""
+## Z-Image Turbo from ComfyUI's own files
+
+**Load TPU Pipeline (ComfyUI files)** → **Sample (TPU)** (1024×1024, **8 steps, guidance 0**) → **Save Image**.
+
+**Files**: those of ComfyUI's Z-Image Turbo template, where ComfyUI keeps them:
+- `models/diffusion_models/z_image_turbo_bf16.safetensors` (or an fp8 file of it)
+- `models/text_encoders/qwen_3_4b.safetensors` (the same file FLUX.2 [klein] 4B reads)
+- `models/vae/ae.safetensors` (FLUX.1's VAE)
+
+**Guidance 0**: Turbo is guidance-distilled, so it runs one pass per step. Guidance here is diffusers'
+`guidance_scale`: any value above 0 turns CFG on (two passes per step; ComfyUI's cfg is this value + 1), which
+the base Z-Image model wants (around 28-50 steps, guidance 3-5, with a negative prompt).
+
+**Offload `auto`**: everything stays on a chip with 32 GB or more; on a 16 GB v5e the transformer (12.3 GB in
+bfloat16) and the text encoder (8 GB) take turns. More chips: Data Parallel (the model has no Shard TP plan).
+"""),
 }
 
 

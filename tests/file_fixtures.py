@@ -30,7 +30,7 @@ import shutil
 import sys
 from pathlib import Path
 
-FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage")  # "flux1-3072" (1 GB) only when asked
+FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage")  # "flux1-3072" (1 GB) only when asked
 VERSION = "4"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
@@ -53,6 +53,11 @@ FILES = {
     "qwenimage": {"diffusion_model": "qwen-image-tiny.safetensors",
                   "comfysave": "qwen-image-tiny-comfysave.safetensors",
                   "qwen25vl": "qwen_2.5_vl-tiny.safetensors", "vae": "qwen_image_vae-tiny.safetensors"},
+    "zimage": {"diffusion_model": "z_image_turbo-tiny.safetensors",
+               "comfysave": "z_image_turbo-tiny-comfysave.safetensors",
+               "bf16": "z_image_turbo-tiny_bf16.safetensors", "fp8": "z_image_turbo-tiny_fp8_e4m3fn.safetensors",
+               "fp8_scaled": "z_image_turbo-tiny_fp8_scaled.safetensors",
+               "qwen3": "qwen_3-tiny.safetensors", "vae": "ae-tiny.safetensors"},
 }
 
 
@@ -277,16 +282,10 @@ def _flux2_transformer_file(comfy, transformer) -> dict:
 
 def _flux2(tiny: Path, comfyui_dir: str, out: Path) -> None:
     from diffusers import Flux2KleinPipeline
-    from transformers import Qwen2Tokenizer, Qwen3Config, Qwen3ForCausalLM
 
     comfy = import_comfy(comfyui_dir)
     pipe = Flux2KleinPipeline.from_pretrained(str(tiny / "tiny-flux2"), local_files_only=True)
-    pipe.tokenizer = Qwen2Tokenizer.from_pretrained(str(_qwen3_tokenizer_folder(comfyui_dir, out)))
-    config = Qwen3Config.from_dict({**pipe.text_encoder.config.to_dict(), "vocab_size": len(pipe.tokenizer),
-                                    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
-                                    "pad_token_id": pipe.tokenizer.pad_token_id,
-                                    "eos_token_id": pipe.tokenizer.eos_token_id, "bos_token_id": None})
-    pipe.text_encoder = _seeded(21, lambda: Qwen3ForCausalLM(config))
+    pipe.tokenizer, pipe.text_encoder = _qwen3(tiny, comfyui_dir, out)
     pipe.vae = _reconfigured(pipe.vae, norm_num_groups=8)
     pipe.save_pretrained(str(out / "diffusers" / "ref-flux2"), safe_serialization=True)
 
@@ -301,6 +300,20 @@ def _flux2(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(vae, models / "vae" / names["vae"])
     te = {k: v for k, v in _sd(pipe.text_encoder).items() if k != "lm_head.weight"}  # ComfyUI's files have none
     _save(te, models / "text_encoders" / names["qwen3"])
+
+
+def _qwen3(tiny: Path, comfyui_dir: str, out: Path):
+    """The tiny Qwen3 text encoder of qwen_3-tiny.safetensors (FLUX.2 [klein] and Z-Image both read Qwen3-4B's
+    file) and its tokenizer: tiny-flux2's config with ComfyUI's vocabulary. Deterministic."""
+    from transformers import AutoConfig, Qwen2Tokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = Qwen2Tokenizer.from_pretrained(str(_qwen3_tokenizer_folder(comfyui_dir, out)))
+    tiny_config = AutoConfig.from_pretrained(str(tiny / "tiny-flux2" / "text_encoder"))
+    config = Qwen3Config.from_dict({**tiny_config.to_dict(), "vocab_size": len(tokenizer),
+                                    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+                                    "pad_token_id": tokenizer.pad_token_id,
+                                    "eos_token_id": tokenizer.eos_token_id, "bos_token_id": None})
+    return tokenizer, _seeded(21, lambda: Qwen3ForCausalLM(config))
 
 
 def _qwen3_tokenizer_folder(comfyui_dir: str, out: Path) -> Path:
@@ -544,6 +557,69 @@ def _qwenimage(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save({k: v for k, v in te.items() if k != "lm_head.weight"}, models / "text_encoders" / names["qwen25vl"])
 
 
+def _zimage_transformer_file(comfy, transformer) -> dict:
+    """Z-Image's transformer in ComfyUI's layout (its Lumina 2 `NextDiT` with Z-Image's modulation; fused qkv,
+    `final_layer.`, `x_embedder.`): the exact inverse of diffusers' convert_z_image_transformer_checkpoint_to_
+    diffusers, named and shaped by ComfyUI's own module and checked by a strict load into it. ComfyUI's module
+    also holds a `norm_final` RMSNorm that Z-Image never runs (diffusers' converter drops it): ones here."""
+    import comfy.ldm.lumina.model
+    import comfy.ldm.modules.diffusionmodules.mmdit
+    import comfy.ops
+    import torch
+    from diffusers.loaders.single_file_utils import convert_z_image_transformer_checkpoint_to_diffusers
+
+    c = transformer.config
+    ops = comfy.ops.disable_weight_init
+    with torch.device("meta"):
+        # multiple_of=1: ComfyUI rounds the feed-forward width up to 256, which the published 10240 already is
+        module = comfy.ldm.lumina.model.NextDiT(
+            patch_size=c.all_patch_size[0], in_channels=c.in_channels, dim=c.dim, n_layers=c.n_layers,
+            n_refiner_layers=c.n_refiner_layers, n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, multiple_of=1,
+            ffn_dim_multiplier=8.0 / 3.0, norm_eps=c.norm_eps, qk_norm=c.qk_norm, cap_feat_dim=c.cap_feat_dim,
+            axes_dims=list(c.axes_dims), axes_lens=list(c.axes_lens), rope_theta=c.rope_theta,
+            z_image_modulation=True, time_scale=c.t_scale, pad_tokens_multiple=32, operations=ops)
+        # ComfyUI sizes the timestep MLP as min(dim, 1024) -> 256, which is diffusers' 1024 -> min(dim, 256) only
+        # at the published width (3840); the tiny model has diffusers' sizes
+        module.t_embedder = comfy.ldm.modules.diffusionmodules.mmdit.TimestepEmbedder(
+            1024, output_size=min(c.dim, 256), operations=ops)
+    shapes = {k: tuple(v.shape) for k, v in module.state_dict().items() if k != "norm_final.weight"}
+    sd = probe_invert(convert_z_image_transformer_checkpoint_to_diffusers, shapes, _sd(transformer))
+    sd["norm_final.weight"] = torch.ones(c.dim)
+    module.load_state_dict(sd, strict=True, assign=True)  # exactly ComfyUI's layout
+    return sd
+
+
+def _zimage(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """Z-Image (Turbo): ComfyUI's own split files as its Z-Image template lays them out (the diffusion model in
+    ComfyUI's layout, Qwen3-4B, FLUX.1's ae.safetensors: the same text encoder and VAE files as FLUX.2 [klein]
+    and FLUX.1 here, as artists share them), plus bf16, fp8 and scaled-fp8 variants."""
+    import torch
+    from diffusers import ZImagePipeline
+
+    comfy = import_comfy(comfyui_dir)
+    pipe = ZImagePipeline.from_pretrained(str(tiny / "tiny-zimage"), local_files_only=True)
+    pipe.tokenizer, qwen3 = _qwen3(tiny, comfyui_dir, out)  # FLUX.2 [klein]'s file: 32 wide, as the tiny model
+    pipe.text_encoder = qwen3.model  # diffusers' Z-Image folders hold Qwen3Model (the model without its LM head)
+    pipe.transformer = _reconfigured(pipe.transformer, axes_lens=[1536, 512, 512])  # ComfyUI's, as shipped
+    pipe.vae = _reconfigured(pipe.vae, norm_num_groups=8)
+    pipe.save_pretrained(str(out / "diffusers" / "ref-zimage"), safe_serialization=True)
+
+    names, models = FILES["zimage"], out / "models"
+    comfy_sd = _zimage_transformer_file(comfy, pipe.transformer)
+    dm = models / "diffusion_models"
+    _save(comfy_sd, dm / names["diffusion_model"])
+    saving = comfy.supported_models.ZImage(dict(comfy.supported_models.ZImage.unet_config))
+    _save(saving.process_unet_state_dict_for_saving(dict(comfy_sd)), dm / names["comfysave"])
+    _save({k: v.to(torch.bfloat16) for k, v in comfy_sd.items()}, dm / names["bf16"])
+    _save(_fp8(comfy_sd, torch.float8_e4m3fn), dm / names["fp8"])
+    linear = [k for k, v in comfy_sd.items() if v.ndim == 2 and k.endswith(".weight") and k.startswith("layers.")]
+    _save(_scaled_fp8(comfy, comfy_sd, linear), dm / names["fp8_scaled"])
+    # FLUX.1's ae.safetensors: the tiny FLUX.1 and Z-Image VAEs are the same weights, so this is FLUX.1's file
+    _save(comfy.diffusers_convert.convert_vae_state_dict(_sd(pipe.vae)), models / "vae" / names["vae"])
+    te = {f"model.{k}": v for k, v in _sd(qwen3.model).items()}  # as ComfyUI's qwen_3_4b: no lm_head
+    _save(te, models / "text_encoders" / names["qwen3"])
+
+
 def flux1_published_width():
     """A FLUX.1 transformer of the published width (3072: 24 heads of 128, MLP ratio 4), with 1 double and
     1 single block and the tiny text encoders' and VAE's widths, in bfloat16 (about 1 GB). Deterministic."""
@@ -569,7 +645,7 @@ def _flux1_3072(tiny: Path, comfyui_dir: str, out: Path) -> None:
 
 
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
-            "qwenimage": _qwenimage, "flux1-3072": _flux1_3072}
+            "qwenimage": _qwenimage, "zimage": _zimage, "flux1-3072": _flux1_3072}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

@@ -2,14 +2,15 @@
 encoders where the family has text-encoder LoRAs), and it is written in the formats people download.
 
 - "diffusers": `Pipeline.save_lora_weights` with peft's adapter metadata (the diffusers/PEFT format).
-- "kohya": sd-scripts files. SDXL and Qwen-Image through diffusers' own `convert_state_dict_to_kohya`; FLUX.1
+- "kohya": sd-scripts files. SDXL, Qwen-Image and Z-Image through diffusers' own `convert_state_dict_to_kohya`; FLUX.1
   with sd-scripts' native (BFL) names, fused qkv and `.alpha` keys.
 - "xlabs": XLabs' FLUX.1 trainer: 'double_blocks.N.processor.qkv_lora1.down/up' (one down for q, k and v),
   projections, no alpha and no text encoder; its own random factors (`_xlabs`).
 - "comfy": what ComfyUI's LoraSave writes: 'diffusion_model.<native name>.lora_up/lora_down' (fp16, alpha folded
   in: the layers match to fp16 precision only), 'text_encoders.clip_l/clip_g.transformer.…', and zero `.diff_b`
   entries for biases. Native names come from
-  ComfyUI's own key maps (`comfy.utils.flux_to_diffusers`, `unet_to_diffusers`); FLUX.2 has none in ComfyUI
+  ComfyUI's own key maps (`comfy.utils.flux_to_diffusers`, `unet_to_diffusers`, `z_image_to_diffusers`); FLUX.2 has
+  none in ComfyUI
   0.3.75, so its BFL names are the inverse of diffusers' own FLUX.2 converter tables.
 
 Each file comes with the layers it should give: {(component, module): full delta at strength 1}.
@@ -36,7 +37,7 @@ TEXT_LORA = {"tiny-flux": ("text_encoder",), "tiny-sd3": ("text_encoder", "text_
              "tiny-sdxl": ("text_encoder", "text_encoder_2")}
 FORMATS = {"tiny-flux": ("diffusers", "kohya", "comfy", "xlabs"), "tiny-flux2": ("diffusers", "comfy"),
            "tiny-sd3": ("diffusers",), "tiny-sdxl": ("diffusers", "kohya", "comfy"),
-           "tiny-qwenimage": ("diffusers", "kohya", "comfy")}
+           "tiny-qwenimage": ("diffusers", "kohya", "comfy"), "tiny-zimage": ("diffusers", "kohya", "comfy")}
 _SINGLE_LINEAR1 = re.compile(r"^single_transformer_blocks\.\d+\.(attn\.to_[qkv]|proj_mlp)$")
 # What trainers target (sd-scripts: the attention blocks' linears of SDXL); every linear elsewhere.
 _SKIP = {"tiny-sdxl": re.compile(r"^(?!.*attentions\.\d+\.(proj_in|proj_out|transformer_blocks))")}
@@ -229,6 +230,9 @@ def _native_names(name: str, pipe) -> dict[str, tuple[str, tuple[int, int] | Non
     if name == "tiny-flux":
         keymap = comfy_utils.flux_to_diffusers({"depth": c.num_layers, "depth_single_blocks": c.num_single_layers,
                                                 "hidden_size": c.num_attention_heads * c.attention_head_dim})
+    elif name == "tiny-zimage":  # fused qkv, 'out', 'final_layer.', 'x_embedder.'
+        keymap = comfy_utils.z_image_to_diffusers({"n_layers": c.n_layers, "dim": c.dim,
+                                                   "n_refiner_layers": c.n_refiner_layers})
     else:  # tiny-sdxl: ComfyUI's UNet config of this diffusers UNet
         levels = len(c.block_out_channels)
         depth = [layers if "CrossAttn" in kind else 0 for kind, layers in

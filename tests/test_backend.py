@@ -20,7 +20,7 @@ from backend.protocol.spec import GroupConfig, SampleRequest
 from backend.protocol.units import format_bytes
 from backend.worker import loading
 
-FAMILY_DIRS = ["tiny-flux", "tiny-flux2", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage"]
+FAMILY_DIRS = ["tiny-flux", "tiny-flux2", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage", "tiny-zimage"]
 
 
 def _request(**kw) -> SampleRequest:

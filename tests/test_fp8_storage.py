@@ -150,3 +150,22 @@ def test_fp8_storage_under_shard_tp_matches_one_worker(tiny_models):
     images = api.sample(tp, _request(batch_size=2))
     assert np.abs(images - one).max() <= TP_TOLERANCE
     assert [w["storage"] for w in api.worker_info()] == ["float8_e4m3fn"] * 2
+
+
+@pytest.mark.workers
+def test_an_fp8_file_runs_from_its_fp8_weights(fp8_files):
+    """dtype auto on an fp8 FLUX.1 file (float8_e5m2): the worker keeps the file's fp8 weights and computes in the
+    device dtype (float32 on the CPU): the image equals diffusers' layerwise casting on the same files."""
+    from backend.worker import loading
+
+    flux = dict(text_encoders=("t5xxl-tiny.safetensors", "clip_l-tiny.safetensors"), vae="ae-tiny.safetensors")
+    spec = _file_spec(fp8_files, diffusion_model="flux1-tiny-fp8-e5m2.safetensors", **flux)
+    image = api.sample(spec, _request())
+    assert api.worker_info()[0]["storage"] == "float8_e5m2"
+    pipe = loading.load_files(spec.source, torch.float32, lambda text: None)
+    pipe.set_progress_bar_config(disable=True)
+    pipe.transformer.enable_layerwise_casting(storage_dtype=torch.float8_e5m2, compute_dtype=torch.float32)
+    with torch.inference_mode():
+        want = pipe(prompt=FOX, num_inference_steps=2, height=64, width=64, output_type="np", guidance_scale=0.0,
+                    generator=[torch.Generator("cpu").manual_seed(3)]).images
+    assert np.array_equal(image, want)

@@ -174,7 +174,7 @@ def _plain(tiny_models, name: str, cls_name: str, req: SampleRequest, **inputs) 
 
 
 @pytest.mark.workers
-@pytest.mark.parametrize("name", ["tiny-flux", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage"])
+@pytest.mark.parametrize("name", ["tiny-flux", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage", "tiny-zimage"])
 def test_img2img_and_inpaint_equal_diffusers_own_pipelines(tiny_models, name):
     spec = _spec(tiny_models, name)
     family = spec.family
@@ -260,7 +260,7 @@ def test_flux2_takes_the_images_as_references(tiny_models):
 @pytest.fixture(scope="module")
 def qwen_edit(tiny_models, tmp_path_factory):
     """A tiny Qwen-Image-Edit folder: the tiny Qwen-Image with a Qwen2-VL processor, saved by diffusers."""
-    from diffusers import QwenImageEditPipeline
+    from diffusers import QwenImageEditPipeline, QwenImageEditPlusPipeline
     from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
 
@@ -270,6 +270,14 @@ def qwen_edit(tiny_models, tmp_path_factory):
     processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(**sizes), tokenizer=base.tokenizer,
                                  video_processor=Qwen2VLVideoProcessor(**sizes))
     QwenImageEditPipeline.from_pipe(base, processor=processor).save_pretrained(root / "tiny-qwenimage-edit")
+    # Qwen-Image-Edit-2509 and -2511 are Edit Plus pipelines (several reference images) over the same transformer
+    # tensors; 2511 sets zero_cond_t (the reference images' tokens modulated at timestep 0), a config flag only
+    plus = QwenImageEditPlusPipeline.from_pipe(base, processor=processor)
+    plus.save_pretrained(root / "tiny-qwenimage-edit-2509")
+    t = base.transformer
+    zero = type(t).from_config({**t.config, "zero_cond_t": True})
+    zero.load_state_dict(t.state_dict(), strict=True)
+    QwenImageEditPlusPipeline.from_pipe(plus, transformer=zero.eval()).save_pretrained(root / "tiny-qwenimage-edit-2511")
     return root
 
 
@@ -285,6 +293,25 @@ def test_qwen_image_edit_takes_the_image_and_needs_one(qwen_edit):
                                        negative_prompt=""))
     with pytest.raises(ModelError, match=r"edit model \(Qwen-Image-Edit\).*Connect an image"):
         api.sample(spec, req)
+
+
+@pytest.mark.workers
+def test_qwen_image_edit_2509_and_2511_take_several_images(qwen_edit):
+    """Edit Plus folders (2509; 2511 with zero_cond_t in its transformer config) load as diffusers saved them and
+    take every input image as a reference, equal to QwenImageEditPlusPipeline on the same images and seed."""
+    import PIL.Image
+
+    req = _request(denoise=1.0, guidance=2.0, negative_prompt="blurry")
+    refs = np.concatenate([_image(seed=0), _image(seed=1)])
+    pil = [PIL.Image.fromarray((r * 255).round().astype(np.uint8)) for r in refs]
+    images = {}
+    for name in ("tiny-qwenimage-edit-2509", "tiny-qwenimage-edit-2511"):
+        spec = api.make_spec(name, [str(qwen_edit)])
+        assert spec.class_name == "QwenImageEditPlusPipeline"
+        images[name] = api.sample(spec, req, image=refs)
+        assert np.array_equal(images[name], _plain(qwen_edit, name, "QwenImageEditPlusPipeline", req, image=pil,
+                                                   negative_prompt="blurry")), name
+    assert not np.array_equal(*images.values()), "zero_cond_t changes the image"
 
 
 @pytest.mark.workers

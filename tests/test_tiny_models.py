@@ -21,6 +21,7 @@ PIPELINE_CLASSES = {
     "sd3": "StableDiffusion3Pipeline",
     "sdxl": "StableDiffusionXLPipeline",
     "qwenimage": "QwenImagePipeline",
+    "zimage": "ZImagePipeline",
     "wan": "WanPipeline",
 }
 MAX_FOLDER_BYTES = 8 * 2**20
@@ -151,21 +152,26 @@ def test_tokenizers_match_what_the_pipelines_assume(built):
         enable_thinking=False,
     )
     assert text.startswith("<|im_start|>user\na cat<|im_end|>\n<|im_start|>assistant\n")
+    zimage = AutoTokenizer.from_pretrained(str(built["zimage"] / "tokenizer"))
+    # ZImagePipeline asks for thinking (no think block): exactly ComfyUI's Z-Image template
+    text = zimage.apply_chat_template([{"role": "user", "content": "a cat"}], tokenize=False,
+                                      add_generation_prompt=True, enable_thinking=True)
+    assert text == "<|im_start|>user\na cat<|im_end|>\n<|im_start|>assistant\n"
 
 
-def test_small_flux_runs_at_benchmark_size(tmp_path):
+def test_small_models_run_at_benchmark_size(tmp_path):
     built_small = build_all(tmp_path, size="small")
-    assert set(built_small) == {"flux"}
-    folder = built_small["flux"]
-    assert folder.name == "small-flux"
-    assert _folder_bytes(folder) < MAX_FOLDER_BYTES
-    image = _call(_load(folder), [0], height=256, width=256, steps=4)
-    assert image.shape == (1, 256, 256, 3) and np.isfinite(image).all()
+    assert set(built_small) == {"flux", "zimage"}
+    for family, folder in built_small.items():
+        assert folder.name == f"small-{family}"
+        assert _folder_bytes(folder) < MAX_FOLDER_BYTES
+        image = _call(_load(folder), [0], height=256, width=256, steps=4)
+        assert image.shape == (1, 256, 256, 3) and np.isfinite(image).all()
 
 
-def test_small_size_is_flux_only(tmp_path):
+def test_small_size_is_flux_and_zimage_only(tmp_path):
     for family in FAMILIES:
-        if family != "flux":
+        if family not in ("flux", "zimage"):
             with pytest.raises(ValueError):
                 build_tiny_pipeline(family, tmp_path / family, size="small")
     with pytest.raises(ValueError):

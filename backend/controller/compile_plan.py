@@ -65,6 +65,13 @@ def resolve_compile(spec: PipelineSpec) -> PipelineSpec:
         target = "repeated blocks"
         notes.append("offload 'model' wraps the whole denoiser in hooks that torch.compile cannot trace: "
                      "compiling its repeated blocks instead.")
+    step = spec.family.prompt_step
+    if step and target == "whole denoiser":
+        target = "repeated blocks"
+        notes.append(f"{spec.family.name}'s transformer takes the prompt at its own length and pads it to a multiple "
+                     f"of {step} tokens inside: compiled whole, every prompt length would compile again. Compiling "
+                     f"its repeated blocks instead (they see the padded length: one compile per {step}-token step "
+                     "of the prompt).")
     if target == "repeated blocks" and not spec.family.repeated_blocks:
         why = " (forced by offload 'model'; set offload to 'none')" if plan.target != target else ""
         raise CompileError(f"target: SD3's transformer has no repeated blocks to compile{why}. "

@@ -277,8 +277,8 @@ def plan_cfg(spec: PipelineSpec) -> tuple[PipelineSpec, str]:
     family, name = spec.family, Path(spec.model_path).name
     if family.cfg_passes == "batch":
         what = (f"{family.name} runs CFG as one denoiser call on a doubled batch: each of 2 ranks runs half of it "
-                "(guidance above 1; at 1 or below both run the whole call). Images match one chip within about "
-                "1e-5 (halved batches round differently).")
+                f"(guidance above {family.cfg_above:g}; at {family.cfg_above:g} or below both run the whole call). "
+                "Images match one chip within about 1e-5 (halved batches round differently).")
     elif spec.class_name == "FluxPipeline":
         what = ("FLUX.1 runs two passes per step only with true CFG: set true_cfg_scale above 1 in Sampling "
                 "Options and give a negative prompt (the empty one counts). Rank 0 runs the prompt's pass, rank 1 "

@@ -3,9 +3,9 @@
 diffusers has no CFG parallelism of its own (its `_modeling_parallel.py` lists it as to do), so this is ours,
 kept small and in this one place. Pipelines run CFG in one of two ways (`protocol.families.Pipeline.cfg_passes`):
 
-- "batch" (SD3, SDXL): one denoiser call on a doubled batch [uncond, cond]. Each rank runs its half of the batch
-  and the halves are gathered, so both ranks hold the whole prediction and take the same guidance and scheduler
-  step. Half a batch is not bit-identical to the doubled batch (batched matmuls differ in the last bits): images
+- "batch" (SD3, SDXL, Z-Image): one denoiser call on a doubled batch ([uncond, cond]; Z-Image: [cond, uncond], as
+  lists of per-image tensors). Each rank runs its half of the batch and the halves are gathered, so both ranks
+  hold the whole prediction and take the same guidance and scheduler step. Half a batch is not bit-identical to the doubled batch (batched matmuls differ in the last bits): images
   match one worker within 1e-4 in float32 (seen: about 1e-5).
 - "branches" (FLUX.1 true CFG, Qwen-Image, FLUX.2 klein base, Wan): a call under `cache_context("cond")`, then one under
   `cache_context("uncond")`. Rank 0 computes cond, rank 1 uncond. Rank 1's cond call returns a placeholder, filled
@@ -27,10 +27,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 
-def two_passes(pipe: Any, passes: str, kwargs: dict) -> bool:
-    """Whether the pipeline call with `kwargs` runs the denoiser twice per step (as the pipeline decides it)."""
-    if passes == "batch":  # SD3, SDXL: do_classifier_free_guidance
-        return kwargs.get("guidance_scale", 0) > 1
+def two_passes(pipe: Any, passes: str, kwargs: dict, cfg_above: float = 1.0) -> bool:
+    """Whether the pipeline call with `kwargs` runs the denoiser twice per step (as the pipeline decides it:
+    guidance above `cfg_above`, spec.Family's)."""
+    if passes == "batch":  # SD3, SDXL, Z-Image: do_classifier_free_guidance
+        return kwargs.get("guidance_scale", 0) > cfg_above
     if passes != "branches" or "cache_context" not in _call_source(type(pipe)):
         return False  # (FLUX.1's image-to-image and inpainting pipelines run true CFG without naming the branches)
     if "true_cfg_scale" in kwargs:  # FLUX.1, Qwen-Image: true CFG needs a negative prompt (or its embeddings)
@@ -132,21 +133,24 @@ class CFGParallel:
     def _batch(self, call: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         import torch
 
-        first = args[0] if args else kwargs.get("hidden_states", kwargs.get("sample"))
-        n = first.shape[0]
+        first = args[0] if args else kwargs.get("hidden_states", kwargs.get("sample", kwargs.get("x")))
+        n = len(first)  # a batched tensor, or Z-Image's list of per-image tensors
         if n % 2:  # not a CFG batch (e.g. SD3's skip-layer pass): computed whole on both ranks
             return call(*args, **kwargs)
         half = slice(self.rank * n // 2, (self.rank + 1) * n // 2)
 
         def cut(x: Any) -> Any:
-            if torch.is_tensor(x) and x.dim() > 0 and x.shape[0] == n:
+            if (torch.is_tensor(x) and x.dim() > 0 and x.shape[0] == n) or (isinstance(x, list) and len(x) == n):
                 return x[half]
             if isinstance(x, dict):
                 return {k: cut(v) for k, v in x.items()}
             return x
 
         out = call(*(cut(a) for a in args), **{k: cut(v) for k, v in kwargs.items()})
-        return _like(out, torch.cat(self._gather(_sample(out))))
+        sample = _sample(out)
+        if isinstance(sample, list):  # same-sized images: gathered stacked, handed back as a list
+            return _like(out, [*torch.cat(self._gather(torch.stack(sample))).unbind(0)])
+        return _like(out, torch.cat(self._gather(sample)))
 
     def _branches(self, call: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         import torch

@@ -6,9 +6,10 @@ un-compiling the loaded pipeline's denoiser (no reload), knowing the shape signa
 announcing a compile before it starts, and counting compiles and reuses from dynamo's own counters.
 
 A shape signature is what makes a static-shape graph recompile: width, height, batch, whether CFG doubles
-the denoiser's batch (SD3, SDXL), and the text length. Text length is kept fixed: `max_sequence_length` is
-passed explicitly, and Qwen-Image (whose prompt embeddings are as long as the prompt) gets its embeddings
-padded, with an attention mask, to 128-token buckets.
+the denoiser's batch (SD3, SDXL, Z-Image), and the text length. Text length is kept fixed: `max_sequence_length`
+is passed explicitly, and Qwen-Image (whose prompt embeddings are as long as the prompt) gets its embeddings
+padded, with an attention mask, to 128-token buckets. Z-Image's transformer pads the prompt itself (to 32 tokens,
+without a mask to pad further with): its repeated blocks are compiled, and the padded lengths are the signature.
 """
 
 from __future__ import annotations
@@ -40,13 +41,15 @@ class Shape:
     width: int
     height: int
     batch: int
-    cfg: bool  # CFG doubles the denoiser's batch (SD3, SDXL with guidance > 1)
+    cfg: bool  # CFG doubles the denoiser's batch (SD3, SDXL with guidance > 1, Z-Image above 0)
     text: int  # text tokens the denoiser sees
     variable_text: bool = False  # the pipeline's text length follows the prompt (Qwen-Image): show it
+    negative_text: int = 0  # Z-Image under CFG: the negative prompt's padded length, when not the prompt's
     frames: int = 0  # a video's frames (each count is a shape of its own); 0: an image
 
     def label(self) -> str:
         extra = (", CFG" if self.cfg else "") + (f", prompt ≤ {self.text} tokens" if self.variable_text else "")
+        extra += f", negative prompt ≤ {self.negative_text} tokens" if self.negative_text else ""
         frames = f"x{self.frames} frames" if self.frames else ""
         return f"{self.width}x{self.height}{frames} (batch {self.batch}{extra})"
 
@@ -69,6 +72,21 @@ def denoiser(pipe) -> tuple[str, Any]:
             return name, module
     raise CompileError(f"{type(pipe).__name__} has no transformer or UNet to compile.")
 
+
+
+def _contiguous_inputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """A compiled block called with contiguous tensors: Z-Image hands its blocks views (rotary tables cut out of one
+    table for prompt and image) whose strides follow the prompt's exact length, and a static graph guards on
+    strides; a contiguous copy holds the same values, so the graph only sees the padded length."""
+    import torch
+
+    def dense(x: Any) -> Any:
+        return x.contiguous() if torch.is_tensor(x) else x
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return compiled(*map(dense, args), **{k: dense(v) for k, v in kwargs.items()})
+
+    return call
 
 
 def _float_timestep(call: Callable[..., Any]) -> Callable[..., Any]:
@@ -128,7 +146,7 @@ class Compiler:
             if plan is not None:
                 for note in plan.notes:
                     self.status(note)
-                self._compile(name, module, plan, spec.class_name)
+                self._compile(name, module, plan, spec.class_name, contiguous=bool(spec.family.prompt_step))
                 self.module = module
             self.applied, self.seen, self.warmed = want, set(), set()
         self.plan = plan
@@ -140,7 +158,7 @@ class Compiler:
     def warmed_up(self, shape: tuple[int, int, int]) -> None:
         self.warmed.add(shape)
 
-    def _compile(self, name: str, module: Any, plan: CompilePlan, class_name: str) -> None:
+    def _compile(self, name: str, module: Any, plan: CompilePlan, class_name: str, contiguous: bool = False) -> None:
         import torch
 
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
@@ -153,6 +171,10 @@ class Compiler:
                 raise CompileError(f"target: the {name} of {class_name} has no repeated blocks to compile. "
                                    "Choose target 'whole denoiser' (with offload 'none').")
             module.compile_repeated_blocks(**options)
+            if contiguous:
+                for block in module.modules():
+                    if getattr(block, "_compiled_call_impl", None) is not None:
+                        block._compiled_call_impl = _contiguous_inputs(block._compiled_call_impl)
         self.status(f"{name} set to compile with {plan.backend} ({plan.target}); each new shape compiles once")
 
     def _uncompile(self) -> None:
@@ -242,9 +264,32 @@ class Compiler:
             text = kwargs.setdefault("max_sequence_length", params["max_sequence_length"].default)
         if variable:
             text = self._pad_prompt(pipe, kwargs, text, spec.cp_degree)
-        cfg = spec.family.cfg_doubles_batch and kwargs.get("guidance_scale", 0) > 1
+        cfg = spec.family.cfg_doubles_batch and kwargs.get("guidance_scale", 0) > spec.family.cfg_above
+        negative = 0
+        if spec.family.prompt_step:
+            text, negative = self._prompt_steps(pipe, kwargs, spec.family.prompt_step, cfg, text)
         batch = kwargs.get("num_images_per_prompt", kwargs.get("num_videos_per_prompt", 1))
-        return Shape(kwargs["width"], kwargs["height"], batch, cfg, text, variable, kwargs.get("num_frames", 0))
+        return Shape(kwargs["width"], kwargs["height"], batch, cfg, text, variable or bool(spec.family.prompt_step),
+                     negative, kwargs.get("num_frames", 0))
+
+    @staticmethod
+    def _prompt_steps(pipe, kwargs: dict, step: int, cfg: bool, max_len: int) -> tuple[int, int]:
+        """Z-Image: its blocks see the prompt padded to a multiple of `step` (and, under CFG, the negative one;
+        different lengths add a mask). Encodes them as the pipeline would (the prompt cache serves the call),
+        hands the embeddings to the call, and returns the two padded lengths (the negative's: 0 when the same)."""
+        pos, neg = pipe.encode_prompt(prompt=kwargs.pop("prompt"), device=pipe._execution_device,
+                                      do_classifier_free_guidance=cfg, negative_prompt=kwargs.pop("negative_prompt", None),
+                                      max_sequence_length=max_len)
+        kwargs["prompt_embeds"] = pos
+        if cfg:
+            kwargs["negative_prompt_embeds"] = neg
+
+        def padded(embeds: list) -> int:
+            return -(-max(len(e) for e in embeds) // step) * step
+
+        text = padded(pos)
+        negative = padded(neg) if cfg else 0
+        return text, 0 if negative == text else negative
 
     @staticmethod
     def _pad_prompt(pipe, kwargs: dict, max_len: int, degree: int = 1) -> int:

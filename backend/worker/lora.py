@@ -156,6 +156,27 @@ def _flux2_native(sd: dict, pipe_cls: Any) -> dict:
     return out
 
 
+_ZIMAGE_NATIVE = (("final_layer.", "all_final_layer.2-1."), ("x_embedder.", "all_x_embedder.2-1."))
+
+
+def _zimage_native(sd: dict, pipe_cls: Any) -> dict:
+    """Z-Image files in ComfyUI's own names ('diffusion_model.layers.N.attention.qkv.lora_up/lora_down', what
+    ComfyUI's LoraSave and trainer write): diffusers' Z-Image converter splits a fused qkv only in the dotted
+    'qkv.lora.down' spelling of sd-scripts, and knows neither 'final_layer.' nor 'x_embedder.'. Rename those to the
+    spellings it reads; it then splits qkv (the down shared, the up by rows), maps 'out', and folds alpha."""
+    out = {}
+    for k, v in sd.items():
+        if k.startswith("diffusion_model."):
+            k = k[len("diffusion_model."):]
+            for old, new in _ZIMAGE_NATIVE:
+                k = new + k[len(old):] if k.startswith(old) else k
+            if ".attention.qkv.lora_" in k:
+                k = k.replace(".lora_down.", ".lora.down.").replace(".lora_up.", ".lora.up.")
+            k = "diffusion_model." + k
+        out[k] = v
+    return out
+
+
 _SDXL_COMFY = {"diffusion_model.": "lora_unet_", "text_encoders.clip_l.transformer.": "lora_te1_",
                "text_encoders.clip_g.transformer.": "lora_te2_"}
 
@@ -185,6 +206,7 @@ _FORMATS: dict[str, tuple[Callable[[list[str]], bool], Callable[[dict, Any], dic
     "kohya-flux1": (lambda keys: any(k.endswith(".lora_down.weight") for k in keys), _flux_kohya),
     "bfl-flux2": (lambda keys: any(k.startswith("diffusion_model.") for k in keys), _flux2_native),
     "comfyui-sdxl": (lambda keys: any(k.startswith(tuple(_SDXL_COMFY)) for k in keys), _sdxl_comfy),
+    "comfyui-zimage": (lambda keys: any(k.startswith("diffusion_model.") for k in keys), _zimage_native),
 }
 
 

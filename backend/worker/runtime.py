@@ -293,10 +293,10 @@ class Runtime:
         """CFG Parallel for one call: split when the pipeline runs two passes, else both ranks run it whole."""
         if self.cfg is None:
             return contextlib.nullcontext()
-        active = two_passes(pipe, spec.family.cfg_passes, kwargs)
+        active = two_passes(pipe, spec.family.cfg_passes, kwargs, spec.family.cfg_above)
         if not active and say:
-            self.status("CFG Parallel: this Sample runs one denoiser pass per step (guidance ≤ 1, or no true "
-                        "CFG), or its passes cannot be split (FLUX.1 image to image and inpainting), so both ranks "
+            self.status(f"CFG Parallel: this Sample runs one denoiser pass per step (guidance ≤ {spec.family.cfg_above:g}, "
+                        "or no true CFG), or its passes cannot be split (FLUX.1 image to image and inpainting), so both ranks "
                         "compute it whole; raise the guidance (FLUX.1: true_cfg_scale in Sampling Options) to split "
                         "it.")
         return self.cfg.call(active)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import flux1, flux2, qwenimage, sd3, sdxl, wan
+from . import flux1, flux2, qwenimage, sd3, sdxl, wan, zimage
 from .base import Configs, ModelFamily, Pipeline, Shapes, TextSlot
 
-_MODULES = (flux1, flux2, sd3, sdxl, qwenimage, wan)
+_MODULES = (flux1, flux2, sd3, sdxl, qwenimage, zimage, wan)
 
 FAMILIES: dict[str, ModelFamily] = {m.FAMILY.id: m.FAMILY for m in _MODULES}
 FROM_FILES: list[ModelFamily] = [f for f in FAMILIES.values() if f.files]  # the families whose artists' files load

@@ -35,6 +35,11 @@ class Pipeline:
     inpaint: str | None = None  # the inpainting pipeline class; None: this model cannot inpaint
     references: bool = False  # the loaded pipeline itself takes reference images (`image=`)
     needs_image: bool = False  # it cannot make an image without one (edit models)
+    cfg_above: float = 1.0  # the pipeline runs CFG when its guidance is above this (Z-Image: any guidance above 0)
+    # the denoiser takes the prompt at its own length and pads it inside to a multiple of this (Z-Image: 32,
+    # diffusers' SEQ_MULTI_OF): compiled whole, every prompt length would be a new graph; its repeated blocks see
+    # the padded length. 0: the prompt reaches the denoiser at a fixed or padded length
+    prompt_step: int = 0
     # How it drives its scheduler (Sample's sampler and scheduler: protocol/samplers.py); its image-to-image and
     # inpainting pipelines do the same. sigmas: whether it hands set_timesteps sigmas of its own ("always",
     # "unless flow sigmas", "never"); seeded_steps: it hands scheduler.step the call's generators, so a

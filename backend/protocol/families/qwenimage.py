@@ -1,6 +1,15 @@
 """Qwen-Image (Alibaba Qwen) and Qwen-Image-Edit (2509 and later: Edit Plus, several input images): an MMDiT
 with the Qwen2.5-VL text encoder and Wan 2.1's VAE; true CFG as two branches; the text length follows the
-prompt."""
+prompt.
+
+The newer releases, as diffusers 0.42.1 and ComfyUI 0.3.75 show them: Qwen-Image-2512 is Qwen-Image's pipeline and
+transformer with new weights (its files load as Qwen-Image). Edit-2509 and Edit-2511 run QwenImageEditPlusPipeline
+over the same transformer tensors; diffusers' transformer has a `zero_cond_t` flag (the reference images' tokens
+modulated at timestep 0), a config value with no tensor of its own, which Edit-2511 is published with (not
+checked against the Hub here). From diffusers folders they load as their model_index and configs say
+(tests/test_images.py). ComfyUI's files of them hold nothing that tells an edit model (or 2511) from Qwen-Image, so
+from files the pack builds QwenImagePipeline; the Edit pipelines would also need Qwen2-VL's image processor, which
+the pack does not ship. ComfyUI 0.3.75 itself has no zero_cond_t."""
 
 from __future__ import annotations
 
