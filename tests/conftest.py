@@ -18,6 +18,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("COMFYUI_TPU_WORKER_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The plain diffusers references computed in this process use the MKL mode the pack gives its CPU workers
+# (backend/controller/process_env.py: CPU_MATH_ENV), so that the same weights give the same pixels here too.
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The model lists include the Hugging Face cache: the tests see an empty one unless they make their own.
 os.environ["HF_HUB_CACHE"] = os.path.join(tempfile.gettempdir(), "comfyui-tpu-tests-no-hub-cache")

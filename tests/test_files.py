@@ -3,9 +3,9 @@
 The files are written by ComfyUI's own converters and save functions from tiny pipelines (tests/file_fixtures.py,
 which says where ComfyUI has no converter). Tolerance of the image comparisons: none. A file holds the same
 float32 weights as its reference folder, the pack gives them the same configs, and the pipeline runs the same
-operations in the same order, so the same seed gives bit-identical pixels (seen for every family, but one
-Z-Image layout: see ALIGNMENT); fp8 and GGUF files hold rounded weights and are compared with the rounding, not
-with the image.
+operations in the same order, so the same seed gives bit-identical pixels (with MKL's strict mode, which the
+workers and conftest set: otherwise a CPU matmul rounds by where its weights sit in memory); fp8 and GGUF files
+hold rounded weights and are compared with the rounding, not with the image.
 """
 
 from __future__ import annotations
@@ -61,11 +61,6 @@ CASES = {
                          3.0),
 }
 FLUX1 = CASES["flux1-split"][1]
-# Where the image from the files is not bit-identical to the folder's: float32 matmuls on the CPU round by the
-# weights' memory alignment (a weight copied 4 bytes off gives another last bit), and safetensors' get_tensor and
-# diffusers' folder loading place the same weights differently. Z-Image's 256 -> 1024 timestep layer, read through
-# the single-file converter, lands on another alignment than the folder's: 1.8e-6 (same weights, bit for bit)
-ALIGNMENT = {"zimage-split": 1e-5}
 
 
 @pytest.fixture(scope="module")
@@ -552,7 +547,7 @@ def test_same_seed_same_image_from_the_files_as_from_the_folder(files, case):
     from_folder = api.sample(api.make_spec(folder, [str(files / "diffusers")]), req)
     from_files = api.sample(file_spec(files, **choice), req)
     assert from_files.shape == (1, 64, 64, 3) and from_files.std() > 0
-    assert np.abs(from_files - from_folder).max() <= ALIGNMENT.get(case, 0.0)
+    assert np.array_equal(from_files, from_folder), float(np.abs(from_files - from_folder).max())
 
 
 @pytest.mark.workers

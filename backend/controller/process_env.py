@@ -69,12 +69,20 @@ def configure_process_env(environ: os._Environ | dict = os.environ) -> list[str]
     return changed
 
 
+# MKL's strict reproducible mode: without it, a CPU matrix product can round differently with the memory
+# alignment of its weights (seen on AMD EPYC: up to 1.6e-6 between the same weights read from a diffusers folder,
+# which safetensors leaves unaligned, and from artists' files or an offloaded copy, which are freshly allocated).
+# With it, the same weights give the same pixels wherever they were read from. A user's own MKL_CBWR wins.
+CPU_MATH_ENV = {"MKL_CBWR": "AUTO,STRICT"}
+
+
 def worker_env(kind: str, environ: Mapping[str, str] | None = None, whole_slice: bool = False) -> dict[str, str]:
     """The environment a worker process for `kind` starts with (copied from this process). TPU workers get
     TorchTPU autoloaded (it registers the `tpu` device; importing torch_tpu with autoload off does not), and
     on a pod host a group of this host's own chips gets no pod variable, so TorchTPU lays out this host alone
     (`whole_slice`: a group that spans the slice's hosts keeps them)."""
     env = dict(os.environ if environ is None else environ)
+    env.update({k: v for k, v in CPU_MATH_ENV.items() if k not in env})
     if settings.AUTOLOAD_WAS_UNSET.pop(env):
         env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
     if kind == "tpu":
