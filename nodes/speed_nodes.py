@@ -116,6 +116,8 @@ class TPUSamplingOptions:
                                    "tooltip": "FLUX.1 only: above 1, true classifier-free guidance against the "
                                               "negative prompt (two passes per step: slower, which CFG Parallel "
                                               "splits over 2 chips). 1 = off, FLUX.1's default."}),
+            },
+            "optional": {  # added after workflows were saved: a prompt without them keeps the old behaviour
                 "step_cache": (list(STEP_CACHES), {"default": "off", "tooltip":
                                "Skip or approximate transformer work on steps whose input barely changed "
                                "(diffusers' cache hooks; what TeaCache and WaveSpeed do): faster, slightly different "

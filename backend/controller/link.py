@@ -65,7 +65,13 @@ def authenticate(sock: socket.socket, secret: bytes, timeout: float = AUTH_TIMEO
     (no descriptor or thread left)."""
     peer = _peer(sock)
     conn = None
-    timer = threading.Timer(timeout, _cut, (sock,))
+    timed_out = threading.Event()  # set before the cut, so the handshake's error is never read as the peer's
+
+    def cut_off() -> None:
+        timed_out.set()
+        _cut(sock)
+
+    timer = threading.Timer(timeout, cut_off)
     try:
         conn = Connection(os.dup(sock.fileno()))  # the socket object stays ours, to cut a silent peer off
         timer.start()
@@ -73,7 +79,7 @@ def authenticate(sock: socket.socket, secret: bytes, timeout: float = AUTH_TIMEO
         answer_challenge(conn, secret)
         return Link(conn, peer)
     except Exception as e:  # a process without the secret, one that said nothing in time, or no resources here
-        why = "it sent nothing in time" if timer.finished.is_set() else f"{type(e).__name__}: {e}"
+        why = "it sent nothing in time" if timed_out.is_set() else f"{type(e).__name__}: {e}"
         refusals.warning(f"refused a connection from {peer or '?'} that failed authentication ({why})")
         if conn is not None:
             conn.close()
