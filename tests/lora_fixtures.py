@@ -58,6 +58,17 @@ def load(models: Path, name: str, dtype: torch.dtype = torch.float32, cls=None):
     return pipe
 
 
+def fuse(pipe, loras, components=None) -> None:
+    """Fuses `loras` ((path, strength), ...) into `pipe` as a plain diffusers script does: load_lora_weights,
+    set_adapters at the strengths, fuse_lora (into `components`; default: every LoRA-loadable module)."""
+    names = [f"l{i}" for i in range(len(loras))]
+    for name, (path, _) in zip(names, loras, strict=True):
+        pipe.load_lora_weights(path, adapter_name=name)
+    if loras:
+        pipe.set_adapters(names, [s for _, s in loras])
+        pipe.fuse_lora(components=components or pipe._lora_loadable_modules, adapter_names=names)
+
+
 def denoiser_name(pipe) -> str:
     return "unet" if getattr(pipe, "unet", None) is not None else "transformer"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from lora_fixtures import load, make
+from lora_fixtures import fuse, load, make
 
 from backend.controller import api, offload, storage
 from backend.controller.files import assemble, listing
@@ -45,11 +45,8 @@ def _plain_fp8(tiny_models, name="tiny-flux", loras=()) -> np.ndarray:
             for key, value in stored.state_dict().items():
                 if value.dtype == torch.float8_e4m3fn:
                     pipe.transformer.get_parameter(key).copy_(value)
-    for i, (path, _) in enumerate(loras):
-        pipe.load_lora_weights(path, adapter_name=f"l{i}")
+    fuse(pipe, loras, ["transformer"])
     if loras:
-        pipe.set_adapters([f"l{i}" for i in range(len(loras))], [s for _, s in loras])
-        pipe.fuse_lora(components=["transformer"], adapter_names=[f"l{i}" for i in range(len(loras))])
         pipe.unload_lora_weights()
     pipe.transformer.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=torch.bfloat16)
     with torch.inference_mode():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from lora_fixtures import FORMATS, TEXT_LORA, bad_files, components, denoiser_name, load, make
+from lora_fixtures import FORMATS, TEXT_LORA, bad_files, components, denoiser_name, fuse, load, make
 
 from backend.controller import api, layouts
 from backend.protocol.errors import ModelError
@@ -195,11 +195,7 @@ def _request(**kw) -> SampleRequest:
 def _plain(tiny_models, name: str, loras: list[tuple[str, float]]) -> np.ndarray:
     """What a plain diffusers script makes with these LoRAs fused at these strengths."""
     pipe = load(tiny_models, name)
-    for i, (path, _) in enumerate(loras):
-        pipe.load_lora_weights(path, adapter_name=f"l{i}")
-    if loras:
-        pipe.set_adapters([f"l{i}" for i in range(len(loras))], [s for _, s in loras])
-        pipe.fuse_lora(components=pipe._lora_loadable_modules, adapter_names=[f"l{i}" for i in range(len(loras))])
+    fuse(pipe, loras)
     kw = {"prompt": PROMPT, "num_inference_steps": 2, "height": 64, "width": 64, "output_type": "np",
           "guidance_scale": 0.0, "generator": [torch.Generator("cpu").manual_seed(3)]}
     with torch.inference_mode():

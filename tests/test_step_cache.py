@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from lora_fixtures import load, make
+from lora_fixtures import fuse, load, make
 
 from backend.controller import api
 from backend.protocol.errors import CompileError, ParallelError
@@ -46,11 +46,8 @@ def _request(name="tiny-flux", **kw) -> SampleRequest:
 def _plain(tiny_models, name, kind, threshold, loras=(), true_cfg=1.0, seeds=(3,)) -> np.ndarray:
     """What a plain diffusers script makes with the same hook (and LoRAs fused), one call per image."""
     pipe = load(tiny_models, name)
-    for i, (path, _) in enumerate(loras):
-        pipe.load_lora_weights(path, adapter_name=f"l{i}")
+    fuse(pipe, loras, ["transformer"])
     if loras:
-        pipe.set_adapters([f"l{i}" for i in range(len(loras))], [s for _, s in loras])
-        pipe.fuse_lora(components=["transformer"], adapter_names=[f"l{i}" for i in range(len(loras))])
         pipe.unload_lora_weights()
     if kind != "off":
         pipe.transformer.enable_cache(config(kind, threshold, STEPS))
