@@ -88,6 +88,9 @@ FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/prot
                     "it holds.",
     "vae": "The VAE file (models/vae). " + "; ".join(f"{f.name}: {f.vae_hint}" for f in families.FROM_FILES)
            + ". Leave '(none)' to use the checkpoint's own VAE.",
+    "diffusion_model_2": "Only for models of two experts (Wan 2.2 A14B): the low-noise expert "
+                         "(…_low_noise_14B_….safetensors), with the high-noise one in diffusion_model; the high-noise "
+                         "expert runs the first steps, the low-noise one the rest. Leave '(none)' for every other model.",
     "checkpoint": f"An all-in-one checkpoint (models/checkpoints) of {families.single_file_names()} (with or "
                   "without its text encoders). Its parts are used unless chosen above; leave '(none)' when "
                   "using a diffusion model.",
@@ -97,7 +100,8 @@ FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/prot
 class LoadTPUPipelineFiles:
     DESCRIPTION = ("Builds a pipeline from the model files you already have in ComfyUI's folders, as its own loaders "
                    "read them: a diffusion model with its text encoders and VAE (the split layout of the FLUX, "
-                   "FLUX.2, Qwen-Image and SD3.5 guides), or an all-in-one checkpoint (SDXL, SD3.5). The files "
+                   "FLUX.2, Qwen-Image, SD3.5 and Wan guides; Wan 2.2 A14B's two experts in diffusion_model and "
+                   "diffusion_model_2), or an all-in-one checkpoint (SDXL, SD3.5). The files "
                    "are checked here (family, sizes, that they fit together) without reading their weights; "
                    "they load in a worker process on the first Sample and stay warm. Nothing is downloaded: the "
                    "configurations of the published models ship with ComfyUI-TPU and the tokenizers come from "
@@ -132,27 +136,35 @@ class LoadTPUPipelineFiles:
                 "offload": (list(OFFLOAD_CHOICES), {"default": "none", "tooltip":
                             OFFLOAD_TOOLTIP + " Here the default is none (choose auto to have it picked)."}),
             },
+            "optional": {
+                "diffusion_model_2": ([NONE, *files["diffusion_model"]], {"default": NONE, "tooltip":
+                                      FILE_TOOLTIPS["diffusion_model_2"]}),
+            },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     @staticmethod
-    def _choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint) -> FileChoice:
+    def _choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
+                diffusion_model_2=NONE) -> FileChoice:
         return FileChoice(checkpoint=checkpoint, diffusion_model=diffusion_model,
-                          text_encoders=(text_encoder_1, text_encoder_2, text_encoder_3), vae=vae)
+                          text_encoders=(text_encoder_1, text_encoder_2, text_encoder_3), vae=vae,
+                          diffusion_model_2=diffusion_model_2)
 
     @classmethod
     def VALIDATE_INPUTS(cls, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
-                        device="auto"):
+                        device="auto", diffusion_model_2=NONE):
         try:  # the chosen device, as in Load TPU Pipeline: 'cpu' works where the TPU cannot be used; GGUF on 'cpu'
             api.make_file_spec(cls._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae,
-                                           checkpoint), comfy_bridge.file_roots(), device_choice=device)
+                                           checkpoint, diffusion_model_2), comfy_bridge.file_roots(),
+                               device_choice=device)
         except InputError as e:
             return str(e)
         return True
 
     def describe(self, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint, dtype,
-                 device, offload, unique_id=None):
-        choice = self._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint)
+                 device, offload, diffusion_model_2=NONE, unique_id=None):
+        choice = self._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
+                              diffusion_model_2)
         spec = api.make_file_spec(choice, comfy_bridge.file_roots(), dtype, device, offload)
         comfy_bridge.send_text(unique_id, api.describe_files(spec))
         return (spec,)

@@ -30,7 +30,7 @@ import shutil
 import sys
 from pathlib import Path
 
-FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage")  # "flux1-3072" (1 GB) only when asked
+FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan")  # "flux1-3072" (1 GB) only when asked
 VERSION = "4"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
@@ -53,6 +53,12 @@ FILES = {
     "qwenimage": {"diffusion_model": "qwen-image-tiny.safetensors",
                   "comfysave": "qwen-image-tiny-comfysave.safetensors",
                   "qwen25vl": "qwen_2.5_vl-tiny.safetensors", "vae": "qwen_image_vae-tiny.safetensors"},
+    "wan": {"diffusion_model": "wan2.1_t2v-tiny_fp16.safetensors",
+            "fp8_scaled": "wan2.1_t2v-tiny_fp8_scaled.safetensors",
+            "high_noise": "wan2.2_t2v_high_noise-tiny.safetensors", "low_noise": "wan2.2_t2v_low_noise-tiny.safetensors",
+            "ti2v": "wan2.2_ti2v-tiny.safetensors", "umt5": "umt5_xxl-tiny.safetensors",
+            "umt5_fp8_scaled": "umt5_xxl-tiny_fp8_e4m3fn_scaled.safetensors", "vae": "wan_2.1_vae-tiny.safetensors",
+            "vae22": "wan2.2_vae-tiny.safetensors"},
     "zimage": {"diffusion_model": "z_image_turbo-tiny.safetensors",
                "comfysave": "z_image_turbo-tiny-comfysave.safetensors",
                "bf16": "z_image_turbo-tiny_bf16.safetensors", "fp8": "z_image_turbo-tiny_fp8_e4m3fn.safetensors",
@@ -620,6 +626,150 @@ def _zimage(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(te, models / "text_encoders" / names["qwen3"])
 
 
+def spiece_model() -> bytes:
+    """A small SentencePiece (unigram) model trained here on the tiny pipelines' words and a few others, with
+    UMT5's numbering (pad 0, end 1, unknown 2) and SentencePiece's default nmt_nfkc normalization (UMT5's)."""
+    import io
+
+    import sentencepiece
+
+    from backend.tiny_models import _WORDS
+
+    text = " ".join(_WORDS) + " fox snow blurry ＡＢＣ café naïve 123"
+    out = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter([text] * 20), model_writer=out, vocab_size=120, model_type="unigram", pad_id=0,
+        eos_id=1, unk_id=2, bos_id=-1, hard_vocab_limit=False, num_threads=1, minloglevel=2)
+    return out.getvalue()
+
+
+def _wan_transformer_file(comfy, transformer) -> dict:
+    """A Wan transformer in Wan's (and ComfyUI's) layout: the exact inverse of diffusers' convert_wan_transformer_
+    to_diffusers, named and shaped by ComfyUI's own WanModel and checked by a strict load into it."""
+    import comfy.ldm.wan.model
+    import comfy.ops
+    import torch
+    from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
+
+    c = transformer.config
+    with torch.device("meta"):
+        module = comfy.ldm.wan.model.WanModel(
+            model_type="t2v", patch_size=tuple(c.patch_size), in_dim=c.in_channels, dim=c.num_attention_heads *
+            c.attention_head_dim, ffn_dim=c.ffn_dim, freq_dim=c.freq_dim, text_dim=c.text_dim, out_dim=c.out_channels,
+            num_heads=c.num_attention_heads, num_layers=c.num_layers, operations=comfy.ops.disable_weight_init)
+    sd = probe_invert(convert_wan_transformer_to_diffusers, {k: tuple(v.shape) for k, v in module.state_dict().items()},
+                      _sd(transformer))
+    module.load_state_dict(sd, strict=True, assign=True)  # exactly ComfyUI's layout
+    return sd
+
+
+def _wan_vae_file(comfy, vae) -> dict:
+    """A Wan VAE in Wan's (and ComfyUI's) layout. Wan 2.1's: the exact inverse of diffusers' converter, shaped by
+    ComfyUI's WanVAE. Wan 2.2's (diffusers has no converter): the inverse of the pack's (worker/loading.py), shaped
+    by ComfyUI's Wan 2.2 WanVAE, and checked by decoding one latent with ComfyUI's module and diffusers' model."""
+    import comfy.ldm.wan.vae
+    import comfy.ldm.wan.vae2_2
+    import torch
+    from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
+
+    from backend.worker.loading import convert_wan22_vae
+
+    c = vae.config
+    common = dict(dim=c.base_dim, z_dim=c.z_dim, dim_mult=list(c.dim_mult), num_res_blocks=c.num_res_blocks,
+                  attn_scales=list(c.attn_scales), temperal_downsample=list(c.temperal_downsample))
+    if c.is_residual:
+        module = comfy.ldm.wan.vae2_2.WanVAE(dec_dim=c.decoder_base_dim, **common)
+        converter = lambda checkpoint: convert_wan22_vae(checkpoint)  # noqa: E731
+    else:
+        module = comfy.ldm.wan.vae.WanVAE(**common)
+        converter = convert_wan_vae_to_diffusers
+    sd = probe_invert(converter, {k: tuple(v.shape) for k, v in module.state_dict().items()}, _sd(vae))
+    module.load_state_dict(sd, strict=True)
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        latent = torch.randn(1, c.z_dim, 2, 2, 2)
+        theirs = module.eval().decode(latent).clamp(-1, 1)
+        ours = vae.decode(latent).sample
+    assert torch.allclose(theirs, ours, atol=1e-5), float((theirs - ours).abs().max())  # the same decoder
+    return sd
+
+
+def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """Wan: 2.1 text to video (tiny-wan's transformer), 2.2 A14B (two experts of its shape) and 2.2 TI2V 5B
+    (48 latent channels, Wan 2.2's VAE), with one UMT5 file holding its SentencePiece model (`spiece_model`, as
+    Comfy-Org's umt5_xxl files do) in float32 and ComfyUI's scaled fp8. The configs are the pack's published
+    ones (backend/configs) with the tiny widths; the heads are 8 wide (the published 128 halved to the width)."""
+    import tempfile
+
+    import torch
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+    from transformers import T5TokenizerFast, UMT5Config, UMT5EncoderModel
+
+    from backend.protocol.spec import CONFIGS_DIR, read_json
+    from backend.worker.loading import _spiece_tokenizer
+
+    comfy = import_comfy(comfyui_dir)
+    names, models = FILES["wan"], out / "models"
+    spiece = spiece_model()
+    published = {folder: CONFIGS_DIR / folder for folder in ("wan21-t2v-1.3b", "wan22-t2v-a14b", "wan22-ti2v-5b")}
+    te_config = read_json(published["wan21-t2v-1.3b"] / "text_encoder" / "config.json")
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = _save({"spiece_model": torch.frombuffer(bytearray(spiece), dtype=torch.uint8)}, Path(tmp) / "te.sft")
+        _spiece_tokenizer(probe, published["wan21-t2v-1.3b"] / "tokenizer", Path(tmp) / "tokenizer")
+        tokenizer = T5TokenizerFast.from_pretrained(str(Path(tmp) / "tokenizer"))
+    te = UMT5Config.from_dict({**te_config, "vocab_size": len(tokenizer), "d_model": 32, "d_kv": 8, "d_ff": 64,
+                               "num_layers": 2, "num_heads": 4, "relative_attention_num_buckets": 8})
+    text_encoder = _seeded(81, lambda: UMT5EncoderModel(te))
+    tiny_wan = WanTransformer3DModel.from_pretrained(str(tiny / "tiny-wan"), subfolder="transformer")
+
+    def transformer(folder: str, seed: int, **sizes):
+        config = {**read_json(published[folder] / "transformer" / "config.json"), "attention_head_dim": 8,
+                  "num_attention_heads": 3, "ffn_dim": 32, "freq_dim": 16, "num_layers": 2, "text_dim": 32, **sizes}
+        return _seeded(seed, lambda: WanTransformer3DModel.from_config(config))
+
+    def vae(folder: str, seed: int, **sizes):
+        config = {**read_json(published[folder] / "vae" / "config.json"), "base_dim": 8, **sizes}
+        if config["z_dim"] != read_json(published[folder] / "vae" / "config.json")["z_dim"]:  # as the pack does
+            config.update(latents_mean=[0.0] * config["z_dim"], latents_std=[1.0] * config["z_dim"])
+        return _seeded(seed, lambda: AutoencoderKLWan.from_config(config))
+
+    def pipeline(folder: str, **parts):
+        scheduler = UniPCMultistepScheduler.from_config(read_json(published[folder] / "scheduler" / "scheduler_config.json"))
+        index = read_json(published[folder] / "model_index.json")
+        return WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, scheduler=scheduler,
+                           boundary_ratio=index.get("boundary_ratio"), expand_timesteps=index.get("expand_timesteps", False),
+                           **parts)
+
+    wan21 = transformer("wan21-t2v-1.3b", 0, in_channels=4, out_channels=4)
+    # tiny-wan's weights (heads of the pack's width), rounded to float16 as the file stores them
+    wan21.load_state_dict({k: v.half().float() for k, v in tiny_wan.state_dict().items()}, strict=True)
+    vae21 = vae("wan21-t2v-1.3b", 82, z_dim=4)  # Wan 2.1's layout (2 res blocks, [1, 2, 4, 4]): its converter's
+    high, low = (transformer("wan22-t2v-a14b", seed, in_channels=4, out_channels=4) for seed in (83, 84))
+    ti2v = transformer("wan22-ti2v-5b", 85)
+    vae22 = vae("wan22-ti2v-5b", 86, decoder_base_dim=16)  # the published layout: widths alone are read
+    refs = {"ref-wan21": pipeline("wan21-t2v-1.3b", transformer=wan21, vae=vae21),
+            "ref-wan22-a14b": pipeline("wan22-t2v-a14b", transformer=high, transformer_2=low, vae=vae21),
+            "ref-wan22-5b": pipeline("wan22-ti2v-5b", transformer=ti2v, vae=vae22)}
+    for name, pipe in refs.items():
+        pipe.save_pretrained(str(out / "diffusers" / name), safe_serialization=True)
+
+    dm = models / "diffusion_models"
+    wan21_sd = _wan_transformer_file(comfy, wan21)
+    _save({k: v.to(torch.float16) if v.is_floating_point() else v for k, v in wan21_sd.items()}, dm / names["diffusion_model"])
+    linear = [k for k, v in wan21_sd.items() if v.ndim == 2 and k.endswith(".weight") and k.startswith("blocks.")]
+    _save(_scaled_fp8(comfy, wan21_sd, linear), dm / names["fp8_scaled"])
+    for key, module in (("high_noise", high), ("low_noise", low), ("ti2v", ti2v)):
+        _save(_wan_transformer_file(comfy, module), dm / names[key])
+    _save(_wan_vae_file(comfy, vae21), models / "vae" / names["vae"])
+    _save(_wan_vae_file(comfy, vae22), models / "vae" / names["vae22"])
+    umt5 = _sd(text_encoder)
+    umt5.pop("encoder.embed_tokens.weight", None)  # tied to shared.weight; ComfyUI's files hold shared only
+    tokenizer_tensor = {"spiece_model": torch.frombuffer(bytearray(spiece), dtype=torch.uint8)}
+    _save({**umt5, **tokenizer_tensor}, models / "text_encoders" / names["umt5"])
+    matrices = [k for k, v in umt5.items() if v.ndim == 2 and k.startswith("encoder.block.")]
+    _save({**_scaled_fp8(comfy, umt5, matrices), **tokenizer_tensor}, models / "text_encoders" / names["umt5_fp8_scaled"])
+
+
 def flux1_published_width():
     """A FLUX.1 transformer of the published width (3072: 24 heads of 128, MLP ratio 4), with 1 double and
     1 single block and the tiny text encoders' and VAE's widths, in bfloat16 (about 1 GB). Deterministic."""
@@ -645,7 +795,7 @@ def _flux1_3072(tiny: Path, comfyui_dir: str, out: Path) -> None:
 
 
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
-            "qwenimage": _qwenimage, "zimage": _zimage, "flux1-3072": _flux1_3072}
+            "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:
@@ -665,5 +815,6 @@ def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:
 
 if __name__ == "__main__":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the pack (backend.*)
     out_dir, tiny_dir, comfy_dir, *names = sys.argv[1:]
     build(Path(out_dir), Path(tiny_dir), comfy_dir, names or FAMILIES)

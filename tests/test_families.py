@@ -18,11 +18,12 @@ pytestmark = pytest.mark.unit
 def test_each_family_names_its_configs_parts_and_pipelines(family_id):
     family = FAMILIES[family_id]
     assert family.id == family_id and family.pipelines
-    for configs in family.configs:
+    for configs in family.all_configs:
         folder = CONFIGS_DIR / configs.folder
         index = read_json(folder / "model_index.json")
         assert index["_class_name"] in {p.class_name for p in family.pipelines}, configs.folder
         assert (folder / family.denoiser / "config.json").is_file()
+        assert configs is not family.experts or (folder / f"{family.denoiser}_2" / "config.json").is_file()
         assert (folder / "vae" / "config.json").is_file()
         for slot in configs.text_encoders:
             assert index[slot.component][0] == "transformers", (configs.folder, slot.component)
@@ -34,7 +35,7 @@ def test_each_family_names_its_configs_parts_and_pipelines(family_id):
 
 
 def test_every_configs_folder_belongs_to_one_family():
-    folders = [c.folder for f in FAMILIES.values() for c in f.configs]
+    folders = [c.folder for f in FAMILIES.values() for c in f.all_configs]
     assert sorted(folders) == sorted(p.name for p in CONFIGS_DIR.iterdir() if p.is_dir())
 
 

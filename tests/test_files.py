@@ -109,7 +109,8 @@ def test_each_dropdown_lists_only_the_files_that_fit_its_role(files, tmp_path):
     assert {"clip_l-tiny.safetensors", "t5xxl-tiny_fp8_e4m3fn_scaled.safetensors", "qwen_3-tiny.safetensors",
             "mistral_3_small_flux2-tiny.safetensors"} <= set(listed["text_encoder"])
     assert set(listed["vae"]) == {"ae-tiny.safetensors", "flux2-vae-tiny.safetensors", "sd3-vae-tiny.safetensors",
-                                  "qwen_image_vae-tiny.safetensors"}
+                                  "qwen_image_vae-tiny.safetensors", "wan_2.1_vae-tiny.safetensors",
+                                  "wan2.2_vae-tiny.safetensors"}
     assert {"sdxl-tiny.safetensors", "sd3-tiny-noT5.safetensors"} <= set(listed["checkpoint"])
     assert not set(listed["vae"]) & (set(listed["text_encoder"]) | set(listed["diffusion_model"]))
 
@@ -424,6 +425,114 @@ def test_variants_are_detected_only_where_plain_weights_are_missing(tmp_path):
         models.detect_variant(tmp_path, index)
 
 
+# ---- Wan (video): Wan 2.1, Wan 2.2 A14B's two experts, Wan 2.2 TI2V 5B (48 latent channels, Wan 2.2's VAE)
+
+UMT5 = "umt5_xxl-tiny.safetensors"
+WAN21 = dict(diffusion_model="wan2.1_t2v-tiny_fp16.safetensors", text_encoders=(UMT5,),
+             vae="wan_2.1_vae-tiny.safetensors")
+WAN = {  # case -> (reference diffusers folder, the files chosen, published configs, size factor)
+    "wan21": ("ref-wan21", WAN21, "wan21-t2v-1.3b", 16),
+    "wan22-a14b": ("ref-wan22-a14b", dict(WAN21, diffusion_model="wan2.2_t2v_high_noise-tiny.safetensors",
+                                          diffusion_model_2="wan2.2_t2v_low_noise-tiny.safetensors"),
+                   "wan22-t2v-a14b", 16),
+    "wan22-5b": ("ref-wan22-5b", dict(WAN21, diffusion_model="wan2.2_ti2v-tiny.safetensors",
+                                      vae="wan2.2_vae-tiny.safetensors"), "wan22-ti2v-5b", 32),
+}
+WAN_SIZES = {"in_channels", "out_channels", "num_layers", "attention_head_dim", "num_attention_heads", "ffn_dim",
+             "text_dim", "freq_dim", "base_dim", "decoder_base_dim", "z_dim", "is_residual", "d_model", "num_heads",
+             "d_ff", "d_kv", "vocab_size", "relative_attention_num_buckets", "latents_mean", "latents_std"}
+
+
+@pytest.mark.unit
+def test_wan_files_make_the_published_pipelines_with_sizes_from_their_tensors(files):
+    """Each choice makes its published model (configs, experts, Wan 2.2's VAE and its 32-pixel size step) with
+    the reference's sizes; ComfyUI's scaled fp8 (UMT5 and the diffusion model) is read with its scales."""
+    import torch
+
+    for case, (folder, choice, configs, factor) in WAN.items():
+        spec = file_spec(files, **choice)
+        reference = api.make_spec(folder, [str(files / "diffusers")])
+        assert (spec.class_name, spec.source.configs, spec.size_factor) == ("WanPipeline", configs, factor), case
+        assert spec.size_factor == reference.size_factor, case
+        index = spec.model_index()
+        assert (index.get("boundary_ratio"), index.get("expand_timesteps", False)) == {
+            "wan21": (None, False), "wan22-a14b": (0.875, False), "wan22-5b": (None, True)}[case]
+        for name in ("transformer", "transformer_2", "vae", "text_encoder"):
+            mine, theirs = spec.component_config(name), reference.component_config(name)
+            assert bool(mine) == bool(theirs) == (name != "transformer_2" or case == "wan22-a14b"), (case, name)
+            assert name == "transformer_2" and not mine or WAN_SIZES & set(mine), (case, name)
+            keys = WAN_SIZES & set(theirs) & set(mine)  # every size both state (the rest: the class defaults)
+            assert {k: mine[k] for k in keys} == {k: theirs[k] for k in keys}, (case, name)
+        layouts_ = {c.name: c.layout for c in spec.source.components}
+        assert layouts_["tokenizer"] == "spiece" and layouts_["vae"] == ("wan22-vae" if case == "wan22-5b"
+                                                                          else "wan-vae")
+    fp8 = file_spec(files, **dict(WAN21, diffusion_model="wan2.1_t2v-tiny_fp8_scaled.safetensors",
+                                  text_encoders=("umt5_xxl-tiny_fp8_e4m3fn_scaled.safetensors",)))
+    assert {c.name: c.quant for c in fp8.source.components if c.quant} == {"transformer": "scaled-fp8",
+                                                                          "text_encoder": "scaled-fp8"}
+    pipe, ref = _load(fp8), _reference(files, "ref-wan21")
+    for name in ("transformer", "text_encoder"):
+        mine, theirs = getattr(pipe, name).state_dict(), getattr(ref, name).state_dict()
+        assert mine.keys() == theirs.keys(), name
+        for key, value in theirs.items():  # within fp8's rounding (3 mantissa bits) of each layer's largest value
+            assert torch.allclose(mine[key], value, rtol=0, atol=float(value.abs().max()) / 16), (name, key)
+
+
+@pytest.mark.unit
+def test_umt5_tokenizer_from_the_file_encodes_as_sentencepiece_does(files, tmp_path):
+    """The tokenizer the worker makes of the `spiece_model` tensor gives SentencePiece's own ids (plus the end
+    token T5 appends), normalization included (full-width letters, accents, repeated spaces)."""
+    import sentencepiece
+    from safetensors.torch import load_file
+    from transformers import T5TokenizerFast
+
+    from backend.protocol.spec import CONFIGS_DIR
+    from backend.worker import loading
+
+    loading._spiece_tokenizer(files / "models" / "text_encoders" / UMT5, CONFIGS_DIR / "wan21-t2v-1.3b" / "tokenizer",
+                              tmp_path / "tokenizer")
+    ours = T5TokenizerFast.from_pretrained(str(tmp_path / "tokenizer"))
+    data = load_file(files / "models" / "text_encoders" / UMT5)["spiece_model"].numpy().tobytes()
+    sp = sentencepiece.SentencePieceProcessor(model_proto=data)
+    for text in (FOX, "a photo of a cat  riding   a horse", "ＡＢＣ café naïve 123", "zebra Quokka!", ""):
+        assert ours(text).input_ids == sp.encode(text) + [1], text
+    assert loading.protobuf_field(b"\x08\x96\x01\x1a\x03abc", 3) == b"abc" and loading.protobuf_field(b"", 3) is None
+
+
+WAN_WRONG = {
+    "second model for a one-model family": (dict(FLUX1, diffusion_model_2="flux1-tiny.safetensors"),
+                                            ["diffusion_model_2: 'flux1-tiny.safetensors'", "Wan 2.2 A14B",
+                                             "FLUX.1 has one", NONE]),
+    "experts of different shapes": (dict(WAN["wan22-a14b"][1], diffusion_model_2="wan2.2_ti2v-tiny.safetensors"),
+                                    ["diffusion_model_2: 'wan2.2_ti2v-tiny.safetensors'", "shapes",
+                                     "low-noise file"]),
+    "5B as a pair": (dict(WAN["wan22-5b"][1], diffusion_model_2="wan2.2_ti2v-tiny.safetensors"),
+                     ["Wan 2.2 TI2V 5B, which is one file", NONE]),
+    "Wan 2.1 VAE for the 5B": (dict(WAN["wan22-5b"][1], vae="wan_2.1_vae-tiny.safetensors"),
+                               ["vae: 'wan_2.1_vae-tiny.safetensors'", "4 latent channels",
+                                "needs wan2.2_vae.safetensors (48 channels)"]),
+    "UMT5 without its tokenizer": (dict(WAN21, text_encoders=("umt5-no-tokenizer.safetensors",)),
+                                   ["text_encoder_1: 'umt5-no-tokenizer.safetensors' carries no tokenizer",
+                                    "spiece_model"]),
+}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("case", sorted(WAN_WRONG))
+def test_wan_files_that_do_not_make_a_pipeline_are_named_with_the_fix(files, case):
+    choice, words = WAN_WRONG[case]
+    bare = files / "models" / "text_encoders" / "umt5-no-tokenizer.safetensors"
+    if case == "UMT5 without its tokenizer":
+        from safetensors.torch import load_file, save_file
+
+        save_file({k: v for k, v in load_file(files / "models" / "text_encoders" / UMT5).items()
+                   if k != "spiece_model"}, str(bare))
+    try:
+        assert_error(words, file_spec, files, **choice)
+    finally:
+        bare.unlink(missing_ok=True)
+
+
 # ---- precisions (loaded in this process: the weights are what is checked)
 
 
@@ -548,6 +657,34 @@ def test_same_seed_same_image_from_the_files_as_from_the_folder(files, case):
     from_files = api.sample(file_spec(files, **choice), req)
     assert from_files.shape == (1, 64, 64, 3) and from_files.std() > 0
     assert np.array_equal(from_files, from_folder), float(np.abs(from_files - from_folder).max())
+
+
+@pytest.mark.workers
+def test_wan_frames_from_the_files_equal_plain_diffusers(files):
+    """Wan 2.1, Wan 2.2 A14B (4 steps: the last is below the boundary, so the low-noise expert runs) and Wan 2.2
+    TI2V 5B from ComfyUI's files through a worker: the frames of plain diffusers' WanPipeline from the reference
+    folder, same inputs and seed, bit for bit."""
+    import torch
+    from diffusers import WanPipeline
+
+    for case, (folder, choice, _, _) in WAN.items():
+        steps = 4 if case == "wan22-a14b" else 2
+        req = SampleRequest(prompt=FOX, negative_prompt="blurry", width=32, height=32, frames=5, steps=steps,
+                            guidance=5.0, seed=3)
+        got = api.sample(file_spec(files, **choice), req)
+        pipe = WanPipeline.from_pretrained(str(files / "diffusers" / folder), dtype=torch.float32,
+                                           local_files_only=True)
+        pipe.set_progress_bar_config(disable=True)
+        low_noise_calls = []
+        if pipe.transformer_2 is not None:
+            pipe.transformer_2.register_forward_hook(lambda *_, calls=low_noise_calls: calls.append(1))
+        with torch.inference_mode():
+            plain = pipe(prompt=FOX, negative_prompt="blurry", height=32, width=32, num_frames=5,
+                         num_inference_steps=steps, guidance_scale=5.0, output_type="np",
+                         generator=[torch.Generator("cpu").manual_seed(3)]).frames[0]
+        assert got.shape == (5, 32, 32, 3) and got.std() > 0, case
+        assert np.array_equal(got, plain), (case, float(np.abs(got - plain).max()))
+        assert bool(low_noise_calls) == (case == "wan22-a14b"), case
 
 
 @pytest.mark.workers

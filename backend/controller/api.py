@@ -21,6 +21,7 @@ import numpy as np
 
 from ..protocol import samplers, settings
 from ..protocol.errors import CompileError, ModelError, OptionError, SampleError, TPUError, WorkerCrashed
+from ..protocol.families.text_encoders import TOKENIZER_LAYOUTS
 from ..protocol.messages import Status, Step
 from ..protocol.spec import (
     DTYPE_CHOICES,
@@ -106,7 +107,7 @@ def describe_files(spec: PipelineSpec) -> str:
     """What a pipeline made of files is and where each part comes from, for the text next to the loader."""
     lines = [f"{spec.family.name} ({spec.class_name})"]
     for part in spec.source.components if spec.source else ():
-        if part.layout in ("tokenizer", "tekken", "checkpoint"):
+        if part.layout in (*TOKENIZER_LAYOUTS, "checkpoint"):
             continue
         how = {"scaled-fp8": ", scaled fp8: dequantized on load", "gguf": ", GGUF"}.get(part.quant, "")
         inside = " (in the checkpoint)" if part.prefix and part.name not in ("transformer", "unet") else ""

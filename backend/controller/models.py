@@ -186,7 +186,10 @@ def detect_variant(path: Path, index: dict) -> str:
 
 
 def vae_scale(vae_config: dict) -> int:
-    """The VAE's downscale: 2 per down block after the first (AutoencoderKL), 8 where it does not say."""
+    """The VAE's downscale: what it says (Wan's `scale_factor_spatial`: 16 for Wan 2.2 5B's), else 2 per down
+    block after the first (AutoencoderKL), else 8."""
+    if isinstance(vae_config.get("scale_factor_spatial"), int):
+        return vae_config["scale_factor_spatial"]
     blocks = vae_config.get("block_out_channels")
     return 2 ** (len(blocks) - 1) if blocks else 8
 

@@ -16,7 +16,7 @@ from .files import headers
 FP8_CHOICE = "float8_e4m3fn"  # the dtype choice that asks for fp8 storage (DTYPE_CHOICES)
 FP8_COMPUTE = "bfloat16"  # what that choice computes in
 _FILE_FP8 = {"F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}  # safetensors dtype -> torch dtype name
-_DENOISERS = ("transformer", "unet")
+_DENOISERS = ("transformer", "unet", "transformer_2")  # transformer_2: Wan 2.2 A14B's low-noise expert
 
 
 def compute_dtype(spec: PipelineSpec) -> str:

@@ -34,7 +34,6 @@ from ..protocol.spec import FileComponent, FileSource, listed_components, read_j
 from ..protocol.units import format_bytes
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
-_TOKENIZER_LAYOUTS = ("tokenizer", "tekken")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
 # the parts of an all-in-one checkpoint the pipeline's own loader reads: the denoisers of the families whose
 # all-in-one files diffusers reads (their layout is the family id), LDM VAEs and CLIP/T5 text encoders
@@ -92,8 +91,6 @@ def load_pipeline(model_path: str, dtype: Any, status: Callable[[str], None],
     `extra_kwargs[name]` is added to component `name`'s from_pretrained call; `variant` names weights that
     the folder holds only as a variant (`*.fp16.safetensors`). A component that fails to load raises an
     OSError naming it."""
-    from diffusers import DiffusionPipeline
-
     common = {"dtype": dtype, "local_files_only": True, "use_safetensors": safetensors_only(),
               "variant": variant or None}
     parts = weighted_components(model_path)
@@ -106,7 +103,8 @@ def load_pipeline(model_path: str, dtype: Any, status: Callable[[str], None],
         except OSError as e:
             raise OSError(f"component '{part.name}': {e}") from e
     status("loading tokenizers and scheduler, building the pipeline")
-    return DiffusionPipeline.from_pretrained(model_path, **loaded, **common)
+    return pipeline_class(read_json(Path(model_path) / "model_index.json")).from_pretrained(model_path, **loaded,
+                                                                                          **common)
 
 
 # ---- artists' files
@@ -147,10 +145,17 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
                 _shard_after_load(getattr(pipe, name, None), (extra_kwargs or {}).get(name, {}))
             return pipe
         status("loading tokenizers and scheduler, building the pipeline")
-        from diffusers import DiffusionPipeline
-
-        return DiffusionPipeline.from_pretrained(str(root), **loaded, dtype=dtype, local_files_only=True,
+        return pipeline_class(index).from_pretrained(str(root), **loaded, dtype=dtype, local_files_only=True,
                                                  use_safetensors=True)
+
+
+def pipeline_class(index: dict) -> type:
+    """The pipeline class a model_index names. Its own from_pretrained, not DiffusionPipeline's: the generic one
+    knows only the required components, so a component the class declares optional (Wan's transformer and
+    transformer_2) passed in already loaded would be ignored and read again from the folder."""
+    import diffusers
+
+    return getattr(diffusers, index["_class_name"])
 
 
 def _left_to_checkpoint(part: FileComponent, checkpoint: FileComponent | None) -> bool:
@@ -181,6 +186,8 @@ def _lay_out(source: FileSource, root: Path) -> Path:
             _tokenizer_folder(Path(part.path), configs / part.name, root / part.name)
         elif part.layout == "tekken":
             _tekken_tokenizer(Path(part.path), configs / part.name, root / part.name)
+        elif part.layout == "spiece":
+            _spiece_tokenizer(Path(part.path), configs / part.name, root / part.name)
         elif _symlinked(part):
             name = "diffusion_pytorch_model.safetensors" if part.layout == "diffusers" else "model.safetensors"
             (root / part.name).mkdir(exist_ok=True)
@@ -219,6 +226,57 @@ def _tekken_tokenizer(te_file: Path, shipped: Path, target: Path) -> None:
     MistralConverter(vocab_file=str(target / "tekken.json")).converted().save(str(target / "tokenizer.json"))
     (target / "tekken.json").unlink()
     shutil.copy(shipped / "tokenizer_config.json", target / "tokenizer_config.json")
+
+
+def _spiece_tokenizer(te_file: Path, shipped: Path, target: Path) -> None:
+    """UMT5's tokenizer from the `spiece_model` tensor that Comfy-Org's umt5_xxl files carry (a SentencePiece
+    model's bytes, which ComfyUI reads with sentencepiece, one of its requirements): transformers' T5 tokenizer
+    made of its pieces and scores and its normalization table, what transformers' own converter takes from it
+    (that converter needs protobuf, which neither ComfyUI nor the pack installs), with the pack's settings."""
+    import sentencepiece
+    from safetensors import safe_open
+    from transformers import T5TokenizerFast
+
+    with safe_open(str(te_file), "pt") as f:
+        data = f.get_tensor("spiece_model").numpy().tobytes()
+    sp = sentencepiece.SentencePieceProcessor(model_proto=data)
+    if (sp.pad_id(), sp.eos_id(), sp.unk_id()) != (0, 1, 2):  # what T5's tokenizer assumes (UMT5's are)
+        raise ValueError(f"its SentencePiece model numbers pad, end and unknown {sp.pad_id()}, {sp.eos_id()}, "
+                         f"{sp.unk_id()}, not UMT5's 0, 1, 2")
+    normalizer = protobuf_field(protobuf_field(data, 3) or b"", 2)  # normalizer_spec.precompiled_charsmap
+    vocab = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
+    tokenizer = T5TokenizerFast(vocab=vocab, extra_ids=0, _spm_precompiled_charsmap=normalizer or None)
+    target.mkdir(parents=True, exist_ok=True)
+    tokenizer.backend_tokenizer.save(str(target / "tokenizer.json"))
+    shutil.copy(shipped / "tokenizer_config.json", target / "tokenizer_config.json")
+
+
+def protobuf_field(message: bytes, number: int) -> bytes | None:
+    """The first length-delimited field `number` of a protobuf message, read by its wire format (varint keys;
+    wire types 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32); None when it has none."""
+
+    def varint(i: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            byte = message[i]
+            value, shift, i = value | (byte & 0x7F) << shift, shift + 7, i + 1
+            if byte < 0x80:
+                return value, i
+
+    i = 0
+    while i < len(message):
+        key, i = varint(i)
+        field, wire = key >> 3, key & 7
+        if wire == 2:
+            size, i = varint(i)
+            if field == number:
+                return message[i:i + size]
+            i += size
+        elif wire in (0, 1, 5):
+            i = varint(i)[1] if wire == 0 else i + (8 if wire == 1 else 4)
+        else:
+            raise ValueError(f"not a protobuf message (wire type {wire})")
+    return None
 
 
 def _state_dict(part: FileComponent, dtype: Any) -> dict:
@@ -282,7 +340,7 @@ def _load_file_component(root: Path, name: str, cls: type, part: FileComponent, 
         model = cls.from_pretrained(None, config=config, state_dict=_state_dict(part, dtype),
                                     use_safetensors=True, **file_args)
         return _finish_text_encoder(model, part)
-    if part.layout in ("flux2-vae", "wan-vae"):
+    if part.layout in ("flux2-vae", "wan-vae", "wan22-vae"):
         return _converted_vae(root, cls, part, dtype)
     if part.quant == "gguf":
         from diffusers import GGUFQuantizationConfig
@@ -322,8 +380,9 @@ def _has_key(part: FileComponent, key: str) -> bool:
 
 
 def _converted_vae(root: Path, cls: type, part: FileComponent, dtype: Any) -> Any:
-    """The FLUX.2 and Qwen-Image VAEs, which diffusers' single-file loader does not map: diffusers' own
-    converters for their layouts (LDM plus FLUX.2's batch-norm statistics; Wan 2.1), then a strict load."""
+    """The FLUX.2, Qwen-Image and Wan VAEs, which diffusers' single-file loader does not map: diffusers' own
+    converters for their layouts (LDM plus FLUX.2's batch-norm statistics; Wan 2.1; Wan 2.2: see
+    convert_wan22_vae), then a strict load."""
     import torch
     from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint, convert_wan_vae_to_diffusers
 
@@ -332,12 +391,43 @@ def _converted_vae(root: Path, cls: type, part: FileComponent, dtype: Any) -> An
     if part.layout == "flux2-vae":
         converted = convert_ldm_vae_checkpoint(sd, config)
         converted.update({k: v for k, v in sd.items() if k.startswith("bn.")})
+    elif part.layout == "wan22-vae":
+        converted = convert_wan22_vae(sd)
     else:
         converted = convert_wan_vae_to_diffusers(sd)
     with torch.device("meta"):
         model = cls.from_config(config)
     model.load_state_dict(converted, strict=True, assign=True)
     return model.to(dtype).eval()
+
+
+_WAN_RESIDUAL = {"residual.0.": "norm1.", "residual.2.": "conv1.", "residual.3.": "norm2.", "residual.6.": "conv2.",
+                 "shortcut.": "conv_shortcut."}
+
+
+def convert_wan22_vae(sd: dict) -> dict:
+    """Wan 2.2's VAE (ComfyUI's and Wan's layout) in diffusers' names. diffusers 0.42 has a single-file
+    converter for Wan 2.1's VAE only; its middle, head and quant layers are Wan 2.2's too, so that converter
+    reads them, and the down and up blocks (Wan 2.2 nests them: `encoder.downsamples.<block>.downsamples.<layer>`,
+    the resampler last) are renamed here."""
+    import re
+
+    from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
+
+    blocks, rest = {}, {}
+    for key, value in sd.items():
+        found = re.match(r"(encoder|decoder)\.(?:down|up)samples\.(\d+)\.(?:down|up)samples\.(\d+)\.(.+)", key)
+        if found is None:
+            rest[key] = value
+            continue
+        side, block, layer, name = found.groups()
+        kind = "down" if side == "encoder" else "up"
+        if name.startswith(("resample.", "time_conv.")):
+            blocks[f"{side}.{kind}_blocks.{block}.{kind}sampler.{name}"] = value
+        else:
+            old = next(k for k in _WAN_RESIDUAL if name.startswith(k))
+            blocks[f"{side}.{kind}_blocks.{block}.resnets.{layer}.{_WAN_RESIDUAL[old]}{name[len(old):]}"] = value
+    return {**convert_wan_vae_to_diffusers(rest), **blocks}
 
 
 def _shard_after_load(model: Any, extra: dict) -> Any:
@@ -355,10 +445,7 @@ def _shard_after_load(model: Any, extra: dict) -> Any:
 def _load_checkpoint(root: Path, index: dict, checkpoint: FileComponent, loaded: dict, dtype: Any) -> Any:
     """An SD3, SDXL or FLUX.1 all-in-one checkpoint through the pipeline's own single-file loader (configs
     and tokenizers from `root`), with the parts loaded separately passed in."""
-    import diffusers
-
-    cls = getattr(diffusers, index["_class_name"])
-    pipe = cls.from_single_file(checkpoint.path, config=str(root), local_files_only=True, dtype=dtype, **loaded)
+    pipe = pipeline_class(index).from_single_file(checkpoint.path, config=str(root), local_files_only=True, dtype=dtype, **loaded)
     t5 = getattr(pipe, "text_encoder_3", None) if "text_encoder_3" not in loaded else None
     if t5 is not None:  # diffusers leaves T5's embed_tokens untied (on the meta device) in single files
         t5.tie_weights()

@@ -19,6 +19,7 @@ import torch
 
 from ..protocol import messages, samplers, settings
 from ..protocol.errors import Interrupted, ModelError
+from ..protocol.families.text_encoders import TOKENIZER_LAYOUTS
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
 from . import device, images, loading, parallel, storage
@@ -265,7 +266,7 @@ class Runtime:
         if spec.loras:
             causes.append(f"the LoRAs applied ({', '.join(f'{x.name} at strength {x.strength:g}' for x in spec.loras)}"
                           "): run without them, or at a lower strength, to find out")
-        files = sorted({Path(c.path).name for c in spec.source.components if c.layout not in ("tokenizer", "tekken")}
+        files = sorted({Path(c.path).name for c in spec.source.components if c.layout not in TOKENIZER_LAYOUTS}
                        ) if spec.source else [spec.name]
         causes.append(f"NaN or infinity in the model's weights ({', '.join(files)}): the file is damaged or "
                       "converted wrongly; download it again")

@@ -17,17 +17,19 @@ from .compiler import denoiser
 
 
 def keep_in_storage_dtype(pipe: Any, spec: PipelineSpec, compute: torch.dtype) -> None:
-    """The denoiser of `pipe` stored in `spec.storage` (an fp8 dtype) and computed in `compute`; nothing without
-    fp8 storage."""
+    """The denoiser of `pipe` (and its second expert, Wan 2.2 A14B's transformer_2) stored in `spec.storage` (an
+    fp8 dtype) and computed in `compute`; nothing without fp8 storage."""
     if not spec.storage:
         return
-    _, module = denoiser(pipe)
     storage = getattr(torch, spec.storage)
-    module.enable_layerwise_casting(storage_dtype=storage, compute_dtype=compute)
-    with torch.no_grad():  # the layers left in the compute dtype may still view the loader's mapping of the file,
-        for param in module.parameters():  # which would keep all of its pages in host memory: own copies instead
-            if param.dtype != storage and not hasattr(param, "to_local"):
-                param.data = param.data.clone()
+    for module in (denoiser(pipe)[1], getattr(pipe, "transformer_2", None)):
+        if module is None:
+            continue
+        module.enable_layerwise_casting(storage_dtype=storage, compute_dtype=compute)
+        with torch.no_grad():  # the layers left in the compute dtype may still view the loader's mapping of the
+            for param in module.parameters():  # file, which would keep its pages in host memory: own copies
+                if param.dtype != storage and not hasattr(param, "to_local"):
+                    param.data = param.data.clone()
 
 
 def compute_dtype_of(module: torch.nn.Module) -> torch.dtype | None:

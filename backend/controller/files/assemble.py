@@ -32,6 +32,7 @@ class FileChoice:
     diffusion_model: str | None = None
     text_encoders: tuple[str | None, ...] = ()
     vae: str | None = None
+    diffusion_model_2: str | None = None  # the second expert of a two-expert model (Wan 2.2 A14B's low noise)
 
     def chosen(self, value: str | None) -> bool:
         return bool(value) and value.strip() != NONE
@@ -89,7 +90,10 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
                          "a diffusers folder only so far: put the diffusers version of the model in "
                          "models/diffusers and choose it in Load TPU Pipeline.")
     texts = _text_encoders(family, chosen)
+    second = chosen.get("diffusion_model_2")
     configs = family.published(denoiser.shapes, frozenset(texts))
+    if second:
+        configs = _experts(family, main, second, configs)
     needs = [slot.kind for slot in configs.text_encoders]
     missing = [slot.kind for slot in configs.text_encoders if slot.kind not in texts and not slot.optional]
     if missing:
@@ -105,11 +109,35 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
                          "none. Put it in ComfyUI's models/vae folder and choose it in vae.")
     draft = _Draft(family, configs, main, denoiser, texts, vae_file)
     _check_fit(draft)
-    _add_denoiser(draft)
+    _add_denoiser(draft, main, family.denoiser)
+    if second:
+        _add_denoiser(draft, second, f"{family.denoiser}_2")
     _add_vae(draft)
     for slot in configs.text_encoders:
         _add_text_encoder(draft, slot.component, slot.kind)
     return _described(draft)
+
+
+def _experts(family: ModelFamily, main: _Chosen, second: _Chosen, alone: Configs) -> Configs:
+    """The published two-expert model that `main` (high noise) and `second` (low noise) make: both of the
+    family, of the same shapes, and of the shape of the family's first model (`alone`: what `main` is alone)."""
+    name = f"diffusion_model_2: '{second.path.name}'"
+    if family.experts is None or main.input != "diffusion_model":
+        raise ModelError(f"{name} was chosen as a second diffusion model, which only Wan 2.2 A14B's two experts "
+                         f"use; {family.name} has one ('{main.path.name}'). Set diffusion_model_2 to '{NONE}'.")
+    part = second.contents.denoiser
+    if part is None or part.kind != family.id:
+        raise ModelError(_not_a(second, f"{family.name} diffusion model",
+                                f"the low-noise expert that goes with '{main.path.name}' (or '{NONE}')"))
+    if part.shapes != main.contents.denoiser.shapes:
+        raise ModelError(f"{name} does not have the shapes of '{main.path.name}': the two experts of "
+                         f"{family.experts.name} are the same model trained for two noise levels. Choose its "
+                         "low-noise file (the high-noise one goes in diffusion_model).")
+    if alone != family.configs[0]:
+        raise ModelError(f"{name}: '{main.path.name}' is {alone.name}, which is one file, not a pair of experts "
+                         f"({family.experts.name}'s are of {family.configs[0].name}'s shape). Set "
+                         f"diffusion_model_2 to '{NONE}'.")
+    return family.experts
 
 
 def _wanted(kind: str) -> str:
@@ -120,7 +148,7 @@ def _read_choice(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> dict
     chosen: dict[str, _Chosen] = {}
     inputs = [("checkpoint", "checkpoint", choice.checkpoint), ("diffusion_model", "diffusion_model",
                                                                  choice.diffusion_model),
-              ("vae", "vae", choice.vae)]
+              ("diffusion_model_2", "diffusion_model", choice.diffusion_model_2), ("vae", "vae", choice.vae)]
     inputs += [(f"text_encoder_{i}", "text_encoder", v) for i, v in enumerate(choice.text_encoders, 1)]
     for name, role, value in inputs:
         if not choice.chosen(value):
@@ -188,7 +216,8 @@ def _check_fit(p: _Draft) -> None:
         raise ModelError(
             f"{p.vae_file.input}: '{p.vae_file.path.name}' is a VAE with {vae.width} latent channels"
             f"{' of another kind' if vae.kind != family.vae else ''}; this {family.name} model "
-            f"('{main.path.name}') needs {family.vae_hint} ({latent} channels). Choose the matching VAE.")
+            f"('{main.path.name}') needs {p.configs.vae_hint or family.vae_hint} ({latent} channels). Choose the "
+            "matching VAE.")
     if family.clip_pair and "clip-l" in p.texts and "clip-g" in p.texts:
         width = family.clip_pair(s, p.texts["clip-l"][0].shapes, p.texts["clip-g"][0].shapes)
         if width is not None:
@@ -247,26 +276,26 @@ def _unsupported_quant(c: _Chosen) -> None:
                          "CUDA.")
 
 
-def _add_denoiser(p: _Draft) -> None:
-    family, main, denoiser = p.family, p.main, p.denoiser
+def _add_denoiser(p: _Draft, main: _Chosen, component: str) -> None:
+    """The denoiser file `main` as pipeline component `component`, its sizes over the published config."""
+    family, denoiser = p.family, main.contents.denoiser
     header = main.contents.header
     _unsupported_quant(main)
     quant = _quant(header, denoiser.prefix)
-    if quant == "gguf" and main.input != "diffusion_model":
+    if quant == "gguf" and main.input not in ("diffusion_model", "diffusion_model_2"):
         raise ModelError(f"{main.input}: GGUF files are read as diffusion models only; put '{main.path.name}' in "
                          "models/diffusion_models (or models/unet).")
-    published = read_json(p.folder / family.denoiser / "config.json")
+    published = read_json(p.folder / component / "config.json")
     sizes = family.sizes(denoiser.shapes, published, {kind: part.shapes for kind, (part, _) in p.texts.items()})
-    p.override(family.denoiser, sizes)
+    p.override(component, sizes)
     if family.variant:
         overrides, notes = family.variant(sizes, main.path.name, p.configs)
-        for component, values in overrides.items():
-            p.override(component, values)
+        for name, values in overrides.items():
+            p.override(name, values)
         p.notes += notes
     layout = family.layout(denoiser.shapes, denoiser.prefix, quant, main.path.name)
     key_map = _flux1_key_map(denoiser.shapes) if layout == "flux1-comfy-map" else ()
-    p.parts.append(FileComponent(family.denoiser, str(main.path), layout, denoiser.prefix, quant, header.size,
-                                 key_map))
+    p.parts.append(FileComponent(component, str(main.path), layout, denoiser.prefix, quant, header.size, key_map))
 
 
 def _add_vae(p: _Draft) -> None:
@@ -274,7 +303,7 @@ def _add_vae(p: _Draft) -> None:
     vae = vae_file.contents.vae
     p.override("vae", vaes.sizes(vae.kind, vae.shapes, read_json(p.folder / "vae" / "config.json")))
     _unsupported_quant(vae_file)
-    p.parts.append(FileComponent("vae", str(vae_file.path), vaes.KINDS[vae.kind].layout, vae.prefix,
+    p.parts.append(FileComponent("vae", str(vae_file.path), vaes.layout(vae.kind, vae.shapes), vae.prefix,
                                  _quant(vae_file.contents.header, vae.prefix), vae_file.contents.header.size))
 
 
@@ -308,13 +337,13 @@ def _add_text_encoder(p: _Draft, name: str, kind: str) -> None:
 
 
 def _tokenizer(tok_name: str, kind: str, c: _Chosen) -> FileComponent:
-    """ComfyUI's bundled tokenizer for a text encoder kind; Mistral's from the file itself."""
-    folder = text_encoders.KINDS[kind].tokenizer
-    if not folder:
-        if "tekken_model" not in c.contents.header.shapes:
-            raise ModelError(f"{c.input}: '{c.path.name}' carries no tokenizer (the 'tekken_model' tensor of "
-                             "Comfy-Org's mistral_3_small_flux2 files); use one of those files.")
-        return FileComponent(tok_name, str(c.path), "tekken")
+    """ComfyUI's bundled tokenizer for a text encoder kind; Mistral's and UMT5's from the file itself."""
+    folder, tensor = text_encoders.KINDS[kind].tokenizer, text_encoders.KINDS[kind].tokenizer_tensor
+    if tensor:
+        if tensor not in c.contents.header.shapes:
+            raise ModelError(f"{c.input}: '{c.path.name}' carries no tokenizer (the '{tensor}' tensor that "
+                             f"Comfy-Org's {short_name(kind)} files hold); use one of those files.")
+        return FileComponent(tok_name, str(c.path), text_encoders.FILE_TOKENIZERS[tensor])
     comfy = comfy_package_dir()
     if comfy is None:
         raise ModelError("ComfyUI's bundled tokenizers (its comfy package) were not found: files from "

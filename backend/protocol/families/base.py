@@ -73,6 +73,7 @@ class Configs:
     folder: str
     text_encoders: tuple[TextSlot, ...]
     name: str = ""  # what messages call this model where the family has several ("FLUX.2 [klein]")
+    vae_hint: str = ""  # what artists call its VAE file where it is not the family's (Wan 2.2 5B's)
 
 
 @dataclass(frozen=True)
@@ -104,11 +105,19 @@ class ModelFamily:
     configs_for: Callable[[Shapes, frozenset[str]], Configs] | None = None
     # (denoiser shapes, key prefix, quant, file name) -> how the worker reads the denoiser file (default: id)
     denoiser_layout: Callable[[Shapes, str, str, str], str] | None = None
+    # the published model of two experts (Wan 2.2 A14B: high noise, then low noise) that a second diffusion
+    # model makes: the second becomes `<denoiser>_2`. None: the family's models have one denoiser
+    experts: Configs | None = None
     # (denoiser sizes, file name, configs) -> (config overrides by component, "" for model_index; notes)
     variant: Callable[[dict, str, Configs], tuple[dict[str, dict], tuple[str, ...]]] | None = None
 
     def recognises(self, shapes: Shapes) -> bool:
         return all(k in shapes for k in self.denoiser_keys) and not any(k in shapes for k in self.absent_keys)
+
+    @property
+    def all_configs(self) -> tuple[Configs, ...]:
+        """Every published model of the family: the one-file ones, then the two-expert one."""
+        return (*self.configs, *((self.experts,) if self.experts else ()))
 
     def published(self, shapes: Shapes, kinds: frozenset[str]) -> Configs:
         return self.configs_for(shapes, kinds) if self.configs_for else self.configs[0]

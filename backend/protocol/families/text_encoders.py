@@ -17,6 +17,7 @@ class TextEncoderKind:
     id: str  # "clip-l"
     wanted: str  # what artists call the file, for messages
     tokenizer: str  # ComfyUI's bundled tokenizer folder (relative to its comfy package); "": the file holds one
+    tokenizer_tensor: str = ""  # the tensor of the file that holds its tokenizer (as ComfyUI reads it)
 
     @property
     def short(self) -> str:
@@ -31,9 +32,15 @@ KINDS = {k.id: k for k in (
                     "text_encoders/t5_tokenizer"),
     TextEncoderKind("qwen25vl", "Qwen2.5-VL (qwen_2.5_vl_7b.safetensors)", "text_encoders/qwen25_tokenizer"),
     TextEncoderKind("qwen3", "Qwen3 (qwen_3_4b.safetensors)", "text_encoders/qwen25_tokenizer"),
-    TextEncoderKind("mistral", "Mistral Small 3.1 (mistral_3_small_flux2_bf16.safetensors)", ""),
-    TextEncoderKind("umt5", "UMT5-XXL (umt5_xxl_fp16.safetensors or umt5_xxl_fp8_e4m3fn_scaled.safetensors)", ""),
+    TextEncoderKind("mistral", "Mistral Small 3.1 (mistral_3_small_flux2_bf16.safetensors)", "", "tekken_model"),
+    # a SentencePiece model (its serialized bytes), as ComfyUI's Wan text encoder reads it
+    TextEncoderKind("umt5", "UMT5-XXL (umt5_xxl_fp16.safetensors or umt5_xxl_fp8_e4m3fn_scaled.safetensors)", "",
+                    "spiece_model"),
 )}
+
+# the tensors of text-encoder files that hold their tokenizer -> how the worker reads it (loader layout)
+FILE_TOKENIZERS = {"tekken_model": "tekken", "spiece_model": "spiece"}
+TOKENIZER_LAYOUTS = ("tokenizer", *FILE_TOKENIZERS.values())  # ComfyUI's bundled folders, and those
 
 # text encoders inside all-in-one checkpoints: SD3 and FLUX.1 as ComfyUI saves them, SDXL as Stability does
 CHECKPOINT_PREFIXES = {
@@ -101,7 +108,7 @@ def layout(kind: str, s: Shapes, sizes: dict, published: dict) -> str:
 def sizes(kind: str, s: Shapes, published: dict) -> dict:
     if kind in ("clip-l", "clip-g"):
         return _clip_sizes(s)
-    if kind == "t5":
+    if kind in ("t5", "umt5"):
         return _t5_sizes(s)
     return _llm_sizes(s, published)
 

@@ -17,8 +17,9 @@ class VaeKind:
 KINDS = {k.id: k for k in (
     VaeKind("vae-ldm", "ldm-vae"),  # AutoencoderKL in the LDM layout (SD3, SDXL, FLUX.1)
     VaeKind("vae-flux2", "flux2-vae"),  # the LDM layout plus batch-norm statistics of the latents
-    VaeKind("vae-wan", "wan-vae"),  # Wan 2.1's causal 3D VAE (Qwen-Image)
+    VaeKind("vae-wan", "wan-vae"),  # Wan's causal 3D VAE: Wan 2.1's (Qwen-Image, Wan 2.2 A14B), Wan 2.2 5B's
 )}
+WAN22_KEY = "encoder.downsamples.0.downsamples.0.residual.0.gamma"  # Wan 2.2's VAE: residual down/up blocks
 
 
 def recognise(s: Shapes) -> str | None:
@@ -28,6 +29,12 @@ def recognise(s: Shapes) -> str | None:
     if "encoder.conv1.weight" in s and "decoder.head.2.weight" in s and "conv2.weight" in s:
         return "vae-wan"
     return None
+
+
+def layout(kind: str, s: Shapes) -> str:
+    """How the worker reads the file: its kind's layout; Wan 2.2's VAE (nested residual blocks, 12 channels of
+    2x2 patched pixels) has a layout of its own."""
+    return "wan22-vae" if kind == "vae-wan" and WAN22_KEY in s else KINDS[kind].layout
 
 
 def width(kind: str, s: Shapes) -> int:
@@ -42,7 +49,9 @@ def sizes(kind: str, s: Shapes, published: dict) -> dict:
     if kind == "vae-wan":
         z = s["conv2.weight"][0]
         out = {"base_dim": s["encoder.conv1.weight"][0], "z_dim": z}
-        if z != published["z_dim"]:  # the published latent statistics are for 16 channels
+        if WAN22_KEY in s:  # Wan 2.2's: its decoder has its own width (256 where the encoder has 160)
+            out.update(is_residual=True, decoder_base_dim=s["decoder.head.0.gamma"][0])
+        if z != published["z_dim"]:  # the published latent statistics are for its own channels
             out.update(latents_mean=[0.0] * z, latents_std=[1.0] * z)
         return out
     levels = count(s, "encoder.down.")
