@@ -2,8 +2,12 @@
 and Wan's causal 3D VAE (8x spatial, 4x temporal: a video has 1 + 4k frames); CFG as two branches ("cond",
 "uncond"); diffusers ships a context-parallel plan for its transformer but no tensor-parallel one.
 
-The published models, as ComfyUI's files hold them (all in Wan's own key layout, which diffusers' single-file
-converter reads): Wan 2.1 text to video (1.3B and 14B: one config, the sizes read from the file), Wan 2.2 TI2V 5B
+Image to video (WanImageToVideoPipeline) encodes the start image with the VAE as the video's first frame and
+hands the denoiser its latents and a mask next to the noise; Wan 2.1's also conditions every block on the image
+through a CLIP vision encoder (clip_vision_h: `image_encoder` and `image_processor`), Wan 2.2's has none.
+
+The published text-to-video models, as ComfyUI's files hold them (all in Wan's own key layout, which diffusers'
+single-file converter reads): Wan 2.1 (1.3B and 14B: one config, the sizes read from the file), Wan 2.2 TI2V 5B
 (48 latent channels: Wan 2.2's own VAE, 16x spatial) and Wan 2.2 A14B, two 14B experts of Wan 2.1's shape (the
 high-noise one runs the steps above boundary_ratio of the schedule, the low-noise one the rest: diffusers'
 `transformer` and `transformer_2`), chosen as two diffusion models.
@@ -41,10 +45,13 @@ def configs_for(s: Shapes, kinds: frozenset[str]) -> Configs:
     return WAN22_5B if s["patch_embedding.weight"][1] == WAN22_LATENTS else WAN21
 
 
+_VIDEO = dict(cfg_passes="branches", cp_plan=True, frame_step=4)
+
 FAMILY = ModelFamily(
     id="wan", name="Wan",
-    pipelines=(Pipeline("WanPipeline", "Wan", 2, "guidance_scale", False, cfg_passes="branches", cp_plan=True,
-                        frame_step=4),),
+    pipelines=(Pipeline("WanPipeline", "Wan", 2, "guidance_scale", False, **_VIDEO),
+               Pipeline("WanImageToVideoPipeline", "Wan", 2, "guidance_scale", False, **_VIDEO, start_image=True,
+                        needs_image=True)),
     configs=(WAN21, WAN22_5B),
     denoiser_keys=("head.modulation", "patch_embedding.weight", "blocks.0.ffn.0.weight"),
     width_key="patch_embedding.weight", width_agrees=("text_embedding.0.weight", 0), sizes=sizes,
