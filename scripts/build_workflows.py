@@ -105,25 +105,34 @@ def _image_workflow(*, title: str, prompt: str, steps: int, denoise: float, seed
 
 
 def _wan_video(*, name: str, model: str, prompt: str, negative_prompt: str, frames: int, steps: int, prefix: str,
-               note: str, description: str, start_image: bool = False) -> dict:
-    """Load TPU Pipeline (a Wan diffusers folder) [and ComfyUI's Load Image as the start image] -> Sample Video
-    (TPU) (832x480, guidance 5) -> ComfyUI's own Save Animated WEBP (16 fps), with a note. Node ids: Load 1,
-    Sample Video 2, Save 3, the note 4, Load Image 5."""
-    sample = {"prompt": prompt, "negative_prompt": negative_prompt, "width": 832, "height": 480, "frames": frames,
-              "steps": steps, "guidance": 5.0, "seed": 0, "control_after_generate": "randomize", "batch_size": 1}
+               note: str, description: str, start_image: bool = False, files: dict | None = None,
+               size: tuple[int, int] = (832, 480), fps: float = 16.0) -> dict:
+    """Load TPU Pipeline (a Wan diffusers folder; with `files`, Load TPU Pipeline (ComfyUI files)) [and ComfyUI's
+    Load Image as the start image] -> Sample Video (TPU) (guidance 5) -> ComfyUI's own Save Animated WEBP (with
+    `files`: ComfyUI's own Save WEBM, a video file), with a note. Node ids: Load 1, Sample Video 2, Save 3, the
+    note 4, Load Image 5."""
+    sample = {"prompt": prompt, "negative_prompt": negative_prompt, "width": size[0], "height": size[1],
+              "frames": frames, "steps": steps, "guidance": 5.0, "seed": 0, "control_after_generate": "randomize",
+              "batch_size": 1}
     nodes = [
         {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
-         "widgets": {"model": model, "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}},
+         "widgets": {"model": model, "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}}
+        if files is None else
+        {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 330],
+         "widgets": {**files, "dtype": "auto", "device": "auto", "offload": "auto", "diffusion_model_2": "(none)"}},
         {"id": 2, "type": "TPUSampleVideo", "pos": [410, 130], "size": [400, 500], "widgets": sample},
         {"id": 3, "type": "SaveAnimatedWEBP", "pos": [850, 130], "size": [420, 500],
-         "widgets": {"filename_prefix": prefix, "fps": 16.0, "lossless": False, "quality": 90, "method": "default"}},
+         "widgets": {"filename_prefix": prefix, "fps": fps, "lossless": False, "quality": 90, "method": "default"}}
+        if files is None else
+        {"id": 3, "type": "SaveWEBM", "pos": [850, 130], "size": [420, 500],
+         "widgets": {"filename_prefix": prefix, "codec": "vp9", "fps": fps, "crf": 32.0}},
     ]
     links = [[1, "pipeline", 2, "pipeline"], [2, "frames", 3, "images"]]
     if start_image:
         nodes.append({"id": 5, "type": "LoadImage", "pos": [40, 360], "size": [330, 380],
                       "widgets": {"image": "example.png"}})
         links.append([5, "IMAGE", 2, "start_image"])
-    nodes.append(_note(4, [40, 790] if start_image else [40, 360], note,
+    nodes.append(_note(4, [40, 790] if start_image else [40, 360 if files is None else 510], note,
                        size=(770, 300) if start_image else (330, 330)))
     return {"name": name, "nodes": nodes, "links": links, "extra": {"description": description}}
 
@@ -174,6 +183,34 @@ sees its centre square, as in diffusers). Each video of a batch starts from the 
         description="Wan 2.1 image to video: Load Image (start frame) + Load TPU Pipeline "
                     "(Wan2.1-I2V-14B-480P-Diffusers) -> Sample Video (832x480, 33 frames, 30 steps, guidance 5) -> "
                     "Save Animated WEBP (16 fps). Needs models/diffusers/Wan2.1-I2V-14B-480P-Diffusers.")
+
+
+def _wan22_5b_files() -> dict:
+    return _wan_video(
+        name="wan22_5b_t2v_comfyui_files", model="", size=(1280, 704), frames=121, steps=30, fps=24.0,
+        files={"diffusion_model": "wan2.2_ti2v_5B_fp16.safetensors",
+               "text_encoder_1": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "text_encoder_2": "(none)",
+               "text_encoder_3": "(none)", "vae": "wan2.2_vae.safetensors", "checkpoint": "(none)"},
+        prompt="a red fox running through fresh snow in a pine forest, morning light, cinematic",
+        negative_prompt="blurry, low quality, static, distorted", prefix="wan22-5b",
+        note="""
+## Wan 2.2 5B text to video from ComfyUI's own files
+
+**Load TPU Pipeline (ComfyUI files)** → **Sample Video (TPU)** (1280×704, 121 frames, **30 steps, guidance 5**)
+→ ComfyUI's own **Save WEBM** (24 fps).
+
+**Files**: those of ComfyUI's Wan 2.2 5B template, where ComfyUI keeps them:
+- `models/diffusion_models/wan2.2_ti2v_5B_fp16.safetensors`
+- `models/text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors` (its tokenizer is inside it)
+- `models/vae/wan2.2_vae.safetensors` (Wan 2.2's 48-channel VAE: sizes are multiples of 32)
+
+121 frames are 5 s at 24 fps. **Offload `auto`**: about 10 GB of diffusion model and 11 GB of UMT5 in
+bfloat16 (the fp8 file is upcast) stay on a 32 GB chip; on a 16 GB v5e they take turns. Wan 2.2 A14B: its
+high-noise file in diffusion_model and its low-noise file in diffusion_model_2.
+""",
+        description="Wan 2.2 5B text to video from ComfyUI's files: Load TPU Pipeline (ComfyUI files: "
+                    "wan2.2_ti2v_5B_fp16, umt5_xxl_fp8_e4m3fn_scaled, wan2.2_vae) -> Sample Video (1280x704, "
+                    "121 frames, 30 steps, guidance 5) -> Save WEBM (24 fps).")
 
 
 def _hires_fix() -> dict:
@@ -601,6 +638,7 @@ LoRA touches (no recompile either). `strength` scales the image model, `strength
     "flux1_hires_fix": _hires_fix(),
     "wan21_t2v": _wan_text_to_video(),
     "wan21_i2v": _wan_image_to_video(),
+    "wan22_5b_t2v_comfyui_files": _wan22_5b_files(),
 })
 
 

@@ -41,7 +41,8 @@ from backend.protocol import settings  # noqa: E402
 CHROMIUM_NAMES = ("chromium-headless-shell", "chromium", "chromium-browser")
 # Inputs that name a model folder or a model file: what a workflow names need not be installed where it is
 # converted, and the tests swap real names for tiny models through them.
-MODEL_INPUTS = ("model", "diffusion_model", "text_encoder_1", "text_encoder_2", "text_encoder_3", "vae", "checkpoint")
+MODEL_INPUTS = ("model", "diffusion_model", "text_encoder_1", "text_encoder_2", "text_encoder_3", "vae", "checkpoint",
+                "diffusion_model_2")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-extensions", "--disable-default-apps", "--mute-audio", "--hide-scrollbars",

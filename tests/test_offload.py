@@ -130,3 +130,25 @@ def test_a_sample_is_resolved_once_and_its_headers_read_once(flux1_on, monkeypat
     assert prepared.spec.offload == "model" and prepared.notes  # what the node shows before it runs
     assert api.run_sample(prepared) is out and len(sent) == 1
     assert counts == {"resolve": 1, "headers": 1, "copies": 1}, counts
+
+
+# Wan 2.2 A14B from the published configs (backend/configs/wan22-t2v-a14b, counted on the meta device): two
+# 14.29 B experts, the 5.68 B UMT5-XXL encoder, Wan 2.1's 127 M VAE; 57 GB of experts in bfloat16.
+WAN22_A14B = {"text_encoder": 5_680_910_336, "transformer": 14_288_491_584, "transformer_2": 14_288_491_584,
+              "vae": 126_892_531}
+
+
+@pytest.mark.parametrize("gen, fp8, mode, words", [
+    ("v6e", False, "sequential", "even transformer (26.6 GiB) is more than 25.6 GiB"),
+    ("v6e", True, "model", "the largest part (transformer, 13.3 GiB) fits"),
+    ("v7x", False, "none", "the weights take 64.0 GiB in bfloat16"),
+])
+def test_wan22_a14b_counts_both_experts_and_fp8_storage_halves_them(monkeypatch, tiny_models, gen, fp8, mode, words):
+    memory, _ = HOSTS[gen]
+    monkeypatch.setattr(offload.devices, "device_memory_bytes", lambda kind: memory)
+    monkeypatch.setattr(offload.models, "weight_bytes",
+                        lambda spec, float_bytes: {n: p * float_bytes for n, p in WAN22_A14B.items()})
+    spec = _spec(tiny_models, "tiny-wan", offload="auto").with_changes(kind="tpu", storage="float8_e4m3fn" if fp8 else "")
+    choice = offload.choose_offload(spec)
+    assert choice.mode == mode and words in choice.reason, choice
+    assert ("transformer_2 13.3 GiB" if fp8 else "transformer_2 26.6 GiB") in choice.reason

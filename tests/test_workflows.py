@@ -55,6 +55,9 @@ TINY = {
     "ae.safetensors": "ae-tiny.safetensors",
     "z_image_turbo_bf16.safetensors": "z_image_turbo-tiny_bf16.safetensors",
     "qwen_3_4b.safetensors": "qwen_3-tiny.safetensors",
+    "wan2.2_ti2v_5B_fp16.safetensors": "wan2.2_ti2v-tiny.safetensors",
+    "umt5_xxl_fp8_e4m3fn_scaled.safetensors": "umt5_xxl-tiny_fp8_e4m3fn_scaled.safetensors",
+    "wan2.2_vae.safetensors": "wan2.2_vae-tiny.safetensors",
     "(none)": "(none)",
 }
 # LoRA files the workflows name -> the tiny model whose LoRA (made by peft at test time) stands in for them, and
@@ -63,7 +66,7 @@ TINY = {
 LORAS = {"flux1_style_lora.safetensors": ("tiny-flux", 0), "flux1_detail_lora.safetensors": ("tiny-flux", 1)}
 INPUTS = {"example.png": (64, 64)}
 SIZE_FACTOR = 16  # of the tiny models the workflows run on (FLUX.1, SD3, FLUX.2, Z-Image, Wan)
-TINY_FILES = ("flux1", "zimage")  # the families whose tiny files the workflows use
+TINY_FILES = ("flux1", "zimage", "wan")  # the families whose tiny files the workflows use
 # names the frontend may not find here (not installed where the UI loads)
 ALLOWED = {**{name: set(TINY) for name in MODEL_INPUTS}, "lora_name": set(LORAS), "image": set(INPUTS)}
 # Real-size settings that would take minutes on the CPU, by node type and input: set in the converted API
@@ -119,10 +122,10 @@ def for_the_cpu(prompt: dict) -> dict:
 
 def expected_images(prompt: dict) -> int:
     """Images saved by an API prompt: each Save Image gets its Sample's batch_size per prompt (per non-empty line
-    with prompt_per_line); each Save Animated WEBP one file, all the frames of its input in it."""
+    with prompt_per_line); each Save Animated WEBP and Save WEBM one file, all the frames of its input in it."""
     count = 0
     for node in prompt.values():
-        if node["class_type"] == "SaveAnimatedWEBP":
+        if node["class_type"] in ("SaveAnimatedWEBP", "SaveWEBM"):
             count += 1
         elif node["class_type"] == "SaveImage":
             s = prompt[node["inputs"]["images"][0]]["inputs"]
@@ -183,7 +186,8 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
     assert {"tiny_demo", "flux1_schnell_offload", "sd35_medium_compiled", "flux2_dev_tp8",
             "data_parallel_prompts", "flux1_dev_comfyui_files", "sd35_cfg_parallel", "flux1_context_parallel",
             "flux1_dev_true_cfg", "flux1_img2img", "flux1_inpaint", "flux1_lora", "flux1_hires_fix",
-            "zimage_turbo_comfyui_files", "wan21_t2v", "wan21_i2v"} <= {p.stem for p in FILES}
+            "zimage_turbo_comfyui_files", "wan21_t2v", "wan21_i2v", "wan22_5b_t2v_comfyui_files"} <= {
+        p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"
@@ -215,6 +219,13 @@ def test_workflow_loads_converts_and_runs(ui, server, path, workflow_files_on_th
     sizes = {image_size(runnable, k) for k, v in runnable.items() if v["class_type"] in ("TPUSample", "TPUSampleVideo")}
     videos = {v["inputs"]["frames"] for v in runnable.values() if v["class_type"] == "TPUSampleVideo"}
     for image in result["images"]:
+        if image.suffix == ".webm":  # ComfyUI's Save WEBM: a VP9 video, read back with PyAV (ComfyUI's own)
+            import av
+
+            with av.open(str(image)) as container:
+                frames = [(f.width, f.height) for f in container.decode(video=0)]
+            assert len(frames) in videos and set(frames) <= sizes, (image, len(frames), set(frames), sizes)
+            continue
         with Image.open(image) as im:
             frames = getattr(im, "n_frames", 1)
             assert (im.format, frames in videos) == (("WEBP", True) if videos else ("PNG", False)), (image, im.format)
