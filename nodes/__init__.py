@@ -6,7 +6,7 @@ from .compile_nodes import TPUCompile, TPUSetExecutionMode
 from .info_nodes import TPUDeviceInfo, TPUFreeWorkers
 from .lora_nodes import TPULoadLoRA
 from .parallel_nodes import TPUDataParallel, TPUShardTP
-from .pipeline_nodes import LoadTPUPipeline, LoadTPUPipelineFiles, TPUSample
+from .pipeline_nodes import LoadTPUPipeline, LoadTPUPipelineFiles, TPUSample, TPUSampleLatent
 from .speed_nodes import TPUCFGParallel, TPUContextParallel, TPUSamplingOptions
 from .video_nodes import TPUSampleVideo
 
@@ -29,6 +29,7 @@ NODE_CLASS_MAPPINGS = {
     "TPUSamplingOptions": TPUSamplingOptions,
     "TPULoadLoRA": TPULoadLoRA,
     "TPUSampleVideo": TPUSampleVideo,
+    "TPUSampleLatent": TPUSampleLatent,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -46,4 +47,5 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "TPUSamplingOptions": "Sampling Options (TPU)",
     "TPULoadLoRA": "Load LoRA (TPU)",
     "TPUSampleVideo": "Sample Video (TPU)",
+    "TPUSampleLatent": "Sample Latent (TPU)",
 }

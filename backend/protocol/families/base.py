@@ -52,6 +52,9 @@ class Pipeline:
     # A video pipeline (num_frames in, .frames out): its frame count is 1 + a multiple of this (the VAE's temporal
     # compression, Wan: 4). 0: it makes images.
     frame_step: int = 0
+    # ComfyUI's LATENT of this model packs p×p latent pixels into channels (FLUX.2: 2, 128 channels at 1/16 of
+    # the image); 1: one latent pixel per VAE latent pixel, as the VAE gives them
+    latent_patch: int = 1
     family: str = ""  # the id of the family module it belongs to (the registry fills it in)
 
 
