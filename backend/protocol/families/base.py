@@ -52,6 +52,9 @@ class Pipeline:
     # A video pipeline (num_frames in, .frames out): its frame count is 1 + a multiple of this (the VAE's temporal
     # compression, Wan: 4). 0: it makes images.
     frame_step: int = 0
+    # A video pipeline that takes Sample Video's start image as the first frame of each video (image to video:
+    # `image=`, a PIL image); with needs_image it makes no video without one.
+    start_image: bool = False
     # ComfyUI's LATENT of this model packs p×p latent pixels into channels (FLUX.2: 2, 128 channels at 1/16 of
     # the image); 1: one latent pixel per VAE latent pixel, as the VAE gives them
     latent_patch: int = 1
