@@ -146,13 +146,15 @@ def test_comfyuis_vae_decode_and_a_latent_hires_fix_in_a_real_comfyui(server, co
     from file_fixtures import FILES
     from helpers import pixels, run_ok
 
-    models = comfyui_files("flux1", "flux1-vae") / "models"
+    models = comfyui_files("flux1") / "models"
+    vae_models = comfyui_files("flux1-vae", folder="comfyui-vae") / "models"  # not in the other tests' VAE lists
     flux1, vae = FILES["flux1"], FILES["flux1-vae"]["vae"]
-    for folder, name in (("diffusion_models", flux1["diffusion_model"]), ("text_encoders", flux1["clip_l"]),
-                         ("text_encoders", flux1["t5"]), ("vae", vae)):
+    for folder, name, source in (("diffusion_models", flux1["diffusion_model"], models),
+                                 ("text_encoders", flux1["clip_l"], models), ("text_encoders", flux1["t5"], models),
+                                 ("vae", vae, vae_models)):
         (server.work_dir / "models" / folder).mkdir(parents=True, exist_ok=True)
         if not (link := server.work_dir / "models" / folder / name).exists():
-            link.symlink_to(models / folder / name)
+            link.symlink_to(source / folder / name)
     sample = {"prompt": PROMPT, "negative_prompt": "", "width": 16, "height": 16, "steps": 2, "guidance": 0.0,
               "seed": 3, "batch_size": 1}
     prompt = {
@@ -175,20 +177,23 @@ def test_comfyuis_vae_decode_and_a_latent_hires_fix_in_a_real_comfyui(server, co
         "12": {"class_type": "VAEDecode", "inputs": {"samples": ["11", 0], "vae": ["3", 0]}},
         "13": {"class_type": "SaveImage", "inputs": {"images": ["12", 0], "filename_prefix": "empty"}},
     }
-    result = run_ok(server, prompt, timeout=300)
-    saved = {p.name.split("_")[0]: [] for p in result["images"]}
-    for path in sorted(result["images"]):
-        saved[path.name.split("_")[0]].append(pixels(path).astype(int))
-    (pack,), (comfy,), (hires,) = saved["pack"], saved["comfy"], saved["hires"]
-    assert pack.shape == (16, 16, 3) and pack.std() > 10, "a picture, not a flat one (the comparison means something)"
-    assert np.abs(pack - comfy).max() <= 1, "ComfyUI's VAE Decode of the pack's LATENT is the pack's IMAGE"
-    assert hires.shape == (32, 32, 3), "Upscale Latent By 2 then Sample: twice the size"
-    assert [e.shape for e in saved["empty"]] == [(16, 32, 3)] * 2, "Empty Latent Image sets size and batch"
+    try:
+        result = run_ok(server, prompt, timeout=300)
+        saved = {p.name.split("_")[0]: [] for p in result["images"]}
+        for path in sorted(result["images"]):
+            saved[path.name.split("_")[0]].append(pixels(path).astype(int))
+        (pack,), (comfy,), (hires,) = saved["pack"], saved["comfy"], saved["hires"]
+        assert pack.shape == (16, 16, 3) and pack.std() > 10, "a picture, not a flat one (the comparison means something)"
+        assert np.abs(pack - comfy).max() <= 1, "ComfyUI's VAE Decode of the pack's LATENT is the pack's IMAGE"
+        assert hires.shape == (32, 32, 3), "Upscale Latent By 2 then Sample: twice the size"
+        assert [e.shape for e in saved["empty"]] == [(16, 32, 3)] * 2, "Empty Latent Image sets size and batch"
 
-    masked = {**{k: prompt[k] for k in ("1", "10", "12", "3", "13")},
-              "11": {**prompt["11"], "inputs": {**prompt["11"]["inputs"], "latent": ["14", 0]}},
-              "14": {"class_type": "SetLatentNoiseMask", "inputs": {"samples": ["10", 0], "mask": ["15", 0]}},
-              "15": {"class_type": "SolidMask", "inputs": {"value": 1.0, "width": 32, "height": 16}}}
-    refused = server.run(masked)
-    assert refused["status"] == "error" and "latent: it carries a noise mask" in error_message(refused)
-    run_ok(server, {"5": prompt["5"], **{k: prompt[k] for k in ("1", "2")}})  # ComfyUI is still up and sampling
+        masked = {**{k: prompt[k] for k in ("1", "10", "12", "3", "13")},
+                  "11": {**prompt["11"], "inputs": {**prompt["11"]["inputs"], "latent": ["14", 0]}},
+                  "14": {"class_type": "SetLatentNoiseMask", "inputs": {"samples": ["10", 0], "mask": ["15", 0]}},
+                  "15": {"class_type": "SolidMask", "inputs": {"value": 1.0, "width": 32, "height": 16}}}
+        refused = server.run(masked)
+        assert refused["status"] == "error" and "latent: it carries a noise mask" in error_message(refused)
+        run_ok(server, {"5": prompt["5"], **{k: prompt[k] for k in ("1", "2")}})  # ComfyUI is still up and sampling
+    finally:  # the shared server's VAE list as the other tests know it
+        (server.work_dir / "models" / "vae" / vae).unlink()
