@@ -91,6 +91,10 @@ def check(spec: PipelineSpec, req: SampleRequest, image_connected: bool) -> None
     if req.denoise == 0:
         raise ModelError("denoise: 0 with a latent changes nothing; connect the latent to VAE Decode (TPU) or VAE "
                          "Decode instead, or raise denoise.")
+    if req.denoise < 1 and spec.controlnets:
+        raise ModelError(f"denoise: with a ControlNet a latent sets only the size and the batch, so denoise must be 1 "
+                         f"(it is {req.denoise:g}); to start from a picture with a ControlNet, connect it to Sample's "
+                         "image input instead (VAE Decode turns the latent into one).")
     if req.denoise < 1 and family.img2img is None:
         raise ModelError(f"denoise: {family.name} ('{spec.name}') has no image-to-image pipeline in diffusers, so it "
                          f"cannot start from a latent; set denoise to 1 (it is {req.denoise:g}): the latent then "
