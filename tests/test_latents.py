@@ -50,7 +50,7 @@ def _decoded(pipe, latent: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.unit
-def test_latent_inputs_are_checked_and_explained(tiny_models):
+def test_latent_inputs_are_checked_and_explained(tiny_models, tiny_controlnets):
     flux, sdxl = _spec(tiny_models), _spec(tiny_models, "tiny-sdxl")
     latent, width, height, batch = api.latent_input(flux, np.zeros((3, 4, 6, 10), np.float32))
     assert (width, height, batch) == (80, 48, 3) and latent.dtype == np.float32
@@ -92,6 +92,11 @@ def test_latent_inputs_are_checked_and_explained(tiny_models):
         api.prepare_sample(flux, _request(denoise=0.0), latent=latent)
     with pytest.raises(ModelError, match=r"denoise: FLUX.2 \('tiny-flux2'\) has no image-to-image pipeline"):
         api.prepare_sample(flux2, _request(denoise=0.5), latent=np.zeros((1, 128, 4, 4), np.float32))
+    controlled, _ = api.with_controlnet(flux, str(tiny_controlnets / "files" / "tiny-flux-union.safetensors"),
+                                        np.zeros((1, 64, 64, 3), np.float32), union_mode="canny")
+    assert api.prepare_sample(controlled, req, latent=latent).req.batch_size == 2, "denoise 1: size and batch"
+    with pytest.raises(ModelError, match="denoise: with a ControlNet a latent sets only the size and the batch"):
+        api.prepare_sample(controlled, _request(denoise=0.5, batch_size=2), latent=latent)
 
 
 def _model_space(pipe, latent: np.ndarray) -> torch.Tensor:
