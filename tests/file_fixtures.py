@@ -30,8 +30,9 @@ import shutil
 import sys
 from pathlib import Path
 
-FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan")  # "flux1-3072" (1 GB) only when asked
-VERSION = "4"  # bump to rebuild cached fixtures after changing this file
+# "flux1-3072" (1 GB) and "flux1-vae" (170 MB) only when asked
+FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan")
+VERSION = "5"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
 FILES = {
@@ -49,10 +50,15 @@ FILES = {
             "diffusion_model": "sd3-tiny.safetensors", "clip_l": "clip_l-sd3-tiny.safetensors",
             "clip_g": "clip_g-tiny.safetensors", "t5": "t5xxl-sd3-tiny.safetensors", "vae": "sd3-vae-tiny.safetensors"},
     "flux1-3072": {"diffusion_model": "flux1-dev-3072-1x1.safetensors"},
+    "flux1-vae": {"vae": "ae-published-layout-4ch.safetensors"},
     "sdxl": {"checkpoint": "sdxl-tiny.safetensors", "checkpoint_fp8": "sdxl-tiny-fp8-e4m3fn.safetensors"},
     "qwenimage": {"diffusion_model": "qwen-image-tiny.safetensors",
                   "comfysave": "qwen-image-tiny-comfysave.safetensors",
-                  "qwen25vl": "qwen_2.5_vl-tiny.safetensors", "vae": "qwen_image_vae-tiny.safetensors"},
+                  "qwen25vl": "qwen_2.5_vl-tiny.safetensors", "vae": "qwen_image_vae-tiny.safetensors",
+                  # the newer releases as ComfyUI's templates name them: the same tensors, 2511 with its marker
+                  "edit_2509": "qwen_image_edit_2509-tiny_fp8_e4m3fn.safetensors",
+                  "edit_2511": "qwen_image_edit_2511-tiny_bf16.safetensors",
+                  "t2i_2512": "qwen_image_2512-tiny_fp8_e4m3fn.safetensors"},
     "wan": {"diffusion_model": "wan2.1_t2v-tiny_fp16.safetensors",
             "fp8_scaled": "wan2.1_t2v-tiny_fp8_scaled.safetensors",
             "high_noise": "wan2.2_t2v_high_noise-tiny.safetensors", "low_noise": "wan2.2_t2v_low_noise-tiny.safetensors",
@@ -561,6 +567,30 @@ def _qwenimage(tiny: Path, comfyui_dir: str, out: Path) -> None:
 
     te = load_file(str(out / "diffusers" / "ref-qwenimage" / "text_encoder" / "model.safetensors"))
     _save({k: v for k, v in te.items() if k != "lm_head.weight"}, models / "text_encoders" / names["qwen25vl"])
+    _qwenimage_releases(pipe, names, models, out)
+
+
+def _qwenimage_releases(pipe, names: dict, models: Path, out: Path) -> None:
+    """Qwen-Image-2512 and Edit-2509 files are Qwen-Image's tensors under their release's name (float32 here:
+    the name is what is tested); Comfy-Org's Edit-2511 files add the empty `__index_timestep_zero__` tensor that
+    ComfyUI's module registers for its "index_timestep_zero" reference method. 2511's reference: diffusers'
+    QwenImageEditPlusPipeline over the same components with Qwen2-VL's processor (the pack's shipped image
+    settings, ComfyUI's vocabulary) with 2511's zero_cond_t."""
+    import torch
+    from diffusers import QwenImageEditPlusPipeline
+    from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    transformer = _sd(pipe.transformer)
+    for name in ("edit_2509", "t2i_2512"):
+        _save(transformer, models / "diffusion_models" / names[name])
+    _save({**transformer, "__index_timestep_zero__": torch.tensor([])}, models / "diffusion_models" / names["edit_2511"])
+    settings = Path(__file__).resolve().parent.parent / "backend" / "configs" / "qwenimage" / "processor"
+    processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor.from_pretrained(str(settings)),
+                                 tokenizer=pipe.tokenizer, video_processor=Qwen2VLVideoProcessor())
+    zero = _reconfigured(pipe.transformer, zero_cond_t=True)
+    QwenImageEditPlusPipeline.from_pipe(pipe, processor=processor, transformer=zero).save_pretrained(
+        str(out / "diffusers" / "ref-qwenimage-edit-2511"), safe_serialization=True)
 
 
 def _zimage_transformer_file(comfy, transformer) -> dict:
@@ -794,8 +824,25 @@ def _flux1_3072(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(bfl, out / "models" / "diffusion_models" / FILES["flux1-3072"]["diffusion_model"])
 
 
+def _flux1_vae(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """A FLUX.1 VAE file that ComfyUI's VAELoader reads: its LDM VAE has fixed sizes (128 channels, multipliers
+    [1, 2, 4, 4], 2 res blocks; only the latent channels are read from the file), so a tiny one does not load.
+    This one has the published layout with the tiny FLUX.1's 4 latent channels (random weights, bfloat16)."""
+    import torch
+    from diffusers import AutoencoderKL
+
+    comfy = import_comfy(comfyui_dir)
+    vae = _seeded(21, lambda: AutoencoderKL(
+        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+        block_out_channels=(128, 256, 512, 512), layers_per_block=2, latent_channels=4, norm_num_groups=32,
+        scaling_factor=0.3611, shift_factor=0.1159, use_quant_conv=False, use_post_quant_conv=False))
+    sd = comfy.diffusers_convert.convert_vae_state_dict(_sd(vae))
+    _save({k: v.to(torch.bfloat16) for k, v in sd.items()}, out / "models" / "vae" / FILES["flux1-vae"]["vae"])
+
+
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
-            "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072}
+            "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072,
+            "flux1-vae": _flux1_vae}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

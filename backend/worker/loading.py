@@ -35,6 +35,7 @@ from ..protocol.units import format_bytes
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
+DENOISERS = ("transformer", "unet", "transformer_2")  # the components fp8 storage applies to (2: Wan 2.2 A14B)
 # the parts of an all-in-one checkpoint the pipeline's own loader reads: the denoisers of the families whose
 # all-in-one files diffusers reads (their layout is the family id), LDM VAEs and CLIP/T5 text encoders
 CHECKPOINT_NATIVE = (*(f.id for f in FAMILIES.values() if f.single_file), "ldm-vae", "hf", "openclip")
@@ -85,11 +86,12 @@ def weighted_components(model_path: str) -> list[Component]:
 
 
 def load_pipeline(model_path: str, dtype: Any, status: Callable[[str], None],
-                  extra_kwargs: dict[str, dict] | None = None, variant: str = "") -> Any:
+                  extra_kwargs: dict[str, dict] | None = None, variant: str = "", storage: Any = None) -> Any:
     """The pipeline in `model_path`, loaded on the CPU, announcing each component through `status`.
 
     `extra_kwargs[name]` is added to component `name`'s from_pretrained call; `variant` names weights that
-    the folder holds only as a variant (`*.fp16.safetensors`). A component that fails to load raises an
+    the folder holds only as a variant (`*.fp16.safetensors`); `storage` (an fp8 dtype) reads the denoiser
+    straight into fp8 storage (worker.storage.load_stored). A component that fails to load raises an
     OSError naming it."""
     common = {"dtype": dtype, "local_files_only": True, "use_safetensors": safetensors_only(),
               "variant": variant or None}
@@ -97,9 +99,11 @@ def load_pipeline(model_path: str, dtype: Any, status: Callable[[str], None],
     loaded: dict[str, Any] = {}
     for i, part in enumerate(parts, 1):
         status(f"loading {part.describe()} · component {i} of {len(parts)}")
+        extra = (extra_kwargs or {}).get(part.name, {})
         try:
-            loaded[part.name] = part.cls.from_pretrained(model_path, subfolder=part.name, **common,
-                                                         **(extra_kwargs or {}).get(part.name, {}))
+            loaded[part.name] = (_stored(part.cls, Path(model_path) / part.name, part.name, dtype, storage, extra,
+                                         variant)
+                                 or part.cls.from_pretrained(model_path, subfolder=part.name, **common, **extra))
         except OSError as e:
             raise OSError(f"component '{part.name}': {e}") from e
     status("loading tokenizers and scheduler, building the pipeline")
@@ -107,16 +111,26 @@ def load_pipeline(model_path: str, dtype: Any, status: Callable[[str], None],
                                                                                           **common)
 
 
+def _stored(cls: type, folder: Path, name: str, dtype: Any, storage: Any, extra: dict, variant: str = "") -> Any:
+    """The denoiser read straight into fp8 storage, or None where it is loaded whole and cast after (no fp8
+    storage, another component, tensor parallel: diffusers reads each rank's slices, pickle weights)."""
+    if storage is None or name not in DENOISERS or extra:
+        return None
+    from .storage import load_stored
+
+    return load_stored(cls, folder, storage, dtype, variant)
+
+
 # ---- artists' files
 
 
 def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
-               extra_kwargs: dict[str, dict] | None = None) -> Any:
+               extra_kwargs: dict[str, dict] | None = None, storage: Any = None) -> Any:
     """The pipeline made of the files of `source`, loaded on the CPU, announcing each component.
 
     `extra_kwargs` as for load_pipeline: a transformer that diffusers reads with `from_pretrained` gets its
     tensor-parallel config there (each rank reads its slices); one read through a converter is loaded whole
-    and then sharded with the same config."""
+    and then sharded with the same config; `storage` as for load_pipeline (denoisers in diffusers' layout)."""
     from safetensors import SafetensorError
 
     for note in source.notes:
@@ -133,7 +147,9 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
             status(f"loading {Component(name, cls, part.size_bytes, part.path).describe()} · component {i} of "
                    f"{total}")
             try:
-                loaded[name] = _load_file_component(root, name, cls, part, dtype, (extra_kwargs or {}).get(name, {}))
+                extra = (extra_kwargs or {}).get(name, {})
+                loaded[name] = ((_symlinked(part) and _stored(cls, root / name, name, dtype, storage, extra))
+                                or _load_file_component(root, name, cls, part, dtype, extra))
             except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as e:  # it names no file
                 raise OSError(f"component '{name}' from '{Path(part.path).name}': {type(e).__name__}: {e}") from e
         if checkpoint is not None:
@@ -201,16 +217,18 @@ def _symlinked(part: FileComponent) -> bool:
 
 
 def _tokenizer_folder(comfy_folder: Path, shipped: Path, target: Path) -> None:
-    """ComfyUI's bundled tokenizer files, with the pack's tokenizer_config.json where it ships one (maximum
-    length, padding token, added tokens and chat template of the published model)."""
+    """ComfyUI's bundled tokenizer files, with the pack's files of that folder over them where it ships any
+    (tokenizer_config.json: maximum length, padding token, added tokens and chat template of the published
+    model; a processor's preprocessor_config.json)."""
     target.mkdir(parents=True, exist_ok=True)
-    ours = (shipped / "tokenizer_config.json").is_file()
+    ours = {f.name for f in shipped.iterdir() if f.is_file()} if shipped.is_dir() else set()
+    if "tokenizer_config.json" in ours:
+        ours.add("special_tokens_map.json")
     for file in comfy_folder.iterdir():
-        if ours and file.name in ("tokenizer_config.json", "special_tokens_map.json"):
-            continue
-        os.symlink(file, target / file.name)
-    if ours:
-        shutil.copy(shipped / "tokenizer_config.json", target / "tokenizer_config.json")
+        if file.name not in ours:
+            os.symlink(file, target / file.name)
+    for file in sorted(f for f in shipped.iterdir() if f.is_file()) if shipped.is_dir() else ():
+        shutil.copy(file, target / file.name)
 
 
 def _tekken_tokenizer(te_file: Path, shipped: Path, target: Path) -> None:
