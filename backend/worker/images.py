@@ -18,10 +18,10 @@ import torch
 from ..protocol.families import Pipeline
 from ..protocol.spec import SampleRequest
 
-TEXT, IMG2IMG, INPAINT, REFERENCE = "text", "img2img", "inpaint", "reference"
+TEXT, IMG2IMG, INPAINT, REFERENCE, CONTROL = "text", "img2img", "inpaint", "reference", "control"
 # Pipelines that run int(N · strength) steps (the others run N − int(N − N · strength)).
 _FLOOR_STRENGTH = ("StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline")
-_SINGLE_REFERENCE = ("QwenImageEditPipeline",)  # takes one image, not a list
+_SINGLE_REFERENCE = ("QwenImageEditPipeline", "FluxKontextPipeline")  # take one image, not a list
 
 
 def task(family: Pipeline, arrays: dict) -> str:
@@ -30,6 +30,8 @@ def task(family: Pipeline, arrays: dict) -> str:
         return TEXT
     if "mask" in arrays:
         return INPAINT
+    if family.control_image:
+        return CONTROL
     return IMG2IMG if family.img2img else REFERENCE
 
 
@@ -87,7 +89,7 @@ class ImagePipelines:
             self.forget()
             self.pipe = pipe
         name = {IMG2IMG: family.img2img, INPAINT: family.inpaint}.get(kind)
-        if name is None:
+        if name is None or name == family.class_name:  # the loaded one takes them itself (FLUX.1 Fill)
             return pipe
         if name not in self.derived:
             import diffusers
@@ -120,6 +122,10 @@ def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req
     if kind == INPAINT:
         masks = arrays["mask"]
         kwargs["mask_image"] = fit_mask(masks[index % len(masks)], width, height)[None, :, :, None]
+    if kind == CONTROL:
+        kwargs["control_image"] = fit(images[index % len(images)], width, height)[None]
+    if "max_area" in params:  # Kontext makes max_area pixels at the aspect of width × height: Sample's size
+        kwargs["max_area"] = width * height
     if kind == REFERENCE:
         if type(pipe).__name__ in _SINGLE_REFERENCE:
             kwargs["image"] = _pil(images[index % len(images)])
