@@ -130,7 +130,7 @@ def plain(files: Path, tool: str, cls_name: str, req: SampleRequest, **inputs) -
 
 
 @pytest.mark.workers
-def test_kontext_fill_and_depth_give_diffusers_own_pixels(files):
+def test_kontext_fill_and_depth_give_diffusers_own_pixels_compiled_and_on_two_replicas(files):
     import PIL.Image
 
     req = request()
@@ -138,8 +138,8 @@ def test_kontext_fill_and_depth_give_diffusers_own_pixels(files):
     ref, one_step = picture(96, 64), request(steps=1)  # the reference has ~1 megapixel: one step is enough
     ours = api.sample(spec(files, "flux1-kontext-tiny.safetensors"), one_step, image=ref)
     pil = PIL.Image.fromarray((ref[0] * 255).round().astype(np.uint8))
-    want = plain(files, "kontext", "FluxKontextPipeline", one_step, image=pil, max_area=32 * 32)
-    assert ours.shape == (1, 32, 32, 3) and np.array_equal(ours, want)
+    want_kontext = plain(files, "kontext", "FluxKontextPipeline", one_step, image=pil, max_area=32 * 32)
+    assert ours.shape == (1, 32, 32, 3) and np.array_equal(ours, want_kontext)
     # Fill: outpainting a padded picture, as Pad Image for Outpainting gives it
     image, mask = outpainting()
     fill_req = request(width=48, guidance=30.0)
@@ -150,3 +150,17 @@ def test_kontext_fill_and_depth_give_diffusers_own_pixels(files):
     control = picture()
     ours = api.sample(spec(files, "flux1-depth-tiny.safetensors"), req, image=control)
     assert np.array_equal(ours, plain(files, "depth", "FluxControlPipeline", req, control_image=control))
+    # compiled: a Kontext reference adds its tokens at the Kontext resolution nearest its aspect (its sides rounded
+    # down to 16 first), so another picture of that aspect reuses the graph
+    kontext = spec(files, "flux1-kontext-tiny.safetensors")
+    compiled, _ = api.with_compile(kontext, "whole denoiser", "eager", "")
+    first = api.sample(compiled, one_step, image=ref)
+    assert np.abs(first - want_kontext).max() <= 1e-5
+    before = api.compile_stats()
+    api.sample(compiled, one_step, image=picture(144, 96)[..., ::-1].copy())
+    after = api.compile_stats()
+    assert after["graphs"] == before["graphs"] and after["unexpected_recompiles"] == 0, (before, after)
+    # two data-parallel replicas: the image and mask reach both, and each image is the one one worker draws
+    two, _ = api.replicate(spec(files, "flux1-fill-tiny.safetensors"), 2)
+    batch = api.sample(two, request(width=48, guidance=30.0, batch_size=2), image=image, mask=mask)
+    assert np.array_equal(batch[:1], filled) and not np.array_equal(batch[0], batch[1])
