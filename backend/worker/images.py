@@ -18,9 +18,11 @@ import torch
 from ..protocol.families import Pipeline
 from ..protocol.spec import SampleRequest
 
-TEXT, IMG2IMG, INPAINT, REFERENCE, CONTROL = "text", "img2img", "inpaint", "reference", "control"
+TEXT, IMG2IMG, INPAINT, REFERENCE, START, CONTROL = "text", "img2img", "inpaint", "reference", "start", "control"
 # Pipelines that run int(N · strength) steps (the others run N − int(N − N · strength)).
-_FLOOR_STRENGTH = ("StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline")
+_FLOOR_STRENGTH = ("StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline",
+                   "StableDiffusionXLControlNetImg2ImgPipeline", "StableDiffusionXLControlNetInpaintPipeline",
+                   "StableDiffusionXLControlNetUnionImg2ImgPipeline", "StableDiffusionXLControlNetUnionInpaintPipeline")
 _SINGLE_REFERENCE = ("QwenImageEditPipeline", "FluxKontextPipeline")  # take one image, not a list
 
 
@@ -28,6 +30,8 @@ def task(family: Pipeline, arrays: dict) -> str:
     """What the request's inputs ask of this family (the controller has checked that it can)."""
     if "image" not in arrays:
         return TEXT
+    if family.start_image:
+        return START
     if "mask" in arrays:
         return INPAINT
     if family.control_image:
@@ -92,18 +96,24 @@ class ImagePipelines:
         if name is None or name == family.class_name:  # the loaded one takes them itself (FLUX.1 Fill)
             return pipe
         if name not in self.derived:
-            import diffusers
-
-            # dtype: from_pipe casts every shared module to it (float32 when not given). The modules are passed by
-            # name: from_pipe shares a model only when its type is exactly the one the new class names, and CFG
-            # Parallel makes the denoiser an instance of a subclass
-            target = getattr(diffusers, name)
-            expected, _ = target._get_signature_keys(target)
-            shared = {k: v for k, v in pipe.components.items() if k in expected and v is not None}
-            derived = target.from_pipe(pipe, dtype=pipe.dtype, **shared)
-            derived.set_progress_bar_config(disable=True)
-            self.derived[name] = derived
+            self.derived[name] = derive(pipe, name)
         return self.derived[name]
+
+
+def derive(pipe: Any, name: str, **extra: Any) -> Any:
+    """diffusers' pipeline class `name` made from `pipe` with from_pipe (its modules shared, none copied), plus
+    `extra` components (a ControlNet)."""
+    import diffusers
+
+    # dtype: from_pipe casts every shared module to it (float32 when not given). The modules are passed by name:
+    # from_pipe shares a model only when its type is exactly the one the new class names, and CFG Parallel makes
+    # the denoiser an instance of a subclass
+    target = getattr(diffusers, name)
+    expected, _ = target._get_signature_keys(target)
+    shared = {k: v for k, v in pipe.components.items() if k in expected and v is not None}
+    derived = target.from_pipe(pipe, dtype=pipe.dtype, **{**shared, **extra})
+    derived.set_progress_bar_config(disable=True)
+    return derived
 
 
 def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req: SampleRequest) -> None:
@@ -126,6 +136,8 @@ def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req
         kwargs["control_image"] = fit(images[index % len(images)], width, height)[None]
     if "max_area" in params:  # Kontext makes max_area pixels at the aspect of width × height: Sample's size
         kwargs["max_area"] = width * height
+    if kind == START:  # the video's first frame, at its size (the CLIP vision encoder sees its centre square)
+        kwargs["image"] = _pil(fit(images[index % len(images)], width, height))
     if kind == REFERENCE:
         if type(pipe).__name__ in _SINGLE_REFERENCE:
             kwargs["image"] = _pil(images[index % len(images)])
