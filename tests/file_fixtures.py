@@ -30,8 +30,8 @@ import shutil
 import sys
 from pathlib import Path
 
-FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage")  # "flux1-3072" (1 GB) only when asked
-# built when asked: "flux1-3072" (1 GB), "flux1tools" (the FLUX.1 tools, for the tests of issue 26)
+# "flux1-3072" (1 GB), "flux1-vae" (170 MB) and "flux1tools" (the FLUX.1 tools, issue 26) only when asked
+FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage")
 VERSION = "5"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
@@ -53,6 +53,7 @@ FILES = {
     # FLUX.1 Kontext, Fill and Depth/Canny diffusion models; they read flux1's text encoders and VAE
     "flux1tools": {"kontext": "flux1-kontext-tiny.safetensors", "fill": "flux1-fill-tiny.safetensors",
                    "depth": "flux1-depth-tiny.safetensors"},
+    "flux1-vae": {"vae": "ae-published-layout-4ch.safetensors"},
     "sdxl": {"checkpoint": "sdxl-tiny.safetensors", "checkpoint_fp8": "sdxl-tiny-fp8-e4m3fn.safetensors"},
     "qwenimage": {"diffusion_model": "qwen-image-tiny.safetensors",
                   "comfysave": "qwen-image-tiny-comfysave.safetensors",
@@ -701,8 +702,25 @@ def _flux1tools(tiny: Path, comfyui_dir: str, out: Path) -> None:
         _save(bfl, out / "models" / "diffusion_models" / FILES["flux1tools"][tool])
 
 
-BUILDERS = {"flux1": _flux1, "flux1tools": _flux1tools, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
-            "qwenimage": _qwenimage, "zimage": _zimage, "flux1-3072": _flux1_3072}
+def _flux1_vae(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """A FLUX.1 VAE file that ComfyUI's VAELoader reads: its LDM VAE has fixed sizes (128 channels, multipliers
+    [1, 2, 4, 4], 2 res blocks; only the latent channels are read from the file), so a tiny one does not load.
+    This one has the published layout with the tiny FLUX.1's 4 latent channels (random weights, bfloat16)."""
+    import torch
+    from diffusers import AutoencoderKL
+
+    comfy = import_comfy(comfyui_dir)
+    vae = _seeded(21, lambda: AutoencoderKL(
+        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+        block_out_channels=(128, 256, 512, 512), layers_per_block=2, latent_channels=4, norm_num_groups=32,
+        scaling_factor=0.3611, shift_factor=0.1159, use_quant_conv=False, use_post_quant_conv=False))
+    sd = comfy.diffusers_convert.convert_vae_state_dict(_sd(vae))
+    _save({k: v.to(torch.bfloat16) for k, v in sd.items()}, out / "models" / "vae" / FILES["flux1-vae"]["vae"])
+
+
+BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
+            "qwenimage": _qwenimage, "zimage": _zimage, "flux1-3072": _flux1_3072,
+            "flux1-vae": _flux1_vae, "flux1tools": _flux1tools}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:
