@@ -82,7 +82,9 @@ class LoadTPUPipeline:
 FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/protocol/families)
     "diffusion_model": f"The diffusion model file (models/diffusion_models or models/unet): {families.names(families.FROM_FILES)}, "
                        "in bf16, fp16, fp32 or fp8 (fp8 stays fp8 with dtype auto in eager modes), or GGUF (CPU and GPU "
-                       "only). Leave '(none)' when using a checkpoint.",
+                       "only). Qwen-Image-Edit files load as edit models when their name says 'edit' (as ComfyUI's "
+                       "templates name them: qwen_image_edit_2509_...); Edit-2511 files are told by their content. "
+                       "Leave '(none)' when using a checkpoint.",
     "text_encoder": "A text encoder file (models/text_encoders or models/clip), in any order. "
                     f"{families.text_encoders_needed()}. With a checkpoint, only to replace or add to the ones "
                     "it holds.",
