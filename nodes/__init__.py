@@ -3,10 +3,11 @@
 from ..backend.controller import api
 from . import comfy_bridge
 from .compile_nodes import TPUCompile, TPUSetExecutionMode
+from .controlnet_nodes import TPUApplyControlNet
 from .info_nodes import TPUDeviceInfo, TPUFreeWorkers
 from .lora_nodes import TPULoadLoRA
 from .parallel_nodes import TPUDataParallel, TPUShardTP
-from .pipeline_nodes import LoadTPUPipeline, LoadTPUPipelineFiles, TPUSample
+from .pipeline_nodes import LoadTPUPipeline, LoadTPUPipelineFiles, TPUSample, TPUSampleLatent
 from .speed_nodes import TPUCFGParallel, TPUContextParallel, TPUSamplingOptions
 from .video_nodes import TPUSampleVideo
 
@@ -29,6 +30,8 @@ NODE_CLASS_MAPPINGS = {
     "TPUSamplingOptions": TPUSamplingOptions,
     "TPULoadLoRA": TPULoadLoRA,
     "TPUSampleVideo": TPUSampleVideo,
+    "TPUApplyControlNet": TPUApplyControlNet,
+    "TPUSampleLatent": TPUSampleLatent,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -46,4 +49,6 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "TPUSamplingOptions": "Sampling Options (TPU)",
     "TPULoadLoRA": "Load LoRA (TPU)",
     "TPUSampleVideo": "Sample Video (TPU)",
+    "TPUApplyControlNet": "Apply ControlNet (TPU)",
+    "TPUSampleLatent": "Sample Latent (TPU)",
 }

@@ -18,14 +18,20 @@ import torch
 from ..protocol.families import Pipeline
 from ..protocol.spec import SampleRequest
 
-TEXT, IMG2IMG, INPAINT, REFERENCE, START = "text", "img2img", "inpaint", "reference", "start"
+# LATENT: image to image from a LATENT (Sample's latent input below denoise 1), run by the image-to-image pipeline
+TEXT, IMG2IMG, INPAINT, REFERENCE, START, LATENT = "text", "img2img", "inpaint", "reference", "start", "latent"
 # Pipelines that run int(N · strength) steps (the others run N − int(N − N · strength)).
-_FLOOR_STRENGTH = ("StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline")
+_FLOOR_STRENGTH = ("StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline",
+                   "StableDiffusionXLControlNetImg2ImgPipeline", "StableDiffusionXLControlNetInpaintPipeline",
+                   "StableDiffusionXLControlNetUnionImg2ImgPipeline", "StableDiffusionXLControlNetUnionInpaintPipeline")
 _SINGLE_REFERENCE = ("QwenImageEditPipeline",)  # takes one image, not a list
 
 
-def task(family: Pipeline, arrays: dict) -> str:
-    """What the request's inputs ask of this family (the controller has checked that it can)."""
+def task(family: Pipeline, arrays: dict, denoise: float = 1.0) -> str:
+    """What the request's inputs ask of this family (the controller has checked that it can). A latent at denoise
+    1 only sets the size: text to image, as KSampler's pure-noise start on flow models."""
+    if "latent" in arrays:
+        return LATENT if denoise < 1 else TEXT
     if "image" not in arrays:
         return TEXT
     if family.start_image:
@@ -88,22 +94,28 @@ class ImagePipelines:
         if pipe is not self.pipe:
             self.forget()
             self.pipe = pipe
-        name = {IMG2IMG: family.img2img, INPAINT: family.inpaint}.get(kind)
+        name = {IMG2IMG: family.img2img, LATENT: family.img2img, INPAINT: family.inpaint}.get(kind)
         if name is None:
             return pipe
         if name not in self.derived:
-            import diffusers
-
-            # dtype: from_pipe casts every shared module to it (float32 when not given). The modules are passed by
-            # name: from_pipe shares a model only when its type is exactly the one the new class names, and CFG
-            # Parallel makes the denoiser an instance of a subclass
-            target = getattr(diffusers, name)
-            expected, _ = target._get_signature_keys(target)
-            shared = {k: v for k, v in pipe.components.items() if k in expected and v is not None}
-            derived = target.from_pipe(pipe, dtype=pipe.dtype, **shared)
-            derived.set_progress_bar_config(disable=True)
-            self.derived[name] = derived
+            self.derived[name] = derive(pipe, name)
         return self.derived[name]
+
+
+def derive(pipe: Any, name: str, **extra: Any) -> Any:
+    """diffusers' pipeline class `name` made from `pipe` with from_pipe (its modules shared, none copied), plus
+    `extra` components (a ControlNet)."""
+    import diffusers
+
+    # dtype: from_pipe casts every shared module to it (float32 when not given). The modules are passed by name:
+    # from_pipe shares a model only when its type is exactly the one the new class names, and CFG Parallel makes
+    # the denoiser an instance of a subclass
+    target = getattr(diffusers, name)
+    expected, _ = target._get_signature_keys(target)
+    shared = {k: v for k, v in pipe.components.items() if k in expected and v is not None}
+    derived = target.from_pipe(pipe, dtype=pipe.dtype, **{**shared, **extra})
+    derived.set_progress_bar_config(disable=True)
+    return derived
 
 
 def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req: SampleRequest) -> None:
@@ -115,8 +127,11 @@ def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req
     params = inspect.signature(pipe.__call__).parameters
     width, height = kwargs["width"], kwargs["height"]
     images = arrays.get("image")
+    if kind == LATENT:  # the image its VAE encodes: the LATENT comes back instead (worker/latents.py)
+        kwargs["image"] = np.full((1, height, width, 3), 0.5, np.float32)
     if kind in (IMG2IMG, INPAINT):
         kwargs["image"] = fit(images[index % len(images)], width, height)[None]
+    if kind in (IMG2IMG, INPAINT, LATENT):
         steps, strength = schedule(req.steps, req.denoise, type(pipe).__name__)
         kwargs["num_inference_steps"], kwargs["strength"] = steps, strength
     if kind == INPAINT:
@@ -132,6 +147,12 @@ def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req
     for name in ("width", "height"):
         if name not in params:
             kwargs.pop(name)
+
+
+def input_latent(arrays: dict, index: int) -> np.ndarray:
+    """Image `index`'s LATENT (the latent batch cycles, as input images do)."""
+    latent = arrays["latent"]
+    return latent[index % len(latent)]
 
 
 def input_image(arrays: dict, index: int, width: int, height: int) -> np.ndarray:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from .base import Configs, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
+from .base import Configs, ControlNets, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
 
 ZERO_COND_MARKER = "__index_timestep_zero__"  # Comfy-Org's Edit-2511 files: an empty tensor, diffusers' zero_cond_t
 _RELEASE = re.compile(r"edit[^a-z0-9]?(\d{4})")  # "edit_2509", "edit-2511": an Edit Plus release
@@ -74,12 +74,30 @@ def _pipeline(class_name: str, name: str, **traits) -> Pipeline:
                     variable_text=True, sigmas="always", **traits)
 
 
+def controlnet_config(s: Shapes, denoiser: dict) -> dict:
+    """A Qwen-Image ControlNet file's config (InstantX's union: diffusers' layout); patch and rotary axes as the
+    pipeline's transformer."""
+    hidden, head = s["img_in.weight"][0], s["transformer_blocks.0.attn.norm_q.weight"][0]
+    return {"patch_size": denoiser.get("patch_size", 2), "in_channels": s["img_in.weight"][1],
+            "out_channels": denoiser.get("out_channels", 16), "num_layers": count(s, "transformer_blocks."),
+            "attention_head_dim": head, "num_attention_heads": hidden // head,
+            "joint_attention_dim": s["txt_norm.weight"][0],
+            "axes_dims_rope": denoiser.get("axes_dims_rope", [16, 56, 56]),
+            "extra_condition_channels": s["controlnet_x_embedder.weight"][1] - s["img_in.weight"][1]}
+
+
+CONTROLNETS = ControlNets("QwenImageControlNetModel", "QwenImageMultiControlNetModel", "QwenImageControlNetPipeline",
+                          keys=("controlnet_x_embedder.weight", "img_in.weight", "txt_norm.weight",
+                                "controlnet_blocks.0.weight"),
+                          config=controlnet_config)
+
 _EDIT = dict(references=True, inpaint="QwenImageEditInpaintPipeline", needs_image=True)
 FAMILY = ModelFamily(
     id="qwenimage", name="Qwen-Image",
     pipelines=(
         _pipeline("QwenImagePipeline", "Qwen-Image", img2img="QwenImageImg2ImgPipeline",
-                  inpaint="QwenImageInpaintPipeline", step_caches=("first block", "taylorseer")),
+                  inpaint="QwenImageInpaintPipeline", step_caches=("first block", "taylorseer"),
+                  controlnets=(CONTROLNETS,)),
         _pipeline("QwenImageEditPipeline", "Qwen-Image-Edit", **_EDIT),
         _pipeline("QwenImageEditPlusPipeline", "Qwen-Image-Edit", **_EDIT),
     ),
