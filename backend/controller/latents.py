@@ -40,7 +40,8 @@ def as_array(spec: PipelineSpec, samples: np.ndarray, noise_mask: bool = False) 
     against the model; raises ModelError naming the input, the value and the fix."""
     family = spec.family
     if family.frame_step:
-        raise ModelError(f"latent: {family.name} makes videos; Sample Video has no latent input. Disconnect it.")
+        raise ModelError(f"latent: {family.name} makes videos; the pack's LATENT is for image models (Sample, VAE "
+                         "Decode (TPU)). Disconnect it.")
     if noise_mask:
         raise ModelError("latent: it carries a noise mask (Set Latent Noise Mask), which Sample does not read; for "
                          "inpainting connect the image and its mask to Sample's image and mask inputs instead.")
