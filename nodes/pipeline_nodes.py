@@ -284,6 +284,33 @@ class TPUSample:
         return {"samples": torch.from_numpy(out["latents"])}
 
 
+class TPUVAEDecode:
+    DESCRIPTION = ("Decodes a LATENT with the pipeline's own VAE on the chips (in its workers), as Sample decodes: "
+                   "the pixels equal Sample's own IMAGE. For the pack's LATENT (Sample Latent, a latent hires fix) "
+                   "and ComfyUI's (VAE Encode, Empty Latent Image) of the same model.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("IMAGE",)
+    RETURN_NAMES = ("images",)
+    OUTPUT_TOOLTIPS = ("The decoded images, ready for Save Image or Preview Image.",)
+    FUNCTION = "decode"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline: its VAE decodes."}),
+                "samples": ("LATENT", {"tooltip": "A LATENT of this model (Sample, Sample Latent, VAE Encode with "
+                                                  "its VAE)."}),
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    def decode(self, pipeline, samples, unique_id=None):
+        images = comfy_bridge.run_cancellable(api.decode, pipeline, samples["samples"].cpu().float().numpy(),
+                                              node_id=unique_id, total=1)
+        return (torch.from_numpy(images),)
+
+
 class TPUSampleLatent(TPUSample):
     DESCRIPTION = ("Sample (TPU) that gives only the LATENT: the VAE does not run, so a latent hires fix or a "
                    "refiner pays for one decode at the end (a last Sample (TPU), or ComfyUI's VAE Decode with "
