@@ -223,8 +223,10 @@ class TPUSample:
                                     "the replicas."}),
                 "image": ("IMAGE", {"tooltip":
                           "Optional: start from this image (image to image), or with a mask repaint part of it "
-                          "(inpainting). FLUX.2 and Qwen-Image-Edit take it as a reference image instead. Image i "
-                          "of the run (seed + i) starts from image i of this batch (cycling when it has fewer)."}),
+                          "(inpainting). FLUX.2, Qwen-Image-Edit and FLUX.1 Kontext take it as a reference image "
+                          "instead; FLUX.1 Fill needs it with a mask; FLUX.1 Depth/Canny take it as the control image "
+                          "(a depth map, ComfyUI's Canny node). Image i of the run (seed + i) starts from image i of "
+                          "this batch (cycling when it has fewer)."}),
                 "mask": ("MASK", {"tooltip":
                          "Optional, with an image: the part to repaint (white = repaint, black = keep), e.g. Load "
                          "Image's mask output after the mask editor. Stretched to the image's size if it differs."}),
