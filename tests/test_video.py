@@ -46,8 +46,12 @@ def test_frames_and_video_tokens_are_checked_before_any_worker(tiny_models):
     api.check_request(cp, _request(width=16, height=16, frames=5))  # 2 latent frames x 1 x 1 tokens
     with pytest.raises(ParallelError, match=r"makes 1 video tokens.*\(width/16\) × \(height/16\) is a multiple of 2"):
         api.check_request(cp, _request(width=16, height=16, frames=1))
-    with pytest.raises(CompileError, match="warmup: Wan makes videos"):
+    with pytest.raises(CompileError, match=r"warmup: 32x32 has no frames, and Wan makes videos.*'32x32x81f'"):
         api.with_compile(wan, "whole denoiser", "auto", "32x32")
+    with pytest.raises(CompileError, match=r"warmup: 32x32x6f: frames: Wan makes 1 \+ a multiple of 4 frames"):
+        api.with_compile(wan, "whole denoiser", "auto", "32x32x6f")
+    with pytest.raises(CompileError, match=r"warmup: 64x64x5f: pipeline: FLUX.1 makes images, not videos"):
+        api.with_compile(_spec(tiny_models, "tiny-flux"), "whole denoiser", "auto", "64x64x5f")
 
 
 @pytest.mark.unit
@@ -126,6 +130,33 @@ def test_image_to_video_equals_plain_diffusers(tiny_models):
                          generator=[torch.Generator("cpu").manual_seed(seed)]).frames[0]
         assert np.array_equal(frames[5 * video:5 * (video + 1)], plain), f"video {video} (seed {seed})"
     assert not np.array_equal(frames[:5], frames[5:]), "each video its own start image and seed"
+
+
+@pytest.mark.workers
+def test_compiled_video_warms_up_and_prompts_seeds_steps_never_recompile(tiny_models):
+    """One static shape per (frames, height, width): the warm-up compiles it before the first Sample Video, other
+    prompts, seeds, steps and guidance reuse it (dynamo's own counters), another frame count compiles once.
+    Repeated blocks with the 'eager' backend: the same shape signatures as the whole denoiser, in seconds."""
+    spec, _ = api.with_compile(_spec(tiny_models), "repeated blocks", "eager", "32x32x5f", False)
+    said = []
+    warm = api.load(spec, said.append)["compile"]
+    texts = [m.text for m in said if isinstance(m, Status)]
+    assert "warm-up 1/1: 32x32x5 frames (batch 1)" in texts, texts
+    shape = next(s for s in warm["shapes"] if s["shape"] == "32x32x5 frames (batch 1)" and "eager" in s["component"])
+    assert (shape["compiles"], shape["graphs"], warm["unexpected_recompiles"]) == (1, 1, 0), "one graph, all steps"
+    varied = [dict(seed=1, prompt="a lighthouse on a cliff at dusk, oil painting, warm light"),
+              dict(steps=3, guidance=1.0, negative_prompt="")]
+    for change in varied:
+        assert api.sample(spec, _request(**change)).shape == (5, 32, 32, 3)
+    stats = api.compile_stats()
+    assert (stats["graphs"], stats["compiles"], stats["unexpected_recompiles"]) == (warm["graphs"], warm["compiles"], 0)
+    assert stats["hits"] == warm["hits"] + len(varied)
+    said = []
+    api.sample(spec, _request(frames=1, steps=1), said.append)
+    assert "compiling 32x32x1 frames (batch 1) for the first time…" in [m.text for m in said if isinstance(m, Status)]
+    after = api.compile_stats()
+    assert (after["compiles"], after["graphs"], after["unexpected_recompiles"]) == (
+        stats["compiles"] + 1, stats["graphs"] + 1, 0)
 
 
 @pytest.mark.workers

@@ -72,13 +72,15 @@ class CompilePlan:
 
     target: str = "whole denoiser"
     backend: str = "auto"
-    warmup: tuple[tuple[int, int, int], ...] = ()  # (width, height, batch) compiled before the first prompt
+    # (width, height, batch, frames) compiled before the first prompt; frames 0: an image
+    warmup: tuple[tuple[int, int, int, int], ...] = ()
     snap_to_warmup: bool = False  # round a requested size to the nearest warmed-up one
     notes: tuple[str, ...] = ()  # how the controller adjusted the plan for this device, said when it applies
 
     def warmup_text(self) -> str:
-        """'1024x1024, 832x1216x2': the warm-up sizes as the Compile node's input writes them."""
-        return ", ".join(f"{w}x{h}" + (f"x{b}" if b != 1 else "") for w, h, b in self.warmup)
+        """'1024x1024, 832x1216x2, 832x480x81f': the warm-up sizes as the Compile node's input writes them."""
+        return ", ".join(f"{w}x{h}" + (f"x{f}f" if f else "") + (f"x{b}" if b != 1 else "")
+                         for w, h, b, f in self.warmup)
 
 
 @dataclass(frozen=True)
@@ -284,12 +286,12 @@ class SampleRequest:
                 for j in range(self.batch_size)]
 
 
-def warmup_request(spec: PipelineSpec, width: int, height: int, batch: int) -> SampleRequest:
+def warmup_request(spec: PipelineSpec, width: int, height: int, batch: int, frames: int = 0) -> SampleRequest:
     """A compile warm-up: WARMUP_STEPS steps (a per-step recompile would show), CFG on where it changes shapes
     (as these models are used), and `batch` images for every data-parallel replica, so each of them compiles."""
     guidance = 5.0 if spec.family.cfg_doubles_batch else 3.5
     return SampleRequest(prompt="warm-up", width=width, height=height, steps=WARMUP_STEPS, guidance=guidance,
-                         batch_size=batch * spec.dp_replicas)
+                         batch_size=batch * spec.dp_replicas, frames=frames)
 
 
 def share(n: int, replicas: int, replica: int) -> range:

@@ -108,11 +108,13 @@ class Runtime:
         tp = (parallel.spec_mesh(spec, self.kind)["tp"], "transformer") if spec.tp_degree > 1 else None
         self.loras.apply(self.pipe, spec.loras, spec.family.name, tp)
         for i, todo in enumerate(pending := self.compiler.apply(self.pipe, spec, self.dtype_name(spec)), 1):
-            w, h, b = todo
-            self.status(f"warm-up {i}/{len(pending)}: {w}x{h} (batch {b})")
-            # edit models need an image: a grey one of the size (reference images add their own tokens)
+            w, h, b, frames = todo
+            self.status(f"warm-up {i}/{len(pending)}: {w}x{h}" + (f"x{frames} frames" if frames else "")
+                        + f" (batch {b})")
+            # edit and image-to-video models need an image: a grey one of the size (reference images add their
+            # own tokens)
             grey = {"image": np.full((1, h, w, 3), 0.5, np.float32)} if spec.family.needs_image else None
-            self.sample(spec, warmup_request(spec, w, h, b), grey)
+            self.sample(spec, warmup_request(spec, w, h, b, frames), grey)
             self.compiler.warmed_up(todo)
         return self.info()
 
