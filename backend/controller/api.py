@@ -211,7 +211,9 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
     spec = checked(spec)
     check_request(spec, req)
     arrays = images.as_arrays(spec, req, image, mask)
-    said = [samplers.check(spec, req, images.starts_from_image(spec, arrays)), prompt_weights.note(req)]
+    if tiling := pixels.video_tiling(spec, req.width, req.height):
+        req = dataclasses.replace(req, tiled_vae=True)
+    said = [samplers.check(spec, req, images.starts_from_image(spec, arrays)), prompt_weights.note(req), tiling]
     notes = images.describe(spec, req, arrays) + [text for text in said if text]
     return PreparedSample(spec, req, arrays, tuple(notes))
 

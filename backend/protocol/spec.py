@@ -263,6 +263,7 @@ class SampleRequest:
     prompt_per_line: bool = False  # each non-empty line is a prompt; batch_size images each
     denoise: float = 1.0  # with an input image: how much of it is repainted (0 keeps it, 1 repaints it all)
     frames: int = 0  # frames of each video (video pipelines: Sample Video); 0: an image
+    tiled_vae: bool = False  # the video VAE decodes in tiles (the controller sets it: controller.pixels.video_tiling)
     sampler: str = "default"  # ComfyUI's sampler name (protocol.samplers); default: the pipeline's own scheduler
     scheduler: str = "default"  # ComfyUI's scheduler (schedule) name; default: the pipeline's own schedule
 

@@ -219,6 +219,10 @@ class Runtime:
         everything, indices = req.images(), layout.my_share(req)
         kind = images.task(spec.family, arrays)
         pipe = self.image_pipes.for_task(self.pipe, spec.family, kind)
+        if spec.family.frame_step and req.tiled_vae:  # diffusers' tiled decoding (and start image encoding)
+            pipe.vae.enable_tiling()
+        elif spec.family.frame_step:
+            pipe.vae.disable_tiling()
         self.prompts.wrap(pipe)  # an image pipeline made from the loaded one shares its prompt cache
         if self.should_stop():
             raise Interrupted(Interrupted.DEFAULT)
