@@ -155,10 +155,14 @@ class Runtime:
     def _load_onto_device(self, spec: PipelineSpec, dtype_name: str, extra: dict | None) -> Any:
         """Reads the weights into host memory and puts them where the offload choice says."""
         try:
+            stored = getattr(torch, spec.storage) if spec.storage else None  # fp8 storage: read into it
+            if stored is not None and self.kind == "cpu":
+                storage.return_freed_blocks()
             if spec.source is not None:
-                pipe = loading.load_files(spec.source, _DTYPES[dtype_name], self.status, extra)
+                pipe = loading.load_files(spec.source, _DTYPES[dtype_name], self.status, extra, stored)
             else:
-                pipe = loading.load_pipeline(spec.model_path, _DTYPES[dtype_name], self.status, extra, spec.variant)
+                pipe = loading.load_pipeline(spec.model_path, _DTYPES[dtype_name], self.status, extra, spec.variant,
+                                             stored)
         except OSError as e:
             if _is_oom(e):
                 raise
@@ -169,7 +173,7 @@ class Runtime:
                 f"model: '{spec.name}' could not be loaded from its folder ({e}). ComfyUI-TPU never downloads at "
                 "run time: make sure the folder holds every component (safetensors weights, configs, "
                 "tokenizers).") from e
-        storage.keep_in_storage_dtype(pipe, spec, _DTYPES[dtype_name])  # fp8 storage: before it reaches the device
+        storage.keep_in_storage_dtype(pipe, spec, _DTYPES[dtype_name])  # the rest: cast before the device
         if spec.offload == "model":
             pipe.enable_model_cpu_offload(device=self.device)
         elif spec.offload == "sequential":
