@@ -110,7 +110,11 @@ def test_frames_equal_plain_diffusers_with_progress_and_cancel(tiny_models, one_
     with pytest.raises(Interrupted):
         api.sample(spec, _request(steps=5000), on_progress, stop.is_set)
     assert seen[0] == (1, 5000) and max(s for s, _ in seen) < 50, "one Step per step; stopped within a few"
-    assert api.sample(spec, _request(batch_size=1)).shape == (5, 32, 32, 3), "the next video runs"
+    said = []
+    assert api.sample(spec, _request(batch_size=1), said.append).shape == (5, 32, 32, 3), "the next video runs"
+    told = [(m.step, m.total) if isinstance(m, Step) else m.text for m in said
+            if isinstance(m, Step) or m.text.startswith("VAE")]
+    assert told == [(1, 2), (2, 2), "VAE: decoding the video's 5 frames of 32x32…"], "the decode follows the steps"
 
 
 @pytest.mark.workers

@@ -267,7 +267,8 @@ class Runtime:
                 controlnets.add_inputs(spec, kind, kwargs, arrays, group[0])
                 images.add_inputs(pipe, kind, kwargs, arrays, group[0], req)
                 self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,
-                               report=layout.leader, per_step=len(group), steps=req.steps)
+                               report=layout.leader, per_step=len(group), steps=req.steps,
+                               then=_decoding(spec, req) if decode else "")
                 result, taken = None, []
                 with contextlib.ExitStack() as latent_io:
                     if kind == images.LATENT:
@@ -362,10 +363,10 @@ class Runtime:
         return {k: v for k, v in kwargs.items() if k in params or k in ("width", "height")}
 
     def _on_steps(self, pipe: Any, kwargs: dict, call: Any, done: int, total: int, report: bool,
-                  per_step: int = 1, steps: int = 1) -> None:
+                  per_step: int = 1, steps: int = 1, then: str = "") -> None:
         """Adds the step callback: counts the call's `steps` steps, reports each one (with its duration; a batched
         call's step counts once per image; a second-order scheduler's two model calls count once), stops when
-        asked."""
+        asked. `then`: said after the last step (what the call does next that no step counts)."""
         if "callback_on_step_end" not in inspect.signature(pipe.__call__).parameters:
             return
         last, counted = [time.perf_counter()], [0]
@@ -387,6 +388,8 @@ class Runtime:
                 step_s, last[0] = now - last[0], now
                 if report:  # steps of this rank's whole share: done before this image + this image's
                     self.channel.send(Step(self._rid, done + finished * per_step, total, step_s, self.rank))
+                if report and then and finished == steps and not stop:
+                    self.status(then)
             if stop:
                 raise Interrupted(Interrupted.DEFAULT)
             return {}
@@ -403,6 +406,14 @@ class Runtime:
             return (f"out of memory on {self.device}{cap}: {text}. Try offload 'model' or 'sequential' in "
                     "Load TPU Pipeline, a smaller width/height or batch_size, or Shard TP over more chips.")
         return text
+
+
+def _decoding(spec: PipelineSpec, req: SampleRequest) -> str:
+    """What a video's VAE decode is, said when its steps are done: it takes a while and no step counts it."""
+    if not spec.family.frame_step:
+        return ""
+    tiles = " in tiles" if req.tiled_vae else ""
+    return f"VAE: decoding the video's {req.frames} frames of {req.width}x{req.height}{tiles}…"
 
 
 def _pixels(result: Any) -> np.ndarray:
