@@ -82,7 +82,9 @@ class LoadTPUPipeline:
 FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/protocol/families)
     "diffusion_model": f"The diffusion model file (models/diffusion_models or models/unet): {families.names(families.FROM_FILES)}, "
                        "in bf16, fp16, fp32 or fp8 (fp8 stays fp8 with dtype auto in eager modes), or GGUF (CPU and GPU "
-                       "only). Leave '(none)' when using a checkpoint.",
+                       "only). Qwen-Image-Edit files load as edit models when their name says 'edit' (as ComfyUI's "
+                       "templates name them: qwen_image_edit_2509_...); Edit-2511 files are told by their content. "
+                       "Leave '(none)' when using a checkpoint.",
     "text_encoder": "A text encoder file (models/text_encoders or models/clip), in any order. "
                     f"{families.text_encoders_needed()}. With a checkpoint, only to replace or add to the ones "
                     "it holds.",
@@ -280,6 +282,33 @@ class TPUSample:
         if name == "images":
             return torch.from_numpy(out["images"])
         return {"samples": torch.from_numpy(out["latents"])}
+
+
+class TPUVAEDecode:
+    DESCRIPTION = ("Decodes a LATENT with the pipeline's own VAE on the chips (in its workers), as Sample decodes: "
+                   "the pixels equal Sample's own IMAGE. For the pack's LATENT (Sample Latent, a latent hires fix) "
+                   "and ComfyUI's (VAE Encode, Empty Latent Image) of the same model.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("IMAGE",)
+    RETURN_NAMES = ("images",)
+    OUTPUT_TOOLTIPS = ("The decoded images, ready for Save Image or Preview Image.",)
+    FUNCTION = "decode"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline: its VAE decodes."}),
+                "samples": ("LATENT", {"tooltip": "A LATENT of this model (Sample, Sample Latent, VAE Encode with "
+                                                  "its VAE)."}),
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    def decode(self, pipeline, samples, unique_id=None):
+        images = comfy_bridge.run_cancellable(api.decode, pipeline, samples["samples"].cpu().float().numpy(),
+                                              node_id=unique_id, total=1)
+        return (torch.from_numpy(images),)
 
 
 class TPUSampleLatent(TPUSample):

@@ -76,6 +76,10 @@ class Runtime:
             self.samples += 1
             value = {"loads": self.loads, "latency": self.latency.as_dict(), "sent_at": time.time()}
             return value, out
+        if request.op == messages.DECODE:
+            self.prepare(request.spec)
+            out = latents.decode(self.pipe, request.spec.family, request.arrays["latent"]) if self.rank == 0 else None
+            return {"loads": self.loads}, ({"images": out} if out is not None else None)
         if request.op == messages.INFO:
             return self.info(), None
         raise ValueError(f"unknown worker op '{request.op}'")
