@@ -226,7 +226,6 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
         notes, starts = images.describe(spec, req, arrays), images.starts_from_image(spec, arrays)
         controlnets.check_inputs(spec, starts, "mask" in arrays)
     else:
-        controlnets.check_latent(spec, req.denoise)
         latents.check(spec, req, image is not None)
         arrays["latent"] = latent
         notes = latents.describe(spec, req, latent, asked or (req.width, req.height, req.batch_size))

@@ -209,14 +209,6 @@ def check_inputs(spec: PipelineSpec, starts_from_image: bool, inpainting: bool) 
                          "ControlNet.")
 
 
-def check_latent(spec: PipelineSpec, denoise: float) -> None:
-    """Sample's LATENT with ControlNets: at denoise 1 it only sets the size; below, not driven with a ControlNet."""
-    if spec.controlnets and denoise < 1:
-        raise ModelError(f"latent: starting from a LATENT at denoise {denoise:g} is not done with ControlNets yet; "
-                         "connect the decoded image to Sample's image instead (image to image with the ControlNet), "
-                         "or set denoise to 1.")
-
-
 def weight_bytes(spec: PipelineSpec, float_bytes: int) -> dict[str, int]:
     """What the ControlNets take once loaded (offload 'auto'), from their headers: {"controlnet": bytes}."""
     total = 0
