@@ -13,7 +13,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from ..protocol.units import format_bytes
 from . import (
     capacity,
     compile_plan,
+    conditioning,
     devices,
     group,
     hosts,
@@ -202,17 +203,24 @@ class PreparedSample:
 
 
 def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None = None,
-                   mask: np.ndarray | None = None) -> PreparedSample:
-    """Resolves `spec` and checks the request and Sample's image inputs (raising an InputError naming the input),
-    once: the node shows the notes, then `run_sample` runs exactly this.
+                   mask: np.ndarray | None = None, positive: Sequence | None = None,
+                   negative: Sequence | None = None) -> PreparedSample:
+    """Resolves `spec` and checks the request and Sample's image and CONDITIONING inputs (raising an InputError
+    naming the input), once: the node shows the notes, then `run_sample` runs exactly this.
 
     `image` (IMAGE [B, H, W, C] in 0..1) starts image-to-image, or gives reference images to the families that
-    take them; with `mask` (MASK [B, H, W], 1 = repaint) it inpaints."""
+    take them; with `mask` (MASK [B, H, W], 1 = repaint) it inpaints. `positive` / `negative`: ComfyUI's
+    CONDITIONING (tensors as numpy arrays) replacing the prompt text (controller/conditioning.py)."""
     spec = checked(spec)
+    conditioned = conditioning.apply(spec, req, positive, negative)
+    if conditioned is not None:
+        req = conditioned.req
     check_request(spec, req)
     arrays = images.as_arrays(spec, req, image, mask)
     said = [samplers.check(spec, req, images.starts_from_image(spec, arrays)), prompt_weights.note(req)]
     notes = images.describe(spec, req, arrays) + [text for text in said if text]
+    if conditioned is not None:
+        arrays, notes = {**arrays, **conditioned.arrays}, [*conditioned.notes, *notes]
     return PreparedSample(spec, req, arrays, tuple(notes))
 
 
@@ -239,9 +247,10 @@ def run_sample(prepared: PreparedSample, on_progress: ProgressFn | None = None,
 
 def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None = None,
            should_interrupt: Callable[[], bool] | None = None, image: np.ndarray | None = None,
-           mask: np.ndarray | None = None) -> np.ndarray:
+           mask: np.ndarray | None = None, positive: Sequence | None = None,
+           negative: Sequence | None = None) -> np.ndarray:
     """`prepare_sample` then `run_sample`: one call for scripts, tests and benchmarks."""
-    return run_sample(prepare_sample(spec, req, image, mask), on_progress, should_interrupt)
+    return run_sample(prepare_sample(spec, req, image, mask, positive, negative), on_progress, should_interrupt)
 
 
 def record_queue_wait(seconds: float) -> None:
@@ -257,9 +266,10 @@ def last_latency() -> dict | None:
 
 
 def describe_inputs(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None = None,
-                    mask: np.ndarray | None = None) -> list[str]:
+                    mask: np.ndarray | None = None, positive: Sequence | None = None,
+                    negative: Sequence | None = None) -> list[str]:
     """Checks Sample's inputs, sampler and scheduler as `sample` would and says what will happen."""
-    return list(prepare_sample(spec, req, image, mask).notes)
+    return list(prepare_sample(spec, req, image, mask, positive, negative).notes)
 
 
 def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, str | None]:

@@ -15,6 +15,19 @@ Shapes = Mapping[str, tuple[int, ...]]
 
 
 @dataclass(frozen=True)
+class Embeddings:
+    """How ComfyUI's CONDITIONING for this pipeline (CLIP Text Encode with the family's text encoders) maps onto
+    its `prompt_embeds` and `pooled_prompt_embeds`: the same tensors in the same layout, checked by width and
+    padded with zeros to the text length the pack's own text path gives (what compiled mode compiles for)."""
+
+    encoders: str  # how ComfyUI loads the text encoders that make it, for messages
+    # the denoiser's config -> (width of prompt_embeds, width of pooled_prompt_embeds)
+    widths: Callable[[dict], tuple[int, int]]
+    length: int  # tokens of the pack's own text path: shorter conditionings are padded to it
+    chunks: int = 1  # longer ones are padded to a multiple of `length`, up to this many (SDXL's 77-token chunks)
+
+
+@dataclass(frozen=True)
 class Pipeline:
     """How one diffusers pipeline class of a family runs: what differs between the classes we support."""
 
@@ -52,6 +65,8 @@ class Pipeline:
     # A video pipeline (num_frames in, .frames out): its frame count is 1 + a multiple of this (the VAE's temporal
     # compression, Wan: 4). 0: it makes images.
     frame_step: int = 0
+    # How Sample's positive/negative CONDITIONING maps onto the pipeline (None: it takes none; refused)
+    embeddings: Embeddings | None = None
     family: str = ""  # the id of the family module it belongs to (the registry fills it in)
 
 

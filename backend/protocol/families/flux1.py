@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .base import Configs, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
+from .base import Configs, Embeddings, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
 
 CONVERTER_WIDTH = 3072  # diffusers' FLUX.1 single-file converter hard-codes the published width
 
@@ -44,13 +44,18 @@ def variant(sizes: dict, file_name: str, configs: Configs) -> tuple[dict[str, di
             ("FLUX.1 [schnell] (no guidance embedding): 4 steps, guidance 0",))
 
 
+# ComfyUI's FLUX conditioning: T5-XXL's last hidden states (its tokenizer pads to 256 tokens), pooled = CLIP-L's
+# pooled output without projection (comfy/text_encoders/flux.py): diffusers' prompt_embeds and pooled_prompt_embeds
+EMBEDDINGS = Embeddings("CLIP-L and T5-XXL (DualCLIPLoader, type flux)",
+                        lambda c: (c["joint_attention_dim"], c["pooled_projection_dim"]), length=512)
+
 FAMILY = ModelFamily(
     id="flux1", name="FLUX.1",
     # FLUX.1 runs two passes only with true CFG (true_cfg_scale > 1 and a negative prompt: Sampling Options)
     pipelines=(Pipeline("FluxPipeline", "FLUX.1", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
                         sigmas="unless flow sigmas",
                         img2img="FluxImg2ImgPipeline", inpaint="FluxInpaintPipeline",
-                        step_caches=("first block", "taylorseer", "magcache")),),
+                        step_caches=("first block", "taylorseer", "magcache"), embeddings=EMBEDDINGS),),
     configs=(Configs("flux1", (TextSlot("text_encoder", "clip-l"), TextSlot("text_encoder_2", "t5"))),),
     denoiser_keys=("double_blocks.0.img_attn.qkv.weight", "img_in.weight", "vector_in.in_layer.weight"),
     width_key="img_in.weight", width_agrees=("txt_in.weight", 0), sizes=sizes, text_widths=text_widths,

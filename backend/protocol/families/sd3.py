@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from . import text_encoders
-from .base import Configs, ModelFamily, Pipeline, Shapes, TextSlot, count
+from .base import Configs, Embeddings, ModelFamily, Pipeline, Shapes, TextSlot, count
 
 
 def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
@@ -33,11 +33,18 @@ def clip_pair(s: Shapes, clip_l: Shapes, clip_g: Shapes) -> int | None:
     return None if text_encoders.projection(clip_l) + text_encoders.projection(clip_g) == wanted else wanted
 
 
+# ComfyUI's SD3 conditioning (comfy/text_encoders/sd3_clip.py): CLIP-L and CLIP-G penultimate states side by side,
+# zero-padded to 4096, then T5-XXL's states (77 tokens at least) along the sequence; pooled = CLIP-L's and CLIP-G's
+# pooled outputs (L's unprojected: the published SD3 CLIP-L's projection is the identity). diffusers' layout; its
+# text path gives 77 + 256 tokens (T5 absent: zeros, as padding gives).
+EMBEDDINGS = Embeddings("CLIP-L, CLIP-G and T5-XXL (TripleCLIPLoader; or DualCLIPLoader type sd3 without T5)",
+                        lambda c: (c["joint_attention_dim"], c["pooled_projection_dim"]), length=77 + 256)
+
 FAMILY = ModelFamily(
     id="sd3", name="SD3/SD3.5",
     pipelines=(Pipeline("StableDiffusion3Pipeline", "SD3", 2, "guidance_scale", False, repeated_blocks=False,
                         cfg_doubles_batch=True, cfg_passes="batch", img2img="StableDiffusion3Img2ImgPipeline",
-                        inpaint="StableDiffusion3InpaintPipeline"),),
+                        inpaint="StableDiffusion3InpaintPipeline", embeddings=EMBEDDINGS),),
     configs=(Configs("sd3", (TextSlot("text_encoder", "clip-l"), TextSlot("text_encoder_2", "clip-g"),
                              TextSlot("text_encoder_3", "t5", optional=True))),),
     denoiser_keys=("joint_blocks.0.x_block.attn.qkv.weight", "x_embedder.proj.weight"),
