@@ -48,9 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         return host_agent.main(args.controller, args.secret_file, args.device, args.procs)
 
     if args.command == "make-tiny-models":
-        from .tiny_models import FAMILIES, build_all
+        from .tiny_models import FAMILIES, MORE, build_all
 
-        for name, path in build_all(args.dir, args.families or FAMILIES).items():
+        for name, path in build_all(args.dir, args.families or FAMILIES + MORE).items():
             print(f"{name}: {path}")
     elif args.command == "device-info":
         from dataclasses import asdict

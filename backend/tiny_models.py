@@ -27,6 +27,9 @@ import torch
 # The tiny pipelines by the name of their folder (tiny-<name>), one per family of backend/protocol/families
 # (tests/test_families.py checks it); "flux" is FLUX.1: shipped workflows and benchmarks name tiny-flux.
 FAMILIES: tuple[str, ...] = ("flux", "flux2", "sd3", "sdxl", "qwenimage", "zimage", "wan")
+# Further pipelines of a family, built with them: Wan 2.1 image to video (a CLIP vision encoder, a denoiser that
+# reads the start image).
+MORE: tuple[str, ...] = ("wan-i2v",)
 SIZES: tuple[str, ...] = ("tiny", "small")
 _SIZED_FAMILIES: tuple[str, ...] = ("flux", "zimage")  # families that also come in sizes other than "tiny"
 
@@ -60,7 +63,7 @@ def build_tiny_pipeline(
     The global torch RNG state of the caller is left untouched (weights are drawn inside ``fork_rng``).
     """
     if family not in _BUILDERS:
-        raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES}")
+        raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES + MORE}")
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; expected one of {SIZES}")
     if size != "tiny" and family not in _SIZED_FAMILIES:
@@ -91,16 +94,17 @@ def save_pipeline(pipe: Any, out: pathlib.Path) -> pathlib.Path:
 
 
 def build_all(
-    root: str | os.PathLike, families: Iterable[str] = FAMILIES, size: str = "tiny"
+    root: str | os.PathLike, families: Iterable[str] = FAMILIES + MORE, size: str = "tiny"
 ) -> dict[str, pathlib.Path]:
-    """Builds each family into root/<name> where name is f"tiny-{family}" (or f"small-{family}"); skips folders that already hold model_index.json.
+    """Builds each family (and MORE) into root/<name> where name is f"tiny-{family}" (or f"small-{family}"); skips
+    folders that already hold model_index.json.
 
     Skipping makes it cheap to call from session-scoped fixtures and benchmark setup that share a cache dir.
     With the default ``families`` and a size other than "tiny", only the families that have that size are
     built; naming an unsupported family explicitly raises ValueError.
     """
     root = pathlib.Path(root)
-    if families is FAMILIES and size != "tiny":
+    if families == FAMILIES + MORE and size != "tiny":
         families = [f for f in FAMILIES if f in _SIZED_FAMILIES]
     built: dict[str, pathlib.Path] = {}
     for family in families:
@@ -777,6 +781,35 @@ def _wan(seed: _Seeder, size: str) -> Any:
     )
 
 
+def _wan_i2v(seed: _Seeder, size: str) -> Any:
+    """Wan 2.1-like image to video: the text-to-video parts of `_wan`, a CLIP vision image encoder (clip_vision_h's
+    role: its second-to-last hidden state conditions every block) and its image processor, and a denoiser that
+    also reads the start image's latents and mask (in channels 2 · z_dim + 4, as the published 36 for 16)."""
+    from diffusers import WanImageToVideoPipeline, WanTransformer3DModel
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+
+    t2v = _wan(seed, size)
+    z_dim, width = t2v.vae.config.z_dim, 16
+    vision = CLIPVisionConfig(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2,
+                              num_attention_heads=2, image_size=32, patch_size=8, projection_dim=width)
+    transformer = seed(
+        "transformer_i2v",
+        lambda: WanTransformer3DModel(
+            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=2 * z_dim + 4,
+            out_channels=z_dim, text_dim=t2v.text_encoder.config.d_model, freq_dim=16, ffn_dim=32, num_layers=2,
+            rope_max_seq_len=32, image_dim=width, added_kv_proj_dim=24,
+        ),
+    )
+    processor = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32},
+                                   image_mean=[0.48145466, 0.4578275, 0.40821073],
+                                   image_std=[0.26862954, 0.26130258, 0.27577711])
+    return WanImageToVideoPipeline(
+        tokenizer=t2v.tokenizer, text_encoder=t2v.text_encoder, vae=t2v.vae, scheduler=t2v.scheduler,
+        transformer=transformer, image_encoder=seed("image_encoder", lambda: CLIPVisionModel(vision)),
+        image_processor=processor,
+    )
+
+
 _BUILDERS: dict[str, Callable[[_Seeder, str], Any]] = {
     "flux": _flux,
     "flux2": _flux2,
@@ -785,4 +818,5 @@ _BUILDERS: dict[str, Callable[[_Seeder, str], Any]] = {
     "qwenimage": _qwenimage,
     "zimage": _zimage,
     "wan": _wan,
+    "wan-i2v": _wan_i2v,
 }

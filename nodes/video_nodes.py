@@ -16,10 +16,10 @@ from .pipeline_nodes import CATEGORY
 
 
 class TPUSampleVideo:
-    DESCRIPTION = ("Generates a video with a video pipeline from Load TPU Pipeline (Wan 2.1 / 2.2 text to video). "
-                   "The frames come out as an image batch, one frame after another, for Save Animated WEBP, Save "
-                   "Video or any node that takes frames. The same seed gives the same video. Shows progress with "
-                   "seconds per step and can be cancelled.")
+    DESCRIPTION = ("Generates a video with a video pipeline from Load TPU Pipeline (Wan 2.1 / 2.2 text to video; "
+                   "image to video from a start image). The frames come out as an image batch, one frame after "
+                   "another, for Save Animated WEBP, Save Video or any node that takes frames. The same seed gives "
+                   "the same video. Shows progress with seconds per step and can be cancelled.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("IMAGE",)
     RETURN_NAMES = ("frames",)
@@ -53,16 +53,23 @@ class TPUSampleVideo:
                 "batch_size": ("INT", {"default": 1, "min": 1, "max": 64, "tooltip":
                                "Videos per run; video i uses seed + i. With Data Parallel, the videos are split "
                                "across the replicas."}),
+                "start_image": ("IMAGE", {"tooltip":
+                                "Image to video: the first frame of the video (e.g. from Load Image), stretched to "
+                                "width × height. Needs an image-to-video model (Wan 2.1 I2V); video i starts from "
+                                "image i of this batch (cycling when it has fewer)."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, frames, steps, guidance, seed, batch_size=1,
-               unique_id=None):
+               start_image=None, unique_id=None):
         started, queued = comfy_bridge.now(), comfy_bridge.queued_at()
+        image = start_image.cpu().numpy() if start_image is not None else None
         request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,
                                 steps=steps, guidance=guidance, seed=seed, batch_size=batch_size, frames=frames)
-        out = comfy_bridge.run_cancellable(api.sample, pipeline, request, node_id=unique_id,
-                                           total=steps * batch_size)
-        comfy_bridge.show_latency(unique_id, queued, started)
+        prepared = api.prepare_sample(pipeline, request, image)  # resolved and checked once, here
+        if prepared.notes:
+            comfy_bridge.send_text(unique_id, "\n".join(prepared.notes))
+        out = comfy_bridge.run_cancellable(api.run_sample, prepared, node_id=unique_id, total=steps * batch_size)
+        comfy_bridge.show_latency(unique_id, queued, started, list(prepared.notes))
         return (torch.from_numpy(out),)

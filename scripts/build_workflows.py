@@ -104,23 +104,36 @@ def _image_workflow(*, title: str, prompt: str, steps: int, denoise: float, seed
     return {"name": title, "nodes": nodes, "links": links, "extra": {"description": description}}
 
 
+def _wan_video(*, name: str, model: str, prompt: str, negative_prompt: str, frames: int, steps: int, prefix: str,
+               note: str, description: str, start_image: bool = False) -> dict:
+    """Load TPU Pipeline (a Wan diffusers folder) [and ComfyUI's Load Image as the start image] -> Sample Video
+    (TPU) (832x480, guidance 5) -> ComfyUI's own Save Animated WEBP (16 fps), with a note. Node ids: Load 1,
+    Sample Video 2, Save 3, the note 4, Load Image 5."""
+    sample = {"prompt": prompt, "negative_prompt": negative_prompt, "width": 832, "height": 480, "frames": frames,
+              "steps": steps, "guidance": 5.0, "seed": 0, "control_after_generate": "randomize", "batch_size": 1}
+    nodes = [
+        {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
+         "widgets": {"model": model, "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}},
+        {"id": 2, "type": "TPUSampleVideo", "pos": [410, 130], "size": [400, 500], "widgets": sample},
+        {"id": 3, "type": "SaveAnimatedWEBP", "pos": [850, 130], "size": [420, 500],
+         "widgets": {"filename_prefix": prefix, "fps": 16.0, "lossless": False, "quality": 90, "method": "default"}},
+    ]
+    links = [[1, "pipeline", 2, "pipeline"], [2, "frames", 3, "images"]]
+    if start_image:
+        nodes.append({"id": 5, "type": "LoadImage", "pos": [40, 360], "size": [330, 380],
+                      "widgets": {"image": "example.png"}})
+        links.append([5, "IMAGE", 2, "start_image"])
+    nodes.append(_note(4, [40, 790] if start_image else [40, 360], note,
+                       size=(770, 300) if start_image else (330, 330)))
+    return {"name": name, "nodes": nodes, "links": links, "extra": {"description": description}}
+
+
 def _wan_text_to_video() -> dict:
-    """Load TPU Pipeline (Wan 2.1 1.3B) -> Sample Video (TPU) -> ComfyUI's own Save Animated WEBP, with a note."""
-    sample = {"prompt": "a red fox running through fresh snow in a pine forest, morning light, cinematic",
-              "negative_prompt": "blurry, low quality, static, distorted", "width": 832, "height": 480,
-              "frames": 33, "steps": 30, "guidance": 5.0, "seed": 0, "control_after_generate": "randomize",
-              "batch_size": 1}
-    return {
-        "name": "wan21_t2v",
-        "nodes": [
-            {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
-             "widgets": {"model": "Wan2.1-T2V-1.3B-Diffusers", "dtype": "auto", "device": "auto", "offload": "auto",
-                         "model_path": ""}},
-            {"id": 2, "type": "TPUSampleVideo", "pos": [410, 130], "size": [400, 500], "widgets": sample},
-            {"id": 3, "type": "SaveAnimatedWEBP", "pos": [850, 130], "size": [420, 500],
-             "widgets": {"filename_prefix": "wan21-t2v", "fps": 16.0, "lossless": False, "quality": 90,
-                         "method": "default"}},
-            _note(4, [40, 360], """
+    return _wan_video(
+        name="wan21_t2v", model="Wan2.1-T2V-1.3B-Diffusers",
+        prompt="a red fox running through fresh snow in a pine forest, morning light, cinematic",
+        negative_prompt="blurry, low quality, static, distorted", frames=33, steps=30, prefix="wan21-t2v",
+        note="""
 ## Wan 2.1 text to video (1.3B)
 
 **Load TPU Pipeline** (Wan 2.1 1.3B) → **Sample Video (TPU)** (832×480, 33 frames, **30 steps, guidance 5**) →
@@ -133,13 +146,34 @@ A Wan video has 1 + a multiple of 4 frames (81 is about 5 s at 16 fps); time and
 width × height. The frames leave Sample Video as an image batch, so Save Video or any frame node takes them too.
 Add **CFG Parallel** (2 chips: the two guidance passes) or **Context Parallel** (the video's tokens) before
 Sample Video to make one video sooner, **Data Parallel** for several videos at once.
-""", size=(330, 330)),
-        ],
-        "links": [[1, "pipeline", 2, "pipeline"], [2, "frames", 3, "images"]],
-        "extra": {"description": "Wan 2.1 text to video: Load TPU Pipeline (Wan2.1-T2V-1.3B-Diffusers) -> Sample "
-                                 "Video (832x480, 33 frames, 30 steps, guidance 5) -> Save Animated WEBP (16 fps). "
-                                 "Needs models/diffusers/Wan2.1-T2V-1.3B-Diffusers."},
-    }
+""",
+        description="Wan 2.1 text to video: Load TPU Pipeline (Wan2.1-T2V-1.3B-Diffusers) -> Sample Video (832x480, "
+                    "33 frames, 30 steps, guidance 5) -> Save Animated WEBP (16 fps). Needs "
+                    "models/diffusers/Wan2.1-T2V-1.3B-Diffusers.")
+
+
+def _wan_image_to_video() -> dict:
+    return _wan_video(
+        name="wan21_i2v", model="Wan2.1-I2V-14B-480P-Diffusers", start_image=True,
+        prompt="the scene comes alive: gentle wind, light moving across it, slow camera push in, cinematic",
+        negative_prompt="blurry, low quality, static, distorted", frames=33, steps=30, prefix="wan21-i2v",
+        note="""
+## Wan 2.1 image to video (14B, 480p)
+
+**Load Image** (the start frame) and **Load TPU Pipeline** (Wan 2.1 I2V 14B 480P) → **Sample Video (TPU)**
+(`start_image`; 832×480, 33 frames, **30 steps, guidance 5**) → ComfyUI's own **Save Animated WEBP** (16 fps).
+
+**Model**: the diffusers folder `models/diffusers/Wan2.1-I2V-14B-480P-Diffusers`
+(`hf download Wan-AI/Wan2.1-I2V-14B-480P-Diffusers --local-dir ...`); it holds the CLIP vision encoder
+(clip_vision_h) too. About 33 GB in bfloat16: offload `auto` keeps what does not fit the chip in host memory.
+
+The start image is the video's first frame, stretched to width × height (never cropped; the CLIP vision encoder
+sees its centre square, as in diffusers). Each video of a batch starts from the image of the same index
+(cycling). Add **CFG Parallel** or **Context Parallel** before Sample Video to make one video sooner.
+""",
+        description="Wan 2.1 image to video: Load Image (start frame) + Load TPU Pipeline "
+                    "(Wan2.1-I2V-14B-480P-Diffusers) -> Sample Video (832x480, 33 frames, 30 steps, guidance 5) -> "
+                    "Save Animated WEBP (16 fps). Needs models/diffusers/Wan2.1-I2V-14B-480P-Diffusers.")
 
 
 def _hires_fix() -> dict:
@@ -566,6 +600,7 @@ LoRA touches (no recompile either). `strength` scales the image model, `strength
 """),
     "flux1_hires_fix": _hires_fix(),
     "wan21_t2v": _wan_text_to_video(),
+    "wan21_i2v": _wan_image_to_video(),
 })
 
 

@@ -41,7 +41,7 @@ NODE_SHOTS = {
     "TPUCFGParallel": ("sd35_cfg_parallel", 5),
     "TPUContextParallel": ("flux1_context_parallel", 5),
     "TPUSamplingOptions": ("flux1_dev_true_cfg", 5),
-    "TPUSampleVideo": ("wan21_t2v", 2),
+    "TPUSampleVideo": ("wan21_i2v", 2),
 }
 PACK = "ComfyUI-TPU"  # the folder name the throwaway server gives the pack (scripts/comfy_server.py)
 # Settings of this throwaway server's user for tidy pictures: no minimap or canvas statistics, open workflows listed in the side bar

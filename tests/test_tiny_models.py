@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from backend.tiny_models import FAMILIES, build_all, build_tiny_pipeline
+from backend.tiny_models import FAMILIES, MORE, build_all, build_tiny_pipeline
 
 pytestmark = pytest.mark.unit
 
@@ -23,6 +23,7 @@ PIPELINE_CLASSES = {
     "qwenimage": "QwenImagePipeline",
     "zimage": "ZImagePipeline",
     "wan": "WanPipeline",
+    "wan-i2v": "WanImageToVideoPipeline",  # its frames against plain diffusers: tests/test_video.py
 }
 MAX_FOLDER_BYTES = 8 * 2**20
 
@@ -84,7 +85,7 @@ def _folder_bytes(folder: Path) -> int:
 
 
 def test_build_all_names_and_skips_existing(built, tmp_path_factory):
-    assert set(built) == set(FAMILIES)
+    assert set(built) == set(FAMILIES + MORE)
     for family, folder in built.items():
         assert folder.name == f"tiny-{family}"
         index = json.loads((folder / "model_index.json").read_text())
@@ -116,7 +117,7 @@ def test_family_samples_reproducibly(built, family):
     assert not np.array_equal(batch[0], batch[1])
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + MORE)
 def test_build_is_deterministic(built, family, tmp_path):
     again = build_tiny_pipeline(family, tmp_path / "again", seed=0)
     assert _digests(again) == _digests(built[family])

@@ -1,5 +1,5 @@
-"""Video (Wan) through the workers: frames equal plain diffusers' WanPipeline, progress per step, Cancel, and the
-layouts (Context Parallel 2, CFG Parallel, Data Parallel 2) against one worker.
+"""Video (Wan) through the workers: frames equal plain diffusers' WanPipeline and WanImageToVideoPipeline, progress
+per step, Cancel, and the layouts (Context Parallel 2, CFG Parallel, Data Parallel 2) against one worker.
 
 Tolerances: CFG Parallel and Data Parallel run one worker's arithmetic (each rank computes whole passes, each
 video is its own call with its own generator): bit-identical. Context Parallel 2 (Ulysses) splits the tokens and
@@ -50,6 +50,27 @@ def test_frames_and_video_tokens_are_checked_before_any_worker(tiny_models):
         api.with_compile(wan, "whole denoiser", "auto", "32x32")
 
 
+@pytest.mark.unit
+def test_start_image_is_checked_and_described(tiny_models):
+    wan, i2v, image = _spec(tiny_models), _spec(tiny_models, "tiny-wan-i2v"), _start_images()
+    with pytest.raises(ModelError, match=r"start_image: 'tiny-wan' \(Wan, WanPipeline\) makes video from text only"):
+        api.prepare_sample(wan, _request(), image)
+    with pytest.raises(ModelError, match=r"start_image: 'tiny-wan-i2v' is an image-to-video model .* Connect one"):
+        api.prepare_sample(i2v, _request())
+    with pytest.raises(ModelError, match="mask: Sample Video takes no mask"):
+        api.prepare_sample(i2v, _request(), image, np.ones((1, 32, 32), np.float32))
+    with pytest.raises(ModelError, match=r"start_image: an IMAGE of shape \[32, 32\] cannot be used"):
+        api.prepare_sample(i2v, _request(), image[0, ..., 0])
+    notes = api.prepare_sample(i2v, _request(batch_size=3), image[:, :16]).notes
+    assert notes == ("image to video: the start image (32x16) is the first frame, stretched to 32x32 where it "
+                     "differs", "2 start images for 3 videos: video i (seed + i) starts from image i (cycling: i mod 2)")
+
+
+def _start_images() -> np.ndarray:
+    """Two start images as Load Image gives them (8-bit pixels as float32 in 0..1), 32x32."""
+    return (np.random.default_rng(5).integers(0, 256, (2, 32, 32, 3)) / 255).astype(np.float32)
+
+
 @pytest.fixture(scope="module")
 def one_worker(tiny_models) -> np.ndarray:
     """Two videos (seeds 11, 12) from one worker, with CFG (guidance 5, a negative prompt)."""
@@ -85,6 +106,29 @@ def test_frames_equal_plain_diffusers_with_progress_and_cancel(tiny_models, one_
 
 
 @pytest.mark.workers
+def test_image_to_video_equals_plain_diffusers(tiny_models):
+    """Wan 2.1 image to video (CLIP vision encoder): video i starts from start image i, as plain diffusers'
+    WanImageToVideoPipeline with that image (a PIL image of the video's size) and seed."""
+    from diffusers import WanImageToVideoPipeline
+    from PIL import Image
+
+    starts = _start_images()
+    frames = api.sample(_spec(tiny_models, "tiny-wan-i2v"), _request(batch_size=2), image=starts)
+    assert frames.shape == (10, 32, 32, 3)
+    pipe = WanImageToVideoPipeline.from_pretrained(str(tiny_models / "tiny-wan-i2v"), dtype=torch.float32,
+                                                   local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    for video, seed in enumerate((11, 12)):
+        start = Image.fromarray((starts[video] * 255).round().astype(np.uint8))
+        with torch.inference_mode():
+            plain = pipe(image=start, prompt=FOX, negative_prompt="blurry", height=32, width=32, num_frames=5,
+                         num_inference_steps=2, guidance_scale=5.0, output_type="np",
+                         generator=[torch.Generator("cpu").manual_seed(seed)]).frames[0]
+        assert np.array_equal(frames[5 * video:5 * (video + 1)], plain), f"video {video} (seed {seed})"
+    assert not np.array_equal(frames[:5], frames[5:]), "each video its own start image and seed"
+
+
+@pytest.mark.workers
 @pytest.mark.parametrize("layout", ["context", "cfg", "data"])
 def test_layouts_of_two_ranks_equal_one_worker(tiny_models, one_worker, layout):
     spec = _spec(tiny_models)
@@ -103,3 +147,4 @@ def test_layouts_of_two_ranks_equal_one_worker(tiny_models, one_worker, layout):
         assert np.array_equal(frames, one_worker)
     steps = [w["steps"] - b for w, b in zip(api.worker_info(), before, strict=True)]
     assert steps == ([2, 2] if layout == "data" else [4, 4]), "data: a video each; split models: both, every step"
+

@@ -46,6 +46,7 @@ TINY = {
     "stable-diffusion-xl-base-1.0": "tiny-sdxl",
     "FLUX.2-dev": "tiny-flux2",  # 2 attention heads: Shard TP 2 works
     "Wan2.1-T2V-1.3B-Diffusers": "tiny-wan",
+    "Wan2.1-I2V-14B-480P-Diffusers": "tiny-wan-i2v",
     # model files in ComfyUI's folders -> the tiny FLUX.1 files written by ComfyUI's own code (file_fixtures.py)
     "flux1-dev.safetensors": "flux1-tiny.safetensors",
     "flux1-dev-fp8-e4m3fn.safetensors": "flux1-tiny-fp8-e5m2.safetensors",  # a plain fp8 transformer file
@@ -182,7 +183,7 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
     assert {"tiny_demo", "flux1_schnell_offload", "sd35_medium_compiled", "flux2_dev_tp8",
             "data_parallel_prompts", "flux1_dev_comfyui_files", "sd35_cfg_parallel", "flux1_context_parallel",
             "flux1_dev_true_cfg", "flux1_img2img", "flux1_inpaint", "flux1_lora", "flux1_hires_fix",
-            "zimage_turbo_comfyui_files", "wan21_t2v"} <= {p.stem for p in FILES}
+            "zimage_turbo_comfyui_files", "wan21_t2v", "wan21_i2v"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"

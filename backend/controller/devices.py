@@ -190,9 +190,9 @@ def _probe(sys_root: str, usable: tuple[str, ...]) -> TpuHost:
     import subprocess
     import sys
 
-    from .process_env import worker_env  # it reads this module's detection
-
-    env = {**worker_env("tpu"), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "TPU_SKIP_MDS_QUERY": "1"}
+    # TorchTPU's hardware module reads no environment variable: this process's environment is enough (the
+    # workers' own, process_env.worker_env, only adds launch and allocator settings it does not use)
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "TPU_SKIP_MDS_QUERY": "1"}
     try:
         out = subprocess.run([sys.executable, "-c", _TPU_PROBE, str(len(usable))], env=env, timeout=60,
                              capture_output=True, text=True)

@@ -4,7 +4,8 @@ An image alone means image-to-image (or reference images, for FLUX.2 and Qwen-Im
 mean inpainting (mask 1 = repaint, as ComfyUI's MASK). The worker fits the pixels (`worker.images`); here the
 inputs are checked against the model and the request, and the user is told what will happen to them: an image
 of another size is stretched to width × height (never cropped), a grey image is used as RGB, and image i of the
-run takes input image i (the inputs cycle when there are fewer). Numpy only: no torch in ComfyUI's process.
+run takes input image i (the inputs cycle when there are fewer). On Sample Video the image is the start frame of
+each video (image to video). Numpy only: no torch in ComfyUI's process.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ def as_arrays(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None,
     if not (math.isfinite(req.denoise) and 0 <= req.denoise <= 1):
         raise ModelError(f"denoise: {req.denoise} is not between 0 and 1; use 1 to repaint the whole image, lower "
                          "to keep more of it.")
+    if family.frame_step:
+        return _start_image(spec, image, mask)
     if image is None:
         if mask is not None:
             raise ModelError("mask: a mask needs the image it belongs to; connect that image to Sample's image "
@@ -54,22 +57,41 @@ def as_arrays(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None,
     return arrays
 
 
+def _start_image(spec: PipelineSpec, image: np.ndarray | None, mask: np.ndarray | None) -> dict[str, np.ndarray]:
+    """Sample Video's start image: needed by image-to-video models, refused by text-to-video ones."""
+    family = spec.family
+    if mask is not None:
+        raise ModelError("mask: Sample Video takes no mask; disconnect it (a start image alone makes image to "
+                         "video).")
+    if image is None:
+        if family.needs_image:
+            raise ModelError(f"start_image: '{spec.name}' is an image-to-video model ({family.name}, "
+                             f"{spec.class_name}): it makes a video from a start image. Connect one (Load Image) "
+                             "to Sample Video's start_image.")
+        return {}
+    if not family.start_image:
+        raise ModelError(f"start_image: '{spec.name}' ({family.name}, {spec.class_name}) makes video from text "
+                         "only. Disconnect the start image, or load an image-to-video model (Wan 2.1 I2V: a "
+                         "WanImageToVideoPipeline folder) in Load TPU Pipeline.")
+    return {"image": _image(image, "start_image")}
+
+
 def starts_from_image(spec: PipelineSpec, arrays: dict[str, np.ndarray]) -> bool:
     """Whether the request runs the family's inpainting or image-to-image pipeline (made from the loaded one),
     rather than the loaded one (text to image, reference images)."""
     return "mask" in arrays or ("image" in arrays and spec.family.img2img is not None)
 
 
-def _image(image: np.ndarray) -> np.ndarray:
+def _image(image: np.ndarray, name: str = "image") -> np.ndarray:
     a = np.asarray(image)
     if a.ndim == 3:
         a = a[None]
     if a.ndim != 4 or a.shape[0] < 1 or a.shape[-1] not in (1, 3, 4) or min(a.shape[1:3]) < 1:
-        raise ModelError(f"image: an IMAGE of shape {list(a.shape)} cannot be used; it must be [batch, height, "
+        raise ModelError(f"{name}: an IMAGE of shape {list(a.shape)} cannot be used; it must be [batch, height, "
                          "width, channels] with 1, 3 or 4 channels (connect Load Image or another IMAGE output).")
     a = np.ascontiguousarray(a, dtype=np.float32)
     if not np.isfinite(a).all():
-        raise ModelError("image: the image holds values that are not numbers (NaN or infinity); check the nodes "
+        raise ModelError(f"{name}: the image holds values that are not numbers (NaN or infinity); check the nodes "
                          "that made it.")
     return a
 
@@ -110,7 +132,15 @@ def describe(spec: PipelineSpec, req: SampleRequest, arrays: dict[str, np.ndarra
     family, image = spec.family, arrays["image"]
     count, inputs = len(req.images()), len(image)
     notes = []
-    if "mask" not in arrays and family.img2img is None:
+    if family.start_image:
+        sizes = ", ".join(sorted({f"{i.shape[1]}x{i.shape[0]}" for i in image}))
+        notes.append(f"image to video: the start image ({sizes}) is the first frame, stretched to "
+                     f"{req.width}x{req.height} where it differs")
+        if inputs > 1 or count > inputs:
+            notes.append(f"{inputs} start image{'s' if inputs > 1 else ''} for {count} video{'s' if count > 1 else ''}"
+                         f": video i (seed + i) starts from image i" + (f" (cycling: i mod {inputs})"
+                                                                       if count > inputs else ""))
+    elif "mask" not in arrays and family.img2img is None:
         sizes = ", ".join(sorted({f"{i.shape[1]}x{i.shape[0]}" for i in image}))
         notes.append(f"reference image{'s' if inputs > 1 else ''} ({inputs}, {sizes}) given to {family.name} with "
                      f"every image it makes; the output is {req.width}x{req.height}")

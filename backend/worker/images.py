@@ -18,7 +18,7 @@ import torch
 from ..protocol.families import Pipeline
 from ..protocol.spec import SampleRequest
 
-TEXT, IMG2IMG, INPAINT, REFERENCE = "text", "img2img", "inpaint", "reference"
+TEXT, IMG2IMG, INPAINT, REFERENCE, START = "text", "img2img", "inpaint", "reference", "start"
 # Pipelines that run int(N · strength) steps (the others run N − int(N − N · strength)).
 _FLOOR_STRENGTH = ("StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline")
 _SINGLE_REFERENCE = ("QwenImageEditPipeline",)  # takes one image, not a list
@@ -28,6 +28,8 @@ def task(family: Pipeline, arrays: dict) -> str:
     """What the request's inputs ask of this family (the controller has checked that it can)."""
     if "image" not in arrays:
         return TEXT
+    if family.start_image:
+        return START
     if "mask" in arrays:
         return INPAINT
     return IMG2IMG if family.img2img else REFERENCE
@@ -120,6 +122,8 @@ def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req
     if kind == INPAINT:
         masks = arrays["mask"]
         kwargs["mask_image"] = fit_mask(masks[index % len(masks)], width, height)[None, :, :, None]
+    if kind == START:  # the video's first frame, at its size (the CLIP vision encoder sees its centre square)
+        kwargs["image"] = _pil(fit(images[index % len(images)], width, height))
     if kind == REFERENCE:
         if type(pipe).__name__ in _SINGLE_REFERENCE:
             kwargs["image"] = _pil(images[index % len(images)])

@@ -65,6 +65,9 @@ class Pipeline:
     # A video pipeline (num_frames in, .frames out): its frame count is 1 + a multiple of this (the VAE's temporal
     # compression, Wan: 4). 0: it makes images.
     frame_step: int = 0
+    # A video pipeline that takes Sample Video's start image as the first frame of each video (image to video:
+    # `image=`, a PIL image); with needs_image it makes no video without one.
+    start_image: bool = False
     # How Sample's positive/negative CONDITIONING maps onto the pipeline (None: it takes none; refused)
     embeddings: Embeddings | None = None
     family: str = ""  # the id of the family module it belongs to (the registry fills it in)
