@@ -13,6 +13,8 @@ classes), so code exercised against these folders takes the same branches it tak
 
 from __future__ import annotations
 
+import inspect
+import json
 import os
 import pathlib
 import shutil
@@ -820,3 +822,45 @@ _BUILDERS: dict[str, Callable[[_Seeder, str], Any]] = {
     "wan": _wan,
     "wan-i2v": _wan_i2v,
 }
+
+
+# ----------------------------------------------------------------------------------------------------------
+# ControlNets (Apply ControlNet): one tiny random-weight ControlNet per kind, fitting its tiny pipeline
+# ----------------------------------------------------------------------------------------------------------
+
+# name -> (tiny pipeline family, diffusers class, changes to the config taken from the pipeline's denoiser)
+CONTROLNETS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "flux": ("flux", "FluxControlNetModel", {"num_layers": 1, "num_single_layers": 1}),
+    "flux-union": ("flux", "FluxControlNetModel", {"num_layers": 1, "num_single_layers": 1, "num_mode": 7}),
+    "sd3": ("sd3", "SD3ControlNetModel", {"num_layers": 1}),
+    "sdxl": ("sdxl", "ControlNetModel", {}),
+    "sdxl-union": ("sdxl", "ControlNetUnionModel", {"num_control_type": 8, "num_trans_channel": 16, "num_trans_head": 2,
+                                                    "num_proj_channel": 16}),
+    "qwenimage": ("qwenimage", "QwenImageControlNetModel", {"num_layers": 1}),
+}
+
+
+def build_tiny_controlnet(name: str, models: str | os.PathLike, out_dir: str | os.PathLike, seed: int = 0) -> pathlib.Path:
+    """Saves tiny ControlNet `name` (a key of CONTROLNETS) for the tiny pipeline under `models` as a diffusers
+    folder `out_dir` (config.json + diffusion_pytorch_model.safetensors, the layout its published files have).
+    Every weight is drawn at random (diffusers zero-initialises a new ControlNet's output layers, which would leave
+    the image unchanged). Deterministic for a seed; skipped when the folder exists."""
+    import diffusers
+
+    family, class_name, changes = CONTROLNETS[name]
+    out = pathlib.Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    cls = getattr(diffusers, class_name)
+    base = pathlib.Path(models) / f"tiny-{family}"
+    denoiser = "unet" if (base / "unet").is_dir() else "transformer"
+    config = json.loads((base / denoiser / "config.json").read_text())
+    wanted = inspect.signature(cls.__init__).parameters
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63))
+        model = cls(**{**{k: v for k, v in config.items() if k in wanted}, **changes}).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * (0.5 / (p[0].numel() ** 0.5) if p.ndim > 1 else 0.02))
+    model.save_pretrained(out)
+    return out

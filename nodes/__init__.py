@@ -3,6 +3,7 @@
 from ..backend.controller import api
 from . import comfy_bridge
 from .compile_nodes import TPUCompile, TPUSetExecutionMode
+from .controlnet_nodes import TPUApplyControlNet
 from .info_nodes import TPUDeviceInfo, TPUFreeWorkers
 from .lora_nodes import TPULoadLoRA
 from .parallel_nodes import TPUDataParallel, TPUShardTP
@@ -29,6 +30,7 @@ NODE_CLASS_MAPPINGS = {
     "TPUSamplingOptions": TPUSamplingOptions,
     "TPULoadLoRA": TPULoadLoRA,
     "TPUSampleVideo": TPUSampleVideo,
+    "TPUApplyControlNet": TPUApplyControlNet,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -46,4 +48,5 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "TPUSamplingOptions": "Sampling Options (TPU)",
     "TPULoadLoRA": "Load LoRA (TPU)",
     "TPUSampleVideo": "Sample Video (TPU)",
+    "TPUApplyControlNet": "Apply ControlNet (TPU)",
 }

@@ -53,6 +53,34 @@ def lora_path(name: str) -> str:
     return folder_paths.get_full_path("loras", name) or ""
 
 
+def controlnet_names() -> list[str]:
+    """What ComfyUI's controlnet folders (models/controlnet plus extra_model_paths entries) hold that Apply
+    ControlNet reads: diffusers folders (a config.json beside the weights), then the .safetensors files outside
+    them, as ComfyUI names files (relative paths)."""
+    from pathlib import Path
+
+    try:
+        roots = [Path(r) for r in folder_paths.get_folder_paths("controlnet")]
+        files = [name for name in folder_paths.get_filename_list("controlnet") if name.endswith(".safetensors")]
+    except Exception:
+        return []
+    folders = sorted({c.parent.relative_to(r).as_posix() for r in roots if r.is_dir()
+                      for c in r.glob("**/config.json") if c.parent != r})
+    inside = tuple(f"{f}/" for f in folders)
+    return folders + [name for name in files if not name.startswith(inside)]
+
+
+def controlnet_path(name: str) -> str:
+    """The full path of a ControlNet file or folder picked from that list ('' when there is none)."""
+    if path := folder_paths.get_full_path("controlnet", name):
+        return path
+    try:
+        roots = folder_paths.get_folder_paths("controlnet")
+    except Exception:
+        return ""
+    return next((os.path.join(r, name) for r in roots if os.path.isfile(os.path.join(r, name, "config.json"))), "")
+
+
 def compile_cache_dir() -> str:
     """Where compiled graphs are kept across restarts: a folder in ComfyUI's user directory."""
     return os.path.join(folder_paths.get_user_directory(), "comfyui-tpu", "compile-cache")

@@ -58,6 +58,24 @@ def tiny_models(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_controlnets(tiny_models) -> Path:
+    """A folder holding a diffusers folder of each tiny ControlNet (tiny-flux-union, tiny-sdxl, ...:
+    backend.tiny_models.CONTROLNETS) and the same weights as single files (files/tiny-flux-union.safetensors)."""
+    import shutil
+
+    from backend.tiny_models import CONTROLNETS, build_tiny_controlnet
+
+    root = tiny_models.parent / f"{tiny_models.name}-controlnet"
+    (root / "files").mkdir(parents=True, exist_ok=True)
+    for name in CONTROLNETS:
+        folder = build_tiny_controlnet(name, tiny_models, root / f"tiny-{name}")
+        file = root / "files" / f"tiny-{name}.safetensors"
+        if not file.is_file():
+            shutil.copy(folder / "diffusion_pytorch_model.safetensors", file)
+    return root
+
+
+@pytest.fixture(scope="session")
 def comfyui_files(tiny_models, comfyui_dir):
     """Builds (once, cached beside the tiny models) artists' files of the given families, written by ComfyUI's
     own converters, and their reference diffusers folders (tests/file_fixtures.py, in a subprocess so that

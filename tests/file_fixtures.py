@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage")  # "flux1-3072" (1 GB) only when asked
-VERSION = "4"  # bump to rebuild cached fixtures after changing this file
+VERSION = "5"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
 FILES = {
@@ -52,7 +52,11 @@ FILES = {
     "sdxl": {"checkpoint": "sdxl-tiny.safetensors", "checkpoint_fp8": "sdxl-tiny-fp8-e4m3fn.safetensors"},
     "qwenimage": {"diffusion_model": "qwen-image-tiny.safetensors",
                   "comfysave": "qwen-image-tiny-comfysave.safetensors",
-                  "qwen25vl": "qwen_2.5_vl-tiny.safetensors", "vae": "qwen_image_vae-tiny.safetensors"},
+                  "qwen25vl": "qwen_2.5_vl-tiny.safetensors", "vae": "qwen_image_vae-tiny.safetensors",
+                  # the newer releases as ComfyUI's templates name them: the same tensors, 2511 with its marker
+                  "edit_2509": "qwen_image_edit_2509-tiny_fp8_e4m3fn.safetensors",
+                  "edit_2511": "qwen_image_edit_2511-tiny_bf16.safetensors",
+                  "t2i_2512": "qwen_image_2512-tiny_fp8_e4m3fn.safetensors"},
     "zimage": {"diffusion_model": "z_image_turbo-tiny.safetensors",
                "comfysave": "z_image_turbo-tiny-comfysave.safetensors",
                "bf16": "z_image_turbo-tiny_bf16.safetensors", "fp8": "z_image_turbo-tiny_fp8_e4m3fn.safetensors",
@@ -555,6 +559,30 @@ def _qwenimage(tiny: Path, comfyui_dir: str, out: Path) -> None:
 
     te = load_file(str(out / "diffusers" / "ref-qwenimage" / "text_encoder" / "model.safetensors"))
     _save({k: v for k, v in te.items() if k != "lm_head.weight"}, models / "text_encoders" / names["qwen25vl"])
+    _qwenimage_releases(pipe, names, models, out)
+
+
+def _qwenimage_releases(pipe, names: dict, models: Path, out: Path) -> None:
+    """Qwen-Image-2512 and Edit-2509 files are Qwen-Image's tensors under their release's name (float32 here:
+    the name is what is tested); Comfy-Org's Edit-2511 files add the empty `__index_timestep_zero__` tensor that
+    ComfyUI's module registers for its "index_timestep_zero" reference method. 2511's reference: diffusers'
+    QwenImageEditPlusPipeline over the same components with Qwen2-VL's processor (the pack's shipped image
+    settings, ComfyUI's vocabulary) with 2511's zero_cond_t."""
+    import torch
+    from diffusers import QwenImageEditPlusPipeline
+    from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    transformer = _sd(pipe.transformer)
+    for name in ("edit_2509", "t2i_2512"):
+        _save(transformer, models / "diffusion_models" / names[name])
+    _save({**transformer, "__index_timestep_zero__": torch.tensor([])}, models / "diffusion_models" / names["edit_2511"])
+    settings = Path(__file__).resolve().parent.parent / "backend" / "configs" / "qwenimage" / "processor"
+    processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor.from_pretrained(str(settings)),
+                                 tokenizer=pipe.tokenizer, video_processor=Qwen2VLVideoProcessor())
+    zero = _reconfigured(pipe.transformer, zero_cond_t=True)
+    QwenImageEditPlusPipeline.from_pipe(pipe, processor=processor, transformer=zero).save_pretrained(
+        str(out / "diffusers" / "ref-qwenimage-edit-2511"), safe_serialization=True)
 
 
 def _zimage_transformer_file(comfy, transformer) -> dict:

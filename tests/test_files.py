@@ -170,6 +170,30 @@ def test_files_read_without_a_converter_for_their_size_say_how_they_load(files):
     assert "each chip reads the whole file" in text
 
 
+QWEN = CASES["qwenimage-split"][1]
+
+
+@pytest.mark.unit
+def test_qwen_image_releases_load_as_their_comfyui_template_files_say(files):
+    """Comfy-Org's Qwen-Image files hold one layout: 2511 tells itself by its marker tensor (zero_cond_t), the
+    edit releases by their file names (Edit Plus, with the processor); 2512 is Qwen-Image (families/qwenimage.py
+    says why)."""
+    plain = file_spec(files, **QWEN)
+    for name, pipeline, zero in (("qwen_image_edit_2509-tiny_fp8_e4m3fn.safetensors", "QwenImageEditPlusPipeline", False),
+                                 ("qwen_image_edit_2511-tiny_bf16.safetensors", "QwenImageEditPlusPipeline", True),
+                                 ("qwen_image_2512-tiny_fp8_e4m3fn.safetensors", "QwenImagePipeline", False)):
+        spec = file_spec(files, **dict(QWEN, diffusion_model=name))
+        assert (spec.class_name, spec.component_config("transformer")["zero_cond_t"]) == (pipeline, zero), name
+        assert {k: v for k, v in spec.component_config("transformer").items() if k != "zero_cond_t"} == {
+            k: v for k, v in plain.component_config("transformer").items() if k != "zero_cond_t"}, name
+        processor = spec.source.component("processor")
+        assert (processor is not None) == (pipeline != "QwenImagePipeline"), name
+        assert pipeline in api.describe_files(spec), name
+    assert processor is None and "read as Qwen-Image (text to image)" in api.describe_files(spec)
+    assert "the file's __index_timestep_zero__ tensor" in api.describe_files(
+        file_spec(files, **dict(QWEN, diffusion_model="qwen_image_edit_2511-tiny_bf16.safetensors")))
+
+
 WRONG = {
     "missing text encoder": (dict(FLUX1, text_encoders=("clip_l-tiny.safetensors",)),
                              ["text_encoder", "FLUX.1 needs", "T5-XXL", "is missing", "models/text_encoders"]),
@@ -600,6 +624,31 @@ def test_loras_and_image_inputs_on_files_as_on_the_folder(files, tmp_path):
     got = api.sample(api.with_lora(from_files, lora_file, 0.8)[0], request(denoise=0.6), image=picture)
     assert np.array_equal(got, want), float(np.abs(got - want).max())
     assert not np.array_equal(got, api.sample(from_files, request(denoise=0.6), image=picture))
+
+@pytest.mark.workers
+def test_qwen_image_edit_2511_files_give_diffusers_edit_plus_pixels_from_several_images(files):
+    """Edit-2511 from ComfyUI's file (its marker: zero_cond_t): Sample's image batch is the reference images,
+    and the pixels are those of diffusers' QwenImageEditPlusPipeline from the same weights on the same images and
+    seed. (One release only: Edit Plus VAE-encodes each reference at about 1024x1024, whatever its size, which
+    costs seconds even on the tiny VAE; 2509 loads the same way without the flag, as the unit test above shows.)"""
+    import PIL.Image
+    import torch
+    from diffusers import QwenImageEditPlusPipeline
+
+    req = request(2.0)
+    refs = np.stack([np.linspace(0, 1, 64 * 64 * 3, dtype=np.float32).reshape(64, 64, 3),
+                     np.linspace(1, 0, 64 * 64 * 3, dtype=np.float32).reshape(64, 64, 3)])
+    ours = api.sample(file_spec(files, **dict(QWEN, diffusion_model="qwen_image_edit_2511-tiny_bf16.safetensors")), req,
+                      image=refs)
+    plain = QwenImageEditPlusPipeline.from_pretrained(str(files / "diffusers" / "ref-qwenimage-edit-2511"),
+                                                      local_files_only=True)
+    with torch.inference_mode():
+        want = plain(image=[PIL.Image.fromarray((r * 255).round().astype(np.uint8)) for r in refs],
+                     prompt=req.prompt, negative_prompt=req.negative_prompt, true_cfg_scale=req.guidance, height=64,
+                     width=64, num_inference_steps=req.steps, output_type="np",
+                     generator=[torch.Generator("cpu").manual_seed(req.seed)]).images
+    assert np.array_equal(ours, want), float(np.abs(ours - want).max())
+
 
 # ---- through a real ComfyUI server (the files come from extra_model_paths.yaml roots and its own folders)
 

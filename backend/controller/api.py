@@ -38,6 +38,7 @@ from . import (
     capacity,
     compile_plan,
     conditioning,
+    controlnets,
     devices,
     group,
     hosts,
@@ -217,7 +218,9 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
         req = conditioned.req
     check_request(spec, req)
     arrays = images.as_arrays(spec, req, image, mask)
+    controlnets.check_inputs(spec, images.starts_from_image(spec, arrays), "mask" in arrays)
     said = [samplers.check(spec, req, images.starts_from_image(spec, arrays)), prompt_weights.note(req)]
+    arrays.update(controlnets.arrays(spec))
     notes = images.describe(spec, req, arrays) + [text for text in said if text]
     if conditioned is not None:
         arrays, notes = {**arrays, **conditioned.arrays}, [*conditioned.notes, *notes]
@@ -296,6 +299,15 @@ def with_lora(spec: PipelineSpec, path: str, strength: float = 1.0,
               te_strength: float = 1.0) -> tuple[PipelineSpec, str]:
     """`spec` with one more LoRA (applied after the ones it has), checked; and the LoRAs, for the node's text."""
     return loras.add(spec, path, strength, te_strength)
+
+
+# ---- ControlNets
+
+def with_controlnet(spec: PipelineSpec, path: str, image: np.ndarray, strength: float = 1.0, start: float = 0.0,
+                    end: float = 1.0, union_mode: str = "none") -> tuple[PipelineSpec, str]:
+    """`spec` with one more ControlNet (a diffusers folder or single file) and its control image (IMAGE
+    [B, H, W, C] in 0..1), checked; and the ControlNets, for the node's text."""
+    return controlnets.add(spec, path, image, strength, start, end, union_mode)
 
 
 def warmup_steps(spec: PipelineSpec) -> int:

@@ -31,7 +31,8 @@ SAMPLER_KEYS = {
     "strength": "a conditioning strength (Conditioning (Set Area/Mask))",
     "start_percent": "a timestep range (ConditioningSetTimestepRange)",
     "end_percent": "a timestep range (ConditioningSetTimestepRange)",
-    "control": "a ControlNet (Apply ControlNet)", "gligen": "GLIGEN boxes",
+    "control": "a ControlNet from ComfyUI's Apply ControlNet (the pack's is Apply ControlNet (TPU), on the pipeline)",
+    "gligen": "GLIGEN boxes",
     "reference_latents": "reference latents (ReferenceLatent)", "hooks": "hooks (Set CLIP Hooks)",
 }
 IGNORED_VALUES = {"strength": 1.0, "start_percent": 0.0, "end_percent": 1.0}  # these values change nothing

@@ -38,7 +38,7 @@ def as_arrays(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None,
             raise ModelError(f"image: '{spec.name}' is an edit model ({family.name}): it changes an image and "
                              "cannot make one from text alone. Connect an image (Load Image) to Sample's image.")
         return {}
-    image = _image(image)
+    image = checked_image(image)
     arrays = {"image": image}
     if mask is not None:
         if family.inpaint is None:
@@ -73,7 +73,7 @@ def _start_image(spec: PipelineSpec, image: np.ndarray | None, mask: np.ndarray 
         raise ModelError(f"start_image: '{spec.name}' ({family.name}, {spec.class_name}) makes video from text "
                          "only. Disconnect the start image, or load an image-to-video model (Wan 2.1 I2V: a "
                          "WanImageToVideoPipeline folder) in Load TPU Pipeline.")
-    return {"image": _image(image, "start_image")}
+    return {"image": checked_image(image, "start_image")}
 
 
 def starts_from_image(spec: PipelineSpec, arrays: dict[str, np.ndarray]) -> bool:
@@ -82,7 +82,8 @@ def starts_from_image(spec: PipelineSpec, arrays: dict[str, np.ndarray]) -> bool
     return "mask" in arrays or ("image" in arrays and spec.family.img2img is not None)
 
 
-def _image(image: np.ndarray, name: str = "image") -> np.ndarray:
+def checked_image(image: np.ndarray, name: str = "image") -> np.ndarray:
+    """An IMAGE as float32 [B, H, W, C]; a ModelError naming input `name` when it is not one."""
     a = np.asarray(image)
     if a.ndim == 3:
         a = a[None]
@@ -115,7 +116,7 @@ def _mask(mask: np.ndarray) -> np.ndarray:
 def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, str | None]:
     """(width, height) of the first input image, rounded down to the model's size factor; and a note when the
     image is not already such a size (it is then stretched by those few pixels)."""
-    h, w = _image(image).shape[1:3]
+    h, w = checked_image(image).shape[1:3]
     f = spec.size_factor
     width, height = max(f, w // f * f), max(f, h // f * f)
     if (width, height) == (w, h):

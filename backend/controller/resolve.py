@@ -9,12 +9,23 @@ from __future__ import annotations
 from ..protocol.errors import ParallelError
 from ..protocol.families import PIPELINES
 from ..protocol.spec import PipelineSpec
-from . import capacity, compile_plan, components, devices, layouts, loras, offload, sampling_options, storage
+from . import (
+    capacity,
+    compile_plan,
+    components,
+    controlnets,
+    devices,
+    layouts,
+    loras,
+    offload,
+    sampling_options,
+    storage,
+)
 
 
 def resolve(spec: PipelineSpec) -> PipelineSpec:
     """`spec` ready to run: its device kind, default layout (v7x: Data Parallel over one chip's two devices),
-    weight storage, offload 'auto', load order and compile plan resolved, its parallel layout, sampling options and LoRAs checked
+    weight storage, offload 'auto', load order and compile plan resolved, its parallel layout, sampling options, LoRAs and ControlNets checked
     against the model and this host (on TPU: a worker count TorchTPU launches). Idempotent."""
     if not spec.kind:
         spec = spec.with_changes(kind=devices.resolve_kind(spec.device))
@@ -23,6 +34,8 @@ def resolve(spec: PipelineSpec) -> PipelineSpec:
     check_spec(spec)
     for lora in spec.loras:
         loras.check(spec, lora)
+    for controlnet in spec.controlnets:
+        controlnets.check(spec, controlnet)
     return compile_plan.resolve_compile(spec)
 
 

@@ -8,8 +8,9 @@ everything, a new model reloads, a new device kind or chip count restarts the wo
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from .families import PIPELINES, Pipeline
 
@@ -93,6 +94,35 @@ class LoraRef:
     @property
     def name(self) -> str:
         return Path(self.path).name
+
+
+@dataclass(frozen=True)
+class ControlNetRef:
+    """One ControlNet with its control image (Apply ControlNet), checked by the controller. Not part of the load
+    key: the worker loads it beside the pipeline and runs the family's ControlNet pipeline made from the loaded one
+    with from_pipe; strength, start, end and the image are arguments of the call."""
+
+    path: str  # a diffusers folder or a single file in diffusers' layout, absolute
+    model: str  # diffusers' class it was recognised as ("FluxControlNetModel")
+    config: str = ""  # a single file: its config (JSON) read from its tensors; "" for a folder (its config.json)
+    strength: float = 1.0  # controlnet_conditioning_scale
+    start: float = 0.0  # control_guidance_start: the share of the steps before it starts
+    end: float = 1.0  # control_guidance_end
+    mode: int = -1  # a union ControlNet's control_mode; -1: not a union one
+    mode_name: str = ""
+    size_bytes: int = 0  # its weights on disk (offload 'auto' counts them)
+    # the control image (IMAGE [B, H, W, C] float32), held while the spec passes through the node graph; it
+    # travels to the workers beside the request (api.prepare_sample), never inside the spec
+    image: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).name
+
+
+def control_key(index: int) -> str:
+    """The name ControlNet `index`'s control image travels under, beside a Sample request."""
+    return f"control{index}"
 
 
 @dataclass(frozen=True)
@@ -180,6 +210,7 @@ class PipelineSpec:
     storage: str = ""
     step_cache: str = "off"  # STEP_CACHES (Sampling Options)
     cache_threshold: float = 0.0  # the cache kind's threshold; 0 = its default (Sampling Options)
+    controlnets: tuple[ControlNetRef, ...] = ()  # Apply ControlNet, in the order they were added
 
     @property
     def family(self) -> Pipeline:
@@ -229,7 +260,8 @@ class PipelineSpec:
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The spec as plain data (the link's format); ControlNet images stay behind (they travel beside it)."""
+        return asdict(replace(self, controlnets=tuple(replace(c, image=None) for c in self.controlnets)))
 
     @classmethod
     def from_dict(cls, data: dict) -> PipelineSpec:
@@ -242,7 +274,8 @@ class PipelineSpec:
             source = FileSource.from_dict(source)
         return cls(**{**data, "compile": plan, "source": source,
                       "sharded_encoders": tuple(data.get("sharded_encoders", ())),
-                      "loras": tuple(LoraRef(**lora) for lora in data.get("loras", ()))})
+                      "loras": tuple(LoraRef(**lora) for lora in data.get("loras", ())),
+                      "controlnets": tuple(ControlNetRef(**c) for c in data.get("controlnets", ()))})
 
 
 @dataclass(frozen=True)

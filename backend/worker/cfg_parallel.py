@@ -4,8 +4,8 @@ diffusers has no CFG parallelism of its own (its `_modeling_parallel.py` lists i
 kept small and in this one place. Pipelines run CFG in one of two ways (`protocol.families.Pipeline.cfg_passes`):
 
 - "batch" (SD3, SDXL, Z-Image): one denoiser call on a doubled batch ([uncond, cond]; Z-Image: [cond, uncond], as
-  lists of per-image tensors). Each rank runs its half of the batch and the halves are gathered, so both ranks
-  hold the whole prediction and take the same guidance and scheduler step. Half a batch is not bit-identical to the doubled batch (batched matmuls differ in the last bits): images
+  lists of per-image tensors; a ControlNet's residuals with it). Each rank runs its half of the batch and the halves
+  are gathered, so both ranks hold the whole prediction and take the same guidance and scheduler step. Half a batch is not bit-identical to the doubled batch (batched matmuls differ in the last bits): images
   match one worker within 1e-4 in float32 (seen: about 1e-5).
 - "branches" (FLUX.1 true CFG, Qwen-Image, FLUX.2 klein base, Wan): a call under `cache_context("cond")`, then one under
   `cache_context("uncond")`. Rank 0 computes cond, rank 1 uncond. Rank 1's cond call returns a placeholder, filled
@@ -25,6 +25,9 @@ import functools
 import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
+
+# The denoiser arguments that carry a ControlNet's residuals: a list (tuple) of tensors, each on the doubled batch
+CONTROLNET_RESIDUALS = ("down_block_additional_residuals", "block_controlnet_hidden_states")
 
 
 def two_passes(pipe: Any, passes: str, kwargs: dict, cfg_above: float = 1.0) -> bool:
@@ -146,7 +149,12 @@ class CFGParallel:
                 return {k: cut(v) for k, v in x.items()}
             return x
 
-        out = call(*(cut(a) for a in args), **{k: cut(v) for k, v in kwargs.items()})
+        def cut_arg(name: str, x: Any) -> Any:
+            if name in CONTROLNET_RESIDUALS and isinstance(x, (list, tuple)):  # one batched tensor per block
+                return type(x)(cut(t) for t in x)
+            return cut(x)
+
+        out = call(*(cut(a) for a in args), **{k: cut_arg(k, v) for k, v in kwargs.items()})
         sample = _sample(out)
         if isinstance(sample, list):  # same-sized images: gathered stacked, handed back as a list
             return _like(out, [*torch.cat(self._gather(torch.stack(sample))).unbind(0)])

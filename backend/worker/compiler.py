@@ -47,9 +47,13 @@ class Shape:
     variable_text: bool = False  # the pipeline's text length follows the prompt (Qwen-Image): show it
     negative_text: int = 0  # Z-Image under CFG: the negative prompt's padded length, when not the prompt's
     frames: int = 0  # a video's frames (each count is a shape of its own); 0: an image
+    # the ControlNets whose residuals the denoiser takes (their number and depth are shapes; strength, start, end
+    # and the control image are not)
+    control: str = ""
 
     def label(self) -> str:
         extra = (", CFG" if self.cfg else "") + (f", prompt ≤ {self.text} tokens" if self.variable_text else "")
+        extra += f", ControlNet {self.control}" if self.control else ""
         extra += f", negative prompt ≤ {self.negative_text} tokens" if self.negative_text else ""
         frames = f"x{self.frames} frames" if self.frames else ""
         return f"{self.width}x{self.height}{frames} (batch {self.batch}{extra})"
@@ -273,7 +277,7 @@ class Compiler:
             text, negative = self._prompt_steps(pipe, kwargs, spec.family.prompt_step, cfg, text)
         batch = kwargs.get("num_images_per_prompt", kwargs.get("num_videos_per_prompt", 1))
         return Shape(kwargs["width"], kwargs["height"], batch, cfg, text, variable or bool(spec.family.prompt_step),
-                     negative, kwargs.get("num_frames", 0))
+                     negative, kwargs.get("num_frames", 0), " + ".join(c.name for c in spec.controlnets))
 
     @staticmethod
     def _prompt_steps(pipe, kwargs: dict, step: int, cfg: bool, max_len: int) -> tuple[int, int]:

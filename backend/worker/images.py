@@ -20,7 +20,9 @@ from ..protocol.spec import SampleRequest
 
 TEXT, IMG2IMG, INPAINT, REFERENCE, START = "text", "img2img", "inpaint", "reference", "start"
 # Pipelines that run int(N · strength) steps (the others run N − int(N − N · strength)).
-_FLOOR_STRENGTH = ("StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline")
+_FLOOR_STRENGTH = ("StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline",
+                   "StableDiffusionXLControlNetImg2ImgPipeline", "StableDiffusionXLControlNetInpaintPipeline",
+                   "StableDiffusionXLControlNetUnionImg2ImgPipeline", "StableDiffusionXLControlNetUnionInpaintPipeline")
 _SINGLE_REFERENCE = ("QwenImageEditPipeline",)  # takes one image, not a list
 
 
@@ -92,18 +94,24 @@ class ImagePipelines:
         if name is None:
             return pipe
         if name not in self.derived:
-            import diffusers
-
-            # dtype: from_pipe casts every shared module to it (float32 when not given). The modules are passed by
-            # name: from_pipe shares a model only when its type is exactly the one the new class names, and CFG
-            # Parallel makes the denoiser an instance of a subclass
-            target = getattr(diffusers, name)
-            expected, _ = target._get_signature_keys(target)
-            shared = {k: v for k, v in pipe.components.items() if k in expected and v is not None}
-            derived = target.from_pipe(pipe, dtype=pipe.dtype, **shared)
-            derived.set_progress_bar_config(disable=True)
-            self.derived[name] = derived
+            self.derived[name] = derive(pipe, name)
         return self.derived[name]
+
+
+def derive(pipe: Any, name: str, **extra: Any) -> Any:
+    """diffusers' pipeline class `name` made from `pipe` with from_pipe (its modules shared, none copied), plus
+    `extra` components (a ControlNet)."""
+    import diffusers
+
+    # dtype: from_pipe casts every shared module to it (float32 when not given). The modules are passed by name:
+    # from_pipe shares a model only when its type is exactly the one the new class names, and CFG Parallel makes
+    # the denoiser an instance of a subclass
+    target = getattr(diffusers, name)
+    expected, _ = target._get_signature_keys(target)
+    shared = {k: v for k, v in pipe.components.items() if k in expected and v is not None}
+    derived = target.from_pipe(pipe, dtype=pipe.dtype, **{**shared, **extra})
+    derived.set_progress_bar_config(disable=True)
+    return derived
 
 
 def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req: SampleRequest) -> None:

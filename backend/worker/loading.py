@@ -194,16 +194,18 @@ def _symlinked(part: FileComponent) -> bool:
 
 
 def _tokenizer_folder(comfy_folder: Path, shipped: Path, target: Path) -> None:
-    """ComfyUI's bundled tokenizer files, with the pack's tokenizer_config.json where it ships one (maximum
-    length, padding token, added tokens and chat template of the published model)."""
+    """ComfyUI's bundled tokenizer files, with the pack's files of that folder over them where it ships any
+    (tokenizer_config.json: maximum length, padding token, added tokens and chat template of the published
+    model; a processor's preprocessor_config.json)."""
     target.mkdir(parents=True, exist_ok=True)
-    ours = (shipped / "tokenizer_config.json").is_file()
+    ours = {f.name for f in shipped.iterdir() if f.is_file()} if shipped.is_dir() else set()
+    if "tokenizer_config.json" in ours:
+        ours.add("special_tokens_map.json")
     for file in comfy_folder.iterdir():
-        if ours and file.name in ("tokenizer_config.json", "special_tokens_map.json"):
-            continue
-        os.symlink(file, target / file.name)
-    if ours:
-        shutil.copy(shipped / "tokenizer_config.json", target / "tokenizer_config.json")
+        if file.name not in ours:
+            os.symlink(file, target / file.name)
+    for file in sorted(f for f in shipped.iterdir() if f.is_file()) if shipped.is_dir() else ():
+        shutil.copy(file, target / file.name)
 
 
 def _tekken_tokenizer(te_file: Path, shipped: Path, target: Path) -> None:

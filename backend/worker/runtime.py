@@ -21,7 +21,7 @@ from ..protocol import messages, samplers, settings
 from ..protocol.errors import Interrupted, ModelError
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
-from . import device, images, loading, parallel, storage
+from . import controlnets, device, images, loading, parallel, storage
 from .cfg_parallel import CFGParallel, two_passes
 from .compile_cache import CACHE_INFO
 from .compiler import Compiler, denoiser
@@ -57,6 +57,7 @@ class Runtime:
         self.step_cache = StepCache(self.status)
         self.pass_peers: Any = None  # the ranks of one denoiser pass (TP/context shards), when step caching needs them
         self.image_pipes = images.ImagePipelines()
+        self.controlnets = controlnets.ControlNetPipelines(self.status)
         self.vote = parallel.StopVote(1)  # replaced at load time when the model is split over ranks
         self.prompts = PromptCache()
         self.cfg: CFGParallel | None = None  # the CFG split of the loaded denoiser (CFG Parallel)
@@ -113,8 +114,8 @@ class Runtime:
             w, h, b = todo
             self.status(f"warm-up {i}/{len(pending)}: {w}x{h} (batch {b})")
             # edit models need an image: a grey one of the size (reference images add their own tokens)
-            grey = {"image": np.full((1, h, w, 3), 0.5, np.float32)} if spec.family.needs_image else None
-            self.sample(spec, warmup_request(spec, w, h, b), grey)
+            grey = {"image": np.full((1, h, w, 3), 0.5, np.float32)} if spec.family.needs_image else {}
+            self.sample(spec, warmup_request(spec, w, h, b), {**grey, **controlnets.warmup_arrays(spec, w, h)})
             self.compiler.warmed_up(todo)
         return self.info()
 
@@ -196,6 +197,7 @@ class Runtime:
         self.loras.forget()
         self.step_cache.forget()
         self.image_pipes.forget()
+        self.controlnets.forget()
         self.prompts.clear()
         self.pipe, self.loaded, self.cfg, self.own_scheduler = None, None, None, None
         gc.collect()
@@ -212,20 +214,21 @@ class Runtime:
         differ in the last bits between a batch of 4 and two of 2). Replica r draws a contiguous slice. With
         input images (`arrays`: image, mask), image i of the run takes input image i (cycling).
         With `spec.batched` the images of one prompt go in one call instead (each still with its own
-        generator; text to image only): faster where the chip has room, not bit-identical to one call per image.
+        generator; text to image without ControlNets only): faster where the chip has room, not bit-identical to one call per image.
         """
         arrays = arrays or {}
         layout = spec.layout(self.rank)
         everything, indices = req.images(), layout.my_share(req)
         kind = images.task(spec.family, arrays)
-        pipe = self.image_pipes.for_task(self.pipe, spec.family, kind)
+        pipe = (self.controlnets.for_task(self.pipe, spec, kind, self.device)
+                or self.image_pipes.for_task(self.pipe, spec.family, kind))
         self.prompts.wrap(pipe)  # an image pipeline made from the loaded one shares its prompt cache
         if self.should_stop():
             raise Interrupted(Interrupted.DEFAULT)
         calls: list[tuple[str, list[int]]] = []  # (prompt, global image indices) of each pipeline call
         for i in indices:
             prompt = everything[i][0]
-            if spec.batched and kind == images.TEXT and calls and calls[-1][0] == prompt:
+            if spec.batched and kind == images.TEXT and not spec.controlnets and calls and calls[-1][0] == prompt:
                 calls[-1][1].append(i)
             else:
                 calls.append((prompt, [i]))
@@ -245,7 +248,9 @@ class Runtime:
             with (torch.inference_mode(), self.latency.call(self.prompts), split,
                   self.prompts.using(spec.prompt_cache, text_encoder_state(spec)),
                   self.step_cache.call(pipe, spec, req.steps, self.pass_peers), parallel.even_text(pipe, spec),
-                  self.compiler.sampling(pipe, spec, kwargs) as call):
+                  self.compiler.sampling(pipe, spec, kwargs) as call,
+                  controlnets.seeded(spec, everything[group[0]][1])):
+                controlnets.add_inputs(spec, kind, kwargs, arrays, group[0])
                 images.add_inputs(pipe, kind, kwargs, arrays, group[0], req)
                 self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,
                                report=layout.leader, per_step=len(group), steps=req.steps)

@@ -64,6 +64,10 @@ class _Draft:
     def folder(self) -> Path:
         return CONFIGS_DIR / self.configs.folder
 
+    def index(self) -> dict:
+        """The model_index the pipeline loads with: the published one, with the family's variant over it."""
+        return {**read_json(self.folder / "model_index.json"), **self.overrides.get("", {})}
+
     def override(self, component: str, values: dict) -> None:
         self.overrides[component] = {**self.overrides.get(component, {}), **values}
 
@@ -109,6 +113,9 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
     _add_vae(draft)
     for slot in configs.text_encoders:
         _add_text_encoder(draft, slot.component, slot.kind)
+    if "processor" in draft.index():  # an edit pipeline's: its tokenizer's vocabulary, the pack's image settings
+        kind = configs.text_encoders[0].kind
+        draft.parts.append(_tokenizer("processor", kind, draft.texts[kind][1]))
     return _described(draft)
 
 
@@ -332,7 +339,7 @@ def _described(p: _Draft) -> tuple[str, str, FileSource]:
     overrides = {k: v for k, v in p.overrides.items() if v}
     source = FileSource(configs=p.configs.folder, components=tuple(p.parts),
                         overrides=json.dumps(overrides, sort_keys=True), notes=tuple(p.notes))
-    return read_json(p.folder / "model_index.json")["_class_name"], str(p.main.path), source
+    return p.index()["_class_name"], str(p.main.path), source
 
 
 def comfy_package_dir() -> Path | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import flux1, flux2, qwenimage, sd3, sdxl, wan, zimage
-from .base import Configs, Embeddings, ModelFamily, Pipeline, Shapes, TextSlot
+from .base import Configs, ControlNets, Embeddings, ModelFamily, Pipeline, Shapes, TextSlot
 
 _MODULES = (flux1, flux2, sd3, sdxl, qwenimage, zimage, wan)
 
@@ -58,5 +58,5 @@ def text_encoders_needed() -> str:
         for f in FROM_FILES for c in f.configs)
 
 
-__all__ = ["FAMILIES", "FROM_FILES", "PIPELINES", "Configs", "Embeddings", "ModelFamily", "Pipeline", "TextSlot", "conditioned_names", "family_of", "names",
+__all__ = ["FAMILIES", "FROM_FILES", "PIPELINES", "Configs", "ControlNets", "Embeddings", "ModelFamily", "Pipeline", "TextSlot", "conditioned_names", "family_of", "names",
            "recognise", "single_file_names", "text_encoders_needed"]

@@ -28,6 +28,35 @@ class Embeddings:
 
 
 @dataclass(frozen=True)
+class ControlNets:
+    """One kind of ControlNet a pipeline takes in diffusers (Apply ControlNet): its model class, the wrapper that
+    runs several, and the pipeline classes that drive it (made from the loaded pipeline with from_pipe)."""
+
+    model: str  # diffusers' ControlNet class ("FluxControlNetModel"): what a file or folder is recognised as
+    multi: str  # the class that runs several of them in one call ("FluxMultiControlNetModel")
+    text2img: str  # the pipeline for text to image ("FluxControlNetPipeline")
+    img2img: str | None = None  # ... for image to image; None: diffusers has none with this ControlNet
+    inpaint: str | None = None  # ... for inpainting; None: diffusers has none with this ControlNet
+    image_arg: str = "control_image"  # the text-to-image call's argument for the control image (SDXL: image)
+    # Union ControlNets (one model, several kinds of control): the mode names by index (the control_mode that
+    # selects each). A model of this kind is a union one when its config says so (num_mode / num_control_type).
+    modes: tuple[str, ...] = ()
+    mode_key: str = ""  # its config key holding the number of modes ("num_mode"); "" when every model has modes
+    mode_lists: bool = False  # the call takes one list of images and modes per ControlNet (SDXL union)
+    # the pipeline draws the control image's latents from torch's global RNG, not the call's generator (SD3): the
+    # worker seeds it with the image's seed for the call, so the same seed gives the same image
+    global_rng: bool = False
+    # Single files in diffusers' layout (how these ControlNets are published): the keys every file of the kind
+    # holds, keys it never holds, and its config from the file's shapes and the pipeline's denoiser config
+    keys: tuple[str, ...] = ()
+    absent_keys: tuple[str, ...] = ()
+    config: Callable[[Shapes, dict], dict] | None = None
+
+    def recognises(self, shapes: Shapes) -> bool:
+        return all(k in shapes for k in self.keys) and not any(k in shapes for k in self.absent_keys)
+
+
+@dataclass(frozen=True)
 class Pipeline:
     """How one diffusers pipeline class of a family runs: what differs between the classes we support."""
 
@@ -68,6 +97,7 @@ class Pipeline:
     # A video pipeline that takes Sample Video's start image as the first frame of each video (image to video:
     # `image=`, a PIL image); with needs_image it makes no video without one.
     start_image: bool = False
+    controlnets: tuple[ControlNets, ...] = ()  # the ControlNet kinds it takes (Apply ControlNet)
     # How Sample's positive/negative CONDITIONING maps onto the pipeline (None: it takes none; refused)
     embeddings: Embeddings | None = None
     family: str = ""  # the id of the family module it belongs to (the registry fills it in)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .base import Configs, Embeddings, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
+from .base import Configs, ControlNets, Embeddings, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
 
 CONVERTER_WIDTH = 3072  # diffusers' FLUX.1 single-file converter hard-codes the published width
 
@@ -44,6 +44,30 @@ def variant(sizes: dict, file_name: str, configs: Configs) -> tuple[dict[str, di
             ("FLUX.1 [schnell] (no guidance embedding): 4 steps, guidance 0",))
 
 
+def controlnet_config(s: Shapes, denoiser: dict) -> dict:
+    """A FLUX.1 ControlNet file's config (InstantX, Shakker-Labs: diffusers' layout); rotary axes as the pipeline's."""
+    hidden, head = s["x_embedder.weight"][0], s["transformer_blocks.0.attn.norm_q.weight"][0]
+    hint = s.get("input_hint_block.conv_out.weight")
+    return {"patch_size": 1, "in_channels": s["x_embedder.weight"][1], "num_layers": count(s, "transformer_blocks."),
+            "num_single_layers": count(s, "single_transformer_blocks."), "attention_head_dim": head,
+            "num_attention_heads": hidden // head, "joint_attention_dim": s["context_embedder.weight"][1],
+            "pooled_projection_dim": s["time_text_embed.text_embedder.linear_1.weight"][1],
+            "guidance_embeds": "time_text_embed.guidance_embedder.linear_1.weight" in s,
+            "axes_dims_rope": denoiser.get("axes_dims_rope", [16, 56, 56]),
+            "num_mode": s["controlnet_mode_embedder.weight"][0] if "controlnet_mode_embedder.weight" in s else None,
+            "conditioning_embedding_channels": hint[0] if hint else None}
+
+
+# InstantX's and Shakker-Labs' union ControlNets: the control_mode of each kind of control image
+UNION_MODES = ("canny", "tile", "depth", "blur", "pose", "gray", "lq")
+CONTROLNETS = ControlNets("FluxControlNetModel", "FluxMultiControlNetModel", "FluxControlNetPipeline",
+                          img2img="FluxControlNetImg2ImgPipeline", inpaint="FluxControlNetInpaintPipeline",
+                          modes=UNION_MODES, mode_key="num_mode",
+                          keys=("controlnet_x_embedder.weight", "x_embedder.weight", "context_embedder.weight",
+                                "transformer_blocks.0.attn.norm_q.weight"),
+                          config=controlnet_config)
+
+
 # ComfyUI's FLUX conditioning: T5-XXL's last hidden states (its tokenizer pads to 256 tokens), pooled = CLIP-L's
 # pooled output without projection (comfy/text_encoders/flux.py): diffusers' prompt_embeds and pooled_prompt_embeds
 EMBEDDINGS = Embeddings("CLIP-L and T5-XXL (DualCLIPLoader, type flux)",
@@ -55,7 +79,8 @@ FAMILY = ModelFamily(
     pipelines=(Pipeline("FluxPipeline", "FLUX.1", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
                         sigmas="unless flow sigmas",
                         img2img="FluxImg2ImgPipeline", inpaint="FluxInpaintPipeline",
-                        step_caches=("first block", "taylorseer", "magcache"), embeddings=EMBEDDINGS),),
+                        step_caches=("first block", "taylorseer", "magcache"), controlnets=(CONTROLNETS,),
+                        embeddings=EMBEDDINGS),),
     configs=(Configs("flux1", (TextSlot("text_encoder", "clip-l"), TextSlot("text_encoder_2", "t5"))),),
     denoiser_keys=("double_blocks.0.img_attn.qkv.weight", "img_in.weight", "vector_in.in_layer.weight"),
     width_key="img_in.weight", width_agrees=("txt_in.weight", 0), sizes=sizes, text_widths=text_widths,

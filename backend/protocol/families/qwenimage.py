@@ -2,20 +2,33 @@
 with the Qwen2.5-VL text encoder and Wan 2.1's VAE; true CFG as two branches; the text length follows the
 prompt.
 
-The newer releases, as diffusers 0.42.1 and ComfyUI 0.3.75 show them: Qwen-Image-2512 is Qwen-Image's pipeline and
-transformer with new weights (its files load as Qwen-Image). Edit-2509 and Edit-2511 run QwenImageEditPlusPipeline
-over the same transformer tensors; diffusers' transformer has a `zero_cond_t` flag (the reference images' tokens
-modulated at timestep 0), a config value with no tensor of its own, which Edit-2511 is published with (not
-checked against the Hub here). From diffusers folders they load as their model_index and configs say
-(tests/test_images.py). ComfyUI's files of them hold nothing that tells an edit model (or 2511) from Qwen-Image, so
-from files the pack builds QwenImagePipeline; the Edit pipelines would also need Qwen2-VL's image processor, which
-the pack does not ship. ComfyUI 0.3.75 itself has no zero_cond_t."""
+The releases, as diffusers 0.42.1 runs them and Comfy-Org publishes their files (one layout: diffusers' own keys):
+- Qwen-Image-2512 is Qwen-Image with new weights: QwenImagePipeline, the same configs.
+- Qwen-Image-Edit (the first one) runs QwenImageEditPipeline; Edit-2509 and Edit-2511 run
+  QwenImageEditPlusPipeline; all over the same transformer tensors, and the edit pipelines also need Qwen2-VL's
+  processor (its image settings: backend/configs/qwenimage/processor, Qwen2.5-VL-7B-Instruct's, which the edit
+  releases ship; the vocabulary is ComfyUI's bundled Qwen tokenizer).
+- Edit-2511 sets diffusers' `zero_cond_t` (the reference images' tokens modulated at timestep 0), a config value
+  with no weights of its own; Comfy-Org's 2511 files carry an empty `__index_timestep_zero__` tensor for it
+  (newer ComfyUI reads it as its "index_timestep_zero" reference method; 0.3.75 ignores it).
+So a file tells 2511 by that tensor; nothing else in the files tells an edit model from Qwen-Image, and the
+file name does, as ComfyUI's templates name them (qwen_image_edit_2509_fp8_e4m3fn.safetensors,
+qwen_image_edit_2511_bf16.safetensors): "edit" in the name makes an edit pipeline, "edit" followed by a release
+number (2509, 2511, ...) Edit Plus. ComfyUI itself keeps edit-ness in the workflow (its TextEncodeQwenImageEdit
+nodes), where the pack's Sample already takes the images: the name is what the artist's download already says,
+and a renamed file is one rename from loading as what it is (the loader's notes say which pipeline a file
+made and why). From diffusers folders they load as their model_index and configs say (tests/test_images.py).
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
-from .base import Configs, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
+from .base import Configs, ControlNets, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
+
+ZERO_COND_MARKER = "__index_timestep_zero__"  # Comfy-Org's Edit-2511 files: an empty tensor, diffusers' zero_cond_t
+_RELEASE = re.compile(r"edit[^a-z0-9]?(\d{4})")  # "edit_2509", "edit-2511": an Edit Plus release
 
 
 def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
@@ -25,7 +38,8 @@ def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
             "num_layers": count(s, "transformer_blocks."), "attention_head_dim": head,
             "num_attention_heads": hidden // head, "joint_attention_dim": s["txt_norm.weight"][0],
             "guidance_embeds": any(k.startswith("time_text_embed.guidance_embedder.") for k in s),
-            "axes_dims_rope": scaled(published["axes_dims_rope"], head, even=True)}
+            "axes_dims_rope": scaled(published["axes_dims_rope"], head, even=True),
+            "zero_cond_t": ZERO_COND_MARKER in s}
 
 
 def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
@@ -36,18 +50,54 @@ def denoiser_layout(s: Shapes, prefix: str, quant: str, file_name: str) -> str:
     return "diffusers" if prefix == "" and quant == "" else "qwenimage"  # ComfyUI's files hold diffusers' keys
 
 
+def variant(sizes: dict, file_name: str, configs: Configs) -> tuple[dict[str, dict], tuple[str, ...]]:
+    """The edit pipelines by the 2511 marker or the file name (the module docstring says why), with their
+    processor; a note says which pipeline the file made and why."""
+    name = file_name.lower()
+    release = _RELEASE.search(name)
+    if sizes["zero_cond_t"]:
+        pipeline, why = "QwenImageEditPlusPipeline", f"Qwen-Image-Edit-2511 (the file's {ZERO_COND_MARKER} tensor)"
+    elif release:
+        pipeline, why = "QwenImageEditPlusPipeline", f"Qwen-Image-Edit-{release.group(1)} (its file name)"
+    elif "edit" in name:
+        pipeline, why = "QwenImageEditPipeline", "Qwen-Image-Edit (its file name)"
+    else:
+        return {}, ("read as Qwen-Image (text to image): an edit model's file name says 'edit' "
+                    "(qwen_image_edit_2509_...), as ComfyUI's templates name them",)
+    return ({"": {"_class_name": pipeline, "processor": ["transformers", "Qwen2VLProcessor"]}},
+            (f"read as {why}: {pipeline}, the input images are its references",))
+
+
 def _pipeline(class_name: str, name: str, **traits) -> Pipeline:
     """The Qwen-Image transformer: true CFG as two branches, its own context-parallel plan, prompt-long text."""
     return Pipeline(class_name, name, 2, "true_cfg_scale", True, cfg_passes="branches", cp_plan=True,
                     variable_text=True, sigmas="always", **traits)
 
 
+def controlnet_config(s: Shapes, denoiser: dict) -> dict:
+    """A Qwen-Image ControlNet file's config (InstantX's union: diffusers' layout); patch and rotary axes as the
+    pipeline's transformer."""
+    hidden, head = s["img_in.weight"][0], s["transformer_blocks.0.attn.norm_q.weight"][0]
+    return {"patch_size": denoiser.get("patch_size", 2), "in_channels": s["img_in.weight"][1],
+            "out_channels": denoiser.get("out_channels", 16), "num_layers": count(s, "transformer_blocks."),
+            "attention_head_dim": head, "num_attention_heads": hidden // head,
+            "joint_attention_dim": s["txt_norm.weight"][0],
+            "axes_dims_rope": denoiser.get("axes_dims_rope", [16, 56, 56]),
+            "extra_condition_channels": s["controlnet_x_embedder.weight"][1] - s["img_in.weight"][1]}
+
+
+CONTROLNETS = ControlNets("QwenImageControlNetModel", "QwenImageMultiControlNetModel", "QwenImageControlNetPipeline",
+                          keys=("controlnet_x_embedder.weight", "img_in.weight", "txt_norm.weight",
+                                "controlnet_blocks.0.weight"),
+                          config=controlnet_config)
+
 _EDIT = dict(references=True, inpaint="QwenImageEditInpaintPipeline", needs_image=True)
 FAMILY = ModelFamily(
     id="qwenimage", name="Qwen-Image",
     pipelines=(
         _pipeline("QwenImagePipeline", "Qwen-Image", img2img="QwenImageImg2ImgPipeline",
-                  inpaint="QwenImageInpaintPipeline", step_caches=("first block", "taylorseer")),
+                  inpaint="QwenImageInpaintPipeline", step_caches=("first block", "taylorseer"),
+                  controlnets=(CONTROLNETS,)),
         _pipeline("QwenImageEditPipeline", "Qwen-Image-Edit", **_EDIT),
         _pipeline("QwenImageEditPlusPipeline", "Qwen-Image-Edit", **_EDIT),
     ),
@@ -55,4 +105,5 @@ FAMILY = ModelFamily(
     denoiser_keys=("transformer_blocks.0.img_mod.1.weight", "txt_norm.weight", "img_in.weight"),
     width_key="img_in.weight", width_agrees=("txt_in.weight", 0), sizes=sizes, text_widths=text_widths,
     vae="vae-wan", vae_hint="qwen_image_vae.safetensors", denoiser_layout=denoiser_layout,
+    variant=variant,
 )

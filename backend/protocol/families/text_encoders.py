@@ -165,7 +165,9 @@ def _llm_sizes(s: Shapes, published: dict) -> dict:
                   "temporal_patch_size": temporal, "spatial_merge_size": merge,
                   "intermediate_size": s["visual.blocks.0.mlp.gate_proj.weight"][0],
                   "out_hidden_size": s["visual.merger.mlp.2.weight"][0],
-                  "num_heads": embed // head_dim(embed, 80)}
+                  # 80-wide heads (1280 / 16); a narrower tower runs one head (halving 80 reaches widths
+                  # too narrow for its 2D rotary)
+                  "num_heads": embed // 80 if embed % 80 == 0 else 1}
         published_blocks = published["vision_config"]["fullatt_block_indexes"]
         vision["fullatt_block_indexes"] = [b for b in published_blocks if b < vision["depth"]] or [vision["depth"] - 1]
     return {"text_config": {**text, **out}, "vision_config": {**published["vision_config"], **vision}}
