@@ -1,7 +1,8 @@
 """fp8 storage: the denoiser's weights kept in fp8 and computed in bfloat16 (or the device dtype) layer by layer,
-with diffusers' own `enable_layerwise_casting`.
+with diffusers' own layerwise casting (`apply_layerwise_casting`, what `enable_layerwise_casting` calls), its skip
+patterns less 'norm' (the AdaLN modulation layers are stored in fp8 too, as ComfyUI stores them).
 
-Tolerances: none against plain diffusers with the same `enable_layerwise_casting` (same weights, same casts, same
+Tolerances: none against plain diffusers with the same layerwise casting (same weights, same casts, same
 arithmetic: bit-identical); Shard TP against one worker with fp8 storage: TP_TOLERANCE, as for bfloat16 storage
 (a sharded matmul sums in another order).
 """
@@ -19,6 +20,7 @@ from backend.controller import api, offload, storage
 from backend.controller.files import assemble, listing
 from backend.protocol.errors import CompileError, ModelError
 from backend.protocol.spec import SampleRequest
+from backend.worker import storage as worker_storage
 
 TP_TOLERANCE = 1e-4
 FOX = "a red fox in the snow"
@@ -33,14 +35,21 @@ def _request(**kw) -> SampleRequest:
     return SampleRequest(**{"prompt": FOX, "width": 64, "height": 64, "steps": 2, "guidance": 0.0, "seed": 3, **kw})
 
 
+def cast_layerwise(module: torch.nn.Module, stored: torch.dtype, compute: torch.dtype) -> None:
+    """diffusers' layerwise casting as the worker configures it."""
+    from diffusers.hooks import apply_layerwise_casting
+
+    apply_layerwise_casting(module, stored, compute, skip_modules_pattern=worker_storage.skip_patterns(module))
+
+
 def _plain_fp8(tiny_models, name="tiny-flux", loras=()) -> np.ndarray:
-    """What a plain diffusers script makes: bfloat16 weights, then enable_layerwise_casting. With LoRAs: fused onto
+    """What a plain diffusers script makes: bfloat16 weights, then layerwise casting. With LoRAs: fused onto
     the weights as fp8 storage holds them (each cast layer's weights rounded to fp8 and back, which is all an fp8
     file holds too), then layerwise casting rounds the sum to fp8 once."""
     pipe = load(tiny_models, name, torch.bfloat16)
     if loras:
         stored = load(tiny_models, name, torch.bfloat16).transformer
-        stored.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=torch.bfloat16)
+        cast_layerwise(stored, torch.float8_e4m3fn, torch.bfloat16)
         with torch.no_grad():
             for key, value in stored.state_dict().items():
                 if value.dtype == torch.float8_e4m3fn:
@@ -48,7 +57,7 @@ def _plain_fp8(tiny_models, name="tiny-flux", loras=()) -> np.ndarray:
     fuse(pipe, loras, ["transformer"])
     if loras:
         pipe.unload_lora_weights()
-    pipe.transformer.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=torch.bfloat16)
+    cast_layerwise(pipe.transformer, torch.float8_e4m3fn, torch.bfloat16)
     with torch.inference_mode():
         return pipe(prompt=FOX, num_inference_steps=2, height=64, width=64, output_type="np", guidance_scale=0.0,
                     generator=[torch.Generator("cpu").manual_seed(3)]).images
@@ -73,6 +82,27 @@ def test_fp8_storage_is_refused_where_it_cannot_run(tiny_models):
         api.checked(compiled)
     with pytest.raises(ModelError, match=r"offload 'sequential'.*choose offload 'none' or 'model'"):
         _spec(tiny_models, dtype="float8_e4m3fn", offload="sequential")
+
+
+@pytest.mark.unit
+def test_the_denoiser_is_read_straight_into_fp8_storage(tiny_models):
+    """Read tensor by tensor into storage: the same weights as diffusers' load in bfloat16 then layerwise casting,
+    the modulation layers in fp8 too, and every tensor in its own memory (no view of the file's mapping)."""
+    from diffusers import FluxTransformer2DModel
+
+    folder = tiny_models / "tiny-flux" / "transformer"
+    ours = worker_storage.load_stored(FluxTransformer2DModel, folder, torch.float8_e4m3fn, torch.bfloat16)
+    plain = FluxTransformer2DModel.from_pretrained(folder, dtype=torch.bfloat16)
+    cast_layerwise(plain, torch.float8_e4m3fn, torch.bfloat16)
+    want = plain.state_dict()
+    assert ours.state_dict().keys() == want.keys()
+    for key, value in ours.state_dict().items():
+        assert value.dtype == want[key].dtype and torch.equal(value.float(), want[key].float()), key
+        assert value.untyped_storage().nbytes() == value.numel() * value.element_size(), key
+    assert ours.transformer_blocks[0].norm1.linear.weight.dtype == torch.float8_e4m3fn, "modulation in fp8"
+    assert ours.proj_out.weight.dtype == torch.bfloat16 and worker_storage.compute_dtype_of(ours.proj_out) is None
+    assert worker_storage.load_stored(FluxTransformer2DModel, folder.parent / "tokenizer", torch.float8_e4m3fn,
+                                      torch.bfloat16) is None, "no safetensors weights: loaded whole, then cast"
 
 
 @pytest.mark.unit
@@ -161,7 +191,7 @@ def test_an_fp8_file_runs_from_its_fp8_weights(fp8_files):
     assert api.worker_info()[0]["storage"] == "float8_e5m2"
     pipe = loading.load_files(spec.source, torch.float32, lambda text: None)
     pipe.set_progress_bar_config(disable=True)
-    pipe.transformer.enable_layerwise_casting(storage_dtype=torch.float8_e5m2, compute_dtype=torch.float32)
+    cast_layerwise(pipe.transformer, torch.float8_e5m2, torch.float32)
     with torch.inference_mode():
         want = pipe(prompt=FOX, num_inference_steps=2, height=64, width=64, output_type="np", guidance_scale=0.0,
                     generator=[torch.Generator("cpu").manual_seed(3)]).images

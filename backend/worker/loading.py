@@ -36,6 +36,7 @@ from ..protocol.units import format_bytes
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 _TOKENIZER_LAYOUTS = ("tokenizer", "tekken")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
+DENOISERS = ("transformer", "unet")  # the components fp8 storage applies to
 # the parts of an all-in-one checkpoint the pipeline's own loader reads: the denoisers of the families whose
 # all-in-one files diffusers reads (their layout is the family id), LDM VAEs and CLIP/T5 text encoders
 CHECKPOINT_NATIVE = (*(f.id for f in FAMILIES.values() if f.single_file), "ldm-vae", "hf", "openclip")
@@ -86,11 +87,12 @@ def weighted_components(model_path: str) -> list[Component]:
 
 
 def load_pipeline(model_path: str, dtype: Any, status: Callable[[str], None],
-                  extra_kwargs: dict[str, dict] | None = None, variant: str = "") -> Any:
+                  extra_kwargs: dict[str, dict] | None = None, variant: str = "", storage: Any = None) -> Any:
     """The pipeline in `model_path`, loaded on the CPU, announcing each component through `status`.
 
     `extra_kwargs[name]` is added to component `name`'s from_pretrained call; `variant` names weights that
-    the folder holds only as a variant (`*.fp16.safetensors`). A component that fails to load raises an
+    the folder holds only as a variant (`*.fp16.safetensors`); `storage` (an fp8 dtype) reads the denoiser
+    straight into fp8 storage (worker.storage.load_stored). A component that fails to load raises an
     OSError naming it."""
     from diffusers import DiffusionPipeline
 
@@ -100,25 +102,37 @@ def load_pipeline(model_path: str, dtype: Any, status: Callable[[str], None],
     loaded: dict[str, Any] = {}
     for i, part in enumerate(parts, 1):
         status(f"loading {part.describe()} · component {i} of {len(parts)}")
+        extra = (extra_kwargs or {}).get(part.name, {})
         try:
-            loaded[part.name] = part.cls.from_pretrained(model_path, subfolder=part.name, **common,
-                                                         **(extra_kwargs or {}).get(part.name, {}))
+            loaded[part.name] = (_stored(part.cls, Path(model_path) / part.name, part.name, dtype, storage, extra,
+                                         variant)
+                                 or part.cls.from_pretrained(model_path, subfolder=part.name, **common, **extra))
         except OSError as e:
             raise OSError(f"component '{part.name}': {e}") from e
     status("loading tokenizers and scheduler, building the pipeline")
     return DiffusionPipeline.from_pretrained(model_path, **loaded, **common)
 
 
+def _stored(cls: type, folder: Path, name: str, dtype: Any, storage: Any, extra: dict, variant: str = "") -> Any:
+    """The denoiser read straight into fp8 storage, or None where it is loaded whole and cast after (no fp8
+    storage, another component, tensor parallel: diffusers reads each rank's slices, pickle weights)."""
+    if storage is None or name not in DENOISERS or extra:
+        return None
+    from .storage import load_stored
+
+    return load_stored(cls, folder, storage, dtype, variant)
+
+
 # ---- artists' files
 
 
 def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
-               extra_kwargs: dict[str, dict] | None = None) -> Any:
+               extra_kwargs: dict[str, dict] | None = None, storage: Any = None) -> Any:
     """The pipeline made of the files of `source`, loaded on the CPU, announcing each component.
 
     `extra_kwargs` as for load_pipeline: a transformer that diffusers reads with `from_pretrained` gets its
     tensor-parallel config there (each rank reads its slices); one read through a converter is loaded whole
-    and then sharded with the same config."""
+    and then sharded with the same config; `storage` as for load_pipeline (denoisers in diffusers' layout)."""
     from safetensors import SafetensorError
 
     for note in source.notes:
@@ -135,7 +149,9 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
             status(f"loading {Component(name, cls, part.size_bytes, part.path).describe()} · component {i} of "
                    f"{total}")
             try:
-                loaded[name] = _load_file_component(root, name, cls, part, dtype, (extra_kwargs or {}).get(name, {}))
+                extra = (extra_kwargs or {}).get(name, {})
+                loaded[name] = ((_symlinked(part) and _stored(cls, root / name, name, dtype, storage, extra))
+                                or _load_file_component(root, name, cls, part, dtype, extra))
             except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as e:  # it names no file
                 raise OSError(f"component '{name}' from '{Path(part.path).name}': {type(e).__name__}: {e}") from e
         if checkpoint is not None:
