@@ -277,8 +277,8 @@ class TPUSample:
                                 prompt_per_line=prompt_per_line, denoise=denoise, sampler=sampler,
                                 scheduler=scheduler, outputs=self.OUTPUTS)
         prepared = api.prepare_sample(pipeline, request, image, mask, samples, asked,
-                                      comfy_bridge.conditioning_arrays(positive),
-                                      comfy_bridge.conditioning_arrays(negative))  # resolved and checked once
+                                      positive=comfy_bridge.conditioning_arrays(positive),
+                                      negative=comfy_bridge.conditioning_arrays(negative))  # resolved and checked once
         notes += prepared.notes
         if notes:
             comfy_bridge.send_text(unique_id, "\n".join(notes))

@@ -280,7 +280,8 @@ def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | Non
            mask: np.ndarray | None = None, positive: Sequence | None = None,
            negative: Sequence | None = None) -> np.ndarray:
     """`prepare_sample` then `run_sample`: one call for scripts, tests and benchmarks."""
-    return run_sample(prepare_sample(spec, req, image, mask, positive, negative), on_progress, should_interrupt)
+    return run_sample(prepare_sample(spec, req, image, mask, positive=positive, negative=negative), on_progress,
+                      should_interrupt)
 
 
 def record_queue_wait(seconds: float) -> None:
@@ -299,7 +300,7 @@ def describe_inputs(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | 
                     mask: np.ndarray | None = None, positive: Sequence | None = None,
                     negative: Sequence | None = None) -> list[str]:
     """Checks Sample's inputs, sampler and scheduler as `sample` would and says what will happen."""
-    return list(prepare_sample(spec, req, image, mask, positive, negative).notes)
+    return list(prepare_sample(spec, req, image, mask, positive=positive, negative=negative).notes)
 
 
 def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, str | None]:
