@@ -7,7 +7,7 @@ from .controlnet_nodes import TPUApplyControlNet
 from .info_nodes import TPUDeviceInfo, TPUFreeWorkers
 from .lora_nodes import TPULoadLoRA
 from .parallel_nodes import TPUDataParallel, TPUShardTP
-from .pipeline_nodes import LoadTPUPipeline, LoadTPUPipelineFiles, TPUSample, TPUSampleLatent
+from .pipeline_nodes import LoadTPUPipeline, LoadTPUPipelineFiles, TPUSample, TPUSampleLatent, TPUVAEDecode
 from .speed_nodes import TPUCFGParallel, TPUContextParallel, TPUSamplingOptions
 from .video_nodes import TPUSampleVideo
 
@@ -32,6 +32,7 @@ NODE_CLASS_MAPPINGS = {
     "TPUSampleVideo": TPUSampleVideo,
     "TPUApplyControlNet": TPUApplyControlNet,
     "TPUSampleLatent": TPUSampleLatent,
+    "TPUVAEDecode": TPUVAEDecode,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -51,4 +52,5 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "TPUSampleVideo": "Sample Video (TPU)",
     "TPUApplyControlNet": "Apply ControlNet (TPU)",
     "TPUSampleLatent": "Sample Latent (TPU)",
+    "TPUVAEDecode": "VAE Decode (TPU)",
 }

@@ -92,6 +92,10 @@ def test_latent_inputs_are_checked_and_explained(tiny_models, tiny_controlnets):
         api.prepare_sample(flux, _request(denoise=0.0), latent=latent)
     with pytest.raises(ModelError, match=r"denoise: FLUX.2 \('tiny-flux2'\) has no image-to-image pipeline"):
         api.prepare_sample(flux2, _request(denoise=0.5), latent=np.zeros((1, 128, 4, 4), np.float32))
+    snapping, _ = api.with_compile(flux, "whole denoiser", "eager", "64x64", True)
+    assert api.prepare_sample(snapping, _request(denoise=0.5, batch_size=2), latent=latent).req.width == 64
+    with pytest.raises(ModelError, match=r"latent: it is 80x48, not one of the warm-up sizes Compile snaps to \(64x64\)"):
+        api.prepare_sample(snapping, _request(denoise=0.5, width=80, height=48), latent=np.zeros((1, 4, 6, 10)))
     controlled, _ = api.with_controlnet(flux, str(tiny_controlnets / "files" / "tiny-flux-union.safetensors"),
                                         np.zeros((1, 64, 64, 3), np.float32), union_mode="canny")
     assert api.prepare_sample(controlled, req, latent=latent).req.batch_size == 2, "denoise 1: size and batch"
@@ -112,7 +116,7 @@ def _model_space(pipe, latent: np.ndarray) -> torch.Tensor:
 @pytest.mark.parametrize("name", IMAGE_FAMILIES)
 def test_latent_out_is_what_the_pipeline_decodes_and_latent_in_starts_image_to_image(tiny_models, name):
     """Out: the LATENT decodes (as the pipeline decodes) to the IMAGE, taking it changes no pixel, and Sample
-    Latent never runs the VAE's decoder. In, below denoise 1: the family's image-to-image pipeline from the
+    Latent never runs the VAE's decoder, and VAE Decode (TPU) decodes it to the IMAGE. In, below denoise 1: the family's image-to-image pipeline from the
     LATENT equals that pipeline handed the latent in its own scaled space (what it makes of an encoding), image i
     from latent i; an empty latent at denoise 1 is text to image at its size and batch."""
     import diffusers
@@ -126,6 +130,9 @@ def test_latent_out_is_what_the_pipeline_decodes_and_latent_in_starts_image_to_i
     only = _outputs(spec, SampleRequest(**{**req.to_dict(), "outputs": "latents"}))
     assert list(only) == ["latents"] and np.array_equal(only["latents"], both["latents"])
     assert api.worker_info()[0]["vae_decodes"] == decodes, "Sample Latent never runs the VAE's decoder"
+    decoded = api.decode(spec, only["latents"])  # VAE Decode (TPU): on the workers, as Sample decodes
+    np.testing.assert_allclose(decoded, both["images"], rtol=0, atol=1e-5)  # a batch of 2 vs one by one
+    assert api.worker_info()[0]["vae_decodes"] > decodes
     empty = np.zeros_like(both["latents"])
     assert np.array_equal(_outputs(spec, _request(), empty)["images"], both["images"])
     if spec.family.img2img is None:  # FLUX.2: denoise 1 only; below 1 it is refused (the test above)
@@ -146,7 +153,7 @@ def test_comfyuis_vae_decode_and_a_latent_hires_fix_in_a_real_comfyui(server, co
     the pack's pipeline decodes with, is the pack's IMAGE (to one level of 255: two float paths, saved as PNG).
     ComfyUI's VAELoader reads only full-size LDM VAEs, so that file has the published layout (tests/file_fixtures:
     flux1-vae). Then a latent hires fix (Sample, Upscale Latent By, Sample) and Empty Latent Image into Sample
-    Latent; a latent with a noise mask is refused, naming the input, and ComfyUI stays up."""
+    Latent, decoded by ComfyUI's VAE Decode and by VAE Decode (TPU) alike; a latent with a noise mask is refused, naming the input, and ComfyUI stays up."""
     from comfy_server import error_message
     from file_fixtures import FILES
     from helpers import pixels, run_ok
@@ -181,6 +188,8 @@ def test_comfyuis_vae_decode_and_a_latent_hires_fix_in_a_real_comfyui(server, co
         "11": {"class_type": "TPUSampleLatent", "inputs": {"pipeline": ["1", 0], **sample, "latent": ["10", 0]}},
         "12": {"class_type": "VAEDecode", "inputs": {"samples": ["11", 0], "vae": ["3", 0]}},
         "13": {"class_type": "SaveImage", "inputs": {"images": ["12", 0], "filename_prefix": "empty"}},
+        "16": {"class_type": "TPUVAEDecode", "inputs": {"pipeline": ["1", 0], "samples": ["11", 0]}},
+        "17": {"class_type": "SaveImage", "inputs": {"images": ["16", 0], "filename_prefix": "tpudecode"}},
     }
     try:
         result = run_ok(server, prompt, timeout=300)
@@ -192,6 +201,8 @@ def test_comfyuis_vae_decode_and_a_latent_hires_fix_in_a_real_comfyui(server, co
         assert np.abs(pack - comfy).max() <= 1, "ComfyUI's VAE Decode of the pack's LATENT is the pack's IMAGE"
         assert hires.shape == (32, 32, 3), "Upscale Latent By 2 then Sample: twice the size"
         assert [e.shape for e in saved["empty"]] == [(16, 32, 3)] * 2, "Empty Latent Image sets size and batch"
+        assert all(np.abs(a - b).max() <= 1 for a, b in zip(saved["tpudecode"], saved["empty"], strict=True)), \
+            "VAE Decode (TPU) decodes as ComfyUI's VAE Decode"
 
         masked = {**{k: prompt[k] for k in ("1", "10", "12", "3", "13")},
                   "11": {**prompt["11"], "inputs": {**prompt["11"]["inputs"], "latent": ["14", 0]}},

@@ -284,6 +284,18 @@ def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | Non
                       should_interrupt)
 
 
+def decode(spec: PipelineSpec, samples: np.ndarray, on_progress: ProgressFn | None = None,
+           should_interrupt: Callable[[], bool] | None = None) -> np.ndarray:
+    """VAE Decode (TPU): a LATENT (numpy) decoded by the pipeline's own VAE on the workers (loading it first if
+    needed), as its Sample decodes; images [B, H, W, C] float32 in 0..1."""
+    spec = checked(spec)
+    latent = latents.as_array(spec, samples)
+    results = group.run(group_config(spec), lambda g: g.decode(spec, {"latent": latent}, on_progress,
+                                                                 should_interrupt),
+                        _status_adapter(on_progress), should_interrupt)
+    return results[0].arrays["images"]
+
+
 def record_queue_wait(seconds: float) -> None:
     """The node's share of the last Sample's report: how long the prompt waited in ComfyUI's queue (and for the
     nodes before Sample)."""

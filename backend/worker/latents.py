@@ -78,6 +78,29 @@ def encoded_as(pipe: Any, latent: np.ndarray) -> Iterator[None]:
         yield
 
 
+def decode(pipe: Any, family: Pipeline, latent: np.ndarray) -> np.ndarray:
+    """ComfyUI's LATENT decoded as the pipeline decodes (its VAE, its image processor): images [B, H, W, C]
+    float32 in 0..1. VAE Decode (TPU)."""
+    vae = pipe.vae
+    z = torch.from_numpy(np.ascontiguousarray(latent))
+    if family.latent_patch > 1:  # FLUX.2: ComfyUI's packing and batch norm undone, as its pipeline does
+        bn = vae.bn
+        std = torch.sqrt(bn.running_var.detach().float().cpu().view(1, -1, 1, 1) + vae.config.batch_norm_eps)
+        z = type(pipe)._unpatchify_latents(z * std + bn.running_mean.detach().float().cpu().view(1, -1, 1, 1))
+    upcast = vae.dtype == torch.float16 and vae.config.get("force_upcast", False)  # as SDXL's pipeline does
+    with torch.inference_mode():
+        if upcast:
+            vae.to(torch.float32)
+        try:
+            image = vae.decode(z.to(pipe._execution_device, vae.dtype), return_dict=False)[0]
+        finally:
+            if upcast:
+                vae.to(torch.float16)
+        if image.ndim == 5:  # Qwen-Image's Wan VAE: one frame
+            image = image[:, :, 0]
+        return np.asarray(pipe.image_processor.postprocess(image, output_type="np"), dtype=np.float32)
+
+
 def comfy_layout(pipe: Any, family: Pipeline, z: torch.Tensor) -> np.ndarray:
     """The VAE's latents as ComfyUI's LATENT lays them out (FLUX.2: packed 2×2 and batch-normalised)."""
     if family.latent_patch > 1:

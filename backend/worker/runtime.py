@@ -78,6 +78,10 @@ class Runtime:
             self.samples += 1
             value = {"loads": self.loads, "latency": self.latency.as_dict(), "sent_at": time.time()}
             return value, out
+        if request.op == messages.DECODE:
+            self.prepare(request.spec)
+            out = latents.decode(self.pipe, request.spec.family, request.arrays["latent"]) if self.rank == 0 else None
+            return {"loads": self.loads}, ({"images": out} if out is not None else None)
         if request.op == messages.INFO:
             return self.info(), None
         raise ValueError(f"unknown worker op '{request.op}'")
@@ -116,6 +120,8 @@ class Runtime:
             self.status(f"warm-up {i}/{len(pending)}: {w}x{h} (batch {b})")
             # edit models need an image: a grey one of the size (reference images add their own tokens)
             grey = {"image": np.full((1, h, w, 3), 0.5, np.float32)} if spec.family.needs_image else {}
+            if spec.family.needs_mask:  # FLUX.1 Fill: and a mask (all of it repainted)
+                grey["mask"] = np.ones((1, h, w), np.float32)
             self.sample(spec, warmup_request(spec, w, h, b), {**grey, **controlnets.warmup_arrays(spec, w, h)})
             self.compiler.warmed_up(todo)
         return self.info()
