@@ -67,13 +67,19 @@ CONTROLNETS = ControlNets("FluxControlNetModel", "FluxMultiControlNetModel", "Fl
                                 "transformer_blocks.0.attn.norm_q.weight"),
                           config=controlnet_config)
 
+# TaylorSeer extrapolates the attention and feed-forward outputs of the double blocks and the attention and MLP
+# projection of the single blocks (the features the TaylorSeer paper caches), not the attention alone (diffusers'
+# default): in FLUX.1-dev at 1024² the attention modules are about 40-46 % of a block's work, so the default would
+# compute the rest at every step (bench/README.md)
+TAYLORSEER_MODULES = (r"transformer_blocks\.\d+\.(attn|ff|ff_context)", r"single_transformer_blocks\.\d+\.(attn|proj_mlp)")
 FAMILY = ModelFamily(
     id="flux1", name="FLUX.1",
     # FLUX.1 runs two passes only with true CFG (true_cfg_scale > 1 and a negative prompt: Sampling Options)
     pipelines=(Pipeline("FluxPipeline", "FLUX.1", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
                         sigmas="unless flow sigmas",
                         img2img="FluxImg2ImgPipeline", inpaint="FluxInpaintPipeline",
-                        step_caches=("first block", "taylorseer", "magcache"), controlnets=(CONTROLNETS,)),),
+                        step_caches=("first block", "taylorseer", "magcache"), taylorseer_modules=TAYLORSEER_MODULES,
+                        controlnets=(CONTROLNETS,)),),
     configs=(Configs("flux1", (TextSlot("text_encoder", "clip-l"), TextSlot("text_encoder_2", "t5"))),),
     denoiser_keys=("double_blocks.0.img_attn.qkv.weight", "img_in.weight", "vector_in.in_layer.weight"),
     width_key="img_in.weight", width_agrees=("txt_in.weight", 0), sizes=sizes, text_widths=text_widths,
