@@ -7,7 +7,7 @@ from .controlnet_nodes import TPUApplyControlNet
 from .info_nodes import TPUDeviceInfo, TPUFreeWorkers
 from .lora_nodes import TPULoadLoRA
 from .parallel_nodes import TPUDataParallel, TPUShardTP
-from .pipeline_nodes import LoadTPUPipeline, LoadTPUPipelineFiles, TPUSample
+from .pipeline_nodes import LoadTPUPipeline, LoadTPUPipelineFiles, TPUSample, TPUSampleLatent, TPUVAEDecode
 from .speed_nodes import TPUCFGParallel, TPUContextParallel, TPUSamplingOptions
 from .video_nodes import TPUSampleVideo
 
@@ -31,6 +31,8 @@ NODE_CLASS_MAPPINGS = {
     "TPULoadLoRA": TPULoadLoRA,
     "TPUSampleVideo": TPUSampleVideo,
     "TPUApplyControlNet": TPUApplyControlNet,
+    "TPUSampleLatent": TPUSampleLatent,
+    "TPUVAEDecode": TPUVAEDecode,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -49,4 +51,6 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "TPULoadLoRA": "Load LoRA (TPU)",
     "TPUSampleVideo": "Sample Video (TPU)",
     "TPUApplyControlNet": "Apply ControlNet (TPU)",
+    "TPUSampleLatent": "Sample Latent (TPU)",
+    "TPUVAEDecode": "VAE Decode (TPU)",
 }

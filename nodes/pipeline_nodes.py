@@ -158,16 +158,23 @@ class LoadTPUPipelineFiles:
         return (spec,)
 
 
+LATENT_TOOLTIP = ("ComfyUI's LATENT of the images: the model's VAE latents, unscaled, as KSampler gives them "
+                  "(docs/nodes.md: layout per model), for Upscale Latent By, another Sample's latent input, VAE "
+                  "Decode with the same VAE file.")
+
+
 class TPUSample:
     DESCRIPTION = ("Generates images with the pipeline from Load TPU Pipeline. The same seed gives the same image; "
                    "image i of a batch uses seed + i. Shows progress with seconds per step and can be cancelled. "
                    "With an image it works from that image (image to image, or inpainting with a mask; reference "
-                   "images for FLUX.2 and Qwen-Image-Edit).")
+                   "images for FLUX.2 and Qwen-Image-Edit); with a latent it works from that latent (a latent "
+                   "hires fix: Sample, Upscale Latent By, Sample). It also gives the images' LATENT.")
     CATEGORY = CATEGORY
-    RETURN_TYPES = ("IMAGE",)
-    RETURN_NAMES = ("images",)
-    OUTPUT_TOOLTIPS = ("The generated images, ready for Save Image or Preview Image.",)
+    RETURN_TYPES = ("IMAGE", "LATENT")
+    RETURN_NAMES = ("images", "latent")
+    OUTPUT_TOOLTIPS = ("The generated images, ready for Save Image or Preview Image.", LATENT_TOOLTIP)
     FUNCTION = "sample"
+    OUTPUTS = "images+latents"
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -226,18 +233,26 @@ class TPUSample:
                               "diffusers' use_karras/exponential/beta_sigmas; normal, simple, sgm_uniform and "
                               "ddim_uniform its timestep spacings (flow models: simple = normal = their shifted "
                               "linear schedule). default: the model's own schedule."}),
+                "latent": ("LATENT", {"tooltip":
+                           "Optional: start from this latent (Empty Latent Image, EmptySD3LatentImage, VAE Encode "
+                           "with this model's VAE, Upscale Latent By, another Sample's latent). It sets the size "
+                           "and the batch (width, height and batch_size are then not used). With denoise below 1 "
+                           "the images start from it (a latent hires fix: 0.4-0.6); at 1 only its size counts."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, steps, guidance, seed, batch_size,
                prompt_per_line=False, image=None, mask=None, denoise=1.0, size_from_image=False, sampler=DEFAULT,
-               scheduler=DEFAULT, unique_id=None):
+               scheduler=DEFAULT, latent=None, unique_id=None):
         started, queued = comfy_bridge.now(), comfy_bridge.queued_at()
         image = image.cpu().numpy() if image is not None else None
         mask = mask.cpu().numpy() if mask is not None else None
-        notes = []
-        if size_from_image and image is not None:
+        notes, samples, asked = [], None, (width, height, batch_size)
+        if latent is not None:
+            samples, width, height, batch_size = api.latent_input(
+                pipeline, latent["samples"].cpu().float().numpy(), "noise_mask" in latent)
+        elif size_from_image and image is not None:
             width, height, note = api.size_from_image(pipeline, image)
             notes += [f"size {width}x{height}, from the image"] + ([note] if note else [])
         elif size_from_image:
@@ -245,15 +260,60 @@ class TPUSample:
         request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,
                                 steps=steps, guidance=guidance, seed=seed, batch_size=batch_size,
                                 prompt_per_line=prompt_per_line, denoise=denoise, sampler=sampler,
-                                scheduler=scheduler)
-        prepared = api.prepare_sample(pipeline, request, image, mask)  # resolved and checked once, here
+                                scheduler=scheduler, outputs=self.OUTPUTS)
+        prepared = api.prepare_sample(pipeline, request, image, mask, samples, asked)  # resolved and checked once
         notes += prepared.notes
         if notes:
             comfy_bridge.send_text(unique_id, "\n".join(notes))
-        images = comfy_bridge.run_cancellable(api.run_sample, prepared, node_id=unique_id,
-                                              total=steps * len(request.images()))
+        out = comfy_bridge.run_cancellable(api.run_sample_outputs, prepared, node_id=unique_id,
+                                           total=steps * len(request.images()))
         # the notes again (the progress text replaced them), then where the time went
         comfy_bridge.show_latency(unique_id, queued, started, notes)
+        result = tuple(self._output(name, out) for name in self.OUTPUTS.split("+"))
         if not notes:
-            return (torch.from_numpy(images),)
-        return {"ui": {"text": ["\n".join(notes)]}, "result": (torch.from_numpy(images),)}
+            return result
+        return {"ui": {"text": ["\n".join(notes)]}, "result": result}
+
+    @staticmethod
+    def _output(name: str, out: dict):
+        """One of the node's outputs: IMAGE as it is, LATENT as ComfyUI's {"samples": tensor}."""
+        if name == "images":
+            return torch.from_numpy(out["images"])
+        return {"samples": torch.from_numpy(out["latents"])}
+
+
+class TPUVAEDecode:
+    DESCRIPTION = ("Decodes a LATENT with the pipeline's own VAE on the chips (in its workers), as Sample decodes: "
+                   "the pixels equal Sample's own IMAGE. For the pack's LATENT (Sample Latent, a latent hires fix) "
+                   "and ComfyUI's (VAE Encode, Empty Latent Image) of the same model.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("IMAGE",)
+    RETURN_NAMES = ("images",)
+    OUTPUT_TOOLTIPS = ("The decoded images, ready for Save Image or Preview Image.",)
+    FUNCTION = "decode"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline: its VAE decodes."}),
+                "samples": ("LATENT", {"tooltip": "A LATENT of this model (Sample, Sample Latent, VAE Encode with "
+                                                  "its VAE)."}),
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    def decode(self, pipeline, samples, unique_id=None):
+        images = comfy_bridge.run_cancellable(api.decode, pipeline, samples["samples"].cpu().float().numpy(),
+                                              node_id=unique_id, total=1)
+        return (torch.from_numpy(images),)
+
+
+class TPUSampleLatent(TPUSample):
+    DESCRIPTION = ("Sample (TPU) that gives only the LATENT: the VAE does not run, so a latent hires fix or a "
+                   "refiner pays for one decode at the end (a last Sample (TPU), or ComfyUI's VAE Decode with "
+                   "this model's VAE file). The same inputs as Sample (TPU).")
+    RETURN_TYPES = ("LATENT",)
+    RETURN_NAMES = ("latent",)
+    OUTPUT_TOOLTIPS = (LATENT_TOOLTIP,)
+    OUTPUTS = "latents"

@@ -220,6 +220,46 @@ for sharper results. On a TPU each size compiles once.
     }
 
 
+def _latent_hires_fix() -> dict:
+    """Sample Latent (no VAE decode), ComfyUI's Upscale Latent By, then Sample from the latent at low denoise."""
+    first = {"prompt": "a cozy mountain cabin at dusk, warm lit windows, snow, detailed", "negative_prompt": "",
+             "width": 1024, "height": 1024, "steps": 4, "guidance": 0.0, "seed": 0,
+             "control_after_generate": "randomize", "batch_size": 1}
+    second = {**first, "seed": 0, "control_after_generate": "fixed", "denoise": 0.55}
+    return {
+        "name": "flux1_latent_hires_fix",
+        "nodes": [
+            {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
+             "widgets": {"model": "FLUX.1-schnell", "dtype": "auto", "device": "auto", "offload": "model",
+                         "model_path": ""}},
+            {"id": 2, "type": "TPUSampleLatent", "pos": [410, 130], "size": [400, 470], "widgets": first},
+            {"id": 5, "type": "LatentUpscaleBy", "pos": [850, 130], "size": [300, 0],
+             "widgets": {"upscale_method": "nearest-exact", "scale_by": 1.5}},
+            {"id": 6, "type": "TPUSample", "pos": [1190, 130], "size": [400, 560], "widgets": second},
+            {"id": 3, "type": "SaveImage", "pos": [1630, 130], "size": [360, 470],
+             "widgets": {"filename_prefix": "flux1-latent-hires"}},
+            _note(4, [40, 650], """
+## Latent hires fix: make it, upscale the latent, refine it
+
+**Sample Latent (TPU)** (1024×1024, 4 steps) → ComfyUI's **Upscale Latent By** (×1.5) → **Sample (TPU)** from
+that latent at **denoise 0.55** → **Save Image** (1536×1536).
+
+The first pass never runs the VAE: Sample Latent hands back ComfyUI's LATENT (the model's own latents, as
+KSampler gives them), so the image is decoded once, at the end. The latent sets the second Sample's size and
+batch (its width, height and batch_size are not used). Upscaling a latent blurs it, so refine with denoise 0.5
+or more; for less change, use the image hires fix (flux1_hires_fix). Both Samples share the loaded model.
+Any Sample's `latent` output also goes to ComfyUI's own VAE Decode (with this model's VAE file).
+
+**Model**: `models/diffusers/FLUX.1-schnell`, as in the FLUX.1-schnell workflow.
+""", size=(770, 300)),
+        ],
+        "links": [[1, "pipeline", 2, "pipeline"], [1, "pipeline", 6, "pipeline"], [2, "latent", 5, "samples"],
+                  [5, "LATENT", 6, "latent"], [6, "images", 3, "images"]],
+        "extra": {"description": "Latent hires fix with FLUX.1-schnell: Sample Latent (1024x1024, 4 steps, no VAE "
+                                 "decode) -> Upscale Latent By (ComfyUI's own, x1.5) -> Sample from the latent at "
+                                 "denoise 0.55 -> Save Image (1536x1536). Needs models/diffusers/FLUX.1-schnell."},
+    }
+
 SPECS: dict[str, dict] = {
     "tiny_demo": _text_to_image(
         title="tiny_demo", model="tiny-flux", offload="none", note_height=240,
@@ -599,6 +639,7 @@ LoRA touches (no recompile either). `strength` scales the image model, `strength
 (for LoRAs that have one). A LoRA for another model is refused with a message; the model stays as it was.
 """),
     "flux1_hires_fix": _hires_fix(),
+    "flux1_latent_hires_fix": _latent_hires_fix(),
     "wan21_t2v": _wan_text_to_video(),
     "wan21_i2v": _wan_image_to_video(),
 })

@@ -42,6 +42,7 @@ NODE_SHOTS = {
     "TPUContextParallel": ("flux1_context_parallel", 5),
     "TPUSamplingOptions": ("flux1_dev_true_cfg", 5),
     "TPUSampleVideo": ("wan21_i2v", 2),
+    "TPUSampleLatent": ("flux1_latent_hires_fix", 2),
 }
 PACK = "ComfyUI-TPU"  # the folder name the throwaway server gives the pack (scripts/comfy_server.py)
 # Settings of this throwaway server's user for tidy pictures: no minimap or canvas statistics, open workflows listed in the side bar

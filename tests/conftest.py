@@ -79,10 +79,11 @@ def tiny_controlnets(tiny_models) -> Path:
 def comfyui_files(tiny_models, comfyui_dir):
     """Builds (once, cached beside the tiny models) artists' files of the given families, written by ComfyUI's
     own converters, and their reference diffusers folders (tests/file_fixtures.py, in a subprocess so that
-    ComfyUI's modules stay out of the test process); returns the folder holding models/ and diffusers/."""
-    out = tiny_models.parent / f"{tiny_models.name}-comfyui-files"
+    ComfyUI's modules stay out of the test process); returns the folder holding models/ and diffusers/. A
+    file the model lists of other tests must not see goes in a folder of its own (`folder`)."""
 
-    def build(*families: str) -> Path:
+    def build(*families: str, folder: str = "comfyui-files") -> Path:
+        out = tiny_models.parent / f"{tiny_models.name}-{folder}"
         subprocess.run([sys.executable, str(ROOT / "tests" / "file_fixtures.py"), str(out), str(tiny_models),
                         str(comfyui_dir), *families], check=True, timeout=1200)
         return out

@@ -30,7 +30,8 @@ import shutil
 import sys
 from pathlib import Path
 
-FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage")  # "flux1-3072" (1 GB) only when asked
+# "flux1-3072" (1 GB) and "flux1-vae" (170 MB) only when asked
+FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage")
 VERSION = "5"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
@@ -49,6 +50,7 @@ FILES = {
             "diffusion_model": "sd3-tiny.safetensors", "clip_l": "clip_l-sd3-tiny.safetensors",
             "clip_g": "clip_g-tiny.safetensors", "t5": "t5xxl-sd3-tiny.safetensors", "vae": "sd3-vae-tiny.safetensors"},
     "flux1-3072": {"diffusion_model": "flux1-dev-3072-1x1.safetensors"},
+    "flux1-vae": {"vae": "ae-published-layout-4ch.safetensors"},
     "sdxl": {"checkpoint": "sdxl-tiny.safetensors", "checkpoint_fp8": "sdxl-tiny-fp8-e4m3fn.safetensors"},
     "qwenimage": {"diffusion_model": "qwen-image-tiny.safetensors",
                   "comfysave": "qwen-image-tiny-comfysave.safetensors",
@@ -672,8 +674,25 @@ def _flux1_3072(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(bfl, out / "models" / "diffusion_models" / FILES["flux1-3072"]["diffusion_model"])
 
 
+def _flux1_vae(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """A FLUX.1 VAE file that ComfyUI's VAELoader reads: its LDM VAE has fixed sizes (128 channels, multipliers
+    [1, 2, 4, 4], 2 res blocks; only the latent channels are read from the file), so a tiny one does not load.
+    This one has the published layout with the tiny FLUX.1's 4 latent channels (random weights, bfloat16)."""
+    import torch
+    from diffusers import AutoencoderKL
+
+    comfy = import_comfy(comfyui_dir)
+    vae = _seeded(21, lambda: AutoencoderKL(
+        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+        block_out_channels=(128, 256, 512, 512), layers_per_block=2, latent_channels=4, norm_num_groups=32,
+        scaling_factor=0.3611, shift_factor=0.1159, use_quant_conv=False, use_post_quant_conv=False))
+    sd = comfy.diffusers_convert.convert_vae_state_dict(_sd(vae))
+    _save({k: v.to(torch.bfloat16) for k, v in sd.items()}, out / "models" / "vae" / FILES["flux1-vae"]["vae"])
+
+
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
-            "qwenimage": _qwenimage, "zimage": _zimage, "flux1-3072": _flux1_3072}
+            "qwenimage": _qwenimage, "zimage": _zimage, "flux1-3072": _flux1_3072,
+            "flux1-vae": _flux1_vae}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

@@ -98,8 +98,8 @@ def test_inputs_are_checked_and_explained(tiny_models):
                      "the image has one channel (grey): used as RGB"]
     assert api.describe_inputs(flux, _request(denoise=0.0), _image())[1].startswith("denoise 0: nothing is repainted")
     assert api.describe_inputs(flux, _request(denoise=1.0)) == []
-    assert api.describe_inputs(flux, _request()) == ["denoise 0.5 is ignored: it applies to an input image, and "
-                                                     "none is connected"]
+    assert api.describe_inputs(flux, _request()) == ["denoise 0.5 is ignored: it applies to an input image or "
+                                                     "latent, and none is connected"]
     assert api.size_from_image(flux, _image(40, 72)) == (64, 32, "size_from_image: the image is 72x40; FLUX.1 needs "
                                                                   "multiples of 16, so the size is 64x32 (the image "
                                                                   "is stretched to it)")
@@ -218,10 +218,20 @@ def test_denoise_0_and_1_grey_images_masks_of_another_size_and_batches(tiny_mode
     assert stretched.shape == (1, 64, 64, 3)
 
 
+def _with_latents(spec, req: SampleRequest, latent: np.ndarray | None = None, outputs="images+latents") -> dict:
+    """Sample's images and LATENT (tests/test_latents.py has the rest), from a LATENT when one is given."""
+    if latent is not None:
+        latent, width, height, batch = api.latent_input(spec, latent)
+        req = SampleRequest(**{**req.to_dict(), "width": width, "height": height, "batch_size": batch})
+    return api.run_sample_outputs(api.prepare_sample(spec, SampleRequest(**{**req.to_dict(), "outputs": outputs}),
+                                                     latent=latent))
+
+
 @pytest.mark.workers
 def test_image_inputs_compiled_and_on_two_replicas(tiny_models):
-    """The image pipelines share the loaded modules: the compiled denoiser serves them without a new graph; two
-    data-parallel replicas each get the inputs (one /dev/shm file both map, deleted after the request)."""
+    """The image pipelines share the loaded modules: the compiled denoiser serves them without a new graph (from a
+    LATENT too); two data-parallel replicas each get the inputs (one /dev/shm file both map, deleted after the
+    request), and hand back their slices' LATENTs in image order, none decoding for Sample Latent."""
     import glob
 
     from backend.controller import group, layouts
@@ -231,15 +241,27 @@ def test_image_inputs_compiled_and_on_two_replicas(tiny_models):
     image, mask = np.concatenate([_image(seed=0), _image(seed=1)]), _left_half()
     want = [api.sample(spec, _request(batch_size=2), image=image), api.sample(spec, _request(), image=image,
                                                                                 mask=mask)]
+    start = _with_latents(spec, _request(denoise=1.0, batch_size=2))
+    from_latent = _with_latents(spec, _request(), start["latents"])
     compiled, _ = api.with_compile(spec, "whole denoiser", "eager", "64x64", False)
     api.sample(compiled, _request(denoise=1.0))
     before = api.compile_stats()
     assert np.array_equal(api.sample(compiled, _request(batch_size=2), image=image), want[0])
     assert np.array_equal(api.sample(compiled, _request(), image=image, mask=mask), want[1])
+    got = _with_latents(compiled, _request(), start["latents"])
+    assert all(np.array_equal(got[k], from_latent[k]) for k in ("images", "latents"))
     after = api.compile_stats()
     assert after["graphs"] == before["graphs"] and after["unexpected_recompiles"] == 0
     dp, _ = layouts.plan_dp(spec, 2)
     assert np.array_equal(api.sample(dp, _request(batch_size=2), image=image), want[0])
+    for req, latent, expected in ((_request(denoise=1.0, batch_size=2), None, start),
+                                  (_request(), start["latents"], from_latent)):
+        got = _with_latents(dp, req, latent)
+        assert all(np.array_equal(got[k], expected[k]) for k in ("images", "latents"))
+    decodes = [w["vae_decodes"] for w in api.worker_info()]
+    only = _with_latents(dp, _request(denoise=1.0, batch_size=2), outputs="latents")
+    assert list(only) == ["latents"] and np.array_equal(only["latents"], start["latents"])
+    assert [w["vae_decodes"] for w in api.worker_info()] == decodes, "Sample Latent: no replica decodes"
     inputs = handoff.shm_prefix(group.current_group().group_id) + "in-"
     assert glob.glob(glob.escape(inputs) + "*") == [], "the input files are gone after the request"
 
@@ -333,9 +355,13 @@ def test_image_inputs_with_cfg_and_context_parallel_batched_and_the_prompt_cache
                           api.sample(flux, _request(batch_size=3), image=two))
     sd3_want = api.sample(sd3, sd3_req, image=image, mask=mask)
     edit_want = api.sample(edit, edit_req, image=image)
-    # two workers: CFG on a doubled batch within 1e-4 of one worker, CFG as two branches bit-identical
+    sd3_start = _with_latents(sd3, _request(denoise=1.0), outputs="latents")["latents"]
+    sd3_latent = _with_latents(sd3, sd3_req, sd3_start)
+    # two workers: CFG on a doubled batch within 1e-4 of one worker (from a LATENT too), as two branches bit-identical
     sd3_cfg = api.sample(api.cfg_parallel(sd3)[0], sd3_req, image=image, mask=mask)
     assert np.abs(sd3_cfg - sd3_want).max() <= 1e-4
+    got = _with_latents(api.cfg_parallel(sd3)[0], sd3_req, sd3_start)
+    assert all(np.abs(got[k] - sd3_latent[k]).max() <= 1e-4 for k in ("images", "latents"))
     assert np.array_equal(api.sample(api.cfg_parallel(edit)[0], edit_req, image=image), edit_want)
     flux_cp = api.sample(api.context_parallel(flux, 2)[0], _request(), image=image, mask=mask)
     assert np.abs(flux_cp - flux_want).max() <= 1e-4

@@ -71,6 +71,7 @@ ALLOWED = {**{name: set(TINY) for name in MODEL_INPUTS}, "lora_name": set(LORAS)
 # shipped). Multi-chip workflows run with world size 2 (two CPU worker processes).
 CPU_SETTINGS = {
     "TPUSample": {"width": 64, "height": 64, "steps": 2},
+    "TPUSampleLatent": {"width": 64, "height": 64, "steps": 2},
     "TPUSampleVideo": {"width": 32, "height": 32, "frames": 5, "steps": 2},
     "TPUCompile": {"backend": "eager", "warmup": "64x64"},
     "TPUShardTP": {"degree": 2},
@@ -132,9 +133,9 @@ def expected_images(prompt: dict) -> int:
 
 
 def image_size(prompt: dict, node_id: str) -> tuple[int, int]:
-    """(width, height) of the IMAGE a node of an API prompt makes: Sample's width × height, or with
-    size_from_image its input's size rounded down to the model's factor; Load Image's picture; Upscale Image By's
-    input scaled."""
+    """(width, height) of the IMAGE (or a LATENT's, in pixels) a node of an API prompt makes: Sample's width ×
+    height, or with size_from_image its input's size rounded down to the model's factor, or its latent's size;
+    Load Image's picture; Upscale Image By's and Upscale Latent By's input scaled."""
     node = prompt[node_id]
     inputs = node["inputs"]
     if node["class_type"] == "LoadImage":
@@ -142,7 +143,12 @@ def image_size(prompt: dict, node_id: str) -> tuple[int, int]:
     if node["class_type"] == "ImageScaleBy":
         w, h = image_size(prompt, inputs["image"][0])
         return round(w * inputs["scale_by"]), round(h * inputs["scale_by"])
-    assert node["class_type"] in ("TPUSample", "TPUSampleVideo"), node
+    if node["class_type"] == "LatentUpscaleBy":  # ComfyUI rounds the latent's sides (1/8 of the pixels)
+        w, h = image_size(prompt, inputs["samples"][0])
+        return round(w // 8 * inputs["scale_by"]) * 8, round(h // 8 * inputs["scale_by"]) * 8
+    assert node["class_type"] in ("TPUSample", "TPUSampleLatent", "TPUSampleVideo"), node
+    if isinstance(inputs.get("latent"), list):  # the latent sets the size
+        return image_size(prompt, inputs["latent"][0])
     if inputs.get("size_from_image") and isinstance(inputs.get("image"), list):
         w, h = image_size(prompt, inputs["image"][0])
         return w // SIZE_FACTOR * SIZE_FACTOR, h // SIZE_FACTOR * SIZE_FACTOR
@@ -183,6 +189,7 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
     assert {"tiny_demo", "flux1_schnell_offload", "sd35_medium_compiled", "flux2_dev_tp8",
             "data_parallel_prompts", "flux1_dev_comfyui_files", "sd35_cfg_parallel", "flux1_context_parallel",
             "flux1_dev_true_cfg", "flux1_img2img", "flux1_inpaint", "flux1_lora", "flux1_hires_fix",
+            "flux1_latent_hires_fix",
             "zimage_turbo_comfyui_files", "wan21_t2v", "wan21_i2v"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)

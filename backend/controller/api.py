@@ -43,6 +43,7 @@ from . import (
     hosts,
     images,
     latency,
+    latents,
     layouts,
     loras,
     models,
@@ -202,27 +203,49 @@ class PreparedSample:
     notes: tuple[str, ...]
 
 
+def latent_input(spec: PipelineSpec, samples: np.ndarray, noise_mask: bool = False) -> tuple[np.ndarray, int, int, int]:
+    """A LATENT's samples (numpy) checked against the model, as the workers take them; and the width, height and
+    batch it sets (raising an InputError naming the input)."""
+    latent = latents.as_array(spec, samples, noise_mask)
+    return (latent, *latents.size(spec, latent))
+
+
 def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None = None,
-                   mask: np.ndarray | None = None) -> PreparedSample:
+                   mask: np.ndarray | None = None, latent: np.ndarray | None = None,
+                   asked: tuple[int, int, int] | None = None) -> PreparedSample:
     """Resolves `spec` and checks the request and Sample's image inputs (raising an InputError naming the input),
     once: the node shows the notes, then `run_sample` runs exactly this.
 
     `image` (IMAGE [B, H, W, C] in 0..1) starts image-to-image, or gives reference images to the families that
-    take them; with `mask` (MASK [B, H, W], 1 = repaint) it inpaints."""
+    take them; with `mask` (MASK [B, H, W], 1 = repaint) it inpaints. `latent` (from `latent_input`, whose size
+    and batch `req` has) starts from a LATENT instead; `asked`: the node's own width, height and batch_size."""
     spec = checked(spec)
     check_request(spec, req)
     arrays = images.as_arrays(spec, req, image, mask)
-    controlnets.check_inputs(spec, images.starts_from_image(spec, arrays), "mask" in arrays)
-    said = [samplers.check(spec, req, images.starts_from_image(spec, arrays)), prompt_weights.note(req)]
+    if latent is None:
+        notes, starts = images.describe(spec, req, arrays), images.starts_from_image(spec, arrays)
+        controlnets.check_inputs(spec, starts, "mask" in arrays)
+    else:
+        latents.check(spec, req, image is not None)
+        arrays["latent"] = latent
+        notes = latents.describe(spec, req, latent, asked or (req.width, req.height, req.batch_size))
+        starts = req.denoise < 1
+    said = [samplers.check(spec, req, starts), prompt_weights.note(req)]
     arrays.update(controlnets.arrays(spec))
-    notes = images.describe(spec, req, arrays) + [text for text in said if text]
-    return PreparedSample(spec, req, arrays, tuple(notes))
+    return PreparedSample(spec, req, arrays, tuple(notes + [text for text in said if text]))
 
 
 def run_sample(prepared: PreparedSample, on_progress: ProgressFn | None = None,
                should_interrupt: Callable[[], bool] | None = None) -> np.ndarray:
     """Images [B, H, W, C] float32 in 0..1 for a prepared Sample (loading the pipeline first if needed); a video
     pipeline's frames, one video after another [B·F, H, W, C]. Where the time went is kept for `last_latency`."""
+    return run_sample_outputs(prepared, on_progress, should_interrupt)["images"]
+
+
+def run_sample_outputs(prepared: PreparedSample, on_progress: ProgressFn | None = None,
+                       should_interrupt: Callable[[], bool] | None = None) -> dict[str, np.ndarray]:
+    """What the request's `outputs` asks, by name: "images" (as `run_sample` gives them) and "latents" (ComfyUI's
+    LATENT samples [B, C, h, w], [B, C, 1, h, w] for Qwen-Image: what the pipeline hands its VAE to decode)."""
     t0 = time.perf_counter()
     spec, req = prepared.spec, prepared.req
     progress = _group_progress(spec, req, on_progress)
@@ -232,8 +255,11 @@ def run_sample(prepared: PreparedSample, on_progress: ProgressFn | None = None,
                         _status_adapter(on_progress), should_interrupt)
     received = time.time()
     # Each replica's first rank sends its slice; rank order is image order.
-    parts = [r.arrays["images"] for r in results if "images" in r.arrays]
-    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    out = {}
+    for name in ("images", "latents"):
+        parts = [r.arrays[name] for r in results if name in r.arrays]
+        if parts:
+            out[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
     now = group.current_group()
     started = now.start_s if now is not None and now is not before else 0.0
     latency.record(results, started, received, time.perf_counter() - t0)
@@ -245,6 +271,18 @@ def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | Non
            mask: np.ndarray | None = None) -> np.ndarray:
     """`prepare_sample` then `run_sample`: one call for scripts, tests and benchmarks."""
     return run_sample(prepare_sample(spec, req, image, mask), on_progress, should_interrupt)
+
+
+def decode(spec: PipelineSpec, samples: np.ndarray, on_progress: ProgressFn | None = None,
+           should_interrupt: Callable[[], bool] | None = None) -> np.ndarray:
+    """VAE Decode (TPU): a LATENT (numpy) decoded by the pipeline's own VAE on the workers (loading it first if
+    needed), as its Sample decodes; images [B, H, W, C] float32 in 0..1."""
+    spec = checked(spec)
+    latent = latents.as_array(spec, samples)
+    results = group.run(group_config(spec), lambda g: g.decode(spec, {"latent": latent}, on_progress,
+                                                                 should_interrupt),
+                        _status_adapter(on_progress), should_interrupt)
+    return results[0].arrays["images"]
 
 
 def record_queue_wait(seconds: float) -> None:

@@ -238,6 +238,10 @@ class WorkerGroup:
         return self.request(lambda rid: messages.sample_request(rid, spec, req), on_progress, should_interrupt,
                             arrays)
 
+    def decode(self, spec: PipelineSpec, arrays: dict[str, np.ndarray], on_progress: ProgressFn | None = None,
+               should_interrupt: Callable[[], bool] | None = None) -> list[Result]:
+        return self.request(lambda rid: messages.decode_request(rid, spec), on_progress, should_interrupt, arrays)
+
     def info(self) -> list[Result]:
         return self.request(messages.info_request)
 

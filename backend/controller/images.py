@@ -128,8 +128,8 @@ def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, st
 def describe(spec: PipelineSpec, req: SampleRequest, arrays: dict[str, np.ndarray]) -> list[str]:
     """What will happen to the inputs, in words, for the text next to Sample."""
     if "image" not in arrays:
-        return [f"denoise {req.denoise:g} is ignored: it applies to an input image, and none is connected"] \
-            if req.denoise != 1 else []
+        return [f"denoise {req.denoise:g} is ignored: it applies to an input image or latent, and none is "
+                "connected"] if req.denoise != 1 else []
     family, image = spec.family, arrays["image"]
     count, inputs = len(req.images()), len(image)
     notes = []

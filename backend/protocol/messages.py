@@ -16,7 +16,7 @@ HEARTBEAT_S = 2.0  # a busy worker says it is alive this often
 
 
 # ---- controller → worker
-LOAD, SAMPLE, INFO, INTERRUPT, SHUTDOWN = "load", "sample", "info", "interrupt", "shutdown"
+LOAD, SAMPLE, DECODE, INFO, INTERRUPT, SHUTDOWN = "load", "sample", "decode", "info", "interrupt", "shutdown"
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,11 @@ def load_request(rid: int, spec: PipelineSpec) -> dict:
 
 def sample_request(rid: int, spec: PipelineSpec, req: SampleRequest) -> dict:
     return {"op": SAMPLE, "id": rid, "spec": spec.to_dict(), "request": req.to_dict()}
+
+
+def decode_request(rid: int, spec: PipelineSpec) -> dict:
+    """VAE Decode (TPU): the LATENT travels beside it (arrays["latent"])."""
+    return {"op": DECODE, "id": rid, "spec": spec.to_dict()}
 
 
 def info_request(rid: int) -> dict:

@@ -29,6 +29,9 @@ COMPILE_TARGETS = ("whole denoiser", "repeated blocks")
 COMPILE_BACKENDS = ("auto", "tpu", "inductor", "eager", "aot_eager")
 WARMUP_STEPS = 2  # steps of a compile warm-up: enough for a per-step recompile to show
 CP_MODES = ("ulysses", "ring")  # diffusers' two context-parallel attentions
+# What a Sample hands back: the images; the images and ComfyUI's LATENT (what the pipeline gives its VAE to
+# decode); or the LATENT alone, the VAE never running (Sample Latent)
+OUTPUTS = ("images", "images+latents", "latents")
 
 
 # ---- diffusers pipeline folders (the controller checks them, the worker loads them)
@@ -292,10 +295,11 @@ class SampleRequest:
     seed: int = 0
     batch_size: int = 1
     prompt_per_line: bool = False  # each non-empty line is a prompt; batch_size images each
-    denoise: float = 1.0  # with an input image: how much of it is repainted (0 keeps it, 1 repaints it all)
+    denoise: float = 1.0  # with an input image or latent: how much of it is repainted (0 keeps it, 1 all)
     frames: int = 0  # frames of each video (video pipelines: Sample Video); 0: an image
     sampler: str = "default"  # ComfyUI's sampler name (protocol.samplers); default: the pipeline's own scheduler
     scheduler: str = "default"  # ComfyUI's scheduler (schedule) name; default: the pipeline's own schedule
+    outputs: str = "images"  # OUTPUTS
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -18,7 +18,8 @@ import torch
 from ..protocol.families import Pipeline
 from ..protocol.spec import SampleRequest
 
-TEXT, IMG2IMG, INPAINT, REFERENCE, START = "text", "img2img", "inpaint", "reference", "start"
+# LATENT: image to image from a LATENT (Sample's latent input below denoise 1), run by the image-to-image pipeline
+TEXT, IMG2IMG, INPAINT, REFERENCE, START, LATENT = "text", "img2img", "inpaint", "reference", "start", "latent"
 # Pipelines that run int(N · strength) steps (the others run N − int(N − N · strength)).
 _FLOOR_STRENGTH = ("StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline",
                    "StableDiffusionXLControlNetImg2ImgPipeline", "StableDiffusionXLControlNetInpaintPipeline",
@@ -26,8 +27,11 @@ _FLOOR_STRENGTH = ("StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaint
 _SINGLE_REFERENCE = ("QwenImageEditPipeline",)  # takes one image, not a list
 
 
-def task(family: Pipeline, arrays: dict) -> str:
-    """What the request's inputs ask of this family (the controller has checked that it can)."""
+def task(family: Pipeline, arrays: dict, denoise: float = 1.0) -> str:
+    """What the request's inputs ask of this family (the controller has checked that it can). A latent at denoise
+    1 only sets the size: text to image, as KSampler's pure-noise start on flow models."""
+    if "latent" in arrays:
+        return LATENT if denoise < 1 else TEXT
     if "image" not in arrays:
         return TEXT
     if family.start_image:
@@ -90,7 +94,7 @@ class ImagePipelines:
         if pipe is not self.pipe:
             self.forget()
             self.pipe = pipe
-        name = {IMG2IMG: family.img2img, INPAINT: family.inpaint}.get(kind)
+        name = {IMG2IMG: family.img2img, LATENT: family.img2img, INPAINT: family.inpaint}.get(kind)
         if name is None:
             return pipe
         if name not in self.derived:
@@ -123,8 +127,11 @@ def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req
     params = inspect.signature(pipe.__call__).parameters
     width, height = kwargs["width"], kwargs["height"]
     images = arrays.get("image")
+    if kind == LATENT:  # the image its VAE encodes: the LATENT comes back instead (worker/latents.py)
+        kwargs["image"] = np.full((1, height, width, 3), 0.5, np.float32)
     if kind in (IMG2IMG, INPAINT):
         kwargs["image"] = fit(images[index % len(images)], width, height)[None]
+    if kind in (IMG2IMG, INPAINT, LATENT):
         steps, strength = schedule(req.steps, req.denoise, type(pipe).__name__)
         kwargs["num_inference_steps"], kwargs["strength"] = steps, strength
     if kind == INPAINT:
@@ -140,6 +147,12 @@ def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req
     for name in ("width", "height"):
         if name not in params:
             kwargs.pop(name)
+
+
+def input_latent(arrays: dict, index: int) -> np.ndarray:
+    """Image `index`'s LATENT (the latent batch cycles, as input images do)."""
+    latent = arrays["latent"]
+    return latent[index % len(latent)]
 
 
 def input_image(arrays: dict, index: int, width: int, height: int) -> np.ndarray:

@@ -21,7 +21,7 @@ from ..protocol import messages, samplers, settings
 from ..protocol.errors import Interrupted, ModelError
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
-from . import controlnets, device, images, loading, parallel, storage
+from . import controlnets, device, images, latents, loading, parallel, storage
 from .cfg_parallel import CFGParallel, two_passes
 from .compile_cache import CACHE_INFO
 from .compiler import Compiler, denoiser
@@ -47,6 +47,7 @@ class Runtime:
         self.loads = 0
         self.samples = 0  # Sample requests served (compile warm-ups are not samples)
         self.steps = 0  # denoising steps run, all requests together (ranks of one sharded model agree)
+        self.vae_decodes = 0  # runs of the VAE's decoder (Sample Latent never runs it)
         self.mode = "strict eager"
         self._rid: int | None = None
         self._cache_told = False  # a renewed or unusable compile cache folder is said once
@@ -74,7 +75,11 @@ class Runtime:
             out = self.sample(request.spec, request.request, request.arrays)
             self.samples += 1
             value = {"loads": self.loads, "latency": self.latency.as_dict(), "sent_at": time.time()}
-            return value, ({"images": out} if out is not None else None)
+            return value, out
+        if request.op == messages.DECODE:
+            self.prepare(request.spec)
+            out = latents.decode(self.pipe, request.spec.family, request.arrays["latent"]) if self.rank == 0 else None
+            return {"loads": self.loads}, ({"images": out} if out is not None else None)
         if request.op == messages.INFO:
             return self.info(), None
         raise ValueError(f"unknown worker op '{request.op}'")
@@ -86,7 +91,7 @@ class Runtime:
 
     def info(self) -> dict:
         return {"rank": self.rank, "pid": os.getpid(), "device": str(self.device), "loads": self.loads,
-                "samples": self.samples, "steps": self.steps,
+                "samples": self.samples, "steps": self.steps, "vae_decodes": self.vae_decodes,
                 "threads": torch.get_num_threads(),  # CPU pixels agree bit for bit only at equal thread counts
                 "model": self.loaded.model_path if self.loaded else None,
                 "dtype": str(self.pipe.dtype).replace("torch.", "") if self.pipe is not None else None,
@@ -117,6 +122,9 @@ class Runtime:
             self.compiler.warmed_up(todo)
         return self.info()
 
+    def _count_decode(self, module: Any, args: Any) -> None:
+        self.vae_decodes += 1
+
     def dtype_name(self, spec: PipelineSpec) -> str:
         """The dtype the weights compute in (fp8 storage: the dtype each layer is cast to while it runs)."""
         if spec.dtype == "auto":
@@ -136,6 +144,7 @@ class Runtime:
             if isinstance(module, torch.nn.Module):
                 module.requires_grad_(False)
         self.vote = parallel.StopVote(spec.model_ranks)
+        pipe.vae.decoder.register_forward_pre_hook(self._count_decode)
         self.prompts.attach(pipe)
         if spec.cp_degree > 1:
             parallel.check_even_split(denoiser(pipe)[1], spec.cp_degree)
@@ -207,21 +216,22 @@ class Runtime:
             torch.cuda.empty_cache()
 
     # ---- sampling
-    def sample(self, spec: PipelineSpec, req: SampleRequest, arrays: dict | None = None) -> np.ndarray | None:
-        """This replica's images [B, H, W, C] float32 in 0..1, a video pipeline's frames [B·F, H, W, C] (None on
-        ranks that do not send images).
+    def sample(self, spec: PipelineSpec, req: SampleRequest, arrays: dict | None = None) -> dict | None:
+        """This replica's outputs as `req.outputs` asks (None on ranks that do not send them): "images" [B, H, W, C]
+        float32 in 0..1, a video pipeline's frames [B·F, H, W, C]; "latents", ComfyUI's LATENT of each image
+        (worker/latents.py).
 
         Global image i is drawn from its own generator (seed + i) and with its own pipeline call, so the
         same seed gives the same pixels whatever the batch size or the number of replicas (batched matmuls
         differ in the last bits between a batch of 4 and two of 2). Replica r draws a contiguous slice. With
-        input images (`arrays`: image, mask), image i of the run takes input image i (cycling).
+        input images (`arrays`: image, mask, or latent), image i of the run takes input image i (cycling).
         With `spec.batched` the images of one prompt go in one call instead (each still with its own
         generator; text to image without ControlNets only): faster where the chip has room, not bit-identical to one call per image.
         """
         arrays = arrays or {}
         layout = spec.layout(self.rank)
         everything, indices = req.images(), layout.my_share(req)
-        kind = images.task(spec.family, arrays)
+        kind = images.task(spec.family, arrays, req.denoise)
         pipe = (self.controlnets.for_task(self.pipe, spec, kind, self.device)
                 or self.image_pipes.for_task(self.pipe, spec.family, kind))
         self.prompts.wrap(pipe)  # an image pipeline made from the loaded one shares its prompt cache
@@ -234,7 +244,8 @@ class Runtime:
                 calls[-1][1].append(i)
             else:
                 calls.append((prompt, [i]))
-        out, done = [], 0
+        out, latent_out, done = [], [], 0
+        keep_latents, decode = layout.leader and req.outputs != "images", req.outputs != "latents"
         for prompt, group in calls:
             if kind in (images.IMG2IMG, images.INPAINT) and req.denoise == 0:  # nothing to repaint
                 out.append(images.input_image(arrays, group[0], req.width, req.height))
@@ -255,14 +266,27 @@ class Runtime:
                 images.add_inputs(pipe, kind, kwargs, arrays, group[0], req)
                 self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,
                                report=layout.leader, per_step=len(group), steps=req.steps)
-                result = pipe(**kwargs)
-            self._check_finite(spec, result.frames if hasattr(result, "frames") else result.images)
+                result, taken = None, []
+                with contextlib.ExitStack() as latent_io:
+                    if kind == images.LATENT:
+                        latent_io.enter_context(latents.encoded_as(pipe, images.input_latent(arrays, group[0])))
+                    if keep_latents:
+                        latent_io.enter_context(latents.captured(pipe, taken, decode))
+                    result = pipe(**kwargs)
+            if result is None:  # stopped before the VAE: only the latents were asked for
+                self._check_finite(spec, torch.cat(taken))
+            else:
+                self._check_finite(spec, result.frames if hasattr(result, "frames") else result.images)
             done += len(group)
-            if layout.leader:
+            if layout.leader and decode:
                 out.append(_pixels(result))
-        if not layout.leader or not out:
+            latent_out += [latents.comfy_layout(pipe, spec.family, z) for z in taken]
+        if not layout.leader or not (out or latent_out):
             return None
-        return np.ascontiguousarray(np.concatenate(out))
+        sent = {"images": np.ascontiguousarray(np.concatenate(out))} if out else {}
+        if latent_out:
+            sent["latents"] = np.ascontiguousarray(np.concatenate(latent_out))
+        return sent
 
     def _check_finite(self, spec: PipelineSpec, out: Any) -> None:
         """Latents (ranks that skip the VAE) or images (video frames) holding NaN or infinity would be saved black:
@@ -290,7 +314,7 @@ class Runtime:
         (checked by the controller), built from its config. Weights and compiled graphs are untouched."""
         own = {**self.own_scheduler.config, "_class_name": type(self.own_scheduler).__name__}
         chosen = samplers.resolve(own, spec.family, req.sampler, req.scheduler,
-                                  image_input=kind in (images.IMG2IMG, images.INPAINT))
+                                  image_input=kind in (images.IMG2IMG, images.INPAINT, images.LATENT))
         if chosen is None:
             return self.own_scheduler
         import diffusers

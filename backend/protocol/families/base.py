@@ -88,6 +88,9 @@ class Pipeline:
     # `image=`, a PIL image); with needs_image it makes no video without one.
     start_image: bool = False
     controlnets: tuple[ControlNets, ...] = ()  # the ControlNet kinds it takes (Apply ControlNet)
+    # ComfyUI's LATENT of this model packs p×p latent pixels into channels (FLUX.2: 2, 128 channels at 1/16 of
+    # the image); 1: one latent pixel per VAE latent pixel, as the VAE gives them
+    latent_patch: int = 1
     family: str = ""  # the id of the family module it belongs to (the registry fills it in)
 
 

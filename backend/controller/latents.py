@@ -1,0 +1,116 @@
+"""Sample's LATENT input, checked and described before any worker sees it (controller side).
+
+ComfyUI's LATENT holds what the VAE encodes to and decodes from, unscaled ("samples" [B, C, h, w]; Qwen-Image's
+Wan VAE adds a frame axis, [B, C, 1, h, w]; FLUX.2's packs 2×2 latent pixels into 128 channels): KSampler
+hands it back in that space and VAE Decode decodes it as it is. So the pack's LATENT is exactly what its
+diffusers pipeline hands its VAE to decode (worker/latents.py), and a LATENT coming in is handed to the
+pipeline as if its VAE had encoded it. The latent sets the size (latent size × the VAE's downscale) and the batch.
+An empty latent (all zeros) of another channel count is taken as this model's, as KSampler does
+(comfy.sample.fix_empty_latent_channels), so Empty Latent Image works with every model.
+Numpy only: no torch in ComfyUI's process.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..protocol.errors import ModelError
+from ..protocol.spec import PipelineSpec, SampleRequest
+from . import models
+
+
+def channels(spec: PipelineSpec) -> int:
+    """The channels of this model's LATENT: the VAE's latent channels (× the packing, FLUX.2)."""
+    vae = spec.component_config("vae")
+    return int(vae.get("latent_channels") or vae.get("z_dim") or 16) * spec.family.latent_patch ** 2
+
+
+def scale(spec: PipelineSpec) -> int:
+    """Image pixels per LATENT pixel: the VAE's downscale (× the packing, FLUX.2)."""
+    return models.vae_scale(spec.component_config("vae")) * spec.family.latent_patch
+
+
+def frame_axis(spec: PipelineSpec) -> bool:
+    """Whether its VAE takes a frame axis (Qwen-Image's Wan VAE: [B, C, 1, h, w])."""
+    return "z_dim" in spec.component_config("vae")
+
+
+def as_array(spec: PipelineSpec, samples: np.ndarray, noise_mask: bool = False) -> np.ndarray:
+    """A LATENT's samples as the worker takes them (float32; a frame axis added where the VAE takes one), checked
+    against the model; raises ModelError naming the input, the value and the fix."""
+    family = spec.family
+    if family.frame_step:
+        raise ModelError(f"latent: {family.name} makes videos; the pack's LATENT is for image models (Sample, VAE "
+                         "Decode (TPU)). Disconnect it.")
+    if noise_mask:
+        raise ModelError("latent: it carries a noise mask (Set Latent Noise Mask), which Sample does not read; for "
+                         "inpainting connect the image and its mask to Sample's image and mask inputs instead.")
+    a = np.asarray(samples)
+    want = channels(spec)
+    if a.ndim == 5 and frame_axis(spec) and a.shape[2] == 1:
+        a = a[:, :, 0]
+    if a.ndim != 4 or a.shape[0] < 1 or min(a.shape[2:]) < 1:
+        raise ModelError(f"latent: a LATENT of shape {list(a.shape)} cannot be used; Sample takes an image latent "
+                         f"[batch, {want}, height/{scale(spec)}, width/{scale(spec)}] (Empty Latent Image, "
+                         "EmptySD3LatentImage, VAE Encode or another Sample's LATENT).")
+    if a.shape[1] != want and not a.any():  # an empty latent made for another model: KSampler takes its size too
+        a = np.zeros((a.shape[0], want, *a.shape[2:]), np.float32)
+    if a.shape[1] != want:
+        empty = {4: "Empty Latent Image", 16: "EmptySD3LatentImage", 128: "Empty Flux 2 Latent"}.get(want)
+        raise ModelError(f"latent: it has {a.shape[1]} channels, but {family.name} ('{spec.name}') works on "
+                         f"{want}-channel latents: it was made for another model. Connect "
+                         + (f"{empty}, " if empty else "") + "VAE Encode with this model's VAE, or a LATENT of a "
+                         "Sample with this model.")
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    if not np.isfinite(a).all():
+        raise ModelError("latent: the latent holds values that are not numbers (NaN or infinity); check the nodes "
+                         "that made it.")
+    return a[:, :, None] if frame_axis(spec) else a
+
+
+def size(spec: PipelineSpec, latent: np.ndarray) -> tuple[int, int, int]:
+    """(width, height, batch) a LATENT sets, checked against the model's size multiple."""
+    h, w = latent.shape[-2:]
+    s = scale(spec)
+    width, height = w * s, h * s
+    f = spec.size_factor or s
+    if width % f or height % f:
+        step = f // s
+        raise ModelError(f"latent: it is {w}x{h} latent pixels ({width}x{height} pixels); {spec.family.name} needs "
+                         f"multiples of {f} pixels, so a latent side must be a multiple of {step}. Make it "
+                         f"{max(step, w // step * step)}x{max(step, h // step * step)} (another scale in Upscale "
+                         "Latent By, or another size in the empty latent).")
+    return width, height, latent.shape[0]
+
+
+def check(spec: PipelineSpec, req: SampleRequest, image_connected: bool) -> None:
+    """What a latent input cannot be combined with, refused before anything runs."""
+    family = spec.family
+    if image_connected:
+        raise ModelError("latent: both an image and a latent are connected; Sample starts from one of them. "
+                         "Disconnect one (VAE Encode turns an image into a latent).")
+    if req.denoise == 0:
+        raise ModelError("denoise: 0 with a latent changes nothing; connect the latent to VAE Decode (TPU) or VAE "
+                         "Decode instead, or raise denoise.")
+    if req.denoise < 1 and spec.controlnets:
+        raise ModelError(f"denoise: with a ControlNet a latent sets only the size and the batch, so denoise must be 1 "
+                         f"(it is {req.denoise:g}); to start from a picture with a ControlNet, connect it to Sample's "
+                         "image input instead (VAE Decode turns the latent into one).")
+    if req.denoise < 1 and family.img2img is None:
+        raise ModelError(f"denoise: {family.name} ('{spec.name}') has no image-to-image pipeline in diffusers, so it "
+                         f"cannot start from a latent; set denoise to 1 (it is {req.denoise:g}): the latent then "
+                         "sets only the size and the batch.")
+
+
+def describe(spec: PipelineSpec, req: SampleRequest, latent: np.ndarray, asked: tuple[int, int, int]) -> list[str]:
+    """What happens to the latent, for the text next to Sample. `asked`: the node's width, height, batch_size."""
+    notes = []
+    if req.denoise >= 1:
+        notes.append(f"latent {req.width}x{req.height} (batch {len(latent)}), denoise 1: text to image at its size; "
+                     "its values are not used (KSampler starts flow models from pure noise at denoise 1 too)")
+    else:
+        notes.append(f"starts from the latent ({req.width}x{req.height}, batch {len(latent)}), denoise "
+                     f"{req.denoise:g}: {req.steps} steps of a {int(req.steps / req.denoise)}-step schedule")
+    if asked != (req.width, req.height, req.batch_size):
+        notes.append(f"width, height and batch_size ({asked[0]}x{asked[1]}, {asked[2]}) follow the latent")
+    return notes

@@ -1,0 +1,111 @@
+"""ComfyUI's LATENT on the worker: taken from what the pipeline hands its VAE to decode, handed in as what its
+VAE would have encoded.
+
+ComfyUI's LATENT is the VAE's own latent space, unscaled: KSampler hands it back so and VAE Decode decodes it as
+it is. Each diffusers pipeline scales, shifts and packs its latents its own way (FLUX.1, SD3, Z-Image: shift
+and scale; SDXL: scale; Qwen-Image: mean and std per channel; FLUX.1 and Qwen-Image pack 2×2 tokens) and undoes
+it right before `vae.decode`. So the argument of `vae.decode` is the LATENT, and the pipeline's own code does
+the conversion for every family. Coming in, the family's image-to-image pipeline gets a grey image of the size
+and its `vae.encode` returns the LATENT: the pipeline scales and packs it its own way. FLUX.2's LATENT packs
+2×2 latent pixels into channels normalised by the VAE's batch-norm statistics (ComfyUI's FLUX.2 VAE does that
+inside), done here as diffusers' FLUX.2 pipeline does it for its image latents.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..protocol.families import Pipeline
+
+
+class _Stopped(Exception):
+    """Raised in place of the VAE decode when only the latent is wanted."""
+
+
+@contextlib.contextmanager
+def _replaced(module: Any, name: str, method: Any) -> Iterator[None]:
+    """`module.name` is `method` for the duration (an instance attribute over the class's method)."""
+    had = name in module.__dict__
+    original = module.__dict__.get(name)
+    setattr(module, name, method)
+    try:
+        yield
+    finally:
+        if had:
+            setattr(module, name, original)
+        else:
+            delattr(module, name)
+
+
+@contextlib.contextmanager
+def captured(pipe: Any, into: list[torch.Tensor], decode: bool) -> Iterator[None]:
+    """Records what the pipeline call in the block hands `vae.decode` (on the CPU, float32) into `into`; without
+    `decode` the call stops right there (the block ends normally, the VAE never runs)."""
+    vae = pipe.vae
+    dtype, decode_with = vae.dtype, vae.decode
+
+    def record(z: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        into.append(z.detach().float().cpu())
+        if not decode:
+            raise _Stopped
+        return decode_with(z, *args, **kwargs)
+
+    with _replaced(vae, "decode", record):
+        try:
+            yield
+        except _Stopped:
+            if vae.dtype != dtype:  # SDXL upcasts a float16 VAE just before decoding
+                vae.to(dtype)
+            pipe.maybe_free_model_hooks()  # what the call does after its decode (model offload)
+
+
+@contextlib.contextmanager
+def encoded_as(pipe: Any, latent: np.ndarray) -> Iterator[None]:
+    """The pipeline call in the block finds `latent` (one image's LATENT) where it encodes its image."""
+    vae = pipe.vae
+    z = torch.from_numpy(np.ascontiguousarray(latent))[None]
+
+    def encode(x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        return SimpleNamespace(latents=z.to(device=x.device, dtype=x.dtype))  # what retrieve_latents reads
+
+    with _replaced(vae, "encode", encode):
+        yield
+
+
+def decode(pipe: Any, family: Pipeline, latent: np.ndarray) -> np.ndarray:
+    """ComfyUI's LATENT decoded as the pipeline decodes (its VAE, its image processor): images [B, H, W, C]
+    float32 in 0..1. VAE Decode (TPU)."""
+    vae = pipe.vae
+    z = torch.from_numpy(np.ascontiguousarray(latent))
+    if family.latent_patch > 1:  # FLUX.2: ComfyUI's packing and batch norm undone, as its pipeline does
+        bn = vae.bn
+        std = torch.sqrt(bn.running_var.detach().float().cpu().view(1, -1, 1, 1) + vae.config.batch_norm_eps)
+        z = type(pipe)._unpatchify_latents(z * std + bn.running_mean.detach().float().cpu().view(1, -1, 1, 1))
+    upcast = vae.dtype == torch.float16 and vae.config.get("force_upcast", False)  # as SDXL's pipeline does
+    with torch.inference_mode():
+        if upcast:
+            vae.to(torch.float32)
+        try:
+            image = vae.decode(z.to(pipe._execution_device, vae.dtype), return_dict=False)[0]
+        finally:
+            if upcast:
+                vae.to(torch.float16)
+        if image.ndim == 5:  # Qwen-Image's Wan VAE: one frame
+            image = image[:, :, 0]
+        return np.asarray(pipe.image_processor.postprocess(image, output_type="np"), dtype=np.float32)
+
+
+def comfy_layout(pipe: Any, family: Pipeline, z: torch.Tensor) -> np.ndarray:
+    """The VAE's latents as ComfyUI's LATENT lays them out (FLUX.2: packed 2×2 and batch-normalised)."""
+    if family.latent_patch > 1:
+        bn = pipe.vae.bn
+        mean = bn.running_mean.detach().float().cpu().view(1, -1, 1, 1)
+        std = torch.sqrt(bn.running_var.detach().float().cpu().view(1, -1, 1, 1) + pipe.vae.config.batch_norm_eps)
+        z = (type(pipe)._patchify_latents(z) - mean) / std
+    return z.numpy()
