@@ -66,18 +66,40 @@ ZIMAGE = ("zimage_throughput", "Z-Image Turbo: warm throughput through backend.a
 
 def zimage(ctx: Ctx) -> list[dict]:
     """`api.sample` against the plain script's `pipe()` with a Z-Image pipeline at guidance 0 (Turbo: one
-    transformer pass per step), alternating rounds, one image per call with a new seed each round."""
+    transformer pass per step), alternating rounds, one image per call with a new seed each round. The details
+    keep where our time went (the worker's phases, median per phase), the steps it ran, and the CPU seconds per
+    image of each side (ours: the controller and its workers; plain: its process), which a shared machine's load
+    moves far less than wall time, so that a ratio off target says which part it is."""
+    import psutil
+
     from backend.controller import api
+    from backend.protocol.messages import Step
 
     model = "tiny-zimage" if ctx.quick else "small-zimage"
     spec = _spec(ctx, model)
     plain = None if ctx.exclusive else PlainServer(ctx, model)
+    phases: list[dict] = []
+    steps: list[int] = []
+    cpu: dict[str, list[float]] = {"api": [], "plain": []}
+
+    def cpu_s() -> float:
+        me = psutil.Process()
+        return sum(sum(p.cpu_times()[:2]) for p in (me, *me.children(recursive=True)))
 
     def run_api(r: int) -> float:
-        return timed(api.sample, spec, request(ctx, seed_of(r)))
+        ran, cpu0 = [], cpu_s()
+        took = timed(api.sample, spec, request(ctx, seed_of(r)), lambda m: ran.append(m) if isinstance(m, Step) else None)
+        if r >= 0:
+            cpu["api"].append(cpu_s() - cpu0)
+            phases.append(api.last_latency() or {})
+            steps.append(len(ran))
+        return took
 
     def run_plain(r: int) -> float:
-        return plain.call(seed_of(r))["call_s"]
+        out = plain.call(seed_of(r))
+        if r >= 0:
+            cpu["plain"].append(out["cpu_s"])
+        return out["call_s"]
 
     try:
         api.load(spec)
@@ -99,7 +121,12 @@ def zimage(ctx: Ctx) -> list[dict]:
                 tgt=THROUGHPUT_TARGET,
                 details={"workload": f"{model} {ctx.width}x{ctx.height}, {ctx.steps} steps, guidance 0",
                          "repeats": ctx.repeats, "warmup": ctx.warmup,
-                         "paired_ratio_median": paired(times["plain"], times["api"])})]
+                         "paired_ratio_median": paired(times["plain"], times["api"]),
+                         "ours_phases_median_s": {k: median([p[k] for p in phases if k in p])
+                                                  for k in (phases[0] if phases else {})},
+                         "ours_steps_run": sorted(set(steps)),
+                         "cpu_s_per_image_median": {k: median(v) for k, v in cpu.items()},
+                         "cpu_ratio": median(cpu["plain"]) / median(cpu["api"])})]
 
 
 # ---- comfyui: memory and throughput through ComfyUI (and through the backend API alone)

@@ -72,12 +72,12 @@ def call(pipe, args, cmd: dict) -> dict:
               "num_inference_steps": cmd["steps"], "guidance_scale": cmd.get("guidance", 0.0),
               "generator": [torch.Generator("cpu").manual_seed(cmd["seed"])], "num_images_per_prompt": 1,
               "output_type": "np"}
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     with torch.inference_mode():
         images = pipe(**kwargs).images
     images = np.asarray(images, dtype=np.float32)
     _sync(torch, args.device)
-    t1 = time.perf_counter()
+    t1, cpu1 = time.perf_counter(), time.process_time()
     saved = None
     if cmd.get("png_dir"):  # what a script that keeps its image does: 8-bit PNG (ComfyUI's SaveImage level 4)
         from PIL import Image
@@ -85,7 +85,7 @@ def call(pipe, args, cmd: dict) -> dict:
         saved = os.path.join(cmd["png_dir"], f"plain_{cmd['seed']}.png")
         Image.fromarray(np.clip(images[0] * 255.0, 0, 255).astype(np.uint8)).save(saved, compress_level=4)
     t2 = time.perf_counter()
-    return {"call_s": t1 - t0, "save_s": t2 - t1, "shape": list(images.shape)}
+    return {"call_s": t1 - t0, "cpu_s": cpu1 - cpu0, "save_s": t2 - t1, "shape": list(images.shape)}
 
 
 def serve(args) -> None:

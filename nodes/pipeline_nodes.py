@@ -13,6 +13,7 @@ from ..backend.controller.files.assemble import FileChoice
 from ..backend.controller.files.listing import NONE
 from ..backend.protocol import families
 from ..backend.protocol.errors import InputError
+from ..backend.protocol.families.flux1 import KONTEXT_CHOICES
 from ..backend.protocol.samplers import DEFAULT, SAMPLER_CHOICES, SCHEDULER_CHOICES
 from ..backend.protocol.spec import DEVICE_CHOICES, DTYPE_CHOICES, OFFLOAD_CHOICES, SampleRequest
 from . import comfy_bridge
@@ -82,7 +83,9 @@ class LoadTPUPipeline:
 FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/protocol/families)
     "diffusion_model": f"The diffusion model file (models/diffusion_models or models/unet): {families.names(families.FROM_FILES)}, "
                        "in bf16, fp16, fp32 or fp8 (fp8 stays fp8 with dtype auto in eager modes), or GGUF (CPU and GPU "
-                       "only). Leave '(none)' when using a checkpoint.",
+                       "only). Qwen-Image-Edit files load as edit models when their name says 'edit' (as ComfyUI's "
+                       "templates name them: qwen_image_edit_2509_...); Edit-2511 files are told by their content. "
+                       "Leave '(none)' when using a checkpoint.",
     "text_encoder": "A text encoder file (models/text_encoders or models/clip), in any order. "
                     f"{families.text_encoders_needed()}. With a checkpoint, only to replace or add to the ones "
                     "it holds.",
@@ -132,27 +135,39 @@ class LoadTPUPipelineFiles:
                 "offload": (list(OFFLOAD_CHOICES), {"default": "none", "tooltip":
                             OFFLOAD_TOOLTIP + " Here the default is none (choose auto to have it picked)."}),
             },
+            "optional": {
+                "flux_kontext": (list(KONTEXT_CHOICES), {"default": "auto", "tooltip":
+                                 "Whether a FLUX.1 diffusion model is FLUX.1 Kontext (instruction editing of Sample's "
+                                 "image). A Kontext file holds the same tensors as FLUX.1 [dev], so nothing inside it "
+                                 "tells them apart. auto: Kontext when the file's name contains 'kontext' (as every "
+                                 "published one does: flux1-kontext-dev, flux1-dev-kontext_fp8_scaled); on: Kontext "
+                                 "whatever its name; off: never. Fill, Depth and Canny files are told by their "
+                                 "shapes."}),
+            },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     @staticmethod
-    def _choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint) -> FileChoice:
+    def _choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
+                flux_kontext="auto") -> FileChoice:
         return FileChoice(checkpoint=checkpoint, diffusion_model=diffusion_model,
-                          text_encoders=(text_encoder_1, text_encoder_2, text_encoder_3), vae=vae)
+                          text_encoders=(text_encoder_1, text_encoder_2, text_encoder_3), vae=vae,
+                          flux_kontext=flux_kontext)
 
     @classmethod
     def VALIDATE_INPUTS(cls, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
-                        device="auto"):
+                        device="auto", flux_kontext="auto"):
         try:  # the chosen device, as in Load TPU Pipeline: 'cpu' works where the TPU cannot be used; GGUF on 'cpu'
             api.make_file_spec(cls._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae,
-                                           checkpoint), comfy_bridge.file_roots(), device_choice=device)
+                                           checkpoint, flux_kontext), comfy_bridge.file_roots(), device_choice=device)
         except InputError as e:
             return str(e)
         return True
 
     def describe(self, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint, dtype,
-                 device, offload, unique_id=None):
-        choice = self._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint)
+                 device, offload, flux_kontext="auto", unique_id=None):
+        choice = self._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
+                              flux_kontext)
         spec = api.make_file_spec(choice, comfy_bridge.file_roots(), dtype, device, offload)
         comfy_bridge.send_text(unique_id, api.describe_files(spec))
         return (spec,)
@@ -208,8 +223,10 @@ class TPUSample:
                                     "the replicas."}),
                 "image": ("IMAGE", {"tooltip":
                           "Optional: start from this image (image to image), or with a mask repaint part of it "
-                          "(inpainting). FLUX.2 and Qwen-Image-Edit take it as a reference image instead. Image i "
-                          "of the run (seed + i) starts from image i of this batch (cycling when it has fewer)."}),
+                          "(inpainting). FLUX.2, Qwen-Image-Edit and FLUX.1 Kontext take it as a reference image "
+                          "instead; FLUX.1 Fill needs it with a mask; FLUX.1 Depth/Canny take it as the control image "
+                          "(a depth map, ComfyUI's Canny node). Image i of the run (seed + i) starts from image i of "
+                          "this batch (cycling when it has fewer)."}),
                 "mask": ("MASK", {"tooltip":
                          "Optional, with an image: the part to repaint (white = repaint, black = keep), e.g. Load "
                          "Image's mask output after the mask editor. Stretched to the image's size if it differs."}),

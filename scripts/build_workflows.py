@@ -104,6 +104,38 @@ def _image_workflow(*, title: str, prompt: str, steps: int, denoise: float, seed
     return {"name": title, "nodes": nodes, "links": links, "extra": {"description": description}}
 
 
+FLUX1_TEXT_FILES = {"text_encoder_1": "clip_l.safetensors", "text_encoder_2": "t5xxl_fp8_e4m3fn.safetensors",
+                    "text_encoder_3": "(none)", "vae": "ae.safetensors", "checkpoint": "(none)"}
+
+
+def _flux1_tool(*, title: str, diffusion_model: str, prompt: str, steps: int, guidance: float, prefix: str,
+                note: str, description: str, pad: dict | None = None) -> dict:
+    """Load TPU Pipeline (ComfyUI files: a FLUX.1 tool's diffusion model, clip_l, t5xxl, ae) and ComfyUI's Load
+    Image -> [with `pad`: Pad Image for Outpainting, its image and mask] -> Sample (size from the image) -> Save
+    Image. Node ids: Load 1, Sample 2, Save 3, note 4, Load Image 5, Pad 6."""
+    sample = {"prompt": prompt, "negative_prompt": "", "width": 1024, "height": 1024, "steps": steps,
+              "guidance": guidance, "seed": 0, "control_after_generate": "randomize", "batch_size": 1,
+              "prompt_per_line": False, "denoise": 1.0, "size_from_image": True}
+    x = 750 if pad is not None else 410
+    nodes = [
+        {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 300],
+         "widgets": {"diffusion_model": diffusion_model, **FLUX1_TEXT_FILES, "dtype": "auto", "device": "auto",
+                     "offload": "model", "flux_kontext": "auto"}},
+        {"id": 5, "type": "LoadImage", "pos": [40, 480], "size": [330, 380], "widgets": {"image": "example.png"}},
+        {"id": 2, "type": "TPUSample", "pos": [x, 130], "size": [400, 560], "widgets": sample},
+        {"id": 3, "type": "SaveImage", "pos": [x + 440, 130], "size": [360, 470],
+         "widgets": {"filename_prefix": prefix}},
+        _note(4, [40, 910], note, size=(x + 800, 280)),
+    ]
+    links = [[1, "pipeline", 2, "pipeline"], [2, "images", 3, "images"]]
+    if pad is None:
+        links.append([5, "IMAGE", 2, "image"])
+    else:
+        nodes.append({"id": 6, "type": "ImagePadForOutpaint", "pos": [410, 480], "size": [300, 0], "widgets": pad})
+        links += [[5, "IMAGE", 6, "image"], [6, "IMAGE", 2, "image"], [6, "MASK", 2, "mask"]]
+    return {"name": title, "nodes": nodes, "links": links, "extra": {"description": description}}
+
+
 def _wan_video(*, name: str, model: str, prompt: str, negative_prompt: str, frames: int, steps: int, prefix: str,
                note: str, description: str, start_image: bool = False) -> dict:
     """Load TPU Pipeline (a Wan diffusers folder) [and ComfyUI's Load Image as the start image] -> Sample Video
@@ -637,6 +669,44 @@ refresh the list). diffusers reads the common formats: diffusers/PEFT, kohya, Co
 The model is **not reloaded** when you add, remove or re-weight a LoRA: the worker rewrites only the layers the
 LoRA touches (no recompile either). `strength` scales the image model, `strength_text_encoder` the text encoder
 (for LoRAs that have one). A LoRA for another model is refused with a message; the model stays as it was.
+"""),
+    "flux1_kontext_edit": _flux1_tool(
+        title="flux1_kontext_edit", diffusion_model="flux1-kontext-dev.safetensors",
+        prompt="make it a watercolor painting, keep the composition", steps=28, guidance=2.5,
+        prefix="flux1-kontext",
+        description="FLUX.1 Kontext editing a picture: Load TPU Pipeline (ComfyUI files: flux1-kontext-dev, clip_l, "
+                    "t5xxl_fp8_e4m3fn, ae) and Load Image -> Sample (the picture as the reference, an instruction as "
+                    "the prompt, 28 steps, guidance 2.5, size from the picture) -> Save Image.",
+        note="""
+## FLUX.1 Kontext: edit a picture by saying what to change
+
+**Load TPU Pipeline (ComfyUI files)** and **Load Image** → **Sample (TPU)** (the picture in `image`, an
+instruction as the prompt, 28 steps, guidance 2.5) → **Save Image**.
+
+**Files**: `models/diffusion_models/flux1-kontext-dev.safetensors` (or Comfy-Org's
+`flux1-dev-kontext_fp8_scaled`), `clip_l`, `t5xxl_fp8_e4m3fn`, `ae` as for FLUX.1-dev. A Kontext file has the
+same tensors as FLUX.1-dev: it is recognised by the **kontext** in its name (`flux_kontext` auto); for a renamed
+file set `flux_kontext` to on.
+
+The picture is resized to the Kontext resolution nearest its shape (about one megapixel, as ComfyUI's
+FluxKontextImageScale does); the result has the picture's size (`size_from_image`, rounded to 16 pixels).
+"""),
+    "flux1_fill_outpaint": _flux1_tool(
+        title="flux1_fill_outpaint", diffusion_model="flux1-fill-dev.safetensors",
+        prompt="a wide mountain valley at sunrise, the same style", steps=28, guidance=30.0, prefix="flux1-fill",
+        pad={"left": 0, "top": 0, "right": 256, "bottom": 0, "feathering": 24},
+        description="FLUX.1 Fill outpainting: Load Image -> ComfyUI's Pad Image for Outpainting (256 px on the right) "
+                    "-> Sample (the padded image and its mask, 28 steps, guidance 30) with Load TPU Pipeline (ComfyUI "
+                    "files: flux1-fill-dev, clip_l, t5xxl_fp8_e4m3fn, ae) -> Save Image.",
+        note="""
+## FLUX.1 Fill: outpainting (and inpainting)
+
+**Load Image** → **Pad Image for Outpainting** (256 px on the right) → **Sample (TPU)** (`image` and `mask`,
+28 steps, **guidance 30**) → **Save Image**.
+
+**Files**: `models/diffusion_models/flux1-fill-dev.safetensors` (recognised by its shapes), `clip_l`,
+`t5xxl_fp8_e4m3fn`, `ae`. Fill repaints the white part of the mask and keeps the rest; it needs a mask (Sample
+refuses it without one). To inpaint instead, connect Load Image's mask (drawn in the mask editor) directly.
 """),
     "flux1_hires_fix": _hires_fix(),
     "flux1_latent_hires_fix": _latent_hires_fix(),

@@ -92,6 +92,10 @@ def test_latent_inputs_are_checked_and_explained(tiny_models, tiny_controlnets):
         api.prepare_sample(flux, _request(denoise=0.0), latent=latent)
     with pytest.raises(ModelError, match=r"denoise: FLUX.2 \('tiny-flux2'\) has no image-to-image pipeline"):
         api.prepare_sample(flux2, _request(denoise=0.5), latent=np.zeros((1, 128, 4, 4), np.float32))
+    snapping, _ = api.with_compile(flux, "whole denoiser", "eager", "64x64", True)
+    assert api.prepare_sample(snapping, _request(denoise=0.5, batch_size=2), latent=latent).req.width == 64
+    with pytest.raises(ModelError, match=r"latent: it is 80x48, not one of the warm-up sizes Compile snaps to \(64x64\)"):
+        api.prepare_sample(snapping, _request(denoise=0.5, width=80, height=48), latent=np.zeros((1, 4, 6, 10)))
     controlled, _ = api.with_controlnet(flux, str(tiny_controlnets / "files" / "tiny-flux-union.safetensors"),
                                         np.zeros((1, 64, 64, 3), np.float32), union_mode="canny")
     assert api.prepare_sample(controlled, req, latent=latent).req.batch_size == 2, "denoise 1: size and batch"

@@ -53,6 +53,8 @@ TINY = {
     "clip_l.safetensors": "clip_l-tiny.safetensors",
     "t5xxl_fp8_e4m3fn.safetensors": "t5xxl-tiny_fp8_e4m3fn.safetensors",
     "ae.safetensors": "ae-tiny.safetensors",
+    "flux1-kontext-dev.safetensors": "flux1-kontext-tiny.safetensors",
+    "flux1-fill-dev.safetensors": "flux1-fill-tiny.safetensors",
     "z_image_turbo_bf16.safetensors": "z_image_turbo-tiny_bf16.safetensors",
     "qwen_3_4b.safetensors": "qwen_3-tiny.safetensors",
     "(none)": "(none)",
@@ -63,7 +65,7 @@ TINY = {
 LORAS = {"flux1_style_lora.safetensors": ("tiny-flux", 0), "flux1_detail_lora.safetensors": ("tiny-flux", 1)}
 INPUTS = {"example.png": (64, 64)}
 SIZE_FACTOR = 16  # of the tiny models the workflows run on (FLUX.1, SD3, FLUX.2, Z-Image, Wan)
-TINY_FILES = ("flux1", "zimage")  # the families whose tiny files the workflows use
+TINY_FILES = ("flux1", "flux1tools", "zimage")  # the families whose tiny files the workflows use
 # names the frontend may not find here (not installed where the UI loads)
 ALLOWED = {**{name: set(TINY) for name in MODEL_INPUTS}, "lora_name": set(LORAS), "image": set(INPUTS)}
 # Real-size settings that would take minutes on the CPU, by node type and input: set in the converted API
@@ -140,6 +142,9 @@ def image_size(prompt: dict, node_id: str) -> tuple[int, int]:
     inputs = node["inputs"]
     if node["class_type"] == "LoadImage":
         return INPUTS[inputs["image"]]
+    if node["class_type"] == "ImagePadForOutpaint":
+        w, h = image_size(prompt, inputs["image"][0])
+        return w + inputs["left"] + inputs["right"], h + inputs["top"] + inputs["bottom"]
     if node["class_type"] == "ImageScaleBy":
         w, h = image_size(prompt, inputs["image"][0])
         return round(w * inputs["scale_by"]), round(h * inputs["scale_by"])
@@ -189,6 +194,7 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
     assert {"tiny_demo", "flux1_schnell_offload", "sd35_medium_compiled", "flux2_dev_tp8",
             "data_parallel_prompts", "flux1_dev_comfyui_files", "sd35_cfg_parallel", "flux1_context_parallel",
             "flux1_dev_true_cfg", "flux1_img2img", "flux1_inpaint", "flux1_lora", "flux1_hires_fix",
+            "flux1_kontext_edit", "flux1_fill_outpaint",
             "flux1_latent_hires_fix",
             "zimage_turbo_comfyui_files", "wan21_t2v", "wan21_i2v"} <= {p.stem for p in FILES}
     for path in FILES:

@@ -96,6 +96,12 @@ def check(spec: PipelineSpec, req: SampleRequest, image_connected: bool) -> None
         raise ModelError(f"denoise: with a ControlNet a latent sets only the size and the batch, so denoise must be 1 "
                          f"(it is {req.denoise:g}); to start from a picture with a ControlNet, connect it to Sample's "
                          "image input instead (VAE Decode turns the latent into one).")
+    plan = spec.compile_plan()
+    warm = sorted({(w, h) for w, h, _ in plan.warmup}) if plan is not None and plan.snap_to_warmup else []
+    if req.denoise < 1 and warm and (req.width, req.height) not in warm:
+        raise ModelError(f"latent: it is {req.width}x{req.height}, not one of the warm-up sizes Compile snaps to "
+                         f"({', '.join(f'{w}x{h}' for w, h in warm)}), and a latent below denoise 1 cannot be "
+                         "snapped; make it one of them (Upscale Latent By), or turn Compile's snap_to_warmup off.")
     if req.denoise < 1 and family.img2img is None:
         raise ModelError(f"denoise: {family.name} ('{spec.name}') has no image-to-image pipeline in diffusers, so it "
                          f"cannot start from a latent; set denoise to 1 (it is {req.denoise:g}): the latent then "

@@ -118,6 +118,8 @@ class Runtime:
             self.status(f"warm-up {i}/{len(pending)}: {w}x{h} (batch {b})")
             # edit models need an image: a grey one of the size (reference images add their own tokens)
             grey = {"image": np.full((1, h, w, 3), 0.5, np.float32)} if spec.family.needs_image else {}
+            if spec.family.needs_mask:  # FLUX.1 Fill: and a mask (all of it repainted)
+                grey["mask"] = np.ones((1, h, w), np.float32)
             self.sample(spec, warmup_request(spec, w, h, b), {**grey, **controlnets.warmup_arrays(spec, w, h)})
             self.compiler.warmed_up(todo)
         return self.info()
