@@ -292,6 +292,51 @@ Any Sample's `latent` output also goes to ComfyUI's own VAE Decode (with this mo
                                  "denoise 0.55 -> Save Image (1536x1536). Needs models/diffusers/FLUX.1-schnell."},
     }
 
+def _clip_text_encode() -> dict:
+    """ComfyUI's own DualCLIPLoader -> CLIP Text Encode (weighted prompt) -> FluxGuidance -> Sample's positive."""
+    sample = {"prompt": "", "negative_prompt": "", "width": 1024, "height": 1024, "steps": 28, "guidance": 3.5,
+              "seed": 0, "control_after_generate": "randomize", "batch_size": 1}
+    return {
+        "name": "flux1_dev_clip_text_encode",
+        "nodes": [
+            {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
+             "widgets": {"model": "FLUX.1-dev", "dtype": "auto", "device": "auto", "offload": "none",
+                         "model_path": ""}},
+            {"id": 5, "type": "DualCLIPLoader", "pos": [40, 360], "size": [330, 130],
+             "widgets": {"clip_name1": "clip_l.safetensors", "clip_name2": "t5xxl_fp8_e4m3fn.safetensors",
+                         "type": "flux"}},
+            {"id": 6, "type": "CLIPTextEncode", "pos": [410, 360], "size": [400, 200],
+             "widgets": {"text": "a cozy mountain cabin in the snow, (golden hour:1.3), (warm lit windows:1.2), "
+                                 "[people], detailed photo"}},
+            {"id": 7, "type": "FluxGuidance", "pos": [410, 600], "size": [300, 60], "widgets": {"guidance": 3.5}},
+            {"id": 2, "type": "TPUSample", "pos": [850, 130], "size": [400, 620], "widgets": sample},
+            {"id": 3, "type": "SaveImage", "pos": [1290, 130], "size": [360, 470],
+             "widgets": {"filename_prefix": "flux1-dev-clip-text-encode"}},
+            _note(4, [40, 800], """
+## Prompt weights: ComfyUI's CLIP Text Encode into Sample
+
+ComfyUI's **DualCLIPLoader** (clip_l + t5xxl, type flux) → **CLIP Text Encode** with weights (`(golden hour:1.3)`)
+→ **FluxGuidance** (3.5) → Sample's **positive** input → **Save Image**.
+
+The text is encoded by ComfyUI's own text encoders in ComfyUI's process, weights and all, and Sample uses that
+encoding instead of its prompt text (left empty here). FluxGuidance's value replaces Sample's guidance widget.
+ConditioningConcat and ConditioningAverage work too; ConditioningCombine, area and timestep ranges are refused
+(they need ComfyUI's own sampler). SD3/SD3.5 (TripleCLIPLoader) and SDXL (the checkpoint's CLIP) work the same
+way, with a **negative** encoding as well when guidance is above 1.
+
+**Files**: `models/diffusers/FLUX.1-dev` for Sample; `clip_l.safetensors` and `t5xxl_fp8_e4m3fn.safetensors` in
+`models/text_encoders` for ComfyUI. The pipeline's own text encoders still load on the chip (unused here).
+""", size=(770, 330)),
+        ],
+        "links": [[1, "pipeline", 2, "pipeline"], [5, "CLIP", 6, "clip"], [6, "CONDITIONING", 7, "conditioning"],
+                  [7, "CONDITIONING", 2, "positive"], [2, "images", 3, "images"]],
+        "extra": {"description": "Prompt weights with FLUX.1-dev: ComfyUI's DualCLIPLoader (clip_l, t5xxl) -> CLIP "
+                                 "Text Encode ('(golden hour:1.3)') -> FluxGuidance 3.5 -> Sample's positive input "
+                                 "(1024x1024, 28 steps) -> Save Image. Needs models/diffusers/FLUX.1-dev and the "
+                                 "two text encoder files in models/text_encoders."},
+    }
+
+
 SPECS: dict[str, dict] = {
     "tiny_demo": _text_to_image(
         title="tiny_demo", model="tiny-flux", offload="none", note_height=240,
@@ -710,6 +755,7 @@ refuses it without one). To inpaint instead, connect Load Image's mask (drawn in
 """),
     "flux1_hires_fix": _hires_fix(),
     "flux1_latent_hires_fix": _latent_hires_fix(),
+    "flux1_dev_clip_text_encode": _clip_text_encode(),
     "wan21_t2v": _wan_text_to_video(),
     "wan21_i2v": _wan_image_to_video(),
 })
