@@ -59,22 +59,38 @@ def load(args):
         pipe.enable_model_cpu_offload(device=_device(torch, args.device))
     else:
         pipe.to(_device(torch, args.device))
+    if args.controlnet:  # the family's ControlNet pipeline made from the loaded one, as diffusers' docs show
+        import diffusers
+
+        net = diffusers.FluxControlNetModel.from_pretrained(args.controlnet, dtype=_dtype(torch, args.dtype),
+                                                            local_files_only=True, use_safetensors=True)
+        pipe = diffusers.FluxControlNetPipeline.from_pipe(pipe, controlnet=net.to(_device(torch, args.device)))
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
 
 def call(pipe, args, cmd: dict) -> dict:
-    """One image, exactly as the worker makes it (one pipeline call per image, its own generator)."""
+    """One image (or with `frames` one video), exactly as the worker makes it (one pipeline call per image, its own
+    generator)."""
     import numpy as np
     import torch
 
     kwargs = {"prompt": cmd.get("prompt", "a red fox in the snow"), "height": cmd["height"], "width": cmd["width"],
               "num_inference_steps": cmd["steps"], "guidance_scale": cmd.get("guidance", 0.0),
-              "generator": [torch.Generator("cpu").manual_seed(cmd["seed"])], "num_images_per_prompt": 1,
-              "output_type": "np"}
+              "generator": [torch.Generator("cpu").manual_seed(cmd["seed"])], "output_type": "np"}
+    if cmd.get("negative_prompt"):
+        kwargs["negative_prompt"] = cmd["negative_prompt"]
+    video = cmd.get("frames")
+    kwargs.update({"num_frames": video, "num_videos_per_prompt": 1} if video else {"num_images_per_prompt": 1})
+    if "control" in cmd:  # {"strength", "mode", "seed"}: a ControlNet image drawn from its seed, as the bench's own
+        control = cmd["control"]
+        kwargs.update(control_image=np.random.default_rng(control["seed"]).random(
+            (1, cmd["height"], cmd["width"], 3), dtype=np.float32), controlnet_conditioning_scale=control["strength"],
+            control_mode=control["mode"])
     t0, cpu0 = time.perf_counter(), time.process_time()
     with torch.inference_mode():
-        images = pipe(**kwargs).images
+        out = pipe(**kwargs)
+        images = out.frames[0] if video else out.images
     images = np.asarray(images, dtype=np.float32)
     _sync(torch, args.device)
     t1, cpu1 = time.perf_counter(), time.process_time()
@@ -90,7 +106,11 @@ def call(pipe, args, cmd: dict) -> dict:
 
 def serve(args) -> None:
     """Commands (one JSON object per line): {"op": "call", width, height, steps, seed, [prompt, guidance,
-    png_dir]}; {"op": "compile", "backend": ...} (torch.compile of the transformer, the options the pack
+<<<<<<< HEAD
+    negative_prompt, frames, png_dir]}; {"op": "compile", "backend": ...} (torch.compile of the transformer, the options the pack
+=======
+    png_dir, control: {seed, strength, mode} with --controlnet]}; {"op": "compile", "backend": ...} (torch.compile of the transformer, the options the pack
+>>>>>>> main
     uses); {"op": "graphs"} (dynamo's unique graphs so far); {"op": "rss"}; {"op": "quit"}."""
     import torch
 
@@ -205,6 +225,7 @@ def main() -> None:
     parser.add_argument("--text-tokens", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--offload", default="none", choices=("none", "model"), help="serve, cold: model offload")
+    parser.add_argument("--controlnet", default="", help="serve: a FLUX.1 ControlNet folder (FluxControlNetPipeline)")
     args = parser.parse_args()
     {"serve": serve, "cold": cold, "transformer": transformer}[args.mode](args)
 

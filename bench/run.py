@@ -23,7 +23,7 @@ from pathlib import Path
 
 from backend.protocol import settings
 
-from . import figures, fp8_cache, handback, load_memory, mfu, speed
+from . import figures, fp8_cache, handback, load_memory, mfu, speed, video
 from .common import (
     ROOT,
     Ctx,
@@ -67,6 +67,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("load_memory", load_memory.figure, ((load_memory.ID, load_memory.TITLE, load_memory.TARGET),)),
     Figure("mfu", mfu.figure, ((*mfu.EAGER, None), (*mfu.COMPILED, None))),
     Figure("lora", figures.lora_strength, ((*figures.LORA, figures.LORA_TARGET),)),
+    Figure("controlnet", figures.controlnet, ((*figures.CONTROLNET, figures.THROUGHPUT_TARGET),
+                                              (*figures.CONTROLNET_RECOMPILES, figures.RECOMPILE_TARGET))),
     Figure("cfg_parallel", speed.cfg_parallel, ((*speed.CFG, speed.CFG_TARGET),)),
     Figure("context_parallel", speed.context_parallel, ((*speed.CP, speed.CP_TARGET),)),
     Figure("prompt_cache", speed.prompt_cache, ((*speed.CACHE, speed.CACHE_TARGET),)),
@@ -75,6 +77,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("fp8_storage", fp8_cache.fp8_storage, ((*fp8_cache.FP8, fp8_cache.FP8_TARGET),
                                                   (*fp8_cache.FP8_HELD, fp8_cache.FP8_TARGET),
                                                   (*fp8_cache.FP8_SPEED, None))),
+    Figure("video", video.video, ((*video.CP, video.CP_TARGET), (*video.CFG, video.CFG_TARGET),
+                                  (*video.PLAIN, video.PLAIN_TARGET))),
     Figure("step_cache", fp8_cache.step_cache, ((*fp8_cache.CACHE_FLUX, fp8_cache.CACHE_TARGET),
                                                 (*fp8_cache.CACHE_QWEN, fp8_cache.CACHE_TARGET))),
 )

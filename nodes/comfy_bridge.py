@@ -86,6 +86,20 @@ def compile_cache_dir() -> str:
     return os.path.join(folder_paths.get_user_directory(), "comfyui-tpu", "compile-cache")
 
 
+def conditioning_arrays(conditioning: Any) -> list | None:
+    """ComfyUI's CONDITIONING ([[tensor, dict], ...]) with its tensors as float32 numpy arrays on the CPU (bfloat16
+    has no numpy type), for the controller to check and send (backend/controller/conditioning.py)."""
+    import torch
+
+    def plain(value: Any) -> Any:
+        return value.detach().float().cpu().numpy() if isinstance(value, torch.Tensor) else value
+
+    if conditioning is None:
+        return None
+    return [[plain(cond), {k: plain(v) for k, v in extras.items()}] if isinstance(extras, dict) else [cond, extras]
+            for cond, extras in conditioning]
+
+
 def send_text(node_id: str | None, text: str) -> None:
     """Shows `text` next to the node in the UI (ComfyUI's progress-text channel)."""
     if node_id is None:
@@ -98,8 +112,9 @@ def send_text(node_id: str | None, text: str) -> None:
         pass
 
 
-def progress_reporter(node_id: str | None, total: int) -> Callable[[Status | Step], None]:
-    """Turns worker progress messages into ComfyUI's progress bar plus 's/step, ETA' text.
+def progress_reporter(node_id: str | None, total: int, after: str = "") -> Callable[[Status | Step], None]:
+    """Turns worker progress messages into ComfyUI's progress bar plus 's/step, ETA' text (the ETA counts the
+    steps; `after` names what comes after them, e.g. a video's VAE decode).
 
     Seconds per step come from the workers' own step times, so starting, loading and compiling do not count
     as steps (the first step of each image, which holds text encoding and any compile, counts only until a
@@ -116,7 +131,7 @@ def progress_reporter(node_id: str | None, total: int) -> Callable[[Status | Ste
             per_step = sorted(later)[len(later) // 2]  # the median: one slow first step does not skew it
             bar.update_absolute(msg.step, msg.total)
             send_text(node_id, f"step {msg.step}/{msg.total} · {per_step:.2f} s/step · ETA "
-                               f"{per_step * (msg.total - msg.step):.0f} s")
+                               f"{per_step * (msg.total - msg.step):.0f} s{after}")
         elif msg.text:
             send_text(node_id, msg.text)
 
@@ -136,12 +151,12 @@ def treat_sigterm_as_ctrl_c() -> None:
         signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
-def run_cancellable(call: Callable[..., T], *args: Any, node_id: str | None, total: int) -> T:
+def run_cancellable(call: Callable[..., T], *args: Any, node_id: str | None, total: int, after: str = "") -> T:
     """`call(*args, on_progress, should_interrupt)` (api.load, api.run_sample, api.sample) with ComfyUI's progress bar and text
     for `node_id` (`total` steps). Cancel stops the workers at their next step and ends the prompt the way
     ComfyUI expects, with its interrupt exception."""
     try:
-        return call(*args, progress_reporter(node_id, total), comfy.model_management.processing_interrupted)
+        return call(*args, progress_reporter(node_id, total, after), comfy.model_management.processing_interrupted)
     except Interrupted as e:
         if str(e) != Interrupted.DEFAULT:  # more than "interrupted": e.g. which rank did not stop
             send_text(node_id, str(e))

@@ -190,7 +190,9 @@ class TPUSample:
                    "image i of a batch uses seed + i. Shows progress with seconds per step and can be cancelled. "
                    "With an image it works from that image (image to image, or inpainting with a mask; reference "
                    "images for FLUX.2 and Qwen-Image-Edit); with a latent it works from that latent (a latent "
-                   "hires fix: Sample, Upscale Latent By, Sample). It also gives the images' LATENT.")
+                   "hires fix: Sample, Upscale Latent By, Sample). It also gives the images' LATENT. With positive "
+                   "(and negative) CONDITIONING from ComfyUI's CLIP Text Encode, that encoding replaces the prompt "
+                   "text (FLUX.1, SD3, SDXL).")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("IMAGE", "LATENT")
     RETURN_NAMES = ("images", "latent")
@@ -262,13 +264,26 @@ class TPUSample:
                            "with this model's VAE, Upscale Latent By, another Sample's latent). It sets the size "
                            "and the batch (width, height and batch_size are then not used). With denoise below 1 "
                            "the images start from it (a latent hires fix: 0.4-0.6); at 1 only its size counts."}),
+                "positive": ("CONDITIONING", {"tooltip":
+                             "Optional: ComfyUI's own text encoding (CLIP Text Encode, CLIPTextEncodeFlux/SD3, "
+                             "FluxGuidance, ConditioningConcat, ConditioningAverage) instead of the prompt text, "
+                             "which is then not used. Load the model's text encoders with ComfyUI's CLIP loaders "
+                             "(they run in ComfyUI's process). This is how prompt weights such as (word:1.3) "
+                             "apply. FLUX.1, SD3/SD3.5 and SDXL; FluxGuidance's guidance replaces the guidance "
+                             "widget on FLUX.1. One encoding (not ConditioningCombine, area, mask or timestep "
+                             "ranges)."}),
+                "negative": ("CONDITIONING", {"tooltip":
+                             "Optional, with positive: the negative encoding instead of negative_prompt. SD3 and "
+                             "SDXL need it when guidance is above 1 (an empty CLIP Text Encode or "
+                             "ConditioningZeroOut for none); FLUX.1 uses it only with true CFG (Sampling "
+                             "Options)."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, steps, guidance, seed, batch_size,
                prompt_per_line=False, image=None, mask=None, denoise=1.0, size_from_image=False, sampler=DEFAULT,
-               scheduler=DEFAULT, latent=None, unique_id=None):
+               scheduler=DEFAULT, latent=None, positive=None, negative=None, unique_id=None):
         started, queued = comfy_bridge.now(), comfy_bridge.queued_at()
         image = image.cpu().numpy() if image is not None else None
         mask = mask.cpu().numpy() if mask is not None else None
@@ -285,7 +300,9 @@ class TPUSample:
                                 steps=steps, guidance=guidance, seed=seed, batch_size=batch_size,
                                 prompt_per_line=prompt_per_line, denoise=denoise, sampler=sampler,
                                 scheduler=scheduler, outputs=self.OUTPUTS)
-        prepared = api.prepare_sample(pipeline, request, image, mask, samples, asked)  # resolved and checked once
+        prepared = api.prepare_sample(pipeline, request, image, mask, samples, asked,
+                                      positive=comfy_bridge.conditioning_arrays(positive),
+                                      negative=comfy_bridge.conditioning_arrays(negative))  # resolved and checked once
         notes += prepared.notes
         if notes:
             comfy_bridge.send_text(unique_id, "\n".join(notes))

@@ -13,7 +13,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +38,7 @@ from ..protocol.units import format_bytes
 from . import (
     capacity,
     compile_plan,
+    conditioning,
     controlnets,
     devices,
     group,
@@ -213,14 +214,20 @@ def latent_input(spec: PipelineSpec, samples: np.ndarray, noise_mask: bool = Fal
 
 def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None = None,
                    mask: np.ndarray | None = None, latent: np.ndarray | None = None,
-                   asked: tuple[int, int, int] | None = None) -> PreparedSample:
-    """Resolves `spec` and checks the request and Sample's image inputs (raising an InputError naming the input),
-    once: the node shows the notes, then `run_sample` runs exactly this.
+                   asked: tuple[int, int, int] | None = None, positive: Sequence | None = None,
+                   negative: Sequence | None = None) -> PreparedSample:
+    """Resolves `spec` and checks the request and Sample's image, latent and CONDITIONING inputs (raising an
+    InputError naming the input), once: the node shows the notes, then `run_sample` runs exactly this.
 
     `image` (IMAGE [B, H, W, C] in 0..1) starts image-to-image, or gives reference images to the families that
     take them; with `mask` (MASK [B, H, W], 1 = repaint) it inpaints. `latent` (from `latent_input`, whose size
-    and batch `req` has) starts from a LATENT instead; `asked`: the node's own width, height and batch_size."""
+    and batch `req` has) starts from a LATENT instead; `asked`: the node's own width, height and batch_size.
+    `positive` / `negative`: ComfyUI's CONDITIONING (tensors as numpy arrays) replacing the prompt text
+    (controller/conditioning.py)."""
     spec = checked(spec)
+    conditioned = conditioning.apply(spec, req, positive, negative)
+    if conditioned is not None:
+        req = conditioned.req
     check_request(spec, req)
     arrays = images.as_arrays(spec, req, image, mask)
     if latent is None:
@@ -231,8 +238,12 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
         arrays["latent"] = latent
         notes = latents.describe(spec, req, latent, asked or (req.width, req.height, req.batch_size))
         starts = req.denoise < 1
-    said = [samplers.check(spec, req, starts), prompt_weights.note(req)]
+    if tiling := pixels.video_tiling(spec, req.width, req.height):
+        req = dataclasses.replace(req, tiled_vae=True)
+    said = [samplers.check(spec, req, starts), prompt_weights.note(req), tiling]
     arrays.update(controlnets.arrays(spec))
+    if conditioned is not None:
+        arrays, notes = {**arrays, **conditioned.arrays}, [*conditioned.notes, *notes]
     return PreparedSample(spec, req, arrays, tuple(notes + [text for text in said if text]))
 
 
@@ -269,9 +280,11 @@ def run_sample_outputs(prepared: PreparedSample, on_progress: ProgressFn | None 
 
 def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None = None,
            should_interrupt: Callable[[], bool] | None = None, image: np.ndarray | None = None,
-           mask: np.ndarray | None = None) -> np.ndarray:
+           mask: np.ndarray | None = None, positive: Sequence | None = None,
+           negative: Sequence | None = None) -> np.ndarray:
     """`prepare_sample` then `run_sample`: one call for scripts, tests and benchmarks."""
-    return run_sample(prepare_sample(spec, req, image, mask), on_progress, should_interrupt)
+    return run_sample(prepare_sample(spec, req, image, mask, positive=positive, negative=negative), on_progress,
+                      should_interrupt)
 
 
 def decode(spec: PipelineSpec, samples: np.ndarray, on_progress: ProgressFn | None = None,
@@ -299,9 +312,10 @@ def last_latency() -> dict | None:
 
 
 def describe_inputs(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None = None,
-                    mask: np.ndarray | None = None) -> list[str]:
+                    mask: np.ndarray | None = None, positive: Sequence | None = None,
+                    negative: Sequence | None = None) -> list[str]:
     """Checks Sample's inputs, sampler and scheduler as `sample` would and says what will happen."""
-    return list(prepare_sample(spec, req, image, mask).notes)
+    return list(prepare_sample(spec, req, image, mask, positive=positive, negative=negative).notes)
 
 
 def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, str | None]:
@@ -483,14 +497,15 @@ def with_compile(spec: PipelineSpec, target: str, backend: str, warmup: str,
                  snap_to_warmup: bool = False) -> tuple[PipelineSpec, list[str]]:
     """`spec` in compiled mode with this plan, checked against the model and device; and notes for the user."""
     shapes = compile_plan.parse_warmup(warmup)
-    if shapes and spec.family.frame_step:
-        raise CompileError(f"warmup: {spec.family.name} makes videos, and warm-ups compile image sizes only so far; "
-                           "leave warmup empty: each (frames, size) compiles on its first Sample Video.")
-    for w, h, _ in shapes:
+    for w, h, _, frames in shapes:
+        if spec.family.frame_step and not frames:
+            raise CompileError(f"warmup: {w}x{h} has no frames, and {spec.family.name} makes videos, each frame "
+                               f"count a shape of its own: write them as xFRAMESf, e.g. '{w}x{h}x81f'.")
         try:
             models.check_size(models.info_of(spec), w, h)
+            models.check_frames(spec.family, frames)
         except ModelError as e:
-            raise CompileError(f"warmup: {w}x{h}: {e}") from None
+            raise CompileError(f"warmup: {w}x{h}" + (f"x{frames}f" if frames else "") + f": {e}") from None
     if snap_to_warmup and not shapes:
         raise CompileError("snap_to_warmup: there are no warm-up sizes to snap to; list some in warmup.")
     plan = CompilePlan(target, backend, shapes, bool(snap_to_warmup))

@@ -7,7 +7,8 @@ announcing a compile before it starts, and counting compiles and reuses from dyn
 
 A shape signature is what makes a static-shape graph recompile: width, height, batch, whether CFG doubles
 the denoiser's batch (SD3, SDXL, Z-Image), and the text length. Text length is kept fixed: `max_sequence_length`
-is passed explicitly, and Qwen-Image (whose prompt embeddings are as long as the prompt) gets its embeddings
+is passed explicitly (Sample's CONDITIONING arrives padded to the length that gives: controller/conditioning.py),
+and Qwen-Image (whose prompt embeddings are as long as the prompt) gets its embeddings
 padded, with an attention mask, to 128-token buckets. Z-Image's transformer pads the prompt itself (to 32 tokens,
 without a mask to pad further with): its repeated blocks are compiled, and the padded lengths are the signature.
 """
@@ -134,12 +135,12 @@ class Compiler:
         self.applied: tuple | None = None  # (target, backend, model, dtype) it was compiled with
         self.plan: CompilePlan | None = None
         self.seen: set[Shape] = set()  # signatures compiled for the current module and plan
-        self.warmed: set[tuple[int, int, int]] = set()
+        self.warmed: set[tuple[int, int, int, int]] = set()
         self.shapes: dict[str, dict] = {}  # statistics per model, plan and shape (kept across plan changes)
         self.totals = {"compiles": 0, "hits": 0, "compile_s": 0.0, "graphs": 0, "unexpected_recompiles": 0,
                        "disk_hits": 0, "disk_misses": 0}
 
-    def apply(self, pipe: Any, spec: PipelineSpec, dtype_name: str) -> list[tuple[int, int, int]]:
+    def apply(self, pipe: Any, spec: PipelineSpec, dtype_name: str) -> list[tuple[int, int, int, int]]:
         """Compiles (or un-compiles) the denoiser of `pipe` for the spec's plan, without reloading anything;
         returns the warm-up shapes not compiled yet (the runtime runs them and calls `warmed_up`)."""
         plan = spec.compile_plan()
@@ -159,7 +160,7 @@ class Compiler:
         self._component = f"{spec.name}/{name} ({dtype_name}, {plan.target}, {plan.backend})"
         return [s for s in plan.warmup if s not in self.warmed]
 
-    def warmed_up(self, shape: tuple[int, int, int]) -> None:
+    def warmed_up(self, shape: tuple[int, int, int, int]) -> None:
         self.warmed.add(shape)
 
     def _compile(self, name: str, module: Any, plan: CompilePlan, class_name: str, contiguous: bool = False) -> None:
@@ -253,7 +254,7 @@ class Compiler:
         if not (self.plan.snap_to_warmup and self.plan.warmup):
             return
         w, h = kwargs["width"], kwargs["height"]
-        sizes = sorted({(sw, sh) for sw, sh, _ in self.plan.warmup})
+        sizes = sorted({(sw, sh) for sw, sh, _, _ in self.plan.warmup})
         if (w, h) in sizes:
             return
         sw, sh = min(sizes, key=lambda s: (abs(math.log(s[0] / s[1] * h / w)), abs(s[0] * s[1] - w * h)))
@@ -266,7 +267,9 @@ class Compiler:
         text = 77  # CLIP-only pipelines (SDXL)
         if "max_sequence_length" in params:
             text = kwargs.setdefault("max_sequence_length", params["max_sequence_length"].default)
-        if variable:
+        if "prompt_embeds" in kwargs:  # Sample's CONDITIONING, padded by the controller
+            text = kwargs["prompt_embeds"].shape[1]
+        elif variable:
             text = self._pad_prompt(pipe, kwargs, text, spec.cp_degree)
         cfg = spec.family.cfg_doubles_batch and kwargs.get("guidance_scale", 0) > spec.family.cfg_above
         negative = 0

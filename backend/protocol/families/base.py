@@ -15,6 +15,19 @@ Shapes = Mapping[str, tuple[int, ...]]
 
 
 @dataclass(frozen=True)
+class Embeddings:
+    """How ComfyUI's CONDITIONING for this pipeline (CLIP Text Encode with the family's text encoders) maps onto
+    its `prompt_embeds` and `pooled_prompt_embeds`: the same tensors in the same layout, checked by width and
+    padded with zeros to the text length the pack's own text path gives (what compiled mode compiles for)."""
+
+    encoders: str  # how ComfyUI loads the text encoders that make it, for messages
+    # the denoiser's config -> (width of prompt_embeds, width of pooled_prompt_embeds)
+    widths: Callable[[dict], tuple[int, int]]
+    length: int  # tokens of the pack's own text path: shorter conditionings are padded to it
+    chunks: int = 1  # longer ones are padded to a multiple of `length`, up to this many (SDXL's 77-token chunks)
+
+
+@dataclass(frozen=True)
 class ControlNets:
     """One kind of ControlNet a pipeline takes in diffusers (Apply ControlNet): its model class, the wrapper that
     runs several, and the pipeline classes that drive it (made from the loaded pipeline with from_pipe)."""
@@ -81,6 +94,9 @@ class Pipeline:
     # The step caches (spec.STEP_CACHES) that suit it: diffusers' hooks know its blocks and the pipeline runs its
     # denoiser under cache contexts; MagCache also needs the model's magnitude ratios (diffusers ships FLUX.1's)
     step_caches: tuple[str, ...] = ()
+    # The modules whose outputs TaylorSeer extrapolates between its full steps (regular expressions on module names,
+    # diffusers' `cache_identifiers`); () = diffusers' default, each block's attention
+    taylorseer_modules: tuple[str, ...] = ()
     # A video pipeline (num_frames in, .frames out): its frame count is 1 + a multiple of this (the VAE's temporal
     # compression, Wan: 4). 0: it makes images.
     frame_step: int = 0
@@ -91,6 +107,8 @@ class Pipeline:
     # ComfyUI's LATENT of this model packs p×p latent pixels into channels (FLUX.2: 2, 128 channels at 1/16 of
     # the image); 1: one latent pixel per VAE latent pixel, as the VAE gives them
     latent_patch: int = 1
+    # How Sample's positive/negative CONDITIONING maps onto the pipeline (None: it takes none; refused)
+    embeddings: Embeddings | None = None
     family: str = ""  # the id of the family module it belongs to (the registry fills it in)
 
 
