@@ -86,6 +86,20 @@ def compile_cache_dir() -> str:
     return os.path.join(folder_paths.get_user_directory(), "comfyui-tpu", "compile-cache")
 
 
+def conditioning_arrays(conditioning: Any) -> list | None:
+    """ComfyUI's CONDITIONING ([[tensor, dict], ...]) with its tensors as float32 numpy arrays on the CPU (bfloat16
+    has no numpy type), for the controller to check and send (backend/controller/conditioning.py)."""
+    import torch
+
+    def plain(value: Any) -> Any:
+        return value.detach().float().cpu().numpy() if isinstance(value, torch.Tensor) else value
+
+    if conditioning is None:
+        return None
+    return [[plain(cond), {k: plain(v) for k, v in extras.items()}] if isinstance(extras, dict) else [cond, extras]
+            for cond, extras in conditioning]
+
+
 def send_text(node_id: str | None, text: str) -> None:
     """Shows `text` next to the node in the UI (ComfyUI's progress-text channel)."""
     if node_id is None:

@@ -13,6 +13,7 @@ from ..backend.controller.files.assemble import FileChoice
 from ..backend.controller.files.listing import NONE
 from ..backend.protocol import families
 from ..backend.protocol.errors import InputError
+from ..backend.protocol.families.flux1 import KONTEXT_CHOICES
 from ..backend.protocol.samplers import DEFAULT, SAMPLER_CHOICES, SCHEDULER_CHOICES
 from ..backend.protocol.spec import DEVICE_CHOICES, DTYPE_CHOICES, OFFLOAD_CHOICES, SampleRequest
 from . import comfy_bridge
@@ -134,27 +135,39 @@ class LoadTPUPipelineFiles:
                 "offload": (list(OFFLOAD_CHOICES), {"default": "none", "tooltip":
                             OFFLOAD_TOOLTIP + " Here the default is none (choose auto to have it picked)."}),
             },
+            "optional": {
+                "flux_kontext": (list(KONTEXT_CHOICES), {"default": "auto", "tooltip":
+                                 "Whether a FLUX.1 diffusion model is FLUX.1 Kontext (instruction editing of Sample's "
+                                 "image). A Kontext file holds the same tensors as FLUX.1 [dev], so nothing inside it "
+                                 "tells them apart. auto: Kontext when the file's name contains 'kontext' (as every "
+                                 "published one does: flux1-kontext-dev, flux1-dev-kontext_fp8_scaled); on: Kontext "
+                                 "whatever its name; off: never. Fill, Depth and Canny files are told by their "
+                                 "shapes."}),
+            },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     @staticmethod
-    def _choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint) -> FileChoice:
+    def _choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
+                flux_kontext="auto") -> FileChoice:
         return FileChoice(checkpoint=checkpoint, diffusion_model=diffusion_model,
-                          text_encoders=(text_encoder_1, text_encoder_2, text_encoder_3), vae=vae)
+                          text_encoders=(text_encoder_1, text_encoder_2, text_encoder_3), vae=vae,
+                          flux_kontext=flux_kontext)
 
     @classmethod
     def VALIDATE_INPUTS(cls, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
-                        device="auto"):
+                        device="auto", flux_kontext="auto"):
         try:  # the chosen device, as in Load TPU Pipeline: 'cpu' works where the TPU cannot be used; GGUF on 'cpu'
             api.make_file_spec(cls._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae,
-                                           checkpoint), comfy_bridge.file_roots(), device_choice=device)
+                                           checkpoint, flux_kontext), comfy_bridge.file_roots(), device_choice=device)
         except InputError as e:
             return str(e)
         return True
 
     def describe(self, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint, dtype,
-                 device, offload, unique_id=None):
-        choice = self._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint)
+                 device, offload, flux_kontext="auto", unique_id=None):
+        choice = self._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
+                              flux_kontext)
         spec = api.make_file_spec(choice, comfy_bridge.file_roots(), dtype, device, offload)
         comfy_bridge.send_text(unique_id, api.describe_files(spec))
         return (spec,)
@@ -170,7 +183,9 @@ class TPUSample:
                    "image i of a batch uses seed + i. Shows progress with seconds per step and can be cancelled. "
                    "With an image it works from that image (image to image, or inpainting with a mask; reference "
                    "images for FLUX.2 and Qwen-Image-Edit); with a latent it works from that latent (a latent "
-                   "hires fix: Sample, Upscale Latent By, Sample). It also gives the images' LATENT.")
+                   "hires fix: Sample, Upscale Latent By, Sample). It also gives the images' LATENT. With positive "
+                   "(and negative) CONDITIONING from ComfyUI's CLIP Text Encode, that encoding replaces the prompt "
+                   "text (FLUX.1, SD3, SDXL).")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("IMAGE", "LATENT")
     RETURN_NAMES = ("images", "latent")
@@ -210,8 +225,10 @@ class TPUSample:
                                     "the replicas."}),
                 "image": ("IMAGE", {"tooltip":
                           "Optional: start from this image (image to image), or with a mask repaint part of it "
-                          "(inpainting). FLUX.2 and Qwen-Image-Edit take it as a reference image instead. Image i "
-                          "of the run (seed + i) starts from image i of this batch (cycling when it has fewer)."}),
+                          "(inpainting). FLUX.2, Qwen-Image-Edit and FLUX.1 Kontext take it as a reference image "
+                          "instead; FLUX.1 Fill needs it with a mask; FLUX.1 Depth/Canny take it as the control image "
+                          "(a depth map, ComfyUI's Canny node). Image i of the run (seed + i) starts from image i of "
+                          "this batch (cycling when it has fewer)."}),
                 "mask": ("MASK", {"tooltip":
                          "Optional, with an image: the part to repaint (white = repaint, black = keep), e.g. Load "
                          "Image's mask output after the mask editor. Stretched to the image's size if it differs."}),
@@ -240,13 +257,26 @@ class TPUSample:
                            "with this model's VAE, Upscale Latent By, another Sample's latent). It sets the size "
                            "and the batch (width, height and batch_size are then not used). With denoise below 1 "
                            "the images start from it (a latent hires fix: 0.4-0.6); at 1 only its size counts."}),
+                "positive": ("CONDITIONING", {"tooltip":
+                             "Optional: ComfyUI's own text encoding (CLIP Text Encode, CLIPTextEncodeFlux/SD3, "
+                             "FluxGuidance, ConditioningConcat, ConditioningAverage) instead of the prompt text, "
+                             "which is then not used. Load the model's text encoders with ComfyUI's CLIP loaders "
+                             "(they run in ComfyUI's process). This is how prompt weights such as (word:1.3) "
+                             "apply. FLUX.1, SD3/SD3.5 and SDXL; FluxGuidance's guidance replaces the guidance "
+                             "widget on FLUX.1. One encoding (not ConditioningCombine, area, mask or timestep "
+                             "ranges)."}),
+                "negative": ("CONDITIONING", {"tooltip":
+                             "Optional, with positive: the negative encoding instead of negative_prompt. SD3 and "
+                             "SDXL need it when guidance is above 1 (an empty CLIP Text Encode or "
+                             "ConditioningZeroOut for none); FLUX.1 uses it only with true CFG (Sampling "
+                             "Options)."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, steps, guidance, seed, batch_size,
                prompt_per_line=False, image=None, mask=None, denoise=1.0, size_from_image=False, sampler=DEFAULT,
-               scheduler=DEFAULT, latent=None, unique_id=None):
+               scheduler=DEFAULT, latent=None, positive=None, negative=None, unique_id=None):
         started, queued = comfy_bridge.now(), comfy_bridge.queued_at()
         image = image.cpu().numpy() if image is not None else None
         mask = mask.cpu().numpy() if mask is not None else None
@@ -263,7 +293,9 @@ class TPUSample:
                                 steps=steps, guidance=guidance, seed=seed, batch_size=batch_size,
                                 prompt_per_line=prompt_per_line, denoise=denoise, sampler=sampler,
                                 scheduler=scheduler, outputs=self.OUTPUTS)
-        prepared = api.prepare_sample(pipeline, request, image, mask, samples, asked)  # resolved and checked once
+        prepared = api.prepare_sample(pipeline, request, image, mask, samples, asked,
+                                      positive=comfy_bridge.conditioning_arrays(positive),
+                                      negative=comfy_bridge.conditioning_arrays(negative))  # resolved and checked once
         notes += prepared.notes
         if notes:
             comfy_bridge.send_text(unique_id, "\n".join(notes))

@@ -104,6 +104,38 @@ def _image_workflow(*, title: str, prompt: str, steps: int, denoise: float, seed
     return {"name": title, "nodes": nodes, "links": links, "extra": {"description": description}}
 
 
+FLUX1_TEXT_FILES = {"text_encoder_1": "clip_l.safetensors", "text_encoder_2": "t5xxl_fp8_e4m3fn.safetensors",
+                    "text_encoder_3": "(none)", "vae": "ae.safetensors", "checkpoint": "(none)"}
+
+
+def _flux1_tool(*, title: str, diffusion_model: str, prompt: str, steps: int, guidance: float, prefix: str,
+                note: str, description: str, pad: dict | None = None) -> dict:
+    """Load TPU Pipeline (ComfyUI files: a FLUX.1 tool's diffusion model, clip_l, t5xxl, ae) and ComfyUI's Load
+    Image -> [with `pad`: Pad Image for Outpainting, its image and mask] -> Sample (size from the image) -> Save
+    Image. Node ids: Load 1, Sample 2, Save 3, note 4, Load Image 5, Pad 6."""
+    sample = {"prompt": prompt, "negative_prompt": "", "width": 1024, "height": 1024, "steps": steps,
+              "guidance": guidance, "seed": 0, "control_after_generate": "randomize", "batch_size": 1,
+              "prompt_per_line": False, "denoise": 1.0, "size_from_image": True}
+    x = 750 if pad is not None else 410
+    nodes = [
+        {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 300],
+         "widgets": {"diffusion_model": diffusion_model, **FLUX1_TEXT_FILES, "dtype": "auto", "device": "auto",
+                     "offload": "model", "flux_kontext": "auto"}},
+        {"id": 5, "type": "LoadImage", "pos": [40, 480], "size": [330, 380], "widgets": {"image": "example.png"}},
+        {"id": 2, "type": "TPUSample", "pos": [x, 130], "size": [400, 560], "widgets": sample},
+        {"id": 3, "type": "SaveImage", "pos": [x + 440, 130], "size": [360, 470],
+         "widgets": {"filename_prefix": prefix}},
+        _note(4, [40, 910], note, size=(x + 800, 280)),
+    ]
+    links = [[1, "pipeline", 2, "pipeline"], [2, "images", 3, "images"]]
+    if pad is None:
+        links.append([5, "IMAGE", 2, "image"])
+    else:
+        nodes.append({"id": 6, "type": "ImagePadForOutpaint", "pos": [410, 480], "size": [300, 0], "widgets": pad})
+        links += [[5, "IMAGE", 6, "image"], [6, "IMAGE", 2, "image"], [6, "MASK", 2, "mask"]]
+    return {"name": title, "nodes": nodes, "links": links, "extra": {"description": description}}
+
+
 def _wan_video(*, name: str, model: str, prompt: str, negative_prompt: str, frames: int, steps: int, prefix: str,
                note: str, description: str, start_image: bool = False) -> dict:
     """Load TPU Pipeline (a Wan diffusers folder) [and ComfyUI's Load Image as the start image] -> Sample Video
@@ -259,6 +291,51 @@ Any Sample's `latent` output also goes to ComfyUI's own VAE Decode (with this mo
                                  "decode) -> Upscale Latent By (ComfyUI's own, x1.5) -> Sample from the latent at "
                                  "denoise 0.55 -> Save Image (1536x1536). Needs models/diffusers/FLUX.1-schnell."},
     }
+
+def _clip_text_encode() -> dict:
+    """ComfyUI's own DualCLIPLoader -> CLIP Text Encode (weighted prompt) -> FluxGuidance -> Sample's positive."""
+    sample = {"prompt": "", "negative_prompt": "", "width": 1024, "height": 1024, "steps": 28, "guidance": 3.5,
+              "seed": 0, "control_after_generate": "randomize", "batch_size": 1}
+    return {
+        "name": "flux1_dev_clip_text_encode",
+        "nodes": [
+            {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
+             "widgets": {"model": "FLUX.1-dev", "dtype": "auto", "device": "auto", "offload": "none",
+                         "model_path": ""}},
+            {"id": 5, "type": "DualCLIPLoader", "pos": [40, 360], "size": [330, 130],
+             "widgets": {"clip_name1": "clip_l.safetensors", "clip_name2": "t5xxl_fp8_e4m3fn.safetensors",
+                         "type": "flux"}},
+            {"id": 6, "type": "CLIPTextEncode", "pos": [410, 360], "size": [400, 200],
+             "widgets": {"text": "a cozy mountain cabin in the snow, (golden hour:1.3), (warm lit windows:1.2), "
+                                 "[people], detailed photo"}},
+            {"id": 7, "type": "FluxGuidance", "pos": [410, 600], "size": [300, 60], "widgets": {"guidance": 3.5}},
+            {"id": 2, "type": "TPUSample", "pos": [850, 130], "size": [400, 620], "widgets": sample},
+            {"id": 3, "type": "SaveImage", "pos": [1290, 130], "size": [360, 470],
+             "widgets": {"filename_prefix": "flux1-dev-clip-text-encode"}},
+            _note(4, [40, 800], """
+## Prompt weights: ComfyUI's CLIP Text Encode into Sample
+
+ComfyUI's **DualCLIPLoader** (clip_l + t5xxl, type flux) → **CLIP Text Encode** with weights (`(golden hour:1.3)`)
+→ **FluxGuidance** (3.5) → Sample's **positive** input → **Save Image**.
+
+The text is encoded by ComfyUI's own text encoders in ComfyUI's process, weights and all, and Sample uses that
+encoding instead of its prompt text (left empty here). FluxGuidance's value replaces Sample's guidance widget.
+ConditioningConcat and ConditioningAverage work too; ConditioningCombine, area and timestep ranges are refused
+(they need ComfyUI's own sampler). SD3/SD3.5 (TripleCLIPLoader) and SDXL (the checkpoint's CLIP) work the same
+way, with a **negative** encoding as well when guidance is above 1.
+
+**Files**: `models/diffusers/FLUX.1-dev` for Sample; `clip_l.safetensors` and `t5xxl_fp8_e4m3fn.safetensors` in
+`models/text_encoders` for ComfyUI. The pipeline's own text encoders still load on the chip (unused here).
+""", size=(770, 330)),
+        ],
+        "links": [[1, "pipeline", 2, "pipeline"], [5, "CLIP", 6, "clip"], [6, "CONDITIONING", 7, "conditioning"],
+                  [7, "CONDITIONING", 2, "positive"], [2, "images", 3, "images"]],
+        "extra": {"description": "Prompt weights with FLUX.1-dev: ComfyUI's DualCLIPLoader (clip_l, t5xxl) -> CLIP "
+                                 "Text Encode ('(golden hour:1.3)') -> FluxGuidance 3.5 -> Sample's positive input "
+                                 "(1024x1024, 28 steps) -> Save Image. Needs models/diffusers/FLUX.1-dev and the "
+                                 "two text encoder files in models/text_encoders."},
+    }
+
 
 SPECS: dict[str, dict] = {
     "tiny_demo": _text_to_image(
@@ -638,8 +715,47 @@ The model is **not reloaded** when you add, remove or re-weight a LoRA: the work
 LoRA touches (no recompile either). `strength` scales the image model, `strength_text_encoder` the text encoder
 (for LoRAs that have one). A LoRA for another model is refused with a message; the model stays as it was.
 """),
+    "flux1_kontext_edit": _flux1_tool(
+        title="flux1_kontext_edit", diffusion_model="flux1-kontext-dev.safetensors",
+        prompt="make it a watercolor painting, keep the composition", steps=28, guidance=2.5,
+        prefix="flux1-kontext",
+        description="FLUX.1 Kontext editing a picture: Load TPU Pipeline (ComfyUI files: flux1-kontext-dev, clip_l, "
+                    "t5xxl_fp8_e4m3fn, ae) and Load Image -> Sample (the picture as the reference, an instruction as "
+                    "the prompt, 28 steps, guidance 2.5, size from the picture) -> Save Image.",
+        note="""
+## FLUX.1 Kontext: edit a picture by saying what to change
+
+**Load TPU Pipeline (ComfyUI files)** and **Load Image** → **Sample (TPU)** (the picture in `image`, an
+instruction as the prompt, 28 steps, guidance 2.5) → **Save Image**.
+
+**Files**: `models/diffusion_models/flux1-kontext-dev.safetensors` (or Comfy-Org's
+`flux1-dev-kontext_fp8_scaled`), `clip_l`, `t5xxl_fp8_e4m3fn`, `ae` as for FLUX.1-dev. A Kontext file has the
+same tensors as FLUX.1-dev: it is recognised by the **kontext** in its name (`flux_kontext` auto); for a renamed
+file set `flux_kontext` to on.
+
+The picture is resized to the Kontext resolution nearest its shape (about one megapixel, as ComfyUI's
+FluxKontextImageScale does); the result has the picture's size (`size_from_image`, rounded to 16 pixels).
+"""),
+    "flux1_fill_outpaint": _flux1_tool(
+        title="flux1_fill_outpaint", diffusion_model="flux1-fill-dev.safetensors",
+        prompt="a wide mountain valley at sunrise, the same style", steps=28, guidance=30.0, prefix="flux1-fill",
+        pad={"left": 0, "top": 0, "right": 256, "bottom": 0, "feathering": 24},
+        description="FLUX.1 Fill outpainting: Load Image -> ComfyUI's Pad Image for Outpainting (256 px on the right) "
+                    "-> Sample (the padded image and its mask, 28 steps, guidance 30) with Load TPU Pipeline (ComfyUI "
+                    "files: flux1-fill-dev, clip_l, t5xxl_fp8_e4m3fn, ae) -> Save Image.",
+        note="""
+## FLUX.1 Fill: outpainting (and inpainting)
+
+**Load Image** → **Pad Image for Outpainting** (256 px on the right) → **Sample (TPU)** (`image` and `mask`,
+28 steps, **guidance 30**) → **Save Image**.
+
+**Files**: `models/diffusion_models/flux1-fill-dev.safetensors` (recognised by its shapes), `clip_l`,
+`t5xxl_fp8_e4m3fn`, `ae`. Fill repaints the white part of the mask and keeps the rest; it needs a mask (Sample
+refuses it without one). To inpaint instead, connect Load Image's mask (drawn in the mask editor) directly.
+"""),
     "flux1_hires_fix": _hires_fix(),
     "flux1_latent_hires_fix": _latent_hires_fix(),
+    "flux1_dev_clip_text_encode": _clip_text_encode(),
     "wan21_t2v": _wan_text_to_video(),
     "wan21_i2v": _wan_image_to_video(),
 })

@@ -40,8 +40,10 @@ from backend.protocol import settings  # noqa: E402
 
 CHROMIUM_NAMES = ("chromium-headless-shell", "chromium", "chromium-browser")
 # Inputs that name a model folder or a model file: what a workflow names need not be installed where it is
-# converted, and the tests swap real names for tiny models through them.
-MODEL_INPUTS = ("model", "diffusion_model", "text_encoder_1", "text_encoder_2", "text_encoder_3", "vae", "checkpoint")
+# converted, and the tests swap real names for tiny models through them (clip_name1, clip_name2: ComfyUI's own
+# CLIP loaders, feeding CLIP Text Encode into Sample's positive)
+MODEL_INPUTS = ("model", "diffusion_model", "text_encoder_1", "text_encoder_2", "text_encoder_3", "vae", "checkpoint",
+                "clip_name1", "clip_name2")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-extensions", "--disable-default-apps", "--mute-audio", "--hide-scrollbars",

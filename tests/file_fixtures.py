@@ -30,7 +30,7 @@ import shutil
 import sys
 from pathlib import Path
 
-# "flux1-3072" (1 GB) and "flux1-vae" (170 MB) only when asked
+# "flux1-3072" (1 GB), "flux1-vae" (170 MB) and "flux1tools" (the FLUX.1 tools, issue 26) only when asked
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage")
 VERSION = "5"  # bump to rebuild cached fixtures after changing this file
 
@@ -50,6 +50,9 @@ FILES = {
             "diffusion_model": "sd3-tiny.safetensors", "clip_l": "clip_l-sd3-tiny.safetensors",
             "clip_g": "clip_g-tiny.safetensors", "t5": "t5xxl-sd3-tiny.safetensors", "vae": "sd3-vae-tiny.safetensors"},
     "flux1-3072": {"diffusion_model": "flux1-dev-3072-1x1.safetensors"},
+    # FLUX.1 Kontext, Fill and Depth/Canny diffusion models; they read flux1's text encoders and VAE
+    "flux1tools": {"kontext": "flux1-kontext-tiny.safetensors", "fill": "flux1-fill-tiny.safetensors",
+                   "depth": "flux1-depth-tiny.safetensors"},
     "flux1-vae": {"vae": "ae-published-layout-4ch.safetensors"},
     "sdxl": {"checkpoint": "sdxl-tiny.safetensors", "checkpoint_fp8": "sdxl-tiny-fp8-e4m3fn.safetensors"},
     "qwenimage": {"diffusion_model": "qwen-image-tiny.safetensors",
@@ -674,6 +677,31 @@ def _flux1_3072(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(bfl, out / "models" / "diffusion_models" / FILES["flux1-3072"]["diffusion_model"])
 
 
+def _flux1tools(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """The FLUX.1 tools as BFL publishes them (dev-like: a guidance embedding): Kontext with FLUX.1 [dev]'s tensors,
+    Fill reading latents + masked image latents + the mask (a VAE pixel block per packed channel: 16 + 16 + 4·8²
+    input channels), Depth/Canny reading latents + control image latents (16 + 16); each 16 output channels.
+    Random weights the size of ref-flux1's transformer, written as ComfyUI holds FLUX.1 files; each transformer
+    also as a diffusers folder (`diffusers/ref-flux1-<tool>/transformer`) for the plain diffusers reference,
+    which uses ref-flux1's other components and the published dev schedule."""
+    from diffusers import FluxTransformer2DModel
+
+    build(out, tiny, comfyui_dir, ("flux1",))
+    comfy = import_comfy(comfyui_dir)
+    config = {k: v for k, v in FluxTransformer2DModel.load_config(str(out / "diffusers" / "ref-flux1"),
+                                                                 subfolder="transformer").items()
+              if not k.startswith("_")}
+    latents = config["in_channels"]  # 4 VAE channels, 2x2 packed
+    mask = 4 * 8 * 8  # the VAE's 8x8 pixel block of the mask, 2x2 packed
+    inputs = {"kontext": latents, "fill": 2 * latents + mask, "depth": 2 * latents}
+    for i, (tool, channels) in enumerate(inputs.items()):
+        transformer = _seeded(40 + i, lambda c=channels: FluxTransformer2DModel(
+            **{**config, "in_channels": c, "out_channels": latents, "guidance_embeds": True}))
+        transformer.save_pretrained(str(out / "diffusers" / f"ref-flux1-{tool}" / "transformer"))
+        bfl = comfy.model_detection.convert_diffusers_mmdit(_sd(transformer), "")
+        _save(bfl, out / "models" / "diffusion_models" / FILES["flux1tools"][tool])
+
+
 def _flux1_vae(tiny: Path, comfyui_dir: str, out: Path) -> None:
     """A FLUX.1 VAE file that ComfyUI's VAELoader reads: its LDM VAE has fixed sizes (128 channels, multipliers
     [1, 2, 4, 4], 2 res blocks; only the latent channels are read from the file), so a tiny one does not load.
@@ -692,7 +720,7 @@ def _flux1_vae(tiny: Path, comfyui_dir: str, out: Path) -> None:
 
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
             "qwenimage": _qwenimage, "zimage": _zimage, "flux1-3072": _flux1_3072,
-            "flux1-vae": _flux1_vae}
+            "flux1-vae": _flux1_vae, "flux1tools": _flux1tools}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

@@ -53,6 +53,8 @@ TINY = {
     "clip_l.safetensors": "clip_l-tiny.safetensors",
     "t5xxl_fp8_e4m3fn.safetensors": "t5xxl-tiny_fp8_e4m3fn.safetensors",
     "ae.safetensors": "ae-tiny.safetensors",
+    "flux1-kontext-dev.safetensors": "flux1-kontext-tiny.safetensors",
+    "flux1-fill-dev.safetensors": "flux1-fill-tiny.safetensors",
     "z_image_turbo_bf16.safetensors": "z_image_turbo-tiny_bf16.safetensors",
     "qwen_3_4b.safetensors": "qwen_3-tiny.safetensors",
     "(none)": "(none)",
@@ -63,7 +65,7 @@ TINY = {
 LORAS = {"flux1_style_lora.safetensors": ("tiny-flux", 0), "flux1_detail_lora.safetensors": ("tiny-flux", 1)}
 INPUTS = {"example.png": (64, 64)}
 SIZE_FACTOR = 16  # of the tiny models the workflows run on (FLUX.1, SD3, FLUX.2, Z-Image, Wan)
-TINY_FILES = ("flux1", "zimage")  # the families whose tiny files the workflows use
+TINY_FILES = ("flux1", "flux1tools", "zimage")  # the families whose tiny files the workflows use
 # names the frontend may not find here (not installed where the UI loads)
 ALLOWED = {**{name: set(TINY) for name in MODEL_INPUTS}, "lora_name": set(LORAS), "image": set(INPUTS)}
 # Real-size settings that would take minutes on the CPU, by node type and input: set in the converted API
@@ -79,6 +81,11 @@ CPU_SETTINGS = {
     "TPUContextParallel": {"degree": 2},
 }
 OLD_WORKFLOW = Path(__file__).parent / "data" / "tiny_demo_before_prompt_per_line.json"
+# ComfyUI's own CLIP loaders build the published sizes from fixed configs (CLIP-L 768 wide, T5-XXL 4096), so the
+# tiny text encoder files cannot load through them: a workflow that encodes with them converts and runs up to that
+# loader, which must fail with ComfyUI's own size mismatch (tests/test_conditioning.py runs ComfyUI's encoder code
+# on tiny sizes and Sample with its output instead).
+COMFY_CLIP_LOADERS = {"CLIPLoader", "DualCLIPLoader", "TripleCLIPLoader"}
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +147,9 @@ def image_size(prompt: dict, node_id: str) -> tuple[int, int]:
     inputs = node["inputs"]
     if node["class_type"] == "LoadImage":
         return INPUTS[inputs["image"]]
+    if node["class_type"] == "ImagePadForOutpaint":
+        w, h = image_size(prompt, inputs["image"][0])
+        return w + inputs["left"] + inputs["right"], h + inputs["top"] + inputs["bottom"]
     if node["class_type"] == "ImageScaleBy":
         w, h = image_size(prompt, inputs["image"][0])
         return round(w * inputs["scale_by"]), round(h * inputs["scale_by"])
@@ -189,8 +199,10 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
     assert {"tiny_demo", "flux1_schnell_offload", "sd35_medium_compiled", "flux2_dev_tp8",
             "data_parallel_prompts", "flux1_dev_comfyui_files", "sd35_cfg_parallel", "flux1_context_parallel",
             "flux1_dev_true_cfg", "flux1_img2img", "flux1_inpaint", "flux1_lora", "flux1_hires_fix",
+            "flux1_kontext_edit", "flux1_fill_outpaint",
             "flux1_latent_hires_fix",
-            "zimage_turbo_comfyui_files", "wan21_t2v", "wan21_i2v"} <= {p.stem for p in FILES}
+            "zimage_turbo_comfyui_files", "wan21_t2v", "wan21_i2v",
+            "flux1_dev_clip_text_encode"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"
@@ -217,6 +229,11 @@ def test_workflow_loads_converts_and_runs(ui, server, path, workflow_files_on_th
     started = time.perf_counter()
     runnable = for_the_cpu(prompt)
     result = run_workflow(server, runnable, timeout=300)
+    if loaders := {v["class_type"] for v in runnable.values()} & COMFY_CLIP_LOADERS:
+        failed = next(m["data"] for m in result["messages"] if m["type"] == "execution_error")
+        assert failed["node_type"] in loaders and "size mismatch" in error_message(result), error_message(result)
+        assert not result["images"]
+        return
     assert result["status"] == "success", f"{path.name}: {error_message(result)}\n{server.log_tail()}"
     assert len(result["images"]) == expected_images(runnable), result["history"].get("outputs")
     sizes = {image_size(runnable, k) for k, v in runnable.items() if v["class_type"] in ("TPUSample", "TPUSampleVideo")}

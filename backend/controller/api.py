@@ -13,7 +13,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from ..protocol.units import format_bytes
 from . import (
     capacity,
     compile_plan,
+    conditioning,
     controlnets,
     devices,
     group,
@@ -212,14 +213,20 @@ def latent_input(spec: PipelineSpec, samples: np.ndarray, noise_mask: bool = Fal
 
 def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None = None,
                    mask: np.ndarray | None = None, latent: np.ndarray | None = None,
-                   asked: tuple[int, int, int] | None = None) -> PreparedSample:
-    """Resolves `spec` and checks the request and Sample's image inputs (raising an InputError naming the input),
-    once: the node shows the notes, then `run_sample` runs exactly this.
+                   asked: tuple[int, int, int] | None = None, positive: Sequence | None = None,
+                   negative: Sequence | None = None) -> PreparedSample:
+    """Resolves `spec` and checks the request and Sample's image, latent and CONDITIONING inputs (raising an
+    InputError naming the input), once: the node shows the notes, then `run_sample` runs exactly this.
 
     `image` (IMAGE [B, H, W, C] in 0..1) starts image-to-image, or gives reference images to the families that
     take them; with `mask` (MASK [B, H, W], 1 = repaint) it inpaints. `latent` (from `latent_input`, whose size
-    and batch `req` has) starts from a LATENT instead; `asked`: the node's own width, height and batch_size."""
+    and batch `req` has) starts from a LATENT instead; `asked`: the node's own width, height and batch_size.
+    `positive` / `negative`: ComfyUI's CONDITIONING (tensors as numpy arrays) replacing the prompt text
+    (controller/conditioning.py)."""
     spec = checked(spec)
+    conditioned = conditioning.apply(spec, req, positive, negative)
+    if conditioned is not None:
+        req = conditioned.req
     check_request(spec, req)
     arrays = images.as_arrays(spec, req, image, mask)
     if latent is None:
@@ -232,6 +239,8 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
         starts = req.denoise < 1
     said = [samplers.check(spec, req, starts), prompt_weights.note(req)]
     arrays.update(controlnets.arrays(spec))
+    if conditioned is not None:
+        arrays, notes = {**arrays, **conditioned.arrays}, [*conditioned.notes, *notes]
     return PreparedSample(spec, req, arrays, tuple(notes + [text for text in said if text]))
 
 
@@ -268,9 +277,11 @@ def run_sample_outputs(prepared: PreparedSample, on_progress: ProgressFn | None 
 
 def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None = None,
            should_interrupt: Callable[[], bool] | None = None, image: np.ndarray | None = None,
-           mask: np.ndarray | None = None) -> np.ndarray:
+           mask: np.ndarray | None = None, positive: Sequence | None = None,
+           negative: Sequence | None = None) -> np.ndarray:
     """`prepare_sample` then `run_sample`: one call for scripts, tests and benchmarks."""
-    return run_sample(prepare_sample(spec, req, image, mask), on_progress, should_interrupt)
+    return run_sample(prepare_sample(spec, req, image, mask, positive=positive, negative=negative), on_progress,
+                      should_interrupt)
 
 
 def decode(spec: PipelineSpec, samples: np.ndarray, on_progress: ProgressFn | None = None,
@@ -298,9 +309,10 @@ def last_latency() -> dict | None:
 
 
 def describe_inputs(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None = None,
-                    mask: np.ndarray | None = None) -> list[str]:
+                    mask: np.ndarray | None = None, positive: Sequence | None = None,
+                    negative: Sequence | None = None) -> list[str]:
     """Checks Sample's inputs, sampler and scheduler as `sample` would and says what will happen."""
-    return list(prepare_sample(spec, req, image, mask).notes)
+    return list(prepare_sample(spec, req, image, mask, positive=positive, negative=negative).notes)
 
 
 def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, str | None]:

@@ -34,22 +34,40 @@ def as_arrays(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None,
         if mask is not None:
             raise ModelError("mask: a mask needs the image it belongs to; connect that image to Sample's image "
                              "input too (Load Image gives both).")
+        if family.control_image:
+            raise ModelError(f"image: '{spec.name}' is a {family.name} model: it follows the structure of a control "
+                             "image and cannot run without one. Connect a depth map or an edge image (ComfyUI's "
+                             "Canny node on Load Image, or a depth preprocessor) to Sample's image.")
+        if family.needs_mask:
+            raise ModelError(f"image: '{spec.name}' is {family.name}, an inpainting model: it repaints the masked part "
+                             "of an image. Connect the image and its mask to Sample (Load Image after the mask "
+                             "editor; to outpaint, Pad Image for Outpainting).")
         if family.needs_image:
             raise ModelError(f"image: '{spec.name}' is an edit model ({family.name}): it changes an image and "
                              "cannot make one from text alone. Connect an image (Load Image) to Sample's image.")
         return {}
     image = checked_image(image)
     arrays = {"image": image}
+    if mask is None and family.needs_mask:
+        raise ModelError(f"mask: '{spec.name}' is {family.name}, an inpainting model: it repaints the white part of "
+                         "a mask and needs one beside the image. Connect a mask (Load Image's mask after the mask "
+                         "editor; to outpaint, Pad Image for Outpainting gives the padded image and its mask).")
+    if mask is not None and family.control_image:
+        raise ModelError(f"mask: {family.name} ('{spec.name}') takes Sample's image as its control image and cannot "
+                         "inpaint; disconnect the mask (or use FLUX.1 Fill to repaint a masked part).")
     if mask is not None:
         if family.inpaint is None:
             raise ModelError(f"mask: {family.name} ('{spec.name}', {spec.class_name}) has no inpainting pipeline in "
                              "diffusers; disconnect the mask (the image is then used as a reference), or use a "
                              "model that can inpaint (FLUX.1, FLUX.2 klein, SD3, SDXL, Qwen-Image).")
         arrays["mask"] = _mask(mask)
-    elif family.img2img is None:  # the image is a reference
+    elif family.img2img is None:  # the image is a reference, or the control image
         if req.denoise != 1:
-            raise ModelError(f"denoise: {family.name} takes the image as a reference, not as a start to repaint, so "
+            what = "its control image" if family.control_image else "a reference"
+            raise ModelError(f"denoise: {family.name} takes the image as {what}, not as a start to repaint, so "
                              f"denoise does not apply; set denoise to 1 (it is {req.denoise}).")
+        if family.control_image:
+            return arrays
         small = [f"{w}x{h}" for h, w in {i.shape[:2] for i in image} if min(h, w) < MIN_REFERENCE_SIDE]
         if small:
             raise ModelError(f"image: reference images must be at least {MIN_REFERENCE_SIDE} pixels on each side; "
@@ -141,10 +159,17 @@ def describe(spec: PipelineSpec, req: SampleRequest, arrays: dict[str, np.ndarra
             notes.append(f"{inputs} start image{'s' if inputs > 1 else ''} for {count} video{'s' if count > 1 else ''}"
                          f": video i (seed + i) starts from image i" + (f" (cycling: i mod {inputs})"
                                                                        if count > inputs else ""))
+    elif family.control_image:
+        sizes = {(i.shape[1], i.shape[0]) for i in image}
+        notes.append(f"control image{'s' if inputs > 1 else ''} ({inputs}) for {family.name}: the output follows "
+                     "its structure" + "".join(f"; {w}x{h} stretched to {req.width}x{req.height}"
+                                               for w, h in sorted(sizes) if (w, h) != (req.width, req.height)))
     elif "mask" not in arrays and family.img2img is None:
         sizes = ", ".join(sorted({f"{i.shape[1]}x{i.shape[0]}" for i in image}))
         notes.append(f"reference image{'s' if inputs > 1 else ''} ({inputs}, {sizes}) given to {family.name} with "
                      f"every image it makes; the output is {req.width}x{req.height}")
+        if family.image_note:
+            notes.append(family.image_note)
     else:
         what = "inpainting (mask: white = repaint)" if "mask" in arrays else "image to image"
         notes.append(f"{what}, denoise {req.denoise:g}: {req.steps} steps of a {_total(req)}-step schedule"

@@ -4,8 +4,8 @@ Decided (issue 23, item 4): Sample's prompts go through each pipeline's own diff
 with the prompt cache, sharded text encoders and Qwen-Image's chat template), so its images equal plain
 diffusers' for the same prompt. Honouring `(word:1.3)` there would mean a second copy of ComfyUI's per-encoder
 token weighting (CLIP, T5, Qwen2.5-VL, Mistral, Qwen3) inside the workers, beside diffusers', and a prompt meant
-literally would change meaning. ComfyUI already owns weighted encoding (CLIP Text Encode); the way to bring it to
-Sample is a CONDITIONING input, not a parser here.
+literally would change meaning. ComfyUI already owns weighted encoding (CLIP Text Encode); it reaches Sample
+through its positive/negative CONDITIONING inputs (FLUX.1, SD3, SDXL: controller/conditioning.py), not a parser here.
 """
 
 from __future__ import annotations
@@ -26,6 +26,6 @@ def note(req: SampleRequest) -> str | None:
         if found:
             return (f"{name}: '{found.group(0)}' is ComfyUI's prompt-weight syntax; Sample reads its prompts "
                     "literally, as diffusers does: the brackets and any ':1.3' are text the model sees, and no "
-                    "weight is applied. Weighted prompts need ComfyUI's CLIP Text Encode and KSampler for now "
-                    "(Sample has no CONDITIONING input yet).")
+                    "weight is applied. For weights, encode the prompt with ComfyUI's CLIP Text Encode and connect it "
+                    "to Sample's positive (and negative) input (FLUX.1, SD3/SD3.5, SDXL).")
     return None

@@ -7,7 +7,8 @@ announcing a compile before it starts, and counting compiles and reuses from dyn
 
 A shape signature is what makes a static-shape graph recompile: width, height, batch, whether CFG doubles
 the denoiser's batch (SD3, SDXL, Z-Image), and the text length. Text length is kept fixed: `max_sequence_length`
-is passed explicitly, and Qwen-Image (whose prompt embeddings are as long as the prompt) gets its embeddings
+is passed explicitly (Sample's CONDITIONING arrives padded to the length that gives: controller/conditioning.py),
+and Qwen-Image (whose prompt embeddings are as long as the prompt) gets its embeddings
 padded, with an attention mask, to 128-token buckets. Z-Image's transformer pads the prompt itself (to 32 tokens,
 without a mask to pad further with): its repeated blocks are compiled, and the padded lengths are the signature.
 """
@@ -266,7 +267,9 @@ class Compiler:
         text = 77  # CLIP-only pipelines (SDXL)
         if "max_sequence_length" in params:
             text = kwargs.setdefault("max_sequence_length", params["max_sequence_length"].default)
-        if variable:
+        if "prompt_embeds" in kwargs:  # Sample's CONDITIONING, padded by the controller
+            text = kwargs["prompt_embeds"].shape[1]
+        elif variable:
             text = self._pad_prompt(pipe, kwargs, text, spec.cp_degree)
         cfg = spec.family.cfg_doubles_batch and kwargs.get("guidance_scale", 0) > spec.family.cfg_above
         negative = 0

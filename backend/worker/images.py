@@ -20,11 +20,12 @@ from ..protocol.spec import SampleRequest
 
 # LATENT: image to image from a LATENT (Sample's latent input below denoise 1), run by the image-to-image pipeline
 TEXT, IMG2IMG, INPAINT, REFERENCE, START, LATENT = "text", "img2img", "inpaint", "reference", "start", "latent"
+CONTROL = "control"  # Sample's image as the control image (FLUX.1 Depth/Canny)
 # Pipelines that run int(N · strength) steps (the others run N − int(N − N · strength)).
 _FLOOR_STRENGTH = ("StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline",
                    "StableDiffusionXLControlNetImg2ImgPipeline", "StableDiffusionXLControlNetInpaintPipeline",
                    "StableDiffusionXLControlNetUnionImg2ImgPipeline", "StableDiffusionXLControlNetUnionInpaintPipeline")
-_SINGLE_REFERENCE = ("QwenImageEditPipeline",)  # takes one image, not a list
+_SINGLE_REFERENCE = ("QwenImageEditPipeline", "FluxKontextPipeline")  # take one image, not a list
 
 
 def task(family: Pipeline, arrays: dict, denoise: float = 1.0) -> str:
@@ -38,6 +39,8 @@ def task(family: Pipeline, arrays: dict, denoise: float = 1.0) -> str:
         return START
     if "mask" in arrays:
         return INPAINT
+    if family.control_image:
+        return CONTROL
     return IMG2IMG if family.img2img else REFERENCE
 
 
@@ -95,7 +98,7 @@ class ImagePipelines:
             self.forget()
             self.pipe = pipe
         name = {IMG2IMG: family.img2img, LATENT: family.img2img, INPAINT: family.inpaint}.get(kind)
-        if name is None:
+        if name is None or name == family.class_name:  # the loaded one takes them itself (FLUX.1 Fill)
             return pipe
         if name not in self.derived:
             self.derived[name] = derive(pipe, name)
@@ -137,6 +140,10 @@ def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req
     if kind == INPAINT:
         masks = arrays["mask"]
         kwargs["mask_image"] = fit_mask(masks[index % len(masks)], width, height)[None, :, :, None]
+    if kind == CONTROL:
+        kwargs["control_image"] = fit(images[index % len(images)], width, height)[None]
+    if "max_area" in params:  # Kontext makes max_area pixels at the aspect of width × height: Sample's size
+        kwargs["max_area"] = width * height
     if kind == START:  # the video's first frame, at its size (the CLIP vision encoder sees its centre square)
         kwargs["image"] = _pil(fit(images[index % len(images)], width, height))
     if kind == REFERENCE:

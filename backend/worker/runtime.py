@@ -30,6 +30,8 @@ from .lora import Loras
 from .prompt_cache import PromptCache, text_encoder_state
 from .step_cache import StepCache
 
+# Sample's CONDITIONING as the pipelines take it (the controller sends these arrays)
+EMBEDDINGS = ("prompt_embeds", "pooled_prompt_embeds", "negative_prompt_embeds", "negative_pooled_prompt_embeds")
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 # Allocator messages: torch CUDA ("CUDA out of memory"), torch CPU ("DefaultCPUAllocator: can't allocate
 # memory ... Error code 12 (Cannot allocate memory)"; Windows: "not enough memory"), XLA (RESOURCE_EXHAUSTED).
@@ -118,6 +120,8 @@ class Runtime:
             self.status(f"warm-up {i}/{len(pending)}: {w}x{h} (batch {b})")
             # edit models need an image: a grey one of the size (reference images add their own tokens)
             grey = {"image": np.full((1, h, w, 3), 0.5, np.float32)} if spec.family.needs_image else {}
+            if spec.family.needs_mask:  # FLUX.1 Fill: and a mask (all of it repainted)
+                grey["mask"] = np.ones((1, h, w), np.float32)
             self.sample(spec, warmup_request(spec, w, h, b), {**grey, **controlnets.warmup_arrays(spec, w, h)})
             self.compiler.warmed_up(todo)
         return self.info()
@@ -254,6 +258,7 @@ class Runtime:
             generators = [torch.Generator("cpu").manual_seed(everything[i][1]) for i in group]
             pipe.scheduler = self._scheduler(spec, req, kind, everything[group[0]][1])
             kwargs = self._call_kwargs(pipe, spec, req, generators, prompt)
+            self._embeddings(pipe, spec, kwargs, arrays)
             if not layout.leader:  # only a replica's first rank sends images: its peers skip the VAE decode
                 kwargs["output_type"] = "latent"
             split = self._cfg_split(pipe, spec, kwargs, say=not done)
@@ -358,6 +363,18 @@ class Runtime:
         if "negative_prompt" in params and (req.negative_prompt or true_cfg):
             kwargs["negative_prompt"] = req.negative_prompt  # true CFG runs only with one (Qwen-Image, FLUX.1)
         return {k: v for k, v in kwargs.items() if k in params or k in ("width", "height")}
+
+    def _embeddings(self, pipe: Any, spec: PipelineSpec, kwargs: dict, arrays: dict) -> None:
+        """Sample's CONDITIONING (checked and padded by the controller: controller/conditioning.py) in place of the
+        prompt text: the pipeline's own embedding arguments, in the compute dtype on its execution device."""
+        if "prompt_embeds" not in arrays:
+            return
+        kwargs.pop("prompt", None)
+        kwargs.pop("negative_prompt", None)
+        dtype, where = _DTYPES[self.dtype_name(spec)], pipe._execution_device
+        for name in EMBEDDINGS:
+            if name in arrays:
+                kwargs[name] = torch.from_numpy(np.array(arrays[name])).to(where, dtype)
 
     def _on_steps(self, pipe: Any, kwargs: dict, call: Any, done: int, total: int, report: bool,
                   per_step: int = 1, steps: int = 1) -> None:

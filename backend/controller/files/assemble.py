@@ -18,6 +18,7 @@ from ...protocol import families
 from ...protocol.errors import ModelError
 from ...protocol.families import Configs, ModelFamily, text_encoders, vaes
 from ...protocol.families.base import count
+from ...protocol.families.flux1 import KONTEXT_CHOICES
 from ...protocol.spec import CONFIGS_DIR, FileComponent, FileSource, read_json
 from .headers import FLOAT_DTYPES, GGUF, Header
 from .listing import NONE, resolve_file
@@ -32,6 +33,7 @@ class FileChoice:
     diffusion_model: str | None = None
     text_encoders: tuple[str | None, ...] = ()
     vae: str | None = None
+    flux_kontext: str = "auto"  # flux1.KONTEXT_CHOICES: whether a FLUX.1 [dev]-shaped file is Kontext
 
     def chosen(self, value: str | None) -> bool:
         return bool(value) and value.strip() != NONE
@@ -56,6 +58,7 @@ class _Draft:
     denoiser: Part
     texts: dict[str, tuple[Part, _Chosen]]  # text encoder kind -> its part and file
     vae_file: _Chosen
+    kontext: str = "auto"  # the loader's flux_kontext choice
     overrides: dict[str, dict] = field(default_factory=dict)  # component ("" : model_index) -> config keys
     parts: list[FileComponent] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -88,6 +91,11 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
         raise ModelError(_not_a(main, "diffusion model", f"a {families.names(families.FROM_FILES)} diffusion model (or a checkpoint "
                                 "holding one)"))
     family = denoiser.family
+    if choice.flux_kontext not in KONTEXT_CHOICES:
+        raise ModelError(f"flux_kontext: '{choice.flux_kontext}' is not one of {', '.join(KONTEXT_CHOICES)}.")
+    if choice.flux_kontext == "on" and family is not families.FAMILIES["flux1"]:
+        raise ModelError(f"flux_kontext: '{main.path.name}' is a {family.name} model; Kontext is a FLUX.1 model "
+                         "(flux1-kontext-dev.safetensors). Set flux_kontext to auto, or choose a FLUX.1 Kontext file.")
     if not family.files:
         raise ModelError(f"diffusion_model: '{main.path.name}' is a {family.name} model, which ComfyUI-TPU loads from "
                          "a diffusers folder only so far: put the diffusers version of the model in "
@@ -107,7 +115,7 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
     if vae_file is None:
         raise ModelError(f"vae: {family.name} needs a VAE ({family.vae_hint}); '{main.path.name}' holds "
                          "none. Put it in ComfyUI's models/vae folder and choose it in vae.")
-    draft = _Draft(family, configs, main, denoiser, texts, vae_file)
+    draft = _Draft(family, configs, main, denoiser, texts, vae_file, kontext=choice.flux_kontext)
     _check_fit(draft)
     _add_denoiser(draft)
     _add_vae(draft)
@@ -266,7 +274,7 @@ def _add_denoiser(p: _Draft) -> None:
     sizes = family.sizes(denoiser.shapes, published, {kind: part.shapes for kind, (part, _) in p.texts.items()})
     p.override(family.denoiser, sizes)
     if family.variant:
-        overrides, notes = family.variant(sizes, main.path.name, p.configs)
+        overrides, notes = family.variant(sizes, main.path.name, p.configs, p.kontext)
         for component, values in overrides.items():
             p.override(component, values)
         p.notes += notes

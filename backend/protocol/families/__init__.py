@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import flux1, flux2, qwenimage, sd3, sdxl, wan, zimage
-from .base import Configs, ControlNets, ModelFamily, Pipeline, Shapes, TextSlot
+from .base import Configs, ControlNets, Embeddings, ModelFamily, Pipeline, Shapes, TextSlot
 
 _MODULES = (flux1, flux2, sd3, sdxl, qwenimage, zimage, wan)
 
@@ -38,6 +38,11 @@ def _listed(items: list[str], last: str = " and ") -> str:
     return ", ".join(items[:-1]) + last + items[-1] if len(items) > 1 else "".join(items)
 
 
+def conditioned_names() -> str:
+    """'FLUX.1, SD3 and SDXL': the pipelines Sample's CONDITIONING inputs map onto."""
+    return _listed(list(dict.fromkeys(p.name for p in PIPELINES.values() if p.embeddings)))
+
+
 def single_file_names() -> str:
     """'FLUX.1, SD3/SD3.5 and SDXL': the families whose all-in-one checkpoints diffusers reads."""
     return names([f for f in FAMILIES.values() if f.single_file], " and ")
@@ -53,5 +58,5 @@ def text_encoders_needed() -> str:
         for f in FROM_FILES for c in f.configs)
 
 
-__all__ = ["FAMILIES", "FROM_FILES", "PIPELINES", "Configs", "ControlNets", "ModelFamily", "Pipeline", "TextSlot", "family_of", "names",
+__all__ = ["FAMILIES", "FROM_FILES", "PIPELINES", "Configs", "ControlNets", "Embeddings", "ModelFamily", "Pipeline", "TextSlot", "conditioned_names", "family_of", "names",
            "recognise", "single_file_names", "text_encoders_needed"]

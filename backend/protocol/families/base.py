@@ -15,6 +15,19 @@ Shapes = Mapping[str, tuple[int, ...]]
 
 
 @dataclass(frozen=True)
+class Embeddings:
+    """How ComfyUI's CONDITIONING for this pipeline (CLIP Text Encode with the family's text encoders) maps onto
+    its `prompt_embeds` and `pooled_prompt_embeds`: the same tensors in the same layout, checked by width and
+    padded with zeros to the text length the pack's own text path gives (what compiled mode compiles for)."""
+
+    encoders: str  # how ComfyUI loads the text encoders that make it, for messages
+    # the denoiser's config -> (width of prompt_embeds, width of pooled_prompt_embeds)
+    widths: Callable[[dict], tuple[int, int]]
+    length: int  # tokens of the pack's own text path: shorter conditionings are padded to it
+    chunks: int = 1  # longer ones are padded to a multiple of `length`, up to this many (SDXL's 77-token chunks)
+
+
+@dataclass(frozen=True)
 class ControlNets:
     """One kind of ControlNet a pipeline takes in diffusers (Apply ControlNet): its model class, the wrapper that
     runs several, and the pipeline classes that drive it (made from the loaded pipeline with from_pipe)."""
@@ -64,6 +77,9 @@ class Pipeline:
     inpaint: str | None = None  # the inpainting pipeline class; None: this model cannot inpaint
     references: bool = False  # the loaded pipeline itself takes reference images (`image=`)
     needs_image: bool = False  # it cannot make an image without one (edit models)
+    needs_mask: bool = False  # it repaints the masked part of the image and nothing else (FLUX.1 Fill)
+    control_image: bool = False  # Sample's image is its control image (`control_image=`: FLUX.1 Depth and Canny)
+    image_note: str = ""  # what the pipeline itself does to Sample's image, said next to Sample
     cfg_above: float = 1.0  # the pipeline runs CFG when its guidance is above this (Z-Image: any guidance above 0)
     # the denoiser takes the prompt at its own length and pads it inside to a multiple of this (Z-Image: 32,
     # diffusers' SEQ_MULTI_OF): compiled whole, every prompt length would be a new graph; its repeated blocks see
@@ -88,6 +104,8 @@ class Pipeline:
     # ComfyUI's LATENT of this model packs p×p latent pixels into channels (FLUX.2: 2, 128 channels at 1/16 of
     # the image); 1: one latent pixel per VAE latent pixel, as the VAE gives them
     latent_patch: int = 1
+    # How Sample's positive/negative CONDITIONING maps onto the pipeline (None: it takes none; refused)
+    embeddings: Embeddings | None = None
     family: str = ""  # the id of the family module it belongs to (the registry fills it in)
 
 
@@ -129,6 +147,9 @@ class ModelFamily:
     vae: str  # the VAE kind it decodes with (a key of vaes.KINDS)
     vae_hint: str  # what artists call its VAE file
     absent_keys: tuple[str, ...] = ()  # keys its files never hold (tells it from a family with the same keys)
+    # the denoiser's last layer: its shape[0] is the output channels, which differ from the input channels where
+    # the input carries a condition too (FLUX.1 Fill: masked image and mask; Depth, Canny: the control image)
+    out_key: str = ""
     denoiser: str = "transformer"  # the denoiser's component name
     latent_packing: int = 4  # denoiser input channels per VAE latent channel (2x2 packed latents: 4)
     single_file: bool = False  # diffusers' pipeline loader reads its all-in-one checkpoints
@@ -140,8 +161,9 @@ class ModelFamily:
     configs_for: Callable[[Shapes, frozenset[str]], Configs] | None = None
     # (denoiser shapes, key prefix, quant, file name) -> how the worker reads the denoiser file (default: id)
     denoiser_layout: Callable[[Shapes, str, str, str], str] | None = None
-    # (denoiser sizes, file name, configs) -> (config overrides by component, "" for model_index; notes)
-    variant: Callable[[dict, str, Configs], tuple[dict[str, dict], tuple[str, ...]]] | None = None
+    # (denoiser sizes, file name, configs, the loader's flux_kontext choice) -> (config overrides by component,
+    # "" for model_index: its _class_name where the files make another pipeline; notes)
+    variant: Callable[[dict, str, Configs, str], tuple[dict[str, dict], tuple[str, ...]]] | None = None
 
     def recognises(self, shapes: Shapes) -> bool:
         return all(k in shapes for k in self.denoiser_keys) and not any(k in shapes for k in self.absent_keys)
@@ -157,7 +179,9 @@ class ModelFamily:
         return self.denoiser_layout(shapes, prefix, quant, file_name) if self.denoiser_layout else self.id
 
     def latent_channels(self, shapes: Shapes) -> int:
-        """The VAE latent channels this denoiser reads."""
+        """The VAE latent channels this denoiser makes (and reads, beside any condition it reads too)."""
+        if self.out_key:
+            return shapes[self.out_key][0] // self.latent_packing
         return shapes[self.width_key][1] // self.latent_packing
 
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .base import Configs, ControlNets, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
+from .base import Configs, ControlNets, Embeddings, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
 
 CONVERTER_WIDTH = 3072  # diffusers' FLUX.1 single-file converter hard-codes the published width
+# Load TPU Pipeline (ComfyUI files)'s flux_kontext: a Kontext file holds the same tensors as FLUX.1 [dev], so the
+# file's name says it (auto: "kontext" in it, as in every published one), or the artist does (on, off)
+KONTEXT_CHOICES = ("auto", "on", "off")
+FILL, CONTROL, KONTEXT = "FluxFillPipeline", "FluxControlPipeline", "FluxKontextPipeline"
 
 
 def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
@@ -17,7 +21,8 @@ def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
             "num_attention_heads": hidden // head, "joint_attention_dim": s["txt_in.weight"][1],
             "pooled_projection_dim": s["vector_in.in_layer.weight"][1],
             "guidance_embeds": "guidance_in.in_layer.weight" in s,
-            "axes_dims_rope": scaled(published["axes_dims_rope"], head, even=True)}
+            "axes_dims_rope": scaled(published["axes_dims_rope"], head, even=True),
+            **({"out_channels": out} if (out := s["final_layer.linear.weight"][0]) != s["img_in.weight"][1] else {})}
 
 
 def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
@@ -37,11 +42,47 @@ def denoiser_layout(s: Shapes, prefix: str, quant: str, file_name: str) -> str:
     return "flux1-comfy-map"
 
 
-def variant(sizes: dict, file_name: str, configs: Configs) -> tuple[dict[str, dict], tuple[str, ...]]:
-    if sizes["guidance_embeds"]:
-        return {}, ()
-    return ({"scheduler": {"shift": 1.0, "use_dynamic_shifting": False}},  # schnell: its own schedule
-            ("FLUX.1 [schnell] (no guidance embedding): 4 steps, guidance 0",))
+def tool(sizes: dict, file_name: str, kontext: str) -> str:
+    """The pipeline a FLUX.1 file makes: Fill and Depth/Canny read a condition beside the latents (input channels
+    latents + masked image + mask, or latents + control image); Kontext is told by name or by the loader."""
+    latents, inputs = sizes.get("out_channels", sizes["in_channels"]), sizes["in_channels"]
+    cls = FILL if inputs > 2 * latents else CONTROL if inputs == 2 * latents else ""
+    if kontext == "on" and cls:
+        from ..errors import ModelError
+
+        raise ModelError(f"flux_kontext: '{file_name}' is a FLUX.1 {TOOL_NAMES[cls]} model ({inputs} input channels), "
+                         "not FLUX.1 Kontext (which has FLUX.1 [dev]'s tensors); set flux_kontext to auto.")
+    if cls:
+        return cls
+    named = kontext == "auto" and "kontext" in file_name.lower()
+    return KONTEXT if kontext == "on" or named else "FluxPipeline"
+
+
+KONTEXT_RESIZE = ("the reference is resized to the Kontext resolution nearest its aspect ratio (about 1 megapixel, "
+                  "as FluxKontextPipeline and ComfyUI's FluxKontextImageScale do); input image i goes with image i "
+                  "of the run (cycling)")
+TOOL_NAMES = {FILL: "Fill", CONTROL: "Depth/Canny", KONTEXT: "Kontext"}
+TOOL_NOTES = {
+    FILL: "FLUX.1 Fill: repaints the white part of Sample's mask in Sample's image (inpainting; outpainting with "
+          "Pad Image for Outpainting); guidance 30 as published",
+    CONTROL: "FLUX.1 Depth/Canny: follows the structure of Sample's image, the control image (a depth map, or "
+             "edges from ComfyUI's Canny node); guidance 10 (Depth) or 30 (Canny) as published",
+    KONTEXT: "FLUX.1 Kontext: edits Sample's image (the reference) as the prompt says; without an image it makes "
+             "one from text",
+}
+
+
+def variant(sizes: dict, file_name: str, configs: Configs,
+            kontext: str = "auto") -> tuple[dict[str, dict], tuple[str, ...]]:
+    overrides, notes = {}, []
+    if (cls := tool(sizes, file_name, kontext)) != "FluxPipeline":
+        overrides[""] = {"_class_name": cls}
+        how = " (by its file name; set flux_kontext to off if it is not)" if cls == KONTEXT and kontext == "auto" else ""
+        notes.append(TOOL_NOTES[cls] + how)
+    if not sizes["guidance_embeds"]:
+        overrides["scheduler"] = {"shift": 1.0, "use_dynamic_shifting": False}  # schnell: its own schedule
+        notes.append("FLUX.1 [schnell] (no guidance embedding): 4 steps, guidance 0")
+    return overrides, tuple(notes)
 
 
 def controlnet_config(s: Shapes, denoiser: dict) -> dict:
@@ -67,17 +108,32 @@ CONTROLNETS = ControlNets("FluxControlNetModel", "FluxMultiControlNetModel", "Fl
                                 "transformer_blocks.0.attn.norm_q.weight"),
                           config=controlnet_config)
 
+
+# ComfyUI's FLUX conditioning: T5-XXL's last hidden states (its tokenizer pads to 256 tokens), pooled = CLIP-L's
+# pooled output without projection (comfy/text_encoders/flux.py): diffusers' prompt_embeds and pooled_prompt_embeds
+EMBEDDINGS = Embeddings("CLIP-L and T5-XXL (DualCLIPLoader, type flux)",
+                        lambda c: (c["joint_attention_dim"], c["pooled_projection_dim"]), length=512)
+
 FAMILY = ModelFamily(
     id="flux1", name="FLUX.1",
     # FLUX.1 runs two passes only with true CFG (true_cfg_scale > 1 and a negative prompt: Sampling Options)
     pipelines=(Pipeline("FluxPipeline", "FLUX.1", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
                         sigmas="unless flow sigmas",
                         img2img="FluxImg2ImgPipeline", inpaint="FluxInpaintPipeline",
-                        step_caches=("first block", "taylorseer", "magcache"), controlnets=(CONTROLNETS,)),),
+                        step_caches=("first block", "taylorseer", "magcache"), controlnets=(CONTROLNETS,),
+                        embeddings=EMBEDDINGS),
+               # The FLUX.1 tools: one pass per step (guidance-distilled; Kontext's true CFG does not name its
+               # branches, so CFG Parallel cannot split it); the image inputs as the pipelines take them
+               Pipeline(KONTEXT, "FLUX.1 Kontext", 2, "guidance_scale", True, sigmas="unless flow sigmas",
+                        references=True, image_note=KONTEXT_RESIZE),
+               Pipeline(FILL, "FLUX.1 Fill", 2, "guidance_scale", True, sigmas="unless flow sigmas",
+                        inpaint=FILL, needs_image=True, needs_mask=True),
+               Pipeline(CONTROL, "FLUX.1 Depth/Canny", 2, "guidance_scale", True,
+                        sigmas="unless flow sigmas", needs_image=True, control_image=True)),
     configs=(Configs("flux1", (TextSlot("text_encoder", "clip-l"), TextSlot("text_encoder_2", "t5"))),),
     denoiser_keys=("double_blocks.0.img_attn.qkv.weight", "img_in.weight", "vector_in.in_layer.weight"),
-    width_key="img_in.weight", width_agrees=("txt_in.weight", 0), sizes=sizes, text_widths=text_widths,
-    vae="vae-ldm", vae_hint="FLUX.1's ae.safetensors",
+    width_key="img_in.weight", width_agrees=("txt_in.weight", 0), out_key="final_layer.linear.weight",
+    sizes=sizes, text_widths=text_widths, vae="vae-ldm", vae_hint="FLUX.1's ae.safetensors",
     single_file=True, lora_formats=("kohya-flux1",),
     denoiser_layout=denoiser_layout, variant=variant,
 )

@@ -38,7 +38,8 @@ def configs_for(s: Shapes, kinds: frozenset[str]) -> Configs:
     return KLEIN if klein else DEV
 
 
-def variant(sizes: dict, file_name: str, configs: Configs) -> tuple[dict[str, dict], tuple[str, ...]]:
+def variant(sizes: dict, file_name: str, configs: Configs,
+            kontext: str = "auto") -> tuple[dict[str, dict], tuple[str, ...]]:
     if configs is KLEIN and "base" in file_name.lower():
         return {"": {"is_distilled": False}}, ()
     return {}, ()

@@ -50,7 +50,8 @@ def denoiser_layout(s: Shapes, prefix: str, quant: str, file_name: str) -> str:
     return "diffusers" if prefix == "" and quant == "" else "qwenimage"  # ComfyUI's files hold diffusers' keys
 
 
-def variant(sizes: dict, file_name: str, configs: Configs) -> tuple[dict[str, dict], tuple[str, ...]]:
+def variant(sizes: dict, file_name: str, configs: Configs,
+            kontext: str = "auto") -> tuple[dict[str, dict], tuple[str, ...]]:
     """The edit pipelines by the 2511 marker or the file name (the module docstring says why), with their
     processor; a note says which pipeline the file made and why."""
     name = file_name.lower()

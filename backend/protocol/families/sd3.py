@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from . import text_encoders
-from .base import Configs, ControlNets, ModelFamily, Pipeline, Shapes, TextSlot, count
+from .base import Configs, ControlNets, Embeddings, ModelFamily, Pipeline, Shapes, TextSlot, count
 
 
 def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
@@ -63,11 +63,19 @@ CONTROLNETS = ControlNets("SD3ControlNetModel", "SD3MultiControlNetModel", "Stab
                                 "time_text_embed.text_embedder.linear_1.weight"),
                           config=controlnet_config)
 
+
+# ComfyUI's SD3 conditioning (comfy/text_encoders/sd3_clip.py): CLIP-L and CLIP-G penultimate states side by side,
+# zero-padded to 4096, then T5-XXL's states (77 tokens at least) along the sequence; pooled = CLIP-L's and CLIP-G's
+# pooled outputs (L's unprojected: the published SD3 CLIP-L's projection is the identity). diffusers' layout; its
+# text path gives 77 + 256 tokens (T5 absent: zeros, as padding gives).
+EMBEDDINGS = Embeddings("CLIP-L, CLIP-G and T5-XXL (TripleCLIPLoader; or DualCLIPLoader type sd3 without T5)",
+                        lambda c: (c["joint_attention_dim"], c["pooled_projection_dim"]), length=77 + 256)
+
 FAMILY = ModelFamily(
     id="sd3", name="SD3/SD3.5",
     pipelines=(Pipeline("StableDiffusion3Pipeline", "SD3", 2, "guidance_scale", False, repeated_blocks=False,
                         cfg_doubles_batch=True, cfg_passes="batch", img2img="StableDiffusion3Img2ImgPipeline",
-                        inpaint="StableDiffusion3InpaintPipeline", controlnets=(CONTROLNETS,)),),
+                        inpaint="StableDiffusion3InpaintPipeline", controlnets=(CONTROLNETS,), embeddings=EMBEDDINGS),),
     configs=(Configs("sd3", (TextSlot("text_encoder", "clip-l"), TextSlot("text_encoder_2", "clip-g"),
                              TextSlot("text_encoder_3", "t5", optional=True))),),
     denoiser_keys=("joint_blocks.0.x_block.attn.qkv.weight", "x_embedder.proj.weight"),

@@ -6,7 +6,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from . import text_encoders
-from .base import Configs, ControlNets, ModelFamily, Pipeline, Shapes, TextSlot, count, groups, head_dim
+from .base import (
+    Configs,
+    ControlNets,
+    Embeddings,
+    ModelFamily,
+    Pipeline,
+    Shapes,
+    TextSlot,
+    count,
+    groups,
+    head_dim,
+)
 
 
 def _cross_attention_key(s: Shapes) -> str:
@@ -100,12 +111,24 @@ UNION = ControlNets("ControlNetUnionModel", "MultiControlNetUnionModel", "Stable
                     inpaint="StableDiffusionXLControlNetUnionInpaintPipeline", modes=UNION_MODES, mode_lists=True,
                     keys=(*_CONTROLNET_KEYS, "task_embedding"), config=controlnet_config)
 
+
+def embedding_widths(unet: dict) -> tuple[int, int]:
+    """Cross-attention width (CLIP-L + CLIP-G), and CLIP-G's projection (the added embedding's input less the six
+    size and crop numbers)."""
+    return unet["cross_attention_dim"], unet["projection_class_embeddings_input_dim"] - 6 * unet["addition_time_embed_dim"]
+
+
+# ComfyUI's SDXL conditioning (comfy/sdxl_clip.py): CLIP-L's and CLIP-G's penultimate states side by side (L first),
+# 77 tokens per chunk of 75; pooled = CLIP-G's projected pooled output: diffusers' layout.
+EMBEDDINGS = Embeddings("CLIP-L and CLIP-G (the checkpoint's CLIP, or DualCLIPLoader type sdxl)", embedding_widths,
+                        length=77, chunks=4)
+
 FAMILY = ModelFamily(
     id="sdxl", name="SDXL",
     pipelines=(Pipeline("StableDiffusionXLPipeline", "SDXL", 1, "guidance_scale", False, cfg_doubles_batch=True,
                         cfg_passes="batch", img2img="StableDiffusionXLImg2ImgPipeline",
                         inpaint="StableDiffusionXLInpaintPipeline", seeded_steps=True,
-                        controlnets=(CONTROLNETS, UNION)),),
+                        controlnets=(CONTROLNETS, UNION), embeddings=EMBEDDINGS),),
     configs=(Configs("sdxl", (TextSlot("text_encoder", "clip-l"), TextSlot("text_encoder_2", "clip-g"))),),
     denoiser_keys=("input_blocks.0.0.weight", "label_emb.0.0.weight", "middle_block.1.proj_in.weight"),
     width_key="input_blocks.0.0.weight", width_agrees=("time_embed.0.weight", 1),
