@@ -840,19 +840,20 @@ CONTROLNETS: dict[str, tuple[str, str, dict[str, Any]]] = {
 }
 
 
-def build_tiny_controlnet(name: str, models: str | os.PathLike, out_dir: str | os.PathLike, seed: int = 0) -> pathlib.Path:
-    """Saves tiny ControlNet `name` (a key of CONTROLNETS) for the tiny pipeline under `models` as a diffusers
-    folder `out_dir` (config.json + diffusion_pytorch_model.safetensors, the layout its published files have).
+def build_tiny_controlnet(name: str, pipeline: str | os.PathLike, out_dir: str | os.PathLike, seed: int = 0) -> pathlib.Path:
+    """Saves ControlNet `name` (a key of CONTROLNETS) for the pipeline folder `pipeline` (a tiny or small one of its
+    family) as a diffusers folder `out_dir` (config.json + diffusion_pytorch_model.safetensors, the layout its
+    published files have).
     Every weight is drawn at random (diffusers zero-initialises a new ControlNet's output layers, which would leave
     the image unchanged). Deterministic for a seed; skipped when the folder exists."""
     import diffusers
 
-    family, class_name, changes = CONTROLNETS[name]
+    _, class_name, changes = CONTROLNETS[name]
     out = pathlib.Path(out_dir)
     if (out / "config.json").is_file():
         return out
     cls = getattr(diffusers, class_name)
-    base = pathlib.Path(models) / f"tiny-{family}"
+    base = pathlib.Path(pipeline)
     denoiser = "unet" if (base / "unet").is_dir() else "transformer"
     config = json.loads((base / denoiser / "config.json").read_text())
     wanted = inspect.signature(cls.__init__).parameters

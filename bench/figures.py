@@ -631,6 +631,75 @@ def lora_strength(ctx: Ctx) -> list[dict]:
                          "paired_ratio_median": paired(times["plain"], times["change"])})]
 
 
+# ---- controlnet: a ControlNet prompt against plain diffusers' ControlNet pipeline; strength changes, compiled
+
+CONTROLNET = ("controlnet_throughput", "ControlNet (FLUX.1 union, canny): warm throughput through backend.api vs "
+                                      "plain FluxControlNetPipeline")
+CONTROLNET_RECOMPILES = ("controlnet_recompiles", "ControlNet: recompiles over strength, start, end and image changes "
+                                                  "(compiled mode)")
+
+
+def controlnet(ctx: Ctx) -> list[dict]:
+    """`api.sample` with a union ControlNet (random weights, built for the bench's model) against the plain script's
+    FluxControlNetPipeline made with from_pipe, alternating rounds, the same control image (drawn from the round's
+    seed) and strength; then, compiled, Samples that each change strength, start, end or the image, counting the
+    worker's recompiles."""
+    from backend.controller import api
+    from backend.tiny_models import build_tiny_controlnet
+
+    folder = build_tiny_controlnet("flux-union", ctx.model_path(ctx.model), ctx.work / f"controlnet-{ctx.model}")
+    spec = _spec(ctx)
+    plain = None if ctx.exclusive else PlainServer(ctx, ctx.model, args=("--controlnet", str(folder)))
+
+    def image(seed: int) -> np.ndarray:
+        return np.random.default_rng(seed).random((1, ctx.height, ctx.width, 3), dtype=np.float32)
+
+    def run_api(r: int) -> float:
+        controlled, _ = api.with_controlnet(spec, str(folder), image(seed_of(r)), 0.7, union_mode="canny")
+        return timed(api.sample, controlled, request(ctx, seed_of(r)))
+
+    def run_plain(r: int) -> float:
+        return plain.call(seed_of(r), control={"seed": seed_of(r), "strength": 0.7, "mode": 0})["call_s"]
+
+    changes = [(0.3, 0.0, 1.0, 1), (0.7, 0.2, 1.0, 1), (0.7, 0.0, 0.6, 1), (0.7, 0.0, 1.0, 2), (1.2, 0.1, 0.9, 3)]
+    changes = changes[:2] if ctx.quick else changes
+    try:
+        if ctx.exclusive:  # one holder of the chip at a time
+            times = alternate({"api": run_api}, ctx.repeats, ctx.warmup, blocks=True)
+            api.shutdown()
+            plain = PlainServer(ctx, ctx.model, args=("--controlnet", str(folder)))
+            times.update(alternate({"plain": run_plain}, ctx.repeats, ctx.warmup, blocks=True))
+        else:
+            plain.wait_ready()
+            times = alternate({"plain": run_plain, "api": run_api}, ctx.repeats, ctx.warmup)
+        compiled, _ = api.with_compile(spec, "whole denoiser", "eager", "", False)
+        api.sample(api.with_controlnet(compiled, str(folder), image(0), 0.7, union_mode="canny")[0], request(ctx, 0))
+        before = api.compile_stats()
+        for strength, start, end, seed in changes:
+            api.sample(api.with_controlnet(compiled, str(folder), image(seed), strength, start, end, "canny")[0],
+                       request(ctx, seed))
+        after = api.compile_stats()
+    finally:
+        api.shutdown()
+        if plain is not None:
+            plain.close()
+    recompiles = after["unexpected_recompiles"] - before["unexpected_recompiles"]
+    graphs = after["graphs"] - before["graphs"]
+    workload = f"{ctx.model} {ctx.width}x{ctx.height}, {ctx.steps} steps, one FLUX.1 union ControlNet (canny, 0.7)"
+    return [row(*CONTROLNET, ratio=median(times["plain"]) / median(times["api"]),
+                ratio_of="plain FluxControlNetPipeline s/image ÷ api.sample s/image; ≥ 1 is as fast as plain",
+                ours=summary(times["api"], "s/image"), plain=summary(times["plain"], "s/image"),
+                tgt=THROUGHPUT_TARGET,
+                details={"workload": workload, "controlnet": "random weights, 1 double and 1 single block, 7 modes",
+                         "repeats": ctx.repeats, "warmup": ctx.warmup,
+                         "paired_ratio_median": paired(times["plain"], times["api"])}),
+            row(*CONTROLNET_RECOMPILES, ratio=recompiles / len(changes),
+                ratio_of="recompiles ÷ Samples that change strength, start, end or the control image",
+                ours=qty(recompiles, "recompiles", graphs=graphs, samples=len(changes)), tgt=RECOMPILE_TARGET,
+                details={"workload": workload, "backend": "eager (dynamo traces, no code generation)",
+                         "measured": "the worker's unexpected_recompiles / graphs counters before and after"})]
+
+
 # ---- soak (only with --soak N)
 
 SOAK = ("soak", "Soak: N prompts through ComfyUI, RSS growth of ComfyUI and the workers")

@@ -59,6 +59,12 @@ def load(args):
         pipe.enable_model_cpu_offload(device=_device(torch, args.device))
     else:
         pipe.to(_device(torch, args.device))
+    if args.controlnet:  # the family's ControlNet pipeline made from the loaded one, as diffusers' docs show
+        import diffusers
+
+        net = diffusers.FluxControlNetModel.from_pretrained(args.controlnet, dtype=_dtype(torch, args.dtype),
+                                                            local_files_only=True, use_safetensors=True)
+        pipe = diffusers.FluxControlNetPipeline.from_pipe(pipe, controlnet=net.to(_device(torch, args.device)))
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
@@ -72,6 +78,11 @@ def call(pipe, args, cmd: dict) -> dict:
               "num_inference_steps": cmd["steps"], "guidance_scale": cmd.get("guidance", 0.0),
               "generator": [torch.Generator("cpu").manual_seed(cmd["seed"])], "num_images_per_prompt": 1,
               "output_type": "np"}
+    if "control" in cmd:  # {"strength", "mode", "seed"}: a ControlNet image drawn from its seed, as the bench's own
+        control = cmd["control"]
+        kwargs.update(control_image=np.random.default_rng(control["seed"]).random(
+            (1, cmd["height"], cmd["width"], 3), dtype=np.float32), controlnet_conditioning_scale=control["strength"],
+            control_mode=control["mode"])
     t0, cpu0 = time.perf_counter(), time.process_time()
     with torch.inference_mode():
         images = pipe(**kwargs).images
@@ -90,7 +101,7 @@ def call(pipe, args, cmd: dict) -> dict:
 
 def serve(args) -> None:
     """Commands (one JSON object per line): {"op": "call", width, height, steps, seed, [prompt, guidance,
-    png_dir]}; {"op": "compile", "backend": ...} (torch.compile of the transformer, the options the pack
+    png_dir, control: {seed, strength, mode} with --controlnet]}; {"op": "compile", "backend": ...} (torch.compile of the transformer, the options the pack
     uses); {"op": "graphs"} (dynamo's unique graphs so far); {"op": "rss"}; {"op": "quit"}."""
     import torch
 
@@ -205,6 +216,7 @@ def main() -> None:
     parser.add_argument("--text-tokens", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--offload", default="none", choices=("none", "model"), help="serve, cold: model offload")
+    parser.add_argument("--controlnet", default="", help="serve: a FLUX.1 ControlNet folder (FluxControlNetPipeline)")
     args = parser.parse_args()
     {"serve": serve, "cold": cold, "transformer": transformer}[args.mode](args)
 

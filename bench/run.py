@@ -67,6 +67,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("load_memory", load_memory.figure, ((load_memory.ID, load_memory.TITLE, load_memory.TARGET),)),
     Figure("mfu", mfu.figure, ((*mfu.EAGER, None), (*mfu.COMPILED, None))),
     Figure("lora", figures.lora_strength, ((*figures.LORA, figures.LORA_TARGET),)),
+    Figure("controlnet", figures.controlnet, ((*figures.CONTROLNET, figures.THROUGHPUT_TARGET),
+                                              (*figures.CONTROLNET_RECOMPILES, figures.RECOMPILE_TARGET))),
     Figure("cfg_parallel", speed.cfg_parallel, ((*speed.CFG, speed.CFG_TARGET),)),
     Figure("context_parallel", speed.context_parallel, ((*speed.CP, speed.CP_TARGET),)),
     Figure("prompt_cache", speed.prompt_cache, ((*speed.CACHE, speed.CACHE_TARGET),)),

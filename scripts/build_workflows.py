@@ -134,6 +134,41 @@ def _flux1_tool(*, title: str, diffusion_model: str, prompt: str, steps: int, gu
         nodes.append({"id": 6, "type": "ImagePadForOutpaint", "pos": [410, 480], "size": [300, 0], "widgets": pad})
         links += [[5, "IMAGE", 6, "image"], [6, "IMAGE", 2, "image"], [6, "MASK", 2, "mask"]]
     return {"name": title, "nodes": nodes, "links": links, "extra": {"description": description}}
+def _controlnet_workflow(*, name: str, model: str, controlnets: list[dict], canny: tuple[float, float], prompt: str,
+                         negative_prompt: str, steps: int, guidance: float, note: str, description: str) -> dict:
+    """Load TPU Pipeline -> Apply ControlNet (TPU) x len(controlnets) -> Sample -> Save Image; the first ControlNet's
+    image from ComfyUI's Load Image through its own Canny node, each further one from a Load Image of its own.
+    Node ids: Load 1, Sample 2, Save 3, note 4, Load Image 5, Canny 6, Apply ControlNet 7, 8, ..., further Load
+    Image 20, 21, ..."""
+    low, high = canny
+    nodes = [
+        {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
+         "widgets": {"model": model, "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}},
+        {"id": 5, "type": "LoadImage", "pos": [40, 360], "size": [330, 380], "widgets": {"image": "example.png"}},
+        {"id": 6, "type": "Canny", "pos": [410, 520], "size": [300, 0],
+         "widgets": {"low_threshold": low, "high_threshold": high}},
+    ]
+    links = []
+    x, source = 410, 1
+    for i, widgets in enumerate(controlnets):
+        nodes.append({"id": 7 + i, "type": "TPUApplyControlNet", "pos": [x, 130], "size": [320, 0],
+                      "widgets": {k: v for k, v in widgets.items() if k != "picture"}})
+        links.append([source, "pipeline", 7 + i, "pipeline"])
+        if i == 0:
+            links += [[5, "IMAGE", 6, "image"], [6, "IMAGE", 7, "image"]]
+        else:
+            nodes.append({"id": 20 + i, "type": "LoadImage", "pos": [x, 520], "size": [320, 380],
+                          "widgets": {"image": widgets["picture"]}})
+            links.append([20 + i, "IMAGE", 7 + i, "image"])
+        source, x = 7 + i, x + 360
+    sample = {"prompt": prompt, "negative_prompt": negative_prompt, "width": 1024, "height": 1024, "steps": steps,
+              "guidance": guidance, "seed": 0, "control_after_generate": "randomize", "batch_size": 1}
+    nodes += [{"id": 2, "type": "TPUSample", "pos": [x, 130], "size": [400, 470], "widgets": sample},
+              {"id": 3, "type": "SaveImage", "pos": [x + 440, 130], "size": [360, 470],
+               "widgets": {"filename_prefix": name.replace("_", "-")}},
+              _note(4, [40, 960], note, size=(x - 80, 300))]
+    links += [[source, "pipeline", 2, "pipeline"], [2, "images", 3, "images"]]
+    return {"name": name, "nodes": nodes, "links": links, "extra": {"description": description}}
 
 
 def _wan_video(*, name: str, model: str, prompt: str, negative_prompt: str, frames: int, steps: int, prefix: str,
@@ -756,6 +791,51 @@ refuses it without one). To inpaint instead, connect Load Image's mask (drawn in
     "flux1_hires_fix": _hires_fix(),
     "flux1_latent_hires_fix": _latent_hires_fix(),
     "flux1_dev_clip_text_encode": _clip_text_encode(),
+    "flux1_controlnet_union": _controlnet_workflow(
+        name="flux1_controlnet_union", model="FLUX.1-dev", canny=(0.2, 0.6),
+        controlnets=[{"controlnet_name": "FLUX.1-dev-ControlNet-Union-Pro.safetensors", "strength": 0.7,
+                      "start_percent": 0.0, "end_percent": 0.8, "union_mode": "canny"}],
+        prompt="a cozy cabin in a snowy forest at dusk, warm light in the windows", negative_prompt="", steps=28,
+        guidance=3.5,
+        description="FLUX.1-dev with a union ControlNet: Load Image -> ComfyUI's Canny -> Apply ControlNet (TPU) "
+                    "(union mode canny, strength 0.7, steps 0-0.8) -> Sample (1024x1024, 28 steps) -> Save Image. "
+                    "Needs models/diffusers/FLUX.1-dev and the union ControlNet in models/controlnet.",
+        note="""
+## FLUX.1 with a union ControlNet
+
+**Load Image** → ComfyUI's **Canny** → **Apply ControlNet (TPU)** (union mode `canny`, strength 0.7, acting on the
+first 80 % of the steps) → **Sample** → **Save Image**.
+
+A *union* ControlNet (InstantX's, Shakker-Labs' Union Pro) is one model for several kinds of control image; say
+which kind in `union_mode`. Put its `diffusion_pytorch_model.safetensors` in `models/controlnet` (renamed as you
+like). The control image is resized to Sample's size as ComfyUI does (centre crop, nearest).
+
+Changing strength, start, end or the image never reloads the model (nor recompiles it in compiled mode).
+**Model**: `models/diffusers/FLUX.1-dev`.
+"""),
+    "sdxl_two_controlnets": _controlnet_workflow(
+        name="sdxl_two_controlnets", model="stable-diffusion-xl-base-1.0", canny=(0.3, 0.7),
+        controlnets=[{"controlnet_name": "controlnet-canny-sdxl-1.0.safetensors", "strength": 0.6,
+                      "start_percent": 0.0, "end_percent": 1.0, "union_mode": "none"},
+                     {"controlnet_name": "controlnet-depth-sdxl-1.0.safetensors", "strength": 0.4,
+                      "start_percent": 0.0, "end_percent": 0.6, "union_mode": "none", "picture": "depth.png"}],
+        prompt="a lighthouse on a rocky coast, stormy sea, dramatic clouds",
+        negative_prompt="blurry, low quality", steps=30, guidance=6.0,
+        description="SDXL with two chained ControlNets: Load Image -> Canny -> Apply ControlNet (canny, 0.6) -> Apply "
+                    "ControlNet (a depth map from Load Image, 0.4, steps 0-0.6) -> Sample (1024x1024, 30 steps) -> "
+                    "Save Image. Needs models/diffusers/stable-diffusion-xl-base-1.0 and the two ControlNets.",
+        note="""
+## SDXL with two ControlNets
+
+**Load Image** → **Canny** → **Apply ControlNet (TPU)** (canny, 0.6) → **Apply ControlNet (TPU)** (depth, 0.4, first
+60 % of the steps) → **Sample** → **Save Image**. The depth map comes from its own **Load Image** (or a depth
+preprocessor).
+
+Chain as many as you like: they run together in one diffusers ControlNet pipeline. Put each ControlNet's
+`diffusion_pytorch_model.safetensors` (e.g. diffusers/controlnet-canny-sdxl-1.0) in `models/controlnet`, renamed.
+Union ControlNets (xinsir) chain with each other, not with these. **Model**:
+`models/diffusers/stable-diffusion-xl-base-1.0`.
+"""),
     "wan21_t2v": _wan_text_to_video(),
     "wan21_i2v": _wan_image_to_video(),
 })
@@ -776,7 +856,7 @@ def main() -> int:
             workflow["id"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"comfyui-tpu/workflows/{name}"))  # stable id
             conversion = ui.convert(workflow, name)
             # models, model files, LoRAs and input pictures need not be installed here
-            conversion.check(allowed_values=dict.fromkeys((*MODEL_INPUTS, "lora_name", "image")))
+            conversion.check(allowed_values=dict.fromkeys((*MODEL_INPUTS, "lora_name", "controlnet_name", "image")))
             path = Path(args.out) / f"{name}.json"
             path.write_text(json.dumps(workflow, indent=2) + "\n")
             print(path)

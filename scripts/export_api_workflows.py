@@ -46,7 +46,7 @@ def main() -> int:
         for path in workflow_files(WORKFLOWS):
             # Models, model files, LoRAs and input pictures need not be installed to convert: any name is fine here.
             conversion = ui.convert(load_ui_workflow(path), path.stem).check(
-                allowed_values=dict.fromkeys((*MODEL_INPUTS, "lora_name", "image")))
+                allowed_values=dict.fromkeys((*MODEL_INPUTS, "lora_name", "controlnet_name", "image")))
             text, target = render(conversion.prompt), api_path(path)
             if target.exists() and target.read_text() == text:
                 continue

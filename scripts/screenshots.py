@@ -34,6 +34,7 @@ NODE_SHOTS = {
     "LoadTPUPipelineFiles": ("flux1_dev_comfyui_files", 1),
     "TPUSample": ("flux1_img2img", 2),
     "TPULoadLoRA": ("flux1_lora", 5),
+    "TPUApplyControlNet": ("flux1_controlnet_union", 7),
     "TPUSetExecutionMode": ("sd35_medium_compiled", 5),
     "TPUCompile": ("sd35_medium_compiled", 6),
     "TPUShardTP": ("flux2_dev_tp8", 5),

@@ -68,7 +68,7 @@ def tiny_controlnets(tiny_models) -> Path:
     root = tiny_models.parent / f"{tiny_models.name}-controlnet"
     (root / "files").mkdir(parents=True, exist_ok=True)
     for name in CONTROLNETS:
-        folder = build_tiny_controlnet(name, tiny_models, root / f"tiny-{name}")
+        folder = build_tiny_controlnet(name, tiny_models / f"tiny-{CONTROLNETS[name][0]}", root / f"tiny-{name}")
         file = root / "files" / f"tiny-{name}.safetensors"
         if not file.is_file():
             shutil.copy(folder / "diffusion_pytorch_model.safetensors", file)

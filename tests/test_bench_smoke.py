@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FIGURE_IDS = {"controller_memory", "comfyui_throughput", "api_throughput", "noise_floor", "handback", "cold_start",
               "data_parallel", "compile_cold", "compile_warm_restart", "compile_recompiles", "load_memory",
               "mfu_eager", "mfu_compiled", "cfg_parallel", "context_parallel", "prompt_cache", "batched",
-              "warm_start", "lora_strength_change", "zimage_throughput"}
+              "warm_start", "lora_strength_change", "zimage_throughput", "controlnet_throughput",
+              "controlnet_recompiles"}
 
 
 def test_bench_quick_writes_every_figure(tmp_path, comfyui_dir):

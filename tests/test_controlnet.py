@@ -200,8 +200,6 @@ def test_each_family_equals_plain_diffusers_controlnet_pipeline(tiny_models, tin
     mask[:, 16:48, 16:48] = 1
     cases = [  # (family, [(ControlNet, file, strength, start, end, union mode)], plain pipeline, Sample inputs)
         ("flux", [("flux-union", True, 0.7, 0.0, 1.0, "canny")], "FluxControlNetPipeline", {}),
-        ("flux", [("flux-union", False, 0.8, 0.0, 0.5, "depth"), ("flux", True, 0.5, 0.5, 1.0, "none")],
-         "FluxControlNetPipeline", {}),
         ("flux", [("flux", False, 0.9, 0.0, 1.0, "none")], "FluxControlNetImg2ImgPipeline", {"denoise": 0.5}),
         ("sd3", [("sd3", True, 0.7, 0.0, 1.0, "none")], "StableDiffusion3ControlNetPipeline", {}),
         ("sdxl", [("sdxl", True, 0.6, 0.0, 1.0, "none"), ("sdxl", False, 0.4, 0.0, 0.5, "none")],
@@ -245,9 +243,8 @@ def test_strength_start_end_and_image_never_reload_or_recompile(tiny_models, tin
     base = api.sample(compiled, _request())
     first = api.sample(api.with_controlnet(compiled, union, _image(1), 0.7, 0.0, 1.0, "canny")[0], _request())
     loads, before = api.worker_info()[0]["loads"], api.compile_stats()
-    changes = [(_image(1), 0.3, 0.0, 1.0, "canny"), (_image(1), 0.7, 0.5, 1.0, "canny"),
-               (_image(1), 0.7, 0.0, 0.5, "canny"), (_image(2), 0.7, 0.0, 1.0, "canny"),
-               (_image(1), 0.7, 0.0, 1.0, "depth"), (_image(1), 0.0, 0.0, 1.0, "canny"),
+    changes = [(_image(1), 0.3, 0.0, 1.0, "canny"), (_image(1), 0.7, 0.5, 0.9, "canny"),
+               (_image(2), 0.7, 0.0, 1.0, "depth"), (_image(1), 0.0, 0.0, 1.0, "canny"),
                (_image(2), 0.0, 0.0, 1.0, "canny")]
     images = [api.sample(api.with_controlnet(compiled, union, *c)[0], _request()) for c in changes]
     after = api.compile_stats()

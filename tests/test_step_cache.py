@@ -17,6 +17,7 @@ from lora_fixtures import fuse, load, make
 
 from backend.controller import api
 from backend.protocol.errors import CompileError, ParallelError
+from backend.protocol.families import flux1, qwenimage
 from backend.protocol.spec import MODE_CHOICES, SampleRequest
 from backend.worker.step_cache import config
 
@@ -28,6 +29,8 @@ CASES = [("tiny-flux", "first block", 0.5), ("tiny-flux", "taylorseer", 0.0), ("
          ("tiny-qwenimage", "first block", 0.5), ("tiny-qwenimage", "taylorseer", 0.0),
          ("tiny-flux2", "taylorseer", 0.0)]
 GUIDANCE = {"tiny-flux": 0.0, "tiny-qwenimage": 4.0, "tiny-flux2": 1.0}
+# the modules TaylorSeer extrapolates; FLUX.2 [klein]: diffusers' default (each block's attention)
+TAYLORSEER_MODULES = {"tiny-flux": flux1.TAYLORSEER_MODULES, "tiny-qwenimage": qwenimage.TAYLORSEER_MODULES}
 
 
 def _spec(tiny_models, name="tiny-flux", **kw):
@@ -50,7 +53,7 @@ def _plain(tiny_models, name, kind, threshold, loras=(), true_cfg=1.0, seeds=(3,
     if loras:
         pipe.unload_lora_weights()
     if kind != "off":
-        pipe.transformer.enable_cache(config(kind, threshold, STEPS))
+        pipe.transformer.enable_cache(config(kind, threshold, STEPS, TAYLORSEER_MODULES.get(name, ())))
     kw = {"prompt": FOX, "num_inference_steps": STEPS, "height": 64, "width": 64, "output_type": "np"}
     if name == "tiny-qwenimage":
         kw.update(true_cfg_scale=GUIDANCE[name], negative_prompt="")
@@ -72,6 +75,10 @@ def test_step_cache_is_checked_and_said(tiny_models):
     spec, text = api.sampling_options(_spec(tiny_models), step_cache="first block")
     assert spec.step_cache == "first block" and "threshold 0.08" in text and "not the same pixels" in text
     assert api.sampling_options(_spec(tiny_models))[0].step_cache == "off", "off by default"
+    qwen = api.sampling_options(_spec(tiny_models, "tiny-qwenimage"), step_cache="taylorseer")[1]
+    assert "attention and feed-forward outputs" in qwen, "Qwen-Image's TaylorSeer extrapolates its feed-forwards too"
+    klein = api.sampling_options(_spec(tiny_models, "tiny-flux2"), step_cache="taylorseer")[1]
+    assert "blocks' attention outputs" in klein
     with pytest.raises(ParallelError, match=r"'first block' does not suit SD3 .*FLUX\.1, Qwen-Image.*step_cache to off"):
         api.sampling_options(_spec(tiny_models, "tiny-sd3"), step_cache="first block")
     with pytest.raises(ParallelError, match=r"'magcache' does not suit Qwen-Image.*use first block or taylorseer"):

@@ -63,11 +63,15 @@ TINY = {
 # the seed it is made with. Input pictures the workflows name (Load Image) -> their size on the CPU; each is an
 # RGBA picture with a transparent square (Load Image's mask: the part to repaint).
 LORAS = {"flux1_style_lora.safetensors": ("tiny-flux", 0), "flux1_detail_lora.safetensors": ("tiny-flux", 1)}
-INPUTS = {"example.png": (64, 64)}
+INPUTS = {"example.png": (64, 64), "depth.png": (48, 64)}
+# ControlNet files the workflows name -> the tiny ControlNet (backend.tiny_models.CONTROLNETS) standing in
+CONTROLNETS = {"FLUX.1-dev-ControlNet-Union-Pro.safetensors": "flux-union",
+               "controlnet-canny-sdxl-1.0.safetensors": "sdxl", "controlnet-depth-sdxl-1.0.safetensors": "sdxl"}
 SIZE_FACTOR = 16  # of the tiny models the workflows run on (FLUX.1, SD3, FLUX.2, Z-Image, Wan)
 TINY_FILES = ("flux1", "flux1tools", "zimage")  # the families whose tiny files the workflows use
 # names the frontend may not find here (not installed where the UI loads)
-ALLOWED = {**{name: set(TINY) for name in MODEL_INPUTS}, "lora_name": set(LORAS), "image": set(INPUTS)}
+ALLOWED = {**{name: set(TINY) for name in MODEL_INPUTS}, "lora_name": set(LORAS), "image": set(INPUTS),
+           "controlnet_name": set(CONTROLNETS)}
 # Real-size settings that would take minutes on the CPU, by node type and input: set in the converted API
 # prompt of every workflow that names a real model (the files keep the real values; tiny_demo runs as
 # shipped). Multi-chip workflows run with world size 2 (two CPU worker processes).
@@ -166,8 +170,14 @@ def image_size(prompt: dict, node_id: str) -> tuple[int, int]:
 
 
 @pytest.fixture(scope="module")
-def workflow_files_on_the_server(server, tiny_models, tmp_path_factory):
-    """The LoRA files and input pictures the workflows name, in the server's models/loras and input folders."""
+def workflow_files_on_the_server(server, tiny_models, tiny_controlnets, tmp_path_factory):
+    """The LoRA and ControlNet files and input pictures the workflows name, in the server's models/loras,
+    models/controlnet and input folders."""
+    controlnets = server.work_dir / "models" / "controlnet"
+    controlnets.mkdir(parents=True, exist_ok=True)
+    for name, tiny in CONTROLNETS.items():
+        if not (controlnets / name).exists():
+            (controlnets / name).symlink_to(tiny_controlnets / "files" / f"tiny-{tiny}.safetensors")
     loras = server.work_dir / "models" / "loras"
     loras.mkdir(parents=True, exist_ok=True)
     made = tmp_path_factory.mktemp("workflow-loras")
@@ -199,9 +209,8 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
     assert {"tiny_demo", "flux1_schnell_offload", "sd35_medium_compiled", "flux2_dev_tp8",
             "data_parallel_prompts", "flux1_dev_comfyui_files", "sd35_cfg_parallel", "flux1_context_parallel",
             "flux1_dev_true_cfg", "flux1_img2img", "flux1_inpaint", "flux1_lora", "flux1_hires_fix",
-            "flux1_kontext_edit", "flux1_fill_outpaint",
-            "flux1_latent_hires_fix",
-            "zimage_turbo_comfyui_files", "wan21_t2v", "wan21_i2v",
+            "flux1_kontext_edit", "flux1_fill_outpaint", "flux1_latent_hires_fix", "flux1_controlnet_union",
+            "sdxl_two_controlnets", "zimage_turbo_comfyui_files", "wan21_t2v", "wan21_i2v",
             "flux1_dev_clip_text_encode"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)

@@ -13,7 +13,7 @@ from ..protocol.spec import CACHE_THRESHOLDS, STEP_CACHES, PipelineSpec
 _WHAT = {
     "first block": "runs the first transformer block every step and skips the rest when its output changed less "
                    "than the threshold (relative mean change) since the last full step",
-    "taylorseer": "computes every 5th step fully (after 3 full ones) and extrapolates the attention outputs "
+    "taylorseer": "computes every 5th step fully (after 3 full ones) and extrapolates the blocks' {what} "
                   "in between (Taylor series)",
     "magcache": "skips up to 3 steps in a row while the accumulated error predicted from FLUX.1's known "
                 "magnitude ratios stays below the threshold (never in the first 20 % of the steps)",
@@ -51,5 +51,6 @@ def describe(spec: PipelineSpec) -> str:
     kind = spec.step_cache
     threshold = spec.cache_threshold or CACHE_THRESHOLDS.get(kind)
     said = f" (threshold {threshold:g}: higher skips more, and changes the image more)" if threshold else ""
-    return (f"step_cache {kind}: {_WHAT[kind]}{said}. Faster, not the same pixels as without it; diffusers' "
-            f"{kind} hook, the same image as plain diffusers with it.")
+    what = "attention and feed-forward outputs" if spec.family.taylorseer_modules else "attention outputs"
+    return (f"step_cache {kind}: {_WHAT[kind].format(what=what)}{said}. Faster, not the same pixels as without "
+            f"it; diffusers' {kind} hook, the same image as plain diffusers with it.")

@@ -5,7 +5,8 @@
   changed less than the threshold since the last full step, reusing their cached residual. Data-dependent: where
   one denoiser pass is split over ranks (Shard TP, Context Parallel) each rank would decide from its own shard,
   so the decision's two sums are all-reduced over those ranks first and every rank takes the same one.
-- taylorseer (`TaylorSeerCacheConfig`): full steps at a fixed interval, Taylor-extrapolated outputs between them.
+- taylorseer (`TaylorSeerCacheConfig`): full steps at a fixed interval, Taylor-extrapolated outputs between them
+  (each block's attention; FLUX.1's and Qwen-Image's feed-forwards too: the pipeline's `taylorseer_modules`).
 - magcache (`MagCacheConfig`): skips by the model's known magnitude ratios (diffusers ships FLUX.1's).
 The last two decide by the step number alone, so every rank decides alike by construction. CFG Parallel ranks
 each run one branch under its own cache context, as one process does; Data Parallel replicas draw their own images.
@@ -27,8 +28,9 @@ from ..protocol.spec import CACHE_THRESHOLDS, PipelineSpec
 from .compiler import denoiser
 
 
-def config(kind: str, threshold: float, steps: int) -> Any:
-    """diffusers' config for a cache kind; threshold 0 = the kind's default (CACHE_THRESHOLDS)."""
+def config(kind: str, threshold: float, steps: int, taylorseer_modules: tuple[str, ...] = ()) -> Any:
+    """diffusers' config for a cache kind; threshold 0 = the kind's default (CACHE_THRESHOLDS); the modules
+    TaylorSeer extrapolates (the pipeline's `taylorseer_modules`, () = diffusers' default)."""
     from diffusers import FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig
 
     if kind == "first block":
@@ -39,7 +41,7 @@ def config(kind: str, threshold: float, steps: int) -> Any:
         return MagCacheConfig(threshold=threshold or CACHE_THRESHOLDS[kind], num_inference_steps=steps,
                               mag_ratios=FLUX_MAG_RATIOS)
     if kind == "taylorseer":
-        return TaylorSeerCacheConfig()
+        return TaylorSeerCacheConfig(cache_identifiers=list(taylorseer_modules) or None)
     raise ValueError(f"unknown step cache '{kind}'")
 
 
@@ -77,7 +79,7 @@ class StepCache:
                 module.disable_cache()
             self.module, self.key = module, None
             if kind != "off":
-                module.enable_cache(config(kind, spec.cache_threshold, steps))
+                module.enable_cache(config(kind, spec.cache_threshold, steps, spec.family.taylorseer_modules))
                 if kind == "first block" and peers is not None:
                     _agree(module, peers)
             self.key = key

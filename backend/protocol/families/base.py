@@ -94,6 +94,9 @@ class Pipeline:
     # The step caches (spec.STEP_CACHES) that suit it: diffusers' hooks know its blocks and the pipeline runs its
     # denoiser under cache contexts; MagCache also needs the model's magnitude ratios (diffusers ships FLUX.1's)
     step_caches: tuple[str, ...] = ()
+    # The modules whose outputs TaylorSeer extrapolates between its full steps (regular expressions on module names,
+    # diffusers' `cache_identifiers`); () = diffusers' default, each block's attention
+    taylorseer_modules: tuple[str, ...] = ()
     # A video pipeline (num_frames in, .frames out): its frame count is 1 + a multiple of this (the VAE's temporal
     # compression, Wan: 4). 0: it makes images.
     frame_step: int = 0

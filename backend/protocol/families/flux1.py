@@ -108,6 +108,11 @@ CONTROLNETS = ControlNets("FluxControlNetModel", "FluxMultiControlNetModel", "Fl
                                 "transformer_blocks.0.attn.norm_q.weight"),
                           config=controlnet_config)
 
+# TaylorSeer extrapolates the attention and feed-forward outputs of the double blocks and the attention and MLP
+# projection of the single blocks (the features the TaylorSeer paper caches), not the attention alone (diffusers'
+# default): in FLUX.1-dev at 1024² the attention modules are about 40-46 % of a block's work, so the default would
+# compute the rest at every step (bench/README.md)
+TAYLORSEER_MODULES = (r"transformer_blocks\.\d+\.(attn|ff|ff_context)", r"single_transformer_blocks\.\d+\.(attn|proj_mlp)")
 
 # ComfyUI's FLUX conditioning: T5-XXL's last hidden states (its tokenizer pads to 256 tokens), pooled = CLIP-L's
 # pooled output without projection (comfy/text_encoders/flux.py): diffusers' prompt_embeds and pooled_prompt_embeds
@@ -120,8 +125,8 @@ FAMILY = ModelFamily(
     pipelines=(Pipeline("FluxPipeline", "FLUX.1", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
                         sigmas="unless flow sigmas",
                         img2img="FluxImg2ImgPipeline", inpaint="FluxInpaintPipeline",
-                        step_caches=("first block", "taylorseer", "magcache"), controlnets=(CONTROLNETS,),
-                        embeddings=EMBEDDINGS),
+                        step_caches=("first block", "taylorseer", "magcache"), taylorseer_modules=TAYLORSEER_MODULES,
+                        controlnets=(CONTROLNETS,), embeddings=EMBEDDINGS),
                # The FLUX.1 tools: one pass per step (guidance-distilled; Kontext's true CFG does not name its
                # branches, so CFG Parallel cannot split it); the image inputs as the pipelines take them
                Pipeline(KONTEXT, "FLUX.1 Kontext", 2, "guidance_scale", True, sigmas="unless flow sigmas",

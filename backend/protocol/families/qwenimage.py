@@ -96,13 +96,17 @@ CONTROLNETS = ControlNets("QwenImageControlNetModel", "QwenImageMultiControlNetM
                                 "controlnet_blocks.0.weight"),
                           config=controlnet_config)
 
+# TaylorSeer extrapolates each block's attention and both feed-forward outputs (the features the TaylorSeer paper
+# caches), not the attention alone (diffusers' default): in Qwen-Image at 1024² the feed-forwards are about half of a
+# block's work (54 %), which the default would compute at every step (bench/README.md)
+TAYLORSEER_MODULES = (r"transformer_blocks\.\d+\.(attn|img_mlp|txt_mlp)",)
 _EDIT = dict(references=True, inpaint="QwenImageEditInpaintPipeline", needs_image=True)
 FAMILY = ModelFamily(
     id="qwenimage", name="Qwen-Image",
     pipelines=(
         _pipeline("QwenImagePipeline", "Qwen-Image", img2img="QwenImageImg2ImgPipeline",
                   inpaint="QwenImageInpaintPipeline", step_caches=("first block", "taylorseer"),
-                  controlnets=(CONTROLNETS,)),
+                  taylorseer_modules=TAYLORSEER_MODULES, controlnets=(CONTROLNETS,)),
         _pipeline("QwenImageEditPipeline", "Qwen-Image-Edit", **_EDIT),
         _pipeline("QwenImageEditPlusPipeline", "Qwen-Image-Edit", **_EDIT),
     ),
