@@ -70,14 +70,18 @@ def load(args):
 
 
 def call(pipe, args, cmd: dict) -> dict:
-    """One image, exactly as the worker makes it (one pipeline call per image, its own generator)."""
+    """One image (or with `frames` one video), exactly as the worker makes it (one pipeline call per image, its own
+    generator)."""
     import numpy as np
     import torch
 
     kwargs = {"prompt": cmd.get("prompt", "a red fox in the snow"), "height": cmd["height"], "width": cmd["width"],
               "num_inference_steps": cmd["steps"], "guidance_scale": cmd.get("guidance", 0.0),
-              "generator": [torch.Generator("cpu").manual_seed(cmd["seed"])], "num_images_per_prompt": 1,
-              "output_type": "np"}
+              "generator": [torch.Generator("cpu").manual_seed(cmd["seed"])], "output_type": "np"}
+    if cmd.get("negative_prompt"):
+        kwargs["negative_prompt"] = cmd["negative_prompt"]
+    video = cmd.get("frames")
+    kwargs.update({"num_frames": video, "num_videos_per_prompt": 1} if video else {"num_images_per_prompt": 1})
     if "control" in cmd:  # {"strength", "mode", "seed"}: a ControlNet image drawn from its seed, as the bench's own
         control = cmd["control"]
         kwargs.update(control_image=np.random.default_rng(control["seed"]).random(
@@ -85,7 +89,8 @@ def call(pipe, args, cmd: dict) -> dict:
             control_mode=control["mode"])
     t0, cpu0 = time.perf_counter(), time.process_time()
     with torch.inference_mode():
-        images = pipe(**kwargs).images
+        out = pipe(**kwargs)
+        images = out.frames[0] if video else out.images
     images = np.asarray(images, dtype=np.float32)
     _sync(torch, args.device)
     t1, cpu1 = time.perf_counter(), time.process_time()
@@ -101,7 +106,11 @@ def call(pipe, args, cmd: dict) -> dict:
 
 def serve(args) -> None:
     """Commands (one JSON object per line): {"op": "call", width, height, steps, seed, [prompt, guidance,
+<<<<<<< HEAD
+    negative_prompt, frames, png_dir]}; {"op": "compile", "backend": ...} (torch.compile of the transformer, the options the pack
+=======
     png_dir, control: {seed, strength, mode} with --controlnet]}; {"op": "compile", "backend": ...} (torch.compile of the transformer, the options the pack
+>>>>>>> main
     uses); {"op": "graphs"} (dynamo's unique graphs so far); {"op": "rss"}; {"op": "quit"}."""
     import torch
 

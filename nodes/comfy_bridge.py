@@ -112,8 +112,9 @@ def send_text(node_id: str | None, text: str) -> None:
         pass
 
 
-def progress_reporter(node_id: str | None, total: int) -> Callable[[Status | Step], None]:
-    """Turns worker progress messages into ComfyUI's progress bar plus 's/step, ETA' text.
+def progress_reporter(node_id: str | None, total: int, after: str = "") -> Callable[[Status | Step], None]:
+    """Turns worker progress messages into ComfyUI's progress bar plus 's/step, ETA' text (the ETA counts the
+    steps; `after` names what comes after them, e.g. a video's VAE decode).
 
     Seconds per step come from the workers' own step times, so starting, loading and compiling do not count
     as steps (the first step of each image, which holds text encoding and any compile, counts only until a
@@ -130,7 +131,7 @@ def progress_reporter(node_id: str | None, total: int) -> Callable[[Status | Ste
             per_step = sorted(later)[len(later) // 2]  # the median: one slow first step does not skew it
             bar.update_absolute(msg.step, msg.total)
             send_text(node_id, f"step {msg.step}/{msg.total} · {per_step:.2f} s/step · ETA "
-                               f"{per_step * (msg.total - msg.step):.0f} s")
+                               f"{per_step * (msg.total - msg.step):.0f} s{after}")
         elif msg.text:
             send_text(node_id, msg.text)
 
@@ -150,12 +151,12 @@ def treat_sigterm_as_ctrl_c() -> None:
         signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
-def run_cancellable(call: Callable[..., T], *args: Any, node_id: str | None, total: int) -> T:
+def run_cancellable(call: Callable[..., T], *args: Any, node_id: str | None, total: int, after: str = "") -> T:
     """`call(*args, on_progress, should_interrupt)` (api.load, api.run_sample, api.sample) with ComfyUI's progress bar and text
     for `node_id` (`total` steps). Cancel stops the workers at their next step and ends the prompt the way
     ComfyUI expects, with its interrupt exception."""
     try:
-        return call(*args, progress_reporter(node_id, total), comfy.model_management.processing_interrupted)
+        return call(*args, progress_reporter(node_id, total, after), comfy.model_management.processing_interrupted)
     except Interrupted as e:
         if str(e) != Interrupted.DEFAULT:  # more than "interrupted": e.g. which rank did not stop
             send_text(node_id, str(e))

@@ -77,8 +77,8 @@ class TPUCompile:
                             "(no speed-up): for testing and troubleshooting."}),
                 "warmup": ("STRING", {"default": "1024x1024", "tooltip":
                            "Sizes to compile now, before the first prompt: WIDTHxHEIGHT, comma separated, with an "
-                           "optional xBATCH (e.g. '1024x1024, 832x1216x2'). Empty: compile each size on its first "
-                           "Sample instead."}),
+                           "optional xBATCH (e.g. '1024x1024, 832x1216x2'); videos with their frames as "
+                           "xFRAMESf (e.g. '832x480x81f'). Empty: compile each size on its first Sample instead."}),
                 "snap_to_warmup": ("BOOLEAN", {"default": False, "tooltip":
                                    "On: a Sample at a size that was not warmed up uses the closest warm-up size "
                                    "(same shape first) instead of compiling a new one; the image then has that size "

@@ -70,6 +70,7 @@ class TPUSampleVideo:
         prepared = api.prepare_sample(pipeline, request, image)  # resolved and checked once, here
         if prepared.notes:
             comfy_bridge.send_text(unique_id, "\n".join(prepared.notes))
-        out = comfy_bridge.run_cancellable(api.run_sample, prepared, node_id=unique_id, total=steps * batch_size)
+        out = comfy_bridge.run_cancellable(api.run_sample, prepared, node_id=unique_id, total=steps * batch_size,
+                                           after=" + the VAE decode")
         comfy_bridge.show_latency(unique_id, queued, started, list(prepared.notes))
         return (torch.from_numpy(out),)

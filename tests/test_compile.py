@@ -77,11 +77,16 @@ def cache_dir(tmp_path_factory):
 # ---- controller-side checks (no worker)
 
 @pytest.mark.unit
-def test_warmup_list_parses_sizes_and_batches_and_names_bad_entries():
-    assert compile_plan.parse_warmup("1024x1024, 832x1216x2; 64 X 64\n") == ((1024, 1024, 1), (832, 1216, 2), (64, 64, 1))
+def test_warmup_list_parses_sizes_batches_and_frames_and_names_bad_entries():
+    assert compile_plan.parse_warmup("1024x1024, 832x1216x2; 64 X 64\n") == (
+        (1024, 1024, 1, 0), (832, 1216, 2, 0), (64, 64, 1, 0))
     assert compile_plan.parse_warmup("  ") == ()
-    assert compile_plan.parse_warmup("64x64, 64x64x1") == ((64, 64, 1),)
-    for bad, words in (("1024", "'1024' is not a size"), ("64x64x0", "batch 0"), ("axb", "WIDTHxHEIGHT")):
+    assert compile_plan.parse_warmup("64x64, 64x64x1") == ((64, 64, 1, 0),)
+    assert compile_plan.parse_warmup("832x480x81f, 32x32x5fx2, 32x32 x 5 F") == (
+        (832, 480, 1, 81), (32, 32, 2, 5), (32, 32, 1, 5))
+    assert CompilePlan(warmup=((832, 480, 1, 81), (64, 64, 2, 0))).warmup_text() == "832x480x81f, 64x64x2"
+    for bad, words in (("1024", "'1024' is not a size"), ("64x64x0", "batch 0"), ("axb", "WIDTHxHEIGHT"),
+                       ("32x32x0f", "0 frames"), ("32x32x2x5f", "xFRAMESf")):
         with pytest.raises(CompileError, match=words):
             compile_plan.parse_warmup(bad)
 
@@ -92,7 +97,8 @@ def test_compile_plan_checks_name_the_input_and_the_fix(tiny_models):
     spec, notes = api.with_compile(flux, "whole denoiser", "auto", "64x64, 128x64x2", True)
     assert spec.mode == "compiled" and spec.load_key() == flux.load_key()
     # the plan is resolved once, for the pipeline's device: auto is inductor here and TorchTPU's compiler on TPU
-    assert spec.compile == CompilePlan("whole denoiser", "inductor", ((64, 64, 1), (128, 64, 2)), True) and not notes
+    assert spec.compile == CompilePlan("whole denoiser", "inductor", ((64, 64, 1, 0), (128, 64, 2, 0)), True) \
+        and not notes
     on_tpu = spec.with_changes(kind="tpu", compile=replace(spec.compile, backend="auto"))
     assert compile_plan.resolve_compile(on_tpu).compile.backend == "tpu"
     assert compile_plan.resolve_compile(spec) == spec, "resolving twice changes nothing"

@@ -16,11 +16,15 @@ import pytest
 import torch
 
 from backend.controller import api, layouts
+from backend.protocol import settings
 from backend.protocol.errors import CompileError, Interrupted, ModelError, ParallelError
 from backend.protocol.messages import Status, Step
 from backend.protocol.spec import SampleRequest
 
 CP_TOLERANCE = 1e-4
+# Tiled against whole VAE decoding on the tiny random-weight VAE (320x32 frames: tiles at 0 and 192, blended over
+# 192..256): seen max 0.148 at the seam, 0.023 left of it, mean 0.0064 (pixels in 0..1)
+TILE_MAX, TILE_MEAN = 0.2, 0.01
 FOX = "a red fox in the snow"
 
 
@@ -46,8 +50,12 @@ def test_frames_and_video_tokens_are_checked_before_any_worker(tiny_models):
     api.check_request(cp, _request(width=16, height=16, frames=5))  # 2 latent frames x 1 x 1 tokens
     with pytest.raises(ParallelError, match=r"makes 1 video tokens.*\(width/16\) × \(height/16\) is a multiple of 2"):
         api.check_request(cp, _request(width=16, height=16, frames=1))
-    with pytest.raises(CompileError, match="warmup: Wan makes videos"):
+    with pytest.raises(CompileError, match=r"warmup: 32x32 has no frames, and Wan makes videos.*'32x32x81f'"):
         api.with_compile(wan, "whole denoiser", "auto", "32x32")
+    with pytest.raises(CompileError, match=r"warmup: 32x32x6f: frames: Wan makes 1 \+ a multiple of 4 frames"):
+        api.with_compile(wan, "whole denoiser", "auto", "32x32x6f")
+    with pytest.raises(CompileError, match=r"warmup: 64x64x5f: pipeline: FLUX.1 makes images, not videos"):
+        api.with_compile(_spec(tiny_models, "tiny-flux"), "whole denoiser", "auto", "64x64x5f")
 
 
 @pytest.mark.unit
@@ -102,7 +110,11 @@ def test_frames_equal_plain_diffusers_with_progress_and_cancel(tiny_models, one_
     with pytest.raises(Interrupted):
         api.sample(spec, _request(steps=5000), on_progress, stop.is_set)
     assert seen[0] == (1, 5000) and max(s for s, _ in seen) < 50, "one Step per step; stopped within a few"
-    assert api.sample(spec, _request(batch_size=1)).shape == (5, 32, 32, 3), "the next video runs"
+    said = []
+    assert api.sample(spec, _request(batch_size=1), said.append).shape == (5, 32, 32, 3), "the next video runs"
+    told = [(m.step, m.total) if isinstance(m, Step) else m.text for m in said
+            if isinstance(m, Step) or m.text.startswith("VAE")]
+    assert told == [(1, 2), (2, 2), "VAE: decoding the video's 5 frames of 32x32…"], "the decode follows the steps"
 
 
 @pytest.mark.workers
@@ -126,6 +138,73 @@ def test_image_to_video_equals_plain_diffusers(tiny_models):
                          generator=[torch.Generator("cpu").manual_seed(seed)]).frames[0]
         assert np.array_equal(frames[5 * video:5 * (video + 1)], plain), f"video {video} (seed {seed})"
     assert not np.array_equal(frames[:5], frames[5:]), "each video its own start image and seed"
+
+
+@pytest.mark.workers
+def test_compiled_video_warms_up_and_prompts_seeds_steps_never_recompile(tiny_models):
+    """One static shape per (frames, height, width): the warm-up compiles it before the first Sample Video, other
+    prompts, seeds, steps and guidance reuse it (dynamo's own counters), another frame count compiles once.
+    Repeated blocks with the 'eager' backend: the same shape signatures as the whole denoiser, in seconds."""
+    spec, _ = api.with_compile(_spec(tiny_models), "repeated blocks", "eager", "32x32x5f", False)
+    said = []
+    warm = api.load(spec, said.append)["compile"]
+    texts = [m.text for m in said if isinstance(m, Status)]
+    assert "warm-up 1/1: 32x32x5 frames (batch 1)" in texts, texts
+    shape = next(s for s in warm["shapes"] if s["shape"] == "32x32x5 frames (batch 1)" and "eager" in s["component"])
+    assert (shape["compiles"], shape["graphs"], warm["unexpected_recompiles"]) == (1, 1, 0), "one graph, all steps"
+    varied = [dict(seed=1, prompt="a lighthouse on a cliff at dusk, oil painting, warm light"),
+              dict(steps=3, guidance=1.0, negative_prompt="")]
+    for change in varied:
+        assert api.sample(spec, _request(**change)).shape == (5, 32, 32, 3)
+    stats = api.compile_stats()
+    assert (stats["graphs"], stats["compiles"], stats["unexpected_recompiles"]) == (warm["graphs"], warm["compiles"], 0)
+    assert stats["hits"] == warm["hits"] + len(varied)
+    said = []
+    api.sample(spec, _request(frames=1, steps=1), said.append)
+    assert "compiling 32x32x1 frames (batch 1) for the first time…" in [m.text for m in said if isinstance(m, Status)]
+    after = api.compile_stats()
+    assert (after["compiles"], after["graphs"], after["unexpected_recompiles"]) == (
+        stats["compiles"] + 1, stats["graphs"] + 1, 0)
+
+
+@pytest.mark.unit
+def test_the_video_vae_tiles_where_the_pixel_budget_says(tiny_models, monkeypatch):
+    """8 megapixels of image budget: 1280x720 frames decode whole, 1920x1088 in tiles; images never tile."""
+    monkeypatch.setenv(settings.MAX_MEGAPIXELS.name, "8")
+    wan = _spec(tiny_models)
+    assert not api.prepare_sample(wan, _request(width=1280, height=720)).req.tiled_vae
+    tiled = api.prepare_sample(wan, _request(width=1920, height=1088))
+    assert tiled.req.tiled_vae and tiled.notes[-1] == (
+        "VAE: decoding in 256×256 tiles (blended at the seams), because decoding 1920x1088 frames whole takes about "
+        "7.5× an image's memory per pixel, more than the pixel budget allows (1.07 megapixels per frame untiled: "
+        f"{settings.MAX_MEGAPIXELS.name}=8)")
+    flux = api.prepare_sample(_spec(tiny_models, "tiny-flux"), _request(width=1920, height=1088, frames=0))
+    assert not flux.req.tiled_vae
+
+
+@pytest.mark.workers
+def test_frames_over_the_budget_decode_in_tiles_close_to_whole(tiny_models, monkeypatch):
+    """A budget of 0.05 megapixels takes 320x32 frames but not their whole decode: the worker decodes in diffusers'
+    tiles (equal to plain diffusers with vae.enable_tiling()), within TILE_MAX / TILE_MEAN of the whole decode (the
+    tiles see no pixels beyond their edges; their 64-pixel overlap is blended)."""
+    from diffusers import WanPipeline
+
+    monkeypatch.setenv(settings.MAX_MEGAPIXELS.name, "0.05")
+    prepared = api.prepare_sample(_spec(tiny_models), _request(width=320, height=32, steps=1))
+    assert prepared.req.tiled_vae
+    frames = api.run_sample(prepared)
+    pipe = WanPipeline.from_pretrained(str(tiny_models / "tiny-wan"), dtype=torch.float32, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    plain = {}
+    for tiled in (True, False):
+        pipe.vae.enable_tiling() if tiled else pipe.vae.disable_tiling()
+        with torch.inference_mode():
+            plain[tiled] = pipe(prompt=FOX, negative_prompt="blurry", height=32, width=320, num_frames=5,
+                                num_inference_steps=1, guidance_scale=5.0, output_type="np",
+                                generator=[torch.Generator("cpu").manual_seed(11)]).frames[0]
+    assert np.array_equal(frames, plain[True]), "diffusers' tiled decode"
+    difference = np.abs(plain[True] - plain[False])
+    assert 0 < difference.max() <= TILE_MAX and difference.mean() <= TILE_MEAN
 
 
 @pytest.mark.workers

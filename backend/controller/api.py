@@ -237,7 +237,9 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
         arrays["latent"] = latent
         notes = latents.describe(spec, req, latent, asked or (req.width, req.height, req.batch_size))
         starts = req.denoise < 1
-    said = [samplers.check(spec, req, starts), prompt_weights.note(req)]
+    if tiling := pixels.video_tiling(spec, req.width, req.height):
+        req = dataclasses.replace(req, tiled_vae=True)
+    said = [samplers.check(spec, req, starts), prompt_weights.note(req), tiling]
     arrays.update(controlnets.arrays(spec))
     if conditioned is not None:
         arrays, notes = {**arrays, **conditioned.arrays}, [*conditioned.notes, *notes]
@@ -494,14 +496,15 @@ def with_compile(spec: PipelineSpec, target: str, backend: str, warmup: str,
                  snap_to_warmup: bool = False) -> tuple[PipelineSpec, list[str]]:
     """`spec` in compiled mode with this plan, checked against the model and device; and notes for the user."""
     shapes = compile_plan.parse_warmup(warmup)
-    if shapes and spec.family.frame_step:
-        raise CompileError(f"warmup: {spec.family.name} makes videos, and warm-ups compile image sizes only so far; "
-                           "leave warmup empty: each (frames, size) compiles on its first Sample Video.")
-    for w, h, _ in shapes:
+    for w, h, _, frames in shapes:
+        if spec.family.frame_step and not frames:
+            raise CompileError(f"warmup: {w}x{h} has no frames, and {spec.family.name} makes videos, each frame "
+                               f"count a shape of its own: write them as xFRAMESf, e.g. '{w}x{h}x81f'.")
         try:
             models.check_size(models.info_of(spec), w, h)
+            models.check_frames(spec.family, frames)
         except ModelError as e:
-            raise CompileError(f"warmup: {w}x{h}: {e}") from None
+            raise CompileError(f"warmup: {w}x{h}" + (f"x{frames}f" if frames else "") + f": {e}") from None
     if snap_to_warmup and not shapes:
         raise CompileError("snap_to_warmup: there are no warm-up sizes to snap to; list some in warmup.")
     plan = CompilePlan(target, backend, shapes, bool(snap_to_warmup))

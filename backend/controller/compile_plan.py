@@ -11,12 +11,13 @@ from ..protocol.errors import CompileError
 from ..protocol.spec import COMPILE_BACKENDS, COMPILE_TARGETS, CompilePlan, PipelineSpec
 
 MAX_WARMUP_BATCH = 64
-_SIZE = re.compile(r"^(\d+)\s*[x×*]\s*(\d+)(?:\s*[x×*]\s*(\d+))?$")
+_SIZE = re.compile(r"^(\d+)\s*[x×*]\s*(\d+)(?:\s*[x×*]\s*(\d+)\s*f)?(?:\s*[x×*]\s*(\d+))?$")
 
 
-def parse_warmup(text: str) -> tuple[tuple[int, int, int], ...]:
-    """'1024x1024, 832x1216x2' → ((1024, 1024, 1), (832, 1216, 2)): WIDTHxHEIGHT[xBATCH], comma separated."""
-    shapes: list[tuple[int, int, int]] = []
+def parse_warmup(text: str) -> tuple[tuple[int, int, int, int], ...]:
+    """'1024x1024, 832x1216x2, 832x480x81f' → ((1024, 1024, 1, 0), (832, 1216, 2, 0), (832, 480, 1, 81)):
+    WIDTHxHEIGHT[xFRAMESf][xBATCH] (frames: videos), comma separated."""
+    shapes: list[tuple[int, int, int, int]] = []
     for part in re.split(r"[,;\n]+", text or ""):
         part = part.strip().lower()
         if not part:
@@ -24,12 +25,15 @@ def parse_warmup(text: str) -> tuple[tuple[int, int, int], ...]:
         m = _SIZE.match(part)
         if not m:
             raise CompileError(f"warmup: '{part}' is not a size. Write WIDTHxHEIGHT with an optional xBATCH, "
-                               "separated by commas, e.g. '1024x1024, 832x1216x2' (or leave it empty).")
-        w, h, b = int(m[1]), int(m[2]), int(m[3] or 1)
+                               "separated by commas, e.g. '1024x1024, 832x1216x2', and for videos the frames as "
+                               "xFRAMESf, e.g. '832x480x81f' (or leave it empty).")
+        w, h, f, b = int(m[1]), int(m[2]), int(m[3] or 0), int(m[4] or 1)
         if not 1 <= b <= MAX_WARMUP_BATCH:
             raise CompileError(f"warmup: batch {b} in '{part}' is out of range; use 1 to {MAX_WARMUP_BATCH}.")
-        if (w, h, b) not in shapes:
-            shapes.append((w, h, b))
+        if m[3] is not None and f < 1:
+            raise CompileError(f"warmup: {f} frames in '{part}' is too few; a video has at least 1.")
+        if (w, h, b, f) not in shapes:
+            shapes.append((w, h, b, f))
     return tuple(shapes)
 
 

@@ -1,5 +1,6 @@
 """The pixel budget: how large an image one pipeline call may make on this host, checked before any worker
-starts on it (a size the memory cannot hold would otherwise run for minutes, or until it runs out of memory).
+starts on it (a size the memory cannot hold would otherwise run for minutes, or until it runs out of memory);
+and, from the same memory, whether a video's VAE decodes in tiles.
 
 The rule: the memory one worker has (TPU: HBM per device; CUDA: the GPU's memory; CPU: COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB
 when set, else the host's memory shared by its CPU workers) over VAE_VALUES_PER_PIXEL values of the pipeline's
@@ -22,6 +23,13 @@ from .offload import _FLOAT_BYTES
 # full size, its last upsampler's 256-channel input and output and its last block's 128 channels: about 640
 # values per pixel at once. Weights and the denoiser's activations come on top; the budget is an upper bound.
 VAE_VALUES_PER_PIXEL = 640
+# Wan's video VAE (AutoencoderKLWan) decodes one latent frame (4 frames) at a time through causal 3D convolutions,
+# each keeping 2 frames of its input for the next: measured about 4,770 float32 values per frame pixel at its peak
+# (the published Wan 2.1 config with random weights on the CPU, 128² → 256², 5 frames: 649 → 1,543 MB), however
+# many frames the video has. diffusers' tiled decoding (enable_tiling: 256×256 tiles every 192 pixels, blended
+# over the 64-pixel overlap) bounds that peak to one tile's.
+VIDEO_VAE_VALUES_PER_PIXEL = 4800
+VIDEO_TILE = 256  # diffusers' tile_sample_min_height / _width for AutoencoderKLWan: smaller frames are never tiled
 
 
 def budget(spec: PipelineSpec) -> tuple[int, str] | None:
@@ -57,6 +65,21 @@ def budget(spec: PipelineSpec) -> tuple[int, str] | None:
     per_pixel = VAE_VALUES_PER_PIXEL * _FLOAT_BYTES[dtype]
     return memory // per_pixel, (f"{where}, and decoding an image takes about {per_pixel / 1024:.1f} KiB per pixel "
                                  f"in {dtype}")
+
+
+def video_tiling(spec: PipelineSpec, width: int, height: int) -> str | None:
+    """A video pipeline's VAE decodes in tiles when its untiled peak (VIDEO_VAE_VALUES_PER_PIXEL per frame pixel)
+    is over the pixel budget's memory: the note that says so, else None. Images and frames of at most one tile
+    are never tiled."""
+    if not spec.family.frame_step or max(width, height) <= VIDEO_TILE or (found := budget(spec)) is None:
+        return None
+    most, why = found
+    untiled = most * VAE_VALUES_PER_PIXEL // VIDEO_VAE_VALUES_PER_PIXEL
+    if width * height <= untiled:
+        return None
+    return (f"VAE: decoding in {VIDEO_TILE}×{VIDEO_TILE} tiles (blended at the seams), because decoding {width}x{height} "
+            f"frames whole takes about {VIDEO_VAE_VALUES_PER_PIXEL / VAE_VALUES_PER_PIXEL:.1f}× an image's memory per "
+            f"pixel, more than the pixel budget allows ({untiled / 1e6:.2f} megapixels per frame untiled: {why})")
 
 
 def check(spec: PipelineSpec, width: int, height: int, batch: int = 1) -> None:

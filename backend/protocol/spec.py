@@ -76,13 +76,15 @@ class CompilePlan:
 
     target: str = "whole denoiser"
     backend: str = "auto"
-    warmup: tuple[tuple[int, int, int], ...] = ()  # (width, height, batch) compiled before the first prompt
+    # (width, height, batch, frames) compiled before the first prompt; frames 0: an image
+    warmup: tuple[tuple[int, int, int, int], ...] = ()
     snap_to_warmup: bool = False  # round a requested size to the nearest warmed-up one
     notes: tuple[str, ...] = ()  # how the controller adjusted the plan for this device, said when it applies
 
     def warmup_text(self) -> str:
-        """'1024x1024, 832x1216x2': the warm-up sizes as the Compile node's input writes them."""
-        return ", ".join(f"{w}x{h}" + (f"x{b}" if b != 1 else "") for w, h, b in self.warmup)
+        """'1024x1024, 832x1216x2, 832x480x81f': the warm-up sizes as the Compile node's input writes them."""
+        return ", ".join(f"{w}x{h}" + (f"x{f}f" if f else "") + (f"x{b}" if b != 1 else "")
+                         for w, h, b, f in self.warmup)
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,7 @@ class SampleRequest:
     prompt_per_line: bool = False  # each non-empty line is a prompt; batch_size images each
     denoise: float = 1.0  # with an input image or latent: how much of it is repainted (0 keeps it, 1 all)
     frames: int = 0  # frames of each video (video pipelines: Sample Video); 0: an image
+    tiled_vae: bool = False  # the video VAE decodes in tiles (the controller sets it: controller.pixels.video_tiling)
     sampler: str = "default"  # ComfyUI's sampler name (protocol.samplers); default: the pipeline's own scheduler
     scheduler: str = "default"  # ComfyUI's scheduler (schedule) name; default: the pipeline's own schedule
     outputs: str = "images"  # OUTPUTS
@@ -321,12 +324,12 @@ class SampleRequest:
                 for j in range(self.batch_size)]
 
 
-def warmup_request(spec: PipelineSpec, width: int, height: int, batch: int) -> SampleRequest:
+def warmup_request(spec: PipelineSpec, width: int, height: int, batch: int, frames: int = 0) -> SampleRequest:
     """A compile warm-up: WARMUP_STEPS steps (a per-step recompile would show), CFG on where it changes shapes
     (as these models are used), and `batch` images for every data-parallel replica, so each of them compiles."""
     guidance = 5.0 if spec.family.cfg_doubles_batch else 3.5
     return SampleRequest(prompt="warm-up", width=width, height=height, steps=WARMUP_STEPS, guidance=guidance,
-                         batch_size=batch * spec.dp_replicas)
+                         batch_size=batch * spec.dp_replicas, frames=frames)
 
 
 def share(n: int, replicas: int, replica: int) -> range:

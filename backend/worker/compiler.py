@@ -135,12 +135,12 @@ class Compiler:
         self.applied: tuple | None = None  # (target, backend, model, dtype) it was compiled with
         self.plan: CompilePlan | None = None
         self.seen: set[Shape] = set()  # signatures compiled for the current module and plan
-        self.warmed: set[tuple[int, int, int]] = set()
+        self.warmed: set[tuple[int, int, int, int]] = set()
         self.shapes: dict[str, dict] = {}  # statistics per model, plan and shape (kept across plan changes)
         self.totals = {"compiles": 0, "hits": 0, "compile_s": 0.0, "graphs": 0, "unexpected_recompiles": 0,
                        "disk_hits": 0, "disk_misses": 0}
 
-    def apply(self, pipe: Any, spec: PipelineSpec, dtype_name: str) -> list[tuple[int, int, int]]:
+    def apply(self, pipe: Any, spec: PipelineSpec, dtype_name: str) -> list[tuple[int, int, int, int]]:
         """Compiles (or un-compiles) the denoiser of `pipe` for the spec's plan, without reloading anything;
         returns the warm-up shapes not compiled yet (the runtime runs them and calls `warmed_up`)."""
         plan = spec.compile_plan()
@@ -160,7 +160,7 @@ class Compiler:
         self._component = f"{spec.name}/{name} ({dtype_name}, {plan.target}, {plan.backend})"
         return [s for s in plan.warmup if s not in self.warmed]
 
-    def warmed_up(self, shape: tuple[int, int, int]) -> None:
+    def warmed_up(self, shape: tuple[int, int, int, int]) -> None:
         self.warmed.add(shape)
 
     def _compile(self, name: str, module: Any, plan: CompilePlan, class_name: str, contiguous: bool = False) -> None:
@@ -254,7 +254,7 @@ class Compiler:
         if not (self.plan.snap_to_warmup and self.plan.warmup):
             return
         w, h = kwargs["width"], kwargs["height"]
-        sizes = sorted({(sw, sh) for sw, sh, _ in self.plan.warmup})
+        sizes = sorted({(sw, sh) for sw, sh, _, _ in self.plan.warmup})
         if (w, h) in sizes:
             return
         sw, sh = min(sizes, key=lambda s: (abs(math.log(s[0] / s[1] * h / w)), abs(s[0] * s[1] - w * h)))

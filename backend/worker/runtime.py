@@ -116,13 +116,15 @@ class Runtime:
         tp = (parallel.spec_mesh(spec, self.kind)["tp"], "transformer") if spec.tp_degree > 1 else None
         self.loras.apply(self.pipe, spec.loras, spec.family.name, tp)
         for i, todo in enumerate(pending := self.compiler.apply(self.pipe, spec, self.dtype_name(spec)), 1):
-            w, h, b = todo
-            self.status(f"warm-up {i}/{len(pending)}: {w}x{h} (batch {b})")
-            # edit models need an image: a grey one of the size (reference images add their own tokens)
+            w, h, b, frames = todo
+            self.status(f"warm-up {i}/{len(pending)}: {w}x{h}" + (f"x{frames} frames" if frames else "")
+                        + f" (batch {b})")
+            # edit and image-to-video models need an image: a grey one of the size (reference images add their
+            # own tokens)
             grey = {"image": np.full((1, h, w, 3), 0.5, np.float32)} if spec.family.needs_image else {}
             if spec.family.needs_mask:  # FLUX.1 Fill: and a mask (all of it repainted)
                 grey["mask"] = np.ones((1, h, w), np.float32)
-            self.sample(spec, warmup_request(spec, w, h, b), {**grey, **controlnets.warmup_arrays(spec, w, h)})
+            self.sample(spec, warmup_request(spec, w, h, b, frames), {**grey, **controlnets.warmup_arrays(spec, w, h)})
             self.compiler.warmed_up(todo)
         return self.info()
 
@@ -238,6 +240,10 @@ class Runtime:
         kind = images.task(spec.family, arrays, req.denoise)
         pipe = (self.controlnets.for_task(self.pipe, spec, kind, self.device)
                 or self.image_pipes.for_task(self.pipe, spec.family, kind))
+        if spec.family.frame_step and req.tiled_vae:  # diffusers' tiled decoding (and start image encoding)
+            pipe.vae.enable_tiling()
+        elif spec.family.frame_step:
+            pipe.vae.disable_tiling()
         self.prompts.wrap(pipe)  # an image pipeline made from the loaded one shares its prompt cache
         if self.should_stop():
             raise Interrupted(Interrupted.DEFAULT)
@@ -270,7 +276,8 @@ class Runtime:
                 controlnets.add_inputs(spec, kind, kwargs, arrays, group[0])
                 images.add_inputs(pipe, kind, kwargs, arrays, group[0], req)
                 self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,
-                               report=layout.leader, per_step=len(group), steps=req.steps)
+                               report=layout.leader, per_step=len(group), steps=req.steps,
+                               then=_decoding(spec, req) if decode else "")
                 result, taken = None, []
                 with contextlib.ExitStack() as latent_io:
                     if kind == images.LATENT:
@@ -377,10 +384,10 @@ class Runtime:
                 kwargs[name] = torch.from_numpy(np.array(arrays[name])).to(where, dtype)
 
     def _on_steps(self, pipe: Any, kwargs: dict, call: Any, done: int, total: int, report: bool,
-                  per_step: int = 1, steps: int = 1) -> None:
+                  per_step: int = 1, steps: int = 1, then: str = "") -> None:
         """Adds the step callback: counts the call's `steps` steps, reports each one (with its duration; a batched
         call's step counts once per image; a second-order scheduler's two model calls count once), stops when
-        asked."""
+        asked. `then`: said after the last step (what the call does next that no step counts)."""
         if "callback_on_step_end" not in inspect.signature(pipe.__call__).parameters:
             return
         last, counted = [time.perf_counter()], [0]
@@ -402,6 +409,8 @@ class Runtime:
                 step_s, last[0] = now - last[0], now
                 if report:  # steps of this rank's whole share: done before this image + this image's
                     self.channel.send(Step(self._rid, done + finished * per_step, total, step_s, self.rank))
+                if report and then and finished == steps and not stop:
+                    self.status(then)
             if stop:
                 raise Interrupted(Interrupted.DEFAULT)
             return {}
@@ -418,6 +427,14 @@ class Runtime:
             return (f"out of memory on {self.device}{cap}: {text}. Try offload 'model' or 'sequential' in "
                     "Load TPU Pipeline, a smaller width/height or batch_size, or Shard TP over more chips.")
         return text
+
+
+def _decoding(spec: PipelineSpec, req: SampleRequest) -> str:
+    """What a video's VAE decode is, said when its steps are done: it takes a while and no step counts it."""
+    if not spec.family.frame_step:
+        return ""
+    tiles = " in tiles" if req.tiled_vae else ""
+    return f"VAE: decoding the video's {req.frames} frames of {req.width}x{req.height}{tiles}…"
 
 
 def _pixels(result: Any) -> np.ndarray:
