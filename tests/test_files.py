@@ -193,6 +193,15 @@ def test_qwen_image_releases_load_as_their_comfyui_template_files_say(files):
     assert processor is None and "read as Qwen-Image (text to image)" in api.describe_files(spec)
     assert "the file's __index_timestep_zero__ tensor" in api.describe_files(
         file_spec(files, **dict(QWEN, diffusion_model="qwen_image_edit_2511-tiny_bf16.safetensors")))
+    # a 2511 file without the marker (another converter's): its name says 2511, and zero_cond_t follows
+    renamed = files / "models" / "diffusion_models" / "Qwen-Image-Edit-2511-tiny-Q8_0.safetensors"
+    renamed.unlink(missing_ok=True)
+    renamed.symlink_to(files / "models" / "diffusion_models" / "qwen_image_edit_2509-tiny_fp8_e4m3fn.safetensors")
+    try:
+        spec = file_spec(files, **dict(QWEN, diffusion_model=renamed.name))
+    finally:
+        renamed.unlink()
+    assert (spec.class_name, spec.component_config("transformer")["zero_cond_t"]) == ("QwenImageEditPlusPipeline", True)
 
 
 WRONG = {

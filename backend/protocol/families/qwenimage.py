@@ -11,7 +11,7 @@ The releases, as diffusers 0.42.1 runs them and Comfy-Org publishes their files 
 - Edit-2511 sets diffusers' `zero_cond_t` (the reference images' tokens modulated at timestep 0), a config value
   with no weights of its own; Comfy-Org's 2511 files carry an empty `__index_timestep_zero__` tensor for it
   (newer ComfyUI reads it as its "index_timestep_zero" reference method; 0.3.75 ignores it).
-So a file tells 2511 by that tensor; nothing else in the files tells an edit model from Qwen-Image, and the
+So a file tells 2511 by that tensor (or by "2511" in its name, for files of other converters that drop it); nothing else in the files tells an edit model from Qwen-Image, and the
 file name does, as ComfyUI's templates name them (qwen_image_edit_2509_fp8_e4m3fn.safetensors,
 qwen_image_edit_2511_bf16.safetensors): "edit" in the name makes an edit pipeline, "edit" followed by a release
 number (2509, 2511, ...) Edit Plus. ComfyUI itself keeps edit-ness in the workflow (its TextEncodeQwenImageEdit
@@ -58,8 +58,12 @@ def variant(sizes: dict, file_name: str, configs: Configs,
     release = _RELEASE.search(name)
     if sizes["zero_cond_t"]:
         pipeline, why = "QwenImageEditPlusPipeline", f"Qwen-Image-Edit-2511 (the file's {ZERO_COND_MARKER} tensor)"
-    elif release:
+    elif release:  # a 2511 file without the marker (another converter's) still is 2511
         pipeline, why = "QwenImageEditPlusPipeline", f"Qwen-Image-Edit-{release.group(1)} (its file name)"
+        if release.group(1) == "2511":
+            return ({"": {"_class_name": pipeline, "processor": ["transformers", "Qwen2VLProcessor"]},
+                     "transformer": {"zero_cond_t": True}},
+                    (f"read as {why}, zero_cond_t on: {pipeline}, the input images are its references",))
     elif "edit" in name:
         pipeline, why = "QwenImageEditPipeline", "Qwen-Image-Edit (its file name)"
     else:
