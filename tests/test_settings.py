@@ -94,8 +94,6 @@ def test_every_third_party_import_of_the_pack_is_a_declared_dependency():
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 imported.add(node.module.split(".")[0])
     comfyui = {"comfy", "folder_paths", "server"}  # the host application's own modules
-    # in ComfyUI's own requirements.txt (its T5/UMT5 tokenizers use it), so wherever ComfyUI runs
-    comfyui |= {"sentencepiece"}
     extra = {"torch_tpu"}  # the `tpu` extra
     # Brought by a declared dependency that requires it (checked below), so not listed again.
     transitive = {"PIL": ("diffusers", "pillow"), "tokenizers": ("transformers", "tokenizers")}
