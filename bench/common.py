@@ -93,6 +93,19 @@ def row(fid: str, title: str, *, ratio: float | None, ratio_of: str, ours: dict 
             "details": details or {}, "notes": notes or []}
 
 
+def two_workers(ctx: Ctx) -> str | None:
+    """Why this host cannot run a group of 2 workers (None when it can): 2 CPU cores, 2 GPUs, or a TPU group
+    size of 2 that TorchTPU launches here."""
+    if ctx.kind == "cpu":
+        return None if len(os.sched_getaffinity(0)) >= 2 else "needs 2 CPU cores (one worker each)"
+    from backend.controller import devices
+
+    info = devices.detect()
+    if info.group_sizes is not None and 2 not in info.group_sizes:
+        return f"needs a group of 2 {ctx.kind} workers; TorchTPU launches {info.group_sizes} on this host"
+    return None if info.chips >= 2 else f"needs 2 {ctx.kind} chips; this host has {info.chips}"
+
+
 def not_available(fid: str, title: str, reason: str, tgt: dict | None = None) -> dict:
     return {"id": fid, "title": title, "status": "not available", "reason": reason, "ratio": None, "target": tgt}
 

@@ -28,6 +28,7 @@ from .common import (
     row,
     summary,
     target,
+    two_workers,
     with_env,
 )
 
@@ -485,23 +486,8 @@ DP = ("data_parallel", "Data parallel: 2 replicas' throughput ÷ 2 × one replic
 DP_TARGET = target(">=", 0.9)
 
 
-def _dp_support(ctx: Ctx) -> str | None:
-    if ctx.kind == "cpu":
-        import os
-
-        if len(os.sched_getaffinity(0)) < 2:
-            return "needs 2 CPU cores (one worker each); this process may use 1"
-        return None
-    from backend.controller import devices
-
-    info = devices.detect()
-    if info.group_sizes is not None and 2 not in info.group_sizes:
-        return f"needs a group of 2 {ctx.kind} workers; TorchTPU launches {info.group_sizes} on this host"
-    return None if info.devices >= 2 else f"needs 2 {ctx.kind} devices; this host has {info.devices}"
-
-
 def data_parallel(ctx: Ctx) -> list[dict]:
-    why = _dp_support(ctx)
+    why = two_workers(ctx)
     if why:
         return [not_available(*DP, why, DP_TARGET)]
     from backend.controller import api, group

@@ -32,6 +32,7 @@ from .common import (
     row,
     summary,
     target,
+    two_workers,
 )
 
 NEGATIVE = "blurry, low quality"
@@ -44,15 +45,6 @@ CACHE = ("prompt_cache", "Prompt cache: seed sweep of one prompt with offload 'm
 CACHE_TARGET = target(">=", 1.3)
 BATCHED = ("batched", "Batched sampling: 4 images, one call per image ÷ one call")
 WARM = ("warm_start", "Warm start: first image after a warm start ÷ plain process start + import + load + image")
-
-
-def _two_cores(ctx: Ctx) -> str | None:
-    if ctx.kind == "cpu":
-        return None if len(os.sched_getaffinity(0)) >= 2 else "needs 2 CPU cores (one worker each)"
-    from backend.controller import devices
-
-    count = devices.detect().count
-    return None if count >= 2 else f"needs 2 {ctx.kind} chips; this host has {count}"
 
 
 def dit_model(ctx: Ctx) -> str:
@@ -153,7 +145,7 @@ def _pair(ctx: Ctx, one, two, req_of: Callable[[int], object], rounds: int) -> t
 
 
 def cfg_parallel(ctx: Ctx) -> list[dict]:
-    if why := _two_cores(ctx):
+    if why := two_workers(ctx):
         return [not_available(*CFG, why, CFG_TARGET)]
     from backend.controller import api
 
@@ -174,7 +166,7 @@ def cfg_parallel(ctx: Ctx) -> list[dict]:
 
 
 def context_parallel(ctx: Ctx) -> list[dict]:
-    if why := _two_cores(ctx):
+    if why := two_workers(ctx):
         return [not_available(*CP, why, CP_TARGET)]
     from backend.controller import api
 

@@ -15,8 +15,19 @@ from __future__ import annotations
 import os
 import shutil
 
-from .common import Ctx, PlainServer, alternate, median, not_available, paired, row, summary, target
-from .speed import Groups, _two_cores
+from .common import (
+    Ctx,
+    PlainServer,
+    alternate,
+    median,
+    not_available,
+    paired,
+    row,
+    summary,
+    target,
+    two_workers,
+)
+from .speed import Groups
 
 CP = ("wan_context_parallel", "Wan: one video, 1 worker ÷ Context Parallel 2 (Ulysses, video tokens)")
 CFG = ("wan_cfg_parallel", "Wan: one video with CFG, 1 worker ÷ CFG Parallel (2 workers)")
@@ -60,7 +71,7 @@ def dit_wan(ctx: Ctx) -> str:
 
 
 def video(ctx: Ctx) -> list[dict]:
-    if why := _two_cores(ctx):
+    if why := two_workers(ctx):
         return [not_available(*CP, why, CP_TARGET), not_available(*CFG, why, CFG_TARGET),
                 not_available(*PLAIN, why, PLAIN_TARGET)]
     from backend.controller import api

@@ -1,0 +1,32 @@
+"""The benchmark's own checks that run before a figure, on the device kinds this machine lacks (the device
+detection is replaced by what it reports on a 1-GPU host, a 2-GPU host and a TPU host whose TorchTPU launches
+no group of 2): a figure that needs two workers says why it is not available instead of failing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backend.controller import devices
+from bench.common import Ctx, two_workers
+
+pytestmark = pytest.mark.unit
+
+
+def _ctx(kind: str) -> Ctx:
+    return Ctx(quick=True, repeats=1, warmup=0, threads=1, kind=kind, dtype="bfloat16", models_dir=Path("."),
+               model="tiny-flux", sizes=("tiny-flux", "tiny-flux"), width=64, height=64, steps=2, work=Path("."),
+               comfyui_dir=None)
+
+
+@pytest.mark.parametrize(("info", "why"), [
+    (devices.DeviceInfo("cuda", "NVIDIA H200", 1, 1, 139.0, False), "needs 2 cuda chips; this host has 1"),
+    (devices.DeviceInfo("cuda", "NVIDIA H200", 2, 2, 139.0, False), None),
+    (devices.DeviceInfo("tpu", "TPU v6e", 8, 8, 31.25, True, (1, 4, 8)),
+     "needs a group of 2 tpu workers; TorchTPU launches (1, 4, 8) on this host"),
+    (devices.DeviceInfo("tpu", "TPU v6e", 4, 4, 31.25, True, (1, 2, 4)), None),
+])
+def test_two_worker_figures_say_why_a_host_cannot_run_them(monkeypatch, info, why):
+    monkeypatch.setattr(devices, "detect", lambda: info)
+    assert two_workers(_ctx(info.kind)) == why
