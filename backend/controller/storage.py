@@ -10,13 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..protocol.errors import CompileError, ModelError
-from ..protocol.spec import PipelineSpec
+from ..protocol.spec import DENOISERS, PipelineSpec
 from .files import headers
 
 FP8_CHOICE = "float8_e4m3fn"  # the dtype choice that asks for fp8 storage (DTYPE_CHOICES)
 FP8_COMPUTE = "bfloat16"  # what that choice computes in
 _FILE_FP8 = {"F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}  # safetensors dtype -> torch dtype name
-_DENOISERS = ("transformer", "unet", "transformer_2")  # transformer_2: Wan 2.2 A14B's low-noise expert
 
 
 def compute_dtype(spec: PipelineSpec) -> str:
@@ -27,7 +26,7 @@ def compute_dtype(spec: PipelineSpec) -> str:
 def file_fp8(spec: PipelineSpec) -> str:
     """The fp8 dtype the denoiser's matrices have in the artist's file ("" when it is not a plain fp8 file):
     read from the safetensors header, no weight read."""
-    part = next((spec.source.component(n) for n in _DENOISERS if spec.source and spec.source.component(n)), None)
+    part = next((spec.source.component(n) for n in DENOISERS if spec.source and spec.source.component(n)), None)
     if part is None or part.quant or not part.path.endswith(".safetensors"):
         return ""
     header = headers.read_header(Path(part.path))
@@ -50,7 +49,7 @@ def resolve_storage(spec: PipelineSpec) -> PipelineSpec:
                            "torch.compile cannot trace into one graph. Choose an eager mode, or dtype auto or "
                            "bfloat16 to compile.")
     quantized = next((c for c in (spec.source.components if spec.source else ())
-                      if c.name in _DENOISERS and c.quant), None)
+                      if c.name in DENOISERS and c.quant), None)
     if quantized is not None:
         how = "GGUF" if quantized.quant == "gguf" else "ComfyUI's scaled fp8 (weights with per-layer scales)"
         raise ModelError(f"dtype: float8_e4m3fn storage needs plain weights; '{Path(quantized.path).name}' is "
@@ -68,7 +67,7 @@ def stored_bytes(spec: PipelineSpec, parts: dict[str, int], one_byte: dict[str, 
     norms and embedders, are a fraction of a per cent of a DiT)."""
     if not spec.storage:
         return parts
-    return {n: one_byte.get(n, b) if n in _DENOISERS else b for n, b in parts.items()}
+    return {n: one_byte.get(n, b) if n in DENOISERS else b for n, b in parts.items()}
 
 
 def describe(spec: PipelineSpec) -> str:

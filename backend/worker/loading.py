@@ -30,12 +30,11 @@ from typing import Any
 
 from ..protocol import settings
 from ..protocol.families import FAMILIES
-from ..protocol.spec import FileComponent, FileSource, listed_components, read_json
+from ..protocol.spec import DENOISERS, FileComponent, FileSource, listed_components, read_json
 from ..protocol.units import format_bytes
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
-DENOISERS = ("transformer", "unet", "transformer_2")  # the components fp8 storage applies to (2: Wan 2.2 A14B)
 # the parts of an all-in-one checkpoint the pipeline's own loader reads: the denoisers of the families whose
 # all-in-one files diffusers reads (their layout is the family id), LDM VAEs and CLIP/T5 text encoders
 CHECKPOINT_NATIVE = (*(f.id for f in FAMILIES.values() if f.single_file), "ldm-vae", "hf", "openclip")

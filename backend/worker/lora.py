@@ -32,7 +32,7 @@ import torch
 
 from ..protocol.errors import ModelError
 from ..protocol.families import PIPELINES, family_of
-from ..protocol.spec import LoraRef
+from ..protocol.spec import DENOISERS, LoraRef
 from .storage import compute_dtype_of, compute_dtype_of_model
 
 _DOWN_KEY = re.compile(r"(lora_A|lora[._]down)\.weight$")  # one per LoRA layer, in every converted layout
@@ -419,7 +419,7 @@ class Loras:
                     target.copy_(self._originals[key])
             for ref, (_, layers) in resolved:  # peft's order: one LoRA after the other, each rounded once
                 for (component, module), layer in layers.items():
-                    strength = ref.strength if component in _DENOISERS else ref.te_strength
+                    strength = ref.strength if component in DENOISERS else ref.te_strength
                     if strength == 0:
                         continue
                     key = (component, module, "weight")
@@ -484,4 +484,3 @@ class Loras:
                 for (path, _, _), s, t in self._applied or ()]
 
 
-_DENOISERS = ("transformer", "unet")
