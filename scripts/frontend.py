@@ -371,12 +371,22 @@ _TEMPLATES_JS = r"""async (module) => {
   }
   if (!entry) throw new Error(`the template browser has no entry '${module}'`);
   (entry.closest('button, a, li, [role=button]') || entry).click();
-  for (let i = 0; i < 50; i++) {
-    await sleep(100);
-    const imgs = [...document.querySelectorAll('.p-dialog img')];
-    if (imgs.length && imgs.every(img => img.complete)) break;
+  // the browser shows 24 cards a page and loads the next when its end scrolls into view: scroll until no more come
+  let shown = -1;
+  for (let i = 0; i < 40; i++) {
+    for (let j = 0; j < 50; j++) {
+      await sleep(100);
+      const imgs = [...document.querySelectorAll('.p-dialog img')];
+      if (imgs.length && imgs.every(img => img.complete)) break;
+    }
+    const count = new Set(leaves().map(e => e.textContent.trim())).size;
+    if (count === shown) break;
+    shown = count;
+    document.querySelectorAll('.p-dialog *').forEach(e => {
+      if (e.scrollHeight > e.clientHeight + 1) e.scrollTop = e.scrollHeight;
+    });
+    await sleep(300);
   }
-  await sleep(300);
   return leaves().map(e => e.textContent.trim()).filter(Boolean);
 }"""
 
