@@ -70,14 +70,17 @@ def against_plain(ctx: Ctx, model: str, api_call: Callable[[int, Callable | None
                   plain_call: Callable[[PlainServer, int], dict],
                   plain_args: tuple[str, ...] = ()) -> tuple[dict[str, list[float]], dict]:
     """`api_call(round, on_progress)` (one image through `backend.api`; its first call loads, untimed) against
-    `plain_call(server, round)` (the plain script's pipe()) and the same plain call in a second, identical process (the A/A control: how far from 1.0 noise
-    alone moves a ratio in this run), in alternating rounds, a new seed each round. Besides the wall times, the
-    details hold the CPU seconds per image of each side (ours: the controller and its workers; plain: its process),
-    where ours spent its time (the worker's phases, median per phase) and the steps it ran."""
+    `plain_call(server, round)` (the plain script's pipe()) and the same plain call in a second, identical process
+    (the A/A control: how far from 1.0 noise alone moves a ratio in this run; not with --quick), in alternating
+    rounds, a new seed each round. Besides the wall times, the details hold the CPU seconds per image of each side
+    (ours: the controller and its workers; plain: its process), where ours spent its time (the worker's phases,
+    median per phase) and the steps it ran."""
     from backend.controller import api
     from backend.protocol.messages import Step
 
-    plains = {} if ctx.exclusive else {n: PlainServer(ctx, model, args=plain_args) for n in ("plain", "twin")}
+    # the twin only where numbers count: --quick (the smoke test) checks that the figure runs
+    names = ("plain",) if ctx.quick else ("plain", "twin")
+    plains = {} if ctx.exclusive else {n: PlainServer(ctx, model, args=plain_args) for n in names}
     phases: list[dict] = []
     steps: list[int] = []
     cpu: dict[str, list[float]] = {"api": [], "plain": [], "twin": []}
@@ -114,8 +117,10 @@ def against_plain(ctx: Ctx, model: str, api_call: Callable[[int, Callable | None
         else:
             for plain in plains.values():
                 plain.wait_ready()
-            times = alternate({"plain": plain_run("plain"), "api": run_api, "twin": plain_run("twin")}, ctx.repeats,
-                              ctx.warmup)
+            runs = {"plain": plain_run("plain"), "api": run_api}
+            if "twin" in plains:
+                runs["twin"] = plain_run("twin")
+            times = alternate(runs, ctx.repeats, ctx.warmup)
     finally:
         api.shutdown()
         for plain in plains.values():
@@ -124,7 +129,8 @@ def against_plain(ctx: Ctx, model: str, api_call: Callable[[int, Callable | None
                "rounds": "blocks (TPU: one process holds the chip)" if ctx.exclusive else
                "alternating rounds (plain, ours, plain's twin; order rotated)",
                **spread(times["plain"], times["api"]),
-               "ours_phases_median_s": {k: median([p[k] for p in phases if k in p]) for k in (phases[0] if phases else {})},
+               "ours_phases_median_s": {k: median([p[k] for p in phases if k in p])
+                                        for k in (phases[0] if phases else {})},
                "ours_steps_run": sorted(set(steps)),
                "cpu_s_per_image_median": {k: median(v) for k, v in cpu.items() if v},
                "cpu_ratio": median(cpu["plain"]) / median(cpu["api"])}
