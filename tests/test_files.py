@@ -62,15 +62,16 @@ CASES = {
                          3.0),
 }
 FLUX1 = CASES["flux1-split"][1]
+COMFYUI_FILES = (*file_fixtures.FAMILIES, "flux1-3072")  # comfyui_files' families, built from the start (conftest)
 
 
 @pytest.fixture(scope="module")
 def files(comfyui_files, comfyui_dir, monkeypatch_module):
-    """All families' files and references, and the FLUX.1 file of the published width (built with them: one
-    builder process fewer); ComfyUI's package importable here (its bundled tokenizers and, for FLUX.1 widths
-    diffusers' converter does not read, its key map), as it is in ComfyUI's process."""
+    """All families' files and references, and the FLUX.1 file of the published width; ComfyUI's package
+    importable here (its bundled tokenizers and, for FLUX.1 widths diffusers' converter does not read, its key
+    map), as it is in ComfyUI's process."""
     monkeypatch_module.syspath_prepend(str(comfyui_dir))
-    return comfyui_files(*file_fixtures.FAMILIES, "flux1-3072")
+    return comfyui_files(*COMFYUI_FILES)
 
 
 @pytest.fixture(scope="module")
