@@ -177,6 +177,10 @@ class FileComponent:
     key_map: tuple[tuple, ...] = ()  # ComfyUI's key map where diffusers has no converter for the file's size
 
 
+# a component's config file, by kind: a model's, a scheduler's, an image processor's
+CONFIG_FILES = ("config.json", "scheduler_config.json", "preprocessor_config.json")
+
+
 @dataclass(frozen=True)
 class FileSource:
     """A pipeline made of artists' files: the pack's configs of the published model (`configs`, a folder of
@@ -194,7 +198,7 @@ class FileSource:
     def config(self, name: str) -> dict:
         """Component `name`'s config: the published one with the sizes of the artist's file."""
         folder = self.config_dir / name
-        base = read_json(folder / "config.json", {}) or read_json(folder / "scheduler_config.json", {})
+        base = next((read_json(folder / f, {}) for f in CONFIG_FILES if (folder / f).is_file()), {})
         return {**base, **json.loads(self.overrides).get(name, {})}
 
     def index(self) -> dict:
@@ -261,6 +265,13 @@ class PipelineSpec:
             return self.source.config(name)
         folder = Path(self.model_path) / name
         return read_json(folder / "config.json", {}) or read_json(folder / "scheduler_config.json", {})
+
+    @property
+    def start_image(self) -> bool:
+        """Whether Sample Video's start image makes each video's first frame: an image-to-video pipeline, or a
+        text-to-video one whose model takes a start image too (Wan 2.2 TI2V 5B)."""
+        f = self.family
+        return f.start_image or bool(f.start_image_via and self.model_index().get(f.start_image_if))
 
     def model_index(self) -> dict:
         """The pipeline's model_index.json as the worker will load it."""
