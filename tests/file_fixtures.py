@@ -54,8 +54,9 @@ FILES = {
     "flux1tools": {"kontext": "flux1-kontext-tiny.safetensors", "fill": "flux1-fill-tiny.safetensors",
                    "depth": "flux1-depth-tiny.safetensors"},
     "flux1-vae": {"vae": "ae-published-layout-4ch.safetensors"},
-    # FLUX.1 Redux as ComfyUI's Load Style Model and Load CLIP Vision read it (models/style_models, clip_vision);
-    # a style model for a wider FLUX.1 and a CLIP ViT vision model, which the pack refuses
+    # FLUX.1 Redux as ComfyUI's Load Style Model and Load CLIP Vision read it (style_models/, clip_vision/ under
+    # redux-models/: a folder the role lists of other tests do not read); a style model for a wider FLUX.1 and a
+    # CLIP ViT vision model, which the pack refuses
     "flux1redux": {"style": "flux1-redux-tiny.safetensors", "style_wide": "flux1-redux-wide-tiny.safetensors",
                    "siglip": "sigclip_vision_patch14_384-tiny.safetensors", "clip_vit": "clip_vision_vit-tiny.safetensors"},
     "sdxl": {"checkpoint": "sdxl-tiny.safetensors", "checkpoint_fp8": "sdxl-tiny-fp8-e4m3fn.safetensors"},
@@ -923,7 +924,7 @@ def _flux1redux(tiny: Path, comfyui_dir: str, out: Path) -> None:
     import comfy.ldm.flux.redux as comfy_redux
     import comfy.ops as comfy_ops
 
-    names, models, ref = FILES["flux1redux"], out / "models", out / "diffusers" / "ref-flux1-redux"
+    names, models, ref = FILES["flux1redux"], out / "redux-models", out / "diffusers" / "ref-flux1-redux"
     sizes = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
              "image_size": 384, "patch_size": 14}
     siglip = _seeded(50, lambda: SiglipVisionModel(SiglipVisionConfig(hidden_act="gelu_pytorch_tanh", **sizes)))

@@ -170,7 +170,9 @@ def test_kontext_fill_and_depth_give_diffusers_own_pixels_compiled_and_on_two_re
 
 
 def redux_file(files: Path, name: str) -> str:
-    return str(files / "models" / name)
+    """A Redux fixture (tests/file_fixtures.py: in redux-models/, which the role lists do not read), or a model
+    file of the other roles (text_encoders/...)."""
+    return str(files / ("redux-models" if name.startswith(("style_models/", "clip_vision/")) else "models") / name)
 
 
 STYLE, SIGLIP = "style_models/flux1-redux-tiny.safetensors", "clip_vision/sigclip_vision_patch14_384-tiny.safetensors"
@@ -202,7 +204,7 @@ def test_redux_reads_comfyuis_style_model_and_clip_vision_files_and_refuses_what
                    redux_file(files, "clip_vision/clip_vision_vit-tiny.safetensors"), picture())
     assert_refused(["clip_vision_name", "style model", "goes in style_model_name"], api.with_redux, flux, style, style,
                    picture())
-    assert_refused(["style_model_name", "SigLIP", "goes in clip_vision_name"], api.with_redux, flux, siglip, siglip,
+    assert_refused(["style_model_name", "vision model", "goes in clip_vision_name"], api.with_redux, flux, siglip, siglip,
                    picture())
     assert_refused(["style_model_name", "not a FLUX.1 Redux style model", "flux1-redux-dev"], api.with_redux, flux,
                    redux_file(files, "text_encoders/clip_l-tiny.safetensors"), siglip, picture())

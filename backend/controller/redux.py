@@ -6,8 +6,8 @@ text encoders, and hands its prompt_embeds and pooled_prompt_embeds to the pipel
 The files are the ones ComfyUI's Load Style Model and Load CLIP Vision read: flux1-redux-dev.safetensors holds
 diffusers' ReduxImageEncoder keys as they are (redux_up, redux_down); sigclip_vision_patch14_384.safetensors holds
 transformers' SiglipVisionModel keys (vision_model.*; the attention-pooling head, if present, is not used).
-Their sizes come from the tensors; what no tensor holds (the head count) from the published config, as for the
-other files (base.head_dim).
+Their sizes come from the tensors (families/image_encoders.py reads the SigLIP's); what no tensor holds (the head
+count) from the published config, as for the other files.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..protocol.errors import ModelError
-from ..protocol.families import PIPELINES, family_of
-from ..protocol.families.base import Shapes, count, head_dim
+from ..protocol.families import PIPELINES, family_of, image_encoders
 from ..protocol.families.flux1 import REDUX_CONFIGS
 from ..protocol.spec import CONFIGS_DIR, PipelineSpec, ReduxRef, read_json, redux_key
 from .files import headers
@@ -29,7 +28,6 @@ from .images import checked_image
 MAX_SCALE = 10.0  # the range of ComfyUI's Apply Style Model strength
 TEXT_CHOICES = ("prompt and image", "image only")  # Apply Redux's text: Sample's prompt with the images, or none
 REDUX_TOKENS = "redux_down.weight"
-_LAYER = "vision_model.encoder.layers.0."
 
 
 def _published(part: str) -> dict:
@@ -54,8 +52,8 @@ def embedder_config(path: str) -> dict:
     if REDUX_TOKENS not in shapes or "redux_up.weight" not in shapes:
         if "style_embedding" in shapes:
             what = "a T2I-Adapter style model (SD1.5), not FLUX.1 Redux"
-        elif any(k.startswith(_LAYER) for k in shapes):
-            what = "a SigLIP vision model: it goes in clip_vision_name"
+        elif image_encoders.recognise(shapes):
+            what = "a vision model: it goes in clip_vision_name"
         else:
             what = f"not a FLUX.1 Redux style model ({len(shapes)} tensors, no redux_up / redux_down)"
         raise ModelError(f"style_model_name: '{name}' is {what}. Pick FLUX.1 Redux's style model "
@@ -70,30 +68,20 @@ def vision_config(path: str) -> dict:
     shapes, name = header.shapes, Path(path).name
     fix = ("Pick the SigLIP vision model FLUX.1 Redux was trained with (sigclip_vision_patch14_384.safetensors in "
            "ComfyUI's models/clip_vision).")
-    if not any(k.startswith(_LAYER) for k in shapes):
+    if not image_encoders.recognise(shapes):
         what = ("a FLUX.1 Redux style model: it goes in style_model_name" if REDUX_TOKENS in shapes else
                 "an OpenCLIP vision model" if any(k.startswith("visual.") for k in shapes) else
                 f"not a vision model ComfyUI's Load CLIP Vision reads ({len(shapes)} tensors)")
         raise ModelError(f"clip_vision_name: '{name}' is {what}. {fix}")
-    if "vision_model.embeddings.class_embedding" in shapes or "vision_model.pre_layrnorm.weight" in shapes:
+    if not image_encoders.is_siglip(shapes):
         raise ModelError(f"clip_vision_name: '{name}' is a CLIP ViT vision model (CLIP Vision G, H or L), not SigLIP. "
                          f"{fix}")
-    return _siglip_sizes(shapes, name, fix)
-
-
-def _siglip_sizes(s: Shapes, name: str, fix: str) -> dict:
     published = _published("image_encoder")
-    width = s[f"{_LAYER}layer_norm1.weight"][0]
-    patch = s["vision_model.embeddings.patch_embedding.weight"][2]
-    side, size = math.isqrt(s["vision_model.embeddings.position_embedding.weight"][0]), published["image_size"]
-    if side != size // patch:  # the image processor makes `size`-pixel images: size // patch patches a side
-        raise ModelError(f"clip_vision_name: '{name}' is a SigLIP for images of {side}x{side} patches of {patch} "
-                         f"pixels; FLUX.1 Redux reads {size}-pixel images ({size // patch}x{size // patch} patches "
-                         f"of 14: its image processor's size). {fix}")
-    return {"hidden_size": width, "intermediate_size": s[f"{_LAYER}mlp.fc1.weight"][0],
-            "num_hidden_layers": count(s, "vision_model.encoder.layers."),
-            "num_attention_heads": width // head_dim(width, published["hidden_size"] // published["num_attention_heads"]),
-            "patch_size": patch, "image_size": size, "vision_use_head": "vision_model.head.probe" in s}
+    sizes, size = image_encoders.siglip_sizes(shapes, published), published["image_size"]
+    if sizes["image_size"] != size:  # the image processor makes `size`-pixel images
+        raise ModelError(f"clip_vision_name: '{name}' is a SigLIP for {sizes['image_size']}-pixel images; FLUX.1 "
+                         f"Redux reads {size}-pixel ones (its image processor's size). {fix}")
+    return sizes
 
 
 def add(spec: PipelineSpec, style_model: str, clip_vision: str, image: np.ndarray, prompt_embeds_scale: float = 1.0,
