@@ -27,7 +27,7 @@ def diffusers_roots() -> list[str]:
 
 def file_roots() -> dict[str, list[str]]:
     """ComfyUI's folders per role of a model file (checkpoints; diffusion_models and unet; text_encoders and
-    clip; vae), extra_model_paths.yaml entries included."""
+    clip; vae; clip_vision), extra_model_paths.yaml entries included."""
     from ..backend.controller.files.listing import ROLE_FOLDERS
 
     roots = {}

@@ -32,7 +32,7 @@ from pathlib import Path
 
 # "flux1-3072" (1 GB), "flux1-vae" (170 MB) and "flux1tools" (the FLUX.1 tools, issue 26) only when asked
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan")
-VERSION = "6"  # bump to rebuild cached fixtures after changing this file
+VERSION = "7"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
 FILES = {
@@ -67,6 +67,7 @@ FILES = {
             "high_noise": "wan2.2_t2v_high_noise-tiny.safetensors", "low_noise": "wan2.2_t2v_low_noise-tiny.safetensors",
             "i2v_high_noise": "wan2.2_i2v_high_noise-tiny.safetensors",
             "i2v_low_noise": "wan2.2_i2v_low_noise-tiny.safetensors",
+            "i2v21": "wan2.1_i2v-tiny_fp16.safetensors", "clip_vision": "clip_vision_h-tiny.safetensors",
             "ti2v": "wan2.2_ti2v-tiny.safetensors", "umt5": "umt5_xxl-tiny.safetensors",
             "umt5_fp8_scaled": "umt5_xxl-tiny_fp8_e4m3fn_scaled.safetensors", "vae": "wan_2.1_vae-tiny.safetensors",
             "vae22": "wan2.2_vae-tiny.safetensors"},
@@ -689,7 +690,7 @@ def _wan_transformer_file(comfy, transformer) -> dict:
     c = transformer.config
     with torch.device("meta"):
         module = comfy.ldm.wan.model.WanModel(
-            model_type="t2v", patch_size=tuple(c.patch_size), in_dim=c.in_channels, dim=c.num_attention_heads *
+            model_type="i2v" if c.image_dim else "t2v", patch_size=tuple(c.patch_size), in_dim=c.in_channels, dim=c.num_attention_heads *
             c.attention_head_dim, ffn_dim=c.ffn_dim, freq_dim=c.freq_dim, text_dim=c.text_dim, out_dim=c.out_channels,
             num_heads=c.num_attention_heads, num_layers=c.num_layers, operations=comfy.ops.disable_weight_init)
     sd = probe_invert(convert_wan_transformer_to_diffusers, {k: tuple(v.shape) for k, v in module.state_dict().items()},
@@ -729,6 +730,33 @@ def _wan_vae_file(comfy, vae) -> dict:
     return sd
 
 
+def _clip_vision(comfy, published: Path):
+    """A CLIP vision encoder of clip_vision_h's width (1280, heads of 80) with 2 layers, 32x32 images in 8-pixel
+    patches, as transformers' CLIPVisionModel (what diffusers' Wan image to video reads) and as its file in
+    ComfyUI's models/clip_vision (Comfy-Org's layout: transformers' CLIPVisionModelWithProjection, float16),
+    checked by a strict load into ComfyUI's own CLIPVisionModelProjection. The weights are rounded to float16 in
+    both."""
+    import comfy.clip_model
+    import comfy.ops
+    import torch
+    from transformers import CLIPVisionConfig, CLIPVisionModel, CLIPVisionModelWithProjection
+
+    from backend.protocol.spec import read_json
+
+    config = {**read_json(published / "image_encoder" / "config.json"), "intermediate_size": 32,
+              "num_hidden_layers": 2, "image_size": 32, "patch_size": 8, "projection_dim": 32}
+    config.pop("architectures", None)
+    with_projection = _seeded(90, lambda: CLIPVisionModelWithProjection(CLIPVisionConfig(**config)))
+    sd = {k: v.half() for k, v in _sd(with_projection).items()}
+    with torch.device("meta"):
+        theirs = comfy.clip_model.CLIPVisionModelProjection(config, None, None, comfy.ops.disable_weight_init)
+    theirs.load_state_dict(sd, strict=True, assign=True)  # exactly ComfyUI's layout
+    vision = CLIPVisionModel(CLIPVisionConfig(**config))
+    prefix = "vision_model."  # transformers 5 names CLIPVisionModel's own keys without it (and reads files with it)
+    vision.load_state_dict({k[len(prefix):]: v.float() for k, v in sd.items() if k.startswith(prefix)}, strict=True)
+    return vision.eval(), sd
+
+
 def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
     """Wan: 2.1 text to video (tiny-wan's transformer), 2.2 A14B (two experts of its shape), its image-to-video pair
     (in channels 2 · 4 + 4, as the published 36 for 16; no image encoder) and 2.2 TI2V 5B
@@ -740,7 +768,7 @@ def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
     import diffusers
     import torch
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanTransformer3DModel
-    from transformers import T5TokenizerFast, UMT5Config, UMT5EncoderModel
+    from transformers import CLIPImageProcessor, T5TokenizerFast, UMT5Config, UMT5EncoderModel
 
     from backend.protocol.spec import CONFIGS_DIR, read_json
     from backend.worker.loading import _spiece_tokenizer
@@ -748,8 +776,8 @@ def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
     comfy = import_comfy(comfyui_dir)
     names, models = FILES["wan"], out / "models"
     spiece = spiece_model()
-    published = {folder: CONFIGS_DIR / folder for folder in ("wan21-t2v-1.3b", "wan22-t2v-a14b", "wan22-i2v-a14b",
-                                                            "wan22-ti2v-5b")}
+    published = {folder: CONFIGS_DIR / folder for folder in ("wan21-t2v-1.3b", "wan21-i2v-14b", "wan22-t2v-a14b",
+                                                            "wan22-i2v-a14b", "wan22-ti2v-5b")}
     te_config = read_json(published["wan21-t2v-1.3b"] / "text_encoder" / "config.json")
     with tempfile.TemporaryDirectory() as tmp:
         probe = _save({"spiece_model": torch.frombuffer(bytearray(spiece), dtype=torch.uint8)}, Path(tmp) / "te.sft")
@@ -786,10 +814,19 @@ def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
     # the image-to-video experts read the noise, the start image's latents and their 4-channel mask
     i2v_high, i2v_low = (transformer("wan22-i2v-a14b", seed, in_channels=12, out_channels=4) for seed in (87, 88))
     ti2v = transformer("wan22-ti2v-5b", 85)
+    # Wan 2.1 image to video: ComfyUI's WanModel reads 1280-wide CLIP features (clip_vision_h's, fixed in it), so
+    # the image embedding and the CLIP vision encoder are that wide (2 layers, 16 heads of 80 as ViT-H's)
+    i2v21 = transformer("wan21-i2v-14b", 89, in_channels=12, out_channels=4, added_kv_proj_dim=24)
+    i2v21.load_state_dict({k: v.half().float() for k, v in i2v21.state_dict().items()}, strict=True)
+    vision, clip_vision_file = _clip_vision(comfy, published["wan21-i2v-14b"])
+    processor = CLIPImageProcessor.from_pretrained(str(published["wan21-i2v-14b"] / "image_processor"),
+                                                   size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     vae22 = vae("wan22-ti2v-5b", 86, decoder_base_dim=16)  # the published layout: widths alone are read
     refs = {"ref-wan21": pipeline("wan21-t2v-1.3b", transformer=wan21, vae=vae21),
             "ref-wan22-a14b": pipeline("wan22-t2v-a14b", transformer=high, transformer_2=low, vae=vae21),
             "ref-wan22-i2v-a14b": pipeline("wan22-i2v-a14b", transformer=i2v_high, transformer_2=i2v_low, vae=vae21),
+            "ref-wan21-i2v": pipeline("wan21-i2v-14b", transformer=i2v21, vae=vae21, image_encoder=vision,
+                                      image_processor=processor),
             "ref-wan22-5b": pipeline("wan22-ti2v-5b", transformer=ti2v, vae=vae22)}
     for name, pipe in refs.items():
         pipe.save_pretrained(str(out / "diffusers" / name), safe_serialization=True)
@@ -802,6 +839,8 @@ def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
     for key, module in (("high_noise", high), ("low_noise", low), ("i2v_high_noise", i2v_high),
                         ("i2v_low_noise", i2v_low), ("ti2v", ti2v)):
         _save(_wan_transformer_file(comfy, module), dm / names[key])
+    _save({k: v.to(torch.float16) for k, v in _wan_transformer_file(comfy, i2v21).items()}, dm / names["i2v21"])
+    _save(clip_vision_file, models / "clip_vision" / names["clip_vision"])
     _save(_wan_vae_file(comfy, vae21), models / "vae" / names["vae"])
     _save(_wan_vae_file(comfy, vae22), models / "vae" / names["vae22"])
     umt5 = _sd(text_encoder)

@@ -149,6 +149,10 @@ class FileComponent:
     key_map: tuple[tuple, ...] = ()  # ComfyUI's key map where diffusers has no converter for the file's size
 
 
+# a component's config file, by kind: a model's, a scheduler's, an image processor's
+CONFIG_FILES = ("config.json", "scheduler_config.json", "preprocessor_config.json")
+
+
 @dataclass(frozen=True)
 class FileSource:
     """A pipeline made of artists' files: the pack's configs of the published model (`configs`, a folder of
@@ -166,7 +170,7 @@ class FileSource:
     def config(self, name: str) -> dict:
         """Component `name`'s config: the published one with the sizes of the artist's file."""
         folder = self.config_dir / name
-        base = read_json(folder / "config.json", {}) or read_json(folder / "scheduler_config.json", {})
+        base = next((read_json(folder / f, {}) for f in CONFIG_FILES if (folder / f).is_file()), {})
         return {**base, **json.loads(self.overrides).get(name, {})}
 
     def index(self) -> dict:

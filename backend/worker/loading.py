@@ -30,7 +30,7 @@ from typing import Any
 
 from ..protocol import settings
 from ..protocol.families import FAMILIES
-from ..protocol.spec import DENOISERS, FileComponent, FileSource, listed_components, read_json
+from ..protocol.spec import CONFIG_FILES, DENOISERS, FileComponent, FileSource, listed_components, read_json
 from ..protocol.units import format_bytes
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
@@ -193,9 +193,9 @@ def _lay_out(source: FileSource, root: Path) -> Path:
     for folder in sorted(p for p in configs.iterdir() if p.is_dir()):
         target = root / folder.name
         target.mkdir()
-        for file in ("config.json", "scheduler_config.json"):
-            if (folder / file).is_file():
-                (target / file).write_text(json.dumps(source.config(folder.name)))
+        file = next((f for f in CONFIG_FILES if (folder / f).is_file()), None)  # what source.config reads
+        if file:
+            (target / file).write_text(json.dumps(source.config(folder.name)))
     for part in source.components:
         if part.layout == "tokenizer":
             _tokenizer_folder(Path(part.path), configs / part.name, root / part.name)
