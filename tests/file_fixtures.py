@@ -30,7 +30,7 @@ import shutil
 import sys
 from pathlib import Path
 
-# "flux1-3072" (1 GB), "flux1-vae" (170 MB) and "flux1tools" (the FLUX.1 tools, issue 26) only when asked
+# "flux1-3072" (1 GB), "flux1-vae" (170 MB), "flux1tools" and "flux1redux" (the FLUX.1 tools, issue 26) only when asked
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan")
 VERSION = "7"  # bump to rebuild cached fixtures after changing this file
 
@@ -54,6 +54,11 @@ FILES = {
     "flux1tools": {"kontext": "flux1-kontext-tiny.safetensors", "fill": "flux1-fill-tiny.safetensors",
                    "depth": "flux1-depth-tiny.safetensors"},
     "flux1-vae": {"vae": "ae-published-layout-4ch.safetensors"},
+    # FLUX.1 Redux as ComfyUI's Load Style Model and Load CLIP Vision read it (style_models/, clip_vision/ under
+    # redux-models/: a folder the role lists of other tests do not read); a style model for a wider FLUX.1 and a
+    # CLIP ViT vision model, which the pack refuses
+    "flux1redux": {"style": "flux1-redux-tiny.safetensors", "style_wide": "flux1-redux-wide-tiny.safetensors",
+                   "siglip": "sigclip_vision_patch14_384-tiny.safetensors", "clip_vit": "clip_vision_vit-tiny.safetensors"},
     "sdxl": {"checkpoint": "sdxl-tiny.safetensors", "checkpoint_fp8": "sdxl-tiny-fp8-e4m3fn.safetensors"},
     "qwenimage": {"diffusion_model": "qwen-image-tiny.safetensors",
                   "comfysave": "qwen-image-tiny-comfysave.safetensors",
@@ -900,6 +905,53 @@ def _flux1tools(tiny: Path, comfyui_dir: str, out: Path) -> None:
         _save(bfl, out / "models" / "diffusion_models" / FILES["flux1tools"][tool])
 
 
+def _flux1redux(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """FLUX.1 Redux for ref-flux1 (T5 32 wide): a SigLIP vision model of the published image size and patch (384,
+    14: 729 tokens) 16 wide, 2 layers, with its attention-pooling head as transformers saves it (4 heads of 4: what
+    the pack derives for this width from the published head size 72), and a ReduxImageEncoder 16 -> 32. The
+    files hold the layout ComfyUI's loaders read, proved by loading them into ComfyUI's own modules (its SigLIP
+    drops the head, as its Load CLIP Vision does): diffusers' keys for the embedder; for the vision models
+    transformers' keys under `vision_model.` (transformers 5 saves SiglipVisionModel without that prefix and
+    reads it with or without). Both also as diffusers folders (`diffusers/ref-flux1-redux`) for the plain
+    FluxPriorReduxPipeline."""
+    import torch
+    from diffusers.pipelines.flux.modeling_flux import ReduxImageEncoder
+    from transformers import CLIPVisionConfig, CLIPVisionModel, SiglipVisionConfig, SiglipVisionModel
+
+    build(out, tiny, comfyui_dir, ("flux1",))
+    import_comfy(comfyui_dir)
+    import comfy.clip_model as comfy_clip
+    import comfy.ldm.flux.redux as comfy_redux
+    import comfy.ops as comfy_ops
+
+    names, models, ref = FILES["flux1redux"], out / "redux-models", out / "diffusers" / "ref-flux1-redux"
+    sizes = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "image_size": 384, "patch_size": 14}
+    siglip = _seeded(50, lambda: SiglipVisionModel(SiglipVisionConfig(hidden_act="gelu_pytorch_tanh", **sizes)))
+    embedder = _seeded(51, lambda: ReduxImageEncoder(redux_dim=16, txt_in_features=32))
+    siglip.save_pretrained(str(ref / "image_encoder"))
+    embedder.save_pretrained(str(ref / "image_embedder"))
+    comfy_siglip = comfy_clip.CLIPVisionModelProjection(
+        {**sizes, "num_channels": 3, "hidden_act": "gelu_pytorch_tanh", "model_type": "siglip_vision_model"},
+        torch.float32, "cpu", comfy_ops.manual_cast)
+    vision_sd = _vision_file(siglip)
+    missing, unexpected = comfy_siglip.load_state_dict(vision_sd, strict=False)
+    assert not missing and all(k.startswith("vision_model.head.") for k in unexpected), (missing, unexpected)
+    comfy_redux.ReduxImageEncoder(16, 32).load_state_dict(_sd(embedder), strict=True)
+    _save(vision_sd, models / "clip_vision" / names["siglip"])
+    _save(_sd(embedder), models / "style_models" / names["style"])
+    _save(_sd(_seeded(52, lambda: ReduxImageEncoder(redux_dim=16, txt_in_features=64))),
+          models / "style_models" / names["style_wide"])
+    vit = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=4,
+                           image_size=28, patch_size=14, projection_dim=16)
+    _save(_vision_file(_seeded(53, lambda: CLIPVisionModel(vit))), models / "clip_vision" / names["clip_vit"])
+
+
+def _vision_file(model) -> dict:
+    """A transformers vision model as ComfyUI's clip_vision files hold it: every key under `vision_model.`."""
+    return {k if k.startswith("vision_model.") else f"vision_model.{k}": v for k, v in _sd(model).items()}
+
+
 def _flux1_vae(tiny: Path, comfyui_dir: str, out: Path) -> None:
     """A FLUX.1 VAE file that ComfyUI's VAELoader reads: its LDM VAE has fixed sizes (128 channels, multipliers
     [1, 2, 4, 4], 2 res blocks; only the latent channels are read from the file), so a tiny one does not load.
@@ -918,7 +970,7 @@ def _flux1_vae(tiny: Path, comfyui_dir: str, out: Path) -> None:
 
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
             "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072,
-            "flux1-vae": _flux1_vae, "flux1tools": _flux1tools}
+            "flux1-vae": _flux1_vae, "flux1tools": _flux1tools, "flux1redux": _flux1redux}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

@@ -26,7 +26,7 @@ import torch
 from ..protocol.families import ControlNets
 from ..protocol.spec import ControlNetRef, PipelineSpec, control_key
 from . import images
-from .loading import safetensors_only
+from .loading import from_linked_file, safetensors_only
 
 
 def fit_control(image: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -56,15 +56,14 @@ def load_controlnet(ref: ControlNetRef, dtype: Any, kind: ControlNets) -> Any:
     laid out from its config (read from its tensors by the controller) and a link to the file, or, for the kinds
     diffusers' single-file loader converts (Z-Image's), through from_single_file with that config."""
     cls = _class(ref.model)
-    common = {"dtype": dtype, "local_files_only": True}
     if Path(ref.path).is_dir():
-        return cls.from_pretrained(ref.path, use_safetensors=safetensors_only(), **common)
+        return cls.from_pretrained(ref.path, dtype=dtype, local_files_only=True, use_safetensors=safetensors_only())
+    config = {"_class_name": ref.model, **json.loads(ref.config)}
+    if not kind.single_file:
+        return from_linked_file(cls, ref.path, config, dtype)
     with tempfile.TemporaryDirectory(prefix="comfyui-tpu-controlnet-") as tmp:
-        (Path(tmp) / "config.json").write_text(json.dumps({"_class_name": ref.model, **json.loads(ref.config)}))
-        if kind.single_file:
-            return cls.from_single_file(ref.path, config=tmp, **common)
-        os.symlink(ref.path, Path(tmp) / "diffusion_pytorch_model.safetensors")
-        return cls.from_pretrained(tmp, use_safetensors=safetensors_only(), **common)
+        (Path(tmp) / "config.json").write_text(json.dumps(config))
+        return cls.from_single_file(ref.path, config=tmp, dtype=dtype, local_files_only=True)
 
 
 class ControlNetPipelines:

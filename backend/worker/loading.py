@@ -46,6 +46,17 @@ def safetensors_only() -> bool | None:
     return None if settings.ALLOW_PICKLE.on() else True
 
 
+def from_linked_file(cls: type, path: str, config: dict, dtype: Any) -> Any:
+    """A diffusers or transformers model of class `cls` from one .safetensors file whose keys are the class's
+    own (a ControlNet in diffusers' layout, Redux's image encoder and embedder), on the CPU in `dtype`: its
+    from_pretrained reads a temporary folder of `config` and a link to the file."""
+    weights = "model.safetensors" if cls.__module__.startswith("transformers") else "diffusion_pytorch_model.safetensors"
+    with tempfile.TemporaryDirectory(prefix="comfyui-tpu-file-") as tmp:
+        (Path(tmp) / "config.json").write_text(json.dumps(config))
+        os.symlink(path, Path(tmp) / weights)
+        return cls.from_pretrained(tmp, dtype=dtype, local_files_only=True, use_safetensors=safetensors_only())
+
+
 @dataclass(frozen=True)
 class Component:
     """One weighted component of a pipeline folder."""
