@@ -218,15 +218,18 @@ def test_frames_over_the_budget_decode_in_tiles_close_to_whole(tiny_models, monk
 # ---- Wan 2.2 A14B's two experts (tiny-wan22: the published boundary 0.875 and flow shift 12; 3 steps: high, high,
 # low): every layout, compile and step cache treats the low-noise expert (transformer_2) as the high-noise one
 
+FIRST_BLOCK = 0.5  # a first block cache threshold at which tiny-wan22 skips steps
+
+
 def _pair_request(**kw) -> SampleRequest:
     return _request(**{"steps": 3, **kw})
 
 
 @pytest.fixture(scope="module")
 def plain_pair(tiny_models):
-    """Plain diffusers' WanPipeline of tiny-wan22: `run(steps, cached)` gives its frames (TaylorSeer's hook on the
-    experts named in `cached`) and which expert ran each step's first pass."""
-    from diffusers import TaylorSeerCacheConfig, WanPipeline
+    """Plain diffusers' WanPipeline of tiny-wan22: `run(steps, cached, kind)` gives its frames (the step cache
+    hook of `kind` on the experts named in `cached`) and which expert ran each step's first pass."""
+    from diffusers import FirstBlockCacheConfig, TaylorSeerCacheConfig, WanPipeline
 
     pipe = WanPipeline.from_pretrained(str(tiny_models / "tiny-wan22"), dtype=torch.float32, local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
@@ -234,14 +237,15 @@ def plain_pair(tiny_models):
     for name in ("transformer", "transformer_2"):
         getattr(pipe, name).register_forward_pre_hook(lambda *_, name=name: ran.append(name))
 
-    def run(steps: int = 3, cached: tuple[str, ...] = ()) -> tuple[np.ndarray, list[str]]:
+    def run(steps: int = 3, cached: tuple[str, ...] = (), kind: str = "taylorseer") -> tuple[np.ndarray, list[str]]:
         ran.clear()
         for name in ("transformer", "transformer_2"):
             module = getattr(pipe, name)
             if module.is_cache_enabled:
                 module.disable_cache()
             if name in cached:
-                module.enable_cache(TaylorSeerCacheConfig(cache_identifiers=list(TAYLORSEER_MODULES)))
+                module.enable_cache(TaylorSeerCacheConfig(cache_identifiers=list(TAYLORSEER_MODULES))
+                                    if kind == "taylorseer" else FirstBlockCacheConfig(threshold=FIRST_BLOCK))
         with torch.inference_mode():
             frames = pipe(prompt=FOX, negative_prompt="blurry", height=32, width=32, num_frames=5,
                           num_inference_steps=steps, guidance_scale=5.0, output_type="np",
@@ -252,10 +256,11 @@ def plain_pair(tiny_models):
 
 
 @pytest.mark.workers
-def test_taylorseer_runs_on_both_experts_as_plain_diffusers_with_a_hook_on_each(tiny_models, plain_pair):
+def test_step_caches_run_on_both_experts_as_plain_diffusers_with_a_hook_on_each(tiny_models, plain_pair):
     """14 steps: 9 of the high-noise expert, 5 of the low-noise one, whose own TaylorSeer hook computes its first 3
     and extrapolates its 4th and 5th. Bit-identical to plain WanPipeline with the hook on each expert, and not to
-    one with the hook on the high-noise expert only (so the low-noise expert's hook did something)."""
+    one with the hook on the high-noise expert only (so the low-noise expert's hook did something). The first block
+    cache, a hook on each expert too, equals plain WanPipeline with it."""
     assert np.array_equal(api.sample(_spec(tiny_models, "tiny-wan22"), _pair_request()), plain_pair()[0]), \
         "one worker, uncached: plain WanPipeline"
     spec, text = api.sampling_options(_spec(tiny_models, "tiny-wan22"), step_cache="taylorseer")
@@ -269,6 +274,11 @@ def test_taylorseer_runs_on_both_experts_as_plain_diffusers_with_a_hook_on_each(
     assert not np.array_equal(high_only, plain_pair(14)[0]), "the high-noise expert's hook too"
     experts = api.worker_info()[0]["experts"]
     assert experts["denoiser"]["step_cache"] and experts["transformer_2"]["step_cache"]
+    spec = api.sampling_options(_spec(tiny_models, "tiny-wan22"), step_cache="first block",
+                                cache_threshold=FIRST_BLOCK)[0]
+    frames = api.sample(spec, _pair_request(steps=14))
+    assert np.array_equal(frames, plain_pair(14, ("transformer", "transformer_2"), "first block")[0])
+    assert not np.array_equal(frames, plain_pair(14)[0]), "the first block cache skipped"
     with pytest.raises(ParallelError, match=r"'magcache' does not suit Wan .* For Wan use first block or taylorseer"):
         api.sampling_options(_spec(tiny_models, "tiny-wan22"), step_cache="magcache")
 

@@ -35,7 +35,7 @@ def task(family: Pipeline, arrays: dict, denoise: float = 1.0) -> str:
         return LATENT if denoise < 1 else TEXT
     if "image" not in arrays:
         return TEXT
-    if family.start_image:
+    if family.start_image or family.start_image_via:  # the controller has checked this model takes one
         return START
     if "mask" in arrays:
         return INPAINT
@@ -75,7 +75,8 @@ def fit_mask(mask: np.ndarray, width: int, height: int) -> np.ndarray:
     return t[0, 0].numpy()
 
 
-def _pil(image: np.ndarray) -> Any:
+def pil(image: np.ndarray) -> Any:
+    """One IMAGE [H, W, C] as an RGB PIL image (rounded to 8 bits), for the pipelines that take PIL images."""
     import PIL.Image
 
     rgb = fit(image, image.shape[1], image.shape[0])
@@ -97,8 +98,9 @@ class ImagePipelines:
         if pipe is not self.pipe:
             self.forget()
             self.pipe = pipe
-        name = {IMG2IMG: family.img2img, LATENT: family.img2img, INPAINT: family.inpaint}.get(kind)
-        if name is None or name == family.class_name:  # the loaded one takes them itself (FLUX.1 Fill)
+        name = {IMG2IMG: family.img2img, LATENT: family.img2img, INPAINT: family.inpaint,
+                START: family.start_image_via}.get(kind)
+        if not name or name == family.class_name:  # the loaded one takes them itself (FLUX.1 Fill)
             return pipe
         if name not in self.derived:
             self.derived[name] = derive(pipe, name)
@@ -145,12 +147,12 @@ def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req
     if "max_area" in params:  # Kontext makes max_area pixels at the aspect of width × height: Sample's size
         kwargs["max_area"] = width * height
     if kind == START:  # the video's first frame, at its size (the CLIP vision encoder sees its centre square)
-        kwargs["image"] = _pil(fit(images[index % len(images)], width, height))
+        kwargs["image"] = pil(fit(images[index % len(images)], width, height))
     if kind == REFERENCE:
         if type(pipe).__name__ in _SINGLE_REFERENCE:
-            kwargs["image"] = _pil(images[index % len(images)])
+            kwargs["image"] = pil(images[index % len(images)])
         else:
-            kwargs["image"] = [_pil(image) for image in images]
+            kwargs["image"] = [pil(image) for image in images]
     for name in ("width", "height"):
         if name not in params:
             kwargs.pop(name)
