@@ -85,16 +85,16 @@ def experts(pipe) -> tuple[Any, ...]:
     return (denoiser(pipe)[1], *((second,) if second is not None else ()))
 
 
-def steps_for_every_expert(pipe, steps: int) -> int:
-    """The fewest steps, from `steps` up, whose schedule reaches every expert (a compile warm-up compiles what
-    it runs): Wan 2.2 A14B's low-noise expert runs only on timesteps below boundary_ratio · 1000, which 2 steps at
-    its flow shift of 12 never reach. `steps` for a model of one denoiser."""
+def steps_for_every_expert(pipe, scheduler, steps: int) -> int:
+    """The fewest steps, from `steps` up, whose schedule (`scheduler`'s) reaches every expert (a compile warm-up
+    compiles what it runs): Wan 2.2 A14B's low-noise expert runs only on timesteps below boundary_ratio · 1000,
+    which 2 steps at its flow shift of 12 never reach. `steps` for a model of one denoiser."""
     ratio = getattr(pipe.config, "boundary_ratio", None)
     if ratio is None or getattr(pipe, "transformer_2", None) is None:
         return steps
-    boundary = ratio * pipe.scheduler.config.num_train_timesteps
+    boundary = ratio * scheduler.config.num_train_timesteps
     for n in range(steps, 1001):
-        schedule = type(pipe.scheduler).from_config(pipe.scheduler.config)
+        schedule = type(scheduler).from_config(scheduler.config)
         schedule.set_timesteps(n)
         if bool((schedule.timesteps < boundary).any()):
             return n
@@ -164,8 +164,8 @@ class Compiler:
 
     def apply(self, pipe: Any, spec: PipelineSpec, dtype_name: str) -> list[tuple[int, int, int, int]]:
         """Compiles (or un-compiles) the denoiser of `pipe` (both experts of a pair) for the spec's plan, without
-        reloading anything;
-        returns the warm-up shapes not compiled yet (the runtime runs them and calls `warmed_up`)."""
+        reloading anything; returns the warm-up shapes not compiled yet (the runtime runs them and calls
+        `warmed_up`)."""
         plan = spec.compile_plan()
         name, modules = denoiser(pipe)[0], experts(pipe)
         want = None if plan is None else (plan.target, plan.backend, spec.model_path, spec.dtype)

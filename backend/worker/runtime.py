@@ -134,7 +134,8 @@ class Runtime:
         for i, todo in enumerate(pending := self.compiler.apply(self.pipe, spec, self.dtype_name(spec)), 1):
             w, h, b, frames = todo
             req = warmup_request(spec, w, h, b, frames)
-            steps = steps_for_every_expert(self.pipe, req.steps)  # a pair: both experts compile in the warm-up
+            # a pair: both experts compile in the warm-up (which runs the pipeline's own scheduler)
+            steps = steps_for_every_expert(self.pipe, self.own_scheduler, req.steps)
             self.status(f"warm-up {i}/{len(pending)}: {w}x{h}" + (f"x{frames} frames" if frames else "")
                         + f" (batch {b})" + (f", {steps} steps so that both experts run" if steps != req.steps else ""))
             # edit and image-to-video models need an image: a grey one of the size (reference images add their
