@@ -16,6 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
+import file_fixtures
 import numpy as np
 import pytest
 from helpers import pixels
@@ -61,14 +62,16 @@ CASES = {
                          3.0),
 }
 FLUX1 = CASES["flux1-split"][1]
+COMFYUI_FILES = (*file_fixtures.FAMILIES, "flux1-3072")  # comfyui_files' families, built from the start (conftest)
 
 
 @pytest.fixture(scope="module")
 def files(comfyui_files, comfyui_dir, monkeypatch_module):
-    """All families' files and references; ComfyUI's package importable here (its bundled tokenizers and, for
-    FLUX.1 widths diffusers' converter does not read, its key map), as it is in ComfyUI's process."""
+    """All families' files and references, and the FLUX.1 file of the published width; ComfyUI's package
+    importable here (its bundled tokenizers and, for FLUX.1 widths diffusers' converter does not read, its key
+    map), as it is in ComfyUI's process."""
     monkeypatch_module.syspath_prepend(str(comfyui_dir))
-    return comfyui_files()
+    return comfyui_files(*COMFYUI_FILES)
 
 
 @pytest.fixture(scope="module")
@@ -203,6 +206,30 @@ def test_qwen_image_releases_load_as_their_comfyui_template_files_say(files):
     finally:
         renamed.unlink()
     assert (spec.class_name, spec.component_config("transformer")["zero_cond_t"]) == ("QwenImageEditPlusPipeline", True)
+    assert spec.component_config("transformer")["use_additional_t_cond"] is False
+
+
+@pytest.mark.unit
+def test_a_qwen_image_layered_file_is_refused_by_name(files):
+    """Qwen-Image's tensors plus Layered's addition_t_embedding: refused, not loaded as Qwen-Image without it."""
+    from safetensors.torch import load_file, save_file
+
+    models_dir = files / "models" / "diffusion_models"
+    tensors = load_file(str(models_dir / "qwen_image_2512-tiny_fp8_e4m3fn.safetensors"))
+    width = tensors["img_in.weight"].shape[0]
+    layered = models_dir / "qwen_image_layered-tiny_bf16.safetensors"
+    save_file({**tensors, "time_text_embed.addition_t_embedding.weight": tensors["img_in.weight"].new_zeros(2, width)},
+              str(layered))
+    try:
+        with pytest.raises(ModelError) as e:
+            file_spec(files, **dict(QWEN, diffusion_model=layered.name))
+    finally:
+        layered.unlink()
+    assert str(e.value) == (
+        "diffusion_model: 'qwen_image_layered-tiny_bf16.safetensors' is Qwen-Image-Layered (its "
+        "time_text_embed.addition_t_embedding.* tensors), which ComfyUI-TPU does not run: it splits an image into "
+        "RGBA layers (diffusers' QwenImageLayeredPipeline), and Sample returns images. Choose a Qwen-Image (2512 "
+        "included) or Qwen-Image-Edit (2509, 2511) file.")
 
 
 WRONG = {
@@ -688,15 +715,11 @@ def test_zimage_bf16_fp8_and_scaled_fp8_files_load_as_their_rounding(files):
 
 
 @pytest.mark.unit
-def test_flux1_at_the_published_width_goes_through_diffusers_own_converter(comfyui_files, comfyui_dir,
-                                                                           monkeypatch):
+def test_flux1_at_the_published_width_goes_through_diffusers_own_converter(files):
     """FLUX.1 files of the published width (3072) are read by diffusers' single-file converter, which
     hard-codes it: a 3072-wide transformer with 1 double and 1 single block (about 1 GB) loads exactly."""
-    import file_fixtures
     import torch
 
-    files = comfyui_files("flux1", "flux1-3072")
-    monkeypatch.syspath_prepend(str(comfyui_dir))
     spec = file_spec(files, **dict(FLUX1, diffusion_model=file_fixtures.FILES["flux1-3072"]["diffusion_model"]))
     assert spec.source.component("transformer").layout == "flux1", "3072 wide: diffusers' converter"
     config = spec.component_config("transformer")
