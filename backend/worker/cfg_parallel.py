@@ -68,15 +68,22 @@ def _output(sample: Any, return_dict: bool) -> Any:
 
 
 class CFGParallel:
-    """Splits the CFG passes of one denoiser between this rank and its CFG peer (`group`, 2 ranks)."""
+    """Splits the CFG passes of one denoiser (or of each expert of a pair: one runs per step, so they share the
+    exchange) between this rank and its CFG peer (`group`, 2 ranks)."""
 
-    def __init__(self, module: Any, passes: str, group: Any, rank: int):
+    def __init__(self, modules: tuple[Any, ...], passes: str, group: Any, rank: int):
         self.passes, self.group, self.rank = passes, group, rank
         self.active = False  # this call runs two passes (set per call by `call`)
         self.branch: str | None = None  # the cache_context the pipeline is in
         self.cond: Any = None  # rank 0: its cond prediction, until the exchange
         self.placeholder: Any = None  # rank 1: what its cond call returned, until the exchange fills it
-        self._install(module)
+        self.modules = modules
+        for module in modules:
+            self._install(module)
+
+    def splits(self, module: Any) -> bool:
+        """Whether `module`'s calls go through this split."""
+        return module in self.modules
 
     def _install(self, module: Any) -> None:
         """Makes `module` an instance of a subclass whose `__call__` (and `cache_context`) go through us."""
