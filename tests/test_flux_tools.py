@@ -234,10 +234,10 @@ def test_shard_tp_and_cfg_parallel_equal_one_worker(files, one_worker):
     in another order, hence the FLUX.1 TP tests' tolerance, 1e-4 in float32 (tests/test_parallel.py). CFG
     Parallel on Kontext's true CFG (two unnamed passes, split by their order): the same arithmetic, bit for bit."""
     image, mask = outpainting()
-    # Kontext (the reference's tokens beside the latents') and Fill (the condition in the input channels: Depth/Canny
-    # reads its control image the same way, through x_embedder, so it is not run again here)
+    # Kontext: the reference's tokens beside the latents'; Fill and Depth/Canny: the condition in the input channels
     cases = (("flux1-kontext-tiny.safetensors", ONE_STEP, {"image": REF}, "kontext"),
-             ("flux1-fill-tiny.safetensors", FILL_REQ, {"image": image, "mask": mask}, "fill"))
+             ("flux1-fill-tiny.safetensors", FILL_REQ, {"image": image, "mask": mask}, "fill"),
+             ("flux1-depth-tiny.safetensors", request(), {"image": picture()}, "depth"))
     for model, req, inputs, name in cases:
         sharded, text = api.shard(spec(files, model), 2)
         assert "sharded over 2 chips" in text
