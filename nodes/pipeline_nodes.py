@@ -91,8 +91,8 @@ FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/prot
                     "it holds.",
     "vae": "The VAE file (models/vae). " + "; ".join(f"{f.name}: {f.vae_hint}" for f in families.FROM_FILES)
            + ". Leave '(none)' to use the checkpoint's own VAE.",
-    "diffusion_model_2": "Only for models of two experts (Wan 2.2 A14B): the low-noise expert "
-                         "(…_low_noise_14B_….safetensors), with the high-noise one in diffusion_model; the high-noise "
+    "diffusion_model_2": "Only for models of two experts (Wan 2.2 A14B, text or image to video): the low-noise "
+                         "expert (…_low_noise_14B_….safetensors), with the high-noise one in diffusion_model; the high-noise "
                          "expert runs the first steps, the low-noise one the rest. Leave '(none)' for every other model.",
     "checkpoint": f"An all-in-one checkpoint (models/checkpoints) of {families.single_file_names()} (with or "
                   "without its text encoders). Its parts are used unless chosen above; leave '(none)' when "

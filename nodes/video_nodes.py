@@ -55,8 +55,8 @@ class TPUSampleVideo:
                                "across the replicas."}),
                 "start_image": ("IMAGE", {"tooltip":
                                 "Image to video: the first frame of the video (e.g. from Load Image), stretched to "
-                                "width × height. Needs an image-to-video model (Wan 2.1 I2V); video i starts from "
-                                "image i of this batch (cycling when it has fewer)."}),
+                                "width × height. Needs a model that takes one (Wan 2.2 TI2V 5B, Wan 2.2 I2V A14B, Wan "
+                                "2.1 I2V); video i starts from image i of this batch (cycling when it has fewer)."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }

@@ -173,21 +173,21 @@ def _controlnet_workflow(*, name: str, model: str, controlnets: list[dict], cann
 
 def _wan_video(*, name: str, model: str, prompt: str, negative_prompt: str, frames: int, steps: int, prefix: str,
                note: str, description: str, start_image: bool = False, files: dict | None = None,
-               size: tuple[int, int] = (832, 480), fps: float = 16.0) -> dict:
+               size: tuple[int, int] = (832, 480), fps: float = 16.0, guidance: float = 5.0) -> dict:
     """Load TPU Pipeline (a Wan diffusers folder; with `files`, Load TPU Pipeline (ComfyUI files)) [and ComfyUI's
-    Load Image as the start image] -> Sample Video (TPU) (guidance 5) -> ComfyUI's own Save Animated WEBP (with
+    Load Image as the start image] -> Sample Video (TPU) -> ComfyUI's own Save Animated WEBP (with
     `files`: ComfyUI's own Save WEBM, a video file), with a note. Node ids: Load 1, Sample Video 2, Save 3, the
     note 4, Load Image 5."""
     sample = {"prompt": prompt, "negative_prompt": negative_prompt, "width": size[0], "height": size[1],
-              "frames": frames, "steps": steps, "guidance": 5.0, "seed": 0, "control_after_generate": "randomize",
+              "frames": frames, "steps": steps, "guidance": guidance, "seed": 0, "control_after_generate": "randomize",
               "batch_size": 1}
     nodes = [
         {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
          "widgets": {"model": model, "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}}
         if files is None else
         {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 330],
-         "widgets": {**files, "dtype": "auto", "device": "auto", "offload": "auto", "flux_kontext": "auto",
-                     "diffusion_model_2": "(none)"}},
+         "widgets": {"dtype": "auto", "device": "auto", "offload": "auto", "flux_kontext": "auto",
+                     "diffusion_model_2": "(none)", **files}},
         {"id": 2, "type": "TPUSampleVideo", "pos": [410, 130], "size": [400, 500], "widgets": sample},
         {"id": 3, "type": "SaveAnimatedWEBP", "pos": [850, 130], "size": [420, 500],
          "widgets": {"filename_prefix": prefix, "fps": fps, "lossless": False, "quality": 90, "method": "default"}}
@@ -196,11 +196,12 @@ def _wan_video(*, name: str, model: str, prompt: str, negative_prompt: str, fram
          "widgets": {"filename_prefix": prefix, "codec": "vp9", "fps": fps, "crf": 32.0}},
     ]
     links = [[1, "pipeline", 2, "pipeline"], [2, "frames", 3, "images"]]
+    below = 360 if files is None else 560  # under the loader
     if start_image:
-        nodes.append({"id": 5, "type": "LoadImage", "pos": [40, 360], "size": [330, 380],
+        nodes.append({"id": 5, "type": "LoadImage", "pos": [40, below], "size": [330, 380],
                       "widgets": {"image": "example.png"}})
         links.append([5, "IMAGE", 2, "start_image"])
-    nodes.append(_note(4, [40, 790] if start_image else [40, 360 if files is None else 510], note,
+    nodes.append(_note(4, [40, below + 430] if start_image else [40, 360 if files is None else 510], note,
                        size=(770, 300) if start_image else (330, 330)))
     return {"name": name, "nodes": nodes, "links": links, "extra": {"description": description}}
 
@@ -280,6 +281,41 @@ high-noise file in diffusion_model and its low-noise file in diffusion_model_2.
         description="Wan 2.2 5B text to video from ComfyUI's files: Load TPU Pipeline (ComfyUI files: "
                     "wan2.2_ti2v_5B_fp16, umt5_xxl_fp8_e4m3fn_scaled, wan2.2_vae) -> Sample Video (1280x704, "
                     "121 frames, 30 steps, guidance 5) -> Save WEBM (24 fps).")
+
+
+def _wan22_14b_i2v_files() -> dict:
+    return _wan_video(
+        name="wan22_14b_i2v_comfyui_files", model="", start_image=True, size=(640, 640), frames=81, steps=20,
+        guidance=3.5, files={"diffusion_model": "wan2.2_i2v_high_noise_14B_fp8_scaled.safetensors",
+               "diffusion_model_2": "wan2.2_i2v_low_noise_14B_fp8_scaled.safetensors",
+               "text_encoder_1": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "text_encoder_2": "(none)",
+               "text_encoder_3": "(none)", "vae": "wan_2.1_vae.safetensors", "checkpoint": "(none)"},
+        prompt="the scene comes alive: gentle wind, light moving across it, slow camera push in, cinematic",
+        negative_prompt="blurry, low quality, static, distorted", prefix="wan22-14b-i2v",
+        note="""
+## Wan 2.2 14B image to video from ComfyUI's own files
+
+**Load Image** (the start frame) and **Load TPU Pipeline (ComfyUI files)** (the two experts) → **Sample Video
+(TPU)** (`start_image`; 640×640, 81 frames, **20 steps, guidance 3.5**, as ComfyUI's template) → ComfyUI's own **Save
+WEBM** (16 fps).
+
+**Files**: those of ComfyUI's Wan 2.2 14B image-to-video template, where ComfyUI keeps them:
+- `models/diffusion_models/wan2.2_i2v_high_noise_14B_fp8_scaled.safetensors` (diffusion_model) and
+  `wan2.2_i2v_low_noise_14B_fp8_scaled.safetensors` (diffusion_model_2): the high-noise expert runs the steps
+  above 90 % of the noise schedule, the low-noise one the rest
+- `models/text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors` (its tokenizer is inside it)
+- `models/vae/wan_2.1_vae.safetensors`
+
+No CLIP vision file: Wan 2.2's image-to-video experts read the start image through the VAE only (its latents
+beside the noise). The start image is the first frame, stretched to width × height. **Offload `auto`**: the two
+experts are about 57 GB in bfloat16 (scaled fp8 files are dequantized while loading), more than one chip holds;
+what does not fit stays in host memory. Add **CFG Parallel** or **Context Parallel** before Sample Video to make
+one video sooner.
+""",
+        description="Wan 2.2 14B image to video from ComfyUI's files: Load Image (start frame) + Load TPU Pipeline "
+                    "(ComfyUI files: wan2.2_i2v_high_noise_14B_fp8_scaled, wan2.2_i2v_low_noise_14B_fp8_scaled, "
+                    "umt5_xxl_fp8_e4m3fn_scaled, wan_2.1_vae) -> Sample Video (640x640, 81 frames, 20 steps, "
+                    "guidance 3.5) -> Save WEBM (16 fps).")
 
 
 def _hires_fix() -> dict:
@@ -878,6 +914,7 @@ Union ControlNets (xinsir) chain with each other, not with these. **Model**:
     "wan21_t2v": _wan_text_to_video(),
     "wan21_i2v": _wan_image_to_video(),
     "wan22_5b_t2v_comfyui_files": _wan22_5b_files(),
+    "wan22_14b_i2v_comfyui_files": _wan22_14b_i2v_files(),
 })
 
 

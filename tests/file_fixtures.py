@@ -32,7 +32,7 @@ from pathlib import Path
 
 # "flux1-3072" (1 GB), "flux1-vae" (170 MB) and "flux1tools" (the FLUX.1 tools, issue 26) only when asked
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan")
-VERSION = "5"  # bump to rebuild cached fixtures after changing this file
+VERSION = "6"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
 FILES = {
@@ -65,6 +65,8 @@ FILES = {
     "wan": {"diffusion_model": "wan2.1_t2v-tiny_fp16.safetensors",
             "fp8_scaled": "wan2.1_t2v-tiny_fp8_scaled.safetensors",
             "high_noise": "wan2.2_t2v_high_noise-tiny.safetensors", "low_noise": "wan2.2_t2v_low_noise-tiny.safetensors",
+            "i2v_high_noise": "wan2.2_i2v_high_noise-tiny.safetensors",
+            "i2v_low_noise": "wan2.2_i2v_low_noise-tiny.safetensors",
             "ti2v": "wan2.2_ti2v-tiny.safetensors", "umt5": "umt5_xxl-tiny.safetensors",
             "umt5_fp8_scaled": "umt5_xxl-tiny_fp8_e4m3fn_scaled.safetensors", "vae": "wan_2.1_vae-tiny.safetensors",
             "vae22": "wan2.2_vae-tiny.safetensors"},
@@ -728,14 +730,16 @@ def _wan_vae_file(comfy, vae) -> dict:
 
 
 def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
-    """Wan: 2.1 text to video (tiny-wan's transformer), 2.2 A14B (two experts of its shape) and 2.2 TI2V 5B
+    """Wan: 2.1 text to video (tiny-wan's transformer), 2.2 A14B (two experts of its shape), its image-to-video pair
+    (in channels 2 · 4 + 4, as the published 36 for 16; no image encoder) and 2.2 TI2V 5B
     (48 latent channels, Wan 2.2's VAE), with one UMT5 file holding its SentencePiece model (`spiece_model`, as
     Comfy-Org's umt5_xxl files do) in float32 and ComfyUI's scaled fp8. The configs are the pack's published
     ones (backend/configs) with the tiny widths; the heads are 8 wide (the published 128 halved to the width)."""
     import tempfile
 
+    import diffusers
     import torch
-    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanTransformer3DModel
     from transformers import T5TokenizerFast, UMT5Config, UMT5EncoderModel
 
     from backend.protocol.spec import CONFIGS_DIR, read_json
@@ -744,7 +748,8 @@ def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
     comfy = import_comfy(comfyui_dir)
     names, models = FILES["wan"], out / "models"
     spiece = spiece_model()
-    published = {folder: CONFIGS_DIR / folder for folder in ("wan21-t2v-1.3b", "wan22-t2v-a14b", "wan22-ti2v-5b")}
+    published = {folder: CONFIGS_DIR / folder for folder in ("wan21-t2v-1.3b", "wan22-t2v-a14b", "wan22-i2v-a14b",
+                                                            "wan22-ti2v-5b")}
     te_config = read_json(published["wan21-t2v-1.3b"] / "text_encoder" / "config.json")
     with tempfile.TemporaryDirectory() as tmp:
         probe = _save({"spiece_model": torch.frombuffer(bytearray(spiece), dtype=torch.uint8)}, Path(tmp) / "te.sft")
@@ -769,19 +774,22 @@ def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
     def pipeline(folder: str, **parts):
         scheduler = UniPCMultistepScheduler.from_config(read_json(published[folder] / "scheduler" / "scheduler_config.json"))
         index = read_json(published[folder] / "model_index.json")
-        return WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, scheduler=scheduler,
-                           boundary_ratio=index.get("boundary_ratio"), expand_timesteps=index.get("expand_timesteps", False),
-                           **parts)
+        return getattr(diffusers, index["_class_name"])(
+            tokenizer=tokenizer, text_encoder=text_encoder, scheduler=scheduler,
+            boundary_ratio=index.get("boundary_ratio"), expand_timesteps=index.get("expand_timesteps", False), **parts)
 
     wan21 = transformer("wan21-t2v-1.3b", 0, in_channels=4, out_channels=4)
     # tiny-wan's weights (heads of the pack's width), rounded to float16 as the file stores them
     wan21.load_state_dict({k: v.half().float() for k, v in tiny_wan.state_dict().items()}, strict=True)
     vae21 = vae("wan21-t2v-1.3b", 82, z_dim=4)  # Wan 2.1's layout (2 res blocks, [1, 2, 4, 4]): its converter's
     high, low = (transformer("wan22-t2v-a14b", seed, in_channels=4, out_channels=4) for seed in (83, 84))
+    # the image-to-video experts read the noise, the start image's latents and their 4-channel mask
+    i2v_high, i2v_low = (transformer("wan22-i2v-a14b", seed, in_channels=12, out_channels=4) for seed in (87, 88))
     ti2v = transformer("wan22-ti2v-5b", 85)
     vae22 = vae("wan22-ti2v-5b", 86, decoder_base_dim=16)  # the published layout: widths alone are read
     refs = {"ref-wan21": pipeline("wan21-t2v-1.3b", transformer=wan21, vae=vae21),
             "ref-wan22-a14b": pipeline("wan22-t2v-a14b", transformer=high, transformer_2=low, vae=vae21),
+            "ref-wan22-i2v-a14b": pipeline("wan22-i2v-a14b", transformer=i2v_high, transformer_2=i2v_low, vae=vae21),
             "ref-wan22-5b": pipeline("wan22-ti2v-5b", transformer=ti2v, vae=vae22)}
     for name, pipe in refs.items():
         pipe.save_pretrained(str(out / "diffusers" / name), safe_serialization=True)
@@ -791,7 +799,8 @@ def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save({k: v.to(torch.float16) if v.is_floating_point() else v for k, v in wan21_sd.items()}, dm / names["diffusion_model"])
     linear = [k for k, v in wan21_sd.items() if v.ndim == 2 and k.endswith(".weight") and k.startswith("blocks.")]
     _save(_scaled_fp8(comfy, wan21_sd, linear), dm / names["fp8_scaled"])
-    for key, module in (("high_noise", high), ("low_noise", low), ("ti2v", ti2v)):
+    for key, module in (("high_noise", high), ("low_noise", low), ("i2v_high_noise", i2v_high),
+                        ("i2v_low_noise", i2v_low), ("ti2v", ti2v)):
         _save(_wan_transformer_file(comfy, module), dm / names[key])
     _save(_wan_vae_file(comfy, vae21), models / "vae" / names["vae"])
     _save(_wan_vae_file(comfy, vae22), models / "vae" / names["vae22"])

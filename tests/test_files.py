@@ -471,6 +471,9 @@ WAN = {  # case -> (reference diffusers folder, the files chosen, published conf
     "wan22-5b": ("ref-wan22-5b", dict(WAN21, diffusion_model="wan2.2_ti2v-tiny.safetensors",
                                       vae="wan2.2_vae-tiny.safetensors"), "wan22-ti2v-5b", 32),
 }
+WAN_I2V = dict(WAN21, diffusion_model="wan2.2_i2v_high_noise-tiny.safetensors",
+               diffusion_model_2="wan2.2_i2v_low_noise-tiny.safetensors")
+WAN_CASES = {**WAN, "wan22-i2v-a14b": ("ref-wan22-i2v-a14b", WAN_I2V, "wan22-i2v-a14b", 16)}
 WAN_SIZES = {"in_channels", "out_channels", "num_layers", "attention_head_dim", "num_attention_heads", "ffn_dim",
              "text_dim", "freq_dim", "base_dim", "decoder_base_dim", "z_dim", "is_residual", "d_model", "num_heads",
              "d_ff", "d_kv", "vocab_size", "relative_attention_num_buckets", "latents_mean", "latents_std"}
@@ -479,20 +482,27 @@ WAN_SIZES = {"in_channels", "out_channels", "num_layers", "attention_head_dim", 
 @pytest.mark.unit
 def test_wan_files_make_the_published_pipelines_with_sizes_from_their_tensors(files):
     """Each choice makes its published model (configs, experts, Wan 2.2's VAE and its 32-pixel size step) with
-    the reference's sizes; ComfyUI's scaled fp8 (UMT5 and the diffusion model) is read with its scales."""
+    the reference's sizes, and takes a start image where the model does (Wan 2.2 TI2V 5B by its expand_timesteps,
+    Wan 2.2 I2V A14B's experts); ComfyUI's scaled fp8 (UMT5 and the diffusion model) is read with its scales."""
     import torch
 
-    for case, (folder, choice, configs, factor) in WAN.items():
+    for case, (folder, choice, configs, factor) in WAN_CASES.items():
         spec = file_spec(files, **choice)
         reference = api.make_spec(folder, [str(files / "diffusers")])
-        assert (spec.class_name, spec.source.configs, spec.size_factor) == ("WanPipeline", configs, factor), case
-        assert spec.size_factor == reference.size_factor, case
+        i2v = case == "wan22-i2v-a14b"
+        assert (spec.class_name, spec.source.configs, spec.size_factor) == (
+            "WanImageToVideoPipeline" if i2v else "WanPipeline", configs, factor), case
+        assert (spec.class_name, spec.size_factor) == (reference.class_name, reference.size_factor), case
+        assert spec.start_image == reference.start_image == (case in ("wan22-5b", "wan22-i2v-a14b")), case
         index = spec.model_index()
         assert (index.get("boundary_ratio"), index.get("expand_timesteps", False)) == {
-            "wan21": (None, False), "wan22-a14b": (0.875, False), "wan22-5b": (None, True)}[case]
+            "wan21": (None, False), "wan22-a14b": (0.875, False), "wan22-5b": (None, True),
+            "wan22-i2v-a14b": (0.9, False)}[case]
+        assert spec.component_config("scheduler")["flow_shift"] == reference.component_config("scheduler")[
+            "flow_shift"] == {"wan21": 3.0, "wan22-a14b": 12.0, "wan22-5b": 5.0, "wan22-i2v-a14b": 5.0}[case]
         for name in ("transformer", "transformer_2", "vae", "text_encoder"):
             mine, theirs = spec.component_config(name), reference.component_config(name)
-            assert bool(mine) == bool(theirs) == (name != "transformer_2" or case == "wan22-a14b"), (case, name)
+            assert bool(mine) == bool(theirs) == (name != "transformer_2" or "a14b" in case), (case, name)
             assert name == "transformer_2" and not mine or WAN_SIZES & set(mine), (case, name)
             keys = WAN_SIZES & set(theirs) & set(mine)  # every size both state (the rest: the class defaults)
             assert {k: mine[k] for k in keys} == {k: theirs[k] for k in keys}, (case, name)
@@ -541,6 +551,12 @@ WAN_WRONG = {
                                      "low-noise file"]),
     "5B as a pair": (dict(WAN["wan22-5b"][1], diffusion_model_2="wan2.2_ti2v-tiny.safetensors"),
                      ["Wan 2.2 TI2V 5B, which is one file", NONE]),
+    "one image-to-video expert alone": (dict(WAN_I2V, diffusion_model_2=None),
+                                        ["diffusion_model_2: 'wan2.2_i2v_high_noise-tiny.safetensors' is one of the "
+                                         "two experts of Wan 2.2 I2V A14B", "low-noise one in diffusion_model_2"]),
+    "text- and image-to-video experts mixed": (dict(WAN_I2V, diffusion_model_2="wan2.2_t2v_low_noise-tiny.safetensors"),
+                                               ["diffusion_model_2: 'wan2.2_t2v_low_noise-tiny.safetensors' does not "
+                                                "have the shapes", "Wan 2.2 I2V A14B"]),
     "Wan 2.1 VAE for the 5B": (dict(WAN["wan22-5b"][1], vae="wan_2.1_vae-tiny.safetensors"),
                                ["vae: 'wan_2.1_vae-tiny.safetensors'", "4 latent channels",
                                 "needs wan2.2_vae.safetensors (48 channels)"]),
@@ -718,6 +734,44 @@ def test_wan_frames_from_the_files_equal_plain_diffusers(files):
         assert got.shape == (5, 32, 32, 3) and got.std() > 0, case
         assert np.array_equal(got, plain), (case, float(np.abs(got - plain).max()))
         assert bool(low_noise_calls) == (case == "wan22-a14b"), case
+
+
+@pytest.mark.workers
+def test_wan_image_to_video_from_files_and_folders_equals_plain_diffusers(files):
+    """Image to video without a CLIP image encoder: Wan 2.2 TI2V 5B from ComfyUI's file and from its diffusers
+    folder (a WanPipeline: the start image runs on WanImageToVideoPipeline made from it with from_pipe, which
+    expand_timesteps makes keep the image's latents as the first latent frame) and Wan 2.2 I2V A14B's two experts
+    from ComfyUI's files (4 steps: the last is below the boundary, so the low-noise expert runs). Each equals plain
+    diffusers' WanImageToVideoPipeline from the reference folder with that image and seed, bit for bit."""
+    import PIL.Image
+    import torch
+    from diffusers import WanImageToVideoPipeline
+
+    start = (np.random.default_rng(7).integers(0, 256, (1, 32, 32, 3)) / 255).astype(np.float32)
+    runs = {"wan22-5b file": (file_spec(files, **WAN["wan22-5b"][1]), "ref-wan22-5b", 2),
+            "wan22-5b folder": (api.make_spec("ref-wan22-5b", [str(files / "diffusers")]), "ref-wan22-5b", 2),
+            "wan22-i2v-a14b files": (file_spec(files, **WAN_I2V), "ref-wan22-i2v-a14b", 4)}
+    frames = {}
+    for case, (spec, folder, steps) in runs.items():
+        req = SampleRequest(prompt=FOX, negative_prompt="blurry", width=32, height=32, frames=5, steps=steps,
+                            guidance=5.0, seed=3)
+        got = frames[case] = api.sample(spec, req, image=start)
+        pipe = WanImageToVideoPipeline.from_pretrained(str(files / "diffusers" / folder), dtype=torch.float32,
+                                                       local_files_only=True)
+        pipe.set_progress_bar_config(disable=True)
+        low_noise_calls = []
+        if pipe.transformer_2 is not None:
+            pipe.transformer_2.register_forward_hook(lambda *_, calls=low_noise_calls: calls.append(1))
+        with torch.inference_mode():
+            plain = pipe(image=PIL.Image.fromarray((start[0] * 255).round().astype(np.uint8)), prompt=FOX,
+                         negative_prompt="blurry", height=32, width=32, num_frames=5, num_inference_steps=steps,
+                         guidance_scale=5.0, output_type="np", generator=[torch.Generator("cpu").manual_seed(3)]).frames[0]
+        assert got.shape == (5, 32, 32, 3) and got.std() > 0, case
+        assert np.array_equal(got, plain), (case, float(np.abs(got - plain).max()))
+        assert bool(low_noise_calls) == (case == "wan22-i2v-a14b files"), case
+    text_only = api.sample(runs["wan22-5b file"][0], SampleRequest(
+        prompt=FOX, negative_prompt="blurry", width=32, height=32, frames=5, steps=2, guidance=5.0, seed=3))
+    assert not np.array_equal(text_only, frames["wan22-5b file"]), "without a start image the 5B is text to video"
 
 
 @pytest.mark.workers

@@ -60,6 +60,9 @@ TINY = {
     "wan2.2_ti2v_5B_fp16.safetensors": "wan2.2_ti2v-tiny.safetensors",
     "umt5_xxl_fp8_e4m3fn_scaled.safetensors": "umt5_xxl-tiny_fp8_e4m3fn_scaled.safetensors",
     "wan2.2_vae.safetensors": "wan2.2_vae-tiny.safetensors",
+    "wan2.2_i2v_high_noise_14B_fp8_scaled.safetensors": "wan2.2_i2v_high_noise-tiny.safetensors",
+    "wan2.2_i2v_low_noise_14B_fp8_scaled.safetensors": "wan2.2_i2v_low_noise-tiny.safetensors",
+    "wan_2.1_vae.safetensors": "wan_2.1_vae-tiny.safetensors",
     "(none)": "(none)",
 }
 # LoRA files the workflows name -> the tiny model whose LoRA (made by peft at test time) stands in for them, and
@@ -214,7 +217,8 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
             "flux1_dev_true_cfg", "flux1_img2img", "flux1_inpaint", "flux1_lora", "flux1_hires_fix",
             "flux1_kontext_edit", "flux1_fill_outpaint", "flux1_latent_hires_fix", "flux1_controlnet_union",
             "sdxl_two_controlnets", "zimage_turbo_comfyui_files", "wan21_t2v", "wan21_i2v",
-            "flux1_dev_clip_text_encode", "wan22_5b_t2v_comfyui_files"} <= {p.stem for p in FILES}
+            "flux1_dev_clip_text_encode", "wan22_5b_t2v_comfyui_files",
+            "wan22_14b_i2v_comfyui_files"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"

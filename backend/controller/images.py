@@ -87,10 +87,10 @@ def _start_image(spec: PipelineSpec, image: np.ndarray | None, mask: np.ndarray 
                              f"{spec.class_name}): it makes a video from a start image. Connect one (Load Image) "
                              "to Sample Video's start_image.")
         return {}
-    if not family.start_image:
+    if not spec.start_image:
         raise ModelError(f"start_image: '{spec.name}' ({family.name}, {spec.class_name}) makes video from text "
-                         "only. Disconnect the start image, or load an image-to-video model (Wan 2.1 I2V: a "
-                         "WanImageToVideoPipeline folder) in Load TPU Pipeline.")
+                         "only. Disconnect the start image, or load an image-to-video model in Load TPU Pipeline "
+                         "(Wan 2.2 TI2V 5B, Wan 2.2 I2V A14B's two experts, or a Wan 2.1 I2V folder).")
     return {"image": checked_image(image, "start_image")}
 
 
@@ -151,7 +151,7 @@ def describe(spec: PipelineSpec, req: SampleRequest, arrays: dict[str, np.ndarra
     family, image = spec.family, arrays["image"]
     count, inputs = len(req.images()), len(image)
     notes = []
-    if family.start_image:
+    if spec.start_image:
         sizes = ", ".join(sorted({f"{i.shape[1]}x{i.shape[0]}" for i in image}))
         notes.append(f"image to video: the start image ({sizes}) is the first frame, stretched to "
                      f"{req.width}x{req.height} where it differs")

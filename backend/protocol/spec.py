@@ -233,6 +233,13 @@ class PipelineSpec:
         folder = Path(self.model_path) / name
         return read_json(folder / "config.json", {}) or read_json(folder / "scheduler_config.json", {})
 
+    @property
+    def start_image(self) -> bool:
+        """Whether Sample Video's start image makes each video's first frame: an image-to-video pipeline, or a
+        text-to-video one whose model takes a start image too (Wan 2.2 TI2V 5B)."""
+        f = self.family
+        return f.start_image or bool(f.start_image_via and self.model_index().get(f.start_image_if))
+
     def model_index(self) -> dict:
         """The pipeline's model_index.json as the worker will load it."""
         if self.source is not None:

@@ -35,7 +35,7 @@ def task(family: Pipeline, arrays: dict, denoise: float = 1.0) -> str:
         return LATENT if denoise < 1 else TEXT
     if "image" not in arrays:
         return TEXT
-    if family.start_image:
+    if family.start_image or family.start_image_via:  # the controller has checked this model takes one
         return START
     if "mask" in arrays:
         return INPAINT
@@ -97,8 +97,9 @@ class ImagePipelines:
         if pipe is not self.pipe:
             self.forget()
             self.pipe = pipe
-        name = {IMG2IMG: family.img2img, LATENT: family.img2img, INPAINT: family.inpaint}.get(kind)
-        if name is None or name == family.class_name:  # the loaded one takes them itself (FLUX.1 Fill)
+        name = {IMG2IMG: family.img2img, LATENT: family.img2img, INPAINT: family.inpaint,
+                START: family.start_image_via}.get(kind)
+        if not name or name == family.class_name:  # the loaded one takes them itself (FLUX.1 Fill)
             return pipe
         if name not in self.derived:
             self.derived[name] = derive(pipe, name)

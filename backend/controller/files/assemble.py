@@ -106,6 +106,10 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
     configs = family.published(denoiser.shapes, frozenset(texts))
     if second:
         configs = _experts(family, main, second, configs)
+    elif family.experts.get(configs.folder) is configs:
+        raise ModelError(f"diffusion_model_2: '{main.path.name}' is one of the two experts of {configs.name}, which "
+                         "run together: choose the high-noise file in diffusion_model and the low-noise one in "
+                         "diffusion_model_2.")
     needs = [slot.kind for slot in configs.text_encoders]
     missing = [slot.kind for slot in configs.text_encoders if slot.kind not in texts and not slot.optional]
     if missing:
@@ -135,24 +139,25 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
 
 def _experts(family: ModelFamily, main: _Chosen, second: _Chosen, alone: Configs) -> Configs:
     """The published two-expert model that `main` (high noise) and `second` (low noise) make: both of the
-    family, of the same shapes, and of the shape of the family's first model (`alone`: what `main` is alone)."""
+    family, of the same shapes, and of a shape the family's experts have (`alone`: what `main` is alone)."""
     name = f"diffusion_model_2: '{second.path.name}'"
-    if family.experts is None or main.input != "diffusion_model":
+    if not family.experts or main.input != "diffusion_model":
         raise ModelError(f"{name} was chosen as a second diffusion model, which only Wan 2.2 A14B's two experts "
                          f"use; {family.name} has one ('{main.path.name}'). Set diffusion_model_2 to '{NONE}'.")
     part = second.contents.denoiser
     if part is None or part.kind != family.id:
         raise ModelError(_not_a(second, f"{family.name} diffusion model",
                                 f"the low-noise expert that goes with '{main.path.name}' (or '{NONE}')"))
+    pair = family.experts.get(alone.folder)
+    if pair is None:
+        pairs = " and ".join(f"{c.name}'s" for c in dict.fromkeys(family.experts.values()))
+        raise ModelError(f"{name}: '{main.path.name}' is {alone.name}, which is one file, not a pair of experts "
+                         f"(as {pairs} are). Set diffusion_model_2 to '{NONE}'.")
     if part.shapes != main.contents.denoiser.shapes:
         raise ModelError(f"{name} does not have the shapes of '{main.path.name}': the two experts of "
-                         f"{family.experts.name} are the same model trained for two noise levels. Choose its "
+                         f"{pair.name} are the same model trained for two noise levels. Choose its "
                          "low-noise file (the high-noise one goes in diffusion_model).")
-    if alone != family.configs[0]:
-        raise ModelError(f"{name}: '{main.path.name}' is {alone.name}, which is one file, not a pair of experts "
-                         f"({family.experts.name}'s are of {family.configs[0].name}'s shape). Set "
-                         f"diffusion_model_2 to '{NONE}'.")
-    return family.experts
+    return pair
 
 
 def _wanted(kind: str) -> str:

@@ -9,7 +9,7 @@ encoders, VAE, the configs of its published models under backend/configs). No to
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 Shapes = Mapping[str, tuple[int, ...]]
 
@@ -104,6 +104,10 @@ class Pipeline:
     # A video pipeline that takes Sample Video's start image as the first frame of each video (image to video:
     # `image=`, a PIL image); with needs_image it makes no video without one.
     start_image: bool = False
+    # A text-to-video pipeline whose models also take a start image when their model_index sets `start_image_if`
+    # (Wan 2.2 TI2V 5B: expand_timesteps): such a video runs on `start_image_via`, made with from_pipe
+    start_image_via: str = ""
+    start_image_if: str = ""
     controlnets: tuple[ControlNets, ...] = ()  # the ControlNet kinds it takes (Apply ControlNet)
     # ComfyUI's LATENT of this model packs p×p latent pixels into channels (FLUX.2: 2, 128 channels at 1/16 of
     # the image); 1: one latent pixel per VAE latent pixel, as the VAE gives them
@@ -156,7 +160,9 @@ class ModelFamily:
     # the input carries a condition too (FLUX.1 Fill: masked image and mask; Depth, Canny: the control image)
     out_key: str = ""
     denoiser: str = "transformer"  # the denoiser's component name
-    latent_packing: int = 4  # denoiser input channels per VAE latent channel (2x2 packed latents: 4)
+    # denoiser channels per VAE latent channel in the layer latent_channels reads (out_key's output, else
+    # width_key's input; 2x2 packed latents: 4)
+    latent_packing: int = 4
     single_file: bool = False  # diffusers' pipeline loader reads its all-in-one checkpoints
     lora_formats: tuple[str, ...] = ()  # LoRA layouts the worker rewrites before diffusers reads them
     files: bool = True  # its artists' files load (False: they are recognised, and refused naming the way that works)
@@ -166,9 +172,10 @@ class ModelFamily:
     configs_for: Callable[[Shapes, frozenset[str]], Configs] | None = None
     # (denoiser shapes, key prefix, quant, file name) -> how the worker reads the denoiser file (default: id)
     denoiser_layout: Callable[[Shapes, str, str, str], str] | None = None
-    # the published model of two experts (Wan 2.2 A14B: high noise, then low noise) that a second diffusion
-    # model makes: the second becomes `<denoiser>_2`. None: the family's models have one denoiser
-    experts: Configs | None = None
+    # the published models of two experts (Wan 2.2 A14B: high noise, then low noise) that a second diffusion
+    # model makes, by the folder of the configs the first file has alone (what configs_for says); the second
+    # becomes `<denoiser>_2`. A configs that maps to itself is only ever a pair. Empty: one denoiser each
+    experts: Mapping[str, Configs] = field(default_factory=dict)
     # (denoiser sizes, file name, configs, the loader's flux_kontext choice) -> (config overrides by component,
     # "" for model_index: its _class_name where the files make another pipeline; notes)
     variant: Callable[[dict, str, Configs, str], tuple[dict[str, dict], tuple[str, ...]]] | None = None
@@ -179,7 +186,7 @@ class ModelFamily:
     @property
     def all_configs(self) -> tuple[Configs, ...]:
         """Every published model of the family: the one-file ones, then the two-expert one."""
-        return (*self.configs, *((self.experts,) if self.experts else ()))
+        return (*self.configs, *(c for c in dict.fromkeys(self.experts.values()) if c not in self.configs))
 
     def published(self, shapes: Shapes, kinds: frozenset[str]) -> Configs:
         return self.configs_for(shapes, kinds) if self.configs_for else self.configs[0]
