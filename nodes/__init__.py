@@ -8,6 +8,7 @@ from .info_nodes import TPUDeviceInfo, TPUFreeWorkers
 from .lora_nodes import TPULoadLoRA
 from .parallel_nodes import TPUDataParallel, TPUShardTP
 from .pipeline_nodes import LoadTPUPipeline, LoadTPUPipelineFiles, TPUSample, TPUSampleLatent, TPUVAEDecode
+from .redux_nodes import TPUApplyRedux
 from .speed_nodes import TPUCFGParallel, TPUContextParallel, TPUSamplingOptions
 from .video_nodes import TPUSampleVideo
 
@@ -33,6 +34,7 @@ NODE_CLASS_MAPPINGS = {
     "TPUApplyControlNet": TPUApplyControlNet,
     "TPUSampleLatent": TPUSampleLatent,
     "TPUVAEDecode": TPUVAEDecode,
+    "TPUApplyRedux": TPUApplyRedux,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -53,4 +55,5 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "TPUApplyControlNet": "Apply ControlNet (TPU)",
     "TPUSampleLatent": "Sample Latent (TPU)",
     "TPUVAEDecode": "VAE Decode (TPU)",
+    "TPUApplyRedux": "Apply Redux (TPU)",
 }

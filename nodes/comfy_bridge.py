@@ -27,7 +27,7 @@ def diffusers_roots() -> list[str]:
 
 def file_roots() -> dict[str, list[str]]:
     """ComfyUI's folders per role of a model file (checkpoints; diffusion_models and unet; text_encoders and
-    clip; vae), extra_model_paths.yaml entries included."""
+    clip; vae; clip_vision), extra_model_paths.yaml entries included."""
     from ..backend.controller.files.listing import ROLE_FOLDERS
 
     roots = {}
@@ -39,18 +39,32 @@ def file_roots() -> dict[str, list[str]]:
     return roots
 
 
-def lora_files() -> list[str]:
-    """The .safetensors files in ComfyUI's loras folders (models/loras plus extra_model_paths entries), as
-    ComfyUI names them (relative paths). Pickle files are not listed: they can run code when loaded."""
+def safetensors_files(folder: str) -> list[str]:
+    """The .safetensors files in one of ComfyUI's model folders ("loras", "style_models", "clip_vision": models/...
+    plus extra_model_paths entries), as ComfyUI names them (relative paths). Pickle files are not listed: they
+    can run code when loaded."""
     try:
-        return [name for name in folder_paths.get_filename_list("loras") if name.endswith(".safetensors")]
+        return [name for name in folder_paths.get_filename_list(folder) if name.endswith(".safetensors")]
     except Exception:
         return []
 
 
+def folder_file(folder: str, name: str) -> str:
+    """The full path of a file picked from that folder's list ('' when ComfyUI does not know it)."""
+    try:
+        return folder_paths.get_full_path(folder, name) or ""
+    except Exception:
+        return ""
+
+
+def lora_files() -> list[str]:
+    """The .safetensors files in ComfyUI's loras folders."""
+    return safetensors_files("loras")
+
+
 def lora_path(name: str) -> str:
     """The full path of a file picked from the loras list ('' when ComfyUI does not know it)."""
-    return folder_paths.get_full_path("loras", name) or ""
+    return folder_file("loras", name)
 
 
 def controlnet_names() -> list[str]:

@@ -94,6 +94,10 @@ FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/prot
     "diffusion_model_2": "Only for models of two experts (Wan 2.2 A14B, text or image to video): the low-noise "
                          "expert (…_low_noise_14B_….safetensors), with the high-noise one in diffusion_model; the high-noise "
                          "expert runs the first steps, the low-noise one the rest. Leave '(none)' for every other model.",
+    "clip_vision": "Only for Wan 2.1 image to video: clip_vision_h.safetensors (models/clip_vision, what ComfyUI's "
+                   "Load CLIP Vision reads), the CLIP vision encoder that reads the start image. Leave '(none)' "
+                   "for every other model (Wan 2.2's image-to-video models read the start image through the VAE "
+                   "only).",
     "checkpoint": f"An all-in-one checkpoint (models/checkpoints) of {families.single_file_names()} (with or "
                   "without its text encoders). Its parts are used unless chosen above; leave '(none)' when "
                   "using a diffusion model.",
@@ -149,32 +153,35 @@ class LoadTPUPipelineFiles:
                                  "shapes."}),
                 "diffusion_model_2": ([NONE, *files["diffusion_model"]], {"default": NONE, "tooltip":
                                       FILE_TOOLTIPS["diffusion_model_2"]}),
+                "clip_vision": ([NONE, *files["clip_vision"]], {"default": NONE, "tooltip":
+                                FILE_TOOLTIPS["clip_vision"]}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     @staticmethod
     def _choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
-                flux_kontext="auto", diffusion_model_2=NONE) -> FileChoice:
+                flux_kontext="auto", diffusion_model_2=NONE, clip_vision=NONE) -> FileChoice:
         return FileChoice(checkpoint=checkpoint, diffusion_model=diffusion_model,
                           text_encoders=(text_encoder_1, text_encoder_2, text_encoder_3), vae=vae,
-                          flux_kontext=flux_kontext, diffusion_model_2=diffusion_model_2)
+                          flux_kontext=flux_kontext, diffusion_model_2=diffusion_model_2, clip_vision=clip_vision)
 
     @classmethod
     def VALIDATE_INPUTS(cls, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
-                        device="auto", flux_kontext="auto", diffusion_model_2=NONE):
+                        device="auto", flux_kontext="auto", diffusion_model_2=NONE, clip_vision=NONE):
         try:  # the chosen device, as in Load TPU Pipeline: 'cpu' works where the TPU cannot be used; GGUF on 'cpu'
             api.make_file_spec(cls._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae,
-                                           checkpoint, flux_kontext, diffusion_model_2), comfy_bridge.file_roots(),
+                                           checkpoint, flux_kontext, diffusion_model_2, clip_vision),
+                               comfy_bridge.file_roots(),
                                device_choice=device)
         except InputError as e:
             return str(e)
         return True
 
     def describe(self, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint, dtype,
-                 device, offload, flux_kontext="auto", diffusion_model_2=NONE, unique_id=None):
+                 device, offload, flux_kontext="auto", diffusion_model_2=NONE, clip_vision=NONE, unique_id=None):
         choice = self._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
-                              flux_kontext, diffusion_model_2)
+                              flux_kontext, diffusion_model_2, clip_vision)
         spec = api.make_file_spec(choice, comfy_bridge.file_roots(), dtype, device, offload)
         comfy_bridge.send_text(unique_id, api.describe_files(spec))
         return (spec,)

@@ -30,9 +30,9 @@ import shutil
 import sys
 from pathlib import Path
 
-# "flux1-3072" (1 GB), "flux1-vae" (170 MB) and "flux1tools" (the FLUX.1 tools, issue 26) only when asked
+# "flux1-3072" (1 GB), "flux1-vae" (170 MB), "flux1tools" and "flux1redux" (the FLUX.1 tools, issue 26) only when asked
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan")
-VERSION = "6"  # bump to rebuild cached fixtures after changing this file
+VERSION = "7"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
 FILES = {
@@ -54,6 +54,11 @@ FILES = {
     "flux1tools": {"kontext": "flux1-kontext-tiny.safetensors", "fill": "flux1-fill-tiny.safetensors",
                    "depth": "flux1-depth-tiny.safetensors"},
     "flux1-vae": {"vae": "ae-published-layout-4ch.safetensors"},
+    # FLUX.1 Redux as ComfyUI's Load Style Model and Load CLIP Vision read it (style_models/, clip_vision/ under
+    # redux-models/: a folder the role lists of other tests do not read); a style model for a wider FLUX.1 and a
+    # CLIP ViT vision model, which the pack refuses
+    "flux1redux": {"style": "flux1-redux-tiny.safetensors", "style_wide": "flux1-redux-wide-tiny.safetensors",
+                   "siglip": "sigclip_vision_patch14_384-tiny.safetensors", "clip_vit": "clip_vision_vit-tiny.safetensors"},
     "sdxl": {"checkpoint": "sdxl-tiny.safetensors", "checkpoint_fp8": "sdxl-tiny-fp8-e4m3fn.safetensors"},
     "qwenimage": {"diffusion_model": "qwen-image-tiny.safetensors",
                   "comfysave": "qwen-image-tiny-comfysave.safetensors",
@@ -67,6 +72,7 @@ FILES = {
             "high_noise": "wan2.2_t2v_high_noise-tiny.safetensors", "low_noise": "wan2.2_t2v_low_noise-tiny.safetensors",
             "i2v_high_noise": "wan2.2_i2v_high_noise-tiny.safetensors",
             "i2v_low_noise": "wan2.2_i2v_low_noise-tiny.safetensors",
+            "i2v21": "wan2.1_i2v-tiny_fp16.safetensors", "clip_vision": "clip_vision_h-tiny.safetensors",
             "ti2v": "wan2.2_ti2v-tiny.safetensors", "umt5": "umt5_xxl-tiny.safetensors",
             "umt5_fp8_scaled": "umt5_xxl-tiny_fp8_e4m3fn_scaled.safetensors", "vae": "wan_2.1_vae-tiny.safetensors",
             "vae22": "wan2.2_vae-tiny.safetensors"},
@@ -689,7 +695,7 @@ def _wan_transformer_file(comfy, transformer) -> dict:
     c = transformer.config
     with torch.device("meta"):
         module = comfy.ldm.wan.model.WanModel(
-            model_type="t2v", patch_size=tuple(c.patch_size), in_dim=c.in_channels, dim=c.num_attention_heads *
+            model_type="i2v" if c.image_dim else "t2v", patch_size=tuple(c.patch_size), in_dim=c.in_channels, dim=c.num_attention_heads *
             c.attention_head_dim, ffn_dim=c.ffn_dim, freq_dim=c.freq_dim, text_dim=c.text_dim, out_dim=c.out_channels,
             num_heads=c.num_attention_heads, num_layers=c.num_layers, operations=comfy.ops.disable_weight_init)
     sd = probe_invert(convert_wan_transformer_to_diffusers, {k: tuple(v.shape) for k, v in module.state_dict().items()},
@@ -729,6 +735,33 @@ def _wan_vae_file(comfy, vae) -> dict:
     return sd
 
 
+def _clip_vision(comfy, published: Path):
+    """A CLIP vision encoder of clip_vision_h's width (1280, heads of 80) with 2 layers, 32x32 images in 8-pixel
+    patches, as transformers' CLIPVisionModel (what diffusers' Wan image to video reads) and as its file in
+    ComfyUI's models/clip_vision (Comfy-Org's layout: transformers' CLIPVisionModelWithProjection, float16),
+    checked by a strict load into ComfyUI's own CLIPVisionModelProjection. The weights are rounded to float16 in
+    both."""
+    import comfy.clip_model
+    import comfy.ops
+    import torch
+    from transformers import CLIPVisionConfig, CLIPVisionModel, CLIPVisionModelWithProjection
+
+    from backend.protocol.spec import read_json
+
+    config = {**read_json(published / "image_encoder" / "config.json"), "intermediate_size": 32,
+              "num_hidden_layers": 2, "image_size": 32, "patch_size": 8, "projection_dim": 32}
+    config.pop("architectures", None)
+    with_projection = _seeded(90, lambda: CLIPVisionModelWithProjection(CLIPVisionConfig(**config)))
+    sd = {k: v.half() for k, v in _sd(with_projection).items()}
+    with torch.device("meta"):
+        theirs = comfy.clip_model.CLIPVisionModelProjection(config, None, None, comfy.ops.disable_weight_init)
+    theirs.load_state_dict(sd, strict=True, assign=True)  # exactly ComfyUI's layout
+    vision = CLIPVisionModel(CLIPVisionConfig(**config))
+    prefix = "vision_model."  # transformers 5 names CLIPVisionModel's own keys without it (and reads files with it)
+    vision.load_state_dict({k[len(prefix):]: v.float() for k, v in sd.items() if k.startswith(prefix)}, strict=True)
+    return vision.eval(), sd
+
+
 def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
     """Wan: 2.1 text to video (tiny-wan's transformer), 2.2 A14B (two experts of its shape), its image-to-video pair
     (in channels 2 · 4 + 4, as the published 36 for 16; no image encoder) and 2.2 TI2V 5B
@@ -740,7 +773,7 @@ def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
     import diffusers
     import torch
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanTransformer3DModel
-    from transformers import T5TokenizerFast, UMT5Config, UMT5EncoderModel
+    from transformers import CLIPImageProcessor, T5TokenizerFast, UMT5Config, UMT5EncoderModel
 
     from backend.protocol.spec import CONFIGS_DIR, read_json
     from backend.worker.loading import _spiece_tokenizer
@@ -748,8 +781,8 @@ def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
     comfy = import_comfy(comfyui_dir)
     names, models = FILES["wan"], out / "models"
     spiece = spiece_model()
-    published = {folder: CONFIGS_DIR / folder for folder in ("wan21-t2v-1.3b", "wan22-t2v-a14b", "wan22-i2v-a14b",
-                                                            "wan22-ti2v-5b")}
+    published = {folder: CONFIGS_DIR / folder for folder in ("wan21-t2v-1.3b", "wan21-i2v-14b", "wan22-t2v-a14b",
+                                                            "wan22-i2v-a14b", "wan22-ti2v-5b")}
     te_config = read_json(published["wan21-t2v-1.3b"] / "text_encoder" / "config.json")
     with tempfile.TemporaryDirectory() as tmp:
         probe = _save({"spiece_model": torch.frombuffer(bytearray(spiece), dtype=torch.uint8)}, Path(tmp) / "te.sft")
@@ -786,10 +819,19 @@ def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
     # the image-to-video experts read the noise, the start image's latents and their 4-channel mask
     i2v_high, i2v_low = (transformer("wan22-i2v-a14b", seed, in_channels=12, out_channels=4) for seed in (87, 88))
     ti2v = transformer("wan22-ti2v-5b", 85)
+    # Wan 2.1 image to video: ComfyUI's WanModel reads 1280-wide CLIP features (clip_vision_h's, fixed in it), so
+    # the image embedding and the CLIP vision encoder are that wide (2 layers, 16 heads of 80 as ViT-H's)
+    i2v21 = transformer("wan21-i2v-14b", 89, in_channels=12, out_channels=4, added_kv_proj_dim=24)
+    i2v21.load_state_dict({k: v.half().float() for k, v in i2v21.state_dict().items()}, strict=True)
+    vision, clip_vision_file = _clip_vision(comfy, published["wan21-i2v-14b"])
+    processor = CLIPImageProcessor.from_pretrained(str(published["wan21-i2v-14b"] / "image_processor"),
+                                                   size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     vae22 = vae("wan22-ti2v-5b", 86, decoder_base_dim=16)  # the published layout: widths alone are read
     refs = {"ref-wan21": pipeline("wan21-t2v-1.3b", transformer=wan21, vae=vae21),
             "ref-wan22-a14b": pipeline("wan22-t2v-a14b", transformer=high, transformer_2=low, vae=vae21),
             "ref-wan22-i2v-a14b": pipeline("wan22-i2v-a14b", transformer=i2v_high, transformer_2=i2v_low, vae=vae21),
+            "ref-wan21-i2v": pipeline("wan21-i2v-14b", transformer=i2v21, vae=vae21, image_encoder=vision,
+                                      image_processor=processor),
             "ref-wan22-5b": pipeline("wan22-ti2v-5b", transformer=ti2v, vae=vae22)}
     for name, pipe in refs.items():
         pipe.save_pretrained(str(out / "diffusers" / name), safe_serialization=True)
@@ -802,6 +844,8 @@ def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
     for key, module in (("high_noise", high), ("low_noise", low), ("i2v_high_noise", i2v_high),
                         ("i2v_low_noise", i2v_low), ("ti2v", ti2v)):
         _save(_wan_transformer_file(comfy, module), dm / names[key])
+    _save({k: v.to(torch.float16) for k, v in _wan_transformer_file(comfy, i2v21).items()}, dm / names["i2v21"])
+    _save(clip_vision_file, models / "clip_vision" / names["clip_vision"])
     _save(_wan_vae_file(comfy, vae21), models / "vae" / names["vae"])
     _save(_wan_vae_file(comfy, vae22), models / "vae" / names["vae22"])
     umt5 = _sd(text_encoder)
@@ -861,6 +905,53 @@ def _flux1tools(tiny: Path, comfyui_dir: str, out: Path) -> None:
         _save(bfl, out / "models" / "diffusion_models" / FILES["flux1tools"][tool])
 
 
+def _flux1redux(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """FLUX.1 Redux for ref-flux1 (T5 32 wide): a SigLIP vision model of the published image size and patch (384,
+    14: 729 tokens) 16 wide, 2 layers, with its attention-pooling head as transformers saves it (4 heads of 4: what
+    the pack derives for this width from the published head size 72), and a ReduxImageEncoder 16 -> 32. The
+    files hold the layout ComfyUI's loaders read, proved by loading them into ComfyUI's own modules (its SigLIP
+    drops the head, as its Load CLIP Vision does): diffusers' keys for the embedder; for the vision models
+    transformers' keys under `vision_model.` (transformers 5 saves SiglipVisionModel without that prefix and
+    reads it with or without). Both also as diffusers folders (`diffusers/ref-flux1-redux`) for the plain
+    FluxPriorReduxPipeline."""
+    import torch
+    from diffusers.pipelines.flux.modeling_flux import ReduxImageEncoder
+    from transformers import CLIPVisionConfig, CLIPVisionModel, SiglipVisionConfig, SiglipVisionModel
+
+    build(out, tiny, comfyui_dir, ("flux1",))
+    import_comfy(comfyui_dir)
+    import comfy.clip_model as comfy_clip
+    import comfy.ldm.flux.redux as comfy_redux
+    import comfy.ops as comfy_ops
+
+    names, models, ref = FILES["flux1redux"], out / "redux-models", out / "diffusers" / "ref-flux1-redux"
+    sizes = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "image_size": 384, "patch_size": 14}
+    siglip = _seeded(50, lambda: SiglipVisionModel(SiglipVisionConfig(hidden_act="gelu_pytorch_tanh", **sizes)))
+    embedder = _seeded(51, lambda: ReduxImageEncoder(redux_dim=16, txt_in_features=32))
+    siglip.save_pretrained(str(ref / "image_encoder"))
+    embedder.save_pretrained(str(ref / "image_embedder"))
+    comfy_siglip = comfy_clip.CLIPVisionModelProjection(
+        {**sizes, "num_channels": 3, "hidden_act": "gelu_pytorch_tanh", "model_type": "siglip_vision_model"},
+        torch.float32, "cpu", comfy_ops.manual_cast)
+    vision_sd = _vision_file(siglip)
+    missing, unexpected = comfy_siglip.load_state_dict(vision_sd, strict=False)
+    assert not missing and all(k.startswith("vision_model.head.") for k in unexpected), (missing, unexpected)
+    comfy_redux.ReduxImageEncoder(16, 32).load_state_dict(_sd(embedder), strict=True)
+    _save(vision_sd, models / "clip_vision" / names["siglip"])
+    _save(_sd(embedder), models / "style_models" / names["style"])
+    _save(_sd(_seeded(52, lambda: ReduxImageEncoder(redux_dim=16, txt_in_features=64))),
+          models / "style_models" / names["style_wide"])
+    vit = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=4,
+                           image_size=28, patch_size=14, projection_dim=16)
+    _save(_vision_file(_seeded(53, lambda: CLIPVisionModel(vit))), models / "clip_vision" / names["clip_vit"])
+
+
+def _vision_file(model) -> dict:
+    """A transformers vision model as ComfyUI's clip_vision files hold it: every key under `vision_model.`."""
+    return {k if k.startswith("vision_model.") else f"vision_model.{k}": v for k, v in _sd(model).items()}
+
+
 def _flux1_vae(tiny: Path, comfyui_dir: str, out: Path) -> None:
     """A FLUX.1 VAE file that ComfyUI's VAELoader reads: its LDM VAE has fixed sizes (128 channels, multipliers
     [1, 2, 4, 4], 2 res blocks; only the latent channels are read from the file), so a tiny one does not load.
@@ -879,7 +970,7 @@ def _flux1_vae(tiny: Path, comfyui_dir: str, out: Path) -> None:
 
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
             "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072,
-            "flux1-vae": _flux1_vae, "flux1tools": _flux1tools}
+            "flux1-vae": _flux1_vae, "flux1tools": _flux1tools, "flux1redux": _flux1redux}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

@@ -35,7 +35,8 @@ def test_each_family_names_its_configs_parts_and_pipelines(family_id):
 
 
 def test_every_configs_folder_belongs_to_one_family():
-    folders = [c.folder for f in FAMILIES.values() for c in f.all_configs]
+    folders = [c.folder for f in FAMILIES.values() for c in f.all_configs] + [
+        e for f in FAMILIES.values() for e in f.extra_configs]
     assert sorted(folders) == sorted(p.name for p in CONFIGS_DIR.iterdir() if p.is_dir())
 
 

@@ -24,7 +24,7 @@ from lora_fixtures import make
 from backend.controller import api, devices, layouts, models
 from backend.controller.files import assemble, headers, listing
 from backend.protocol.errors import InputError, ModelError, ParallelError
-from backend.protocol.spec import SampleRequest
+from backend.protocol.spec import SampleRequest, read_json
 
 ROOT = Path(__file__).resolve().parent.parent
 FOX = "a red fox in the snow"
@@ -111,6 +111,7 @@ def test_each_dropdown_lists_only_the_files_that_fit_its_role(files, tmp_path):
     assert set(listed["vae"]) == {"ae-tiny.safetensors", "flux2-vae-tiny.safetensors", "sd3-vae-tiny.safetensors",
                                   "qwen_image_vae-tiny.safetensors", "wan_2.1_vae-tiny.safetensors",
                                   "wan2.2_vae-tiny.safetensors"}
+    assert listed["clip_vision"] == ["clip_vision_h-tiny.safetensors"]
     assert {"sdxl-tiny.safetensors", "sd3-tiny-noT5.safetensors"} <= set(listed["checkpoint"])
     assert not set(listed["vae"]) & (set(listed["text_encoder"]) | set(listed["diffusion_model"]))
 
@@ -473,39 +474,51 @@ WAN = {  # case -> (reference diffusers folder, the files chosen, published conf
 }
 WAN_I2V = dict(WAN21, diffusion_model="wan2.2_i2v_high_noise-tiny.safetensors",
                diffusion_model_2="wan2.2_i2v_low_noise-tiny.safetensors")
-WAN_CASES = {**WAN, "wan22-i2v-a14b": ("ref-wan22-i2v-a14b", WAN_I2V, "wan22-i2v-a14b", 16)}
+WAN21_I2V = dict(WAN21, diffusion_model="wan2.1_i2v-tiny_fp16.safetensors", clip_vision="clip_vision_h-tiny.safetensors")
+WAN_CASES = {**WAN, "wan22-i2v-a14b": ("ref-wan22-i2v-a14b", WAN_I2V, "wan22-i2v-a14b", 16),
+             "wan21-i2v": ("ref-wan21-i2v", WAN21_I2V, "wan21-i2v-14b", 16)}
 WAN_SIZES = {"in_channels", "out_channels", "num_layers", "attention_head_dim", "num_attention_heads", "ffn_dim",
              "text_dim", "freq_dim", "base_dim", "decoder_base_dim", "z_dim", "is_residual", "d_model", "num_heads",
-             "d_ff", "d_kv", "vocab_size", "relative_attention_num_buckets", "latents_mean", "latents_std"}
+             "d_ff", "d_kv", "vocab_size", "relative_attention_num_buckets", "latents_mean", "latents_std",
+             "image_dim", "added_kv_proj_dim", "hidden_size", "intermediate_size", "num_hidden_layers",
+             "patch_size", "image_size", "projection_dim"}
 
 
 @pytest.mark.unit
 def test_wan_files_make_the_published_pipelines_with_sizes_from_their_tensors(files):
     """Each choice makes its published model (configs, experts, Wan 2.2's VAE and its 32-pixel size step) with
     the reference's sizes, and takes a start image where the model does (Wan 2.2 TI2V 5B by its expand_timesteps,
-    Wan 2.2 I2V A14B's experts); ComfyUI's scaled fp8 (UMT5 and the diffusion model) is read with its scales."""
+    Wan 2.2 I2V A14B's experts, Wan 2.1 I2V with ComfyUI's clip_vision_h as its image encoder and the image
+    processor at that encoder's size); ComfyUI's scaled fp8 (UMT5 and the diffusion model) is read with its scales."""
     import torch
 
     for case, (folder, choice, configs, factor) in WAN_CASES.items():
         spec = file_spec(files, **choice)
         reference = api.make_spec(folder, [str(files / "diffusers")])
-        i2v = case == "wan22-i2v-a14b"
+        i2v = case in ("wan22-i2v-a14b", "wan21-i2v")
         assert (spec.class_name, spec.source.configs, spec.size_factor) == (
             "WanImageToVideoPipeline" if i2v else "WanPipeline", configs, factor), case
         assert (spec.class_name, spec.size_factor) == (reference.class_name, reference.size_factor), case
-        assert spec.start_image == reference.start_image == (case in ("wan22-5b", "wan22-i2v-a14b")), case
+        assert spec.start_image == reference.start_image == (i2v or case == "wan22-5b"), case
         index = spec.model_index()
         assert (index.get("boundary_ratio"), index.get("expand_timesteps", False)) == {
             "wan21": (None, False), "wan22-a14b": (0.875, False), "wan22-5b": (None, True),
-            "wan22-i2v-a14b": (0.9, False)}[case]
+            "wan22-i2v-a14b": (0.9, False), "wan21-i2v": (None, False)}[case]
         assert spec.component_config("scheduler")["flow_shift"] == reference.component_config("scheduler")[
-            "flow_shift"] == {"wan21": 3.0, "wan22-a14b": 12.0, "wan22-5b": 5.0, "wan22-i2v-a14b": 5.0}[case]
-        for name in ("transformer", "transformer_2", "vae", "text_encoder"):
+            "flow_shift"] == {"wan21": 3.0, "wan22-a14b": 12.0, "wan22-5b": 5.0, "wan22-i2v-a14b": 5.0,
+                                                          "wan21-i2v": 3.0}[case]
+        for name in ("transformer", "transformer_2", "vae", "text_encoder", "image_encoder"):
             mine, theirs = spec.component_config(name), reference.component_config(name)
-            assert bool(mine) == bool(theirs) == (name != "transformer_2" or "a14b" in case), (case, name)
-            assert name == "transformer_2" and not mine or WAN_SIZES & set(mine), (case, name)
+            assert bool(mine) == bool(theirs) == {"transformer_2": "a14b" in case,
+                                                  "image_encoder": case == "wan21-i2v"}.get(name, True), (case, name)
+            assert not mine or WAN_SIZES & set(mine), (case, name)
             keys = WAN_SIZES & set(theirs) & set(mine)  # every size both state (the rest: the class defaults)
             assert {k: mine[k] for k in keys} == {k: theirs[k] for k in keys}, (case, name)
+        if case == "wan21-i2v":
+            processor = read_json(files / "diffusers" / folder / "image_processor" / "preprocessor_config.json")
+            mine = spec.component_config("image_processor")
+            assert {k: mine[k] for k in ("size", "crop_size", "image_mean", "image_std", "resample")} == {
+                k: processor[k] for k in ("size", "crop_size", "image_mean", "image_std", "resample")}
         layouts_ = {c.name: c.layout for c in spec.source.components}
         assert layouts_["tokenizer"] == "spiece" and layouts_["vae"] == ("wan22-vae" if case == "wan22-5b"
                                                                           else "wan-vae")
@@ -551,6 +564,12 @@ WAN_WRONG = {
                                      "low-noise file"]),
     "5B as a pair": (dict(WAN["wan22-5b"][1], diffusion_model_2="wan2.2_ti2v-tiny.safetensors"),
                      ["Wan 2.2 TI2V 5B, which is one file", NONE]),
+    "Wan 2.1 I2V without its CLIP vision file": (dict(WAN21_I2V, clip_vision=None),
+                                                 ["clip_vision: Wan 2.1 I2V ('wan2.1_i2v-tiny_fp16.safetensors') "
+                                                  "also reads the start image", "clip_vision_h.safetensors"]),
+    "a CLIP vision file for a model without one": (dict(WAN_I2V, clip_vision="clip_vision_h-tiny.safetensors"),
+                                                   ["clip_vision: 'clip_vision_h-tiny.safetensors' was chosen",
+                                                    "Wan 2.2 I2V A14B", "reads no CLIP vision encoder", NONE]),
     "one image-to-video expert alone": (dict(WAN_I2V, diffusion_model_2=None),
                                         ["diffusion_model_2: 'wan2.2_i2v_high_noise-tiny.safetensors' is one of the "
                                          "two experts of Wan 2.2 I2V A14B", "low-noise one in diffusion_model_2"]),
@@ -738,11 +757,12 @@ def test_wan_frames_from_the_files_equal_plain_diffusers(files):
 
 @pytest.mark.workers
 def test_wan_image_to_video_from_files_and_folders_equals_plain_diffusers(files):
-    """Image to video without a CLIP image encoder: Wan 2.2 TI2V 5B from ComfyUI's file and from its diffusers
-    folder (a WanPipeline: the start image runs on WanImageToVideoPipeline made from it with from_pipe, which
-    expand_timesteps makes keep the image's latents as the first latent frame) and Wan 2.2 I2V A14B's two experts
-    from ComfyUI's files (4 steps: the last is below the boundary, so the low-noise expert runs). Each equals plain
-    diffusers' WanImageToVideoPipeline from the reference folder with that image and seed, bit for bit."""
+    """Image to video: Wan 2.2 TI2V 5B from ComfyUI's file and from its diffusers folder (a WanPipeline: the start
+    image runs on WanImageToVideoPipeline made from it with from_pipe, which expand_timesteps makes keep the
+    image's latents as the first latent frame), Wan 2.2 I2V A14B's two experts from ComfyUI's files (4 steps: the
+    last is below the boundary, so the low-noise expert runs), and Wan 2.1 I2V from its file with ComfyUI's
+    clip_vision_h (its CLIP image encoder). Each equals plain diffusers' WanImageToVideoPipeline from the
+    reference folder with that image and seed, bit for bit."""
     import PIL.Image
     import torch
     from diffusers import WanImageToVideoPipeline
@@ -750,7 +770,8 @@ def test_wan_image_to_video_from_files_and_folders_equals_plain_diffusers(files)
     start = (np.random.default_rng(7).integers(0, 256, (1, 32, 32, 3)) / 255).astype(np.float32)
     runs = {"wan22-5b file": (file_spec(files, **WAN["wan22-5b"][1]), "ref-wan22-5b", 2),
             "wan22-5b folder": (api.make_spec("ref-wan22-5b", [str(files / "diffusers")]), "ref-wan22-5b", 2),
-            "wan22-i2v-a14b files": (file_spec(files, **WAN_I2V), "ref-wan22-i2v-a14b", 4)}
+            "wan22-i2v-a14b files": (file_spec(files, **WAN_I2V), "ref-wan22-i2v-a14b", 4),
+            "wan21-i2v files": (file_spec(files, **WAN21_I2V), "ref-wan21-i2v", 2)}
     frames = {}
     for case, (spec, folder, steps) in runs.items():
         req = SampleRequest(prompt=FOX, negative_prompt="blurry", width=32, height=32, frames=5, steps=steps,

@@ -1,7 +1,8 @@
 """The FLUX.1 tools from artists' split files (issue 26): Kontext (instruction editing of Sample's image), Fill
-(inpainting and outpainting), Depth/Canny (a control image concatenated to the latents). Fill and Depth/Canny
-are told by their input channels, Kontext by its file name or the loader's flux_kontext choice; each runs
-diffusers' own pipeline and gives the pixels of that pipeline run by a plain script on the same inputs and seed.
+(inpainting and outpainting), Depth/Canny (a control image concatenated to the latents), Redux (reference images
+through Apply Redux, from ComfyUI's style model and CLIP vision files). Fill and Depth/Canny are told by their
+input channels, Kontext by its file name or the loader's flux_kontext choice; each runs diffusers' own pipeline
+and gives the pixels of that pipeline run by a plain script on the same inputs and seed.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import json
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +18,10 @@ import pytest
 import torch
 from lora_fixtures import make
 
-from backend.controller import api
+from backend.controller import api, redux
 from backend.controller.files import assemble, listing
 from backend.protocol.errors import InputError
-from backend.protocol.spec import CONFIGS_DIR, SampleRequest
+from backend.protocol.spec import CONFIGS_DIR, PipelineSpec, SampleRequest
 from backend.worker import images
 
 FOX = "a red fox in the snow"
@@ -32,7 +34,7 @@ def files(comfyui_files, comfyui_dir):
     importable here (its key map reads FLUX.1 files of test widths), as it is in ComfyUI's process."""
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(comfyui_dir))
-        yield comfyui_files("flux1", "flux1tools", "sd3")
+        yield comfyui_files("flux1", "flux1tools", "flux1redux", "sd3")
 
 
 def spec(files: Path, model: str, kontext: str = "auto") -> api.PipelineSpec:
@@ -127,7 +129,8 @@ def plain(files: Path, tool: str, cls_name: str, req: SampleRequest, lora: tuple
           **inputs) -> np.ndarray:
     """diffusers' own pipeline `cls_name`, built by hand from the reference folders: ref-flux1's text encoders
     and VAE, the tool's transformer, the published dev schedule; `lora` (file, strength) loaded with
-    load_lora_weights and fused at that strength (what the worker's in-place LoRA equals bit for bit)."""
+    load_lora_weights and fused at that strength (what the worker's in-place LoRA equals bit for bit); the prompt
+    unless `inputs` has its embeddings."""
     import diffusers
 
     base = _ref_flux1(files)
@@ -143,7 +146,8 @@ def plain(files: Path, tool: str, cls_name: str, req: SampleRequest, lora: tuple
         pipe.load_lora_weights(lora[0])
         pipe.fuse_lora(lora_scale=lora[1])
     with torch.inference_mode():
-        return pipe(prompt=req.prompt, height=req.height, width=req.width, num_inference_steps=req.steps,
+        return pipe(prompt=None if "prompt_embeds" in inputs else req.prompt, height=req.height, width=req.width,
+                    num_inference_steps=req.steps,
                     guidance_scale=req.guidance, generator=[torch.Generator("cpu").manual_seed(req.seed)],
                     output_type="np", **inputs).images
 
@@ -248,3 +252,108 @@ def test_shard_tp_and_cfg_parallel_equal_one_worker(files, one_worker):
     assert "FLUX.1 Kontext runs two passes per step only with true CFG" in text
     assert np.array_equal(api.sample(split, TRUE_CFG, image=REF), one_worker["kontext_true_cfg"])
     assert [w["cfg_exchanges"] for w in api.worker_info()] == [1, 1], "the one step's two passes ran split"
+
+
+def redux_file(files: Path, name: str) -> str:
+    """A Redux fixture (tests/file_fixtures.py: in redux-models/, which the role lists do not read), or a model
+    file of the other roles (text_encoders/...)."""
+    return str(files / ("redux-models" if name.startswith(("style_models/", "clip_vision/")) else "models") / name)
+
+
+STYLE, SIGLIP = "style_models/flux1-redux-tiny.safetensors", "clip_vision/sigclip_vision_patch14_384-tiny.safetensors"
+
+
+def dev(files: Path) -> api.PipelineSpec:
+    """FLUX.1 [dev] (what Redux is made for): the Kontext file has its tensors, loaded as FluxPipeline."""
+    return spec(files, "flux1-kontext-tiny.safetensors", "off")
+
+
+@pytest.mark.unit
+def test_redux_reads_comfyuis_style_model_and_clip_vision_files_and_refuses_what_does_not_fit(files):
+    flux, style, siglip = dev(files), redux_file(files, STYLE), redux_file(files, SIGLIP)
+    ours, text = api.with_redux(flux, style, siglip, picture(), 0.8, 0.5)
+    ref = ours.redux[0]
+    assert json.loads(ref.vision_config) == {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+                                             "num_attention_heads": 4, "patch_size": 14, "image_size": 384,
+                                             "vision_use_head": True}
+    assert json.loads(ref.embedder_config) == {"redux_dim": 16, "txt_in_features": 32}
+    assert "FluxPriorReduxPipeline" in text and "prompt_embeds_scale 0.8, pooled_prompt_embeds_scale 0.5" in text
+    back = PipelineSpec.from_dict(ours.to_dict())  # the link's format: the images travel beside the spec
+    assert back == ours and back.redux[0].image is None and api.checked(back).redux == ours.redux
+    assert redux.weight_bytes(ours, 4)["redux"] > 0  # offload 'auto' counts the two models
+    # bad input, each refused naming the input and the fix
+    roots = {role: [str(files / "models" / folder)] for role, folder in listing.ROLE_FOLDERS.items()}
+    sd3 = api.make_file_spec(assemble.FileChoice(checkpoint="sd3-tiny.safetensors"), roots)
+    assert_refused(["style_model_name", "SD3", "Load a FLUX.1 model"], api.with_redux, sd3, style, siglip, picture())
+    assert_refused(["clip_vision_name", "CLIP ViT", "sigclip_vision_patch14_384"], api.with_redux, flux, style,
+                   redux_file(files, "clip_vision/clip_vision_vit-tiny.safetensors"), picture())
+    assert_refused(["clip_vision_name", "style model", "goes in style_model_name"], api.with_redux, flux, style, style,
+                   picture())
+    assert_refused(["style_model_name", "vision model", "goes in clip_vision_name"], api.with_redux, flux, siglip, siglip,
+                   picture())
+    assert_refused(["style_model_name", "not a FLUX.1 Redux style model", "flux1-redux-dev"], api.with_redux, flux,
+                   redux_file(files, "text_encoders/clip_l-tiny.safetensors"), siglip, picture())
+    assert_refused(["style_model_name", "64 wide", "32 wide", "made for this FLUX.1"], api.with_redux, flux,
+                   redux_file(files, "style_models/flux1-redux-wide-tiny.safetensors"), siglip, picture())
+    assert_refused(["prompt_embeds_scale", "between 0 and 10"], api.with_redux, flux, style, siglip, picture(), 11.0)
+    assert_refused(["image", "IMAGE of shape"], api.with_redux, flux, style, siglip, np.zeros((2, 3)))
+    assert_refused(["text", "one FluxPriorReduxPipeline call", "Batch Images"], api.with_redux, ours, style, siglip,
+                   picture(), text="image only")
+    assert_refused(["Context Parallel", "Remove Context Parallel"], redux.check, ours.with_changes(cp_degree=2), ref)
+
+
+@functools.cache
+def _ref_prior(files: Path):
+    import diffusers
+    from diffusers.pipelines.flux.modeling_flux import ReduxImageEncoder
+    from transformers import SiglipImageProcessor, SiglipVisionModel
+
+    folder, base = files / "diffusers" / "ref-flux1-redux", _ref_flux1(files)
+    return diffusers.FluxPriorReduxPipeline(
+        image_encoder=SiglipVisionModel.from_pretrained(str(folder / "image_encoder")),
+        feature_extractor=SiglipImageProcessor.from_pretrained(str(CONFIGS_DIR / "flux1-redux" / "feature_extractor")),
+        image_embedder=ReduxImageEncoder.from_pretrained(str(folder / "image_embedder")),
+        text_encoder=base.text_encoder, tokenizer=base.tokenizer, text_encoder_2=base.text_encoder_2,
+        tokenizer_2=base.tokenizer_2)
+
+
+def plain_redux(files: Path, req: SampleRequest, pictures: list[np.ndarray], scales: list[float],
+                pooled: list[float], **text) -> np.ndarray:
+    """diffusers' example by hand: FluxPriorReduxPipeline on the references (PIL images), its output to
+    FluxPipeline."""
+    import PIL.Image
+
+    pil = [PIL.Image.fromarray((p * 255).round().astype(np.uint8)) for p in pictures]
+    with torch.inference_mode():
+        out = _ref_prior(files)(image=pil, prompt_embeds_scale=scales, pooled_prompt_embeds_scale=pooled, **text)
+    return plain(files, "kontext", "FluxPipeline", req, prompt_embeds=out.prompt_embeds,
+                 pooled_prompt_embeds=out.pooled_prompt_embeds)
+
+
+@pytest.mark.workers
+def test_redux_gives_the_pixels_of_diffusers_prior_then_flux_pipeline_on_two_replicas_and_compiled(files):
+    """On two data-parallel replicas (the group of two the test above leaves running): each replica's image is
+    the one diffusers' prior and FluxPipeline draw with its seed."""
+    flux, style, siglip = dev(files), redux_file(files, STYLE), redux_file(files, SIGLIP)
+    two_refs = np.concatenate([picture(), 1 - picture()])  # a batch of two references, and a chained third
+    third = picture(40, 24)[..., ::-1].copy()
+    chained, _ = api.with_redux(api.with_redux(flux, style, siglip, two_refs)[0], style, siglip, third, 0.5, 0.7)
+    chained, _ = api.replicate(chained, 2)
+    batch = api.sample(chained, request(batch_size=2))
+    scales = {"pictures": [*two_refs, third[0]], "scales": [1.0, 1.0, 0.5], "pooled": [1.0, 1.0, 0.7]}
+    want = [plain_redux(files, request(seed=seed), **scales, prompt=FOX) for seed in (3, 4)]
+    assert batch.shape == (2, 32, 32, 3) and np.array_equal(batch, np.concatenate(want))
+    # 'image only': zeros for the prompt's tokens, as the prior without text encoders makes them
+    alone, _ = api.with_redux(api.replicate(flux, 2)[0], style, siglip, third, 0.9, 1.0, text="image only")
+    zeros = {"prompt_embeds": torch.zeros(1, 512, 32), "pooled_prompt_embeds": torch.zeros(1, 32)}
+    assert np.array_equal(api.sample(alone, request()),
+                          plain_redux(files, request(), [third[0]], [0.9], [1.0], **zeros))
+    # compiled: the prompt's embeddings come from the prompt cache now (kept as encoded); another reference,
+    # scale or prompt keeps the token count (512 + 729): the same graph
+    compiled, _ = api.with_compile(chained, "whole denoiser", "eager", "")
+    assert np.abs(api.sample(compiled, request()) - want[0]).max() <= 1e-5
+    before = api.compile_stats()
+    other, _ = api.with_redux(api.replicate(flux, 2)[0], style, siglip, third, 0.3, 0.2)
+    api.sample(api.with_compile(other, "whole denoiser", "eager", "")[0], request(prompt="a cat"))
+    after = api.compile_stats()
+    assert after["graphs"] == before["graphs"] and after["unexpected_recompiles"] == 0, (before, after)

@@ -52,6 +52,7 @@ from . import (
     offload,
     pixels,
     prompt_weights,
+    redux,
     resolve,
     storage,
 )
@@ -242,6 +243,7 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
         req = dataclasses.replace(req, tiled_vae=True)
     said = [samplers.check(spec, req, starts), prompt_weights.note(req), tiling]
     arrays.update(controlnets.arrays(spec))
+    arrays.update(redux.arrays(spec))
     if conditioned is not None:
         arrays, notes = {**arrays, **conditioned.arrays}, [*conditioned.notes, *notes]
     return PreparedSample(spec, req, arrays, tuple(notes + [text for text in said if text]))
@@ -351,6 +353,16 @@ def with_controlnet(spec: PipelineSpec, path: str, image: np.ndarray, strength: 
     """`spec` with one more ControlNet (a diffusers folder or single file) and its control image (IMAGE
     [B, H, W, C] in 0..1), checked; and the ControlNets, for the node's text."""
     return controlnets.add(spec, path, image, strength, start, end, union_mode)
+
+
+# ---- FLUX.1 Redux
+
+def with_redux(spec: PipelineSpec, style_model: str, clip_vision: str, image: np.ndarray,
+               prompt_embeds_scale: float = 1.0, pooled_prompt_embeds_scale: float = 1.0,
+               text: str = redux.TEXT_CHOICES[0]) -> tuple[PipelineSpec, str]:
+    """`spec` with one more Redux reference (a style model file, a SigLIP vision file, reference images IMAGE
+    [B, H, W, C] in 0..1 and FluxPriorReduxPipeline's scales), checked; and what Redux does, for the node's text."""
+    return redux.add(spec, style_model, clip_vision, image, prompt_embeds_scale, pooled_prompt_embeds_scale, text)
 
 
 def warmup_steps(spec: PipelineSpec) -> int:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ..protocol.errors import CompileError
 from ..protocol.spec import PipelineSpec
 from ..protocol.units import format_bytes
-from . import capacity, components, controlnets, devices, models, storage
+from . import capacity, components, controlnets, devices, models, redux, storage
 
 OFFLOAD_HEADROOM = 0.8  # share of a device's memory the weights may fill: the rest is for activations (a few GB
 # for a 1024x1024 FLUX image), the compiler's buffers and the runtime itself
@@ -31,7 +31,7 @@ def _per_device(parts: dict[str, int], degree: int, sharded: Sequence[str]) -> f
 
 def choose_offload(spec: PipelineSpec) -> OffloadChoice:
     """What offload 'auto' runs, from the weights' size in the chosen dtype (safetensors headers; ControlNets
-    included) and one device's memory (TorchTPU's HBM per device, CUDA's total memory): none when everything fits with room for
+    and Redux included) and one device's memory (TorchTPU's HBM per device, CUDA's total memory): none when everything fits with room for
     activations, model when the largest component does, else sequential (with a note when Shard TP would fit).
     Under Shard TP always none: diffusers refuses offload on a sharded model."""
     if spec.kind == "cpu":
@@ -39,7 +39,8 @@ def choose_offload(spec: PipelineSpec) -> OffloadChoice:
     memory = devices.device_memory_bytes(spec.kind)
     dtype = "bfloat16" if spec.dtype == "auto" else storage.compute_dtype(spec)
     float_bytes = _FLOAT_BYTES[dtype]
-    parts = {**models.weight_bytes(spec, float_bytes), **controlnets.weight_bytes(spec, float_bytes)}
+    parts = {**models.weight_bytes(spec, float_bytes), **controlnets.weight_bytes(spec, float_bytes),
+             **redux.weight_bytes(spec, float_bytes)}
     if spec.storage:  # fp8 storage: the denoiser counts at its stored size
         parts = storage.stored_bytes(spec, parts, models.weight_bytes(spec, 1))
         dtype = f"{dtype} ({spec.storage} denoiser)"

@@ -18,6 +18,7 @@ from . import (
     layouts,
     loras,
     offload,
+    redux,
     sampling_options,
     storage,
 )
@@ -25,7 +26,7 @@ from . import (
 
 def resolve(spec: PipelineSpec) -> PipelineSpec:
     """`spec` ready to run: its device kind, default layout (v7x: Data Parallel over one chip's two devices),
-    weight storage, offload 'auto', load order and compile plan resolved, its parallel layout, sampling options, LoRAs and ControlNets checked
+    weight storage, offload 'auto', load order and compile plan resolved, its parallel layout, sampling options, LoRAs, ControlNets and Redux references checked
     against the model and this host (on TPU: a worker count TorchTPU launches). Idempotent."""
     if not spec.kind:
         spec = spec.with_changes(kind=devices.resolve_kind(spec.device))
@@ -36,6 +37,8 @@ def resolve(spec: PipelineSpec) -> PipelineSpec:
         loras.check(spec, lora)
     for controlnet in spec.controlnets:
         controlnets.check(spec, controlnet)
+    for ref in spec.redux:
+        redux.check(spec, ref)
     return compile_plan.resolve_compile(spec)
 
 

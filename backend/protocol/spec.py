@@ -134,6 +134,34 @@ def control_key(index: int) -> str:
 
 
 @dataclass(frozen=True)
+class ReduxRef:
+    """One FLUX.1 Redux reference (Apply Redux), checked by the controller: the style model file (diffusers'
+    ReduxImageEncoder), the SigLIP vision file (ComfyUI's clip_vision), the reference images and diffusers'
+    FluxPriorReduxPipeline scales. Not part of the load key: the worker loads the two models beside the pipeline
+    and runs the prior with the loaded text encoders; the prior's output is the call's prompt embeddings."""
+
+    style_model: str  # absolute path of the style model file (redux_up / redux_down)
+    clip_vision: str  # absolute path of the SigLIP vision file (transformers' SiglipVisionModel keys)
+    vision_config: str  # JSON: the SiglipVisionConfig sizes read from the file's tensors
+    embedder_config: str  # JSON: ReduxImageEncoder's redux_dim and txt_in_features read from the file
+    prompt_embeds_scale: float = 1.0  # diffusers' prompt_embeds_scale: the text and image tokens of each image
+    pooled_prompt_embeds_scale: float = 1.0  # diffusers' pooled_prompt_embeds_scale
+    text: bool = True  # the prompt's tokens go with the image's (False: zeros, the prior without text encoders)
+    size_bytes: int = 0  # both files on disk (offload 'auto' counts them)
+    # the reference images (IMAGE [B, H, W, C] float32): they travel beside the request, as control images do
+    image: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return Path(self.style_model).name
+
+
+def redux_key(index: int) -> str:
+    """The name Redux reference `index`'s images travel under, beside a Sample request."""
+    return f"redux{index}"
+
+
+@dataclass(frozen=True)
 class FileComponent:
     """One part of a pipeline read from an artist's file (ComfyUI's folders), as the controller recognised it.
 
@@ -147,6 +175,10 @@ class FileComponent:
     quant: str = ""  # "" (plain, fp8 included: upcast on load) | "scaled-fp8" (ComfyUI's) | "gguf"
     size_bytes: int = 0
     key_map: tuple[tuple, ...] = ()  # ComfyUI's key map where diffusers has no converter for the file's size
+
+
+# a component's config file, by kind: a model's, a scheduler's, an image processor's
+CONFIG_FILES = ("config.json", "scheduler_config.json", "preprocessor_config.json")
 
 
 @dataclass(frozen=True)
@@ -166,7 +198,7 @@ class FileSource:
     def config(self, name: str) -> dict:
         """Component `name`'s config: the published one with the sizes of the artist's file."""
         folder = self.config_dir / name
-        base = read_json(folder / "config.json", {}) or read_json(folder / "scheduler_config.json", {})
+        base = next((read_json(folder / f, {}) for f in CONFIG_FILES if (folder / f).is_file()), {})
         return {**base, **json.loads(self.overrides).get(name, {})}
 
     def index(self) -> dict:
@@ -219,6 +251,7 @@ class PipelineSpec:
     step_cache: str = "off"  # STEP_CACHES (Sampling Options)
     cache_threshold: float = 0.0  # the cache kind's threshold; 0 = its default (Sampling Options)
     controlnets: tuple[ControlNetRef, ...] = ()  # Apply ControlNet, in the order they were added
+    redux: tuple[ReduxRef, ...] = ()  # Apply Redux, in the order they were added
 
     @property
     def family(self) -> Pipeline:
@@ -275,8 +308,10 @@ class PipelineSpec:
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
-        """The spec as plain data (the link's format); ControlNet images stay behind (they travel beside it)."""
-        return asdict(replace(self, controlnets=tuple(replace(c, image=None) for c in self.controlnets)))
+        """The spec as plain data (the link's format); ControlNet and Redux images stay behind (they travel beside
+        it)."""
+        return asdict(replace(self, controlnets=tuple(replace(c, image=None) for c in self.controlnets),
+                              redux=tuple(replace(r, image=None) for r in self.redux)))
 
     @classmethod
     def from_dict(cls, data: dict) -> PipelineSpec:
@@ -290,7 +325,8 @@ class PipelineSpec:
         return cls(**{**data, "compile": plan, "source": source,
                       "sharded_encoders": tuple(data.get("sharded_encoders", ())),
                       "loras": tuple(LoraRef(**lora) for lora in data.get("loras", ())),
-                      "controlnets": tuple(ControlNetRef(**c) for c in data.get("controlnets", ()))})
+                      "controlnets": tuple(ControlNetRef(**c) for c in data.get("controlnets", ())),
+                      "redux": tuple(ReduxRef(**r) for r in data.get("redux", ()))})
 
 
 @dataclass(frozen=True)

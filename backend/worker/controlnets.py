@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ import torch
 from ..protocol.families import ControlNets
 from ..protocol.spec import ControlNetRef, PipelineSpec, control_key
 from . import images
-from .loading import safetensors_only
+from .loading import from_linked_file, safetensors_only
 
 
 def fit_control(image: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -55,13 +54,9 @@ def load_controlnet(ref: ControlNetRef, dtype: Any) -> Any:
     """The ControlNet of `ref` on the CPU in `dtype`: a diffusers folder as it is; a single file through a folder
     laid out from its config (read from its tensors by the controller) and a link to the file."""
     cls = _class(ref.model)
-    common = {"dtype": dtype, "local_files_only": True, "use_safetensors": safetensors_only()}
     if Path(ref.path).is_dir():
-        return cls.from_pretrained(ref.path, **common)
-    with tempfile.TemporaryDirectory(prefix="comfyui-tpu-controlnet-") as tmp:
-        (Path(tmp) / "config.json").write_text(json.dumps({"_class_name": ref.model, **json.loads(ref.config)}))
-        os.symlink(ref.path, Path(tmp) / "diffusion_pytorch_model.safetensors")
-        return cls.from_pretrained(tmp, **common)
+        return cls.from_pretrained(ref.path, dtype=dtype, local_files_only=True, use_safetensors=safetensors_only())
+    return from_linked_file(cls, ref.path, {"_class_name": ref.model, **json.loads(ref.config)}, dtype)
 
 
 class ControlNetPipelines:

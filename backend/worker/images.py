@@ -75,7 +75,8 @@ def fit_mask(mask: np.ndarray, width: int, height: int) -> np.ndarray:
     return t[0, 0].numpy()
 
 
-def _pil(image: np.ndarray) -> Any:
+def pil(image: np.ndarray) -> Any:
+    """One IMAGE [H, W, C] as an RGB PIL image (rounded to 8 bits), for the pipelines that take PIL images."""
     import PIL.Image
 
     rgb = fit(image, image.shape[1], image.shape[0])
@@ -146,14 +147,14 @@ def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req
     if "max_area" in params:  # Kontext makes max_area pixels at the aspect of width × height: Sample's size
         kwargs["max_area"] = width * height
     if kind == START:  # the video's first frame, at its size (the CLIP vision encoder sees its centre square)
-        kwargs["image"] = _pil(fit(images[index % len(images)], width, height))
+        kwargs["image"] = pil(fit(images[index % len(images)], width, height))
     if kind == REFERENCE:
         if type(pipe).__name__ == "FluxKontextPipeline":
-            kwargs["image"] = kontext_reference(pipe, _pil(images[index % len(images)]))
+            kwargs["image"] = kontext_reference(pipe, pil(images[index % len(images)]))
         elif type(pipe).__name__ in _SINGLE_REFERENCE:
-            kwargs["image"] = _pil(images[index % len(images)])
+            kwargs["image"] = pil(images[index % len(images)])
         else:
-            kwargs["image"] = [_pil(image) for image in images]
+            kwargs["image"] = [pil(image) for image in images]
     for name in ("width", "height"):
         if name not in params:
             kwargs.pop(name)

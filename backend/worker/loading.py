@@ -30,7 +30,7 @@ from typing import Any
 
 from ..protocol import settings
 from ..protocol.families import FAMILIES
-from ..protocol.spec import DENOISERS, FileComponent, FileSource, listed_components, read_json
+from ..protocol.spec import CONFIG_FILES, DENOISERS, FileComponent, FileSource, listed_components, read_json
 from ..protocol.units import format_bytes
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
@@ -44,6 +44,17 @@ def safetensors_only() -> bool | None:
     """`use_safetensors` for every from_pretrained call: True (refuse pickle weights) unless the operator
     started ComfyUI with COMFYUI_TPU_ALLOW_PICKLE=1; then None (safetensors when present, else pickle)."""
     return None if settings.ALLOW_PICKLE.on() else True
+
+
+def from_linked_file(cls: type, path: str, config: dict, dtype: Any) -> Any:
+    """A diffusers or transformers model of class `cls` from one .safetensors file whose keys are the class's
+    own (a ControlNet in diffusers' layout, Redux's image encoder and embedder), on the CPU in `dtype`: its
+    from_pretrained reads a temporary folder of `config` and a link to the file."""
+    weights = "model.safetensors" if cls.__module__.startswith("transformers") else "diffusion_pytorch_model.safetensors"
+    with tempfile.TemporaryDirectory(prefix="comfyui-tpu-file-") as tmp:
+        (Path(tmp) / "config.json").write_text(json.dumps(config))
+        os.symlink(path, Path(tmp) / weights)
+        return cls.from_pretrained(tmp, dtype=dtype, local_files_only=True, use_safetensors=safetensors_only())
 
 
 @dataclass(frozen=True)
@@ -193,9 +204,9 @@ def _lay_out(source: FileSource, root: Path) -> Path:
     for folder in sorted(p for p in configs.iterdir() if p.is_dir()):
         target = root / folder.name
         target.mkdir()
-        for file in ("config.json", "scheduler_config.json"):
-            if (folder / file).is_file():
-                (target / file).write_text(json.dumps(source.config(folder.name)))
+        file = next((f for f in CONFIG_FILES if (folder / f).is_file()), None)  # what source.config reads
+        if file:
+            (target / file).write_text(json.dumps(source.config(folder.name)))
     for part in source.components:
         if part.layout == "tokenizer":
             _tokenizer_folder(Path(part.path), configs / part.name, root / part.name)

@@ -22,7 +22,7 @@ from ..protocol.errors import Interrupted, ModelError
 from ..protocol.families.text_encoders import TOKENIZER_LAYOUTS
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
-from . import controlnets, device, images, latents, loading, parallel, storage
+from . import controlnets, device, images, latents, loading, parallel, redux, storage
 from .cfg_parallel import CFGParallel, named_branches, two_passes
 from .compile_cache import CACHE_INFO
 from .compiler import Compiler, denoiser
@@ -62,6 +62,7 @@ class Runtime:
         self.controlnets = controlnets.ControlNetPipelines(self.status)
         self.vote = parallel.StopVote(1)  # replaced at load time when the model is split over ranks
         self.prompts = PromptCache()
+        self.redux = redux.Redux(self.status, self.prompts)
         self.cfg: CFGParallel | None = None  # the CFG split of the loaded denoiser (CFG Parallel)
         self.latency = Latency()
 
@@ -126,7 +127,8 @@ class Runtime:
             grey = {"image": np.full((1, h, w, 3), 0.5, np.float32)} if spec.family.needs_image else {}
             if spec.family.needs_mask:  # FLUX.1 Fill: and a mask (all of it repainted)
                 grey["mask"] = np.ones((1, h, w), np.float32)
-            self.sample(spec, warmup_request(spec, w, h, b, frames), {**grey, **controlnets.warmup_arrays(spec, w, h)})
+            self.sample(spec, warmup_request(spec, w, h, b, frames),
+                        {**grey, **controlnets.warmup_arrays(spec, w, h), **redux.warmup_arrays(spec)})
             self.compiler.warmed_up(todo)
         return self.info()
 
@@ -217,6 +219,7 @@ class Runtime:
         self.step_cache.forget()
         self.image_pipes.forget()
         self.controlnets.forget()
+        self.redux.forget()
         self.prompts.clear()
         self.pipe, self.loaded, self.cfg, self.own_scheduler = None, None, None, None
         gc.collect()
@@ -247,6 +250,7 @@ class Runtime:
         elif spec.family.frame_step:
             pipe.vae.disable_tiling()
         self.prompts.wrap(pipe)  # an image pipeline made from the loaded one shares its prompt cache
+        prior = self.redux.prior_for(self.pipe, spec, self.device)
         if self.should_stop():
             raise Interrupted(Interrupted.DEFAULT)
         calls: list[tuple[str, list[int]]] = []  # (prompt, global image indices) of each pipeline call
@@ -273,8 +277,10 @@ class Runtime:
             with (torch.inference_mode(), self.latency.call(self.prompts), split,
                   self.prompts.using(spec.prompt_cache, text_encoder_state(spec)),
                   self.step_cache.call(pipe, spec, req.steps, self.pass_peers), parallel.even_text(pipe, spec),
-                  self.compiler.sampling(pipe, spec, kwargs) as call,
-                  controlnets.seeded(spec, everything[group[0]][1])):
+                  contextlib.ExitStack() as sampling):
+                self.redux.add_inputs(prior, spec, kwargs, arrays)  # before the compiler reads the text length
+                call = sampling.enter_context(self.compiler.sampling(pipe, spec, kwargs))
+                sampling.enter_context(controlnets.seeded(spec, everything[group[0]][1]))
                 controlnets.add_inputs(spec, kind, kwargs, arrays, group[0])
                 images.add_inputs(pipe, kind, kwargs, arrays, group[0], req)
                 self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,

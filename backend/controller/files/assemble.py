@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ...protocol import families
 from ...protocol.errors import ModelError
-from ...protocol.families import Configs, ModelFamily, text_encoders, vaes
+from ...protocol.families import Configs, ModelFamily, image_encoders, text_encoders, vaes
 from ...protocol.families.base import count
 from ...protocol.families.flux1 import KONTEXT_CHOICES
 from ...protocol.spec import CONFIGS_DIR, FileComponent, FileSource, read_json
@@ -35,6 +35,7 @@ class FileChoice:
     vae: str | None = None
     flux_kontext: str = "auto"  # flux1.KONTEXT_CHOICES: whether a FLUX.1 [dev]-shaped file is Kontext
     diffusion_model_2: str | None = None  # the second expert of a two-expert model (Wan 2.2 A14B's low noise)
+    clip_vision: str | None = None  # a CLIP vision encoder (models/clip_vision: Wan 2.1 I2V's clip_vision_h)
 
     def chosen(self, value: str | None) -> bool:
         return bool(value) and value.strip() != NONE
@@ -131,6 +132,7 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
     _add_vae(draft)
     for slot in configs.text_encoders:
         _add_text_encoder(draft, slot.component, slot.kind)
+    _add_image_encoder(draft, chosen.get("clip_vision"))
     if "processor" in draft.index():  # an edit pipeline's: its tokenizer's vocabulary, the pack's image settings
         kind = configs.text_encoders[0].kind
         draft.parts.append(_tokenizer("processor", kind, draft.texts[kind][1]))
@@ -168,7 +170,8 @@ def _read_choice(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> dict
     chosen: dict[str, _Chosen] = {}
     inputs = [("checkpoint", "checkpoint", choice.checkpoint), ("diffusion_model", "diffusion_model",
                                                                  choice.diffusion_model),
-              ("diffusion_model_2", "diffusion_model", choice.diffusion_model_2), ("vae", "vae", choice.vae)]
+              ("diffusion_model_2", "diffusion_model", choice.diffusion_model_2), ("vae", "vae", choice.vae),
+              ("clip_vision", "clip_vision", choice.clip_vision)]
     inputs += [(f"text_encoder_{i}", "text_encoder", v) for i, v in enumerate(choice.text_encoders, 1)]
     for name, role, value in inputs:
         if not choice.chosen(value):
@@ -325,6 +328,33 @@ def _add_vae(p: _Draft) -> None:
     _unsupported_quant(vae_file)
     p.parts.append(FileComponent("vae", str(vae_file.path), vaes.layout(vae.kind, vae.shapes), vae.prefix,
                                  _quant(vae_file.contents.header, vae.prefix), vae_file.contents.header.size))
+
+
+def _add_image_encoder(p: _Draft, c: _Chosen | None) -> None:
+    """The CLIP vision encoder (`image_encoder`, transformers' layout read as it is) and its image processor
+    (the pack's settings at the encoder's image size) of a model that reads the start image through one."""
+    wants = bool(p.index().get("image_encoder", [None])[0])
+    model = f"{p.configs.name or p.family.name} ('{p.main.path.name}')"
+    if c is None:
+        if wants:
+            raise ModelError(f"clip_vision: {model} also reads the start image through a CLIP vision encoder; "
+                             "choose clip_vision_h.safetensors (ComfyUI's models/clip_vision folder) in clip_vision.")
+        return
+    if not wants:
+        raise ModelError(f"clip_vision: '{c.path.name}' was chosen, but {model} reads no CLIP vision encoder (Wan "
+                         f"2.1 image to video does). Set clip_vision to '{NONE}'.")
+    part = c.contents.image_encoder
+    if part is None:
+        raise ModelError(_not_a(c, "CLIP vision encoder", "clip_vision_h.safetensors (models/clip_vision)"))
+    reads = p.overrides.get(p.family.denoiser, {}).get("image_dim")
+    if part.width != reads:
+        raise ModelError(f"clip_vision: '{c.path.name}' is a CLIP vision encoder {part.width} wide; {model} reads "
+                         f"{reads}-wide image features. Choose clip_vision_h.safetensors (ViT-H, 1280 wide).")
+    _unsupported_quant(c)
+    p.override("image_encoder", image_encoders.sizes(part.shapes, read_json(p.folder / "image_encoder" / "config.json")))
+    p.override("image_processor", image_encoders.processor_sizes(part.shapes))
+    p.parts.append(FileComponent("image_encoder", str(c.path), "hf", "", _quant(c.contents.header),
+                                 c.contents.header.size))
 
 
 def _add_text_encoder(p: _Draft, name: str, kind: str) -> None:

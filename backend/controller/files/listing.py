@@ -22,7 +22,7 @@ from .recognise import contents
 
 # ComfyUI's model folders per role (folder_paths names; "unet" and "clip" are its legacy second folders)
 ROLE_FOLDERS = {"checkpoint": "checkpoints", "diffusion_model": "diffusion_models",
-                "text_encoder": "text_encoders", "vae": "vae"}
+                "text_encoder": "text_encoders", "vae": "vae", "clip_vision": "clip_vision"}
 NONE = "(none)"  # the dropdown entry for "no file"
 LISTED = SAFETENSORS + GGUF + PICKLE
 LIST_SECONDS = 20.0  # reading headers for the lists stops after this; the rest are listed unread

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...protocol import families
-from ...protocol.families import text_encoders, vaes
+from ...protocol.families import image_encoders, text_encoders, vaes
 from .headers import Header, read_header
 
 DENOISER_PREFIXES = ("model.diffusion_model.", "diffusion_model.", "")
@@ -21,16 +21,18 @@ USED_TEXT_KINDS = ("clip", *text_encoders.KINDS)  # the text encoders a family r
 
 @dataclass(frozen=True)
 class Part:
-    """One model inside a file: a denoiser, a VAE or a text encoder."""
+    """One model inside a file: a denoiser, a VAE, a text encoder or a CLIP vision encoder."""
 
-    role: str  # "diffusion_model" | "vae" | "text_encoder"
+    role: str  # "diffusion_model" | "vae" | "text_encoder" | "clip_vision"
     kind: str  # denoiser: family id; vae: vaes.KINDS key; text encoder: text_encoders.recognise's kinds
     prefix: str
     shapes: dict[str, tuple[int, ...]] = field(repr=False)
 
     @property
     def width(self) -> int:
-        """A text encoder's hidden size; a VAE's latent channels; a denoiser's input channels."""
+        """A text or CLIP vision encoder's hidden size; a VAE's latent channels; a denoiser's input channels."""
+        if self.role == "clip_vision":
+            return image_encoders.width(self.shapes)
         if self.role == "text_encoder":
             return text_encoders.width(self.shapes)
         if self.role == "vae":
@@ -50,12 +52,15 @@ class Contents:
     denoiser: Part | None = None
     vae: Part | None = None
     text_encoders: tuple[Part, ...] = ()
+    image_encoder: Part | None = None
 
     def fits(self, role: str) -> bool:
         if role in ("checkpoint", "diffusion_model"):
             return self.denoiser is not None
         if role == "vae":
             return self.vae is not None
+        if role == "clip_vision":
+            return self.image_encoder is not None
         return any(p.kind in USED_TEXT_KINDS for p in self.text_encoders) and self.denoiser is None
 
     def describe(self) -> str:
@@ -67,6 +72,8 @@ class Contents:
         if self.text_encoders:
             p = self.text_encoders[0]
             return f"it is a {short_name(p.kind)} text encoder ({p.width} wide)"
+        if self.image_encoder is not None:
+            return f"it is a CLIP vision encoder ({self.image_encoder.width} wide)"
         if any(k.startswith(("input_blocks.", "model.diffusion_model.input_blocks.")) for k in self.header.shapes):
             return "it looks like an SD1.x/SD2.x model, which is not supported"
         return "its tensors are not a model ComfyUI-TPU knows"
@@ -112,6 +119,8 @@ def contents(header: Header) -> Contents:
         kind = text_encoders.recognise(header.shapes)
         if kind is not None:
             texts.append(Part("text_encoder", kind, "", dict(header.shapes)))
+        elif image_encoders.recognise(header.shapes):
+            return Contents(header, image_encoder=Part("clip_vision", "clip-vision", "", dict(header.shapes)))
     return Contents(header, denoiser, vae, tuple(texts))
 
 

@@ -114,6 +114,9 @@ class Pipeline:
     latent_patch: int = 1
     # How Sample's positive/negative CONDITIONING maps onto the pipeline (None: it takes none; refused)
     embeddings: Embeddings | None = None
+    # FLUX.1 Redux (Apply Redux): the call takes the prompt_embeds and pooled_prompt_embeds diffusers'
+    # FluxPriorReduxPipeline makes from reference images
+    redux: bool = False
     family: str = ""  # the id of the family module it belongs to (the registry fills it in)
 
 
@@ -179,6 +182,9 @@ class ModelFamily:
     # (denoiser sizes, file name, configs, the loader's flux_kontext choice) -> (config overrides by component,
     # "" for model_index: its _class_name where the files make another pipeline; notes)
     variant: Callable[[dict, str, Configs, str], tuple[dict[str, dict], tuple[str, ...]]] | None = None
+    # folders of backend/configs for models that run beside its pipelines (FLUX.1 Redux's image encoder, image
+    # embedder and image processor)
+    extra_configs: tuple[str, ...] = ()
 
     def recognises(self, shapes: Shapes) -> bool:
         return all(k in shapes for k in self.denoiser_keys) and not any(k in shapes for k in self.absent_keys)

@@ -12,6 +12,9 @@ CONVERTER_WIDTH = 3072  # diffusers' FLUX.1 single-file converter hard-codes the
 # file's name says it (auto: "kontext" in it, as in every published one), or the artist does (on, off)
 KONTEXT_CHOICES = ("auto", "on", "off")
 FILL, CONTROL, KONTEXT = "FluxFillPipeline", "FluxControlPipeline", "FluxKontextPipeline"
+# FLUX.1 Redux (Apply Redux): the published SigLIP image encoder's config, the image embedder's and the image
+# processor's (FLUX.1-Redux-dev's feature_extractor), so that nothing is fetched from the Hub
+REDUX_CONFIGS = "flux1-redux"
 
 
 def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
@@ -127,21 +130,23 @@ FAMILY = ModelFamily(
                         sigmas="unless flow sigmas",
                         img2img="FluxImg2ImgPipeline", inpaint="FluxInpaintPipeline",
                         step_caches=("first block", "taylorseer", "magcache"), taylorseer_modules=TAYLORSEER_MODULES,
-                        controlnets=(CONTROLNETS,), embeddings=EMBEDDINGS),
+                        controlnets=(CONTROLNETS,), embeddings=EMBEDDINGS, redux=True),
                # The FLUX.1 tools, with FLUX.1's text encoders (so its CONDITIONING) and the image inputs as the
                # pipelines take them. Kontext runs true CFG as FLUX.1 does (two calls per step, unnamed: CFG
                # Parallel splits them by order); diffusers' Fill and Control pipelines have no true CFG (one pass)
                Pipeline(KONTEXT, "FLUX.1 Kontext", 2, "guidance_scale", True, cfg_passes="branches",
                         sigmas="unless flow sigmas", references=True, image_note=KONTEXT_RESIZE,
-                        embeddings=EMBEDDINGS),
+                        embeddings=EMBEDDINGS, redux=True),
                Pipeline(FILL, "FLUX.1 Fill", 2, "guidance_scale", True, sigmas="unless flow sigmas",
-                        inpaint=FILL, needs_image=True, needs_mask=True, embeddings=EMBEDDINGS),
+                        inpaint=FILL, needs_image=True, needs_mask=True, embeddings=EMBEDDINGS,
+                        redux=True),
                Pipeline(CONTROL, "FLUX.1 Depth/Canny", 2, "guidance_scale", True,
-                        sigmas="unless flow sigmas", needs_image=True, control_image=True, embeddings=EMBEDDINGS)),
+                        sigmas="unless flow sigmas", needs_image=True, control_image=True, embeddings=EMBEDDINGS,
+                        redux=True)),
     configs=(Configs("flux1", (TextSlot("text_encoder", "clip-l"), TextSlot("text_encoder_2", "t5"))),),
     denoiser_keys=("double_blocks.0.img_attn.qkv.weight", "img_in.weight", "vector_in.in_layer.weight"),
     width_key="img_in.weight", width_agrees=("txt_in.weight", 0), out_key="final_layer.linear.weight",
     sizes=sizes, text_widths=text_widths, vae="vae-ldm", vae_hint="FLUX.1's ae.safetensors",
     single_file=True, lora_formats=("kohya-flux1",),
-    denoiser_layout=denoiser_layout, variant=variant,
+    denoiser_layout=denoiser_layout, variant=variant, extra_configs=(REDUX_CONFIGS,),
 )
