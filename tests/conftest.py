@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import file_fixtures
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,14 +48,39 @@ def pytest_collection_modifyitems(config, items):
         )
 
 
+# comfyui_files' builders started in the background, by folder (see tiny_models)
+_BUILDING: dict[Path, subprocess.Popen] = {}
+
+
 @pytest.fixture(scope="session")
-def tiny_models(tmp_path_factory) -> Path:
-    """A diffusers models folder holding tiny-flux, tiny-sd3, tiny-sdxl, ... (random weights, built here)."""
+def tiny_models(tmp_path_factory, request) -> Path:
+    """A diffusers models folder holding tiny-flux, tiny-sd3, tiny-sdxl, ... (random weights, built here).
+
+    Then it starts the builder of comfyui_files' folder in the background, for the families that the selected
+    tests' modules declare (COMFYUI_FILES = (...)): one builder process for all of them (each start imports
+    torch, diffusers and ComfyUI: ~5 s of CPU), and it runs on the second core while the first tests run."""
     from backend.tiny_models import build_all
 
     root = Path(os.environ.get("COMFYUI_TPU_TEST_MODELS") or tmp_path_factory.mktemp("models"))
     build_all(root)
+    modules = dict.fromkeys(getattr(item, "module", None) for item in request.session.items)
+    families = tuple(dict.fromkeys(f for module in modules for f in getattr(module, "COMFYUI_FILES", ())))
+    out = _files_folder(root)
+    if COMFYUI_DIR and families and not file_fixtures.built(out, families):
+        proc = subprocess.Popen(_files_builder(out, root, COMFYUI_DIR, families), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)  # a failure shows when comfyui_files builds again
+        _BUILDING[out] = proc
+        request.addfinalizer(lambda: (proc.kill(), proc.wait()))
     return root
+
+
+def _files_folder(tiny_models: Path, folder: str = "comfyui-files") -> Path:
+    return tiny_models.parent / f"{tiny_models.name}-{folder}"
+
+
+def _files_builder(out: Path, tiny_models: Path, comfyui_dir, families) -> list[str]:
+    return [sys.executable, str(ROOT / "tests" / "file_fixtures.py"), str(out), str(tiny_models), str(comfyui_dir),
+            *families]
 
 
 @pytest.fixture(scope="session")
@@ -80,12 +106,15 @@ def comfyui_files(tiny_models, comfyui_dir):
     """Builds (once, cached beside the tiny models) artists' files of the given families, written by ComfyUI's
     own converters, and their reference diffusers folders (tests/file_fixtures.py, in a subprocess so that
     ComfyUI's modules stay out of the test process); returns the folder holding models/ and diffusers/. A
-    file the model lists of other tests must not see goes in a folder of its own (`folder`)."""
+    file the model lists of other tests must not see goes in a folder of its own (`folder`). The families that
+    modules declare in COMFYUI_FILES are built in the background from the start (tiny_models)."""
 
     def build(*families: str, folder: str = "comfyui-files") -> Path:
-        out = tiny_models.parent / f"{tiny_models.name}-{folder}"
-        subprocess.run([sys.executable, str(ROOT / "tests" / "file_fixtures.py"), str(out), str(tiny_models),
-                        str(comfyui_dir), *families], check=True, timeout=1200)
+        out = _files_folder(tiny_models, folder)
+        if (background := _BUILDING.pop(out, None)) is not None:
+            background.wait(timeout=1200)
+        if not file_fixtures.built(out, families or file_fixtures.FAMILIES):  # the builder's start imports torch
+            subprocess.run(_files_builder(out, tiny_models, comfyui_dir, families), check=True, timeout=1200)
         return out
 
     return build

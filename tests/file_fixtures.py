@@ -32,7 +32,7 @@ from pathlib import Path
 
 # "flux1-3072" (1 GB), "flux1-vae" (170 MB), "flux1tools" and "flux1redux" (the FLUX.1 tools, issue 26) only when asked
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan")
-VERSION = "7"  # bump to rebuild cached fixtures after changing this file
+VERSION = "8"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
 FILES = {
@@ -858,18 +858,32 @@ def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
 
 def flux1_published_width():
     """A FLUX.1 transformer of the published width (3072: 24 heads of 128, MLP ratio 4), with 1 double and
-    1 single block and the tiny text encoders' and VAE's widths, in bfloat16 (about 1 GB). Deterministic."""
+    1 single block and the tiny text encoders' and VAE's widths, in bfloat16 (about 1 GB). Deterministic.
+
+    Built on the meta device and filled from one seeded pool of random values, each tensor from its own offset
+    (so no two tensors hold the same values): torch's default initialisers draw 530 million values, seconds of
+    CPU each time the tests build it (here and again as the test's reference)."""
     import torch
     from diffusers import FluxTransformer2DModel
 
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
     try:
-        return _seeded(71, lambda: FluxTransformer2DModel(
-            in_channels=16, num_layers=1, num_single_layers=1, joint_attention_dim=32, pooled_projection_dim=32,
-            guidance_embeds=True))
+        with torch.device("meta"):
+            module = FluxTransformer2DModel(
+                in_channels=16, num_layers=1, num_single_layers=1, joint_attention_dim=32, pooled_projection_dim=32,
+                guidance_embeds=True)
     finally:
         torch.set_default_dtype(default)
+    module = module.to_empty(device="cpu")
+    pool = torch.empty(2**22 + 9, dtype=torch.bfloat16).uniform_(-0.02, 0.02, generator=torch.Generator().manual_seed(71))
+    for i, (_, tensor) in enumerate(sorted(module.state_dict().items())):
+        start = i * 65_537 % pool.numel()
+        ring, flat = torch.cat([pool[start:], pool[:start]]), tensor.view(-1)
+        for at in range(0, flat.numel(), ring.numel()):
+            part = flat[at:at + ring.numel()]
+            part.copy_(ring[:part.numel()])
+    return module.eval()
 
 
 def _flux1_3072(tiny: Path, comfyui_dir: str, out: Path) -> None:
@@ -979,13 +993,21 @@ def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:
 
     torch.set_num_threads(1)
     for family in families:
-        marker = out / f".built-{family}-v{VERSION}"
-        if marker.exists():
+        if _marker(out, family).exists():
             continue
         shutil.rmtree(out / "diffusers" / f"ref-{family}", ignore_errors=True)
         BUILDERS[family](tiny, comfyui_dir, out)
-        marker.write_text("")
+        _marker(out, family).write_text("")
     return out
+
+
+def built(out: Path, families=FAMILIES) -> bool:
+    """Whether `out` holds every family already (read without starting the builder: no torch import)."""
+    return all(_marker(out, family).exists() for family in families)
+
+
+def _marker(out: Path, family: str) -> Path:
+    return out / f".built-{family}-v{VERSION}"
 
 
 if __name__ == "__main__":

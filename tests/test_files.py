@@ -16,6 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
+import file_fixtures
 import numpy as np
 import pytest
 from helpers import pixels
@@ -61,14 +62,16 @@ CASES = {
                          3.0),
 }
 FLUX1 = CASES["flux1-split"][1]
+COMFYUI_FILES = (*file_fixtures.FAMILIES, "flux1-3072")  # comfyui_files' families, built from the start (conftest)
 
 
 @pytest.fixture(scope="module")
 def files(comfyui_files, comfyui_dir, monkeypatch_module):
-    """All families' files and references; ComfyUI's package importable here (its bundled tokenizers and, for
-    FLUX.1 widths diffusers' converter does not read, its key map), as it is in ComfyUI's process."""
+    """All families' files and references, and the FLUX.1 file of the published width; ComfyUI's package
+    importable here (its bundled tokenizers and, for FLUX.1 widths diffusers' converter does not read, its key
+    map), as it is in ComfyUI's process."""
     monkeypatch_module.syspath_prepend(str(comfyui_dir))
-    return comfyui_files()
+    return comfyui_files(*COMFYUI_FILES)
 
 
 @pytest.fixture(scope="module")
@@ -688,15 +691,11 @@ def test_zimage_bf16_fp8_and_scaled_fp8_files_load_as_their_rounding(files):
 
 
 @pytest.mark.unit
-def test_flux1_at_the_published_width_goes_through_diffusers_own_converter(comfyui_files, comfyui_dir,
-                                                                           monkeypatch):
+def test_flux1_at_the_published_width_goes_through_diffusers_own_converter(files):
     """FLUX.1 files of the published width (3072) are read by diffusers' single-file converter, which
     hard-codes it: a 3072-wide transformer with 1 double and 1 single block (about 1 GB) loads exactly."""
-    import file_fixtures
     import torch
 
-    files = comfyui_files("flux1", "flux1-3072")
-    monkeypatch.syspath_prepend(str(comfyui_dir))
     spec = file_spec(files, **dict(FLUX1, diffusion_model=file_fixtures.FILES["flux1-3072"]["diffusion_model"]))
     assert spec.source.component("transformer").layout == "flux1", "3072 wide: diffusers' converter"
     config = spec.component_config("transformer")

@@ -26,6 +26,7 @@ from backend.worker import images
 
 FOX = "a red fox in the snow"
 TEXTS = ("clip_l-tiny.safetensors", "t5xxl-tiny.safetensors")
+COMFYUI_FILES = ("flux1", "flux1tools", "flux1redux", "sd3")  # comfyui_files' families, built from the start (conftest)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def files(comfyui_files, comfyui_dir):
     importable here (its key map reads FLUX.1 files of test widths), as it is in ComfyUI's process."""
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(comfyui_dir))
-        yield comfyui_files("flux1", "flux1tools", "flux1redux", "sd3")
+        yield comfyui_files(*COMFYUI_FILES)
 
 
 def spec(files: Path, model: str, kontext: str = "auto") -> api.PipelineSpec:

@@ -121,12 +121,15 @@ def test_offload_auto_counts_the_stored_size(tiny_models, monkeypatch):
     assert "in bfloat16 (float8_e4m3fn denoiser)" in fp8.reason and "transformer 11.1 GiB" in fp8.reason
 
 
+COMFYUI_FILES = ("flux1", "flux2")  # comfyui_files' families, built from the start (conftest)
+
+
 @pytest.fixture(scope="module")
 def fp8_files(comfyui_files, comfyui_dir, monkeypatch_module):
     """ComfyUI-layout files (a plain fp8 FLUX.1 transformer, a scaled-fp8 FLUX.2 [klein] one), ComfyUI importable
     as in its process."""
     monkeypatch_module.syspath_prepend(str(comfyui_dir))
-    return comfyui_files("flux1", "flux2")
+    return comfyui_files(*COMFYUI_FILES)
 
 
 @pytest.fixture(scope="module")

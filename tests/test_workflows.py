@@ -74,7 +74,8 @@ INPUTS = {"example.png": (64, 64), "depth.png": (48, 64)}
 CONTROLNETS = {"FLUX.1-dev-ControlNet-Union-Pro.safetensors": "flux-union",
                "controlnet-canny-sdxl-1.0.safetensors": "sdxl", "controlnet-depth-sdxl-1.0.safetensors": "sdxl"}
 SIZE_FACTOR = 16  # of the tiny models the workflows run on (FLUX.1, SD3, FLUX.2, Z-Image, Wan)
-TINY_FILES = ("flux1", "flux1tools", "zimage", "wan")  # the families whose tiny files the workflows use
+# the families whose tiny files the workflows use (comfyui_files' families, built from the start: conftest)
+COMFYUI_FILES = ("flux1", "flux1tools", "zimage", "wan")
 # names the frontend may not find here (not installed where the UI loads)
 ALLOWED = {**{name: set(TINY) for name in MODEL_INPUTS}, "lora_name": set(LORAS), "image": set(INPUTS),
            "controlnet_name": set(CONTROLNETS)}
@@ -100,10 +101,10 @@ COMFY_CLIP_LOADERS = {"CLIPLoader", "DualCLIPLoader", "TripleCLIPLoader"}
 
 @pytest.fixture(scope="module")
 def tiny_files(server, comfyui_files):
-    """The tiny files of TINY_FILES in the server's own model folders (models/diffusion_models, ...)."""
+    """The tiny files of COMFYUI_FILES in the server's own model folders (models/diffusion_models, ...)."""
     from backend.controller.files.listing import ROLE_FOLDERS
 
-    models = comfyui_files(*TINY_FILES) / "models"
+    models = comfyui_files(*COMFYUI_FILES) / "models"
     for folder in ROLE_FOLDERS.values():
         target = server.work_dir / "models" / folder
         target.mkdir(parents=True, exist_ok=True)
