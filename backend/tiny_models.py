@@ -837,6 +837,13 @@ CONTROLNETS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "sdxl-union": ("sdxl", "ControlNetUnionModel", {"num_control_type": 8, "num_trans_channel": 16, "num_trans_head": 2,
                                                     "num_proj_channel": 16}),
     "qwenimage": ("qwenimage", "QwenImageControlNetModel", {"num_layers": 1}),
+    # Z-Image-Turbo-Fun-Controlnet-Union 2.1 (control refiner blocks; reads image and mask too: 2 × 4 + 1 channels)
+    # and 1.0 (plain refiner blocks, the control image only); control layers evenly over the transformer's 2
+    "zimage": ("zimage", "ZImageControlNetModel", {"control_layers_places": [0, 1], "control_refiner_layers_places": [0],
+                                                   "add_control_noise_refiner": "control_noise_refiner",
+                                                   "control_in_dim": 9}),
+    "zimage-1.0": ("zimage", "ZImageControlNetModel", {"control_layers_places": [0], "control_refiner_layers_places": [],
+                                                       "add_control_noise_refiner": None, "control_in_dim": 4}),
 }
 
 

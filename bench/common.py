@@ -150,6 +150,23 @@ def paired(baseline: list[float], ours: list[float]) -> float:
     return median([b / o for b, o in zip(baseline, ours, strict=True)])
 
 
+def spread(baseline: list[float], ours: list[float]) -> dict:
+    """The per-round ratios baseline/ours, their median and quartiles: how far one round's ratio moves in this
+    run (the noise a ratio of medians carries)."""
+    ratios = [b / o for b, o in zip(baseline, ours, strict=True)]
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+    return {"paired_ratio_median": median(ratios), "paired_ratio_quartiles": [round(q1, 4), round(q3, 4)],
+            "per_round_ratios": [round(r, 4) for r in ratios]}
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds so far of these processes (a shared machine's load moves them far less than
+    wall time)."""
+    import psutil
+
+    return sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids)
+
+
 def summary(xs: list[float], unit: str = "s") -> dict:
     """Median with the spread, and every sample (the table shows the median)."""
     return qty(median(xs), unit, n=len(xs), min=min(xs), max=max(xs),
@@ -184,7 +201,7 @@ def alternate(contestants: dict[str, Callable[[int], float]], repeats: int, warm
 # ---- environment
 
 
-def _version(dist: str) -> str | None:
+def version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -226,7 +243,7 @@ def environment(ctx: Ctx, info) -> dict:
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "versions": {d: _version(d) for d in ("torch", "diffusers", "transformers", "accelerate", "numpy",
+        "versions": {d: version(d) for d in ("torch", "diffusers", "transformers", "accelerate", "numpy",
                                                "torch_tpu", "libtpu")},
         "comfyui": comfyui_version(ctx.comfyui_dir),
         "device": {"kind": info.kind, "chips": info.chips, "devices": info.devices, "name": info.name,

@@ -8,7 +8,9 @@ bench/plain.py in its own process. Both use the same model, size, steps, dtype, 
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from .common import (
     Ctx,
     PlainServer,
     alternate,
+    cpu_seconds,
     log,
     median,
     not_available,
@@ -26,6 +29,7 @@ from .common import (
     plain_cold,
     qty,
     row,
+    spread,
     summary,
     target,
     two_workers,
@@ -60,74 +64,113 @@ def _spec(ctx: Ctx, model: str | None = None):
     return api.make_spec(model or ctx.model, [str(ctx.models_dir)])
 
 
-# ---- zimage: Z-Image Turbo's warm throughput through the backend API
+# ---- api against plain: the Z-Image and ControlNet rows
+
+def against_plain(ctx: Ctx, model: str, api_call: Callable[[int, Callable | None], None],
+                  plain_call: Callable[[PlainServer, int], dict],
+                  plain_args: tuple[str, ...] = ()) -> tuple[dict[str, list[float]], dict]:
+    """`api_call(round, on_progress)` (one image through `backend.api`; its first call loads, untimed) against
+    `plain_call(server, round)` (the plain script's pipe()) and the same plain call in a second, identical process
+    (the A/A control: how far from 1.0 noise alone moves a ratio in this run; not with --quick), in alternating
+    rounds, a new seed each round. Besides the wall times, the details hold the CPU seconds per image of each side
+    (ours: the controller and its workers; plain: its process), where ours spent its time (the worker's phases,
+    median per phase) and the steps it ran."""
+    from backend.controller import api
+    from backend.protocol.messages import Step
+
+    # the twin only where numbers count: --quick (the smoke test) checks that the figure runs
+    names = ("plain",) if ctx.quick else ("plain", "twin")
+    plains = {} if ctx.exclusive else {n: PlainServer(ctx, model, args=plain_args) for n in names}
+    phases: list[dict] = []
+    steps: list[int] = []
+    cpu: dict[str, list[float]] = {"api": [], "plain": [], "twin": []}
+    ours_pids: list[int] = []
+
+    def run_api(r: int) -> float:
+        ran = []
+        cpu0 = cpu_seconds(ours_pids)
+        t0 = time.perf_counter()
+        api_call(r, lambda m: ran.append(m) if isinstance(m, Step) else None)
+        took = time.perf_counter() - t0
+        if r >= 0:
+            cpu["api"].append(cpu_seconds(ours_pids) - cpu0)
+            phases.append(api.last_latency() or {})
+            steps.append(len(ran))
+        return took
+
+    def plain_run(name: str) -> Callable[[int], float]:
+        def run(r: int) -> float:
+            out = plain_call(plains[name], r)
+            if r >= 0:
+                cpu[name].append(out["cpu_s"])
+            return out["call_s"]
+        return run
+
+    try:
+        api_call(-100, None)  # loads (untimed)
+        ours_pids[:] = [os.getpid(), *(w["pid"] for w in api.worker_info())]
+        if ctx.exclusive:  # one holder of the chip at a time
+            times = alternate({"api": run_api}, ctx.repeats, ctx.warmup, blocks=True)
+            api.shutdown()
+            plains["plain"] = PlainServer(ctx, model, args=plain_args)
+            times.update(alternate({"plain": plain_run("plain")}, ctx.repeats, ctx.warmup, blocks=True))
+        else:
+            for plain in plains.values():
+                plain.wait_ready()
+            runs = {"plain": plain_run("plain"), "api": run_api}
+            if "twin" in plains:
+                runs["twin"] = plain_run("twin")
+            times = alternate(runs, ctx.repeats, ctx.warmup)
+    finally:
+        api.shutdown()
+        for plain in plains.values():
+            plain.close()
+    details = {"repeats": ctx.repeats, "warmup": ctx.warmup, "threads_per_process": ctx.threads,
+               "rounds": "blocks (TPU: one process holds the chip)" if ctx.exclusive else
+               "alternating rounds (plain, ours, plain's twin; order rotated)",
+               **spread(times["plain"], times["api"]),
+               "ours_phases_median_s": {k: median([p[k] for p in phases if k in p])
+                                        for k in (phases[0] if phases else {})},
+               "ours_steps_run": sorted(set(steps)),
+               "cpu_s_per_image_median": {k: median(v) for k, v in cpu.items() if v},
+               "cpu_ratio": median(cpu["plain"]) / median(cpu["api"])}
+    if "twin" in times:
+        details["noise_a_a"] = {"ratio_of_medians": median(times["plain"]) / median(times["twin"]),
+                                "twin_s_per_image": summary(times["twin"], "s/image"),
+                                **spread(times["plain"], times["twin"])}
+    return times, details
+
+
+def _noise_note(details: dict) -> list[str]:
+    if "noise_a_a" not in details:
+        return []
+    aa = details["noise_a_a"]
+    q1, q3 = details["paired_ratio_quartiles"]
+    return [f"noise in this run: plain against its identical twin {aa['ratio_of_medians']:.3f} (per-round "
+            f"{aa['paired_ratio_quartiles'][0]:.3f}–{aa['paired_ratio_quartiles'][1]:.3f}); ours' per-round ratios "
+            f"{q1:.3f}–{q3:.3f} (quartiles); CPU seconds per image plain ÷ ours {details['cpu_ratio']:.3f}"]
+
 
 ZIMAGE = ("zimage_throughput", "Z-Image Turbo: warm throughput through backend.api vs plain pipe() (guidance 0)")
 
 
 def zimage(ctx: Ctx) -> list[dict]:
     """`api.sample` against the plain script's `pipe()` with a Z-Image pipeline at guidance 0 (Turbo: one
-    transformer pass per step), alternating rounds, one image per call with a new seed each round. The details
-    keep where our time went (the worker's phases, median per phase), the steps it ran, and the CPU seconds per
-    image of each side (ours: the controller and its workers; plain: its process), which a shared machine's load
-    moves far less than wall time, so that a ratio off target says which part it is."""
-    import psutil
-
+    transformer pass per step), one image per call (bench/figures.py `against_plain`)."""
     from backend.controller import api
-    from backend.protocol.messages import Step
 
     model = "tiny-zimage" if ctx.quick else "small-zimage"
     spec = _spec(ctx, model)
-    plain = None if ctx.exclusive else PlainServer(ctx, model)
-    phases: list[dict] = []
-    steps: list[int] = []
-    cpu: dict[str, list[float]] = {"api": [], "plain": []}
 
-    def cpu_s() -> float:
-        me = psutil.Process()
-        return sum(sum(p.cpu_times()[:2]) for p in (me, *me.children(recursive=True)))
+    def api_call(r: int, progress) -> None:
+        api.sample(spec, request(ctx, seed_of(r)), progress)
 
-    def run_api(r: int) -> float:
-        ran, cpu0 = [], cpu_s()
-        took = timed(api.sample, spec, request(ctx, seed_of(r)), lambda m: ran.append(m) if isinstance(m, Step) else None)
-        if r >= 0:
-            cpu["api"].append(cpu_s() - cpu0)
-            phases.append(api.last_latency() or {})
-            steps.append(len(ran))
-        return took
-
-    def run_plain(r: int) -> float:
-        out = plain.call(seed_of(r))
-        if r >= 0:
-            cpu["plain"].append(out["cpu_s"])
-        return out["call_s"]
-
-    try:
-        api.load(spec)
-        if ctx.exclusive:  # one holder of the chip at a time
-            times = alternate({"api": run_api}, ctx.repeats, ctx.warmup, blocks=True)
-            api.shutdown()
-            plain = PlainServer(ctx, model)
-            times.update(alternate({"plain": run_plain}, ctx.repeats, ctx.warmup, blocks=True))
-        else:
-            plain.wait_ready()
-            times = alternate({"plain": run_plain, "api": run_api}, ctx.repeats, ctx.warmup)
-    finally:
-        api.shutdown()
-        if plain is not None:
-            plain.close()
+    times, details = against_plain(ctx, model, api_call, lambda plain, r: plain.call(seed_of(r)))
     return [row(*ZIMAGE, ratio=median(times["plain"]) / median(times["api"]),
-                ratio_of="plain pipe() s/image ÷ api.sample s/image; ≥ 1 is as fast as plain",
+                ratio_of="plain pipe() s/image ÷ api.sample s/image (ratio of medians); ≥ 1 is as fast as plain",
                 ours=summary(times["api"], "s/image"), plain=summary(times["plain"], "s/image"),
-                tgt=THROUGHPUT_TARGET,
-                details={"workload": f"{model} {ctx.width}x{ctx.height}, {ctx.steps} steps, guidance 0",
-                         "repeats": ctx.repeats, "warmup": ctx.warmup,
-                         "paired_ratio_median": paired(times["plain"], times["api"]),
-                         "ours_phases_median_s": {k: median([p[k] for p in phases if k in p])
-                                                  for k in (phases[0] if phases else {})},
-                         "ours_steps_run": sorted(set(steps)),
-                         "cpu_s_per_image_median": {k: median(v) for k, v in cpu.items()},
-                         "cpu_ratio": median(cpu["plain"]) / median(cpu["api"])})]
+                tgt=THROUGHPUT_TARGET, notes=_noise_note(details),
+                details={"workload": f"{model} {ctx.width}x{ctx.height}, {ctx.steps} steps, guidance 0", **details})]
 
 
 # ---- comfyui: memory and throughput through ComfyUI (and through the backend API alone)
@@ -627,37 +670,30 @@ CONTROLNET_RECOMPILES = ("controlnet_recompiles", "ControlNet: recompiles over s
 
 def controlnet(ctx: Ctx) -> list[dict]:
     """`api.sample` with a union ControlNet (random weights, built for the bench's model) against the plain script's
-    FluxControlNetPipeline made with from_pipe, alternating rounds, the same control image (drawn from the round's
-    seed) and strength; then, compiled, Samples that each change strength, start, end or the image, counting the
-    worker's recompiles."""
+    FluxControlNetPipeline made with from_pipe, the same control image (drawn from the round's seed), strength and
+    mode (bench/figures.py `against_plain`; ours' time includes Apply ControlNet's `with_controlnet`, as a prompt
+    whose control image changed runs it); then, compiled, Samples that each change strength, start, end or the
+    image, counting the worker's recompiles."""
     from backend.controller import api
     from backend.tiny_models import build_tiny_controlnet
 
     folder = build_tiny_controlnet("flux-union", ctx.model_path(ctx.model), ctx.work / f"controlnet-{ctx.model}")
     spec = _spec(ctx)
-    plain = None if ctx.exclusive else PlainServer(ctx, ctx.model, args=("--controlnet", str(folder)))
 
     def image(seed: int) -> np.ndarray:
         return np.random.default_rng(seed).random((1, ctx.height, ctx.width, 3), dtype=np.float32)
 
-    def run_api(r: int) -> float:
+    def api_call(r: int, progress) -> None:
         controlled, _ = api.with_controlnet(spec, str(folder), image(seed_of(r)), 0.7, union_mode="canny")
-        return timed(api.sample, controlled, request(ctx, seed_of(r)))
+        api.sample(controlled, request(ctx, seed_of(r)), progress)
 
-    def run_plain(r: int) -> float:
-        return plain.call(seed_of(r), control={"seed": seed_of(r), "strength": 0.7, "mode": 0})["call_s"]
+    def plain_call(plain: PlainServer, r: int) -> dict:
+        return plain.call(seed_of(r), control={"seed": seed_of(r), "strength": 0.7, "mode": 0})
 
+    times, details = against_plain(ctx, ctx.model, api_call, plain_call, ("--controlnet", str(folder)))
     changes = [(0.3, 0.0, 1.0, 1), (0.7, 0.2, 1.0, 1), (0.7, 0.0, 0.6, 1), (0.7, 0.0, 1.0, 2), (1.2, 0.1, 0.9, 3)]
     changes = changes[:2] if ctx.quick else changes
     try:
-        if ctx.exclusive:  # one holder of the chip at a time
-            times = alternate({"api": run_api}, ctx.repeats, ctx.warmup, blocks=True)
-            api.shutdown()
-            plain = PlainServer(ctx, ctx.model, args=("--controlnet", str(folder)))
-            times.update(alternate({"plain": run_plain}, ctx.repeats, ctx.warmup, blocks=True))
-        else:
-            plain.wait_ready()
-            times = alternate({"plain": run_plain, "api": run_api}, ctx.repeats, ctx.warmup)
         compiled, _ = api.with_compile(spec, "whole denoiser", "eager", "", False)
         api.sample(api.with_controlnet(compiled, str(folder), image(0), 0.7, union_mode="canny")[0], request(ctx, 0))
         before = api.compile_stats()
@@ -667,18 +703,16 @@ def controlnet(ctx: Ctx) -> list[dict]:
         after = api.compile_stats()
     finally:
         api.shutdown()
-        if plain is not None:
-            plain.close()
     recompiles = after["unexpected_recompiles"] - before["unexpected_recompiles"]
     graphs = after["graphs"] - before["graphs"]
     workload = f"{ctx.model} {ctx.width}x{ctx.height}, {ctx.steps} steps, one FLUX.1 union ControlNet (canny, 0.7)"
     return [row(*CONTROLNET, ratio=median(times["plain"]) / median(times["api"]),
-                ratio_of="plain FluxControlNetPipeline s/image ÷ api.sample s/image; ≥ 1 is as fast as plain",
+                ratio_of="plain FluxControlNetPipeline s/image ÷ api.sample s/image (ratio of medians); ≥ 1 is as fast "
+                         "as plain",
                 ours=summary(times["api"], "s/image"), plain=summary(times["plain"], "s/image"),
-                tgt=THROUGHPUT_TARGET,
+                tgt=THROUGHPUT_TARGET, notes=_noise_note(details),
                 details={"workload": workload, "controlnet": "random weights, 1 double and 1 single block, 7 modes",
-                         "repeats": ctx.repeats, "warmup": ctx.warmup,
-                         "paired_ratio_median": paired(times["plain"], times["api"])}),
+                         **details}),
             row(*CONTROLNET_RECOMPILES, ratio=recompiles / len(changes),
                 ratio_of="recompiles ÷ Samples that change strength, start, end or the control image",
                 ours=qty(recompiles, "recompiles", graphs=graphs, samples=len(changes)), tgt=RECOMPILE_TARGET,

@@ -106,12 +106,9 @@ def call(pipe, args, cmd: dict) -> dict:
 
 def serve(args) -> None:
     """Commands (one JSON object per line): {"op": "call", width, height, steps, seed, [prompt, guidance,
-<<<<<<< HEAD
-    negative_prompt, frames, png_dir]}; {"op": "compile", "backend": ...} (torch.compile of the transformer, the options the pack
-=======
-    png_dir, control: {seed, strength, mode} with --controlnet]}; {"op": "compile", "backend": ...} (torch.compile of the transformer, the options the pack
->>>>>>> main
-    uses); {"op": "graphs"} (dynamo's unique graphs so far); {"op": "rss"}; {"op": "quit"}."""
+    negative_prompt, frames, png_dir, control: {seed, strength, mode} with --controlnet]}; {"op": "compile",
+    "backend": ...} (torch.compile of the transformer, the options the pack uses); {"op": "graphs"} (dynamo's
+    unique graphs so far); {"op": "rss"}; {"op": "quit"}."""
     import torch
 
     torch.set_num_threads(args.threads)

@@ -77,8 +77,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("fp8_storage", fp8_cache.fp8_storage, ((*fp8_cache.FP8, fp8_cache.FP8_TARGET),
                                                   (*fp8_cache.FP8_HELD, fp8_cache.FP8_TARGET),
                                                   (*fp8_cache.FP8_SPEED, None))),
-    Figure("video", video.video, ((*video.CP, video.CP_TARGET), (*video.CFG, video.CFG_TARGET),
-                                  (*video.PLAIN, video.PLAIN_TARGET))),
+    Figure("video", video.video, ((*video.CP, video.CP_TARGET), (*video.CP_VIDEO, None), (*video.CFG, video.CFG_TARGET),
+                                  (*video.CFG_VIDEO, None), (*video.PLAIN, video.PLAIN_TARGET))),
     Figure("step_cache", fp8_cache.step_cache, ((*fp8_cache.CACHE_FLUX, fp8_cache.CACHE_TARGET),
                                                 (*fp8_cache.CACHE_QWEN, fp8_cache.CACHE_TARGET))),
 )
@@ -177,7 +177,8 @@ def table(rows: list[dict]) -> str:
         met = {True: "met", False: "NOT met", None: "—"}[r["target_met"]]
         lines.append(f"| {r['title']} | {qty_text(r['ours'])} | {qty_text(r['plain'])} | {fmt_row_value(r['ratio'])} "
                      f"| {target_text(r['target'])} | {met} |")
-    return "\n".join(lines + ([""] + reasons if reasons else []))
+    notes = [f"- {r['id']}: {note}" for r in rows if r["status"] == "ok" for note in r.get("notes", [])]
+    return "\n".join(lines + ([""] + reasons if reasons else []) + ([""] + notes if notes else []))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,11 +25,12 @@ def _family_modes() -> str:
 class TPUApplyControlNet:
     DESCRIPTION = ("Adds a ControlNet with its control image (e.g. from Load Image, or ComfyUI's Canny and other "
                    "preprocessors) to the pipeline; chain several to combine them. FLUX.1 (union ControlNets "
-                   "included), SD3/SD3.5, SDXL (and its union ControlNets) and Qwen-Image, from ComfyUI's "
-                   "models/controlnet folder: single files in diffusers' layout (how these ControlNets are published) "
+                   "included), SD3/SD3.5, SDXL (and its union ControlNets), Qwen-Image and Z-Image (one at a time, "
+                   "every step), from ComfyUI's models/controlnet folder: single files in diffusers' layout (how these ControlNets are published) "
                    "or diffusers folders. The model is not reloaded: the worker loads the ControlNet beside it; "
                    "changing strength, start, end or the image never recompiles in compiled mode. With Sample's "
-                   "image (and mask) it works from that image, where diffusers has the pipeline (FLUX.1, SDXL).")
+                   "image (and mask) it works from that image, where diffusers has the pipeline (FLUX.1, SDXL; "
+                   "Z-Image inpainting).")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("TPU_PIPELINE",)
     RETURN_NAMES = ("pipeline",)

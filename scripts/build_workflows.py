@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from frontend import MODEL_INPUTS, open_frontend  # noqa: E402
+from frontend import MODEL_INPUTS, USER_FILE_INPUTS, open_frontend  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / "workflows"
@@ -134,6 +134,43 @@ def _flux1_tool(*, title: str, diffusion_model: str, prompt: str, steps: int, gu
         nodes.append({"id": 6, "type": "ImagePadForOutpaint", "pos": [410, 480], "size": [300, 0], "widgets": pad})
         links += [[5, "IMAGE", 6, "image"], [6, "IMAGE", 2, "image"], [6, "MASK", 2, "mask"]]
     return {"name": title, "nodes": nodes, "links": links, "extra": {"description": description}}
+def _redux_workflow() -> dict:
+    """Load TPU Pipeline (ComfyUI files: flux1-dev, clip_l, t5xxl, ae) -> Apply Redux (TPU) with ComfyUI's Load Image
+    as the reference -> Sample -> Save Image. Node ids: Load 1, Sample 2, Save 3, note 4, Load Image 5, Redux 6."""
+    sample = {"prompt": "a cozy reading corner, same mood and colours", "negative_prompt": "", "width": 1024,
+              "height": 1024, "steps": 28, "guidance": 3.5, "seed": 0, "control_after_generate": "randomize",
+              "batch_size": 1}
+    nodes = [
+        {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 330],
+         "widgets": {"diffusion_model": "flux1-dev.safetensors", **FLUX1_TEXT_FILES, "dtype": "auto",
+                     "device": "auto", "offload": "model", "flux_kontext": "auto"}},
+        {"id": 5, "type": "LoadImage", "pos": [40, 510], "size": [330, 380], "widgets": {"image": "example.png"}},
+        {"id": 6, "type": "TPUApplyRedux", "pos": [410, 130], "size": [340, 0],
+         "widgets": {"style_model_name": "flux1-redux-dev.safetensors",
+                     "clip_vision_name": "sigclip_vision_patch14_384.safetensors", "prompt_embeds_scale": 1.0,
+                     "pooled_prompt_embeds_scale": 1.0, "text": "prompt and image"}},
+        {"id": 2, "type": "TPUSample", "pos": [790, 130], "size": [400, 470], "widgets": sample},
+        {"id": 3, "type": "SaveImage", "pos": [1230, 130], "size": [360, 470], "widgets": {"filename_prefix": "flux1-redux"}},
+        _note(4, [410, 320], """
+## FLUX.1 Redux: images in the manner of a reference
+
+**Load Image** (the reference) → **Apply Redux (TPU)** on the FLUX.1-dev pipeline → **Sample** → **Save Image**.
+
+**Files**, where ComfyUI's own Load Style Model and Load CLIP Vision look: `models/style_models/flux1-redux-dev.safetensors`,
+`models/clip_vision/sigclip_vision_patch14_384.safetensors`; and FLUX.1-dev's `flux1-dev`, `clip_l`,
+`t5xxl_fp8_e4m3fn`, `ae`. The workers run diffusers' FluxPriorReduxPipeline: the reference (stretched to 384x384)
+becomes tokens after the prompt's. `text` **image only** makes variations without the prompt. The scales are
+diffusers' (they scale the prompt's tokens too); chain more Apply Redux nodes to mix references.
+""", size=(340, 560)),
+    ]
+    links = [[1, "pipeline", 6, "pipeline"], [5, "IMAGE", 6, "image"], [6, "pipeline", 2, "pipeline"],
+             [2, "images", 3, "images"]]
+    return {"name": "flux1_redux", "nodes": nodes, "links": links, "extra": {"description": (
+        "FLUX.1 Redux: Load Image (the reference) -> Apply Redux (TPU) (flux1-redux-dev in models/style_models, "
+        "sigclip_vision_patch14_384 in models/clip_vision) on Load TPU Pipeline (ComfyUI files: flux1-dev, clip_l, "
+        "t5xxl_fp8_e4m3fn, ae) -> Sample (1024x1024, 28 steps, guidance 3.5) -> Save Image.")}}
+
+
 def _controlnet_workflow(*, name: str, model: str, controlnets: list[dict], canny: tuple[float, float], prompt: str,
                          negative_prompt: str, steps: int, guidance: float, note: str, description: str) -> dict:
     """Load TPU Pipeline -> Apply ControlNet (TPU) x len(controlnets) -> Sample -> Save Image; the first ControlNet's
@@ -911,6 +948,7 @@ Chain as many as you like: they run together in one diffusers ControlNet pipelin
 Union ControlNets (xinsir) chain with each other, not with these. **Model**:
 `models/diffusers/stable-diffusion-xl-base-1.0`.
 """),
+    "flux1_redux": _redux_workflow(),
     "wan21_t2v": _wan_text_to_video(),
     "wan21_i2v": _wan_image_to_video(),
     "wan22_5b_t2v_comfyui_files": _wan22_5b_files(),
@@ -933,7 +971,7 @@ def main() -> int:
             workflow["id"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"comfyui-tpu/workflows/{name}"))  # stable id
             conversion = ui.convert(workflow, name)
             # models, model files, LoRAs and input pictures need not be installed here
-            conversion.check(allowed_values=dict.fromkeys((*MODEL_INPUTS, "lora_name", "controlnet_name", "image")))
+            conversion.check(allowed_values=dict.fromkeys((*MODEL_INPUTS, *USER_FILE_INPUTS)))
             path = Path(args.out) / f"{name}.json"
             path.write_text(json.dumps(workflow, indent=2) + "\n")
             print(path)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from frontend import MODEL_INPUTS, load_ui_workflow, open_frontend, workflow_files  # noqa: E402
+from frontend import MODEL_INPUTS, USER_FILE_INPUTS, load_ui_workflow, open_frontend, workflow_files  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / "workflows"
@@ -46,7 +46,7 @@ def main() -> int:
         for path in workflow_files(WORKFLOWS):
             # Models, model files, LoRAs and input pictures need not be installed to convert: any name is fine here.
             conversion = ui.convert(load_ui_workflow(path), path.stem).check(
-                allowed_values=dict.fromkeys((*MODEL_INPUTS, "lora_name", "controlnet_name", "image")))
+                allowed_values=dict.fromkeys((*MODEL_INPUTS, *USER_FILE_INPUTS)))
             text, target = render(conversion.prompt), api_path(path)
             if target.exists() and target.read_text() == text:
                 continue

@@ -35,6 +35,7 @@ NODE_SHOTS = {
     "TPUSample": ("flux1_img2img", 2),
     "TPULoadLoRA": ("flux1_lora", 5),
     "TPUApplyControlNet": ("flux1_controlnet_union", 7),
+    "TPUApplyRedux": ("flux1_redux", 6),
     "TPUSetExecutionMode": ("sd35_medium_compiled", 5),
     "TPUCompile": ("sd35_medium_compiled", 6),
     "TPUShardTP": ("flux2_dev_tp8", 5),

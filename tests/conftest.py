@@ -33,9 +33,12 @@ TPU_VENV = os.environ.get("TPU_VENV")
 TIERS = {"unit", "workers", "server", "frontend", "soak"}
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
-    """Every test carries exactly one tier marker, so that `-m` selects each test into exactly one tier."""
+    """Every test carries exactly one tier marker, so that `-m` selects each test into exactly one tier.
+
+    In a run of unit tests only (the daily loop), those that read comfyui_files' files go last: the main
+    process then never waits for their background builder (tiny_models), which runs on the other core."""
     wrong = []
     for item in items:
         tiers = sorted(TIERS & {m.name for m in item.iter_markers()})
@@ -46,6 +49,10 @@ def pytest_collection_modifyitems(config, items):
             f"each test needs exactly one of the markers {', '.join(sorted(TIERS))} (pytestmark = "
             "pytest.mark.X at module top, or @pytest.mark.X on the test):\n  " + "\n  ".join(wrong)
         )
+    result = yield  # `-m` deselects here
+    if items and all(item.get_closest_marker("unit") for item in items):
+        items.sort(key=lambda item: "comfyui_files" in item.fixturenames)  # stable: each group keeps its order
+    return result
 
 
 # comfyui_files' builders started in the background, by folder (see tiny_models)

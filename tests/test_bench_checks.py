@@ -30,3 +30,19 @@ def _ctx(kind: str) -> Ctx:
 def test_two_worker_figures_say_why_a_host_cannot_run_them(monkeypatch, info, why):
     monkeypatch.setattr(devices, "detect", lambda: info)
     assert two_workers(_ctx(info.kind)) == why
+
+
+def test_per_round_ratios_and_the_whole_video_at_a_real_share():
+    """The noise a row states (median and quartiles of its per-round ratios) and the Amdahl projection of a denoising
+    speed-up onto a video that leaves a share whole."""
+    from bench.common import spread
+    from bench.video import projected
+
+    got = spread([2.0, 3.0, 4.0, 9.0, 1.0], [2.0, 2.0, 2.0, 3.0, 1.0])
+    assert got["per_round_ratios"] == [1.0, 1.5, 2.0, 3.0, 1.0]
+    assert got["paired_ratio_median"] == 1.5
+    assert got["paired_ratio_quartiles"] == [1.0, 2.0]
+    assert spread([3.0], [2.0])["paired_ratio_quartiles"] == [1.5, 1.5]
+    assert projected(1.6, 0.0) == pytest.approx(1.6)
+    assert projected(1.6, 1.0) == pytest.approx(1.0)
+    assert projected(2.0, 0.5) == pytest.approx(4 / 3)

@@ -21,7 +21,8 @@ FIGURE_IDS = {"controller_memory", "comfyui_throughput", "api_throughput", "nois
               "data_parallel", "compile_cold", "compile_warm_restart", "compile_recompiles", "load_memory",
               "mfu_eager", "mfu_compiled", "cfg_parallel", "context_parallel", "prompt_cache", "batched",
               "warm_start", "lora_strength_change", "zimage_throughput", "controlnet_throughput",
-              "controlnet_recompiles", "wan_context_parallel", "wan_cfg_parallel", "wan_throughput"}
+              "controlnet_recompiles", "wan_context_parallel", "wan_context_parallel_video", "wan_cfg_parallel",
+              "wan_cfg_parallel_video", "wan_throughput"}
 
 
 def test_bench_quick_writes_every_figure(tmp_path, comfyui_dir):

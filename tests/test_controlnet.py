@@ -1,7 +1,8 @@
-"""ControlNets (issue 26): FLUX.1 (union), SD3, SDXL (plain and union) and Qwen-Image ControlNets from diffusers
-folders and single files, equal to plain diffusers' ControlNet pipelines bit for bit on the CPU; chained, with image
-to image and inpainting; strength, start, end and the control image never reload or recompile; Shard TP, Data
-Parallel and CFG Parallel equal one worker; offload 'auto' counts them; bad input refused before anything runs.
+"""ControlNets (issues 26 and 24): FLUX.1 (union), SD3, SDXL (plain and union), Qwen-Image and Z-Image ControlNets
+from diffusers folders and single files, equal to plain diffusers' ControlNet pipelines bit for bit on the CPU;
+chained, with image to image and inpainting; strength, start, end and the control image never reload or recompile;
+Shard TP, Data Parallel and CFG Parallel equal one worker; offload 'auto' counts them; bad input refused before
+anything runs.
 
 The tiny ControlNets (backend/tiny_models.py: CONTROLNETS) have every weight drawn at random, so each changes the
 image. The plain-diffusers reference builds the family's ControlNet pipeline from the tiny pipeline's components.
@@ -9,6 +10,7 @@ image. The plain-diffusers reference builds the family's ControlNet pipeline fro
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -28,8 +30,9 @@ from backend.worker.images import schedule
 
 PROMPT = "a red fox in the snow"
 TOLERANCE = 1e-4  # Shard TP and CFG Parallel sum in another order (tests/test_parallel.py)
-MODELS = {"flux": "tiny-flux", "sd3": "tiny-sd3", "sdxl": "tiny-sdxl", "qwenimage": "tiny-qwenimage"}
-GUIDANCE = {"flux": 0.0, "sd3": 4.0, "sdxl": 5.0, "qwenimage": 1.0}
+MODELS = {"flux": "tiny-flux", "sd3": "tiny-sd3", "sdxl": "tiny-sdxl", "qwenimage": "tiny-qwenimage",
+          "zimage": "tiny-zimage"}
+GUIDANCE = {"flux": 0.0, "sd3": 4.0, "sdxl": 5.0, "qwenimage": 1.0, "zimage": 0.0}
 
 
 def _image(seed: int, h: int = 64, w: int = 64) -> np.ndarray:
@@ -77,6 +80,9 @@ def _plain(tiny_models, controlnets_dir, pipeline: str, nets: list[tuple[str, fl
         kw[image_arg] = each(controls)
         if any(m >= 0 for m in union):
             kw["control_mode"] = each(union)
+    takes = inspect.signature(pipe.__call__).parameters  # Z-Image's: no strength, start or end (checked: 0 and 1)
+    kw = {k: v for k, v in kw.items() if k in takes or k not in ("strength", "control_guidance_start",
+                                                                  "control_guidance_end")}
     torch.manual_seed(3)  # SD3's ControlNet pipeline draws the control latents from the global RNG
     with torch.inference_mode():
         return pipe(**kw).images
@@ -86,8 +92,10 @@ def _plain(tiny_models, controlnets_dir, pipeline: str, nets: list[tuple[str, fl
 
 
 @pytest.mark.unit
-def test_single_files_give_the_config_their_folder_has(tiny_models, tiny_controlnets):
-    """What no tensor holds (rotary axes, SDXL's time embedding) comes from the pipeline's denoiser."""
+def test_single_files_give_the_config_their_folder_has(tiny_models, tiny_controlnets, tmp_path):
+    """What no tensor holds (rotary axes, SDXL's time embedding, where Z-Image's control layers sit) comes from the
+    pipeline's denoiser. Z-Image's releases: 1.0 (plain refiner blocks), 2.1 (control refiner blocks) and 2.0, whose
+    files hold the refiner blocks zeroed (the control layers refine instead), as diffusers' loader tells them."""
     for name, (family, cls, _) in CONTROLNETS.items():
         spec = api.make_spec(MODELS[family], [str(tiny_models)])
         found = controlnets.read(_path(tiny_controlnets, name, file=True), spec)
@@ -95,6 +103,15 @@ def test_single_files_give_the_config_their_folder_has(tiny_models, tiny_control
         saved = json.loads((tiny_controlnets / f"tiny-{name}" / "config.json").read_text())
         from_file = {k: list(v) if isinstance(v, tuple) else v for k, v in found.config.items()}
         assert from_file == {k: saved[k] for k in from_file}, name
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(_path(tiny_controlnets, "zimage", file=True))
+    tensors["control_noise_refiner.0.before_proj.weight"] = torch.zeros_like(
+        tensors["control_noise_refiner.0.before_proj.weight"]) * -1  # -0.0 counts as zero, as in diffusers
+    save_file(tensors, str(tmp_path / "z-image-2.0.safetensors"))
+    two = controlnets.read(str(tmp_path / "z-image-2.0.safetensors"), api.make_spec("tiny-zimage", [str(tiny_models)]))
+    assert two.config["add_control_noise_refiner"] == "control_layers"
+    assert two.config["control_refiner_layers_places"] == [0], "the first control layers' hints go to the refiner"
 
 
 @pytest.mark.unit
@@ -117,6 +134,7 @@ def test_control_images_are_resized_as_comfyui_resizes_them(comfyui_dir, tmp_pat
 def test_bad_controlnets_are_refused_naming_the_input_and_the_fix(tiny_models, tiny_controlnets, tmp_path):
     flux = api.make_spec("tiny-flux", [str(tiny_models)])
     sdxl = api.make_spec("tiny-sdxl", [str(tiny_models)])
+    zimage = api.make_spec("tiny-zimage", [str(tiny_models)])
     union = _path(tiny_controlnets, "flux-union", file=True)
     image = _image(0)
     lora = tmp_path / "lora.safetensors"
@@ -152,9 +170,24 @@ def test_bad_controlnets_are_refused_naming_the_input_and_the_fix(tiny_models, t
         (lambda: api.with_controlnet(api.with_controlnet(sdxl, _path(tiny_controlnets, "sdxl", True), image)[0],
                                      _path(tiny_controlnets, "sdxl-union", True), image, union_mode="depth"),
          r"diffusers runs SDXL's union ControlNets and its other ControlNets in different pipelines"),
-        (lambda: api.with_controlnet(api.make_spec("tiny-zimage", [str(tiny_models)]), union, image),
-         r"controlnet_name: Z-Image .* takes no ControlNet in diffusers; the pipelines that do: FLUX\.1, SD3, SDXL, "
-         r"Qwen-Image"),
+        (lambda: api.with_controlnet(api.make_spec("tiny-flux2", [str(tiny_models)]), union, image),
+         r"controlnet_name: FLUX\.2 .* takes no ControlNet in diffusers; the pipelines that do: FLUX\.1, SD3, SDXL, "
+         r"Qwen-Image, Z-Image"),
+        (lambda: api.with_controlnet(flux, _path(tiny_controlnets, "zimage", True), image),
+         r"'tiny-zimage\.safetensors' is a Z-Image ControlNet \(ZImageControlNetModel\); this pipeline is FLUX\.1.*"
+         r"Pick a FLUX\.1 ControlNet"),
+        (lambda: api.with_controlnet(zimage, union, image, union_mode="canny"),
+         r"'tiny-flux-union\.safetensors' is a FLUX\.1 ControlNet .*this pipeline is Z-Image.*Pick a Z-Image"),
+        (lambda: api.with_controlnet(zimage, _path(tiny_controlnets, "zimage", False), image, union_mode="canny"),
+         r"union_mode: 'tiny-zimage' is not a union ControlNet with modes \(a Z-Image ControlNet Union reads the kind "
+         r"of control from the image itself\), so it has no mode 'canny'; set union_mode to none"),
+        (lambda: api.with_controlnet(zimage, _path(tiny_controlnets, "zimage", True), image, 1.0, 0.0, 0.5),
+         r"start_percent, end_percent: 0 and 0\.5 \('tiny-zimage\.safetensors'\): diffusers' Z-Image ControlNet "
+         r"pipelines apply the ControlNet at every step; set 0 and 1"),
+        (lambda: api.with_controlnet(api.with_controlnet(zimage, _path(tiny_controlnets, "zimage", True), image)[0],
+                                     _path(tiny_controlnets, "zimage-1.0", True), image),
+         r"'tiny-zimage-1\.0\.safetensors' is a second Z-Image ControlNet, and diffusers' ZImageControlNetPipeline "
+         r"runs one; remove one of the chained Apply ControlNet nodes"),
         (lambda: api.with_controlnet(flux.with_changes(offload="sequential"), union, image, union_mode="canny"),
          r"cannot run with offload 'sequential'"),
     ]
@@ -173,6 +206,17 @@ def test_bad_controlnets_are_refused_naming_the_input_and_the_fix(tiny_models, t
     with pytest.raises(ModelError, match=r"image: diffusers has no image to image pipeline for SD3 with a "
                                          r"ControlNet \(SD3ControlNetModel\); disconnect Sample's image"):
         api.prepare_sample(sd3, _request("sd3", denoise=0.5), image=image)
+    mask = np.ones((1, 64, 64), np.float32)
+    one, _ = api.with_controlnet(zimage, _path(tiny_controlnets, "zimage-1.0", True), image)
+    with pytest.raises(ModelError, match=r"mask: 'tiny-zimage-1\.0\.safetensors' cannot inpaint: it reads the control "
+                                         r"image only \(Z-Image-Turbo-Fun-Controlnet-Union 1\.0\).*2\.0 or later"):
+        api.prepare_sample(one, _request("zimage"), image=image, mask=mask)
+    two, _ = api.with_controlnet(zimage, _path(tiny_controlnets, "zimage", False), image)
+    with pytest.raises(ModelError, match=r"denoise: 0\.5 with a mask and 'tiny-zimage'.*only denoise 1 works"):
+        api.prepare_sample(two, _request("zimage", denoise=0.5), image=image, mask=mask)
+    with pytest.raises(ModelError, match=r"image: diffusers has no image to image pipeline for Z-Image with a "
+                                         r"ControlNet \(ZImageControlNetModel\)"):
+        api.prepare_sample(two, _request("zimage", denoise=0.5), image=image)
     assert not controlled.to_dict()["controlnets"][0]["image"], "the image travels beside the spec, not in it"
 
 
@@ -208,6 +252,9 @@ def test_each_family_equals_plain_diffusers_controlnet_pipeline(tiny_models, tin
         ("sdxl", [("sdxl-union", False, 0.7, 0.0, 1.0, "canny/lineart/anime_lineart/mlsd")],
          "StableDiffusionXLControlNetUnionInpaintPipeline", {"denoise": 1.0, "mask": True}),
         ("qwenimage", [("qwenimage", True, 0.7, 0.0, 1.0, "none")], "QwenImageControlNetPipeline", {}),
+        ("zimage", [("zimage", True, 0.7, 0.0, 1.0, "none")], "ZImageControlNetPipeline", {}),
+        ("zimage", [("zimage", False, 0.8, 0.0, 1.0, "none")], "ZImageControlNetInpaintPipeline",
+         {"denoise": 1.0, "mask": True}),
     ]
     texts: list[tuple[str, str, np.ndarray]] = []
     for family, nets, pipeline, inputs in cases:
@@ -255,18 +302,21 @@ def test_strength_start_end_and_image_never_reload_or_recompile(tiny_models, tin
     assert np.array_equal(images[-1], images[-2]), "at strength 0 the control image does nothing"
     assert any("ControlNet tiny-flux-union.safetensors" in s["shape"] for s in after["shapes"])
     assert np.array_equal(api.sample(compiled, _request()), base), "removing it gives the pipeline back"
-
-
 @pytest.mark.workers
 def test_shard_tp_data_parallel_and_cfg_parallel_equal_one_worker(tiny_models, tiny_controlnets):
-    """FLUX.1 sharded (the ControlNet replicated) and with two replicas; SDXL's CFG batch split with the residuals."""
+    """FLUX.1 sharded (the ControlNet replicated) and with two replicas; SDXL's CFG batch split with the residuals;
+    Z-Image with two replicas."""
     flux, _ = api.with_controlnet(api.make_spec("tiny-flux", [str(tiny_models)]),
                                   _path(tiny_controlnets, "flux-union", True), _image(1), 0.7, 0.0, 1.0, "canny")
     sdxl, _ = api.with_controlnet(api.make_spec("tiny-sdxl", [str(tiny_models)]),
                                   _path(tiny_controlnets, "sdxl", True), _image(1), 0.7)
+    zimage, _ = api.with_controlnet(api.make_spec("tiny-zimage", [str(tiny_models)]),
+                                    _path(tiny_controlnets, "zimage", True), _image(1), 0.7)
     one, whole = api.sample(flux, _request(batch_size=2)), api.sample(sdxl, _request("sdxl"))  # one worker
+    turbo = api.sample(zimage, _request("zimage", batch_size=2))
     sharded = api.sample(layouts.plan_tp(flux, 2)[0], _request(batch_size=2))  # then one group of two
     assert np.abs(sharded - one).max() <= TOLERANCE
     assert np.array_equal(api.sample(layouts.plan_dp(flux, 2)[0], _request(batch_size=2)), one)
+    assert np.array_equal(api.sample(layouts.plan_dp(zimage, 2)[0], _request("zimage", batch_size=2)), turbo)
     split = api.sample(layouts.plan_cfg(sdxl)[0], _request("sdxl"))
     assert np.abs(split - whole).max() <= TOLERANCE

@@ -206,6 +206,30 @@ def test_qwen_image_releases_load_as_their_comfyui_template_files_say(files):
     finally:
         renamed.unlink()
     assert (spec.class_name, spec.component_config("transformer")["zero_cond_t"]) == ("QwenImageEditPlusPipeline", True)
+    assert spec.component_config("transformer")["use_additional_t_cond"] is False
+
+
+@pytest.mark.unit
+def test_a_qwen_image_layered_file_is_refused_by_name(files):
+    """Qwen-Image's tensors plus Layered's addition_t_embedding: refused, not loaded as Qwen-Image without it."""
+    from safetensors.torch import load_file, save_file
+
+    models_dir = files / "models" / "diffusion_models"
+    tensors = load_file(str(models_dir / "qwen_image_2512-tiny_fp8_e4m3fn.safetensors"))
+    width = tensors["img_in.weight"].shape[0]
+    layered = models_dir / "qwen_image_layered-tiny_bf16.safetensors"
+    save_file({**tensors, "time_text_embed.addition_t_embedding.weight": tensors["img_in.weight"].new_zeros(2, width)},
+              str(layered))
+    try:
+        with pytest.raises(ModelError) as e:
+            file_spec(files, **dict(QWEN, diffusion_model=layered.name))
+    finally:
+        layered.unlink()
+    assert str(e.value) == (
+        "diffusion_model: 'qwen_image_layered-tiny_bf16.safetensors' is Qwen-Image-Layered (its "
+        "time_text_embed.addition_t_embedding.* tensors), which ComfyUI-TPU does not run: it splits an image into "
+        "RGBA layers (diffusers' QwenImageLayeredPipeline), and Sample returns images. Choose a Qwen-Image (2512 "
+        "included) or Qwen-Image-Edit (2509, 2511) file.")
 
 
 WRONG = {

@@ -73,12 +73,17 @@ INPUTS = {"example.png": (64, 64), "depth.png": (48, 64)}
 # ControlNet files the workflows name -> the tiny ControlNet (backend.tiny_models.CONTROLNETS) standing in
 CONTROLNETS = {"FLUX.1-dev-ControlNet-Union-Pro.safetensors": "flux-union",
                "controlnet-canny-sdxl-1.0.safetensors": "sdxl", "controlnet-depth-sdxl-1.0.safetensors": "sdxl"}
+# FLUX.1 Redux's files the workflows name (models/style_models, models/clip_vision) -> the tiny ones
+# (tests/file_fixtures.py flux1redux, for the tiny FLUX.1's 32-wide text)
+REDUX = {"style_models/flux1-redux-dev.safetensors": "style_models/flux1-redux-tiny.safetensors",
+         "clip_vision/sigclip_vision_patch14_384.safetensors": "clip_vision/sigclip_vision_patch14_384-tiny.safetensors"}
 SIZE_FACTOR = 16  # of the tiny models the workflows run on (FLUX.1, SD3, FLUX.2, Z-Image, Wan)
 # the families whose tiny files the workflows use (comfyui_files' families, built from the start: conftest)
-COMFYUI_FILES = ("flux1", "flux1tools", "zimage", "wan")
+COMFYUI_FILES = ("flux1", "flux1tools", "flux1redux", "zimage", "wan")
 # names the frontend may not find here (not installed where the UI loads)
 ALLOWED = {**{name: set(TINY) for name in MODEL_INPUTS}, "lora_name": set(LORAS), "image": set(INPUTS),
-           "controlnet_name": set(CONTROLNETS)}
+           "controlnet_name": set(CONTROLNETS), "style_model_name": {Path(n).name for n in REDUX if "style" in n},
+           "clip_vision_name": {Path(n).name for n in REDUX if "clip_vision" in n}}
 # Real-size settings that would take minutes on the CPU, by node type and input: set in the converted API
 # prompt of every workflow that names a real model (the files keep the real values; tiny_demo runs as
 # shipped). Multi-chip workflows run with world size 2 (two CPU worker processes).
@@ -177,9 +182,14 @@ def image_size(prompt: dict, node_id: str) -> tuple[int, int]:
 
 
 @pytest.fixture(scope="module")
-def workflow_files_on_the_server(server, tiny_models, tiny_controlnets, tmp_path_factory):
-    """The LoRA and ControlNet files and input pictures the workflows name, in the server's models/loras,
-    models/controlnet and input folders."""
+def workflow_files_on_the_server(server, tiny_models, tiny_controlnets, tiny_files, tmp_path_factory):
+    """The LoRA, ControlNet and Redux files and input pictures the workflows name, in the server's models/loras,
+    models/controlnet, models/style_models, models/clip_vision and input folders."""
+    for name, tiny in REDUX.items():
+        target = server.work_dir / "models" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            target.symlink_to(tiny_files.parent / "redux-models" / tiny)
     controlnets = server.work_dir / "models" / "controlnet"
     controlnets.mkdir(parents=True, exist_ok=True)
     for name, tiny in CONTROLNETS.items():
@@ -219,7 +229,7 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
             "flux1_kontext_edit", "flux1_fill_outpaint", "flux1_latent_hires_fix", "flux1_controlnet_union",
             "sdxl_two_controlnets", "zimage_turbo_comfyui_files", "wan21_t2v", "wan21_i2v",
             "flux1_dev_clip_text_encode", "wan22_5b_t2v_comfyui_files",
-            "wan22_14b_i2v_comfyui_files"} <= {p.stem for p in FILES}
+            "wan22_14b_i2v_comfyui_files", "flux1_redux"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"

@@ -174,10 +174,15 @@ def test_cfg_parallel_splits_the_base_models_cfg_and_runs_turbo_whole(tiny_model
     assert any("runs one denoiser pass per step (guidance ≤ 0" in t for t in said), said
 
 
+def _control(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).random((1, 48, 64, 3), dtype=np.float32)
+
+
 @pytest.mark.workers
-def test_compiled_repeated_blocks_compile_once_per_prompt_step(tiny_models):
+def test_compiled_repeated_blocks_compile_once_per_prompt_step(tiny_models, tiny_controlnets):
     """The blocks see the prompt padded to 32 tokens: prompts within one step reuse the graphs, a longer one is
-    announced as a new shape; the images are the eager ones."""
+    announced as a new shape; the images are the eager ones. A ControlNet (which runs the transformer's compiled
+    refiner blocks too) compiles nothing more, whatever its strength and image."""
     spec = _spec(tiny_models)
     eager = {g: api.sample(spec, _request(guidance=g)) for g in (0.0, 4.0)}
     compiled, _ = api.with_compile(spec, "repeated blocks", "eager", "64x48")
@@ -190,6 +195,14 @@ def test_compiled_repeated_blocks_compile_once_per_prompt_step(tiny_models):
     after = api.compile_stats()
     assert after["graphs"] == stats["graphs"] and after["unexpected_recompiles"] == 0
     assert after["compiles"] >= warm["compiles"]
+    net = str(tiny_controlnets / "files" / "tiny-zimage.safetensors")
+    controlled = [api.sample(api.with_controlnet(compiled, net, _control(1), 0.7)[0], _request(guidance=4.0))]
+    before = api.compile_stats()  # (the ControlNet's shape compiled once)
+    controlled += [api.sample(api.with_controlnet(compiled, net, image, strength)[0], _request(guidance=4.0))
+                   for image, strength in ((_control(1), 0.3), (_control(2), 0.7))]
+    after = api.compile_stats()
+    assert after["graphs"] == before["graphs"] and after["unexpected_recompiles"] == 0, after
+    assert not np.array_equal(controlled[0], controlled[1]) and not np.array_equal(controlled[0], controlled[2])
     said: list = []
     api.sample(compiled, _request(prompt="a red fox in the snow " * 8), said.append)
     steps = [int(m.group(1)) for t in (m.text for m in said if isinstance(m, Status))

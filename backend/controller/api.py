@@ -233,7 +233,7 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
     arrays = images.as_arrays(spec, req, image, mask)
     if latent is None:
         notes, starts = images.describe(spec, req, arrays), images.starts_from_image(spec, arrays)
-        controlnets.check_inputs(spec, starts, "mask" in arrays)
+        controlnets.check_inputs(spec, starts, "mask" in arrays, req.denoise)
     else:
         latents.check(spec, req, image is not None)
         arrays["latent"] = latent

@@ -4,10 +4,10 @@ the pipeline it is added to, and added after the ones it has. The worker loads i
 pipeline (worker/controlnets.py).
 
 Single files are read in diffusers' layout, the one FLUX.1 (InstantX, Shakker-Labs), SD3.5, SDXL (diffusers,
-xinsir) and Qwen-Image (InstantX) ControlNets are published in: their config is read from the tensors' shapes,
-what no tensor holds from the pipeline's denoiser. diffusers' single-file converters know two other layouts
-(ControlNetModel in the original LDM layout, for SD1.5 and SDXL; Z-Image's): not read here, nor XLabs' FLUX.1
-ControlNets (diffusers has no converter for them); each is refused naming what works.
+xinsir), Qwen-Image (InstantX) and Z-Image (alibaba-pai) ControlNets are published in: their config is read from
+the tensors' shapes (one Z-Image tensor's zeros tell 2.0 from 2.1, as diffusers tells them), what no tensor holds
+from the pipeline's denoiser. ControlNetModel's original LDM layout (SD1.5, SDXL as first released) is not read
+here, nor XLabs' FLUX.1 ControlNets (diffusers has no converter for them); each is refused naming what works.
 """
 
 from __future__ import annotations
@@ -77,7 +77,11 @@ def read(path: str, spec: PipelineSpec) -> Found:
     kind = next((k for k in (*own, *(v[0] for v in _kinds().values())) if k.recognises(shapes)), None)
     if kind is None:
         raise ModelError(f"controlnet_name: '{name}' {_what_else(shapes)}")
-    config = kind.config(shapes, spec.component_config(family_of(spec.family).denoiser)) if kind in own else {}
+    config = {}
+    if kind in own:
+        denoiser = spec.component_config(family_of(spec.family).denoiser)
+        zeros = {"zeros": frozenset(k for k in kind.zero_keys if k in shapes and headers.all_zeros(p, k, "controlnet_name"))}
+        config = kind.config(shapes, denoiser, **(zeros if kind.zero_keys else {}))
     return Found(kind, config, header, (p,))
 
 
@@ -147,20 +151,26 @@ def check(spec: PipelineSpec, ref: ControlNetRef, found: Found | None = None) ->
     if {c.model for c in spec.controlnets} - {kind.model} and len(family.controlnets) > 1:
         raise ModelError(f"controlnet_name: '{ref.name}' is a {kind.model}, and diffusers runs {family.name}'s union "
                          "ControlNets and its other ControlNets in different pipelines; chain ControlNets of one kind.")
+    if not kind.multi and len(spec.controlnets) > 1:
+        raise ModelError(f"controlnet_name: '{ref.name}' is a second {family.name} ControlNet, and diffusers' "
+                         f"{kind.text2img} runs one; remove one of the chained Apply ControlNet nodes.")
     if not (math.isfinite(ref.strength) and 0 <= ref.strength <= MAX_STRENGTH):
         raise ModelError(f"strength: {ref.strength} is not between 0 and {MAX_STRENGTH:g} ('{ref.name}'); 1 applies "
                          "the ControlNet as trained, 0 turns it off.")
     if not (0 <= ref.start < ref.end <= 1):
         raise ModelError(f"start_percent, end_percent: {ref.start:g} and {ref.end:g} ('{ref.name}') must satisfy "
                          "0 ≤ start < end ≤ 1 (the share of the steps the ControlNet acts on; 0 and 1: all of them).")
+    if not kind.steps_window and (ref.start, ref.end) != (0, 1):
+        raise ModelError(f"start_percent, end_percent: {ref.start:g} and {ref.end:g} ('{ref.name}'): diffusers' "
+                         f"{family.name} ControlNet pipelines apply the ControlNet at every step; set 0 and 1.")
     modes = _modes(found)
     if modes and ref.mode < 0:
         named = f"'{ref.mode_name}' is not one of its modes" if ref.mode_name else "it is 'none'"
         raise ModelError(f"union_mode: '{ref.name}' is a union ControlNet and needs the kind of its control image; "
                          f"{named}. Choose one of: {', '.join(kind.modes[:modes])}.")
     if not modes and ref.mode_name:
-        raise ModelError(f"union_mode: '{ref.name}' is not a union ControlNet, so it has no mode '{ref.mode_name}'; "
-                         "set union_mode to none.")
+        raise ModelError(f"union_mode: '{ref.name}' is not a union ControlNet with modes{kind.no_modes}, so it has "
+                         f"no mode '{ref.mode_name}'; set union_mode to none.")
     if spec.offload == "sequential":
         raise ModelError(f"controlnet_name: '{ref.name}' cannot run with offload 'sequential' (offload 'auto' picks it "
                          "for a model too big for the chip); choose offload 'model' or 'none', or Shard TP.")
@@ -179,6 +189,8 @@ def _check_fit(spec: PipelineSpec, ref: ControlNetRef, found: Found) -> None:
     den = spec.component_config(family_of(spec.family).denoiser)
     if "block_out_channels" in den:
         mine, theirs = list(config.get("block_out_channels", ())), list(den["block_out_channels"])
+    elif "dim" in den:  # Z-Image
+        mine, theirs = [config.get("dim", 0)], [den["dim"]]
     else:
         mine = [config.get("num_attention_heads", 0) * config.get("attention_head_dim", 0)]
         theirs = [den.get("num_attention_heads", 0) * den.get("attention_head_dim", 0)]
@@ -197,8 +209,9 @@ def arrays(spec: PipelineSpec) -> dict[str, np.ndarray]:
     return {control_key(i): c.image for i, c in enumerate(spec.controlnets)}
 
 
-def check_inputs(spec: PipelineSpec, starts_from_image: bool, inpainting: bool) -> None:
-    """Sample's image and mask with ControlNets: only where diffusers has the ControlNet pipeline for it."""
+def check_inputs(spec: PipelineSpec, starts_from_image: bool, inpainting: bool, denoise: float = 1.0) -> None:
+    """Sample's image and mask with ControlNets: only where diffusers has the ControlNet pipeline for it, and
+    the ControlNet and denoise it takes."""
     if not spec.controlnets or not starts_from_image:
         return
     kind = next(k for k in spec.family.controlnets if k.model == spec.controlnets[0].model)
@@ -207,6 +220,18 @@ def check_inputs(spec: PipelineSpec, starts_from_image: bool, inpainting: bool) 
         raise ModelError(f"image: diffusers has no {what} pipeline for {spec.family.name} with a ControlNet "
                          f"({kind.model}); disconnect Sample's image{' and mask' if inpainting else ''}, or the "
                          "ControlNet.")
+    if not inpainting:
+        return
+    ref = spec.controlnets[0]
+    why = kind.cannot_inpaint(json.loads(ref.config) if ref.config else read(ref.path, spec).config,
+                              spec.component_config(family_of(spec.family).denoiser)) if kind.cannot_inpaint else ""
+    if why:
+        raise ModelError(f"mask: '{ref.name}' cannot inpaint: {why}. Disconnect Sample's mask, or pick such a "
+                         "ControlNet.")
+    if kind.inpaint_from_noise and denoise < 1:
+        raise ModelError(f"denoise: {denoise:g} with a mask and '{ref.name}': diffusers' {kind.inpaint} makes the "
+                         "whole image from noise (the ControlNet reads the image outside the mask and the mask), so "
+                         "only denoise 1 works; set denoise to 1.")
 
 
 def weight_bytes(spec: PipelineSpec, float_bytes: int) -> dict[str, int]:

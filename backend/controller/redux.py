@@ -104,15 +104,15 @@ def add(spec: PipelineSpec, style_model: str, clip_vision: str, image: np.ndarra
 
 def describe(spec: PipelineSpec) -> str:
     refs = spec.redux
-    count_ = sum(len(r.image) for r in refs if r.image is not None)
+    references = sum(len(r.image) for r in refs if r.image is not None)
     lines = [f"{i}. {r.name} + {Path(r.clip_vision).name}: {len(r.image) if r.image is not None else 0} image(s), "
              f"prompt_embeds_scale {r.prompt_embeds_scale:g}, pooled_prompt_embeds_scale "
              f"{r.pooled_prompt_embeds_scale:g}" for i, r in enumerate(refs, 1)]
     text = ("the prompt's tokens (Sample's prompt or positive) followed by each reference's image tokens" if refs[0].text
             else "zeros for the prompt's tokens (Sample's prompt is not used) followed by each reference's image "
                  "tokens")
-    summed = (f"; the {count_} references are summed, each with its scales, as FluxPriorReduxPipeline sums a list "
-              "of images (the prompt's tokens count once per image)") if count_ > 1 else ""
+    summed = (f"; the {references} references are summed, each with its scales, as FluxPriorReduxPipeline sums a list "
+              "of images (the prompt's tokens count once per image)") if references > 1 else ""
     return ("FLUX.1 Redux: Sample's prompt embeddings are FluxPriorReduxPipeline's: " + text + summed +
             ". Each reference is stretched to 384x384 (diffusers' SiglipImageProcessor).\n" + "\n".join(lines))
 

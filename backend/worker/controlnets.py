@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -50,13 +51,19 @@ def _class(name: str) -> type:
     return getattr(diffusers, name, None) or getattr(controlnet_models, name)
 
 
-def load_controlnet(ref: ControlNetRef, dtype: Any) -> Any:
+def load_controlnet(ref: ControlNetRef, dtype: Any, kind: ControlNets) -> Any:
     """The ControlNet of `ref` on the CPU in `dtype`: a diffusers folder as it is; a single file through a folder
-    laid out from its config (read from its tensors by the controller) and a link to the file."""
+    laid out from its config (read from its tensors by the controller) and a link to the file, or, for the kinds
+    diffusers' single-file loader converts (Z-Image's), through from_single_file with that config."""
     cls = _class(ref.model)
     if Path(ref.path).is_dir():
         return cls.from_pretrained(ref.path, dtype=dtype, local_files_only=True, use_safetensors=safetensors_only())
-    return from_linked_file(cls, ref.path, {"_class_name": ref.model, **json.loads(ref.config)}, dtype)
+    config = {"_class_name": ref.model, **json.loads(ref.config)}
+    if not kind.single_file:
+        return from_linked_file(cls, ref.path, config, dtype)
+    with tempfile.TemporaryDirectory(prefix="comfyui-tpu-controlnet-") as tmp:
+        (Path(tmp) / "config.json").write_text(json.dumps(config))
+        return cls.from_single_file(ref.path, config=tmp, dtype=dtype, local_files_only=True)
 
 
 class ControlNetPipelines:
@@ -91,7 +98,7 @@ class ControlNetPipelines:
         for key, ref in zip(keys, spec.controlnets, strict=True):
             if key not in self.models:
                 self.status(f"loading ControlNet {ref.name} ({ref.model})")
-                model = load_controlnet(ref, pipe.dtype).to(device).eval().requires_grad_(False)
+                model = load_controlnet(ref, pipe.dtype, controlnet_kind(spec)).to(device).eval().requires_grad_(False)
                 self.models[key] = model
         kind = controlnet_kind(spec)
         name = {images.TEXT: kind.text2img, images.IMG2IMG: kind.img2img, images.INPAINT: kind.inpaint}[task]
@@ -134,8 +141,9 @@ def add_inputs(spec: PipelineSpec, task: str, kwargs: dict, arrays: dict, index:
         if kind.modes and any(m is not None for m in modes):
             kwargs["control_mode"] = each(modes)
     kwargs["controlnet_conditioning_scale"] = each([ref.strength for ref in refs])
-    kwargs["control_guidance_start"] = each([ref.start for ref in refs])
-    kwargs["control_guidance_end"] = each([ref.end for ref in refs])
+    if kind.steps_window:  # (Z-Image's pipelines apply it at every step: checked to be 0 and 1)
+        kwargs["control_guidance_start"] = each([ref.start for ref in refs])
+        kwargs["control_guidance_end"] = each([ref.end for ref in refs])
 
 
 @contextlib.contextmanager

@@ -126,7 +126,8 @@ def derive(pipe: Any, name: str, **extra: Any) -> Any:
 def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req: SampleRequest) -> None:
     """Puts image `index`'s inputs into the call (image i of the batch goes with image i of the run, cycling),
     at the size the call makes (after any snapping to a compiled size), and drops the size arguments the
-    pipeline does not take (SDXL's image-to-image keeps the image's size)."""
+    pipeline does not take (SDXL's image-to-image keeps the image's size; Z-Image's ControlNet inpainting makes
+    the whole image, checked to be at denoise 1)."""
     import inspect
 
     params = inspect.signature(pipe.__call__).parameters
@@ -155,9 +156,9 @@ def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req
             kwargs["image"] = pil(images[index % len(images)])
         else:
             kwargs["image"] = [pil(image) for image in images]
-    for name in ("width", "height"):
+    for name in ("width", "height", "strength"):  # Z-Image's ControlNet inpainting takes no strength (denoise 1)
         if name not in params:
-            kwargs.pop(name)
+            kwargs.pop(name, None)
 
 
 def kontext_resolution(width: int, height: int) -> tuple[int, int]:

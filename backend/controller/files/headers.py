@@ -1,4 +1,5 @@
-"""The controller's one reader of weights-file headers: tensor names, shapes and dtypes, never a tensor.
+"""The controller's one reader of weights-file headers: tensor names, shapes and dtypes; a tensor only where a
+layout hangs on its values (`all_zeros`: Z-Image ControlNet 2.0 against 2.1, one matrix).
 
 Bounded: a safetensors header is read only when it is at most MAX_HEADER bytes (far above any published model's,
 far below what would stall ComfyUI), and checked against the file (truncated downloads, shapes that do not match
@@ -146,3 +147,16 @@ def _gguf(path: Path, size: int) -> Header:
         raise Unreadable(f"could not be read as a GGUF file ({type(e).__name__}: {e}); it may be truncated",
                          "Download it again.") from None
     return Header(path, "gguf", shapes, dtypes, {}, size)
+
+
+def all_zeros(path: Path, key: str, role: str = "model") -> bool:
+    """Whether tensor `key` of the safetensors file is all zeros (-0.0 included), as diffusers' single-file loader
+    tests it to tell releases apart; reads that one tensor."""
+    import torch  # ComfyUI's process has it loaded already
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return not bool(f.get_tensor(key).to(torch.float32).any())
+    except (OSError, SafetensorError) as e:
+        raise ModelError(f"{role}: '{Path(path).name}' cannot be read ({e}); download it again.") from None

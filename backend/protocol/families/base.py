@@ -34,7 +34,7 @@ class ControlNets:
     runs several, and the pipeline classes that drive it (made from the loaded pipeline with from_pipe)."""
 
     model: str  # diffusers' ControlNet class ("FluxControlNetModel"): what a file or folder is recognised as
-    multi: str  # the class that runs several of them in one call ("FluxMultiControlNetModel")
+    multi: str  # the class that runs several of them in one call ("FluxMultiControlNetModel"); "": one per call
     text2img: str  # the pipeline for text to image ("FluxControlNetPipeline")
     img2img: str | None = None  # ... for image to image; None: diffusers has none with this ControlNet
     inpaint: str | None = None  # ... for inpainting; None: diffusers has none with this ControlNet
@@ -44,14 +44,23 @@ class ControlNets:
     modes: tuple[str, ...] = ()
     mode_key: str = ""  # its config key holding the number of modes ("num_mode"); "" when every model has modes
     mode_lists: bool = False  # the call takes one list of images and modes per ControlNet (SDXL union)
+    no_modes: str = ""  # why a model of this kind takes no union mode, where its name says union (Z-Image's)
+    steps_window: bool = True  # the pipelines take control_guidance_start/end (Z-Image's: every step, always)
     # the pipeline draws the control image's latents from torch's global RNG, not the call's generator (SD3): the
     # worker seeds it with the image's seed for the call, so the same seed gives the same image
     global_rng: bool = False
     # Single files in diffusers' layout (how these ControlNets are published): the keys every file of the kind
-    # holds, keys it never holds, and its config from the file's shapes and the pipeline's denoiser config
+    # holds, keys it never holds, and its config from the file's shapes and the pipeline's denoiser config (and,
+    # where the config hangs on whether a tensor is all zeros, the `zero_keys` that are: Z-Image 2.0 and 2.1)
     keys: tuple[str, ...] = ()
     absent_keys: tuple[str, ...] = ()
-    config: Callable[[Shapes, dict], dict] | None = None
+    config: Callable[..., dict] | None = None
+    zero_keys: tuple[str, ...] = ()
+    single_file: bool = False  # the worker reads its files with diffusers' from_single_file (its converter)
+    # Inpainting (with `inpaint`): (ControlNet config, denoiser config) -> why this one cannot ("" when it can);
+    # and whether the pipeline makes the whole image from noise (Sample's denoise 1 only)
+    cannot_inpaint: Callable[[dict, dict], str] | None = None
+    inpaint_from_noise: bool = False
 
     def recognises(self, shapes: Shapes) -> bool:
         return all(k in shapes for k in self.keys) and not any(k in shapes for k in self.absent_keys)

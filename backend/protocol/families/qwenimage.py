@@ -18,6 +18,10 @@ number (2509, 2511, ...) Edit Plus. ComfyUI itself keeps edit-ness in the workfl
 nodes), where the pack's Sample already takes the images: the name is what the artist's download already says,
 and a renamed file is one rename from loading as what it is (the loader's notes say which pipeline a file
 made and why). From diffusers folders they load as their model_index and configs say (tests/test_images.py).
+
+Qwen-Image-Layered (an image split into RGBA layers: diffusers' QwenImageLayeredPipeline) has the same tensors
+plus `time_text_embed.addition_t_embedding` (diffusers' `use_additional_t_cond`): its file is refused by name, as
+Sample returns images, not layers; without the refusal it would load as Qwen-Image with that tensor ignored.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections.abc import Mapping
 from .base import Configs, ControlNets, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
 
 ZERO_COND_MARKER = "__index_timestep_zero__"  # Comfy-Org's Edit-2511 files: an empty tensor, diffusers' zero_cond_t
+LAYERED_MARKER = "time_text_embed.addition_t_embedding."  # Qwen-Image-Layered's layer/image embedding
 _RELEASE = re.compile(r"edit[^a-z0-9]?(\d{4})")  # "edit_2509", "edit-2511": an Edit Plus release
 
 
@@ -39,7 +44,7 @@ def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
             "num_attention_heads": hidden // head, "joint_attention_dim": s["txt_norm.weight"][0],
             "guidance_embeds": any(k.startswith("time_text_embed.guidance_embedder.") for k in s),
             "axes_dims_rope": scaled(published["axes_dims_rope"], head, even=True),
-            "zero_cond_t": ZERO_COND_MARKER in s}
+            "zero_cond_t": ZERO_COND_MARKER in s, "use_additional_t_cond": any(k.startswith(LAYERED_MARKER) for k in s)}
 
 
 def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
@@ -54,6 +59,13 @@ def variant(sizes: dict, file_name: str, configs: Configs,
             kontext: str = "auto") -> tuple[dict[str, dict], tuple[str, ...]]:
     """The edit pipelines by the 2511 marker or the file name (the module docstring says why), with their
     processor; a note says which pipeline the file made and why."""
+    if sizes["use_additional_t_cond"]:
+        from ..errors import ModelError
+
+        raise ModelError(f"diffusion_model: '{file_name}' is Qwen-Image-Layered (its {LAYERED_MARKER}* tensors), "
+                         "which ComfyUI-TPU does not run: it splits an image into RGBA layers (diffusers' "
+                         "QwenImageLayeredPipeline), and Sample returns images. Choose a Qwen-Image (2512 included) or "
+                         "Qwen-Image-Edit (2509, 2511) file.")
     name = file_name.lower()
     release = _RELEASE.search(name)
     if sizes["zero_cond_t"]:
