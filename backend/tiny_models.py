@@ -30,8 +30,8 @@ import torch
 # (tests/test_families.py checks it); "flux" is FLUX.1: shipped workflows and benchmarks name tiny-flux.
 FAMILIES: tuple[str, ...] = ("flux", "flux2", "sd3", "sdxl", "qwenimage", "zimage", "wan")
 # Further pipelines of a family, built with them: Wan 2.1 image to video (a CLIP vision encoder, a denoiser that
-# reads the start image).
-MORE: tuple[str, ...] = ("wan-i2v",)
+# reads the start image); Wan 2.2 A14B's two experts (high noise, low noise).
+MORE: tuple[str, ...] = ("wan-i2v", "wan22")
 SIZES: tuple[str, ...] = ("tiny", "small")
 _SIZED_FAMILIES: tuple[str, ...] = ("flux", "zimage")  # families that also come in sizes other than "tiny"
 
@@ -812,6 +812,21 @@ def _wan_i2v(seed: _Seeder, size: str) -> Any:
     )
 
 
+def _wan22(seed: _Seeder, size: str) -> Any:
+    """Wan 2.2 A14B-like text to video: `_wan`'s parts with a second expert (`transformer_2`, low noise, its own
+    weights) and the published boundary_ratio (0.875) and flow shift (12): 2 steps run the high-noise expert only,
+    3 run both (the last step's timestep is below the boundary)."""
+    from diffusers import UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+
+    wan = _wan(seed, size)
+    low = seed("transformer_2", lambda: WanTransformer3DModel.from_config(wan.transformer.config))
+    return WanPipeline(
+        tokenizer=wan.tokenizer, text_encoder=wan.text_encoder, vae=wan.vae, transformer=wan.transformer,
+        transformer_2=low, boundary_ratio=0.875,
+        scheduler=UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=12.0),
+    )
+
+
 _BUILDERS: dict[str, Callable[[_Seeder, str], Any]] = {
     "flux": _flux,
     "flux2": _flux2,
@@ -821,6 +836,7 @@ _BUILDERS: dict[str, Callable[[_Seeder, str], Any]] = {
     "zimage": _zimage,
     "wan": _wan,
     "wan-i2v": _wan_i2v,
+    "wan22": _wan22,
 }
 
 

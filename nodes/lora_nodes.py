@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..backend.controller import api
 from ..backend.protocol.errors import ModelError
+from ..backend.protocol.spec import LORA_EXPERTS
 from . import comfy_bridge
 
 CATEGORY = "TPU"
@@ -31,7 +32,7 @@ class TPULoadLoRA:
             "required": {
                 "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline (or another Load LoRA)."}),
                 "lora_name": (comfy_bridge.lora_files(), {"tooltip":
-                              "A LoRA made for this model's family (FLUX.1, FLUX.2, SD3, SDXL, Qwen-Image), in "
+                              "A LoRA made for this model's family (FLUX.1, FLUX.2, SD3, SDXL, Qwen-Image, Wan), in "
                               "ComfyUI's models/loras folder. Only .safetensors files are listed."}),
                 "strength": ("FLOAT", {"default": 1.0, "min": -10.0, "max": 10.0, "step": 0.01, "tooltip":
                              "How strongly the LoRA changes the image model (transformer or UNet). 1 = as "
@@ -41,6 +42,14 @@ class TPULoadLoRA:
                                                      "that have text-encoder layers (some FLUX.1, SD3 and SDXL "
                                                      "LoRAs); ignored otherwise. 1 = as trained, like ComfyUI's "
                                                      "Load LoRA."}),
+            },
+            "optional": {  # added after workflows were saved: a prompt without it keeps the old behaviour
+                "experts": (list(LORA_EXPERTS), {"default": "both", "tooltip":
+                            "Wan 2.2 A14B (two diffusion models: high noise, then low noise): which one this LoRA "
+                            "goes into. A LoRA published as a high-noise and a low-noise file: chain two Load "
+                            "LoRA nodes, one file each, with 'high noise' and 'low noise' (what LoraLoaderModelOnly "
+                            "on each model does in ComfyUI). One file for both: 'both'. Other models have one "
+                            "denoiser: leave it at 'both'."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
@@ -52,10 +61,10 @@ class TPULoadLoRA:
                     "refresh the list.")
         return True
 
-    def add(self, pipeline, lora_name, strength, strength_text_encoder, unique_id=None):
+    def add(self, pipeline, lora_name, strength, strength_text_encoder, experts="both", unique_id=None):
         path = comfy_bridge.lora_path(lora_name)
         if not path:
             raise ModelError(f"lora_name: '{lora_name}' is not in ComfyUI's models/loras folder.")
-        spec, text = api.with_lora(pipeline, path, strength, strength_text_encoder)
+        spec, text = api.with_lora(pipeline, path, strength, strength_text_encoder, experts)
         comfy_bridge.send_text(unique_id, text)
         return {"ui": {"text": [text]}, "result": (spec,)}

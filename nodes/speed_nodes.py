@@ -123,8 +123,9 @@ class TPUSamplingOptions:
                 "step_cache": (list(STEP_CACHES), {"default": "off", "tooltip":
                                "Skip or approximate transformer work on steps whose input barely changed "
                                "(diffusers' cache hooks; what TeaCache and WaveSpeed do): faster, slightly different "
-                               "pixels. first block: FLUX.1, Qwen-Image. taylorseer: FLUX.1, FLUX.2 [klein], "
-                               "Qwen-Image. magcache: FLUX.1. Not in compiled mode."}),
+                               "pixels. first block: FLUX.1, Qwen-Image, Wan. taylorseer: FLUX.1, FLUX.2 [klein], "
+                               "Qwen-Image, Wan (Wan 2.2 A14B: on each expert). magcache: FLUX.1. Not in compiled "
+                               "mode."}),
                 "cache_threshold": ("FLOAT", {"default": 0.0, "min": 0.0, "max": 10.0, "step": 0.01, "round": 0.001,
                                     "tooltip": "How much change a skipped step may hide: higher is faster and "
                                                "further from the uncached image. 0 = the cache's default (first "

@@ -172,16 +172,22 @@ diffusers' (they scale the prompt's tokens too); chain more Apply Redux nodes to
 
 
 def _controlnet_workflow(*, name: str, model: str, controlnets: list[dict], canny: tuple[float, float], prompt: str,
-                         negative_prompt: str, steps: int, guidance: float, note: str, description: str) -> dict:
+                         negative_prompt: str, steps: int, guidance: float, note: str, description: str,
+                         files: dict | None = None) -> dict:
     """Load TPU Pipeline -> Apply ControlNet (TPU) x len(controlnets) -> Sample -> Save Image; the first ControlNet's
     image from ComfyUI's Load Image through its own Canny node, each further one from a Load Image of its own.
+    With `files` (the file inputs by name), the loader is Load TPU Pipeline (ComfyUI files).
     Node ids: Load 1, Sample 2, Save 3, note 4, Load Image 5, Canny 6, Apply ControlNet 7, 8, ..., further Load
     Image 20, 21, ..."""
     low, high = canny
+    image_y = 360 if files is None else 500
     nodes = [
         {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
-         "widgets": {"model": model, "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}},
-        {"id": 5, "type": "LoadImage", "pos": [40, 360], "size": [330, 380], "widgets": {"image": "example.png"}},
+         "widgets": {"model": model, "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}}
+        if files is None else
+        {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 300],
+         "widgets": {**files, "dtype": "auto", "device": "auto", "offload": "auto"}},
+        {"id": 5, "type": "LoadImage", "pos": [40, image_y], "size": [330, 380], "widgets": {"image": "example.png"}},
         {"id": 6, "type": "Canny", "pos": [410, 520], "size": [300, 0],
          "widgets": {"low_threshold": low, "high_threshold": high}},
     ]
@@ -947,6 +953,32 @@ Chain as many as you like: they run together in one diffusers ControlNet pipelin
 `diffusion_pytorch_model.safetensors` (e.g. diffusers/controlnet-canny-sdxl-1.0) in `models/controlnet`, renamed.
 Union ControlNets (xinsir) chain with each other, not with these. **Model**:
 `models/diffusers/stable-diffusion-xl-base-1.0`.
+"""),
+    "zimage_turbo_controlnet_union": _controlnet_workflow(
+        name="zimage_turbo_controlnet_union", model="", canny=(0.2, 0.6),
+        files={"diffusion_model": "z_image_turbo_bf16.safetensors", "text_encoder_1": "qwen_3_4b.safetensors",
+               "text_encoder_2": "(none)", "text_encoder_3": "(none)", "vae": "ae.safetensors",
+               "checkpoint": "(none)"},
+        controlnets=[{"controlnet_name": "Z-Image-Turbo-Fun-Controlnet-Union-2.1.safetensors", "strength": 0.75,
+                      "start_percent": 0.0, "end_percent": 1.0, "union_mode": "none"}],
+        prompt="a cozy cabin in a snowy forest at dusk, warm light in the windows", negative_prompt="", steps=8,
+        guidance=0.0,
+        description="Z-Image Turbo (ComfyUI's files) with its union ControlNet: Load Image -> ComfyUI's Canny -> "
+                    "Apply ControlNet (TPU) (strength 0.75) -> Sample (1024x1024, 8 steps, guidance 0) -> Save Image. "
+                    "Needs z_image_turbo_bf16, qwen_3_4b and ae in ComfyUI's folders and "
+                    "Z-Image-Turbo-Fun-Controlnet-Union-2.1.safetensors in models/controlnet.",
+        note="""
+## Z-Image Turbo with its union ControlNet
+
+**Load TPU Pipeline (ComfyUI files)** and **Load Image** → ComfyUI's **Canny** → **Apply ControlNet (TPU)**
+(strength 0.75) → **Sample** (1024×1024, **8 steps, guidance 0**) → **Save Image**.
+
+**ControlNet**: alibaba-pai's `Z-Image-Turbo-Fun-Controlnet-Union-2.1.safetensors` (1.0 and 2.0 work too) in
+`models/controlnet` (ComfyUI's own nodes keep it in `models/model_patches`). *Union*: one model for canny, depth,
+pose, ...; it reads the kind from the image, so `union_mode` stays `none`. diffusers' Z-Image ControlNet pipeline
+applies it at every step (start 0, end 1) and runs one ControlNet at a time.
+
+**Files**: those of ComfyUI's Z-Image Turbo template (`z_image_turbo_bf16`, `qwen_3_4b`, `ae`).
 """),
     "flux1_redux": _redux_workflow(),
     "wan21_t2v": _wan_text_to_video(),

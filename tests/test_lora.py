@@ -217,7 +217,8 @@ def test_a_lora_in_the_worker_equals_plain_diffusers_and_never_reloads(tiny_mode
     image = api.sample(with_lora, _request())
     assert np.array_equal(image, _plain(tiny_models, "tiny-flux", [(flux_loras["diffusers"], 0.8)]))
     info = api.worker_info()[0]
-    assert info["loras"] == [{"file": "tiny-flux-diffusers.safetensors", "strength": 0.8, "te_strength": 0.8}]
+    assert info["loras"] == [{"file": "tiny-flux-diffusers.safetensors", "strength": 0.8, "te_strength": 0.8,
+                              "experts": "both"}]
     two, _ = api.with_lora(with_lora, flux_loras["comfy"], 0.5)
     assert not np.array_equal(api.sample(two, _request()), image)
     zero, _ = api.with_lora(spec, flux_loras["diffusers"], 0.0, 0.0)

@@ -24,6 +24,7 @@ PIPELINE_CLASSES = {
     "zimage": "ZImagePipeline",
     "wan": "WanPipeline",
     "wan-i2v": "WanImageToVideoPipeline",  # its frames against plain diffusers: tests/test_video.py
+    "wan22": "WanPipeline",  # Wan 2.2 A14B's two experts: tests/test_video.py
 }
 MAX_FOLDER_BYTES = 8 * 2**20
 

@@ -9,6 +9,7 @@ float32.
 
 from __future__ import annotations
 
+import json
 import threading
 
 import numpy as np
@@ -18,8 +19,9 @@ import torch
 from backend.controller import api, layouts
 from backend.protocol import settings
 from backend.protocol.errors import CompileError, Interrupted, ModelError, ParallelError
+from backend.protocol.families.wan import TAYLORSEER_MODULES
 from backend.protocol.messages import Status, Step
-from backend.protocol.spec import SampleRequest
+from backend.protocol.spec import PipelineSpec, SampleRequest, warmup_request
 
 CP_TOLERANCE = 1e-4
 # Tiled against whole VAE decoding on the tiny random-weight VAE (320x32 frames: tiles at 0 and 192, blended over
@@ -169,7 +171,8 @@ def test_compiled_video_warms_up_and_prompts_seeds_steps_never_recompile(tiny_mo
 
 @pytest.mark.unit
 def test_the_video_vae_tiles_where_the_pixel_budget_says(tiny_models, monkeypatch):
-    """8 megapixels of image budget: 1280x720 frames decode whole, 1920x1088 in tiles; images never tile."""
+    """8 megapixels of image budget: 1280x720 frames decode whole, 1920x1088 in tiles, in a Sample and in a compile
+    warm-up of that size; images never tile."""
     monkeypatch.setenv(settings.MAX_MEGAPIXELS.name, "8")
     wan = _spec(tiny_models)
     assert not api.prepare_sample(wan, _request(width=1280, height=720)).req.tiled_vae
@@ -180,6 +183,11 @@ def test_the_video_vae_tiles_where_the_pixel_budget_says(tiny_models, monkeypatc
         f"{settings.MAX_MEGAPIXELS.name}=8)")
     flux = api.prepare_sample(_spec(tiny_models, "tiny-flux"), _request(width=1920, height=1088, frames=0))
     assert not flux.req.tiled_vae
+    # a compile warm-up decodes as the Sample of its size does (the plan travels to the worker as plain data)
+    compiled = api.checked(api.with_compile(wan, "repeated blocks", "eager", "1280x720x5f, 1920x1088x5f", False)[0])
+    assert compiled.compile.tiled_vae == ((1920, 1088, 1, 5),)
+    compiled = PipelineSpec.from_dict(json.loads(json.dumps(compiled.to_dict())))
+    assert [warmup_request(compiled, w, h, b, f).tiled_vae for w, h, b, f in compiled.compile.warmup] == [False, True]
 
 
 @pytest.mark.workers
@@ -207,6 +215,132 @@ def test_frames_over_the_budget_decode_in_tiles_close_to_whole(tiny_models, monk
     assert 0 < difference.max() <= TILE_MAX and difference.mean() <= TILE_MEAN
 
 
+# ---- Wan 2.2 A14B's two experts (tiny-wan22: the published boundary 0.875 and flow shift 12; 3 steps: high, high,
+# low): every layout, compile and step cache treats the low-noise expert (transformer_2) as the high-noise one
+
+FIRST_BLOCK = 0.5  # a first block cache threshold at which tiny-wan22 skips steps
+
+
+def _pair_request(**kw) -> SampleRequest:
+    return _request(**{"steps": 3, **kw})
+
+
+@pytest.fixture(scope="module")
+def plain_pair(tiny_models):
+    """Plain diffusers' WanPipeline of tiny-wan22: `run(steps, cached, kind)` gives its frames (the step cache
+    hook of `kind` on the experts named in `cached`) and which expert ran each step's first pass."""
+    from diffusers import FirstBlockCacheConfig, TaylorSeerCacheConfig, WanPipeline
+
+    pipe = WanPipeline.from_pretrained(str(tiny_models / "tiny-wan22"), dtype=torch.float32, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    ran: list[str] = []
+    for name in ("transformer", "transformer_2"):
+        getattr(pipe, name).register_forward_pre_hook(lambda *_, name=name: ran.append(name))
+
+    def run(steps: int = 3, cached: tuple[str, ...] = (), kind: str = "taylorseer") -> tuple[np.ndarray, list[str]]:
+        ran.clear()
+        for name in ("transformer", "transformer_2"):
+            module = getattr(pipe, name)
+            if module.is_cache_enabled:
+                module.disable_cache()
+            if name in cached:
+                module.enable_cache(TaylorSeerCacheConfig(cache_identifiers=list(TAYLORSEER_MODULES))
+                                    if kind == "taylorseer" else FirstBlockCacheConfig(threshold=FIRST_BLOCK))
+        with torch.inference_mode():
+            frames = pipe(prompt=FOX, negative_prompt="blurry", height=32, width=32, num_frames=5,
+                          num_inference_steps=steps, guidance_scale=5.0, output_type="np",
+                          generator=[torch.Generator("cpu").manual_seed(11)]).frames[0]
+        return frames, ran[::2]  # cond and uncond per step
+
+    return run
+
+
+@pytest.mark.workers
+def test_step_caches_run_on_both_experts_as_plain_diffusers_with_a_hook_on_each(tiny_models, plain_pair):
+    """14 steps: 9 of the high-noise expert, 5 of the low-noise one, whose own TaylorSeer hook computes its first 3
+    and extrapolates its 4th and 5th. Bit-identical to plain WanPipeline with the hook on each expert, and not to
+    one with the hook on the high-noise expert only (so the low-noise expert's hook did something). The first block
+    cache, a hook on each expert too, equals plain WanPipeline with it."""
+    assert np.array_equal(api.sample(_spec(tiny_models, "tiny-wan22"), _pair_request()), plain_pair()[0]), \
+        "one worker, uncached: plain WanPipeline"
+    spec, text = api.sampling_options(_spec(tiny_models, "tiny-wan22"), step_cache="taylorseer")
+    assert "step_cache taylorseer" in text and "attention and feed-forward outputs" in text
+    frames = api.sample(spec, _pair_request(steps=14))
+    both, ran = plain_pair(14, ("transformer", "transformer_2"))
+    assert ran == ["transformer"] * 9 + ["transformer_2"] * 5
+    assert np.array_equal(frames, both)
+    high_only = plain_pair(14, ("transformer",))[0]
+    assert not np.array_equal(both, high_only), "the low-noise expert's hook extrapolated"
+    assert not np.array_equal(high_only, plain_pair(14)[0]), "the high-noise expert's hook too"
+    experts = api.worker_info()[0]["experts"]
+    assert experts["denoiser"]["step_cache"] and experts["transformer_2"]["step_cache"]
+    spec = api.sampling_options(_spec(tiny_models, "tiny-wan22"), step_cache="first block",
+                                cache_threshold=FIRST_BLOCK)[0]
+    frames = api.sample(spec, _pair_request(steps=14))
+    assert np.array_equal(frames, plain_pair(14, ("transformer", "transformer_2"), "first block")[0])
+    assert not np.array_equal(frames, plain_pair(14)[0]), "the first block cache skipped"
+    with pytest.raises(ParallelError, match=r"'magcache' does not suit Wan .* For Wan use first block or taylorseer"):
+        api.sampling_options(_spec(tiny_models, "tiny-wan22"), step_cache="magcache")
+
+
+@pytest.mark.workers
+def test_a_lora_goes_into_the_experts_its_load_lora_names(tiny_models, tmp_path_factory):
+    """A Wan LoRA (diffusers' format, on every linear of the transformer) on the pair: 'both', 'high noise' and
+    'low noise' each equal plain WanPipeline with load_lora_weights into those experts (load_into_transformer_2 for
+    the low-noise one) and fuse_lora at the strength, bit for bit; on a one-denoiser model only 'both' is taken."""
+    from lora_fixtures import load, make
+
+    pair = _spec(tiny_models, "tiny-wan22")
+    path, _ = make(tiny_models, "tiny-wan22", "diffusers", tmp_path_factory.mktemp("wan-lora"))
+    with pytest.raises(ModelError, match=r"experts: 'low noise' picks one expert .* 'tiny-wan' has one denoiser; "
+                                         r"choose 'both'"):
+        api.with_lora(_spec(tiny_models), str(path), 0.7, experts="low noise")
+    _, text = api.with_lora(pair, str(path), 0.7, experts="low noise")
+    assert text.endswith("strength 0.7, text encoder 1, experts: low noise")
+    for experts in ("both", "high noise", "low noise"):
+        frames = api.sample(api.with_lora(pair, str(path), 0.7, experts=experts)[0], _pair_request())
+        pipe = load(tiny_models, "tiny-wan22")
+        components = {"both": ["transformer", "transformer_2"], "high noise": ["transformer"],
+                      "low noise": ["transformer_2"]}[experts]
+        for component in components:
+            pipe.load_lora_weights(str(path), adapter_name=component,
+                                   load_into_transformer_2=component == "transformer_2")
+        pipe.fuse_lora(components=components, lora_scale=0.7)
+        with torch.inference_mode():
+            plain = pipe(prompt=FOX, negative_prompt="blurry", height=32, width=32, num_frames=5, num_inference_steps=3,
+                         guidance_scale=5.0, output_type="np",
+                         generator=[torch.Generator("cpu").manual_seed(11)]).frames[0]
+        assert np.array_equal(frames, plain), experts
+    assert api.worker_info()[0]["loras"][0]["experts"] == "low noise"
+
+
+@pytest.mark.workers
+def test_both_experts_compile_and_prompts_seeds_steps_never_recompile(tiny_models, plain_pair):
+    """Both experts' repeated blocks compile (one graph serves both: the same block class and shapes); the warm-up
+    runs 3 steps so that the low-noise expert runs in it too (2, the usual, stay above the boundary), and no later
+    prompt, seed or step count (2: the high-noise expert only; 4: both) compiles anything."""
+    spec, _ = api.with_compile(_spec(tiny_models, "tiny-wan22"), "repeated blocks", "eager", "32x32x5f", False)
+    said = []
+    warm = api.load(spec, said.append)["compile"]
+    assert "warm-up 1/1: 32x32x5 frames (batch 1), 3 steps so that both experts run" in [
+        m.text for m in said if isinstance(m, Status)]
+    experts = api.worker_info()[0]["experts"]
+    assert experts["denoiser"]["compiled"] == experts["transformer_2"]["compiled"] == 2, "2 blocks each"
+    shape = next(s for s in warm["shapes"] if s["shape"] == "32x32x5 frames (batch 1)"
+                 and s["component"].startswith("tiny-wan22/"))
+    assert (shape["compiles"], shape["unexpected_recompiles"]) == (1, 0) and shape["graphs"] >= 1
+    varied = [dict(seed=1, prompt="a lighthouse on a cliff at dusk, oil painting, warm light"), dict(steps=2),
+              dict(steps=4, guidance=1.0, negative_prompt="")]
+    frames = [api.sample(spec, _pair_request(**change)) for change in varied]
+    stats = api.compile_stats()
+    assert (stats["graphs"], stats["compiles"], stats["unexpected_recompiles"]) == (warm["graphs"], warm["compiles"], 0)
+    assert stats["hits"] == warm["hits"] + len(varied)
+    assert np.abs(api.sample(spec, _pair_request()) - plain_pair()[0]).max() <= CP_TOLERANCE, "the eager frames"
+    assert all(f.shape == (5, 32, 32, 3) for f in frames)
+
+
+# ---- two ranks (last: the tests above run on one worker, so the group is started once for them)
+
 @pytest.mark.workers
 @pytest.mark.parametrize("layout", ["context", "cfg", "data"])
 def test_layouts_of_two_ranks_equal_one_worker(tiny_models, one_worker, layout):
@@ -227,3 +361,23 @@ def test_layouts_of_two_ranks_equal_one_worker(tiny_models, one_worker, layout):
     steps = [w["steps"] - b for w, b in zip(api.worker_info(), before, strict=True)]
     assert steps == ([2, 2] if layout == "data" else [4, 4]), "data: a video each; split models: both, every step"
 
+
+@pytest.mark.workers
+@pytest.mark.parametrize("layout", ["context", "cfg"])
+def test_both_experts_take_the_layout_and_equal_one_worker(tiny_models, plain_pair, layout):
+    """Context Parallel 2 gives both experts diffusers' ContextParallelConfig (frames within CP_TOLERANCE: Ulysses
+    sums attention in another order), CFG Parallel splits both experts' passes (bit-identical: each rank computes
+    whole passes). Against plain WanPipeline, which one worker equals bit for bit (the step cache test checks it)."""
+    spec = _spec(tiny_models, "tiny-wan22")
+    spec = api.context_parallel(spec, 2)[0] if layout == "context" else api.cfg_parallel(spec)[0]
+    frames = api.sample(spec, _pair_request())
+    experts = [w["experts"] for w in api.worker_info()]
+    assert len(experts) == 2 and all(set(e) == {"denoiser", "transformer_2"} for e in experts)
+    key = {"context": "context_parallel", "cfg": "cfg_split"}[layout]
+    assert [(e["denoiser"][key], e["transformer_2"][key]) for e in experts] == [(True, True)] * 2, experts
+    plain, ran = plain_pair()
+    assert ran == ["transformer", "transformer", "transformer_2"], "3 steps reach the low-noise expert"
+    if layout == "context":
+        assert np.abs(frames - plain).max() <= CP_TOLERANCE
+    else:
+        assert np.array_equal(frames, plain)

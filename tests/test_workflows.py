@@ -72,7 +72,8 @@ LORAS = {"flux1_style_lora.safetensors": ("tiny-flux", 0), "flux1_detail_lora.sa
 INPUTS = {"example.png": (64, 64), "depth.png": (48, 64)}
 # ControlNet files the workflows name -> the tiny ControlNet (backend.tiny_models.CONTROLNETS) standing in
 CONTROLNETS = {"FLUX.1-dev-ControlNet-Union-Pro.safetensors": "flux-union",
-               "controlnet-canny-sdxl-1.0.safetensors": "sdxl", "controlnet-depth-sdxl-1.0.safetensors": "sdxl"}
+               "controlnet-canny-sdxl-1.0.safetensors": "sdxl", "controlnet-depth-sdxl-1.0.safetensors": "sdxl",
+               "Z-Image-Turbo-Fun-Controlnet-Union-2.1.safetensors": "zimage"}
 # FLUX.1 Redux's files the workflows name (models/style_models, models/clip_vision) -> the tiny ones
 # (tests/file_fixtures.py flux1redux, for the tiny FLUX.1's 32-wide text)
 REDUX = {"style_models/flux1-redux-dev.safetensors": "style_models/flux1-redux-tiny.safetensors",
@@ -227,8 +228,8 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
             "data_parallel_prompts", "flux1_dev_comfyui_files", "sd35_cfg_parallel", "flux1_context_parallel",
             "flux1_dev_true_cfg", "flux1_img2img", "flux1_inpaint", "flux1_lora", "flux1_hires_fix",
             "flux1_kontext_edit", "flux1_fill_outpaint", "flux1_latent_hires_fix", "flux1_controlnet_union",
-            "sdxl_two_controlnets", "zimage_turbo_comfyui_files", "wan21_t2v", "wan21_i2v",
-            "flux1_dev_clip_text_encode", "wan22_5b_t2v_comfyui_files",
+            "sdxl_two_controlnets", "zimage_turbo_comfyui_files", "zimage_turbo_controlnet_union", "wan21_t2v",
+            "wan21_i2v", "flux1_dev_clip_text_encode", "wan22_5b_t2v_comfyui_files",
             "wan22_14b_i2v_comfyui_files", "flux1_redux"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)

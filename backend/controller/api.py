@@ -341,9 +341,10 @@ def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, st
 # ---- LoRAs
 
 def with_lora(spec: PipelineSpec, path: str, strength: float = 1.0,
-              te_strength: float = 1.0) -> tuple[PipelineSpec, str]:
-    """`spec` with one more LoRA (applied after the ones it has), checked; and the LoRAs, for the node's text."""
-    return loras.add(spec, path, strength, te_strength)
+              te_strength: float = 1.0, experts: str = "both") -> tuple[PipelineSpec, str]:
+    """`spec` with one more LoRA (applied after the ones it has; on a model of two experts, to `experts`),
+    checked; and the LoRAs, for the node's text."""
+    return loras.add(spec, path, strength, te_strength, experts)
 
 
 # ---- ControlNets

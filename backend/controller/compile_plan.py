@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from ..protocol.errors import CompileError
 from ..protocol.spec import COMPILE_BACKENDS, COMPILE_TARGETS, CompilePlan, PipelineSpec
+from . import pixels
 
 MAX_WARMUP_BATCH = 64
 _SIZE = re.compile(r"^(\d+)\s*[x×*]\s*(\d+)(?:\s*[x×*]\s*(\d+)\s*f)?(?:\s*[x×*]\s*(\d+))?$")
@@ -53,7 +54,8 @@ def compile_backend(kind: str, choice: str) -> str:
 
 def resolve_compile(spec: PipelineSpec) -> PipelineSpec:
     """`spec` with its compile plan resolved for its device (backend chosen, target adjusted for offload, the
-    adjustments said in the plan's notes); unchanged unless its mode is 'compiled'. Idempotent."""
+    adjustments said in the plan's notes, the video warm-ups whose VAE decodes in tiles); unchanged unless its mode
+    is 'compiled'. Idempotent."""
     if spec.mode != "compiled":
         return spec
     plan = spec.compile or CompilePlan()
@@ -80,4 +82,6 @@ def resolve_compile(spec: PipelineSpec) -> PipelineSpec:
         why = " (forced by offload 'model'; set offload to 'none')" if plan.target != target else ""
         raise CompileError(f"target: SD3's transformer has no repeated blocks to compile{why}. "
                            "Choose target 'whole denoiser'.")
-    return spec.with_changes(compile=replace(plan, target=target, backend=backend, notes=tuple(notes)))
+    tiled = tuple(size for size in plan.warmup if size[3] and pixels.video_tiling(spec, size[0], size[1]))
+    return spec.with_changes(compile=replace(plan, target=target, backend=backend, notes=tuple(notes),
+                                             tiled_vae=tiled))

@@ -83,11 +83,22 @@ class CompilePlan:
     warmup: tuple[tuple[int, int, int, int], ...] = ()
     snap_to_warmup: bool = False  # round a requested size to the nearest warmed-up one
     notes: tuple[str, ...] = ()  # how the controller adjusted the plan for this device, said when it applies
+    # the warm-up sizes whose video VAE decodes in tiles, as a Sample of that size does (the controller's pixel
+    # budget: controller.pixels.video_tiling), so that a warm-up decodes the way the run will
+    tiled_vae: tuple[tuple[int, int, int, int], ...] = ()
 
     def warmup_text(self) -> str:
         """'1024x1024, 832x1216x2, 832x480x81f': the warm-up sizes as the Compile node's input writes them."""
         return ", ".join(f"{w}x{h}" + (f"x{f}f" if f else "") + (f"x{b}" if b != 1 else "")
                          for w, h, b, f in self.warmup)
+
+
+# Load LoRA (TPU) on a model of two experts (Wan 2.2 A14B): the expert(s) a LoRA is written into, as an artist's
+# LoraLoaderModelOnly on the high-noise model, the low-noise one, or each; diffusers' load_lora_weights with
+# load_into_transformer_2 False / True
+LORA_EXPERTS = ("both", "high noise", "low noise")
+EXPERT_COMPONENTS = {"both": ("transformer", "transformer_2"), "high noise": ("transformer",),
+                     "low noise": ("transformer_2",)}
 
 
 @dataclass(frozen=True)
@@ -98,6 +109,7 @@ class LoraRef:
     path: str  # absolute, checked by the controller
     strength: float = 1.0  # on the denoiser (transformer or UNet)
     te_strength: float = 1.0  # on the text encoders, where the file has weights for them
+    experts: str = "both"  # a model of two experts (Wan 2.2 A14B): LORA_EXPERTS, which of them gets it
 
     @property
     def name(self) -> str:
@@ -318,6 +330,7 @@ class PipelineSpec:
         plan = data.get("compile")
         if isinstance(plan, dict):
             plan = CompilePlan(**{**plan, "warmup": tuple(tuple(s) for s in plan.get("warmup", ())),
+                                  "tiled_vae": tuple(tuple(s) for s in plan.get("tiled_vae", ())),
                                   "notes": tuple(plan.get("notes", ()))})
         source = data.get("source")
         if isinstance(source, dict):
@@ -372,10 +385,12 @@ class SampleRequest:
 
 def warmup_request(spec: PipelineSpec, width: int, height: int, batch: int, frames: int = 0) -> SampleRequest:
     """A compile warm-up: WARMUP_STEPS steps (a per-step recompile would show), CFG on where it changes shapes
-    (as these models are used), and `batch` images for every data-parallel replica, so each of them compiles."""
+    (as these models are used), and `batch` images for every data-parallel replica, so each of them compiles; a
+    video's VAE decodes as a Sample of its size would (tiled or whole)."""
     guidance = 5.0 if spec.family.cfg_doubles_batch else 3.5
+    tiled = spec.compile is not None and (width, height, batch, frames) in spec.compile.tiled_vae
     return SampleRequest(prompt="warm-up", width=width, height=height, steps=WARMUP_STEPS, guidance=guidance,
-                         batch_size=batch * spec.dp_replicas, frames=frames)
+                         batch_size=batch * spec.dp_replicas, frames=frames, tiled_vae=tiled)
 
 
 def share(n: int, replicas: int, replica: int) -> range:

@@ -9,9 +9,10 @@ kept small and in this one place. Pipelines run CFG in one of two ways (`protoco
   match one worker within 1e-4 in float32 (seen: about 1e-5).
 - "branches" (FLUX.1 true CFG, Qwen-Image, FLUX.2 klein base, Wan): a call under `cache_context("cond")`, then one under
   `cache_context("uncond")`; FLUX.1 Kontext's true CFG makes the same two calls in the same order without naming
-  them (`UNNAMED_BRANCHES`), so there the call's place in the step names it. Rank 0 computes cond, rank 1 uncond. Rank 1's cond call returns a placeholder, filled
-  in place when the two exchange their predictions during the uncond call (the pipelines do not read the
-  prediction in between; FLUX.2's slice of it is a view). Same arithmetic as one worker: bit-identical.
+  them (`UNNAMED_BRANCHES`), so there the call's place in the step names it. Rank 0 computes cond, rank 1
+  uncond. Rank 1's cond call returns a placeholder, filled in place when the two exchange their predictions
+  during the uncond call (the pipelines do not read the prediction in between; FLUX.2's and Kontext's slice of
+  it is a view). Same arithmetic as one worker: bit-identical.
 
 The split wraps the denoiser's `__call__` (not `forward`), so a compiled denoiser's graph holds no collective, and
 offload hooks and diffusers' own parallel hooks stay inside. The pipeline decides per call whether it runs two
@@ -77,9 +78,10 @@ def _output(sample: Any, return_dict: bool) -> Any:
 
 
 class CFGParallel:
-    """Splits the CFG passes of one denoiser between this rank and its CFG peer (`group`, 2 ranks)."""
+    """Splits the CFG passes of one denoiser (or of each expert of a pair: one runs per step, so they share the
+    exchange) between this rank and its CFG peer (`group`, 2 ranks)."""
 
-    def __init__(self, module: Any, passes: str, group: Any, rank: int):
+    def __init__(self, modules: tuple[Any, ...], passes: str, group: Any, rank: int):
         self.passes, self.group, self.rank = passes, group, rank
         self.active = False  # this call runs two passes (set per call by `call`)
         self.named = True  # the pipeline names its passes (else: the first call of a step is cond, the next uncond)
@@ -87,7 +89,13 @@ class CFGParallel:
         self.cond: Any = None  # rank 0: its cond prediction, until the exchange
         self.placeholder: Any = None  # rank 1: what its cond call returned, until the exchange fills it
         self.exchanges = 0  # steps whose two passes this rank and its peer split (worker info: what ran split)
-        self._install(module)
+        self.modules = modules
+        for module in modules:
+            self._install(module)
+
+    def splits(self, module: Any) -> bool:
+        """Whether `module`'s calls go through this split."""
+        return module in self.modules
 
     def _install(self, module: Any) -> None:
         """Makes `module` an instance of a subclass whose `__call__` (and `cache_context`) go through us."""

@@ -78,6 +78,28 @@ def denoiser(pipe) -> tuple[str, Any]:
     raise CompileError(f"{type(pipe).__name__} has no transformer or UNet to compile.")
 
 
+def experts(pipe) -> tuple[Any, ...]:
+    """The denoiser, and the second expert of a model of two (Wan 2.2 A14B's `transformer_2`, low noise, which the
+    pipeline switches to below its boundary): layouts, compiling and step caching treat both alike."""
+    second = getattr(pipe, "transformer_2", None)
+    return (denoiser(pipe)[1], *((second,) if second is not None else ()))
+
+
+def steps_for_every_expert(pipe, scheduler, steps: int) -> int:
+    """The fewest steps, from `steps` up, whose schedule (`scheduler`'s) reaches every expert (a compile warm-up
+    compiles what it runs): Wan 2.2 A14B's low-noise expert runs only on timesteps below boundary_ratio · 1000,
+    which 2 steps at its flow shift of 12 never reach. `steps` for a model of one denoiser."""
+    ratio = getattr(pipe.config, "boundary_ratio", None)
+    if ratio is None or getattr(pipe, "transformer_2", None) is None:
+        return steps
+    boundary = ratio * scheduler.config.num_train_timesteps
+    for n in range(steps, 1001):
+        schedule = type(scheduler).from_config(scheduler.config)
+        schedule.set_timesteps(n)
+        if bool((schedule.timesteps < boundary).any()):
+            return n
+    return steps
+
 
 def _contiguous_inputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
     """A compiled block called with contiguous tensors: Z-Image hands its blocks views (rotary tables cut out of one
@@ -130,7 +152,7 @@ class Compiler:
 
     def __init__(self, status: Callable[[str], None]):
         self.status = status
-        self.module = None  # the compiled denoiser
+        self.modules: tuple[Any, ...] = ()  # the compiled denoiser (and its second expert: `experts`)
         self._component: str | None = None  # "model/transformer (dtype, target, backend)", for the statistics
         self.applied: tuple | None = None  # (target, backend, model, dtype) it was compiled with
         self.plan: CompilePlan | None = None
@@ -141,18 +163,20 @@ class Compiler:
                        "disk_hits": 0, "disk_misses": 0}
 
     def apply(self, pipe: Any, spec: PipelineSpec, dtype_name: str) -> list[tuple[int, int, int, int]]:
-        """Compiles (or un-compiles) the denoiser of `pipe` for the spec's plan, without reloading anything;
-        returns the warm-up shapes not compiled yet (the runtime runs them and calls `warmed_up`)."""
+        """Compiles (or un-compiles) the denoiser of `pipe` (both experts of a pair) for the spec's plan, without
+        reloading anything; returns the warm-up shapes not compiled yet (the runtime runs them and calls
+        `warmed_up`)."""
         plan = spec.compile_plan()
-        name, module = denoiser(pipe)
+        name, modules = denoiser(pipe)[0], experts(pipe)
         want = None if plan is None else (plan.target, plan.backend, spec.model_path, spec.dtype)
-        if module is not self.module or want != self.applied:
+        if modules != self.modules or want != self.applied:
             self._uncompile()
             if plan is not None:
                 for note in plan.notes:
                     self.status(note)
-                self._compile(name, module, plan, spec.class_name, contiguous=bool(spec.family.prompt_step))
-                self.module = module
+                for expert, module in zip((name, "transformer_2"), modules, strict=False):
+                    self._compile(expert, module, plan, spec.class_name, contiguous=bool(spec.family.prompt_step))
+                self.modules = modules
             self.applied, self.seen, self.warmed = want, set(), set()
         self.plan = plan
         if plan is None:
@@ -183,14 +207,15 @@ class Compiler:
         self.status(f"{name} set to compile with {plan.backend} ({plan.target}); each new shape compiles once")
 
     def _uncompile(self) -> None:
-        if self.module is None:
+        if not self.modules:
             return
         import torch
 
-        for m in self.module.modules():
-            if getattr(m, "_compiled_call_impl", None) is not None:
-                m._compiled_call_impl = None  # what nn.Module.compile() set: back to eager
-        self.module = None
+        for module in self.modules:
+            for m in module.modules():
+                if getattr(m, "_compiled_call_impl", None) is not None:
+                    m._compiled_call_impl = None  # what nn.Module.compile() set: back to eager
+        self.modules = ()
         torch._dynamo.reset()
 
     def forget(self) -> None:

@@ -14,7 +14,8 @@ followed by `enable_layerwise_casting` would have it: the original fp8 weight in
 rounded to fp8 once; the fp8 originals are kept, so removal restores them exactly.
 
 Under Shard TP each rank writes its own slice of every delta, cut with diffusers' own TP helpers (so packed
-layouts come out right). Data-parallel replicas each apply the LoRAs themselves.
+layouts come out right). Data-parallel replicas each apply the LoRAs themselves. On a model of two experts (Wan
+2.2 A14B) a LoRA goes to the high-noise expert, the low-noise one or both, as its Load LoRA says (`on_experts`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 
 from ..protocol.errors import ModelError
 from ..protocol.families import PIPELINES, family_of
-from ..protocol.spec import DENOISERS, LoraRef
+from ..protocol.spec import DENOISERS, EXPERT_COMPONENTS, LoraRef
 from .storage import compute_dtype_of, compute_dtype_of_model
 
 _DOWN_KEY = re.compile(r"(lora_A|lora[._]down)\.weight$")  # one per LoRA layer, in every converted layout
@@ -366,6 +367,16 @@ def _unload(skel: Any, adapter: str) -> None:
 
 # ---- applying: the live weights rewritten in place
 
+def on_experts(layers: Resolved, experts: str) -> Resolved:
+    """A LoRA on a model of two experts (Wan 2.2 A14B): diffusers reads a Wan LoRA onto `transformer`; its layers
+    go to the experts chosen (spec.EXPERT_COMPONENTS). The experts have the same module names, so this is what
+    load_lora_weights(..., load_into_transformer_2=True) reads for the low-noise one."""
+    out = {key: layer for key, layer in layers.items() if key[0] != "transformer"}
+    for component in EXPERT_COMPONENTS[experts]:
+        out.update({(component, module): layer for (c, module), layer in layers.items() if c == "transformer"})
+    return out
+
+
 class Loras:
     """The LoRAs written into one loaded pipeline: resolved files (cached by path, size and mtime), the saved
     originals of every touched weight (host memory), and what is applied now."""
@@ -376,7 +387,7 @@ class Loras:
         self._skeleton: Any = None
         self._cache: dict[tuple, Resolved] = {}
         self._originals: dict[tuple[str, str, str], torch.Tensor] = {}  # (component, module, param) -> CPU copy
-        self._applied: tuple | None = ()  # (file key, strength, te strength) per LoRA; None: weights unknown
+        self._applied: tuple | None = ()  # (file key, strength, te strength, experts) per LoRA; None: weights unknown
         self._tp: tuple[Any, str, dict] | None = None  # (mesh, component, shard specs) of a sharded denoiser
         self.apply_s: float | None = None  # how long the last rewrite of the weights took
 
@@ -390,8 +401,10 @@ class Loras:
         if pipe is not self.pipe:
             self.forget()
             self.pipe = pipe
-        resolved = [(ref, self._resolve(ref, family)) for ref in refs]
-        want = tuple((key, ref.strength, ref.te_strength) for ref, (key, _) in resolved)
+        pair = getattr(pipe, "transformer_2", None) is not None
+        resolved = [(ref, (key, on_experts(layers, ref.experts) if pair else layers))
+                    for ref in refs for key, layers in [self._resolve(ref, family)]]
+        want = tuple((key, ref.strength, ref.te_strength, ref.experts) for ref, (key, _) in resolved)
         if want == self._applied:
             return
         started = time.perf_counter()
@@ -432,7 +445,7 @@ class Loras:
                 self._local(key).copy_(value)  # rounded to the storage dtype
         self._applied = want
         self.apply_s = time.perf_counter() - started
-        gc_keys = {key for key, _, _ in want}
+        gc_keys = {key for key, *_ in want}
         for key in list(self._cache)[: max(0, len(self._cache) - CACHE_SIZE)]:
             if key not in gc_keys:
                 del self._cache[key]
@@ -480,7 +493,7 @@ class Loras:
         target.add_(delta)
 
     def info(self) -> list[dict]:
-        return [{"file": Path(path).name, "strength": s, "te_strength": t}
-                for (path, _, _), s, t in self._applied or ()]
+        return [{"file": Path(path).name, "strength": s, "te_strength": t, "experts": e}
+                for (path, _, _), s, t, e in self._applied or ()]
 
 

@@ -141,8 +141,8 @@ def load_kwargs(spec: PipelineSpec, kind: str) -> dict[str, dict] | None:
 
     Tensor parallel: the transformer gets `parallel_config` (each rank reads only its slices of the safetensors);
     each text encoder the controller chose to shard (`spec.sharded_encoders`) gets a `distributed_config`.
-    Context parallel: the transformer gets a ContextParallelConfig (Ulysses or ring over the context ranks), and
-    diffusers adds its hooks; every split is even (Qwen-Image's prompt is padded: `even_text`).
+    Context parallel: the transformer (and a second expert, transformer_2) gets a ContextParallelConfig (Ulysses
+    or ring over the context ranks), and diffusers adds its hooks; every split is even (Qwen-Image's prompt is padded: `even_text`).
     Collective (builds the device mesh the first time): every rank must call it.
     """
     if spec.tp_degree == 1 and spec.cp_degree == 1:
@@ -158,9 +158,11 @@ def load_kwargs(spec: PipelineSpec, kind: str) -> dict[str, dict] | None:
         # and split unevenly).
         degrees = ({"ring_degree": spec.cp_degree} if spec.cp_mode == "ring" else
                    {"ulysses_degree": spec.cp_degree})
-        # wrapped in ParallelConfig: from_pretrained reads `.tensor_parallel_config` off a bare CP config
-        config = ParallelConfig(context_parallel_config=ContextParallelConfig(**degrees, mesh=mesh))
-        return {"transformer": {"parallel_config": config}}
+        # wrapped in ParallelConfig: from_pretrained reads `.tensor_parallel_config` off a bare CP config. Both
+        # experts of a pair (Wan 2.2 A14B's transformer_2) get the same layout, each its own config (diffusers
+        # sets a config up on the model it is given); a pipeline without transformer_2 never reads its entry.
+        return {name: {"parallel_config": ParallelConfig(context_parallel_config=ContextParallelConfig(
+            **degrees, mesh=mesh))} for name in ("transformer", "transformer_2")}
     extra = {"transformer": {"parallel_config": TensorParallelConfig(tp_degree=spec.tp_degree, mesh=mesh["tp"])}}
     if spec.sharded_encoders:
         from transformers.distributed import DistributedConfig

@@ -7,6 +7,7 @@ mode and the compile warm-up loop; compiling itself is the compiler's (`compiler
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import inspect
 import os
@@ -25,7 +26,7 @@ from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note,
 from . import controlnets, device, images, latents, loading, parallel, redux, storage
 from .cfg_parallel import CFGParallel, named_branches, two_passes
 from .compile_cache import CACHE_INFO
-from .compiler import Compiler, denoiser
+from .compiler import Compiler, experts, steps_for_every_expert
 from .latency import Latency
 from .lora import Loras
 from .prompt_cache import PromptCache, text_encoder_state
@@ -103,10 +104,23 @@ class Runtime:
                 "offload": self.loaded.offload if self.loaded else None,
                 "storage": self.loaded.storage if self.loaded else None,  # fp8 storage of the denoiser ("" none)
                 "device_mesh": parallel.group_mesh.cache_info().currsize > 0,  # this process built one
+                "experts": self._experts(),
                 "loras": self.loras.info(), "lora_apply_s": self.loras.apply_s,
                 "compile": {"mode": self.mode, "note": mode_note(self.kind, self.mode), **self.compiler.stats(),
                             "torch_tpu_cache": device.tpu_cache_stats(self.kind)},
                 "prompt_cache": self.prompts.stats()}
+
+    def _experts(self) -> dict[str, dict]:
+        """What each denoiser (both experts of a pair) runs under: diffusers' context-parallel config, the CFG
+        split, compiled modules, a step cache hook."""
+        if self.pipe is None:
+            return {}
+        names = ("denoiser", "transformer_2")
+        return {name: {"context_parallel": getattr(module, "_parallel_config", None) is not None,
+                       "cfg_split": self.cfg is not None and self.cfg.splits(module),
+                       "compiled": sum(getattr(m, "_compiled_call_impl", None) is not None for m in module.modules()),
+                       "step_cache": bool(getattr(module, "is_cache_enabled", False))}
+                for name, module in zip(names, experts(self.pipe), strict=False)}
 
     # ---- loading, mode, warm-up
     def prepare(self, spec: PipelineSpec) -> dict:
@@ -120,14 +134,17 @@ class Runtime:
         self.loras.apply(self.pipe, spec.loras, spec.family.name, tp)
         for i, todo in enumerate(pending := self.compiler.apply(self.pipe, spec, self.dtype_name(spec)), 1):
             w, h, b, frames = todo
+            req = warmup_request(spec, w, h, b, frames)
+            # a pair: both experts compile in the warm-up (which runs the pipeline's own scheduler)
+            steps = steps_for_every_expert(self.pipe, self.own_scheduler, req.steps)
             self.status(f"warm-up {i}/{len(pending)}: {w}x{h}" + (f"x{frames} frames" if frames else "")
-                        + f" (batch {b})")
+                        + f" (batch {b})" + (f", {steps} steps so that both experts run" if steps != req.steps else ""))
             # edit and image-to-video models need an image: a grey one of the size (reference images add their
             # own tokens)
             grey = {"image": np.full((1, h, w, 3), 0.5, np.float32)} if spec.family.needs_image else {}
             if spec.family.needs_mask:  # FLUX.1 Fill: and a mask (all of it repainted)
                 grey["mask"] = np.ones((1, h, w), np.float32)
-            self.sample(spec, warmup_request(spec, w, h, b, frames),
+            self.sample(spec, dataclasses.replace(req, steps=steps),
                         {**grey, **controlnets.warmup_arrays(spec, w, h), **redux.warmup_arrays(spec)})
             self.compiler.warmed_up(todo)
         return self.info()
@@ -157,9 +174,10 @@ class Runtime:
         pipe.vae.decoder.register_forward_pre_hook(self._count_decode)
         self.prompts.attach(pipe)
         if spec.cp_degree > 1:
-            parallel.check_even_split(denoiser(pipe)[1], spec.cp_degree)
+            for expert in experts(pipe):
+                parallel.check_even_split(expert, spec.cp_degree)
         if spec.cfg_parallel > 1:
-            self.cfg = CFGParallel(denoiser(pipe)[1], spec.family.cfg_passes, parallel.cfg_group(spec, self.kind),
+            self.cfg = CFGParallel(experts(pipe), spec.family.cfg_passes, parallel.cfg_group(spec, self.kind),
                                    spec.layout(self.rank).cfg_rank)
         self.pipe, self.loaded, self.own_scheduler = pipe, spec, pipe.scheduler
         self.loads += 1

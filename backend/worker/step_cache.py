@@ -8,7 +8,9 @@
 - taylorseer (`TaylorSeerCacheConfig`): full steps at a fixed interval, Taylor-extrapolated outputs between them
   (each block's attention; FLUX.1's and Qwen-Image's feed-forwards too: the pipeline's `taylorseer_modules`).
 - magcache (`MagCacheConfig`): skips by the model's known magnitude ratios (diffusers ships FLUX.1's).
-The last two decide by the step number alone, so every rank decides alike by construction. CFG Parallel ranks
+The last two decide by the step number alone, so every rank decides alike by construction. A model of two
+experts (Wan 2.2 A14B) gets the hook on each: the low-noise expert starts from its own first step (its first
+steps are full ones), as its outputs are its own. CFG Parallel ranks
 each run one branch under its own cache context, as one process does; Data Parallel replicas draw their own images.
 
 The hooks' state is emptied before every pipeline call (a cancelled call leaves it half-way).
@@ -25,7 +27,7 @@ from typing import Any
 import torch
 
 from ..protocol.spec import CACHE_THRESHOLDS, PipelineSpec
-from .compiler import denoiser
+from .compiler import experts
 
 
 def config(kind: str, threshold: float, steps: int, taylorseer_modules: tuple[str, ...] = ()) -> Any:
@@ -57,34 +59,36 @@ class StepCache:
 
     def __init__(self, status: Callable[[str], None]):
         self.status = status
-        self.module: Any = None
+        self.modules: tuple[Any, ...] = ()
         self.key: tuple | None = None
 
     def forget(self) -> None:
-        self.module, self.key = None, None
+        self.modules, self.key = (), None
 
     @contextlib.contextmanager
     def call(self, pipe: Any, spec: PipelineSpec, steps: int, peers: Any = None) -> Iterator[None]:
         """One pipeline call with `spec`'s step cache. `peers`: the process group of the ranks that run one
         denoiser pass together (Shard TP, Context Parallel), or None."""
-        _, module = denoiser(pipe)
+        modules = experts(pipe)
         kind = spec.step_cache
         if kind != "off" and not _names_its_calls(type(pipe)):
             self.status(f"step caching is off for this Sample: diffusers' {type(pipe).__name__} does not run its "
                         "denoiser under the cache contexts its cache hooks need.")
             kind = "off"
         key = (kind, spec.cache_threshold, steps if kind == "magcache" else 0)
-        if module is not self.module or key != self.key:
-            if getattr(module, "is_cache_enabled", False):  # the SDXL UNet has no cache hooks (no CacheMixin)
-                module.disable_cache()
-            self.module, self.key = module, None
-            if kind != "off":
-                module.enable_cache(config(kind, spec.cache_threshold, steps, spec.family.taylorseer_modules))
-                if kind == "first block" and peers is not None:
-                    _agree(module, peers)
+        if modules != self.modules or key != self.key:
+            self.modules, self.key = modules, None
+            for module in modules:  # each expert its own hook and state (one takes over from the other)
+                if getattr(module, "is_cache_enabled", False):  # the SDXL UNet has no cache hooks (no CacheMixin)
+                    module.disable_cache()
+                if kind != "off":
+                    module.enable_cache(config(kind, spec.cache_threshold, steps, spec.family.taylorseer_modules))
+                    if kind == "first block" and peers is not None:
+                        _agree(module, peers)
             self.key = key
         if kind != "off":
-            module._reset_stateful_cache()
+            for module in modules:
+                module._reset_stateful_cache()
         yield
 
 

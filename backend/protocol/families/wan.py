@@ -67,7 +67,12 @@ def configs_for(s: Shapes, kinds: frozenset[str]) -> Configs:
     return WAN21
 
 
-_VIDEO = dict(cfg_passes="branches", cp_plan=True, frame_step=4)
+# Step caches, on each expert of a pair: diffusers' first block cache knows Wan's blocks; TaylorSeer extrapolates
+# each block's self-attention, cross-attention and feed-forward (its default names match no Wan module: it would do
+# nothing). Not MagCache: diffusers 0.42 ships magnitude ratios for FLUX.1 only (each Wan expert needs its own).
+TAYLORSEER_MODULES = (r"blocks\.\d+\.(attn1|attn2|ffn)",)
+_VIDEO = dict(cfg_passes="branches", cp_plan=True, frame_step=4, step_caches=("first block", "taylorseer"),
+              taylorseer_modules=TAYLORSEER_MODULES)
 
 FAMILY = ModelFamily(
     id="wan", name="Wan",
