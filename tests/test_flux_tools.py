@@ -298,6 +298,9 @@ def test_redux_reads_comfyuis_style_model_and_clip_vision_files_and_refuses_what
                    redux_file(files, "style_models/flux1-redux-wide-tiny.safetensors"), siglip, picture())
     assert_refused(["prompt_embeds_scale", "between 0 and 10"], api.with_redux, flux, style, siglip, picture(), 11.0)
     assert_refused(["image", "IMAGE of shape"], api.with_redux, flux, style, siglip, np.zeros((2, 3)))
+    # the files loader's clip_vision (Wan's CLIP ViT) does not list the SigLIP, which only Redux reads
+    listed = listing.list_files({"clip_vision": [str(files / "redux-models" / "clip_vision")]})["clip_vision"]
+    assert listed == ["clip_vision_vit-tiny.safetensors"], listed
     assert_refused(["text", "one FluxPriorReduxPipeline call", "Batch Images"], api.with_redux, ours, style, siglip,
                    picture(), text="image only")
     assert_refused(["Context Parallel", "Remove Context Parallel"], redux.check, ours.with_changes(cp_degree=2), ref)
