@@ -16,9 +16,10 @@ CATEGORY = "TPU"
 class TPUCFGParallel:
     DESCRIPTION = ("Runs the two guidance passes of every denoising step (with and without the prompt) on two "
                    "chips at once, so one image comes about twice as fast when the model runs classifier-free "
-                   "guidance: SD3/3.5 and SDXL (guidance above 1), Qwen-Image (true CFG), FLUX.1 with true CFG "
-                   "(true_cfg_scale in Sampling Options) and FLUX.2 [klein] base. Guidance-distilled models "
-                   "(FLUX.2-dev, FLUX.1 without true CFG) run one pass and are refused or gain nothing. Same image "
+                   "guidance: SD3/3.5 and SDXL (guidance above 1), Qwen-Image (true CFG), FLUX.1 and FLUX.1 "
+                   "Kontext with true CFG (true_cfg_scale in Sampling Options) and FLUX.2 [klein] base. "
+                   "Guidance-distilled models (FLUX.2-dev, FLUX.1 Fill and Depth/Canny, FLUX.1 without true CFG) "
+                   "run one pass and are refused or gain nothing. Same image "
                    "as one chip: bit for bit for the two-branch models, within about 1e-5 for SD3/SDXL. The text "
                    "next to the node says what it does for the chosen model.")
     CATEGORY = CATEGORY
@@ -89,7 +90,8 @@ class TPUSamplingOptions:
                    "model reuses its embeddings, so a new seed, size, steps or guidance never runs the text "
                    "encoders again (same pixels). batched (off by default): the images of one prompt in one "
                    "pipeline call, faster where the chip has room, but not bit-identical to one image at a time. "
-                   "true_cfg_scale: FLUX.1's true classifier-free guidance against the negative prompt. "
+                   "true_cfg_scale: FLUX.1's (and FLUX.1 Kontext's) true classifier-free guidance against the "
+                   "negative prompt. "
                    "step_cache (off by default): skips transformer work on steps that barely change the image.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("TPU_PIPELINE",)

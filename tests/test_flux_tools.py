@@ -7,6 +7,7 @@ and gives the pixels of that pipeline run by a plain script on the same inputs a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
@@ -15,11 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from lora_fixtures import make
 
 from backend.controller import api, redux
 from backend.controller.files import assemble, listing
 from backend.protocol.errors import InputError
 from backend.protocol.spec import CONFIGS_DIR, PipelineSpec, SampleRequest
+from backend.worker import images
 
 FOX = "a red fox in the snow"
 TEXTS = ("clip_l-tiny.safetensors", "t5xxl-tiny.safetensors")
@@ -94,14 +97,25 @@ def test_each_tool_is_told_from_its_file_and_bad_inputs_are_refused_before_anyth
     assert_refused(["mask", "control image", "FLUX.1 Fill"], api.describe_inputs, depth, request(), image, mask)
     assert_refused(["denoise", "control image", "set denoise to 1"], api.describe_inputs, depth,
                    request(denoise=0.5), image)
-    assert_refused(["FLUX.1 Fill", "CFG Parallel has nothing to split"], api.cfg_parallel, fill)
+    assert_refused(["FLUX.1 Fill", "CFG Parallel has nothing to split", "FluxFillPipeline has no true CFG"],
+                   api.cfg_parallel, fill)
+    assert_refused(["FluxControlPipeline has no true CFG"], api.cfg_parallel, depth)
+    assert_refused(["does not offer it for the FLUX.1 tools"], api.context_parallel, fill, 2)
+    # CONDITIONING: FLUX.1's (the same text encoders); a negative one is unused where the pipeline has no true CFG
+    cond = [[np.zeros((1, 256, 32), np.float32), {"pooled_output": np.zeros((1, 32), np.float32), "guidance": 30.0}]]
+    notes = api.describe_inputs(fill, request(), image, mask, positive=cond, negative=cond)
+    assert "guidance 30 from the positive CONDITIONING (FluxGuidance); the guidance widget is not used" in notes
+    assert any("negative is not used: FLUX.1 Fill runs one pass per step" in n for n in notes), notes
     notes = api.describe_inputs(depth, request(), image)
     assert notes == ["control image (1) for FLUX.1 Depth/Canny: the output follows its structure; 48x32 stretched "
                      "to 32x32"]
     kontext = spec(files, "flux1-kontext-tiny.safetensors")
     assert any("Kontext resolution nearest its aspect ratio" in n for n in api.describe_inputs(kontext, request(),
                                                                                               picture(64, 64)))
-    assert "true_cfg_scale 2" in api.sampling_options(kontext, true_cfg_scale=2.0)[1]
+    assert "true_cfg_scale 2: FLUX.1 Kontext runs true CFG" in api.sampling_options(kontext, true_cfg_scale=2.0)[1]
+    # the Kontext resolution from the exact aspect (ComfyUI's FluxKontextImageScale): 79x118 is 832x1248, where
+    # FluxKontextPipeline's own pick, from the sides rounded down to 16 (64x112), would be 800x1328
+    assert (images.kontext_resolution(79, 118), images.kontext_resolution(64, 112)) == ((832, 1248), (800, 1328))
     assert_refused(["true_cfg_scale", "FLUX.1 Fill"], api.sampling_options, fill, true_cfg_scale=2.0)
 
 
@@ -112,10 +126,12 @@ def _ref_flux1(files: Path):
     return diffusers.FluxPipeline.from_pretrained(str(files / "diffusers" / "ref-flux1"), local_files_only=True)
 
 
-def plain(files: Path, tool: str, cls_name: str, req: SampleRequest, **inputs) -> np.ndarray:
+def plain(files: Path, tool: str, cls_name: str, req: SampleRequest, lora: tuple[str, float] | None = None,
+          **inputs) -> np.ndarray:
     """diffusers' own pipeline `cls_name`, built by hand from the reference folders: ref-flux1's text encoders
-    and VAE, the tool's transformer, the published dev schedule; the prompt unless `inputs` has its
-    embeddings."""
+    and VAE, the tool's transformer, the published dev schedule; `lora` (file, strength) loaded with
+    load_lora_weights and fused at that strength (what the worker's in-place LoRA equals bit for bit); the prompt
+    unless `inputs` has its embeddings."""
     import diffusers
 
     base = _ref_flux1(files)
@@ -127,47 +143,116 @@ def plain(files: Path, tool: str, cls_name: str, req: SampleRequest, **inputs) -
     parts["scheduler"] = diffusers.FlowMatchEulerDiscreteScheduler.from_pretrained(str(CONFIGS_DIR / "flux1"),
                                                                                    subfolder="scheduler")
     pipe = cls(**parts)
+    if lora:
+        pipe.load_lora_weights(lora[0])
+        pipe.fuse_lora(lora_scale=lora[1])
     with torch.inference_mode():
-        return pipe(prompt=None if "prompt_embeds" in inputs else req.prompt, height=req.height, width=req.width, num_inference_steps=req.steps,
+        return pipe(prompt=None if "prompt_embeds" in inputs else req.prompt, height=req.height, width=req.width,
+                    num_inference_steps=req.steps,
                     guidance_scale=req.guidance, generator=[torch.Generator("cpu").manual_seed(req.seed)],
                     output_type="np", **inputs).images
 
 
+REF = picture(96, 64)  # Kontext's reference: resized to ~1 megapixel by the pipeline, so its runs take one step
+ONE_STEP, FILL_REQ = request(steps=1), request(width=48, guidance=30.0)
+TRUE_CFG = request(steps=1, negative_prompt="blurry")
+
+
+@pytest.fixture(scope="module")
+def one_worker(files) -> dict[str, np.ndarray]:
+    """Each tool's pixels on one worker: what diffusers' pipelines are held to, and the layouts after."""
+    image, mask = outpainting()
+    kontext = spec(files, "flux1-kontext-tiny.safetensors")
+    true_cfg, _ = api.sampling_options(kontext, true_cfg_scale=2.0)
+    return {"kontext": api.sample(kontext, ONE_STEP, image=REF),
+            "kontext_true_cfg": api.sample(true_cfg, TRUE_CFG, image=REF),
+            "fill": api.sample(spec(files, "flux1-fill-tiny.safetensors"), FILL_REQ, image=image, mask=mask),
+            "depth": api.sample(spec(files, "flux1-depth-tiny.safetensors"), request(), image=picture())}
+
+
+def conditioning(files: Path) -> list:
+    """ref-flux1's own embeddings of FOX (the tools' text encoders) as ComfyUI's CONDITIONING."""
+    with torch.no_grad():
+        embeds, pooled, _ = _ref_flux1(files).encode_prompt(FOX, None, max_sequence_length=512)
+    return [[embeds.numpy(), {"pooled_output": pooled.numpy()}]]
+
+
 @pytest.mark.workers
-def test_kontext_fill_and_depth_give_diffusers_own_pixels_compiled_and_on_two_replicas(files):
+def test_the_tools_give_diffusers_own_pixels_with_loras_conditioning_compiled_and_on_two_replicas(files, one_worker,
+                                                                                                   tmp_path):
+    """Bit for bit against diffusers' own pipelines: text, a FLUX.1 LoRA (load_lora_weights, fused) on Kontext
+    and Fill, the pipelines' own embeddings as CONDITIONING; compiled Kontext within 1e-5; Fill on two replicas."""
     import PIL.Image
 
-    req = request()
     # Kontext: Sample's image is the reference (resized by the pipeline to its resolution), the output Sample's size
-    ref, one_step = picture(96, 64), request(steps=1)  # the reference has ~1 megapixel: one step is enough
-    ours = api.sample(spec(files, "flux1-kontext-tiny.safetensors"), one_step, image=ref)
-    pil = PIL.Image.fromarray((ref[0] * 255).round().astype(np.uint8))
-    want_kontext = plain(files, "kontext", "FluxKontextPipeline", one_step, image=pil, max_area=32 * 32)
-    assert ours.shape == (1, 32, 32, 3) and np.array_equal(ours, want_kontext)
+    pil = PIL.Image.fromarray((REF[0] * 255).round().astype(np.uint8))
+    want_kontext = plain(files, "kontext", "FluxKontextPipeline", ONE_STEP, image=pil, max_area=32 * 32)
+    assert one_worker["kontext"].shape == (1, 32, 32, 3) and np.array_equal(one_worker["kontext"], want_kontext)
+    assert np.array_equal(one_worker["kontext_true_cfg"], plain(
+        files, "kontext", "FluxKontextPipeline", TRUE_CFG, image=pil, max_area=32 * 32, true_cfg_scale=2.0,
+        negative_prompt=TRUE_CFG.negative_prompt))
     # Fill: outpainting a padded picture, as Pad Image for Outpainting gives it
     image, mask = outpainting()
-    fill_req = request(width=48, guidance=30.0)
-    filled = api.sample(spec(files, "flux1-fill-tiny.safetensors"), fill_req, image=image, mask=mask)
-    want = plain(files, "fill", "FluxFillPipeline", fill_req, image=image, mask_image=mask[..., None])
-    assert filled.shape == (1, 32, 48, 3) and np.array_equal(filled, want)
+    want = plain(files, "fill", "FluxFillPipeline", FILL_REQ, image=image, mask_image=mask[..., None])
+    assert one_worker["fill"].shape == (1, 32, 48, 3) and np.array_equal(one_worker["fill"], want)
     # Depth/Canny: Sample's image is the control image
-    control = picture()
-    ours = api.sample(spec(files, "flux1-depth-tiny.safetensors"), req, image=control)
-    assert np.array_equal(ours, plain(files, "depth", "FluxControlPipeline", req, control_image=control))
-    # compiled: a Kontext reference adds its tokens at the Kontext resolution nearest its aspect (its sides rounded
-    # down to 16 first), so another picture of that aspect reuses the graph
-    kontext = spec(files, "flux1-kontext-tiny.safetensors")
+    want = plain(files, "depth", "FluxControlPipeline", request(), control_image=picture())
+    assert np.array_equal(one_worker["depth"], want)
+    # CONDITIONING (CLIP Text Encode with FLUX.1's encoders) in place of the prompt: the text path's pixels
+    cond, no_text = conditioning(files), request(prompt="")
+    kontext, fill = spec(files, "flux1-kontext-tiny.safetensors"), spec(files, "flux1-fill-tiny.safetensors")
+    depth = spec(files, "flux1-depth-tiny.safetensors")
+    assert np.array_equal(api.sample(depth, no_text, image=picture(), positive=cond), one_worker["depth"])
+    assert np.array_equal(api.sample(fill, dataclasses.replace(FILL_REQ, prompt=""), image=image, mask=mask,
+                                     positive=cond), one_worker["fill"])
+    # (Kontext from text alone here and for the LoRA below: its reference costs a 1-megapixel VAE encode per run)
+    kontext_text = api.sample(kontext, request())
+    assert np.array_equal(api.sample(kontext, no_text, positive=cond), kontext_text)
+    # a FLUX.1 LoRA (made for FLUX.1 [dev]'s shapes) on Kontext and Fill: diffusers' load_lora_weights, fused
+    lora = str(make(files / "diffusers", "ref-flux1", "diffusers", tmp_path, seed=7)[0])
+    got = api.sample(api.with_lora(kontext, lora, 0.8)[0], request())
+    want = plain(files, "kontext", "FluxKontextPipeline", request(), lora=(lora, 0.8), max_area=32 * 32)
+    assert np.array_equal(got, want) and not np.array_equal(got, kontext_text)
+    got = api.sample(api.with_lora(fill, lora, 0.8)[0], FILL_REQ, image=image, mask=mask)
+    want = plain(files, "fill", "FluxFillPipeline", FILL_REQ, lora=(lora, 0.8), image=image,
+                 mask_image=mask[..., None])
+    assert np.array_equal(got, want) and not np.array_equal(got, one_worker["fill"])
+    # compiled: a Kontext reference adds its tokens at the Kontext resolution nearest its exact aspect, so another
+    # picture of that aspect reuses the graph, even one whose sides rounded down to 16 first (FluxKontextPipeline's
+    # own pick) would give 800x1328 instead of 832x1248
     compiled, _ = api.with_compile(kontext, "whole denoiser", "eager", "")
-    first = api.sample(compiled, one_step, image=ref)
-    assert np.abs(first - want_kontext).max() <= 1e-5
+    assert np.abs(api.sample(compiled, ONE_STEP, image=REF) - want_kontext).max() <= 1e-5
     before = api.compile_stats()
-    api.sample(compiled, one_step, image=picture(144, 96)[..., ::-1].copy())
+    api.sample(compiled, ONE_STEP, image=picture(118, 79)[..., ::-1].copy())
     after = api.compile_stats()
     assert after["graphs"] == before["graphs"] and after["unexpected_recompiles"] == 0, (before, after)
     # two data-parallel replicas: the image and mask reach both, and each image is the one one worker draws
-    two, _ = api.replicate(spec(files, "flux1-fill-tiny.safetensors"), 2)
-    batch = api.sample(two, request(width=48, guidance=30.0, batch_size=2), image=image, mask=mask)
-    assert np.array_equal(batch[:1], filled) and not np.array_equal(batch[0], batch[1])
+    two, _ = api.replicate(fill, 2)
+    batch = api.sample(two, dataclasses.replace(FILL_REQ, batch_size=2), image=image, mask=mask)
+    assert np.array_equal(batch[:1], one_worker["fill"]) and not np.array_equal(batch[0], batch[1])
+
+
+@pytest.mark.workers
+def test_shard_tp_and_cfg_parallel_equal_one_worker(files, one_worker):
+    """Shard TP 2: diffusers' FLUX.1 plan shards the blocks' projections and replicates the rest (x_embedder, which
+    reads the tools' mask or control channels, included), so the tools shard as FLUX.1 does; a sharded matmul sums
+    in another order, hence the FLUX.1 TP tests' tolerance, 1e-4 in float32 (tests/test_parallel.py). CFG
+    Parallel on Kontext's true CFG (two unnamed passes, split by their order): the same arithmetic, bit for bit."""
+    image, mask = outpainting()
+    # Kontext: the reference's tokens beside the latents'; Fill and Depth/Canny: the condition in the input channels
+    cases = (("flux1-kontext-tiny.safetensors", ONE_STEP, {"image": REF}, "kontext"),
+             ("flux1-fill-tiny.safetensors", FILL_REQ, {"image": image, "mask": mask}, "fill"),
+             ("flux1-depth-tiny.safetensors", request(), {"image": picture()}, "depth"))
+    for model, req, inputs, name in cases:
+        sharded, text = api.shard(spec(files, model), 2)
+        assert "sharded over 2 chips" in text
+        got = api.sample(sharded, req, **inputs)
+        assert np.abs(got - one_worker[name]).max() <= 1e-4, name
+    kontext, _ = api.sampling_options(spec(files, "flux1-kontext-tiny.safetensors"), true_cfg_scale=2.0)
+    split, text = api.cfg_parallel(kontext)
+    assert "FLUX.1 Kontext runs two passes per step only with true CFG" in text
+    assert np.array_equal(api.sample(split, TRUE_CFG, image=REF), one_worker["kontext_true_cfg"])
+    assert [w["cfg_exchanges"] for w in api.worker_info()] == [1, 1], "the one step's two passes ran split"
 
 
 def redux_file(files: Path, name: str) -> str:
@@ -213,6 +298,9 @@ def test_redux_reads_comfyuis_style_model_and_clip_vision_files_and_refuses_what
                    redux_file(files, "style_models/flux1-redux-wide-tiny.safetensors"), siglip, picture())
     assert_refused(["prompt_embeds_scale", "between 0 and 10"], api.with_redux, flux, style, siglip, picture(), 11.0)
     assert_refused(["image", "IMAGE of shape"], api.with_redux, flux, style, siglip, np.zeros((2, 3)))
+    # the files loader's clip_vision (Wan's CLIP ViT) does not list the SigLIP, which only Redux reads
+    listed = listing.list_files({"clip_vision": [str(files / "redux-models" / "clip_vision")]})["clip_vision"]
+    assert listed == ["clip_vision_vit-tiny.safetensors"], listed
     assert_refused(["text", "one FluxPriorReduxPipeline call", "Batch Images"], api.with_redux, ours, style, siglip,
                    picture(), text="image only")
     assert_refused(["Context Parallel", "Remove Context Parallel"], redux.check, ours.with_changes(cp_degree=2), ref)

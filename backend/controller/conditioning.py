@@ -76,7 +76,7 @@ def apply(spec: PipelineSpec, req: SampleRequest, positive: Sequence | None,
         notes.append("prompt and negative_prompt are not used: the positive CONDITIONING replaces them")
     guidance = req.guidance
     if "guidance" in extras:
-        if family.guidance_arg == "guidance_scale" and family.cfg_passes == "branches":  # FLUX.1's embedded guidance
+        if mapping.guidance:  # FLUX.1's embedded guidance
             guidance = float(extras["guidance"])
             notes.append(f"guidance {guidance:g} from the positive CONDITIONING (FluxGuidance); the guidance "
                          "widget is not used")
@@ -87,7 +87,10 @@ def apply(spec: PipelineSpec, req: SampleRequest, positive: Sequence | None,
     two_passes = family.cfg_passes == "batch" and guidance > family.cfg_above
     if negative is not None:
         neg_embeds, neg_pooled, _ = _entry("negative", negative, widths, spec, mapping)
-        if family.cfg_passes == "branches" and spec.true_cfg_scale <= 1:
+        if not family.cfg_passes:
+            notes.append(f"negative is not used: {family.name} runs one pass per step (diffusers' {family.class_name} "
+                         "has no negative prompt)")
+        elif family.cfg_passes == "branches" and spec.true_cfg_scale <= 1:
             notes.append(f"negative is not used: {family.name} runs one pass per step unless Sampling Options' "
                          "true_cfg_scale is above 1")
         elif family.cfg_passes == "batch" and not two_passes:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..protocol import settings
 from ..protocol.errors import ParallelError
-from ..protocol.families import PIPELINES
+from ..protocol.families import PIPELINES, flux1
 from ..protocol.spec import CP_MODES, PipelineSpec
 from . import capacity, components, hosts, offload
 from .capacity import Capacity, or_list, replica_counts, tp_degrees
@@ -279,8 +279,8 @@ def plan_cfg(spec: PipelineSpec) -> tuple[PipelineSpec, str]:
         what = (f"{family.name} runs CFG as one denoiser call on a doubled batch: each of 2 ranks runs half of it "
                 f"(guidance above {family.cfg_above:g}; at {family.cfg_above:g} or below both run the whole call). "
                 "Images match one chip within about 1e-5 (halved batches round differently).")
-    elif spec.class_name == "FluxPipeline":
-        what = ("FLUX.1 runs two passes per step only with true CFG: set true_cfg_scale above 1 in Sampling "
+    elif spec.class_name in ("FluxPipeline", "FluxKontextPipeline"):
+        what = (f"{family.name} runs two passes per step only with true CFG: set true_cfg_scale above 1 in Sampling "
                 "Options and give a negative prompt (the empty one counts). Rank 0 runs the prompt's pass, rank 1 "
                 "the negative prompt's: the same image as one chip, bit for bit.")
     else:
@@ -297,11 +297,13 @@ def check_cfg(spec: PipelineSpec) -> None:
         raise ParallelError(f"cfg_parallel: {spec.cfg_parallel} ranks is not supported; CFG has two passes, so "
                             "CFG Parallel uses 2 ranks (or remove the node).")
     if not family.cfg_passes or _distilled_klein(spec):
+        why = (f" (diffusers' {spec.class_name} has no true CFG: no negative prompt or true_cfg_scale)"
+               if spec.class_name in (flux1.FILL, flux1.CONTROL) else "")
         raise ParallelError(
             f"pipeline: '{name}' is a {family.name} model ({spec.class_name}) with guidance distilled into the "
-            "model: it runs one denoiser pass per step, so CFG Parallel has nothing to split. It applies to "
-            "models that run two passes per step: SD3, SDXL, Qwen-Image, FLUX.1 with true CFG and FLUX.2 "
-            "[klein] base models. Remove CFG Parallel; Shard TP or Context Parallel split one pass.")
+            f"model: it runs one denoiser pass per step{why}, so CFG Parallel has nothing to split. It applies to "
+            "models that run two passes per step: SD3, SDXL, Qwen-Image, FLUX.1 and FLUX.1 Kontext with true CFG "
+            "and FLUX.2 [klein] base models. Remove CFG Parallel; Shard TP or Context Parallel split one pass.")
 
 
 def plan_cp(spec: PipelineSpec, degree: int, mode: str) -> tuple[PipelineSpec, str]:
@@ -349,9 +351,13 @@ def check_cp(spec: PipelineSpec) -> None:
     if degree == 1:
         return
     if not family.cp_plan:
+        why = ("(FLUX.1's) has a context-parallel plan in diffusers, but the pack does not offer it for the FLUX.1 "
+               "tools yet (untested with Kontext's reference tokens and Fill's and Depth/Canny's condition "
+               "channels)" if spec.class_name in flux1.TOOL_NAMES else
+               "has no context-parallel plan in diffusers, so its sequence cannot be split")
         raise ParallelError(
-            f"pipeline: '{name}' is a {family.name} model ({spec.class_name}), whose transformer has no "
-            f"context-parallel plan in diffusers, so its sequence cannot be split. Models that can: "
+            f"pipeline: '{name}' is a {family.name} model ({spec.class_name}), whose transformer {why}. "
+            "Models that can: "
             f"{', '.join(families_with('cp_plan'))}. Remove Context Parallel; for a model that runs CFG, CFG "
             "Parallel splits its two passes instead.")
     if spec.tp_degree > 1:

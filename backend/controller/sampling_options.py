@@ -25,7 +25,7 @@ def plan_sampling(spec: PipelineSpec, prompt_cache: bool, batched: bool, true_cf
               "another." if spec.batched else
               "batched off: one call per image, so any image can be reproduced alone with any replica count.")]
     if spec.true_cfg_scale > 1:
-        lines.append(f"true_cfg_scale {spec.true_cfg_scale:g}: FLUX.1 runs true CFG against the negative prompt "
+        lines.append(f"true_cfg_scale {spec.true_cfg_scale:g}: {spec.family.name} runs true CFG against the negative prompt "
                      "(two passes per step; CFG Parallel splits them).")
     if cached := step_caching.describe(spec):
         lines.append(cached)

@@ -8,9 +8,11 @@ kept small and in this one place. Pipelines run CFG in one of two ways (`protoco
   are gathered, so both ranks hold the whole prediction and take the same guidance and scheduler step. Half a batch is not bit-identical to the doubled batch (batched matmuls differ in the last bits): images
   match one worker within 1e-4 in float32 (seen: about 1e-5).
 - "branches" (FLUX.1 true CFG, Qwen-Image, FLUX.2 klein base, Wan): a call under `cache_context("cond")`, then one under
-  `cache_context("uncond")`. Rank 0 computes cond, rank 1 uncond. Rank 1's cond call returns a placeholder, filled
-  in place when the two exchange their predictions during the uncond call (the pipelines do not read the
-  prediction in between; FLUX.2's slice of it is a view). Same arithmetic as one worker: bit-identical.
+  `cache_context("uncond")`; FLUX.1 Kontext's true CFG makes the same two calls in the same order without naming
+  them (`UNNAMED_BRANCHES`), so there the call's place in the step names it. Rank 0 computes cond, rank 1
+  uncond. Rank 1's cond call returns a placeholder, filled in place when the two exchange their predictions
+  during the uncond call (the pipelines do not read the prediction in between; FLUX.2's and Kontext's slice of
+  it is a view). Same arithmetic as one worker: bit-identical.
 
 The split wraps the denoiser's `__call__` (not `forward`), so a compiled denoiser's graph holds no collective, and
 offload hooks and diffusers' own parallel hooks stay inside. The pipeline decides per call whether it runs two
@@ -28,6 +30,9 @@ from typing import Any
 
 # The denoiser arguments that carry a ControlNet's residuals: a list (tuple) of tensors, each on the doubled batch
 CONTROLNET_RESIDUALS = ("down_block_additional_residuals", "block_controlnet_hidden_states")
+# Pipelines whose true CFG calls the denoiser for the prompt, then for the negative prompt, each step, without a
+# cache_context (diffusers 0.42.1): the first call of a step is "cond", the next "uncond"
+UNNAMED_BRANCHES = ("FluxKontextPipeline",)
 
 
 def two_passes(pipe: Any, passes: str, kwargs: dict, cfg_above: float = 1.0) -> bool:
@@ -35,7 +40,7 @@ def two_passes(pipe: Any, passes: str, kwargs: dict, cfg_above: float = 1.0) -> 
     guidance above `cfg_above`, spec.Family's)."""
     if passes == "batch":  # SD3, SDXL, Z-Image: do_classifier_free_guidance
         return kwargs.get("guidance_scale", 0) > cfg_above
-    if passes != "branches" or "cache_context" not in _call_source(type(pipe)):
+    if passes != "branches" or not (named_branches(pipe) or type(pipe).__name__ in UNNAMED_BRANCHES):
         return False  # (FLUX.1's image-to-image and inpainting pipelines run true CFG without naming the branches)
     if "true_cfg_scale" in kwargs:  # FLUX.1, Qwen-Image: true CFG needs a negative prompt (or its embeddings)
         negative = kwargs.get("negative_prompt") is not None or kwargs.get("negative_prompt_embeds") is not None
@@ -44,9 +49,14 @@ def two_passes(pipe: Any, passes: str, kwargs: dict, cfg_above: float = 1.0) -> 
     return kwargs.get("guidance_scale", 0) > 1 and not getattr(pipe.config, "is_distilled", False)
 
 
+def named_branches(pipe: Any) -> bool:
+    """The pipeline names its CFG passes (cache_context "cond" / "uncond")."""
+    return "cache_context" in _call_source(type(pipe))
+
+
 @functools.cache
 def _call_source(cls: type) -> str:
-    """The pipeline class's __call__ source: the branches can be split only where it names them (cache_context)."""
+    """The pipeline class's __call__ source: the branches can be split where it names them (cache_context)."""
     return inspect.getsource(cls.__call__)
 
 
@@ -74,9 +84,11 @@ class CFGParallel:
     def __init__(self, modules: tuple[Any, ...], passes: str, group: Any, rank: int):
         self.passes, self.group, self.rank = passes, group, rank
         self.active = False  # this call runs two passes (set per call by `call`)
+        self.named = True  # the pipeline names its passes (else: the first call of a step is cond, the next uncond)
         self.branch: str | None = None  # the cache_context the pipeline is in
         self.cond: Any = None  # rank 0: its cond prediction, until the exchange
         self.placeholder: Any = None  # rank 1: what its cond call returned, until the exchange fills it
+        self.exchanges = 0  # steps whose two passes this rank and its peer split (worker info: what ran split)
         self.modules = modules
         for module in modules:
             self._install(module)
@@ -107,13 +119,14 @@ class CFGParallel:
         module.__class__ = type(base.__name__, (base,), attrs)
 
     @contextlib.contextmanager
-    def call(self, active: bool) -> Iterator[None]:
-        """One pipeline call; `active` when it runs two passes per step (else both ranks run it whole)."""
-        self.active = active
+    def call(self, active: bool, named: bool = True) -> Iterator[None]:
+        """One pipeline call; `active` when it runs two passes per step (else both ranks run it whole); `named`
+        when the pipeline names them (cache_context), else they come in order, cond then uncond."""
+        self.active, self.named = active, named
         try:
             yield
         finally:
-            self.active, self.branch, self.cond, self.placeholder = False, None, None, None
+            self.active, self.named, self.branch, self.cond, self.placeholder = False, True, None, None, None
 
     def check_step(self) -> None:
         """At a step's end: an exchange left half done means the pipeline ran one branch only."""
@@ -127,13 +140,18 @@ class CFGParallel:
             return call(*args, **kwargs)
         if self.passes == "batch":
             return self._batch(call, args, kwargs)
-        if self.branch in ("cond", "uncond"):
-            return self._branches(call, args, kwargs)
+        branch = self.branch
+        if not self.named:  # the second call of a step is the one that finds an exchange half done
+            branch = "uncond" if self.cond is not None or self.placeholder is not None else "cond"
+        if branch in ("cond", "uncond"):
+            return self._branches(call, args, kwargs, branch)
         return call(*args, **kwargs)
 
     def _gather(self, local: Any) -> list[Any]:
         import torch
         import torch.distributed as dist
+
+        self.exchanges += 1
 
         local = local.contiguous()
         parts = [torch.empty_like(local) for _ in range(2)]
@@ -167,11 +185,11 @@ class CFGParallel:
             return _like(out, [*torch.cat(self._gather(torch.stack(sample))).unbind(0)])
         return _like(out, torch.cat(self._gather(sample)))
 
-    def _branches(self, call: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    def _branches(self, call: Callable[..., Any], args: tuple, kwargs: dict, branch: str) -> Any:
         import torch
 
         return_dict = kwargs.get("return_dict", True)
-        if self.branch == "cond":
+        if branch == "cond":
             if self.rank == 0:
                 out = call(*args, **kwargs)
                 self.cond = _sample(out)

@@ -25,7 +25,7 @@ CONTROL = "control"  # Sample's image as the control image (FLUX.1 Depth/Canny)
 _FLOOR_STRENGTH = ("StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline",
                    "StableDiffusionXLControlNetImg2ImgPipeline", "StableDiffusionXLControlNetInpaintPipeline",
                    "StableDiffusionXLControlNetUnionImg2ImgPipeline", "StableDiffusionXLControlNetUnionInpaintPipeline")
-_SINGLE_REFERENCE = ("QwenImageEditPipeline", "FluxKontextPipeline")  # take one image, not a list
+_SINGLE_REFERENCE = ("QwenImageEditPipeline",)  # takes one image, not a list (and Kontext: below)
 
 
 def task(family: Pipeline, arrays: dict, denoise: float = 1.0) -> str:
@@ -150,13 +150,33 @@ def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req
     if kind == START:  # the video's first frame, at its size (the CLIP vision encoder sees its centre square)
         kwargs["image"] = pil(fit(images[index % len(images)], width, height))
     if kind == REFERENCE:
-        if type(pipe).__name__ in _SINGLE_REFERENCE:
+        if type(pipe).__name__ == "FluxKontextPipeline":
+            kwargs["image"] = kontext_reference(pipe, pil(images[index % len(images)]))
+        elif type(pipe).__name__ in _SINGLE_REFERENCE:
             kwargs["image"] = pil(images[index % len(images)])
         else:
             kwargs["image"] = [pil(image) for image in images]
     for name in ("width", "height", "strength"):  # Z-Image's ControlNet inpainting takes no strength (denoise 1)
         if name not in params:
             kwargs.pop(name, None)
+
+
+def kontext_resolution(width: int, height: int) -> tuple[int, int]:
+    """The Kontext resolution (width, height) nearest the picture's exact aspect ratio, as ComfyUI's
+    FluxKontextImageScale picks it. FluxKontextPipeline picks from the sides rounded down to 16 first, so pictures
+    of one aspect could get different resolutions (a compiled graph each), and one under 16 pixels fails."""
+    from diffusers.pipelines.flux.pipeline_flux_kontext import PREFERRED_KONTEXT_RESOLUTIONS
+
+    _, w, h = min((abs(width / height - w / h), w, h) for w, h in PREFERRED_KONTEXT_RESOLUTIONS)
+    return w, h
+
+
+def kontext_reference(pipe: Any, picture: Any) -> Any:
+    """The reference resized by the pipeline's own resize (Lanczos, stretched) to `kontext_resolution`: the
+    pipeline then picks that resolution itself and its resize changes nothing; where both picks agree (sides of
+    16 or more, rounding that keeps the nearest aspect) the pixels are those of the pipeline given the picture."""
+    width, height = kontext_resolution(*picture.size)
+    return pipe.image_processor.resize(picture, height, width)
 
 
 def input_latent(arrays: dict, index: int) -> np.ndarray:

@@ -24,7 +24,7 @@ from ..protocol.families.text_encoders import TOKENIZER_LAYOUTS
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
 from . import controlnets, device, images, latents, loading, parallel, redux, storage
-from .cfg_parallel import CFGParallel, two_passes
+from .cfg_parallel import CFGParallel, named_branches, two_passes
 from .compile_cache import CACHE_INFO
 from .compiler import Compiler, experts, steps_for_every_expert
 from .latency import Latency
@@ -97,6 +97,7 @@ class Runtime:
     def info(self) -> dict:
         return {"rank": self.rank, "pid": os.getpid(), "device": str(self.device), "loads": self.loads,
                 "samples": self.samples, "steps": self.steps, "vae_decodes": self.vae_decodes,
+                "cfg_exchanges": self.cfg.exchanges if self.cfg is not None else 0,  # CFG Parallel's split passes
                 "threads": torch.get_num_threads(),  # CPU pixels agree bit for bit only at equal thread counts
                 "model": self.loaded.model_path if self.loaded else None,
                 "dtype": str(self.pipe.dtype).replace("torch.", "") if self.pipe is not None else None,
@@ -369,7 +370,7 @@ class Runtime:
                         "or no true CFG), or its passes cannot be split (FLUX.1 image to image and inpainting), so both ranks "
                         "compute it whole; raise the guidance (FLUX.1: true_cfg_scale in Sampling Options) to split "
                         "it.")
-        return self.cfg.call(active)
+        return self.cfg.call(active, named=named_branches(pipe))
 
     def should_stop(self) -> bool:
         """The controller asked to stop; with a sharded model, agreed by all its ranks at the same step."""

@@ -24,7 +24,8 @@ class Part:
     """One model inside a file: a denoiser, a VAE, a text encoder or a CLIP vision encoder."""
 
     role: str  # "diffusion_model" | "vae" | "text_encoder" | "clip_vision"
-    kind: str  # denoiser: family id; vae: vaes.KINDS key; text encoder: text_encoders.recognise's kinds
+    kind: str  # denoiser: family id; vae: vaes.KINDS key; text encoder: text_encoders.recognise's kinds;
+    # clip_vision: "clip-vision" (a CLIP ViT) or "siglip"
     prefix: str
     shapes: dict[str, tuple[int, ...]] = field(repr=False)
 
@@ -59,8 +60,8 @@ class Contents:
             return self.denoiser is not None
         if role == "vae":
             return self.vae is not None
-        if role == "clip_vision":
-            return self.image_encoder is not None
+        if role == "clip_vision":  # Wan's CLIP ViT; a SigLIP (Redux's) is for Apply Redux (TPU) only
+            return self.image_encoder is not None and self.image_encoder.kind == "clip-vision"
         return any(p.kind in USED_TEXT_KINDS for p in self.text_encoders) and self.denoiser is None
 
     def describe(self) -> str:
@@ -72,6 +73,9 @@ class Contents:
         if self.text_encoders:
             p = self.text_encoders[0]
             return f"it is a {short_name(p.kind)} text encoder ({p.width} wide)"
+        if self.image_encoder is not None and self.image_encoder.kind == "siglip":
+            return (f"it is a SigLIP vision encoder ({self.image_encoder.width} wide), which FLUX.1 Redux reads: "
+                    "choose it in Apply Redux (TPU)")
         if self.image_encoder is not None:
             return f"it is a CLIP vision encoder ({self.image_encoder.width} wide)"
         if any(k.startswith(("input_blocks.", "model.diffusion_model.input_blocks.")) for k in self.header.shapes):
@@ -120,7 +124,8 @@ def contents(header: Header) -> Contents:
         if kind is not None:
             texts.append(Part("text_encoder", kind, "", dict(header.shapes)))
         elif image_encoders.recognise(header.shapes):
-            return Contents(header, image_encoder=Part("clip_vision", "clip-vision", "", dict(header.shapes)))
+            kind = "siglip" if image_encoders.is_siglip(header.shapes) else "clip-vision"
+            return Contents(header, image_encoder=Part("clip_vision", kind, "", dict(header.shapes)))
     return Contents(header, denoiser, vae, tuple(texts))
 
 

@@ -39,8 +39,13 @@ def _listed(items: list[str], last: str = " and ") -> str:
 
 
 def conditioned_names() -> str:
-    """'FLUX.1, SD3 and SDXL': the pipelines Sample's CONDITIONING inputs map onto."""
-    return _listed(list(dict.fromkeys(p.name for p in PIPELINES.values() if p.embeddings)))
+    """'FLUX.1, SD3 and SDXL': the families Sample's CONDITIONING inputs map onto, each by its text-to-image
+    pipeline's name (FLUX.1's tools share FLUX.1's text encoders)."""
+    first = {}
+    for p in PIPELINES.values():
+        if p.embeddings:
+            first.setdefault(p.family, p.name)
+    return _listed(list(first.values()))
 
 
 def single_file_names() -> str:

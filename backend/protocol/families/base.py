@@ -25,6 +25,7 @@ class Embeddings:
     widths: Callable[[dict], tuple[int, int]]
     length: int  # tokens of the pack's own text path: shorter conditionings are padded to it
     chunks: int = 1  # longer ones are padded to a multiple of `length`, up to this many (SDXL's 77-token chunks)
+    guidance: bool = False  # FluxGuidance's value is the pipeline's guidance (FLUX.1's embedded guidance)
 
 
 @dataclass(frozen=True)

@@ -61,9 +61,10 @@ def tool(sizes: dict, file_name: str, kontext: str) -> str:
     return KONTEXT if kontext == "on" or named else "FluxPipeline"
 
 
-KONTEXT_RESIZE = ("the reference is resized to the Kontext resolution nearest its aspect ratio (about 1 megapixel, "
-                  "as FluxKontextPipeline and ComfyUI's FluxKontextImageScale do); input image i goes with image i "
-                  "of the run (cycling)")
+KONTEXT_RESIZE = ("the reference is stretched to the Kontext resolution nearest its aspect ratio (about 1 megapixel, "
+                  "as FluxKontextPipeline does; the resolution ComfyUI's FluxKontextImageScale picks, which crops "
+                  "instead), so pictures of one aspect share a compiled graph; input image i goes with image i of "
+                  "the run (cycling)")
 TOOL_NAMES = {FILL: "Fill", CONTROL: "Depth/Canny", KONTEXT: "Kontext"}
 TOOL_NOTES = {
     FILL: "FLUX.1 Fill: repaints the white part of Sample's mask in Sample's image (inpainting; outpainting with "
@@ -120,7 +121,7 @@ TAYLORSEER_MODULES = (r"transformer_blocks\.\d+\.(attn|ff|ff_context)", r"single
 # ComfyUI's FLUX conditioning: T5-XXL's last hidden states (its tokenizer pads to 256 tokens), pooled = CLIP-L's
 # pooled output without projection (comfy/text_encoders/flux.py): diffusers' prompt_embeds and pooled_prompt_embeds
 EMBEDDINGS = Embeddings("CLIP-L and T5-XXL (DualCLIPLoader, type flux)",
-                        lambda c: (c["joint_attention_dim"], c["pooled_projection_dim"]), length=512)
+                        lambda c: (c["joint_attention_dim"], c["pooled_projection_dim"]), length=512, guidance=True)
 
 FAMILY = ModelFamily(
     id="flux1", name="FLUX.1",
@@ -130,14 +131,18 @@ FAMILY = ModelFamily(
                         img2img="FluxImg2ImgPipeline", inpaint="FluxInpaintPipeline",
                         step_caches=("first block", "taylorseer", "magcache"), taylorseer_modules=TAYLORSEER_MODULES,
                         controlnets=(CONTROLNETS,), embeddings=EMBEDDINGS, redux=True),
-               # The FLUX.1 tools: one pass per step (guidance-distilled; Kontext's true CFG does not name its
-               # branches, so CFG Parallel cannot split it); the image inputs as the pipelines take them
-               Pipeline(KONTEXT, "FLUX.1 Kontext", 2, "guidance_scale", True, sigmas="unless flow sigmas",
-                        references=True, image_note=KONTEXT_RESIZE, redux=True),
+               # The FLUX.1 tools, with FLUX.1's text encoders (so its CONDITIONING) and the image inputs as the
+               # pipelines take them. Kontext runs true CFG as FLUX.1 does (two calls per step, unnamed: CFG
+               # Parallel splits them by order); diffusers' Fill and Control pipelines have no true CFG (one pass)
+               Pipeline(KONTEXT, "FLUX.1 Kontext", 2, "guidance_scale", True, cfg_passes="branches",
+                        sigmas="unless flow sigmas", references=True, image_note=KONTEXT_RESIZE,
+                        embeddings=EMBEDDINGS, redux=True),
                Pipeline(FILL, "FLUX.1 Fill", 2, "guidance_scale", True, sigmas="unless flow sigmas",
-                        inpaint=FILL, needs_image=True, needs_mask=True, redux=True),
+                        inpaint=FILL, needs_image=True, needs_mask=True, embeddings=EMBEDDINGS,
+                        redux=True),
                Pipeline(CONTROL, "FLUX.1 Depth/Canny", 2, "guidance_scale", True,
-                        sigmas="unless flow sigmas", needs_image=True, control_image=True, redux=True)),
+                        sigmas="unless flow sigmas", needs_image=True, control_image=True, embeddings=EMBEDDINGS,
+                        redux=True)),
     configs=(Configs("flux1", (TextSlot("text_encoder", "clip-l"), TextSlot("text_encoder_2", "t5"))),),
     denoiser_keys=("double_blocks.0.img_attn.qkv.weight", "img_in.weight", "vector_in.in_layer.weight"),
     width_key="img_in.weight", width_agrees=("txt_in.weight", 0), out_key="final_layer.linear.weight",
