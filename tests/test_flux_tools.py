@@ -100,7 +100,7 @@ def test_each_tool_is_told_from_its_file_and_bad_inputs_are_refused_before_anyth
     assert_refused(["FLUX.1 Fill", "CFG Parallel has nothing to split", "FluxFillPipeline has no true CFG"],
                    api.cfg_parallel, fill)
     assert_refused(["FluxControlPipeline has no true CFG"], api.cfg_parallel, depth)
-    assert_refused(["does not offer it for the FLUX.1 tools"], api.context_parallel, fill, 2)
+    assert "split over 2 ranks" in api.context_parallel(fill, 2)[1]  # FLUX.1's plan: the tools' transformer
     # CONDITIONING: FLUX.1's (the same text encoders); a negative one is unused where the pipeline has no true CFG
     cond = [[np.zeros((1, 256, 32), np.float32), {"pooled_output": np.zeros((1, 32), np.float32), "guidance": 30.0}]]
     notes = api.describe_inputs(fill, request(), image, mask, positive=cond, negative=cond)
@@ -233,11 +233,13 @@ def test_the_tools_give_diffusers_own_pixels_with_loras_conditioning_compiled_an
 
 
 @pytest.mark.workers
-def test_shard_tp_and_cfg_parallel_equal_one_worker(files, one_worker):
+def test_shard_tp_context_and_cfg_parallel_equal_one_worker(files, one_worker):
     """Shard TP 2: diffusers' FLUX.1 plan shards the blocks' projections and replicates the rest (x_embedder, which
     reads the tools' mask or control channels, included), so the tools shard as FLUX.1 does; a sharded matmul sums
-    in another order, hence the FLUX.1 TP tests' tolerance, 1e-4 in float32 (tests/test_parallel.py). CFG
-    Parallel on Kontext's true CFG (two unnamed passes, split by their order): the same arithmetic, bit for bit."""
+    in another order, hence the FLUX.1 TP tests' tolerance, 1e-4 in float32 (tests/test_parallel.py). Context
+    Parallel 2: FLUX.1's plan splits the sequence (Kontext's reference tokens in it), Ulysses sums attention in
+    another order: the same tolerance. CFG Parallel on Kontext's true CFG (two unnamed passes, split by their
+    order): the same arithmetic, bit for bit."""
     image, mask = outpainting()
     # Kontext: the reference's tokens beside the latents'; Fill and Depth/Canny: the condition in the input channels
     cases = (("flux1-kontext-tiny.safetensors", ONE_STEP, {"image": REF}, "kontext"),
@@ -247,6 +249,11 @@ def test_shard_tp_and_cfg_parallel_equal_one_worker(files, one_worker):
         sharded, text = api.shard(spec(files, model), 2)
         assert "sharded over 2 chips" in text
         got = api.sample(sharded, req, **inputs)
+        assert np.abs(got - one_worker[name]).max() <= 1e-4, name
+    for model, req, inputs, name in cases:
+        split, text = api.context_parallel(spec(files, model), 2)
+        assert "split over 2 ranks" in text
+        got = api.sample(split, req, **inputs)
         assert np.abs(got - one_worker[name]).max() <= 1e-4, name
     kontext, _ = api.sampling_options(spec(files, "flux1-kontext-tiny.safetensors"), true_cfg_scale=2.0)
     split, text = api.cfg_parallel(kontext)

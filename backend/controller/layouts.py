@@ -351,12 +351,9 @@ def check_cp(spec: PipelineSpec) -> None:
     if degree == 1:
         return
     if not family.cp_plan:
-        why = ("(FLUX.1's) has a context-parallel plan in diffusers, but the pack does not offer it for the FLUX.1 "
-               "tools yet (untested with Kontext's reference tokens and Fill's and Depth/Canny's condition "
-               "channels)" if spec.class_name in flux1.TOOL_NAMES else
-               "has no context-parallel plan in diffusers, so its sequence cannot be split")
         raise ParallelError(
-            f"pipeline: '{name}' is a {family.name} model ({spec.class_name}), whose transformer {why}. "
+            f"pipeline: '{name}' is a {family.name} model ({spec.class_name}), whose transformer has no "
+            "context-parallel plan in diffusers, so its sequence cannot be split. "
             "Models that can: "
             f"{', '.join(families_with('cp_plan'))}. Remove Context Parallel; for a model that runs CFG, CFG "
             "Parallel splits its two passes instead.")

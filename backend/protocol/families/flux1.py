@@ -133,14 +133,17 @@ FAMILY = ModelFamily(
                         controlnets=(CONTROLNETS,), embeddings=EMBEDDINGS, redux=True),
                # The FLUX.1 tools, with FLUX.1's text encoders (so its CONDITIONING) and the image inputs as the
                # pipelines take them. Kontext runs true CFG as FLUX.1 does (two calls per step, unnamed: CFG
-               # Parallel splits them by order); diffusers' Fill and Control pipelines have no true CFG (one pass)
-               Pipeline(KONTEXT, "FLUX.1 Kontext", 2, "guidance_scale", True, cfg_passes="branches",
+               # Parallel splits them by order); diffusers' Fill and Control pipelines have no true CFG (one pass).
+               # FLUX.1's context-parallel plan splits the tools' sequence too: Kontext's reference tokens join it
+               # (an odd total is refused by worker/parallel.check_even_split), Fill's and Depth's condition is in
+               # the channels
+               Pipeline(KONTEXT, "FLUX.1 Kontext", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
                         sigmas="unless flow sigmas", references=True, image_note=KONTEXT_RESIZE,
                         embeddings=EMBEDDINGS, redux=True),
-               Pipeline(FILL, "FLUX.1 Fill", 2, "guidance_scale", True, sigmas="unless flow sigmas",
+               Pipeline(FILL, "FLUX.1 Fill", 2, "guidance_scale", True, cp_plan=True, sigmas="unless flow sigmas",
                         inpaint=FILL, needs_image=True, needs_mask=True, embeddings=EMBEDDINGS,
                         redux=True),
-               Pipeline(CONTROL, "FLUX.1 Depth/Canny", 2, "guidance_scale", True,
+               Pipeline(CONTROL, "FLUX.1 Depth/Canny", 2, "guidance_scale", True, cp_plan=True,
                         sigmas="unless flow sigmas", needs_image=True, control_image=True, embeddings=EMBEDDINGS,
                         redux=True)),
     configs=(Configs("flux1", (TextSlot("text_encoder", "clip-l"), TextSlot("text_encoder_2", "t5"))),),
