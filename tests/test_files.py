@@ -750,12 +750,28 @@ def test_same_seed_same_image_from_the_files_as_from_the_folder(files, case):
     assert np.array_equal(from_files, from_folder), float(np.abs(from_files - from_folder).max())
 
 
+def plain_wan(pipeline_class: type, folder: Path, steps: int, **inputs) -> tuple[np.ndarray, bool]:
+    """Plain diffusers' frames for the Wan tests' request (FOX, 32x32, 5 frames, guidance 5, seed 3) from a
+    reference folder, and whether the low-noise expert (transformer_2, where there is one) ran."""
+    import torch
+
+    pipe = pipeline_class.from_pretrained(str(folder), dtype=torch.float32, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    low_noise_calls = []
+    if pipe.transformer_2 is not None:
+        pipe.transformer_2.register_forward_hook(lambda *_: low_noise_calls.append(1))
+    with torch.inference_mode():
+        frames = pipe(prompt=FOX, negative_prompt="blurry", height=32, width=32, num_frames=5,
+                      num_inference_steps=steps, guidance_scale=5.0, output_type="np",
+                      generator=[torch.Generator("cpu").manual_seed(3)], **inputs).frames[0]
+    return frames, bool(low_noise_calls)
+
+
 @pytest.mark.workers
 def test_wan_frames_from_the_files_equal_plain_diffusers(files):
     """Wan 2.1, Wan 2.2 A14B (4 steps: the last is below the boundary, so the low-noise expert runs) and Wan 2.2
     TI2V 5B from ComfyUI's files through a worker: the frames of plain diffusers' WanPipeline from the reference
     folder, same inputs and seed, bit for bit."""
-    import torch
     from diffusers import WanPipeline
 
     for case, (folder, choice, _, _) in WAN.items():
@@ -763,19 +779,10 @@ def test_wan_frames_from_the_files_equal_plain_diffusers(files):
         req = SampleRequest(prompt=FOX, negative_prompt="blurry", width=32, height=32, frames=5, steps=steps,
                             guidance=5.0, seed=3)
         got = api.sample(file_spec(files, **choice), req)
-        pipe = WanPipeline.from_pretrained(str(files / "diffusers" / folder), dtype=torch.float32,
-                                           local_files_only=True)
-        pipe.set_progress_bar_config(disable=True)
-        low_noise_calls = []
-        if pipe.transformer_2 is not None:
-            pipe.transformer_2.register_forward_hook(lambda *_, calls=low_noise_calls: calls.append(1))
-        with torch.inference_mode():
-            plain = pipe(prompt=FOX, negative_prompt="blurry", height=32, width=32, num_frames=5,
-                         num_inference_steps=steps, guidance_scale=5.0, output_type="np",
-                         generator=[torch.Generator("cpu").manual_seed(3)]).frames[0]
+        plain, low_noise_ran = plain_wan(WanPipeline, files / "diffusers" / folder, steps)
         assert got.shape == (5, 32, 32, 3) and got.std() > 0, case
         assert np.array_equal(got, plain), (case, float(np.abs(got - plain).max()))
-        assert bool(low_noise_calls) == (case == "wan22-a14b"), case
+        assert low_noise_ran == (case == "wan22-a14b"), case
 
 
 @pytest.mark.workers
@@ -787,7 +794,6 @@ def test_wan_image_to_video_from_files_and_folders_equals_plain_diffusers(files)
     clip_vision_h (its CLIP image encoder). Each equals plain diffusers' WanImageToVideoPipeline from the
     reference folder with that image and seed, bit for bit."""
     import PIL.Image
-    import torch
     from diffusers import WanImageToVideoPipeline
 
     start = (np.random.default_rng(7).integers(0, 256, (1, 32, 32, 3)) / 255).astype(np.float32)
@@ -800,19 +806,11 @@ def test_wan_image_to_video_from_files_and_folders_equals_plain_diffusers(files)
         req = SampleRequest(prompt=FOX, negative_prompt="blurry", width=32, height=32, frames=5, steps=steps,
                             guidance=5.0, seed=3)
         got = frames[case] = api.sample(spec, req, image=start)
-        pipe = WanImageToVideoPipeline.from_pretrained(str(files / "diffusers" / folder), dtype=torch.float32,
-                                                       local_files_only=True)
-        pipe.set_progress_bar_config(disable=True)
-        low_noise_calls = []
-        if pipe.transformer_2 is not None:
-            pipe.transformer_2.register_forward_hook(lambda *_, calls=low_noise_calls: calls.append(1))
-        with torch.inference_mode():
-            plain = pipe(image=PIL.Image.fromarray((start[0] * 255).round().astype(np.uint8)), prompt=FOX,
-                         negative_prompt="blurry", height=32, width=32, num_frames=5, num_inference_steps=steps,
-                         guidance_scale=5.0, output_type="np", generator=[torch.Generator("cpu").manual_seed(3)]).frames[0]
+        plain, low_noise_ran = plain_wan(WanImageToVideoPipeline, files / "diffusers" / folder, steps,
+                                         image=PIL.Image.fromarray((start[0] * 255).round().astype(np.uint8)))
         assert got.shape == (5, 32, 32, 3) and got.std() > 0, case
         assert np.array_equal(got, plain), (case, float(np.abs(got - plain).max()))
-        assert bool(low_noise_calls) == (case == "wan22-i2v-a14b files"), case
+        assert low_noise_ran == (case == "wan22-i2v-a14b files"), case
     text_only = api.sample(runs["wan22-5b file"][0], SampleRequest(
         prompt=FOX, negative_prompt="blurry", width=32, height=32, frames=5, steps=2, guidance=5.0, seed=3))
     assert not np.array_equal(text_only, frames["wan22-5b file"]), "without a start image the 5B is text to video"
