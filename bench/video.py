@@ -117,7 +117,7 @@ def count_real() -> list[dict]:
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import UMT5Config, UMT5EncoderModel
 
-    from backend.protocol.spec import CONFIGS_DIR
+    from backend.families import config_dir
 
     def flops(fn) -> int:
         counter = FlopCounterMode(display=False)
@@ -129,7 +129,7 @@ def count_real() -> list[dict]:
     out = []
     with torch.device("meta"):
         for name, folder, width, height, frames, steps in REAL:
-            root = CONFIGS_DIR / folder
+            root = config_dir(folder)
             vae = AutoencoderKLWan.from_config(AutoencoderKLWan.load_config(root / "vae"))
             space, time_ = vae.config.scale_factor_spatial, vae.config.scale_factor_temporal
             z = torch.empty(1, vae.config.z_dim, (frames - 1) // time_ + 1, height // space, width // space)

@@ -7,8 +7,8 @@ with defaults (tests/test_node_contract.py guards this).
 
 from __future__ import annotations
 
+from ..backend import families
 from ..backend.controller import api
-from ..backend.protocol import families
 from ..backend.protocol.errors import ModelError
 from . import comfy_bridge
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import torch
 
+from ..backend import families
 from ..backend.controller import api
 from ..backend.controller.files.assemble import FileChoice
 from ..backend.controller.files.listing import NONE
-from ..backend.protocol import families
+from ..backend.families.flux1 import KONTEXT_CHOICES
 from ..backend.protocol.errors import InputError
-from ..backend.protocol.families.flux1 import KONTEXT_CHOICES
 from ..backend.protocol.samplers import DEFAULT, SAMPLER_CHOICES, SCHEDULER_CHOICES
 from ..backend.protocol.spec import DEVICE_CHOICES, DTYPE_CHOICES, OFFLOAD_CHOICES, SampleRequest
 from . import comfy_bridge
@@ -80,7 +80,7 @@ class LoadTPUPipeline:
         return (spec,)
 
 
-FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/protocol/families)
+FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/families)
     "diffusion_model": f"The diffusion model file (models/diffusion_models or models/unet): {families.names(families.FROM_FILES)}, "
                        "in bf16, fp16, fp32 or fp8 (fp8 stays fp8 with dtype auto in eager modes), or GGUF (CPU and GPU "
                        "only). Qwen-Image-Edit files load as edit models when their name says 'edit' (as ComfyUI's "

@@ -52,7 +52,8 @@ if [ ! -f "$VENV/.complete" ]; then
   grep -v -E '^(torch|torchvision|torchaudio)\s*$' "$COMFYUI_DIR/requirements.txt" > "$CACHE/comfy-req-$KEY.txt"
   "$P" -m pip install -q -c "$ROOT/scripts/constraints.txt" -r "$CACHE/comfy-req-$KEY.txt" requests >&2
   "$P" -m pip install -q -c "$ROOT/scripts/constraints.txt" -r "$ROOT/requirements.txt" \
-      pytest pytest-timeout ruff websocket-client >&2
+      pytest pytest-timeout pytest-xdist ruff websocket-client \
+      comfyui-workflow-templates-json==0.1.123 >&2
   touch "$VENV/.complete"
 fi
 

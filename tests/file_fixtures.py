@@ -87,6 +87,14 @@ FILES = {
 # ---- ComfyUI's code
 
 
+def _config_dir(folder: str) -> Path:
+    """A published model's configs, in the family folder that ships them (imported late: this file also runs as a
+    script, which puts the pack on sys.path first)."""
+    from backend.families import config_dir
+
+    return config_dir(folder)
+
+
 def import_comfy(comfyui_dir: str):
     """ComfyUI's `comfy` package, set up as `main.py --cpu` sets it up."""
     if comfyui_dir not in sys.path:
@@ -347,7 +355,7 @@ def _qwen3_tokenizer_folder(comfyui_dir: str, out: Path) -> Path:
     folder.mkdir(parents=True)
     for name in ("vocab.json", "merges.txt"):
         shutil.copy(Path(comfyui_dir) / "comfy" / "text_encoders" / "qwen25_tokenizer" / name, folder / name)
-    shipped = Path(__file__).resolve().parent.parent / "backend" / "configs" / "flux2-klein" / "tokenizer"
+    shipped = _config_dir("flux2-klein") / "tokenizer"
     shutil.copy(shipped / "tokenizer_config.json", folder / "tokenizer_config.json")
     return folder
 
@@ -403,7 +411,7 @@ def _flux2dev(tiny: Path, comfyui_dir: str, out: Path) -> None:
     folder = out / "tokenizers" / "mistral"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "tekken.json").write_bytes(_tekken())
-    shipped = json.loads((Path(__file__).resolve().parent.parent / "backend" / "configs" / "flux2" / "tokenizer"
+    shipped = json.loads((_config_dir("flux2") / "tokenizer"
                           / "tokenizer_config.json").read_text())
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=MistralConverter(vocab_file=str(folder / "tekken.json")).converted(),
                                         **{k: v for k, v in shipped.items() if k != "tokenizer_class"})
@@ -596,7 +604,7 @@ def _qwenimage_releases(pipe, names: dict, models: Path, out: Path) -> None:
     for name in ("edit_2509", "t2i_2512"):
         _save(transformer, models / "diffusion_models" / names[name])
     _save({**transformer, "__index_timestep_zero__": torch.tensor([])}, models / "diffusion_models" / names["edit_2511"])
-    settings = Path(__file__).resolve().parent.parent / "backend" / "configs" / "qwenimage" / "processor"
+    settings = _config_dir("qwenimage") / "processor"
     processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor.from_pretrained(str(settings)),
                                  tokenizer=pipe.tokenizer, video_processor=Qwen2VLVideoProcessor())
     zero = _reconfigured(pipe.transformer, zero_cond_t=True)
@@ -674,7 +682,7 @@ def spiece_model() -> bytes:
 
     import sentencepiece
 
-    from backend.tiny_models import _WORDS
+    from backend.families.tiny_parts import WORDS as _WORDS
 
     text = " ".join(_WORDS) + " fox snow blurry ＡＢＣ café naïve 123"
     out = io.BytesIO()
@@ -713,7 +721,7 @@ def _wan_vae_file(comfy, vae) -> dict:
     import torch
     from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
 
-    from backend.worker.loading import convert_wan22_vae
+    from backend.families.wan.convert import convert_wan22_vae
 
     c = vae.config
     common = dict(dim=c.base_dim, z_dim=c.z_dim, dim_mult=list(c.dim_mult), num_res_blocks=c.num_res_blocks,
@@ -767,7 +775,7 @@ def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
     (in channels 2 · 4 + 4, as the published 36 for 16; no image encoder) and 2.2 TI2V 5B
     (48 latent channels, Wan 2.2's VAE), with one UMT5 file holding its SentencePiece model (`spiece_model`, as
     Comfy-Org's umt5_xxl files do) in float32 and ComfyUI's scaled fp8. The configs are the pack's published
-    ones (backend/configs) with the tiny widths; the heads are 8 wide (the published 128 halved to the width)."""
+    ones (the Wan family's configs/) with the tiny widths; the heads are 8 wide (the published 128 halved to the width)."""
     import tempfile
 
     import diffusers
@@ -775,13 +783,13 @@ def _wan(tiny: Path, comfyui_dir: str, out: Path) -> None:
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanTransformer3DModel
     from transformers import CLIPImageProcessor, T5TokenizerFast, UMT5Config, UMT5EncoderModel
 
-    from backend.protocol.spec import CONFIGS_DIR, read_json
+    from backend.protocol.spec import read_json
     from backend.worker.loading import _spiece_tokenizer
 
     comfy = import_comfy(comfyui_dir)
     names, models = FILES["wan"], out / "models"
     spiece = spiece_model()
-    published = {folder: CONFIGS_DIR / folder for folder in ("wan21-t2v-1.3b", "wan21-i2v-14b", "wan22-t2v-a14b",
+    published = {folder: _config_dir(folder) for folder in ("wan21-t2v-1.3b", "wan21-i2v-14b", "wan22-t2v-a14b",
                                                             "wan22-i2v-a14b", "wan22-ti2v-5b")}
     te_config = read_json(published["wan21-t2v-1.3b"] / "text_encoder" / "config.json")
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from backend.controller import api, controlnets, layouts, offload
+from backend.families import PIPELINES
 from backend.protocol.errors import ModelError
-from backend.protocol.families import PIPELINES
 from backend.protocol.spec import SampleRequest
 from backend.tiny_models import CONTROLNETS
 from backend.worker.controlnets import fit_control
@@ -266,7 +266,7 @@ def test_each_family_equals_plain_diffusers_controlnet_pipeline(tiny_models, tin
         call = {}
         start_image = picture if "denoise" in inputs else None
         if start_image is not None:
-            steps, strength = schedule(req.steps, req.denoise, pipeline)
+            steps, strength = schedule(req.steps, req.denoise, PIPELINES[spec.class_name].strength_floor)
             call.update(image=picture, strength=strength, num_inference_steps=steps)
         if inputs.get("mask"):
             call["mask_image"] = mask[..., None]

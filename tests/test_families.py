@@ -1,15 +1,14 @@
-"""The family registry (backend/protocol/families): each family module names things that exist, so adding a
+"""The family registry (backend/families): each family module names things that exist, so adding a
 family is adding its module, its configs and its fixtures, and nothing else has to know it."""
 
 from __future__ import annotations
 
 import pytest
 
+from backend import families
 from backend import tiny_models as tiny
-from backend.protocol import families
-from backend.protocol.families import FAMILIES, PIPELINES, text_encoders, vaes
-from backend.protocol.spec import CONFIGS_DIR, read_json
-from backend.worker import lora
+from backend.families import CONFIGS, FAMILIES, PIPELINES, config_dir, text_encoders, vaes
+from backend.protocol.spec import read_json
 
 pytestmark = pytest.mark.unit
 
@@ -19,7 +18,7 @@ def test_each_family_names_its_configs_parts_and_pipelines(family_id):
     family = FAMILIES[family_id]
     assert family.id == family_id and family.pipelines
     for configs in family.all_configs:
-        folder = CONFIGS_DIR / configs.folder
+        folder = config_dir(configs.folder)
         index = read_json(folder / "model_index.json")
         assert index["_class_name"] in {p.class_name for p in family.pipelines}, configs.folder
         assert (folder / family.denoiser / "config.json").is_file()
@@ -30,14 +29,13 @@ def test_each_family_names_its_configs_parts_and_pipelines(family_id):
             assert (folder / slot.component / "config.json").is_file(), (configs.folder, slot.component)
             assert slot.kind in text_encoders.KINDS
     assert family.vae in vaes.KINDS
-    assert set(family.lora_formats) <= set(lora._FORMATS)
     assert all(PIPELINES[p.class_name].family == family_id for p in family.pipelines)
 
 
 def test_every_configs_folder_belongs_to_one_family():
     folders = [c.folder for f in FAMILIES.values() for c in f.all_configs] + [
         e for f in FAMILIES.values() for e in f.extra_configs]
-    assert sorted(folders) == sorted(p.name for p in CONFIGS_DIR.iterdir() if p.is_dir())
+    assert sorted(folders) == sorted(CONFIGS)
 
 
 def test_recognition_keys_tell_every_family_apart():

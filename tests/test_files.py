@@ -569,10 +569,10 @@ def test_umt5_tokenizer_from_the_file_encodes_as_sentencepiece_does(files, tmp_p
     from safetensors.torch import load_file
     from transformers import T5TokenizerFast
 
-    from backend.protocol.spec import CONFIGS_DIR
+    from backend.families import config_dir
     from backend.worker import loading
 
-    loading._spiece_tokenizer(files / "models" / "text_encoders" / UMT5, CONFIGS_DIR / "wan21-t2v-1.3b" / "tokenizer",
+    loading._spiece_tokenizer(files / "models" / "text_encoders" / UMT5, config_dir("wan21-t2v-1.3b") / "tokenizer",
                               tmp_path / "tokenizer")
     ours = T5TokenizerFast.from_pretrained(str(tmp_path / "tokenizer"))
     data = load_file(files / "models" / "text_encoders" / UMT5)["spiece_model"].numpy().tobytes()

@@ -20,8 +20,9 @@ from lora_fixtures import make
 
 from backend.controller import api, redux
 from backend.controller.files import assemble, listing
+from backend.families import config_dir
 from backend.protocol.errors import InputError
-from backend.protocol.spec import CONFIGS_DIR, PipelineSpec, SampleRequest
+from backend.protocol.spec import PipelineSpec, SampleRequest
 from backend.worker import images
 
 FOX = "a red fox in the snow"
@@ -140,7 +141,7 @@ def plain(files: Path, tool: str, cls_name: str, req: SampleRequest, lora: tuple
     parts = {k: v for k, v in base.components.items() if k in wanted}
     parts["transformer"] = diffusers.FluxTransformer2DModel.from_pretrained(
         str(files / "diffusers" / f"ref-flux1-{tool}"), subfolder="transformer", local_files_only=True)
-    parts["scheduler"] = diffusers.FlowMatchEulerDiscreteScheduler.from_pretrained(str(CONFIGS_DIR / "flux1"),
+    parts["scheduler"] = diffusers.FlowMatchEulerDiscreteScheduler.from_pretrained(str(config_dir("flux1")),
                                                                                    subfolder="scheduler")
     pipe = cls(**parts)
     if lora:
@@ -322,7 +323,7 @@ def _ref_prior(files: Path):
     folder, base = files / "diffusers" / "ref-flux1-redux", _ref_flux1(files)
     return diffusers.FluxPriorReduxPipeline(
         image_encoder=SiglipVisionModel.from_pretrained(str(folder / "image_encoder")),
-        feature_extractor=SiglipImageProcessor.from_pretrained(str(CONFIGS_DIR / "flux1-redux" / "feature_extractor")),
+        feature_extractor=SiglipImageProcessor.from_pretrained(str(config_dir("flux1-redux") / "feature_extractor")),
         image_embedder=ReduxImageEncoder.from_pretrained(str(folder / "image_embedder")),
         text_encoder=base.text_encoder, tokenizer=base.tokenizer, text_encoder_2=base.text_encoder_2,
         tokenizer_2=base.tokenizer_2)

@@ -13,8 +13,8 @@ import torch
 from lora_fixtures import load
 
 from backend.controller import api
+from backend.families import PIPELINES
 from backend.protocol.errors import ModelError
-from backend.protocol.families import PIPELINES
 from backend.protocol.messages import Step
 from backend.protocol.spec import SampleRequest, read_json
 from backend.worker import images
@@ -53,13 +53,13 @@ def test_denoise_runs_exactly_steps_steps_in_every_image_pipeline():
     steps, at the end of a schedule of int(steps / denoise), whichever way the pipeline rounds."""
     import diffusers
 
-    classes = sorted({c for f in PIPELINES.values() for c in (f.img2img, f.inpaint) if c})
+    classes = sorted({(c, f.strength_floor) for f in PIPELINES.values() for c in (f.img2img, f.inpaint) if c})
     stub = types.SimpleNamespace(scheduler=types.SimpleNamespace(timesteps=torch.arange(5000), order=1))
-    for name in classes:
+    for name, floor in classes:
         get_timesteps = getattr(diffusers, name).get_timesteps
         for steps in range(1, 41):
             for denoise in np.round(np.arange(0.01, 1.0001, 0.01), 2):
-                total, strength = images.schedule(steps, float(denoise), name)
+                total, strength = images.schedule(steps, float(denoise), floor)
                 ran = get_timesteps(stub, total, strength, "cpu")[1]
                 assert (ran, total) == (steps, max(steps, int(steps / denoise))), (name, steps, denoise, strength)
 

@@ -15,8 +15,8 @@ import torch
 from lora_fixtures import FORMATS, TEXT_LORA, bad_files, components, denoiser_name, fuse, load, make
 
 from backend.controller import api, layouts
+from backend.families import PIPELINES
 from backend.protocol.errors import ModelError
-from backend.protocol.families import PIPELINES
 from backend.protocol.spec import FileComponent, FileSource, LoraRef, SampleRequest
 from backend.worker import lora
 

@@ -16,8 +16,8 @@ import torch
 from lora_fixtures import fuse, load, make
 
 from backend.controller import api
+from backend.families import flux1, qwenimage
 from backend.protocol.errors import CompileError, ParallelError
-from backend.protocol.families import flux1, qwenimage
 from backend.protocol.spec import MODE_CHOICES, SampleRequest
 from backend.worker.step_cache import config
 

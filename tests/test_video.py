@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from backend.controller import api, layouts
+from backend.families.wan import TAYLORSEER_MODULES
 from backend.protocol import settings
 from backend.protocol.errors import CompileError, Interrupted, ModelError, ParallelError
-from backend.protocol.families.wan import TAYLORSEER_MODULES
 from backend.protocol.messages import Status, Step
 from backend.protocol.spec import PipelineSpec, SampleRequest, warmup_request
 

@@ -18,10 +18,10 @@ import torch
 from lora_fixtures import load, make
 
 from backend.controller import api, capacity, layouts, offload
+from backend.families import FAMILIES, PIPELINES, config_dir
 from backend.protocol.errors import ParallelError
-from backend.protocol.families import FAMILIES, PIPELINES
 from backend.protocol.messages import Status
-from backend.protocol.spec import CONFIGS_DIR, SampleRequest, read_json
+from backend.protocol.spec import SampleRequest, read_json
 
 NAME = "tiny-zimage"
 FOX, NEG = "a red fox in the snow", "blurry"
@@ -98,7 +98,7 @@ def _published_bytes() -> dict[str, int]:
     import diffusers
     import transformers
 
-    folder = CONFIGS_DIR / "zimage"
+    folder = config_dir("zimage")
     sizes = {}
     with torch.device("meta"):
         for name, make_model in (

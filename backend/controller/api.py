@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..families.text_encoders import TOKENIZER_LAYOUTS
 from ..protocol import samplers, settings
 from ..protocol.errors import CompileError, ModelError, OptionError, SampleError, TPUError, WorkerCrashed
-from ..protocol.families.text_encoders import TOKENIZER_LAYOUTS
 from ..protocol.messages import Status, Step
 from ..protocol.spec import (
     DTYPE_CHOICES,

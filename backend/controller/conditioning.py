@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from ..protocol import families
+from .. import families
+from ..families import Embeddings, config_dir
 from ..protocol.errors import ModelError, SampleError
-from ..protocol.families import Embeddings
-from ..protocol.spec import CONFIGS_DIR, PipelineSpec, SampleRequest, read_json
+from ..protocol.spec import PipelineSpec, SampleRequest, read_json
 
 ENTRY_KEYS = ("pooled_output", "guidance")  # what the mapped nodes put in an entry's dict
 CONDITIONED = "positive CONDITIONING"  # the request's prompt when the embeddings replace the text
@@ -170,7 +170,7 @@ def _source(width: int, pooled: int) -> str:
         if pipeline.embeddings is None:
             continue
         family = families.family_of(pipeline)
-        config = read_json(CONFIGS_DIR / family.configs[0].folder / family.denoiser / "config.json", {})
+        config = read_json(config_dir(family.configs[0].folder) / family.denoiser / "config.json", {})
         if config and pipeline.embeddings.widths(config) == (width, pooled):
             return f", as {pipeline.name}'s text encoders give"
     return ""

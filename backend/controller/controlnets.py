@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..families import PIPELINES, ControlNets, family_of
 from ..protocol.errors import ModelError
-from ..protocol.families import PIPELINES, ControlNets, family_of
 from ..protocol.spec import ControlNetRef, PipelineSpec, control_key, read_json
 from .files import headers
 from .images import checked_image

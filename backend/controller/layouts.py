@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from .. import families
+from ..families import PIPELINES
 from ..protocol import settings
 from ..protocol.errors import ParallelError
-from ..protocol.families import PIPELINES, flux1
 from ..protocol.spec import CP_MODES, PipelineSpec
 from . import capacity, components, hosts, offload
 from .capacity import Capacity, or_list, replica_counts, tp_degrees
@@ -262,11 +263,10 @@ def with_sharded_encoders(spec: PipelineSpec) -> PipelineSpec:
     return spec.with_changes(sharded_encoders=names)
 
 
-def _distilled_klein(spec: PipelineSpec) -> bool:
-    """A FLUX.2 [klein] model whose guidance is distilled (one pass per step; model_index.json says so)."""
-    if spec.class_name != "Flux2KleinPipeline":
-        return False
-    return bool(spec.model_index().get("is_distilled", False))
+def _distilled(spec: PipelineSpec) -> bool:
+    """A model whose guidance is distilled (one pass per step) where its model_index says so (FLUX.2 [klein])."""
+    key = spec.family.distilled_key
+    return bool(key and spec.model_index().get(key, False))
 
 
 def plan_cfg(spec: PipelineSpec) -> tuple[PipelineSpec, str]:
@@ -279,7 +279,7 @@ def plan_cfg(spec: PipelineSpec) -> tuple[PipelineSpec, str]:
         what = (f"{family.name} runs CFG as one denoiser call on a doubled batch: each of 2 ranks runs half of it "
                 f"(guidance above {family.cfg_above:g}; at {family.cfg_above:g} or below both run the whole call). "
                 "Images match one chip within about 1e-5 (halved batches round differently).")
-    elif spec.class_name in ("FluxPipeline", "FluxKontextPipeline"):
+    elif family.true_cfg:
         what = (f"{family.name} runs two passes per step only with true CFG: set true_cfg_scale above 1 in Sampling "
                 "Options and give a negative prompt (the empty one counts). Rank 0 runs the prompt's pass, rank 1 "
                 "the negative prompt's: the same image as one chip, bit for bit.")
@@ -296,9 +296,9 @@ def check_cfg(spec: PipelineSpec) -> None:
     if spec.cfg_parallel != 2:
         raise ParallelError(f"cfg_parallel: {spec.cfg_parallel} ranks is not supported; CFG has two passes, so "
                             "CFG Parallel uses 2 ranks (or remove the node).")
-    if not family.cfg_passes or _distilled_klein(spec):
+    if not family.cfg_passes or _distilled(spec):
         why = (f" (diffusers' {spec.class_name} has no true CFG: no negative prompt or true_cfg_scale)"
-               if spec.class_name in (flux1.FILL, flux1.CONTROL) else "")
+               if any(p.true_cfg for p in families.family_of(family).pipelines) else "")
         raise ParallelError(
             f"pipeline: '{name}' is a {family.name} model ({spec.class_name}) with guidance distilled into the "
             f"model: it runs one denoiser pass per step{why}, so CFG Parallel has nothing to split. It applies to "

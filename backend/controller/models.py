@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..families import PIPELINES, Pipeline
 from ..protocol import settings
 from ..protocol.errors import ModelError
-from ..protocol.families import PIPELINES, Pipeline
 from ..protocol.spec import PipelineSpec, listed_components, read_json
 from .files import headers
 

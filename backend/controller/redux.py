@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..families import PIPELINES, config_dir, family_of, image_encoders
+from ..families.flux1 import REDUX_CONFIGS
 from ..protocol.errors import ModelError
-from ..protocol.families import PIPELINES, family_of, image_encoders
-from ..protocol.families.flux1 import REDUX_CONFIGS
-from ..protocol.spec import CONFIGS_DIR, PipelineSpec, ReduxRef, read_json, redux_key
+from ..protocol.spec import PipelineSpec, ReduxRef, read_json, redux_key
 from .files import headers
 from .images import checked_image
 
@@ -31,7 +31,7 @@ REDUX_TOKENS = "redux_down.weight"
 
 
 def _published(part: str) -> dict:
-    return read_json(CONFIGS_DIR / REDUX_CONFIGS / part / "config.json")
+    return read_json(config_dir(REDUX_CONFIGS) / part / "config.json")
 
 
 def _safetensors(path: str, input_name: str, folder: str) -> headers.Header:

@@ -6,8 +6,8 @@ pass through the same checks as the nodes' ones.
 
 from __future__ import annotations
 
+from ..families import PIPELINES
 from ..protocol.errors import ParallelError
-from ..protocol.families import PIPELINES
 from ..protocol.spec import PipelineSpec
 from . import (
     capacity,

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from .. import families
 from ..protocol.errors import ParallelError
 from ..protocol.spec import PipelineSpec
 from . import step_cache as step_caching
@@ -37,7 +38,7 @@ def check_sampling(spec: PipelineSpec) -> None:
     scale = spec.true_cfg_scale
     if not (isinstance(scale, (int, float)) and 0 < scale <= 100):
         raise ParallelError(f"true_cfg_scale: {scale} is out of range; use 1 (off) up to 100.")
-    if scale != 1 and spec.class_name not in ("FluxPipeline", "FluxKontextPipeline"):
+    if scale != 1 and not spec.family.true_cfg:
         raise ParallelError(
-            f"true_cfg_scale: only FLUX.1 and FLUX.1 Kontext have a true CFG scale of their own; for {spec.family.name} leave it at 1 "
+            f"true_cfg_scale: only {families.true_cfg_names()} have a true CFG scale of their own; for {spec.family.name} leave it at 1 "
             "and use the Sample node's guidance (for Qwen-Image that is its true CFG scale).")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 
+from ..families import PIPELINES
 from ..protocol.errors import CompileError, ParallelError
-from ..protocol.families import PIPELINES
 from ..protocol.spec import CACHE_THRESHOLDS, STEP_CACHES, PipelineSpec
 
 _WHAT = {

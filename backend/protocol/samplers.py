@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..families.base import Pipeline
 from .errors import InputError
-from .families.base import Pipeline
 from .spec import PipelineSpec, SampleRequest
 
 DEFAULT = "default"  # the pipeline's own scheduler, as it ships

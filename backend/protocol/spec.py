@@ -1,5 +1,5 @@
 """What both processes agree on: the immutable descriptions that flow through the node graph and over the link
-(the families they name live in backend/protocol/families).
+(the families they name live in backend/families).
 
 Nodes build these; the controller checks them once and the worker follows them. A new seed or prompt reuses
 everything, a new model reloads, a new device kind or chip count restarts the worker group.
@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .families import PIPELINES, Pipeline
+from ..families import PIPELINES, Pipeline, config_dir
 
 # float8_e4m3fn: the denoiser's weights stored in fp8 and computed in bfloat16 layer by layer (diffusers'
 # enable_layerwise_casting); appended last, as saved workflows store the choice by value
@@ -41,7 +41,6 @@ OUTPUTS = ("images", "images+latents", "latents")
 
 # Configs of the published models, per pipeline the pack builds from artists' files (model_index.json,
 # scheduler and component configs, tokenizer settings): read by both sides, never imported.
-CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 def read_json(path: Path, default: dict | None = None) -> dict:
     """A JSON config file; with `default`, a missing or unreadable file gives `default` instead of raising."""
@@ -196,7 +195,7 @@ CONFIG_FILES = ("config.json", "scheduler_config.json", "preprocessor_config.jso
 @dataclass(frozen=True)
 class FileSource:
     """A pipeline made of artists' files: the pack's configs of the published model (`configs`, a folder of
-    CONFIGS_DIR) with the sizes read from the files' tensors laid over them (`overrides`), and the files."""
+    a family's configs/) with the sizes read from the files' tensors laid over them (`overrides`), and the files."""
 
     configs: str
     components: tuple[FileComponent, ...]
@@ -205,7 +204,7 @@ class FileSource:
 
     @property
     def config_dir(self) -> Path:
-        return CONFIGS_DIR / self.configs
+        return config_dir(self.configs)
 
     def config(self, name: str) -> dict:
         """Component `name`'s config: the published one with the sizes of the artist's file."""

@@ -9,7 +9,7 @@ kept small and in this one place. Pipelines run CFG in one of two ways (`protoco
   match one worker within 1e-4 in float32 (seen: about 1e-5).
 - "branches" (FLUX.1 true CFG, Qwen-Image, FLUX.2 klein base, Wan): a call under `cache_context("cond")`, then one under
   `cache_context("uncond")`; FLUX.1 Kontext's true CFG makes the same two calls in the same order without naming
-  them (`UNNAMED_BRANCHES`), so there the call's place in the step names it. Rank 0 computes cond, rank 1
+  them (`Pipeline.unnamed_branches`), so there the call's place in the step names it. Rank 0 computes cond, rank 1
   uncond. Rank 1's cond call returns a placeholder, filled in place when the two exchange their predictions
   during the uncond call (the pipelines do not read the prediction in between; FLUX.2's and Kontext's slice of
   it is a view). Same arithmetic as one worker: bit-identical.
@@ -30,9 +30,6 @@ from typing import Any
 
 # The denoiser arguments that carry a ControlNet's residuals: a list (tuple) of tensors, each on the doubled batch
 CONTROLNET_RESIDUALS = ("down_block_additional_residuals", "block_controlnet_hidden_states")
-# Pipelines whose true CFG calls the denoiser for the prompt, then for the negative prompt, each step, without a
-# cache_context (diffusers 0.42.1): the first call of a step is "cond", the next "uncond"
-UNNAMED_BRANCHES = ("FluxKontextPipeline",)
 
 
 def two_passes(pipe: Any, passes: str, kwargs: dict, cfg_above: float = 1.0) -> bool:
@@ -40,13 +37,22 @@ def two_passes(pipe: Any, passes: str, kwargs: dict, cfg_above: float = 1.0) -> 
     guidance above `cfg_above`, spec.Family's)."""
     if passes == "batch":  # SD3, SDXL, Z-Image: do_classifier_free_guidance
         return kwargs.get("guidance_scale", 0) > cfg_above
-    if passes != "branches" or not (named_branches(pipe) or type(pipe).__name__ in UNNAMED_BRANCHES):
+    if passes != "branches" or not (named_branches(pipe) or _unnamed(pipe)):
         return False  # (FLUX.1's image-to-image and inpainting pipelines run true CFG without naming the branches)
     if "true_cfg_scale" in kwargs:  # FLUX.1, Qwen-Image: true CFG needs a negative prompt (or its embeddings)
         negative = kwargs.get("negative_prompt") is not None or kwargs.get("negative_prompt_embeds") is not None
         return kwargs["true_cfg_scale"] > 1 and negative
     # Wan; FLUX.2 klein's distilled models run one pass
     return kwargs.get("guidance_scale", 0) > 1 and not getattr(pipe.config, "is_distilled", False)
+
+
+def _unnamed(pipe: Any) -> bool:
+    """Its true CFG calls the denoiser for the prompt, then the negative prompt, without naming them
+    (Pipeline.unnamed_branches): the first call of a step is "cond", the next "uncond"."""
+    from ..families import PIPELINES
+
+    own = PIPELINES.get(type(pipe).__name__)
+    return bool(own and own.unnamed_branches)
 
 
 def named_branches(pipe: Any) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..protocol.families import ControlNets
+from ..families import ControlNets
 from ..protocol.spec import ControlNetRef, PipelineSpec, control_key
 from . import images
 from .loading import from_linked_file, safetensors_only

@@ -15,17 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..protocol.families import Pipeline
+from ..families import Pipeline
 from ..protocol.spec import SampleRequest
 
 # LATENT: image to image from a LATENT (Sample's latent input below denoise 1), run by the image-to-image pipeline
 TEXT, IMG2IMG, INPAINT, REFERENCE, START, LATENT = "text", "img2img", "inpaint", "reference", "start", "latent"
 CONTROL = "control"  # Sample's image as the control image (FLUX.1 Depth/Canny)
-# Pipelines that run int(N · strength) steps (the others run N − int(N − N · strength)).
-_FLOOR_STRENGTH = ("StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline",
-                   "StableDiffusionXLControlNetImg2ImgPipeline", "StableDiffusionXLControlNetInpaintPipeline",
-                   "StableDiffusionXLControlNetUnionImg2ImgPipeline", "StableDiffusionXLControlNetUnionInpaintPipeline")
-_SINGLE_REFERENCE = ("QwenImageEditPipeline",)  # takes one image, not a list (and Kontext: below)
 
 
 def task(family: Pipeline, arrays: dict, denoise: float = 1.0) -> str:
@@ -44,14 +39,15 @@ def task(family: Pipeline, arrays: dict, denoise: float = 1.0) -> str:
     return IMG2IMG if family.img2img else REFERENCE
 
 
-def schedule(steps: int, denoise: float, pipeline_class: str) -> tuple[int, float]:
+def schedule(steps: int, denoise: float, strength_floor: bool) -> tuple[int, float]:
     """(num_inference_steps, strength) that run exactly `steps` steps at the end of ComfyUI's schedule of
     int(steps / denoise) steps. diffusers rounds N · strength one way or the other depending on the pipeline,
-    so the strength is set half a step inside the bracket both roundings agree on."""
+    so the strength is set half a step inside the bracket both roundings agree on (`strength_floor`: the
+    family's pipelines round down, Pipeline.strength_floor)."""
     total = int(steps / denoise)
     if denoise >= 1 or total <= steps:
         return steps, 1.0
-    nudge = 0.5 if pipeline_class in _FLOOR_STRENGTH else -0.5
+    nudge = 0.5 if strength_floor else -0.5
     return total, (steps + nudge) / total
 
 
@@ -123,7 +119,7 @@ def derive(pipe: Any, name: str, **extra: Any) -> Any:
     return derived
 
 
-def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req: SampleRequest) -> None:
+def add_inputs(pipe: Any, family: Pipeline, kind: str, kwargs: dict, arrays: dict, index: int, req: SampleRequest) -> None:
     """Puts image `index`'s inputs into the call (image i of the batch goes with image i of the run, cycling),
     at the size the call makes (after any snapping to a compiled size), and drops the size arguments the
     pipeline does not take (SDXL's image-to-image keeps the image's size; Z-Image's ControlNet inpainting makes
@@ -138,7 +134,7 @@ def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req
     if kind in (IMG2IMG, INPAINT):
         kwargs["image"] = fit(images[index % len(images)], width, height)[None]
     if kind in (IMG2IMG, INPAINT, LATENT):
-        steps, strength = schedule(req.steps, req.denoise, type(pipe).__name__)
+        steps, strength = schedule(req.steps, req.denoise, family.strength_floor)
         kwargs["num_inference_steps"], kwargs["strength"] = steps, strength
     if kind == INPAINT:
         masks = arrays["mask"]
@@ -150,9 +146,9 @@ def add_inputs(pipe: Any, kind: str, kwargs: dict, arrays: dict, index: int, req
     if kind == START:  # the video's first frame, at its size (the CLIP vision encoder sees its centre square)
         kwargs["image"] = pil(fit(images[index % len(images)], width, height))
     if kind == REFERENCE:
-        if type(pipe).__name__ == "FluxKontextPipeline":
+        if family.reference_mode == "kontext":
             kwargs["image"] = kontext_reference(pipe, pil(images[index % len(images)]))
-        elif type(pipe).__name__ in _SINGLE_REFERENCE:
+        elif family.reference_mode == "one":
             kwargs["image"] = pil(images[index % len(images)])
         else:
             kwargs["image"] = [pil(image) for image in images]

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..protocol.families import Pipeline
+from ..families import Pipeline
 
 
 class _Stopped(Exception):

@@ -18,6 +18,7 @@ Runs inside a worker process.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -28,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..families import FAMILIES, conversions
 from ..protocol import settings
-from ..protocol.families import FAMILIES
 from ..protocol.spec import CONFIG_FILES, DENOISERS, FileComponent, FileSource, listed_components, read_json
 from ..protocol.units import format_bytes
 
@@ -368,7 +369,7 @@ def _load_file_component(root: Path, name: str, cls: type, part: FileComponent, 
         model = cls.from_pretrained(None, config=config, state_dict=_state_dict(part, dtype),
                                     use_safetensors=True, **file_args)
         return _finish_text_encoder(model, part)
-    if part.layout in ("flux2-vae", "wan-vae", "wan22-vae"):
+    if part.layout in vae_converters():
         return _converted_vae(root, cls, part, dtype)
     if part.quant == "gguf":
         from diffusers import GGUFQuantizationConfig
@@ -408,54 +409,24 @@ def _has_key(part: FileComponent, key: str) -> bool:
 
 
 def _converted_vae(root: Path, cls: type, part: FileComponent, dtype: Any) -> Any:
-    """The FLUX.2, Qwen-Image and Wan VAEs, which diffusers' single-file loader does not map: diffusers' own
-    converters for their layouts (LDM plus FLUX.2's batch-norm statistics; Wan 2.1; Wan 2.2: see
-    convert_wan22_vae), then a strict load."""
+    """A VAE whose layout diffusers' single-file loader does not map (FLUX.2's, Qwen-Image's and Wan's): the
+    converter of the family that owns the layout (its convert.VAE_CONVERTERS), then a strict load."""
     import torch
-    from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint, convert_wan_vae_to_diffusers
 
     sd = {k: v.to(torch.float32) for k, v in _state_dict(part, torch.float32).items()}
     config = cls.load_config(str(root), subfolder="vae")
-    if part.layout == "flux2-vae":
-        converted = convert_ldm_vae_checkpoint(sd, config)
-        converted.update({k: v for k, v in sd.items() if k.startswith("bn.")})
-    elif part.layout == "wan22-vae":
-        converted = convert_wan22_vae(sd)
-    else:
-        converted = convert_wan_vae_to_diffusers(sd)
+    converted = vae_converters()[part.layout](sd, config)
     with torch.device("meta"):
         model = cls.from_config(config)
     model.load_state_dict(converted, strict=True, assign=True)
     return model.to(dtype).eval()
 
 
-_WAN_RESIDUAL = {"residual.0.": "norm1.", "residual.2.": "conv1.", "residual.3.": "norm2.", "residual.6.": "conv2.",
-                 "shortcut.": "conv_shortcut."}
-
-
-def convert_wan22_vae(sd: dict) -> dict:
-    """Wan 2.2's VAE (ComfyUI's and Wan's layout) in diffusers' names. diffusers 0.42 has a single-file
-    converter for Wan 2.1's VAE only; its middle, head and quant layers are Wan 2.2's too, so that converter
-    reads them, and the down and up blocks (Wan 2.2 nests them: `encoder.downsamples.<block>.downsamples.<layer>`,
-    the resampler last) are renamed here."""
-    import re
-
-    from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
-
-    blocks, rest = {}, {}
-    for key, value in sd.items():
-        found = re.match(r"(encoder|decoder)\.(?:down|up)samples\.(\d+)\.(?:down|up)samples\.(\d+)\.(.+)", key)
-        if found is None:
-            rest[key] = value
-            continue
-        side, block, layer, name = found.groups()
-        kind = "down" if side == "encoder" else "up"
-        if name.startswith(("resample.", "time_conv.")):
-            blocks[f"{side}.{kind}_blocks.{block}.{kind}sampler.{name}"] = value
-        else:
-            old = next(k for k in _WAN_RESIDUAL if name.startswith(k))
-            blocks[f"{side}.{kind}_blocks.{block}.resnets.{layer}.{_WAN_RESIDUAL[old]}{name[len(old):]}"] = value
-    return {**convert_wan_vae_to_diffusers(rest), **blocks}
+@functools.cache
+def vae_converters() -> dict[str, Callable[[dict, dict], dict]]:
+    """Every family's VAE converters by loader layout ("wan22-vae": Wan's convert.py)."""
+    return {layout: fn for f in FAMILIES.values() for layout, fn in
+            getattr(conversions(f.id), "VAE_CONVERTERS", {}).items()}
 
 
 def _shard_after_load(model: Any, extra: dict) -> Any:

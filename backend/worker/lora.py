@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
+from ..families import PIPELINES, conversions
 from ..protocol.errors import ModelError
-from ..protocol.families import PIPELINES, family_of
 from ..protocol.spec import DENOISERS, EXPERT_COMPONENTS, LoraRef
 from .storage import compute_dtype_of, compute_dtype_of_model
 
@@ -119,104 +119,12 @@ def _drop_zero_diffs(sd: dict, name: str) -> dict:
     return {k: v for k, v in sd.items() if k not in diffs}
 
 
-def _flux_kohya(sd: dict, pipe_cls: Any) -> dict:
-    """Two gaps of diffusers' kohya/ComfyUI FLUX.1 converter (`_convert_sd_scripts_to_ai_toolkit`): it ignores
-    the .alpha of final_layer ('# TODO: alphas.'), and it names the top-level modules (x_embedder,
-    context_embedder, time_text_embed, norm_out, proj_out) without the 'transformer.' prefix, which
-    load_lora_into_transformer then drops silently. Fold those alphas into lora_up, convert, add the prefix."""
-    sd = dict(sd)
-    for k in [k for k in sd if k.startswith("lora_unet_final_layer_") and k.endswith(".alpha")]:
-        base = k[: -len(".alpha")]
-        rank = sd[base + ".lora_down.weight"].shape[0]
-        sd[base + ".lora_up.weight"] = sd[base + ".lora_up.weight"] * (float(sd.pop(k)) / rank)
-    converted = pipe_cls.lora_state_dict(sd)
-    converted = converted[0] if isinstance(converted, tuple) else converted
-    return {k if k.startswith(("transformer.", "text_encoder.")) else f"transformer.{k}": v
-            for k, v in converted.items()}
-
-
-def _flux2_native(sd: dict, pipe_cls: Any) -> dict:
-    """FLUX.2 files with ComfyUI/BFL names ('diffusion_model.…lora_up/lora_down' with .alpha): diffusers sends
-    them to its kohya converter, which drops them (only 'lora_A/lora_B' take its BFL path), and that BFL path maps
-    final_layer.adaLN_modulation.1 to norm_out.linear without the (shift, scale) → (scale, shift) swap its own
-    single-file converter applies. Fold alpha into up, rename, and swap."""
-    from diffusers.loaders.lora_conversion_utils import swap_scale_shift
-
-    out = {}
-    for k, v in sd.items():
-        if k.endswith(".lora_down.weight"):
-            base = k[: -len(".lora_down.weight")]
-            alpha = sd.get(base + ".alpha")
-            out[base + ".lora_A.weight"] = v
-            out[base + ".lora_B.weight"] = sd[base + ".lora_up.weight"] * (
-                float(alpha) / v.shape[0] if alpha is not None else 1.0)
-        elif not k.endswith((".lora_up.weight", ".alpha")):
-            out[k] = v
-    for k in [k for k in out if "final_layer.adaLN_modulation.1" in k and k.endswith(".lora_B.weight")]:
-        out[k] = swap_scale_shift(out[k])
-    return out
-
-
-_ZIMAGE_NATIVE = (("final_layer.", "all_final_layer.2-1."), ("x_embedder.", "all_x_embedder.2-1."))
-
-
-def _zimage_native(sd: dict, pipe_cls: Any) -> dict:
-    """Z-Image files in ComfyUI's own names ('diffusion_model.layers.N.attention.qkv.lora_up/lora_down', what
-    ComfyUI's LoraSave and trainer write): diffusers' Z-Image converter splits a fused qkv only in the dotted
-    'qkv.lora.down' spelling of sd-scripts, and knows neither 'final_layer.' nor 'x_embedder.'. Rename those to the
-    spellings it reads; it then splits qkv (the down shared, the up by rows), maps 'out', and folds alpha."""
-    out = {}
-    for k, v in sd.items():
-        if k.startswith("diffusion_model."):
-            k = k[len("diffusion_model."):]
-            for old, new in _ZIMAGE_NATIVE:
-                k = new + k[len(old):] if k.startswith(old) else k
-            if ".attention.qkv.lora_" in k:
-                k = k.replace(".lora_down.", ".lora.down.").replace(".lora_up.", ".lora.up.")
-            k = "diffusion_model." + k
-        out[k] = v
-    return out
-
-
-_SDXL_COMFY = {"diffusion_model.": "lora_unet_", "text_encoders.clip_l.transformer.": "lora_te1_",
-               "text_encoders.clip_g.transformer.": "lora_te2_"}
-
-
-def _sdxl_comfy(sd: dict, pipe_cls: Any) -> dict:
-    """SDXL LoRAs saved by ComfyUI ('diffusion_model.…', 'text_encoders.clip_l/clip_g.transformer.…'): diffusers'
-    SDXL loader converts only when every key has a kohya prefix; rename to kohya names (lora_unet_, lora_te1_,
-    lora_te2_, the module path with underscores)."""
-    out = {}
-    for k, v in sd.items():
-        old = next((p for p in _SDXL_COMFY if k.startswith(p)), None)
-        if old is None:
-            out[k] = v
-            continue
-        rest = k[len(old):]
-        module, sep, suffix = rest.partition(".lora_")
-        if not sep:  # <module>.alpha
-            module, _, suffix = rest.rpartition(".")
-            sep = "."
-        out[f"{_SDXL_COMFY[old]}{module.replace('.', '_')}{sep}{suffix}"] = v
-    return out
-
-
-# The LoRA layouts diffusers does not read as they are, by the names family modules give them
-# (ModelFamily.lora_formats): whether a file's keys are in that layout, and the rewrite it needs.
-_FORMATS: dict[str, tuple[Callable[[list[str]], bool], Callable[[dict, Any], dict]]] = {
-    "kohya-flux1": (lambda keys: any(k.endswith(".lora_down.weight") for k in keys), _flux_kohya),
-    "bfl-flux2": (lambda keys: any(k.startswith("diffusion_model.") for k in keys), _flux2_native),
-    "comfyui-sdxl": (lambda keys: any(k.startswith(tuple(_SDXL_COMFY)) for k in keys), _sdxl_comfy),
-    "comfyui-zimage": (lambda keys: any(k.startswith("diffusion_model.") for k in keys), _zimage_native),
-}
-
-
-def _passes(keys: list[str], formats: tuple[str, ...]) -> list[Callable[[dict, Any], dict]]:
+def _passes(keys: list[str], formats: dict) -> list[Callable[[dict, Any], dict]]:
     """The pre-passes a file needs (none for the formats diffusers reads as they are)."""
     passes = []
     if any(k.endswith((".diff", ".diff_b")) for k in keys):
         passes.append(_drop_zero_diffs)
-    passes += [rewrite for uses, rewrite in map(_FORMATS.__getitem__, formats) if uses(keys)]
+    passes += [rewrite for uses, rewrite in formats.values() if uses(keys)]
     return passes
 
 
@@ -230,7 +138,8 @@ def source(path: str, pipe_cls: Any) -> str | dict:
                          "LoRA files only. Use a LoRA version of it.")
     check_finite(path, name)
     pipeline = PIPELINES.get(pipe_cls.__name__)
-    passes = _passes(keys, family_of(pipeline).lora_formats if pipeline else ())
+    convert = conversions(pipeline.family) if pipeline else None
+    passes = _passes(keys, getattr(convert, "LORA_FORMATS", {}))
     if not passes:
         return path
     from safetensors.torch import load_file

@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..protocol.families.flux1 import REDUX_CONFIGS
-from ..protocol.spec import CONFIGS_DIR, PipelineSpec, ReduxRef, read_json, redux_key
+from ..families import config_dir
+from ..families.flux1 import REDUX_CONFIGS
+from ..protocol.spec import PipelineSpec, ReduxRef, read_json, redux_key
 from . import images
 from .loading import from_linked_file
 from .prompt_cache import PromptCache
@@ -35,7 +36,7 @@ def load_models(ref: ReduxRef, dtype: Any) -> tuple[Any, Any]:
     from diffusers.pipelines.flux.modeling_flux import ReduxImageEncoder
     from transformers import SiglipVisionModel
 
-    folder = CONFIGS_DIR / REDUX_CONFIGS
+    folder = config_dir(REDUX_CONFIGS)
     vision = {**read_json(folder / "image_encoder" / "config.json"), **json.loads(ref.vision_config)}
     embedder = {**read_json(folder / "image_embedder" / "config.json"), **json.loads(ref.embedder_config)}
     return (from_linked_file(SiglipVisionModel, ref.clip_vision, vision, dtype),
@@ -74,7 +75,7 @@ class Redux:
             self.status(f"loading FLUX.1 Redux ({ref.name}, {Path(ref.clip_vision).name})")
             encoder, embedder = (m.to(device).eval().requires_grad_(False) for m in load_models(ref, pipe.dtype))
             processor = SiglipImageProcessor.from_dict(  # the shipped settings: nothing to download
-                read_json(CONFIGS_DIR / REDUX_CONFIGS / "feature_extractor" / "preprocessor_config.json"))
+                read_json(config_dir(REDUX_CONFIGS) / "feature_extractor" / "preprocessor_config.json"))
             self.prior = diffusers.FluxPriorReduxPipeline(
                 image_encoder=encoder, feature_extractor=processor, image_embedder=embedder,
                 text_encoder=pipe.text_encoder, tokenizer=pipe.tokenizer, text_encoder_2=pipe.text_encoder_2,

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..families.text_encoders import TOKENIZER_LAYOUTS
 from ..protocol import messages, samplers, settings
 from ..protocol.errors import Interrupted, ModelError
-from ..protocol.families.text_encoders import TOKENIZER_LAYOUTS
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
 from . import controlnets, device, images, latents, loading, parallel, redux, storage
@@ -300,7 +300,7 @@ class Runtime:
                 call = sampling.enter_context(self.compiler.sampling(pipe, spec, kwargs))
                 sampling.enter_context(controlnets.seeded(spec, everything[group[0]][1]))
                 controlnets.add_inputs(spec, kind, kwargs, arrays, group[0])
-                images.add_inputs(pipe, kind, kwargs, arrays, group[0], req)
+                images.add_inputs(pipe, spec.family, kind, kwargs, arrays, group[0], req)
                 self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,
                                report=layout.leader, per_step=len(group), steps=req.steps,
                                then=_decoding(spec, req) if decode else "")

@@ -1,7 +1,7 @@
 """The files a user chose, checked to make one pipeline of a supported family, and described
 (`spec.FileSource`): the pack's configs of the published model (backend/configs) with the sizes read from the
 files' tensors laid over them, so that trimmed or variant files load, and every file with how the worker must
-read it. What differs between families is read from their modules (backend/protocol/families).
+read it. What differs between families is read from their modules (backend/families).
 
 ComfyUI's own key maps and tokenizers are used from ComfyUI's process, found without importing torch.
 """
@@ -14,12 +14,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...protocol import families
+from ... import families
+from ...families import Configs, ModelFamily, config_dir, image_encoders, text_encoders, vaes
+from ...families.base import count
+from ...families.flux1 import KONTEXT_CHOICES
 from ...protocol.errors import ModelError
-from ...protocol.families import Configs, ModelFamily, image_encoders, text_encoders, vaes
-from ...protocol.families.base import count
-from ...protocol.families.flux1 import KONTEXT_CHOICES
-from ...protocol.spec import CONFIGS_DIR, FileComponent, FileSource, read_json
+from ...protocol.spec import FileComponent, FileSource, read_json
 from .headers import FLOAT_DTYPES, GGUF, Header
 from .listing import NONE, resolve_file
 from .recognise import Contents, Part, file_contents, short_name
@@ -67,7 +67,7 @@ class _Draft:
 
     @property
     def folder(self) -> Path:
-        return CONFIGS_DIR / self.configs.folder
+        return config_dir(self.configs.folder)
 
     def index(self) -> dict:
         """The model_index the pipeline loads with: the published one, with the family's variant over it."""
@@ -95,7 +95,7 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
     family = denoiser.family
     if choice.flux_kontext not in KONTEXT_CHOICES:
         raise ModelError(f"flux_kontext: '{choice.flux_kontext}' is not one of {', '.join(KONTEXT_CHOICES)}.")
-    if choice.flux_kontext == "on" and family is not families.FAMILIES["flux1"]:
+    if choice.flux_kontext == "on" and family.variant_input != "flux_kontext":
         raise ModelError(f"flux_kontext: '{main.path.name}' is a {family.name} model; Kontext is a FLUX.1 model "
                          "(flux1-kontext-dev.safetensors). Set flux_kontext to auto, or choose a FLUX.1 Kontext file.")
     if not family.files:

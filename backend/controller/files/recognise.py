@@ -1,6 +1,6 @@
 """What a weights file holds, from its header alone: a denoiser of one family, a VAE, text encoders.
 
-The keys that tell them apart live with each family (backend/protocol/families); this module walks the key
+The keys that tell them apart live with each family (backend/families); this module walks the key
 prefixes the files use (checkpoints nest their parts) and asks the registry.
 """
 
@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...protocol import families
-from ...protocol.families import image_encoders, text_encoders, vaes
+from ... import families
+from ...families import image_encoders, text_encoders, vaes
 from .headers import Header, read_header
 
 DENOISER_PREFIXES = ("model.diffusion_model.", "diffusion_model.", "")

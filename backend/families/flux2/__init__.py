@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .base import Configs, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
+from ..base import Configs, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
 
 DEV = Configs("flux2", (TextSlot("text_encoder", "mistral"),), "FLUX.2 [dev]")
 KLEIN = Configs("flux2-klein", (TextSlot("text_encoder", "qwen3"),), "FLUX.2 [klein]")
@@ -46,13 +46,13 @@ def variant(sizes: dict, file_name: str, configs: Configs,
 
 
 FAMILY = ModelFamily(
-    id="flux2", name="FLUX.2",
+    id="flux2", order=20, tiny=("flux2",), name="FLUX.2",
     pipelines=(
         Pipeline("Flux2Pipeline", "FLUX.2", 2, "guidance_scale", True, cp_plan=True, references=True,
                  sigmas="unless flow sigmas", latent_patch=2),
         # FLUX.2 [klein] base models (not distilled) run CFG as two branches; distilled ones run one pass
         Pipeline("Flux2KleinPipeline", "FLUX.2", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
-                 sigmas="unless flow sigmas", latent_patch=2,
+                 sigmas="unless flow sigmas", latent_patch=2, distilled_key="is_distilled",
                  references=True, inpaint="Flux2KleinInpaintPipeline", step_caches=("taylorseer",)),
     ),
     configs=(DEV, KLEIN),
@@ -60,5 +60,5 @@ FAMILY = ModelFamily(
     absent_keys=("vector_in.in_layer.weight",),  # FLUX.1's pooled CLIP input
     width_key="img_in.weight", width_agrees=("txt_in.weight", 0), sizes=sizes, text_widths=text_widths,
     vae="vae-flux2", vae_hint="FLUX.2's flux2-vae.safetensors",
-    lora_formats=("bfl-flux2",), configs_for=configs_for, variant=variant,
+    configs_for=configs_for, variant=variant,
 )

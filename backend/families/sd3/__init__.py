@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import text_encoders
-from .base import Configs, ControlNets, Embeddings, ModelFamily, Pipeline, Shapes, TextSlot, count
+from .. import text_encoders
+from ..base import Configs, ControlNets, Embeddings, ModelFamily, Pipeline, Shapes, TextSlot, count
 
 
 def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
@@ -72,7 +72,7 @@ EMBEDDINGS = Embeddings("CLIP-L, CLIP-G and T5-XXL (TripleCLIPLoader; or DualCLI
                         lambda c: (c["joint_attention_dim"], c["pooled_projection_dim"]), length=77 + 256)
 
 FAMILY = ModelFamily(
-    id="sd3", name="SD3/SD3.5",
+    id="sd3", order=30, tiny=("sd3",), name="SD3/SD3.5",
     pipelines=(Pipeline("StableDiffusion3Pipeline", "SD3", 2, "guidance_scale", False, repeated_blocks=False,
                         cfg_doubles_batch=True, cfg_passes="batch", img2img="StableDiffusion3Img2ImgPipeline",
                         inpaint="StableDiffusion3InpaintPipeline", controlnets=(CONTROLNETS,), embeddings=EMBEDDINGS),),

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from .base import Configs, ControlNets, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
+from ..base import Configs, ControlNets, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
 
 ZERO_COND_MARKER = "__index_timestep_zero__"  # Comfy-Org's Edit-2511 files: an empty tensor, diffusers' zero_cond_t
 LAYERED_MARKER = "time_text_embed.addition_t_embedding."  # Qwen-Image-Layered's layer/image embedding
@@ -60,7 +60,7 @@ def variant(sizes: dict, file_name: str, configs: Configs,
     """The edit pipelines by the 2511 marker or the file name (the module docstring says why), with their
     processor; a note says which pipeline the file made and why."""
     if sizes["use_additional_t_cond"]:
-        from ..errors import ModelError
+        from ...protocol.errors import ModelError
 
         raise ModelError(f"diffusion_model: '{file_name}' is Qwen-Image-Layered (its {LAYERED_MARKER}* tensors), "
                          "which ComfyUI-TPU does not run: it splits an image into RGBA layers (diffusers' "
@@ -114,12 +114,12 @@ CONTROLNETS = ControlNets("QwenImageControlNetModel", "QwenImageMultiControlNetM
 TAYLORSEER_MODULES = (r"transformer_blocks\.\d+\.(attn|img_mlp|txt_mlp)",)
 _EDIT = dict(references=True, inpaint="QwenImageEditInpaintPipeline", needs_image=True)
 FAMILY = ModelFamily(
-    id="qwenimage", name="Qwen-Image",
+    id="qwenimage", order=50, tiny=("qwenimage",), name="Qwen-Image",
     pipelines=(
         _pipeline("QwenImagePipeline", "Qwen-Image", img2img="QwenImageImg2ImgPipeline",
                   inpaint="QwenImageInpaintPipeline", step_caches=("first block", "taylorseer"),
                   taylorseer_modules=TAYLORSEER_MODULES, controlnets=(CONTROLNETS,)),
-        _pipeline("QwenImageEditPipeline", "Qwen-Image-Edit", **_EDIT),
+        _pipeline("QwenImageEditPipeline", "Qwen-Image-Edit", **_EDIT, reference_mode="one"),
         _pipeline("QwenImageEditPlusPipeline", "Qwen-Image-Edit", **_EDIT),
     ),
     configs=(Configs("qwenimage", (TextSlot("text_encoder", "qwen25vl"),)),),

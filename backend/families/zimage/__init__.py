@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .base import Configs, ControlNets, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
+from ..base import Configs, ControlNets, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
 
 
 def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
@@ -89,7 +89,7 @@ CONTROLNETS = ControlNets("ZImageControlNetModel", "", "ZImageControlNetPipeline
                           cannot_inpaint=controlnet_cannot_inpaint, inpaint_from_noise=True)
 
 FAMILY = ModelFamily(
-    id="zimage", name="Z-Image",
+    id="zimage", order=60, tiny=("zimage",), name="Z-Image",
     pipelines=(Pipeline("ZImagePipeline", "Z-Image", 2, "guidance_scale", False, cfg_doubles_batch=True,
                         cfg_passes="batch", variable_text=True, img2img="ZImageImg2ImgPipeline",
                         inpaint="ZImageInpaintPipeline", cfg_above=0.0, prompt_step=32, sigmas="always",
@@ -97,5 +97,5 @@ FAMILY = ModelFamily(
     configs=(Configs("zimage", (TextSlot("text_encoder", "qwen3"),), "Z-Image Turbo"),),
     denoiser_keys=("cap_embedder.1.weight", "layers.0.adaLN_modulation.0.weight", "x_embedder.weight"),
     width_key="x_embedder.weight", width_agrees=("cap_embedder.1.weight", 0), sizes=sizes, text_widths=text_widths,
-    vae="vae-ldm", vae_hint="FLUX.1's ae.safetensors", lora_formats=("comfyui-zimage",),
+    vae="vae-ldm", vae_hint="FLUX.1's ae.safetensors",
 )

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import text_encoders
-from .base import (
+from .. import text_encoders
+from ..base import (
     Configs,
     ControlNets,
     Embeddings,
@@ -124,15 +124,15 @@ EMBEDDINGS = Embeddings("CLIP-L and CLIP-G (the checkpoint's CLIP, or DualCLIPLo
                         length=77, chunks=4)
 
 FAMILY = ModelFamily(
-    id="sdxl", name="SDXL",
+    id="sdxl", order=40, tiny=("sdxl",), name="SDXL",
     pipelines=(Pipeline("StableDiffusionXLPipeline", "SDXL", 1, "guidance_scale", False, cfg_doubles_batch=True,
                         cfg_passes="batch", img2img="StableDiffusionXLImg2ImgPipeline",
-                        inpaint="StableDiffusionXLInpaintPipeline", seeded_steps=True,
+                        inpaint="StableDiffusionXLInpaintPipeline", seeded_steps=True, strength_floor=True,
                         controlnets=(CONTROLNETS, UNION), embeddings=EMBEDDINGS),),
     configs=(Configs("sdxl", (TextSlot("text_encoder", "clip-l"), TextSlot("text_encoder_2", "clip-g"))),),
     denoiser_keys=("input_blocks.0.0.weight", "label_emb.0.0.weight", "middle_block.1.proj_in.weight"),
     width_key="input_blocks.0.0.weight", width_agrees=("time_embed.0.weight", 1),
     sizes=sizes, text_widths=text_widths,
     vae="vae-ldm", vae_hint="sdxl_vae.safetensors", denoiser="unet",
-    latent_packing=1, single_file=True, lora_formats=("comfyui-sdxl",), clip_pair=clip_pair,
+    latent_packing=1, single_file=True, clip_pair=clip_pair,
 )

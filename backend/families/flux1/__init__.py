@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .base import Configs, ControlNets, Embeddings, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
+from ..base import Configs, ControlNets, Embeddings, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
 
 CONVERTER_WIDTH = 3072  # diffusers' FLUX.1 single-file converter hard-codes the published width
 # Load TPU Pipeline (ComfyUI files)'s flux_kontext: a Kontext file holds the same tensors as FLUX.1 [dev], so the
@@ -38,7 +38,7 @@ def denoiser_layout(s: Shapes, prefix: str, quant: str, file_name: str) -> str:
     if width == CONVERTER_WIDTH:
         return "flux1"
     if quant == "gguf":
-        from ..errors import ModelError
+        from ...protocol.errors import ModelError
 
         raise ModelError(f"diffusion_model: '{file_name}' is a GGUF FLUX.1 file {width} wide; diffusers reads GGUF "
                          "FLUX.1 files of the published width (3072) only.")
@@ -51,7 +51,7 @@ def tool(sizes: dict, file_name: str, kontext: str) -> str:
     latents, inputs = sizes.get("out_channels", sizes["in_channels"]), sizes["in_channels"]
     cls = FILL if inputs > 2 * latents else CONTROL if inputs == 2 * latents else ""
     if kontext == "on" and cls:
-        from ..errors import ModelError
+        from ...protocol.errors import ModelError
 
         raise ModelError(f"flux_kontext: '{file_name}' is a FLUX.1 {TOOL_NAMES[cls]} model ({inputs} input channels), "
                          "not FLUX.1 Kontext (which has FLUX.1 [dev]'s tensors); set flux_kontext to auto.")
@@ -124,10 +124,10 @@ EMBEDDINGS = Embeddings("CLIP-L and T5-XXL (DualCLIPLoader, type flux)",
                         lambda c: (c["joint_attention_dim"], c["pooled_projection_dim"]), length=512, guidance=True)
 
 FAMILY = ModelFamily(
-    id="flux1", name="FLUX.1",
+    id="flux1", order=10, tiny=("flux",), name="FLUX.1",
     # FLUX.1 runs two passes only with true CFG (true_cfg_scale > 1 and a negative prompt: Sampling Options)
     pipelines=(Pipeline("FluxPipeline", "FLUX.1", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
-                        sigmas="unless flow sigmas",
+                        sigmas="unless flow sigmas", true_cfg=True,
                         img2img="FluxImg2ImgPipeline", inpaint="FluxInpaintPipeline",
                         step_caches=("first block", "taylorseer", "magcache"), taylorseer_modules=TAYLORSEER_MODULES,
                         controlnets=(CONTROLNETS,), embeddings=EMBEDDINGS, redux=True),
@@ -138,7 +138,8 @@ FAMILY = ModelFamily(
                # (an odd total is refused by worker/parallel.check_even_split), Fill's and Depth's condition is in
                # the channels
                Pipeline(KONTEXT, "FLUX.1 Kontext", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
-                        sigmas="unless flow sigmas", references=True, image_note=KONTEXT_RESIZE,
+                        sigmas="unless flow sigmas", references=True, image_note=KONTEXT_RESIZE, true_cfg=True,
+                        unnamed_branches=True, reference_mode="kontext",
                         embeddings=EMBEDDINGS, redux=True),
                Pipeline(FILL, "FLUX.1 Fill", 2, "guidance_scale", True, cp_plan=True, sigmas="unless flow sigmas",
                         inpaint=FILL, needs_image=True, needs_mask=True, embeddings=EMBEDDINGS,
@@ -150,6 +151,6 @@ FAMILY = ModelFamily(
     denoiser_keys=("double_blocks.0.img_attn.qkv.weight", "img_in.weight", "vector_in.in_layer.weight"),
     width_key="img_in.weight", width_agrees=("txt_in.weight", 0), out_key="final_layer.linear.weight",
     sizes=sizes, text_widths=text_widths, vae="vae-ldm", vae_hint="FLUX.1's ae.safetensors",
-    single_file=True, lora_formats=("kohya-flux1",),
-    denoiser_layout=denoiser_layout, variant=variant, extra_configs=(REDUX_CONFIGS,),
+    single_file=True,
+    denoiser_layout=denoiser_layout, variant=variant, extra_configs=(REDUX_CONFIGS,), variant_input="flux_kontext",
 )

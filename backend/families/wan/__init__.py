@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .base import Configs, ModelFamily, Pipeline, Shapes, TextSlot, count, head_dim
+from ..base import Configs, ModelFamily, Pipeline, Shapes, TextSlot, count, head_dim
 
 TEXT = (TextSlot("text_encoder", "umt5"),)
 WAN21 = Configs("wan21-t2v-1.3b", TEXT, "Wan 2.1")
@@ -75,7 +75,7 @@ _VIDEO = dict(cfg_passes="branches", cp_plan=True, frame_step=4, step_caches=("f
               taylorseer_modules=TAYLORSEER_MODULES)
 
 FAMILY = ModelFamily(
-    id="wan", name="Wan",
+    id="wan", order=70, tiny=("wan", "wan-i2v", "wan22"), name="Wan",
     pipelines=(Pipeline("WanPipeline", "Wan", 2, "guidance_scale", False, **_VIDEO,
                         start_image_via="WanImageToVideoPipeline", start_image_if="expand_timesteps"),
                Pipeline("WanImageToVideoPipeline", "Wan", 2, "guidance_scale", False, **_VIDEO, start_image=True,

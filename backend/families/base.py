@@ -3,7 +3,7 @@
 A family (FLUX.1, SDXL, ...) is one module of this package holding one `ModelFamily`: how its diffusers
 pipelines run (`Pipeline`, one per pipeline class: what the worker and the layouts read through
 `PipelineSpec.family`), and how artists' files of it are recognised and described (keys, size reader, text
-encoders, VAE, the configs of its published models under backend/configs). No torch: both processes read it.
+encoders, VAE, the configs of its published models in its folder). No torch: both processes read it.
 """
 
 from __future__ import annotations
@@ -126,6 +126,18 @@ class Pipeline:
     # FLUX.1 Redux (Apply Redux): the call takes the prompt_embeds and pooled_prompt_embeds diffusers'
     # FluxPriorReduxPipeline makes from reference images
     redux: bool = False
+    # Sampling Options' true_cfg_scale: a true CFG scale of its own beside the embedded guidance (FLUX.1, Kontext)
+    true_cfg: bool = False
+    # its true CFG calls the denoiser for the prompt, then the negative prompt, each step, without naming the two
+    # calls (no cache_context; diffusers 0.42.1's Kontext): CFG Parallel tells them apart by their order
+    unnamed_branches: bool = False
+    # the model_index key that, when true, marks a guidance-distilled model: one pass per step (FLUX.2 [klein])
+    distilled_key: str = ""
+    # its image-to-image and inpainting pipelines round num_inference_steps x strength down (SDXL's), not up
+    strength_floor: bool = False
+    # how the loaded pipeline takes Sample's reference images (with `references`): "list" (every one), "one"
+    # (the first: Qwen-Image-Edit), "kontext" (the first, resized to a Kontext resolution)
+    reference_mode: str = "list"
     family: str = ""  # the id of the family module it belongs to (the registry fills it in)
 
 
@@ -141,7 +153,7 @@ class TextSlot:
 
 @dataclass(frozen=True)
 class Configs:
-    """The configs of one published model of the family: a folder of backend/configs and its text encoders,
+    """The configs of one published model of the family: a folder of its configs/ and its text encoders,
     in the pipeline's order."""
 
     folder: str
@@ -176,7 +188,6 @@ class ModelFamily:
     # width_key's input; 2x2 packed latents: 4)
     latent_packing: int = 4
     single_file: bool = False  # diffusers' pipeline loader reads its all-in-one checkpoints
-    lora_formats: tuple[str, ...] = ()  # LoRA layouts the worker rewrites before diffusers reads them
     files: bool = True  # its artists' files load (False: they are recognised, and refused naming the way that works)
     # (denoiser shapes, CLIP-L shapes, CLIP-G shapes) -> None when the CLIP pair fits, else the width it reads
     clip_pair: Callable[[Shapes, Shapes, Shapes], int | None] | None = None
@@ -191,9 +202,17 @@ class ModelFamily:
     # (denoiser sizes, file name, configs, the loader's flux_kontext choice) -> (config overrides by component,
     # "" for model_index: its _class_name where the files make another pipeline; notes)
     variant: Callable[[dict, str, Configs, str], tuple[dict[str, dict], tuple[str, ...]]] | None = None
-    # folders of backend/configs for models that run beside its pipelines (FLUX.1 Redux's image encoder, image
+    # configs folders for models that run beside its pipelines (FLUX.1 Redux's image encoder, image
     # embedder and image processor)
     extra_configs: tuple[str, ...] = ()
+    # where it stands in lists and in recognition (the first family whose keys a file holds is the one)
+    order: int = 100
+    # the tiny random-weight pipelines its folder's tiny.py builds, by name (the test folders are tiny-<name>;
+    # "flux" for FLUX.1: saved workflows name tiny-flux)
+    tiny: tuple[str, ...] = ()
+    # the Load TPU Pipeline (ComfyUI files) input that chooses among its variants where the file cannot tell
+    # ("flux_kontext": whether a FLUX.1 [dev]-shaped file is Kontext); "" where it has none
+    variant_input: str = ""
 
     def recognises(self, shapes: Shapes) -> bool:
         return all(k in shapes for k in self.denoiser_keys) and not any(k in shapes for k in self.absent_keys)

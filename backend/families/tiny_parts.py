@@ -1,0 +1,257 @@
+"""What the families' tiny builders share: generated tokenizers (no files downloaded), a seeder that keeps each
+component's weights stable, and the text encoders and VAE several families use. Torch: for the tiny builders
+(each family's tiny.py), which the tests, `tpu-check` and `make-tiny-models` run; never the controller.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+# Words that get their own BPE merges / unigram pieces, so common prompts tokenize to a realistic handful
+# of tokens instead of one token per byte. Any other text still tokenizes (byte fallback for the BPE
+# tokenizers, single characters for the unigram one).
+WORDS: tuple[str, ...] = tuple(
+    """
+    a an the of in on and with at to is by for from photo picture painting drawing image portrait landscape
+    close up cat dog bird horse fox car house tree flower mountain river sea city street forest sky sun moon
+    night day light dark red green blue yellow white black small big old young man woman person astronaut
+    riding sitting standing beautiful detailed high quality style
+    system user assistant Describe detailing color shape size texture quantity text spatial relationships
+    objects background
+    """.split()
+)
+
+
+class Seeder:
+    """Re-seeds the (forked) global RNG before each component, keyed by the component's name.
+
+    Keying by name keeps a component's weights stable when another component's config changes, and the
+    global RNG is what both diffusers and transformers use for their default initialisers.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.seed = int(seed)
+
+    def __call__(self, name: str, factory: Callable[[], Any]) -> Any:
+        torch.manual_seed((self.seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63))
+        module = factory()
+        if isinstance(module, torch.nn.Module):
+            module.eval()
+        return module
+
+
+def _byte_to_unicode() -> dict[int, str]:
+    """The reversible byte -> printable-character table that GPT-2-style byte-level BPE vocabularies use."""
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    table: dict[int, str] = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def _train_bpe(words: Iterable[tuple[str, ...]]) -> list[tuple[str, str]]:
+    """Greedy BPE training on a tiny corpus until every word is a single symbol.
+
+    Real training (most frequent pair first, ties broken by the pair itself) rather than per-word merge
+    chains, so the merges are mutually consistent: each corpus word tokenizes back to exactly one token.
+    """
+    seqs = [list(w) for w in sorted(set(words))]
+    merges: list[tuple[str, str]] = []
+    while True:
+        counts: Counter[tuple[str, str]] = Counter()
+        for seq in seqs:
+            counts.update(zip(seq, seq[1:], strict=False))
+        if not counts:
+            return merges
+        best = min(counts, key=lambda pair: (-counts[pair], pair))
+        merges.append(best)
+        joined = best[0] + best[1]
+        for seq in seqs:
+            i = 0
+            while i < len(seq) - 1:
+                if (seq[i], seq[i + 1]) == best:
+                    seq[i : i + 2] = [joined]
+                i += 1
+
+
+def _bpe_vocab(base: Iterable[str], merges: list[tuple[str, str]], specials: Iterable[str]) -> dict[str, int]:
+    vocab: dict[str, int] = {}
+    for token in [*base, *(a + b for a, b in merges), *specials]:
+        vocab.setdefault(token, len(vocab))
+    return vocab
+
+
+def clip_tokenizer(pad_token: str = "<|endoftext|>") -> Any:
+    """CLIP byte-level BPE with ``</w>`` word ends; model_max_length=77 like the real CLIP tokenizers."""
+    from transformers import CLIPTokenizer
+
+    chars = list(_byte_to_unicode().values())
+    merges = _train_bpe((*word[:-1], word[-1] + "</w>") for word in WORDS if len(word) > 1)
+    vocab = _bpe_vocab([*chars, *(c + "</w>" for c in chars)], merges, ("<|startoftext|>", "<|endoftext|>"))
+    return CLIPTokenizer(vocab=vocab, merges=merges, pad_token=pad_token, model_max_length=77)
+
+
+_QWEN_SPECIALS: tuple[str, ...] = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<think>",
+    "</think>",
+)
+
+
+# A Qwen3-style chat template (written for these tiny models): turns, then an assistant header, and an empty
+# think block when ``enable_thinking=False`` (what Flux2KleinPipeline passes).
+_QWEN_CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{ '<|im_start|>assistant\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}{{ '<think>\n\n</think>\n\n' }}{%- endif -%}"
+    "{%- endif -%}"
+)
+
+
+def qwen_tokenizer() -> Any:
+    """Qwen2 byte-level BPE (no end-of-word marker, ``Ġ`` for a leading space) with the Qwen special tokens."""
+    from tokenizers import AddedToken
+    from transformers import Qwen2Tokenizer
+
+    table = _byte_to_unicode()
+    space = table[ord(" ")]
+    corpus = [tuple(w) for w in WORDS if len(w) > 1] + [(space, *w) for w in WORDS]
+    merges = _train_bpe(corpus)
+    vocab = _bpe_vocab(table.values(), merges, _QWEN_SPECIALS)
+    tok = Qwen2Tokenizer(
+        vocab=vocab,
+        merges=merges,
+        unk_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        model_max_length=32768,
+    )
+    tok.add_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in _QWEN_SPECIALS], special_tokens=True
+    )
+    tok.chat_template = _QWEN_CHAT_TEMPLATE
+    return tok
+
+
+def t5_tokenizer() -> Any:
+    """T5 SentencePiece-style Unigram tokenizer: <pad>=0, </s>=1, <unk>=2, pieces with the ``▁`` word marker."""
+    from transformers import T5Tokenizer
+
+    pieces: list[tuple[str, float]] = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("▁", -2.0)]
+    seen = {p for p, _ in pieces}
+
+    def add(piece: str, score: float) -> None:
+        if piece not in seen:
+            seen.add(piece)
+            pieces.append((piece, score))
+
+    for word in WORDS:
+        add("▁" + word, -3.0 - 0.01 * len(pieces))
+    for code in range(ord("!"), ord("~") + 1):
+        add(chr(code), -8.0)
+        add("▁" + chr(code), -7.0)
+    return T5Tokenizer(vocab=pieces, extra_ids=0, model_max_length=512)
+
+
+def clip_text(seed: Seeder, name: str, tokenizer: Any, hidden: int, with_projection: bool) -> Any:
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
+    config = CLIPTextConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        projection_dim=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=77,
+        hidden_act="gelu",
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    cls = CLIPTextModelWithProjection if with_projection else CLIPTextModel
+    return seed(name, lambda: cls(config))
+
+
+def t5_encoder(seed: Seeder, name: str, tokenizer: Any, d_model: int) -> Any:
+    from transformers import T5Config, T5EncoderModel
+
+    config = T5Config(
+        vocab_size=len(tokenizer),
+        d_model=d_model,
+        d_kv=d_model // 4,
+        d_ff=2 * d_model,
+        num_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=32,
+        feed_forward_proj="gated-gelu",
+        dropout_rate=0.0,
+        is_encoder_decoder=False,
+        use_cache=False,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    return seed(name, lambda: T5EncoderModel(config))
+
+
+def vae_kl(
+    seed: Seeder,
+    latent_channels: int,
+    channels: tuple[int, ...] = (8, 16, 16, 16),
+    layers: int = 1,
+    **extra: Any,
+) -> Any:
+    """4-block KL autoencoder: three downsamples keep the real spatial factor of 8."""
+    from diffusers import AutoencoderKL
+
+    return seed(
+        "vae",
+        lambda: AutoencoderKL(
+            in_channels=3,
+            out_channels=3,
+            down_block_types=("DownEncoderBlock2D",) * len(channels),
+            up_block_types=("UpDecoderBlock2D",) * len(channels),
+            block_out_channels=channels,
+            layers_per_block=layers,
+            latent_channels=latent_channels,
+            norm_num_groups=4,
+            sample_size=64,
+            **extra,
+        ),
+    )
+
+
+def qwen_text_common(vocab_size: int, hidden: int) -> dict[str, Any]:
+    return {
+        "vocab_size": vocab_size,
+        "hidden_size": hidden,
+        "intermediate_size": 2 * hidden,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 1024,
+        "rms_norm_eps": 1e-6,
+    }
+
