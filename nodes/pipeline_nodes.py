@@ -188,7 +188,7 @@ class LoadTPUPipelineFiles:
 
 
 LATENT_TOOLTIP = ("ComfyUI's LATENT of the images: the model's VAE latents, unscaled, as KSampler gives them "
-                  "(docs/nodes.md: layout per model), for Upscale Latent By, another Sample's latent input, VAE "
+                  "(Sample Latent's help page: layout per model), for Upscale Latent By, another Sample's latent input, VAE "
                   "Decode with the same VAE file.")
 
 
@@ -257,7 +257,7 @@ class TPUSample:
                                     "cropped); the text next to the node says so."}),
                 "sampler": (list(SAMPLER_CHOICES), {"default": DEFAULT, "tooltip":
                             "ComfyUI's sampler names, run by the diffusers scheduler of the same method (the table "
-                            "is in docs/nodes.md). default: the model's own scheduler. FLUX, SD3 and Qwen-Image "
+                            "is in Sample's help page). default: the model's own scheduler. FLUX, SD3 and Qwen-Image "
                             "take the flow-matching ones (euler, heun, dpmpp_2m, uni_pc, ...); a choice the model "
                             "cannot take is refused before anything runs, naming the ones it can. Changing it "
                             "never reloads or recompiles."}),

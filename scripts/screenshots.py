@@ -4,8 +4,8 @@ Writes, for each workflows/<name>.json:
   docs/images/<name>.png   the whole UI with the workflow open, for docs/workflows.md;
   workflows/<name>.jpg     a small picture of the graph: the card ComfyUI's template browser shows for it;
 docs/images/template_browser.png: the template browser showing the pack's workflows; and
-docs/images/nodes/<NodeType>.png: a close-up of each node (NODE_SHOTS) as one of the workflows sets it, for
-the section on that node in docs/nodes.md.
+web/docs/images/<NodeType>.png: a close-up of each node (NODE_SHOTS) as one of the workflows sets it, for
+that node's help page (web/docs/<NodeType>.md, which ComfyUI's help panel and GitHub both show).
 
     eval "$(bash scripts/bootstrap.sh)"; export COMFYUI_DIR
     "$VENV/bin/python" scripts/screenshots.py [NAME ...]
@@ -26,9 +26,10 @@ from frontend import _FIT_JS, load_ui_workflow, open_frontend, workflow_files  #
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / "workflows"
 IMAGES = ROOT / "docs" / "images"
+NODE_IMAGES = ROOT / "web" / "docs" / "images"  # beside the help pages, so both readers find them
 THUMB_WIDTH = 480
 NODE_SCALE = 1.25  # zoom of the node close-ups
-# Node type -> (workflow, node id) whose close-up illustrates it in docs/nodes.md (nodes/<type>.png)
+# Node type -> (workflow, node id) whose close-up illustrates its help page (web/docs/images/<type>.png)
 NODE_SHOTS = {
     "LoadTPUPipeline": ("flux1_schnell_offload", 1),
     "LoadTPUPipelineFiles": ("flux1_dev_comfyui_files", 1),
@@ -101,6 +102,7 @@ def main() -> int:
     args = parser.parse_args()
     files = [p for p in workflow_files(WORKFLOWS) if not args.names or p.stem in args.names]
     IMAGES.mkdir(parents=True, exist_ok=True)
+    NODE_IMAGES.mkdir(parents=True, exist_ok=True)
     with open_frontend(width=1600, height=900) as (_, ui):
         ui.page.call_js(_QUIET_UI_JS)
         for path in files:
@@ -112,7 +114,7 @@ def main() -> int:
                 continue
             ui.load(load_ui_workflow(WORKFLOWS / f"{name}.json"), name)
             ui.page.evaluate("window.app.extensionManager.toast.removeAll()")
-            print(node_closeup(ui, node_id, IMAGES / "nodes" / f"{node_type}.png"))
+            print(node_closeup(ui, node_id, NODE_IMAGES / f"{node_type}.png"))
         if not args.names:
             ui.template_browser(PACK)
             print(ui.page.screenshot(IMAGES / "template_browser.png"))

@@ -19,6 +19,7 @@ from comfy_server import ComfyServer, PromptFailed, error_message, load_workflow
 from helpers import (
     DEMO,
     LONG,
+    ROOT,
     alive,
     group_processes,
     info_from,
@@ -71,6 +72,28 @@ def test_nodes_in_object_info(server, tiny_models):
     roots = [tiny_models, server.work_dir / "models" / "diffusers"]
     not_pipelines = [m for m in models if not any((r / m / "model_index.json").is_file() for r in roots)]
     assert not_pipelines == [], "only folders holding model_index.json may be offered"
+
+
+def test_each_nodes_help_page_is_served_where_the_frontends_help_panel_looks(server):
+    """The frontend (1.32.9) takes the pack from the node's python_module ("custom_nodes.<folder>", "@version"
+    dropped) and fetches /extensions/<pack>/docs/<class>/<locale>.md, then /extensions/<pack>/docs/<class>.md;
+    ComfyUI serves the pack's WEB_DIRECTORY there. Every node class gets its page; nothing else of the pack is
+    served, and no script of ours is offered to the browser."""
+    info = server.get("/object_info").json()
+    ours = {name: d["python_module"] for name, d in info.items() if d.get("category") == "TPU"}
+    assert len(ours) >= 18
+    for name, module in ours.items():
+        pack = module.split(".")[1].split("@")[0]
+        assert module.split(".")[0] == "custom_nodes" and pack == "ComfyUI-TPU", module
+        assert server.get(f"/extensions/{pack}/docs/{name}/en.md").status_code == 404  # no locale pages: the
+        page = server.get(f"/extensions/{pack}/docs/{name}.md")  # frontend's fallback is what it reads
+        assert page.status_code == 200, (name, page.status_code)
+        assert page.text == (ROOT / "web" / "docs" / f"{name}.md").read_text(), name
+    picture = server.get("/extensions/ComfyUI-TPU/docs/images/TPUSample.png")
+    assert picture.status_code == 200 and picture.content[:4] == b"\x89PNG"
+    for private in ("__init__.py", "README.md", "../__init__.py", "docs/../../nodes/__init__.py"):
+        assert server.get(f"/extensions/ComfyUI-TPU/{private}").status_code in (403, 404), private
+    assert not [e for e in server.get("/extensions").json() if e.startswith("/extensions/ComfyUI-TPU/")]
 
 
 @pytest.mark.server

@@ -18,7 +18,7 @@ from backend.protocol import settings
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = ("backend", "nodes", "scripts", "bench", "docs")
+SHIPPED = ("backend", "nodes", "scripts", "bench", "docs", "web")
 NAME = re.compile(r"COMFYUI_TPU_[A-Z0-9_]*[A-Z0-9]")
 READ_ELSEWHERE = re.compile(r"""(environ|getenv)[^\n]{0,20}["']COMFYUI_TPU_""")
 
