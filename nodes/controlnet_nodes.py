@@ -22,15 +22,21 @@ def _family_modes() -> str:
                      for k in p.controlnets if k.modes)
 
 
+def _kinds(holds) -> str:
+    """The pipelines with a ControlNet kind `holds` is true of (from the declarations: a new family joins)."""
+    return families.pipeline_names(lambda p: any(holds(k) for k in p.controlnets))
+
+
 class TPUApplyControlNet:
     DESCRIPTION = ("Adds a ControlNet with its control image (e.g. from Load Image, or ComfyUI's Canny and other "
-                   "preprocessors) to the pipeline; chain several to combine them. FLUX.1 (union ControlNets "
-                   "included), SD3/SD3.5, SDXL (and its union ControlNets), Qwen-Image and Z-Image (one at a time, "
-                   "every step), from ComfyUI's models/controlnet folder: single files in diffusers' layout (how these ControlNets are published) "
-                   "or diffusers folders. The model is not reloaded: the worker loads the ControlNet beside it; "
+                   "preprocessors) to the pipeline; chain several to combine them. "
+                   f"{families.controlnet_names()} (union ControlNets with modes: {_kinds(lambda k: k.modes)}; "
+                   f"one at a time: {_kinds(lambda k: not k.multi)}; every step, no start or end: "
+                   f"{_kinds(lambda k: not k.steps_window)}), from ComfyUI's models/controlnet folder: single "
+                   "files in diffusers' layout (how these ControlNets are published) or diffusers folders. The model is not reloaded: the worker loads the ControlNet beside it; "
                    "changing strength, start, end or the image never recompiles in compiled mode. With Sample's "
-                   "image (and mask) it works from that image, where diffusers has the pipeline (FLUX.1, SDXL; "
-                   "Z-Image inpainting).")
+                   "image (and mask) it works from that image, where diffusers has the pipeline (image to image: "
+                   f"{_kinds(lambda k: k.img2img)}; inpainting: {_kinds(lambda k: k.inpaint)}).")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("TPU_PIPELINE",)
     RETURN_NAMES = ("pipeline",)

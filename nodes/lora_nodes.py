@@ -6,6 +6,7 @@ with defaults (tests/test_node_contract.py guards this).
 
 from __future__ import annotations
 
+from ..backend import families
 from ..backend.controller import api
 from ..backend.protocol.errors import ModelError
 from ..backend.protocol.spec import LORA_EXPERTS
@@ -32,7 +33,7 @@ class TPULoadLoRA:
             "required": {
                 "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline (or another Load LoRA)."}),
                 "lora_name": (comfy_bridge.lora_files(), {"tooltip":
-                              "A LoRA made for this model's family (FLUX.1, FLUX.2, SD3, SDXL, Qwen-Image, Wan), in "
+                              f"A LoRA made for this model's family ({families.names(last=' and ')}), in "
                               "ComfyUI's models/loras folder. Only .safetensors files are listed."}),
                 "strength": ("FLOAT", {"default": 1.0, "min": -10.0, "max": 10.0, "step": 0.01, "tooltip":
                              "How strongly the LoRA changes the image model (transformer or UNet). 1 = as "

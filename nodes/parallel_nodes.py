@@ -6,6 +6,7 @@ with defaults (tests/test_node_contract.py guards this).
 
 from __future__ import annotations
 
+from ..backend import families
 from ..backend.controller import api
 from . import comfy_bridge
 
@@ -15,7 +16,8 @@ CATEGORY = "TPU"
 class TPUShardTP:
     DESCRIPTION = ("Splits the model's transformer over several chips (tensor parallelism): each chip holds "
                    "and computes a slice of every layer, so a model too big for one chip fits and each step "
-                   "is faster. FLUX.1, FLUX.2 and Qwen-Image can be sharded; SD3 and SDXL cannot. Text "
+                   "is faster. "
+                   f"{families.shard_tp_names()} can be sharded; {families.shard_tp_names(split=False)} cannot. Text "
                    "encoders are replicated on every chip unless shard_text_encoders is on and they have a "
                    "TP plan (Qwen2.5-VL, Qwen3, Mistral; CLIP and T5 have none). The VAE is replicated. "
                    "Checked before anything starts; the text next to the node shows what is sharded.")

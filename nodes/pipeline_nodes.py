@@ -106,9 +106,11 @@ FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/fami
 
 class LoadTPUPipelineFiles:
     DESCRIPTION = ("Builds a pipeline from the model files you already have in ComfyUI's folders, as its own loaders "
-                   "read them: a diffusion model with its text encoders and VAE (the split layout of the FLUX, "
-                   "FLUX.2, Qwen-Image, SD3.5 and Wan guides; Wan 2.2 A14B's two experts in diffusion_model and "
-                   "diffusion_model_2), or an all-in-one checkpoint (SDXL, SD3.5). The files "
+                   "read them, for " + families.names(families.FROM_FILES, " and ") + ": a diffusion model with its "
+                   "text encoders and VAE (the split layout of ComfyUI's guides and templates; Wan 2.2 A14B's two "
+                   "experts in diffusion_model and diffusion_model_2), or an all-in-one checkpoint ("
+                   + families.single_file_names() + "); which files each model takes is on this node's help page. "
+                   "The files "
                    "are checked here (family, sizes, that they fit together) without reading their weights; "
                    "they load in a worker process on the first Sample and stay warm. Nothing is downloaded: the "
                    "configurations of the published models ship with ComfyUI-TPU and the tokenizers come from "
@@ -196,10 +198,10 @@ class TPUSample:
     DESCRIPTION = ("Generates images with the pipeline from Load TPU Pipeline. The same seed gives the same image; "
                    "image i of a batch uses seed + i. Shows progress with seconds per step and can be cancelled. "
                    "With an image it works from that image (image to image, or inpainting with a mask; reference "
-                   "images for FLUX.2 and Qwen-Image-Edit); with a latent it works from that latent (a latent "
+                   f"images for {families.reference_names()}); with a latent it works from that latent (a latent "
                    "hires fix: Sample, Upscale Latent By, Sample). It also gives the images' LATENT. With positive "
                    "(and negative) CONDITIONING from ComfyUI's CLIP Text Encode, that encoding replaces the prompt "
-                   "text (FLUX.1, SD3, SDXL).")
+                   f"text ({families.conditioned_names()}).")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("IMAGE", "LATENT")
     RETURN_NAMES = ("images", "latent")
@@ -214,8 +216,9 @@ class TPUSample:
                 "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline."}),
                 "prompt": ("STRING", {"multiline": True, "default": "", "tooltip": "What the image should show."}),
                 "negative_prompt": ("STRING", {"multiline": True, "default": "", "tooltip":
-                                    "What the image should not show. Used by SD3, SDXL and Qwen-Image; FLUX "
-                                    "ignores it."}),
+                                    "What the image should not show. Used by the models that run "
+                                    f"classifier-free guidance ({families.cfg_parallel_names()}); "
+                                    "guidance-distilled ones ignore it."}),
                 "width": ("INT", {"default": 1024, "min": 16, "max": 8192, "step": 16, "tooltip":
                           "Image width in pixels; a multiple of 16 for FLUX/SD3/Qwen-Image, of 8 for SDXL. "
                           "On TPU each new size compiles once."}),
@@ -239,8 +242,10 @@ class TPUSample:
                                     "the replicas."}),
                 "image": ("IMAGE", {"tooltip":
                           "Optional: start from this image (image to image), or with a mask repaint part of it "
-                          "(inpainting). FLUX.2, Qwen-Image-Edit and FLUX.1 Kontext take it as a reference image "
-                          "instead; FLUX.1 Fill needs it with a mask; FLUX.1 Depth/Canny take it as the control image "
+                          f"(inpainting: {families.inpainting_names()}). "
+                          f"{families.reference_names()} take it as a reference image instead; "
+                          f"{families.pipeline_names(lambda p: p.needs_mask)} needs it with a mask; "
+                          f"{families.pipeline_names(lambda p: p.control_image)} take it as the control image "
                           "(a depth map, ComfyUI's Canny node). Image i of the run (seed + i) starts from image i of "
                           "this batch (cycling when it has fewer)."}),
                 "mask": ("MASK", {"tooltip":
@@ -257,8 +262,8 @@ class TPUSample:
                                     "cropped); the text next to the node says so."}),
                 "sampler": (list(SAMPLER_CHOICES), {"default": DEFAULT, "tooltip":
                             "ComfyUI's sampler names, run by the diffusers scheduler of the same method (the table "
-                            "is in Sample's help page). default: the model's own scheduler. FLUX, SD3 and Qwen-Image "
-                            "take the flow-matching ones (euler, heun, dpmpp_2m, uni_pc, ...); a choice the model "
+                            "is in Sample's help page). default: the model's own scheduler. Flow-matching models take "
+                            "the flow-matching ones (euler, heun, dpmpp_2m, uni_pc, ...); a choice the model "
                             "cannot take is refused before anything runs, naming the ones it can. Changing it "
                             "never reloads or recompiles."}),
                 "scheduler": (list(SCHEDULER_CHOICES), {"default": DEFAULT, "tooltip":
@@ -276,13 +281,14 @@ class TPUSample:
                              "FluxGuidance, ConditioningConcat, ConditioningAverage) instead of the prompt text, "
                              "which is then not used. Load the model's text encoders with ComfyUI's CLIP loaders "
                              "(they run in ComfyUI's process). This is how prompt weights such as (word:1.3) "
-                             "apply. FLUX.1, SD3/SD3.5 and SDXL; FluxGuidance's guidance replaces the guidance "
+                             f"apply. {families.conditioned_names()}; FluxGuidance's guidance replaces the guidance "
                              "widget on FLUX.1. One encoding (not ConditioningCombine, area, mask or timestep "
                              "ranges)."}),
                 "negative": ("CONDITIONING", {"tooltip":
-                             "Optional, with positive: the negative encoding instead of negative_prompt. SD3 and "
-                             "SDXL need it when guidance is above 1 (an empty CLIP Text Encode or "
-                             "ConditioningZeroOut for none); FLUX.1 uses it only with true CFG (Sampling "
+                             "Optional, with positive: the negative encoding instead of negative_prompt. "
+                             + families.pipeline_names(lambda p: p.embeddings and p.cfg_passes and not p.true_cfg)
+                             + " need it when guidance is above 1 (an empty CLIP Text Encode or ConditioningZeroOut "
+                             f"for none); {families.true_cfg_names()} use it only with true CFG (Sampling "
                              "Options)."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},

@@ -6,6 +6,7 @@ with defaults (tests/test_node_contract.py guards this).
 
 from __future__ import annotations
 
+from ..backend import families
 from ..backend.controller import api
 from ..backend.protocol.spec import CP_MODES, STEP_CACHES
 from . import comfy_bridge
@@ -16,12 +17,13 @@ CATEGORY = "TPU"
 class TPUCFGParallel:
     DESCRIPTION = ("Runs the two guidance passes of every denoising step (with and without the prompt) on two "
                    "chips at once, so one image comes about twice as fast when the model runs classifier-free "
-                   "guidance: SD3/3.5 and SDXL (guidance above 1), Qwen-Image (true CFG), FLUX.1 and FLUX.1 "
-                   "Kontext with true CFG (true_cfg_scale in Sampling Options) and FLUX.2 [klein] base. "
-                   "Guidance-distilled models (FLUX.2-dev, FLUX.1 Fill and Depth/Canny, FLUX.1 without true CFG) "
-                   "run one pass and are refused or gain nothing. Same image "
-                   "as one chip: bit for bit for the two-branch models, within about 1e-5 for SD3/SDXL. The text "
-                   "next to the node says what it does for the chosen model.")
+                   f"guidance: {families.cfg_parallel_names()} (true CFG: true_cfg_scale in Sampling Options; "
+                   "the others with their guidance on). Guidance-distilled models ("
+                   f"{families.pipeline_names(lambda p: not p.cfg_passes)}, FLUX.1 without true CFG) run one pass "
+                   "and are refused or gain nothing. Same image as one chip: bit for bit where the two passes are "
+                   f"two calls ({families.pipeline_names(lambda p: p.cfg_passes == 'branches')}), within about 1e-5 "
+                   f"where they are one batch ({families.pipeline_names(lambda p: p.cfg_passes == 'batch')}). The "
+                   "text next to the node says what it does for the chosen model.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("TPU_PIPELINE",)
     RETURN_NAMES = ("pipeline",)
@@ -46,9 +48,10 @@ class TPUCFGParallel:
 
 class TPUContextParallel:
     DESCRIPTION = ("Splits the transformer's tokens (the image and the prompt) over several chips for every "
-                   "block, with diffusers' own context parallelism: one large image comes sooner. FLUX.1, "
-                   "FLUX.2 and Qwen-Image can be split (their transformers have a context-parallel plan); SD3 and "
-                   "SDXL cannot (use CFG Parallel for them). Pays off on long sequences (large images); text "
+                   "block, with diffusers' own context parallelism: one large image comes sooner. "
+                   f"{families.context_parallel_names()} can be split (their transformers have a context-parallel "
+                   f"plan); {families.context_parallel_names(split=False)} cannot (use CFG Parallel for them). "
+                   "Pays off on long sequences (large images); text "
                    "encoders and VAE run on every chip. Images match one chip within about 1e-6.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("TPU_PIPELINE",)
@@ -90,7 +93,7 @@ class TPUSamplingOptions:
                    "model reuses its embeddings, so a new seed, size, steps or guidance never runs the text "
                    "encoders again (same pixels). batched (off by default): the images of one prompt in one "
                    "pipeline call, faster where the chip has room, but not bit-identical to one image at a time. "
-                   "true_cfg_scale: FLUX.1's (and FLUX.1 Kontext's) true classifier-free guidance against the "
+                   f"true_cfg_scale: the true classifier-free guidance of {families.true_cfg_names()} against the "
                    "negative prompt. "
                    "step_cache (off by default): skips transformer work on steps that barely change the image.")
     CATEGORY = CATEGORY
@@ -115,7 +118,7 @@ class TPUSamplingOptions:
                             "image can be reproduced alone, bit for bit, with any batch size or replica count "
                             "(one chip or GPU per worker; within 1e-5 for CPU workers with other thread counts)."}),
                 "true_cfg_scale": ("FLOAT", {"default": 1.0, "min": 1.0, "max": 30.0, "step": 0.1, "round": 0.01,
-                                   "tooltip": "FLUX.1 only: above 1, true classifier-free guidance against the "
+                                   "tooltip": f"{families.true_cfg_names()} only: above 1, true classifier-free guidance against the "
                                               "negative prompt (two passes per step: slower, which CFG Parallel "
                                               "splits over 2 chips). 1 = off, FLUX.1's default."}),
             },
@@ -123,9 +126,8 @@ class TPUSamplingOptions:
                 "step_cache": (list(STEP_CACHES), {"default": "off", "tooltip":
                                "Skip or approximate transformer work on steps whose input barely changed "
                                "(diffusers' cache hooks; what TeaCache and WaveSpeed do): faster, slightly different "
-                               "pixels. first block: FLUX.1, Qwen-Image, Wan. taylorseer: FLUX.1, FLUX.2 [klein], "
-                               "Qwen-Image, Wan (Wan 2.2 A14B: on each expert). magcache: FLUX.1. Not in compiled "
-                               "mode."}),
+                               "pixels. " + "; ".join(f"{kind}: {families.step_cache_names(kind)}" for kind in STEP_CACHES[1:])
+                               + " (Wan 2.2 A14B: on each expert). Not in compiled mode."}),
                 "cache_threshold": ("FLOAT", {"default": 0.0, "min": 0.0, "max": 10.0, "step": 0.01, "round": 0.001,
                                     "tooltip": "How much change a skipped step may hide: higher is faster and "
                                                "further from the uncached image. 0 = the cache's default (first "

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import families
 from ..protocol import settings
 from ..protocol.errors import DeviceError
 from ..protocol.spec import DEVICE_CHOICES
@@ -263,7 +264,8 @@ def v7x_default_note(host: TpuHost) -> str | None:
     return (f"{host.name}: each chip is {host.devices_per_chip} devices and TorchTPU launches no group of 1, so "
             f"without Shard TP or Data Parallel a pipeline runs as Data Parallel {n} (a copy on each device of one "
             "chip; the same seed gives the same image). Every supported model's denoiser fits one device's "
-            f"{format_bytes(host.hbm_bytes_per_device)} in bfloat16, SD3 and SDXL cannot be sharded, and copies need no "
+            f"{format_bytes(host.hbm_bytes_per_device)} in bfloat16, {families.shard_tp_names(split=False)} cannot be "
+            "sharded, and copies need no "
             "collectives per layer. Add Shard TP to split a model over the devices instead.")
 
 

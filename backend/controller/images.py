@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from .. import families
 from ..protocol.errors import ModelError
 from ..protocol.spec import PipelineSpec, SampleRequest
 
@@ -59,7 +60,7 @@ def as_arrays(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None,
         if family.inpaint is None:
             raise ModelError(f"mask: {family.name} ('{spec.name}', {spec.class_name}) has no inpainting pipeline in "
                              "diffusers; disconnect the mask (the image is then used as a reference), or use a "
-                             "model that can inpaint (FLUX.1, FLUX.2 klein, SD3, SDXL, Qwen-Image).")
+                             f"model that can inpaint ({families.inpainting_names(' or ')}).")
         arrays["mask"] = _mask(mask)
     elif family.img2img is None:  # the image is a reference, or the control image
         if req.denoise != 1:

@@ -302,8 +302,8 @@ def check_cfg(spec: PipelineSpec) -> None:
         raise ParallelError(
             f"pipeline: '{name}' is a {family.name} model ({spec.class_name}) with guidance distilled into the "
             f"model: it runs one denoiser pass per step{why}, so CFG Parallel has nothing to split. It applies to "
-            "models that run two passes per step: SD3, SDXL, Qwen-Image, FLUX.1 and FLUX.1 Kontext with true CFG "
-            "and FLUX.2 [klein] base models. Remove CFG Parallel; Shard TP or Context Parallel split one pass.")
+            f"models that run two passes per step: {families.cfg_parallel_names()}. Remove CFG Parallel; Shard "
+            "TP or Context Parallel split one pass.")
 
 
 def plan_cp(spec: PipelineSpec, degree: int, mode: str) -> tuple[PipelineSpec, str]:

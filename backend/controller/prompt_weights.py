@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from .. import families
 from ..protocol.spec import SampleRequest
 
 # An unescaped ( ... ) group: ComfyUI's parser (comfy/sd1_clip.py token_weights) weighs each one, 1.1 per level
@@ -27,5 +28,5 @@ def note(req: SampleRequest) -> str | None:
             return (f"{name}: '{found.group(0)}' is ComfyUI's prompt-weight syntax; Sample reads its prompts "
                     "literally, as diffusers does: the brackets and any ':1.3' are text the model sees, and no "
                     "weight is applied. For weights, encode the prompt with ComfyUI's CLIP Text Encode and connect it "
-                    "to Sample's positive (and negative) input (FLUX.1, SD3/SD3.5, SDXL).")
+                    f"to Sample's positive (and negative) input ({families.conditioned_names()}).")
     return None

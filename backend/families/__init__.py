@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
@@ -93,6 +94,59 @@ def true_cfg_names() -> str:
     return _listed([p.name for p in PIPELINES.values() if p.true_cfg])
 
 
+def pipeline_names(holds: Callable[[Pipeline], bool], last: str = " and ",
+                   label: Callable[[Pipeline], str] | None = None) -> str:
+    """The pipelines `holds` is true of, each name once, in the registry's order: a list a message or tooltip
+    shows, made from the declarations so that a new family joins it."""
+    return _listed(list(dict.fromkeys((label or (lambda p: p.name))(p) for p in PIPELINES.values() if holds(p))),
+                   last)
+
+
+def family_names(holds: Callable[[Pipeline], bool], last: str = " and ", every: bool = False) -> str:
+    """The families with a pipeline `holds` is true of (`every`: all of whose pipelines it is true of)."""
+    test = all if every else any
+    return names([f for f in FAMILIES.values() if test(holds(p) for p in PIPELINES.values() if p.family == f.id)],
+                 last)
+
+
+def inpainting_names(last: str = " and ") -> str:
+    """'FLUX.1, FLUX.1 Fill, ..., Z-Image': the pipelines with an inpainting pipeline (Sample's image and mask)."""
+    return pipeline_names(lambda p: p.inpaint is not None, last)
+
+
+def reference_names(last: str = " and ") -> str:
+    """'FLUX.1 Kontext, FLUX.2, ...': the pipelines that take Sample's image as a reference image."""
+    return pipeline_names(lambda p: p.references, last)
+
+
+def cfg_parallel_names(last: str = " and ") -> str:
+    """'FLUX.1 with true CFG, ..., SD3, SDXL, ...': the pipelines that run two denoiser passes per step, which CFG
+    Parallel splits (the ones with a true CFG scale only when it is on; a distilled_key marks base models)."""
+    return pipeline_names(lambda p: bool(p.cfg_passes), last, lambda p: p.name + (
+        " with true CFG" if p.true_cfg else " base models" if p.distilled_key else ""))
+
+
+def context_parallel_names(last: str = " and ", split: bool = True) -> str:
+    """'FLUX.1, FLUX.2, Qwen-Image and Wan': the families whose transformers diffusers ships a context-parallel
+    plan for (`split=False`: the ones it ships none for)."""
+    return family_names(lambda p: p.cp_plan == split, last, every=not split)
+
+
+def shard_tp_names(last: str = " and ", split: bool = True) -> str:
+    """'FLUX.1, FLUX.2 and Qwen-Image': the families with a tensor-parallel plan (`split=False`: without)."""
+    return family_names(lambda p: p.tp_plan == split, last, every=not split)
+
+
+def controlnet_names(last: str = " and ") -> str:
+    """'FLUX.1, SD3/SD3.5, SDXL, Qwen-Image and Z-Image': the families that take ControlNets (Apply ControlNet)."""
+    return family_names(lambda p: bool(p.controlnets), last)
+
+
+def step_cache_names(kind: str, last: str = " and ") -> str:
+    """'FLUX.1, Qwen-Image and Wan': the pipelines a step cache kind (Sampling Options) suits."""
+    return pipeline_names(lambda p: kind in p.step_caches, last)
+
+
 def single_file_names() -> str:
     """'FLUX.1, SD3/SD3.5 and SDXL': the families whose all-in-one checkpoints diffusers reads."""
     return names([f for f in FAMILIES.values() if f.single_file], " and ")
@@ -109,4 +163,6 @@ def text_encoders_needed() -> str:
 
 
 __all__ = ["CONFIGS", "FAMILIES", "FROM_FILES", "PIPELINES", "Configs", "config_dir", "conversions", "tiny_builders", "ControlNets", "Embeddings", "ModelFamily", "Pipeline", "TextSlot", "conditioned_names", "family_of", "names",
-           "recognise", "single_file_names", "true_cfg_names", "text_encoders_needed"]
+           "recognise", "single_file_names", "true_cfg_names", "text_encoders_needed", "pipeline_names", "family_names",
+           "inpainting_names", "reference_names", "cfg_parallel_names", "context_parallel_names", "shard_tp_names",
+           "controlnet_names", "step_cache_names"]

@@ -51,7 +51,7 @@ FAMILY = ModelFamily(
         Pipeline("Flux2Pipeline", "FLUX.2", 2, "guidance_scale", True, cp_plan=True, references=True,
                  sigmas="unless flow sigmas", latent_patch=2),
         # FLUX.2 [klein] base models (not distilled) run CFG as two branches; distilled ones run one pass
-        Pipeline("Flux2KleinPipeline", "FLUX.2", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
+        Pipeline("Flux2KleinPipeline", "FLUX.2 [klein]", 2, "guidance_scale", True, cfg_passes="branches", cp_plan=True,
                  sigmas="unless flow sigmas", latent_patch=2, distilled_key="is_distilled",
                  references=True, inpaint="Flux2KleinInpaintPipeline", step_caches=("taylorseer",)),
     ),
