@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import re
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -93,7 +92,7 @@ def test_every_marked_list_in_the_docs_is_the_registrys():
 
 
 def test_the_package_description_names_every_family():
-    description = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["description"]
+    description = re.search(r'^description = "(.*)"$', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
     listed = re.search(r"\(([^()]*)\)", description)
     assert listed and listed.group(1) == families.names(last=" and "), description
 

@@ -62,3 +62,15 @@ def test_the_pages_links_and_pictures_exist_and_the_index_links_every_page():
     linked = {Path(t).stem for t in LINK.findall(index) if t.startswith("../web/docs/")}
     assert linked >= set(classes), f"docs/nodes.md does not link {set(classes) - linked}"
     assert len(index.split()) < 600, "docs/nodes.md is the index; the depth is on the pages"
+
+
+def test_the_readme_is_short_and_lists_every_workflow_and_the_two_commands():
+    """README.md is for artists: at most 1,000 words (`wc -w`), the depth in docs/."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.split()) <= 1000, f"README.md has {len(readme.split())} words"
+    shipped = {p.name for p in (ROOT / "workflows").glob("*.json")}
+    linked = {Path(t).name for t in LINK.findall(readme) if t.startswith("workflows/")}
+    assert shipped and linked == shipped, f"not listed: {shipped - linked}; not shipped: {linked - shipped}"
+    assert "bash scripts/demo.sh " in readme and "bash scripts/test.sh " in readme
+    broken = [t for t in LINK.findall(readme) if not t.startswith("http") and not (ROOT / t.split("#")[0]).exists()]
+    assert broken == []
