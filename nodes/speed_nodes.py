@@ -19,7 +19,7 @@ class TPUCFGParallel:
                    "chips at once, so one image comes about twice as fast when the model runs classifier-free "
                    f"guidance: {families.cfg_parallel_names()} (true CFG: true_cfg_scale in Sampling Options; "
                    "the others with their guidance on). Guidance-distilled models ("
-                   f"{families.pipeline_names(lambda p: not p.cfg_passes)}, FLUX.1 without true CFG) run one pass "
+                   f"{families.pipeline_names(lambda p: not p.cfg_passes, ', ')}, FLUX.1 without true CFG) run one pass "
                    "and are refused or gain nothing. Same image as one chip: bit for bit where the two passes are "
                    f"two calls ({families.pipeline_names(lambda p: p.cfg_passes == 'branches')}), within about 1e-5 "
                    f"where they are one batch ({families.pipeline_names(lambda p: p.cfg_passes == 'batch')}). The "
@@ -127,7 +127,7 @@ class TPUSamplingOptions:
                                "Skip or approximate transformer work on steps whose input barely changed "
                                "(diffusers' cache hooks; what TeaCache and WaveSpeed do): faster, slightly different "
                                "pixels. " + "; ".join(f"{kind}: {families.step_cache_names(kind)}" for kind in STEP_CACHES[1:])
-                               + " (Wan 2.2 A14B: on each expert). Not in compiled mode."}),
+                               + ". Wan 2.2 A14B: on each expert. Not in compiled mode."}),
                 "cache_threshold": ("FLOAT", {"default": 0.0, "min": 0.0, "max": 10.0, "step": 0.01, "round": 0.001,
                                     "tooltip": "How much change a skipped step may hide: higher is faster and "
                                                "further from the uncached image. 0 = the cache's default (first "

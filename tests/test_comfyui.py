@@ -88,7 +88,8 @@ def test_each_nodes_help_page_is_served_where_the_frontends_help_panel_looks(ser
         assert server.get(f"/extensions/{pack}/docs/{name}/en.md").status_code == 404  # no locale pages: the
         page = server.get(f"/extensions/{pack}/docs/{name}.md")  # frontend's fallback is what it reads
         assert page.status_code == 200, (name, page.status_code)
-        assert page.text == (ROOT / "web" / "docs" / f"{name}.md").read_text(), name
+        # the frontend reads it with fetch's text(): UTF-8, whatever the content type says
+        assert page.content.decode("utf-8") == (ROOT / "web" / "docs" / f"{name}.md").read_text(), name
     picture = server.get("/extensions/ComfyUI-TPU/docs/images/TPUSample.png")
     assert picture.status_code == 200 and picture.content[:4] == b"\x89PNG"
     for private in ("__init__.py", "README.md", "../__init__.py", "docs/../../nodes/__init__.py"):

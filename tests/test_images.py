@@ -75,7 +75,7 @@ def test_inputs_are_checked_and_explained(tiny_models):
         (flux, _request(), np.zeros((64, 64)), None, r"image: an IMAGE of shape \[64, 64\] cannot be used"),
         (flux, _request(), _image() * np.nan, None, r"image: the image holds values that are not numbers"),
         (_spec(tiny_models, "tiny-flux2"), _request(), _image(), None,
-         r"denoise: FLUX\.2 takes the image as a reference.*set denoise to 1 \(it is 0\.5\)"),
+         r"denoise: FLUX\.2 \[klein\] takes the image as a reference.*set denoise to 1 \(it is 0\.5\)"),
         (_spec(tiny_models, "tiny-flux2"), _request(denoise=1.0), _image(32, 80), None,
          r"reference images must be at least 64 pixels.*this one is 80x32"),
         (_spec(tiny_models, "tiny-flux2").with_changes(class_name="Flux2Pipeline"), _request(), _image(),

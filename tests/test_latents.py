@@ -90,7 +90,7 @@ def test_latent_inputs_are_checked_and_explained(tiny_models, tiny_controlnets):
         api.prepare_sample(flux, req, image=np.zeros((1, 64, 64, 3), np.float32), latent=latent)
     with pytest.raises(ModelError, match="denoise: 0 with a latent changes nothing"):
         api.prepare_sample(flux, _request(denoise=0.0), latent=latent)
-    with pytest.raises(ModelError, match=r"denoise: FLUX.2 \('tiny-flux2'\) has no image-to-image pipeline"):
+    with pytest.raises(ModelError, match=r"denoise: FLUX.2 \[klein\] \('tiny-flux2'\) has no image-to-image pipeline"):
         api.prepare_sample(flux2, _request(denoise=0.5), latent=np.zeros((1, 128, 4, 4), np.float32))
     snapping, _ = api.with_compile(flux, "whole denoiser", "eager", "64x64", True)
     assert api.prepare_sample(snapping, _request(denoise=0.5, batch_size=2), latent=latent).req.width == 64
