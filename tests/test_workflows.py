@@ -369,6 +369,47 @@ def test_template_browser_shows_them(ui):
     assert {p.stem for p in FILES} <= set(texts), texts
 
 
+# Opens a node's help as the node library's help button (and the selection toolbox's) does, in the real frontend,
+# and waits for the page it renders: the help store's HTML and the help panel's text
+_OPEN_HELP_JS = """async (name) => {
+  const app = document.querySelector('#vue-app').__vue_app__;
+  const stores = app.config.globalProperties.$pinia._s;
+  if (window.app.extensionManager.sidebarTab.activeSidebarTabId !== 'node-library')
+    await window.app.extensionManager.command.execute('Workspace.ToggleSidebarTab.node-library');
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  for (let i = 0; i < 100 && !stores.get('nodeHelp'); i++) await sleep(100);
+  const help = stores.get('nodeHelp');
+  help.openHelp(stores.get('nodeDef').nodeDefsByName[name]);
+  let panel = null;
+  for (let i = 0; i < 300; i++) {
+    panel = document.querySelector('.node-help-content');
+    if (!help.isLoading && help.renderedHelpHtml && panel && panel.innerText.trim()) break;
+    await sleep(100);
+  }
+  const out = {html: help.renderedHelpHtml, error: help.error, base: help.baseUrl, text: panel && panel.innerText,
+               images: panel ? [...panel.querySelectorAll('img')].map((img) => [img.src, img.complete && img.naturalWidth > 0]) : []};
+  help.closeHelp();
+  return out;
+}"""
+
+
+@pytest.mark.frontend
+@pytest.mark.parametrize("name", ["TPUSample", "TPUCFGParallel", "TPUVAEDecode"])
+def test_a_nodes_help_page_opens_in_comfyuis_help_panel(ui, name):
+    """The frontend finds the node's page (web/docs/<class>.md) and shows it, pictures included; a node without a
+    page would show its description instead, with the store's error set."""
+    page = (ROOT / "web" / "docs" / f"{name}.md").read_text()
+    title = page.splitlines()[0].removeprefix("# ")
+    got = ui.page.call_js(_OPEN_HELP_JS, name)
+    assert got["error"] is None and got["base"] == f"/extensions/{PACK}/docs/", got
+    assert got["text"].splitlines()[0].strip() == title, got["text"][:200]
+    sentence = next(line for line in page.splitlines()[2:] if line and not line.startswith(("!", "#")))
+    assert " ".join(sentence.split()[:4]).replace("`", "").replace("*", "") in got["text"], (sentence, got["text"][:400])
+    assert "<!--" not in got["text"]
+    assert all(loaded for _, loaded in got["images"]), got["images"]
+    assert len(got["images"]) == page.count("](images/")
+
+
 @pytest.mark.frontend
 def test_frontend_reports_what_is_wrong(ui, tmp_path):
     """The checks above would notice: an unknown node, shifted widget values, a value not offered, an
