@@ -2,7 +2,8 @@
 
 - pipelines.py: describing a pipeline (a folder or an artist's files), what the loaders say, the models and files
   they list, and LoRAs, ControlNets and Redux chained onto a description;
-- sampling.py: one Sample, checked in one planning pass (`prepare_sample`), then run; VAE Decode; timings;
+- sampling.py: one Sample, checked in one planning pass (`prepare_sample`, with resolve.py), then run; VAE
+  Decode; timings;
 - speed.py: the parallel layouts, Sampling Options, execution modes and compiling;
 - workers.py: loading, the worker group and this host's devices, the other hosts, the warm start, stopping.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from ..protocol.spec import PipelineSpec, SampleRequest
 from . import devices
+from .latents import latent_input
 from .pipelines import (
     describe_files,
     describe_pipeline,
@@ -27,15 +29,13 @@ from .pipelines import (
     with_lora,
     with_redux,
 )
+from .resolve import MAX_IMAGES, check_request
+from .resolve import resolve as checked
 from .sampling import (
-    MAX_IMAGES,
     PreparedSample,
-    check_request,
-    checked,
     decode,
     describe_inputs,
     last_latency,
-    latent_input,
     prepare_sample,
     record_queue_wait,
     run_sample,

@@ -5,7 +5,6 @@ group (`run_sample`); VAE Decode (TPU); the size a LATENT or an image sets; the 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..protocol import samplers
-from ..protocol.errors import ModelError, SampleError
+from ..protocol.errors import ModelError
 from ..protocol.messages import Status, Step
 from ..protocol.spec import PipelineSpec, SampleRequest
 from . import (
@@ -23,7 +22,6 @@ from . import (
     images,
     latency,
     latents,
-    layouts,
     models,
     pixels,
     prompt_weights,
@@ -31,40 +29,6 @@ from . import (
     resolve,
 )
 from .workers import ProgressFn, group_config, status_adapter
-
-MAX_IMAGES = 4096  # images in one Sample (prompt lines × batch_size)
-
-
-def checked(spec: PipelineSpec) -> PipelineSpec:
-    """`spec` ready to run, resolved and checked in one trip (controller/resolve.py)."""
-    return resolve.resolve(spec)
-
-
-def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
-    """Rejects a sample request before any worker sees it, naming the input and the fix."""
-    for f in dataclasses.fields(req):
-        value = getattr(req, f.name)
-        if isinstance(value, float) and not math.isfinite(value):  # the API accepts NaN and inf; nodes would not
-            raise SampleError(f"{f.name}: {value} is not a number the pipeline can use; give a finite value "
-                              f"(e.g. {getattr(SampleRequest, f.name)}).")
-    models.check_size(models.info_of(spec), req.width, req.height)
-    models.check_frames(spec.family, req.frames)
-    pixels.check(spec, req.width, req.height, req.batch_size)
-    layouts.check_cp_size(spec, req.width, req.height, req.frames)
-    if req.steps < 1:
-        raise SampleError(f"steps: {req.steps} is too small; use at least 1.")
-    if req.batch_size < 1:
-        raise SampleError(f"batch_size: {req.batch_size} is too small; use at least 1.")
-    if not req.prompt.strip():
-        raise SampleError("prompt: the prompt is empty; describe the image you want.")
-    if (count := len(req.images())) > MAX_IMAGES:
-        lines = len(req.prompts())
-        if lines > 1:
-            raise SampleError(f"prompt: {lines} prompt lines × batch_size {req.batch_size} = {count} images in one "
-                              f"run is too many; use at most {MAX_IMAGES} (fewer lines, or a smaller batch_size).")
-        raise SampleError(f"batch_size: {count} images in one run is too many; use at most {MAX_IMAGES}.")
-    if not 0 <= req.seed < 2**64:
-        raise SampleError(f"seed: {req.seed} is out of range; use 0 to 2^64-1.")
 
 
 @dataclass(frozen=True)
@@ -76,13 +40,6 @@ class PreparedSample:
     req: SampleRequest
     arrays: dict[str, np.ndarray]
     notes: tuple[str, ...]
-
-
-def latent_input(spec: PipelineSpec, samples: np.ndarray, noise_mask: bool = False) -> tuple[np.ndarray, int, int, int]:
-    """A LATENT's samples (numpy) checked against the model, as the workers take them; and the width, height and
-    batch it sets (raising an InputError naming the input)."""
-    latent = latents.as_array(spec, samples, noise_mask)
-    return (latent, *latents.size(spec, latent))
 
 
 def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, str | None]:
@@ -110,16 +67,19 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
     """Resolves `spec` and checks the request and Sample's image, latent and CONDITIONING inputs (raising an
     InputError naming the input), once: the node shows the notes, then `run_sample` runs exactly this.
 
+    In order: the CONDITIONING, then `resolve` (the pipeline filled in; it and the request checked, each concern
+    once), then the image, mask or latent inputs, the VAE tiling, the sampler, the prompt weights, and the
+    arrays of the ControlNets and Redux references.
+
     `image` (IMAGE [B, H, W, C] in 0..1) starts image-to-image, or gives reference images to the families that
-    take them; with `mask` (MASK [B, H, W], 1 = repaint) it inpaints. `latent` (from `latent_input`, whose size
+    take them; with `mask` (MASK [B, H, W], 1 = repaint) it inpaints. `latent` (from `latents.latent_input`, whose size
     and batch `req` has) starts from a LATENT instead; `asked`: the node's own width, height and batch_size.
     `positive` / `negative`: ComfyUI's CONDITIONING (tensors as numpy arrays) replacing the prompt text
     (controller/conditioning.py)."""
-    spec = checked(spec)
-    conditioned = conditioning.apply(spec, req, positive, negative)
+    conditioned = conditioning.apply(spec, req, positive, negative)  # CONDITIONING in place of the prompt text
     if conditioned is not None:
         req = conditioned.req
-    check_request(spec, req)
+    spec = resolve.resolve(spec, req)  # the planning pass: the pipeline filled in, it and the request checked
     arrays = images.as_arrays(spec, req, image, mask)
     if latent is None:
         notes, starts = images.describe(spec, req, arrays), images.starts_from_image(spec, arrays)
@@ -190,7 +150,7 @@ def decode(spec: PipelineSpec, samples: np.ndarray, on_progress: ProgressFn | No
            should_interrupt: Callable[[], bool] | None = None) -> np.ndarray:
     """VAE Decode (TPU): a LATENT (numpy) decoded by the pipeline's own VAE on the workers (loading it first if
     needed), as its Sample decodes; images [B, H, W, C] float32 in 0..1."""
-    spec = checked(spec)
+    spec = resolve.resolve(spec)
     latent = latents.as_array(spec, samples)
     results = group.run(group_config(spec), lambda g: g.decode(spec, {"latent": latent}, on_progress,
                                                                  should_interrupt),
