@@ -41,10 +41,11 @@ def choose_offload(spec: PipelineSpec, model: Components | None = None) -> Offlo
     memory = devices.device_memory_bytes(spec.kind)
     dtype = "bfloat16" if spec.dtype == "auto" else storage.compute_dtype(spec)
     float_bytes = _FLOAT_BYTES[dtype]
-    parts = {**models.weight_bytes(spec, float_bytes), **controlnets.weight_bytes(spec, float_bytes),
-             **redux.weight_bytes(spec, float_bytes)}
+    pipeline = models.weight_bytes(spec, float_bytes)
+    one_byte = models.weight_bytes(spec, 1) if spec.storage else {}
+    parts = {**pipeline, **controlnets.weight_bytes(spec, float_bytes), **redux.weight_bytes(spec, float_bytes)}
     if spec.storage:  # fp8 storage: the denoiser counts at its stored size
-        parts = storage.stored_bytes(spec, parts, models.weight_bytes(spec, 1))
+        parts = storage.stored_bytes(spec, parts, one_byte)
         dtype = f"{dtype} ({spec.storage} denoiser)"
     if memory is None or not parts:
         return OffloadChoice("none", "offload auto → none (the device's memory or the model's size is unknown)")

@@ -40,6 +40,8 @@ def resolve(spec: PipelineSpec, req: SampleRequest | None = None) -> PipelineSpe
     chip's two devices), load order and compile plan resolved, and its parallel layout, sampling options, LoRAs,
     ControlNets and Redux references checked against the model and this host (on TPU: a worker count TorchTPU
     launches); with `req` (after its CONDITIONING), the request too. Idempotent."""
+    if req is not None:
+        _check_finite(req)  # before any figure is computed from it
     if not spec.kind:
         spec = spec.with_changes(kind=devices.resolve_kind(spec.device))
     cap = capacity.host_capacity(spec.kind)
@@ -66,13 +68,17 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
     layouts.check_cp_size(spec, req.width, req.height, req.frames)
 
 
-def _check_values(spec: PipelineSpec, req: SampleRequest) -> None:
-    """The request's numbers, size and frames against the model and the pixel budget."""
+def _check_finite(req: SampleRequest) -> None:
     for f in dataclasses.fields(req):
         value = getattr(req, f.name)
         if isinstance(value, float) and not math.isfinite(value):  # the API accepts NaN and inf; nodes would not
             raise SampleError(f"{f.name}: {value} is not a number the pipeline can use; give a finite value "
                               f"(e.g. {getattr(SampleRequest, f.name)}).")
+
+
+def _check_values(spec: PipelineSpec, req: SampleRequest) -> None:
+    """The request's numbers, size and frames against the model and the pixel budget."""
+    _check_finite(req)
     models.check_size(models.info_of(spec), req.width, req.height)
     models.check_frames(spec.family, req.frames)
     pixels.check(spec, req.width, req.height, req.batch_size)

@@ -68,8 +68,8 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
     InputError naming the input), once: the node shows the notes, then `run_sample` runs exactly this.
 
     In order: the CONDITIONING, then `resolve` (the pipeline filled in; it and the request checked, each concern
-    once), then the image, mask or latent inputs, the VAE tiling, the sampler, the prompt weights, and the
-    arrays of the ControlNets and Redux references.
+    once), then the image, mask or latent inputs, the ControlNets' and Redux references' arrays, the VAE tiling,
+    the sampler and the prompt weights.
 
     `image` (IMAGE [B, H, W, C] in 0..1) starts image-to-image, or gives reference images to the families that
     take them; with `mask` (MASK [B, H, W], 1 = repaint) it inpaints. `latent` (from `latents.latent_input`, whose size
@@ -89,11 +89,11 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
         arrays["latent"] = latent
         notes = latents.describe(spec, req, latent, asked or (req.width, req.height, req.batch_size))
         starts = req.denoise < 1
+    arrays.update(controlnets.arrays(spec))
+    arrays.update(redux.arrays(spec))
     if tiling := pixels.video_tiling(spec, req.width, req.height):
         req = dataclasses.replace(req, tiled_vae=True)
     said = [samplers.check(spec, req, starts), prompt_weights.note(req), tiling]
-    arrays.update(controlnets.arrays(spec))
-    arrays.update(redux.arrays(spec))
     if conditioned is not None:
         arrays, notes = {**arrays, **conditioned.arrays}, [*conditioned.notes, *notes]
     return PreparedSample(spec, req, arrays, tuple(notes + [text for text in said if text]))
