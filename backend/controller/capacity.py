@@ -6,9 +6,9 @@ never imports torch_tpu here (devices asks it in a child process).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..protocol.units import or_list
 from . import devices, hosts
 
 
@@ -28,10 +28,23 @@ class Capacity:
     def sizes_text(self) -> str:
         return or_list(self.sizes or ())
 
+    def tp_degrees(self, heads: int | None) -> list[int]:
+        """Shard TP degrees that can run here: each divides the attention heads and fits the host (TPU: divides a
+        worker count TorchTPU launches; CUDA: divides the GPUs)."""
+        good = []
+        for d in range(1, self.limit + 1):
+            if heads is not None and heads % d:
+                continue
+            if self.sizes is not None and not any(s % d == 0 for s in self.sizes):
+                continue
+            if self.sizes is None and self.chips and self.limit % d:
+                continue
+            good.append(d)
+        return good
 
-def or_list(values: Sequence[int]) -> str:
-    items = [str(v) for v in values]
-    return " or ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else "".join(items)
+    def replica_counts(self, tp_degree: int) -> list[int]:
+        """Data Parallel replica counts that launch with this Shard TP degree."""
+        return [r for r in range(1, self.limit // tp_degree + 1) if self.launches(r * tp_degree)]
 
 
 def host_capacity(kind: str) -> Capacity:
@@ -48,27 +61,8 @@ def host_capacity(kind: str) -> Capacity:
     return Capacity("cpu", cores, None, f"this CPU host has {cores} cores (one worker process each)", False)
 
 
-def tp_degrees(cap: Capacity, heads: int | None) -> list[int]:
-    """Shard TP degrees that can run here: each divides the attention heads and fits the host (TPU: divides a
-    worker count TorchTPU launches; CUDA: divides the GPUs)."""
-    good = []
-    for d in range(1, cap.limit + 1):
-        if heads is not None and heads % d:
-            continue
-        if cap.sizes is not None and not any(s % d == 0 for s in cap.sizes):
-            continue
-        if cap.sizes is None and cap.chips and cap.limit % d:
-            continue
-        good.append(d)
-    return good
-
-
-def replica_counts(cap: Capacity, tp_degree: int) -> list[int]:
-    """Data Parallel replica counts that launch with this Shard TP degree."""
-    return [r for r in range(1, cap.limit // tp_degree + 1) if cap.launches(r * tp_degree)]
-
-
-def span(kind: str) -> hosts.Span | None:
-    """The hosts a group of `kind` may span now (None on one host): processes per host default to its chips."""
-    cap = host_capacity(kind)
+def span(kind: str, cap: Capacity | None = None) -> hosts.Span | None:
+    """The hosts a group of `kind` may span now (None on one host): processes per host default to its chips
+    (`cap`: this host's capacity for `kind`, where the caller has it)."""
+    cap = cap or host_capacity(kind)
     return hosts.span(kind, cap.limit if cap.chips else None)

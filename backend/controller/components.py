@@ -6,6 +6,7 @@ tensor-parallel plan for each.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..protocol.spec import PipelineSpec, listed_components
 
@@ -57,3 +58,24 @@ def text_encoders(spec: PipelineSpec) -> list[TextEncoder]:
                       if isinstance(h, int))
         found.append(TextEncoder(name, class_name, _tp_plan_of(config), heads))
     return found
+
+
+class Components:
+    """One pipeline's components as the layout checks read them, each read once and only when asked (the text
+    encoders' TP plans import transformers, which only Shard TP with shard_text_encoders needs)."""
+
+    def __init__(self, spec: PipelineSpec) -> None:
+        self._spec = spec
+
+    @cached_property
+    def heads(self) -> int | None:
+        return transformer_heads(self._spec)
+
+    @cached_property
+    def text_encoders(self) -> tuple[TextEncoder, ...]:
+        return tuple(text_encoders(self._spec))
+
+    @property
+    def shardable(self) -> tuple[str, ...]:
+        """The text encoders transformers can shard (a TP plan)."""
+        return tuple(e.name for e in self.text_encoders if e.has_tp_plan)

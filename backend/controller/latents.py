@@ -120,3 +120,10 @@ def describe(spec: PipelineSpec, req: SampleRequest, latent: np.ndarray, asked: 
     if asked != (req.width, req.height, req.batch_size):
         notes.append(f"width, height and batch_size ({asked[0]}x{asked[1]}, {asked[2]}) follow the latent")
     return notes
+
+
+def latent_input(spec: PipelineSpec, samples: np.ndarray, noise_mask: bool = False) -> tuple[np.ndarray, int, int, int]:
+    """A LATENT's samples (numpy) checked against the model, as the workers take them; and the width, height and
+    batch it sets (raising an InputError naming the input)."""
+    latent = as_array(spec, samples, noise_mask)
+    return (latent, *size(spec, latent))

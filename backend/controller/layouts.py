@@ -16,9 +16,11 @@ from .. import families
 from ..families import PIPELINES
 from ..protocol import settings
 from ..protocol.errors import ParallelError
-from ..protocol.spec import CP_MODES, PipelineSpec
-from . import capacity, components, hosts, offload
-from .capacity import Capacity, or_list, replica_counts, tp_degrees
+from ..protocol.spec import CP_MODES, PipelineSpec, SampleRequest
+from ..protocol.units import or_list
+from . import capacity, hosts, offload
+from .capacity import Capacity
+from .components import Components
 
 
 def families_with_tp_plan() -> list[str]:
@@ -38,10 +40,37 @@ def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) 
     Parallel is added and again before anything starts. Raises ParallelError naming the input, the value and
     the fix.
     """
-    family = PIPELINES[spec.class_name]
-    name = Path(spec.model_path).name
     if degree < 0:
         raise ParallelError(f"degree: {degree} is not allowed; use 0 (auto: all chips) or a number of chips.")
+    _check_shardable(spec)
+    cap, parts = capacity.host_capacity(spec.kind), Components(spec)
+    heads = parts.heads
+    notes = []
+    if degree == 0:
+        if not cap.chips:
+            degree = 1
+            notes.append(f"auto on the CPU is 1 (no chips); set degree up to {cap.limit} to use more processes")
+        else:
+            good = [d for d in cap.tp_degrees(heads) if cap.launches(d * spec.dp_replicas)]
+            degree = max(good, default=1)
+            if degree != cap.limit:
+                notes.append(f"auto: {degree} of {cap.limit} devices, the largest degree that divides the {heads} "
+                             "attention heads and makes a group this host launches")
+    spec = with_sharded_encoders(spec.with_changes(tp_degree=degree, tp_text_encoders=bool(shard_text_encoders)),
+                                 parts)
+    check_tp(spec, cap, parts)
+    if spec.dp_replicas > 1:  # Data Parallel came first: the layout is complete
+        check_world(spec, cap, capacity.span(spec.kind, cap), parts)
+    elif not cap.launches(spec.world_size):
+        notes.append(_incomplete_note(spec, cap))
+    if spec.offload == "auto":
+        notes.append(offload.choose_offload(spec).reason)
+    return spec, describe_tp(spec, parts, notes)
+
+
+def _check_shardable(spec: PipelineSpec) -> None:
+    """A model Shard TP can split with this offload (the node's message, and the same before a Sample)."""
+    family, name = PIPELINES[spec.class_name], Path(spec.model_path).name
     if not family.tp_plan:
         raise ParallelError(
             f"pipeline: '{name}' is a {family.name} model ({spec.class_name}), which has no "
@@ -53,33 +82,11 @@ def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) 
             f"offload: '{spec.offload}' cannot be combined with Shard TP (diffusers refuses offload on a "
             "sharded model; both decide where a weight lives). Set offload to 'none' or 'auto' in Load TPU "
             "Pipeline — sharding already splits the weights over the chips — or remove Shard TP.")
-    cap = capacity.host_capacity(spec.kind)
-    heads = components.transformer_heads(spec)
-    notes = []
-    if degree == 0:
-        if not cap.chips:
-            degree = 1
-            notes.append(f"auto on the CPU is 1 (no chips); set degree up to {cap.limit} to use more processes")
-        else:
-            good = [d for d in tp_degrees(cap, heads) if cap.launches(d * spec.dp_replicas)]
-            degree = max(good, default=1)
-            if degree != cap.limit:
-                notes.append(f"auto: {degree} of {cap.limit} devices, the largest degree that divides the {heads} "
-                             "attention heads and makes a group this host launches")
-    spec = with_sharded_encoders(spec.with_changes(tp_degree=degree, tp_text_encoders=bool(shard_text_encoders)))
-    check_tp(spec, cap, heads)
-    if spec.dp_replicas > 1:  # Data Parallel came first: the layout is complete
-        check_world(spec, cap)
-    elif not cap.launches(spec.world_size):
-        notes.append(_incomplete_note(spec, cap))
-    if spec.offload == "auto":
-        notes.append(offload.choose_offload(spec).reason)
-    return spec, describe_tp(spec, heads, notes)
 
 
 def _incomplete_note(spec: PipelineSpec, cap: Capacity) -> str:
     """What a Shard TP degree that is not a launchable group by itself needs (TPU)."""
-    counts = replica_counts(cap, spec.tp_degree)
+    counts = cap.replica_counts(spec.tp_degree)
     if spec.world_size == 1 and counts:
         return (f"TorchTPU launches {cap.sizes_text()} worker processes on this host ({cap.where}), not 1: "
                 f"without Data Parallel this pipeline runs as Data Parallel {counts[0]}")
@@ -87,7 +94,7 @@ def _incomplete_note(spec: PipelineSpec, cap: Capacity) -> str:
             f"{spec.world_size}: add Data Parallel after this node with replicas {or_list(counts)} (or 0 = auto)")
 
 
-def check_tp(spec: PipelineSpec, cap: Capacity, heads: int | None) -> None:
+def check_tp(spec: PipelineSpec, cap: Capacity, parts: Components) -> None:
     degree = spec.tp_degree
     if degree == 1:
         return
@@ -97,18 +104,19 @@ def check_tp(spec: PipelineSpec, cap: Capacity, heads: int | None) -> None:
                             "sharded. Remove Shard TP, or use the .safetensors version of the model.")
     if degree > cap.limit:
         raise ParallelError(f"degree: {degree} is more than {cap.where}; use at most {cap.limit} (or 0 for auto).")
-    if degree not in tp_degrees(cap, None):
-        good = ", ".join(map(str, tp_degrees(cap, heads)))
+    heads = parts.heads
+    if degree not in cap.tp_degrees(None):
+        good = ", ".join(map(str, cap.tp_degrees(heads)))
         if cap.sizes is not None:
             raise ParallelError(f"degree: {degree} cannot make a group TorchTPU launches: it runs "
                                 f"{cap.sizes_text()} worker processes on this host ({cap.where}); use one of {good}.")
         raise ParallelError(f"degree: {degree} does not divide the {cap.limit} chips of this host; use one of {good}.")
     if heads is not None and heads % degree:
-        good = ", ".join(map(str, [d for d in tp_degrees(cap, heads) if d <= heads]))
+        good = ", ".join(map(str, [d for d in cap.tp_degrees(heads) if d <= heads]))
         raise ParallelError(f"degree: {degree} does not divide the {heads} attention heads of "
                             f"'{Path(spec.model_path).name}' (each chip must hold whole heads); use one of {good}.")
     if spec.tp_text_encoders:
-        for enc in components.text_encoders(spec):
+        for enc in parts.text_encoders:
             bad = [h for h in enc.heads if h % degree]
             if enc.has_tp_plan and bad:
                 raise ParallelError(
@@ -117,15 +125,15 @@ def check_tp(spec: PipelineSpec, cap: Capacity, heads: int | None) -> None:
                     "encoder is then replicated on every chip) or choose a degree that divides it.")
 
 
-def describe_tp(spec: PipelineSpec, heads: int | None, notes: Sequence[str] = ()) -> str:
+def describe_tp(spec: PipelineSpec, parts: Components, notes: Sequence[str] = ()) -> str:
     """One line per component: what is sharded and what is replicated, shown next to the node."""
-    n = spec.tp_degree
+    n, heads = spec.tp_degree, parts.heads
     if n == 1:
         lines = ["degree 1: nothing is sharded (one chip per model copy)"]
     else:
         per = f", {heads // n} of {heads} heads per chip" if heads else ""
         lines = [f"transformer: sharded over {n} chips{per}{_how_ranks_read(spec)}"]
-    for enc in components.text_encoders(spec):
+    for enc in parts.text_encoders:
         if n > 1 and spec.tp_text_encoders and enc.has_tp_plan:
             lines.append(f"{enc.name} ({enc.class_name}): sharded over {n} chips")
         elif enc.has_tp_plan:
@@ -158,7 +166,7 @@ def plan_dp(spec: PipelineSpec, replicas: int) -> tuple[PipelineSpec, str]:
         raise ParallelError(f"replicas: {replicas} is not allowed; use 0 (auto: all chips) or a number of "
                             "copies.")
     cap = capacity.host_capacity(spec.kind)
-    across = capacity.span(spec.kind)
+    across = capacity.span(spec.kind, cap)
     notes = []
     if replicas == 0:
         if across is not None:
@@ -170,10 +178,9 @@ def plan_dp(spec: PipelineSpec, replicas: int) -> tuple[PipelineSpec, str]:
             notes.append(f"auto on the CPU is 1 (no chips); set replicas up to "
                          f"{max(1, cap.limit // spec.model_ranks)} to use more processes")
         else:
-            replicas = max(replica_counts(cap, spec.model_ranks),
-                           default=max(1, cap.limit // spec.model_ranks))
+            replicas = max(cap.replica_counts(spec.model_ranks), default=max(1, cap.limit // spec.model_ranks))
     spec = spec.with_changes(dp_replicas=replicas)
-    check_world(spec, cap)
+    check_world(spec, cap, across, Components(spec))
     workers = spec.world_size
     per = spec.model_ranks
     text = (f"{replicas} replica{'s' if replicas != 1 else ''} × {per} chip"
@@ -182,31 +189,32 @@ def plan_dp(spec: PipelineSpec, replicas: int) -> tuple[PipelineSpec, str]:
     return spec, "\n".join([text, *notes])
 
 
-def check_world(spec: PipelineSpec, cap: Capacity) -> None:
+def check_world(spec: PipelineSpec, cap: Capacity, across: hosts.Span | None, parts: Components) -> None:
+    """The whole group: replicas × one copy's ranks, a group this host (or the joined hosts) launches."""
     if spec.dp_replicas < 1:
         raise ParallelError(f"replicas: {spec.dp_replicas} is too small; use at least 1.")
     if spec.tp_text_encoders and 1 < spec.tp_degree < spec.world_size and any(
-            e.has_tp_plan for e in components.text_encoders(spec)):
+            e.has_tp_plan for e in parts.text_encoders):
         raise ParallelError(
             "shard_text_encoders: sharding text encoders cannot be combined with Data Parallel replicas > 1 "
             "or CFG Parallel yet (transformers' tensor parallelism spans the whole worker group). Turn "
             "shard_text_encoders off in Shard TP (the encoders are then replicated), or set replicas to 1 and "
             "remove CFG Parallel.")
-    if (across := capacity.span(spec.kind)) is not None:
+    if across is not None:
         check_hosts(spec, cap, across)
         return
     if cap.launches(spec.world_size):
         return
     layout = (f"replicas: {spec.dp_replicas} replica{'s' if spec.dp_replicas != 1 else ''} × {_per_copy(spec)} "
               f"= {spec.world_size} worker{'s' if spec.world_size != 1 else ''}")
-    counts = replica_counts(cap, spec.model_ranks)
+    counts = cap.replica_counts(spec.model_ranks)
     if cap.sizes is None:
         fix = f"use at most {max(1, cap.limit // spec.model_ranks)} replica(s) (or 0 for auto)"
     elif counts:
         fix = f"use replicas {or_list(counts)} (or 0 for auto)"
     else:
         fix = (f"no replica count works with {_per_copy(spec)}; use Shard TP degree "
-               f"{or_list([d for d in tp_degrees(cap, None) if replica_counts(cap, d)])}")
+               f"{or_list([d for d in cap.tp_degrees(None) if cap.replica_counts(d)])}")
     if spec.world_size > cap.limit:
         raise ParallelError(f"{layout}, but {cap.where}; {fix}. Connect Data Parallel after Shard TP, Context "
                             "Parallel and CFG Parallel so that auto accounts for them.")
@@ -244,23 +252,58 @@ def check_hosts(spec: PipelineSpec, cap: Capacity, across: hosts.Span) -> None:
                             "them on every host.")
 
 
-def default_layout(spec: PipelineSpec) -> PipelineSpec:
+def default_layout(spec: PipelineSpec, cap: Capacity) -> PipelineSpec:
     """A pipeline without Shard TP or Data Parallel on a host where TorchTPU launches no group of one (v7x: a
-    chip is two devices) runs as Data Parallel over the smallest group it launches (see devices.v7x_default_note)."""
+    chip is two devices) runs as Data Parallel over the smallest group it launches (see devices.v7x_default_note).
+    `cap`: this host's capacity for the spec's kind."""
     if spec.kind != "tpu" or spec.world_size != 1:
         return spec
-    sizes = capacity.host_capacity("tpu").sizes
+    sizes = cap.sizes
     if sizes and 1 not in sizes:
         return spec.with_changes(dp_replicas=min(sizes))
     return spec
 
 
-def with_sharded_encoders(spec: PipelineSpec) -> PipelineSpec:
+def with_sharded_encoders(spec: PipelineSpec, parts: Components) -> PipelineSpec:
     """`spec` naming the text encoders its tp_text_encoders choice shards: those with a transformers TP plan."""
-    names = ()
-    if spec.tp_text_encoders and spec.tp_degree > 1:
-        names = tuple(e.name for e in components.text_encoders(spec) if e.has_tp_plan)
+    names = parts.shardable if spec.tp_text_encoders and spec.tp_degree > 1 else ()
     return spec.with_changes(sharded_encoders=names)
+
+
+def load_order(spec: PipelineSpec) -> PipelineSpec:
+    """Data Parallel replicas load one after another unless the spec says otherwise. A replica's weights pass
+    through its private host memory while it loads (converted to the dtype; on TPU/CUDA they leave it once on
+    the device), so in turn the host carries one load at a time instead of one per replica: bench
+    `load_memory` measures 2 CPU workers at 2.0x one model's size on disk in turn against 2.7x together, and
+    Data Parallel 8 of FLUX.1 on a TPU host would carry ~34 GB in flight, not ~270 GB. Each replica's load
+    waits for the ones before it; with one replica nothing changes."""
+    if spec.load_in_turn is not None:
+        return spec
+    return spec.with_changes(load_in_turn=spec.dp_replicas > 1)
+
+
+def resolve_layout(spec: PipelineSpec, cap: Capacity, across: hosts.Span | None, parts: Components,
+                   req: SampleRequest | None = None) -> PipelineSpec:
+    """The layout of a spec about to run, filled in and checked in one visit: the default layout (v7x), the
+    sharded text encoders and the load order filled in; then CFG Parallel, Context Parallel (with a request, its
+    image or video tokens against the split), Shard TP and the whole group checked against the model (`parts`)
+    and the host (`cap`, `across`: read once by the caller). Specs from scripts pass the checks the
+    plan nodes make. Raises ParallelError naming the input, the value and the fix."""
+    spec = load_order(with_sharded_encoders(default_layout(spec, cap), parts))
+    if spec.cfg_parallel != 1:
+        check_cfg(spec)
+    if spec.cp_degree != 1:
+        check_cp(spec, parts)
+    if req is not None:
+        check_cp_size(spec, req.width, req.height, req.frames)
+    if spec.world_size > 1 or spec.kind == "tpu":
+        if spec.tp_degree < 1:
+            raise ParallelError(f"degree: {spec.tp_degree} is too small; use at least 1.")
+        if spec.tp_degree > 1:
+            _check_shardable(spec)  # the message the node gives
+            check_tp(spec, cap, parts)
+        check_world(spec, cap, across, parts)
+    return spec
 
 
 def _distilled(spec: PipelineSpec) -> bool:
@@ -273,7 +316,8 @@ def plan_cfg(spec: PipelineSpec) -> tuple[PipelineSpec, str]:
     """CFG Parallel: the two guidance passes of each step on two ranks; checked, and what it does for this model."""
     spec = spec.with_changes(cfg_parallel=2)
     check_cfg(spec)
-    check_world(spec, capacity.host_capacity(spec.kind))
+    cap = capacity.host_capacity(spec.kind)
+    check_world(spec, cap, capacity.span(spec.kind, cap), Components(spec))
     family, name = spec.family, Path(spec.model_path).name
     if family.cfg_passes == "batch":
         what = (f"{family.name} runs CFG as one denoiser call on a doubled batch: each of 2 ranks runs half of it "
@@ -311,22 +355,21 @@ def plan_cp(spec: PipelineSpec, degree: int, mode: str) -> tuple[PipelineSpec, s
     ContextParallelConfig; checked, and what it does for this model."""
     if degree < 0:
         raise ParallelError(f"degree: {degree} is not allowed; use 0 (auto) or a number of ranks.")
-    notes = []
+    notes, cap, parts = [], capacity.host_capacity(spec.kind), Components(spec)
     if degree == 0:
-        cap = capacity.host_capacity(spec.kind)
         if not cap.chips:
             degree = 1
             notes.append(f"auto on the CPU is 1 (no chips); set degree up to {cap.limit} to use more processes")
         else:
             per = spec.tp_degree * spec.cfg_parallel
-            heads = components.transformer_heads(spec) if mode == "ulysses" else None
+            heads = parts.heads if mode == "ulysses" else None
             degree = max((d for d in range(1, cap.limit // per + 1)
-                          if (heads is None or heads % d == 0) and replica_counts(cap, per * d)), default=1)
+                          if (heads is None or heads % d == 0) and cap.replica_counts(per * d)), default=1)
             notes.append(f"auto: {degree} rank(s), the most the chips left after Shard TP and CFG Parallel allow"
                          + (f" that divide the {heads} attention heads" if heads else ""))
     spec = spec.with_changes(cp_degree=degree, cp_mode=mode)
-    check_cp(spec)
-    check_world(spec, capacity.host_capacity(spec.kind))
+    check_cp(spec, parts)
+    check_world(spec, cap, capacity.span(spec.kind, cap), parts)
     name = Path(spec.model_path).name
     if degree == 1:
         return spec, "\n".join(["degree 1: the sequence is not split", *notes])
@@ -342,7 +385,7 @@ def plan_cp(spec: PipelineSpec, degree: int, mode: str) -> tuple[PipelineSpec, s
     return spec, "\n".join([text, *notes])
 
 
-def check_cp(spec: PipelineSpec) -> None:
+def check_cp(spec: PipelineSpec, parts: Components) -> None:
     family, name, degree = spec.family, Path(spec.model_path).name, spec.cp_degree
     if degree < 1:
         raise ParallelError(f"degree: {degree} is too small; use at least 1.")
@@ -373,7 +416,7 @@ def check_cp(spec: PipelineSpec) -> None:
         raise ParallelError(f"mode: 'ring' cannot be used with {family.name}: its prompt is padded with masked "
                             "tokens so the ranks split it evenly, and diffusers' ring attention applies each rank's "
                             "mask to every other rank's keys. Use 'ulysses'.")
-    heads = components.transformer_heads(spec)
+    heads = parts.heads
     if spec.cp_mode == "ulysses" and heads is not None and heads % degree:
         good = [d for d in range(2, heads + 1) if heads % d == 0]
         raise ParallelError(f"degree: Ulysses splits the {heads} attention heads of '{name}' over the ranks, and "

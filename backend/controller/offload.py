@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from ..protocol.errors import CompileError
 from ..protocol.spec import PipelineSpec
 from ..protocol.units import format_bytes
-from . import capacity, components, controlnets, devices, models, redux, storage
+from . import capacity, controlnets, devices, models, redux, storage
+from .components import Components
 
 OFFLOAD_HEADROOM = 0.8  # share of a device's memory the weights may fill: the rest is for activations (a few GB
 # for a 1024x1024 FLUX image), the compiler's buffers and the runtime itself
@@ -29,20 +30,22 @@ def _per_device(parts: dict[str, int], degree: int, sharded: Sequence[str]) -> f
     return sum(b / degree if n == "transformer" or n in sharded else b for n, b in parts.items())
 
 
-def choose_offload(spec: PipelineSpec) -> OffloadChoice:
+def choose_offload(spec: PipelineSpec, model: Components | None = None) -> OffloadChoice:
     """What offload 'auto' runs, from the weights' size in the chosen dtype (safetensors headers; ControlNets
     and Redux included) and one device's memory (TorchTPU's HBM per device, CUDA's total memory): none when everything fits with room for
     activations, model when the largest component does, else sequential (with a note when Shard TP would fit).
-    Under Shard TP always none: diffusers refuses offload on a sharded model."""
+    Under Shard TP always none: diffusers refuses offload on a sharded model. `model`: its components,
+    where the caller has read them."""
     if spec.kind == "cpu":
         return OffloadChoice("none", "offload auto → none: on the CPU the weights stay in host memory anyway")
     memory = devices.device_memory_bytes(spec.kind)
     dtype = "bfloat16" if spec.dtype == "auto" else storage.compute_dtype(spec)
     float_bytes = _FLOAT_BYTES[dtype]
-    parts = {**models.weight_bytes(spec, float_bytes), **controlnets.weight_bytes(spec, float_bytes),
-             **redux.weight_bytes(spec, float_bytes)}
+    pipeline = models.weight_bytes(spec, float_bytes)
+    one_byte = models.weight_bytes(spec, 1) if spec.storage else {}
+    parts = {**pipeline, **controlnets.weight_bytes(spec, float_bytes), **redux.weight_bytes(spec, float_bytes)}
     if spec.storage:  # fp8 storage: the denoiser counts at its stored size
-        parts = storage.stored_bytes(spec, parts, models.weight_bytes(spec, 1))
+        parts = storage.stored_bytes(spec, parts, one_byte)
         dtype = f"{dtype} ({spec.storage} denoiser)"
     if memory is None or not parts:
         return OffloadChoice("none", "offload auto → none (the device's memory or the model's size is unknown)")
@@ -64,16 +67,16 @@ def choose_offload(spec: PipelineSpec) -> OffloadChoice:
                                       "device while it runs and waits in host memory otherwise")
     return OffloadChoice("sequential", f"offload auto → sequential: {what}; even {biggest} "
                                        f"({format_bytes(parts[biggest])}) is more than {room}, so the weights move onto "
-                                       f"the device layer by layer (slow).{_tp_hint(spec, parts, usable)}")
+                                       f"the device layer by layer (slow).{_tp_hint(spec, parts, usable, model)}")
 
 
-def _tp_hint(spec: PipelineSpec, parts: dict[str, int], usable: float) -> str:
+def _tp_hint(spec: PipelineSpec, parts: dict[str, int], usable: float, model: Components | None) -> str:
     """The smallest Shard TP degree this host runs under which the weights would fit, as a suggestion."""
     if not spec.family.tp_plan:
         return ""
-    cap = capacity.host_capacity(spec.kind)
-    shardable = [e.name for e in components.text_encoders(spec) if e.has_tp_plan]
-    for d in capacity.tp_degrees(cap, components.transformer_heads(spec)):
+    model = model or Components(spec)
+    shardable = model.shardable
+    for d in capacity.host_capacity(spec.kind).tp_degrees(model.heads):
         if d == 1:
             continue
         if _per_device(parts, d, ()) <= usable:
@@ -84,12 +87,12 @@ def _tp_hint(spec: PipelineSpec, parts: dict[str, int], usable: float) -> str:
     return " It does not fit this host's devices even with Shard TP over all of them."
 
 
-def resolve_offload(spec: PipelineSpec) -> PipelineSpec:
+def resolve_offload(spec: PipelineSpec, model: Components | None = None) -> PipelineSpec:
     """`spec` with offload 'auto' turned into what it runs (none / model / sequential), once, before any worker
     sees it; other choices unchanged."""
     if spec.offload != "auto":
         return spec
-    choice = choose_offload(spec)
+    choice = choose_offload(spec, model)
     if choice.mode == "sequential" and spec.mode == "compiled":
         raise CompileError(f"offload: 'auto' has to choose 'sequential' here ({choice.reason.split(': ', 1)[1]}), "
                            "and sequential offload cannot be compiled. Use Shard TP, or an eager mode.")

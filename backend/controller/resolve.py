@@ -1,75 +1,98 @@
-"""One trip from a pipeline description to one ready to run: `resolve(spec)` fills in what the choices leave
-open (the device kind, the default layout, offload 'auto', the load order, the compile plan) and checks the
-whole against the model and this host, once per request, before any worker sees it. Specs built by scripts
-pass through the same checks as the nodes' ones.
+"""One planning pass from a pipeline description to one ready to run: `resolve(spec)` fills in what the choices
+leave open and checks the whole against the model and this host, once per request, before any worker sees it.
+Specs built by scripts pass through the same checks as the nodes' ones.
+
+In order, each concern asked once: the device kind; the host's capacity and the model's components (read once,
+for every layout question); weight storage; offload 'auto'; the layout (default layout, sharded encoders, load
+order, then every layout check, and with a request its tokens against the context split); the sampling options;
+the LoRAs, ControlNets and Redux references; the compile plan; with a request, its numbers, size and frames
+against the model and the pixel budget.
 """
 
 from __future__ import annotations
 
-from ..families import PIPELINES
-from ..protocol.errors import ParallelError
-from ..protocol.spec import PipelineSpec
+import dataclasses
+import math
+
+from ..protocol.errors import SampleError
+from ..protocol.spec import PipelineSpec, SampleRequest
 from . import (
     capacity,
     compile_plan,
-    components,
     controlnets,
     devices,
     layouts,
     loras,
+    models,
     offload,
+    pixels,
     redux,
     sampling_options,
     storage,
 )
+from .components import Components
+
+MAX_IMAGES = 4096  # images in one Sample (prompt lines × batch_size)
 
 
-def resolve(spec: PipelineSpec) -> PipelineSpec:
-    """`spec` ready to run: its device kind, default layout (v7x: Data Parallel over one chip's two devices),
-    weight storage, offload 'auto', load order and compile plan resolved, its parallel layout, sampling options, LoRAs, ControlNets and Redux references checked
-    against the model and this host (on TPU: a worker count TorchTPU launches). Idempotent."""
+def resolve(spec: PipelineSpec, req: SampleRequest | None = None) -> PipelineSpec:
+    """`spec` ready to run: its device kind, weight storage, offload 'auto', layout (v7x: Data Parallel over one
+    chip's two devices), load order and compile plan resolved, and its parallel layout, sampling options, LoRAs,
+    ControlNets and Redux references checked against the model and this host (on TPU: a worker count TorchTPU
+    launches); with `req` (after its CONDITIONING), the request too. Idempotent."""
+    if req is not None:
+        _check_finite(req)  # before any figure is computed from it
     if not spec.kind:
         spec = spec.with_changes(kind=devices.resolve_kind(spec.device))
-    spec = storage.resolve_storage(layouts.with_sharded_encoders(layouts.default_layout(spec)))
-    spec = resolve_load_order(offload.resolve_offload(spec))
-    check_spec(spec)
+    cap = capacity.host_capacity(spec.kind)
+    across, parts = capacity.span(spec.kind, cap), Components(spec)
+    spec = offload.resolve_offload(storage.resolve_storage(spec), parts)
+    sampling_options.check_sampling(spec)
+    spec = layouts.resolve_layout(spec, cap, across, parts, req)
     for lora in spec.loras:
         loras.check(spec, lora)
     for controlnet in spec.controlnets:
         controlnets.check(spec, controlnet)
     for ref in spec.redux:
         redux.check(spec, ref)
-    return compile_plan.resolve_compile(spec)
+    spec = compile_plan.resolve_compile(spec)
+    if req is not None:
+        _check_values(spec, req)
+    return spec
 
 
-def resolve_load_order(spec: PipelineSpec) -> PipelineSpec:
-    """Data Parallel replicas load one after another unless the spec says otherwise. A replica's weights pass
-    through its private host memory while it loads (converted to the dtype; on TPU/CUDA they leave it once on
-    the device), so in turn the host carries one load at a time instead of one per replica: bench
-    `load_memory` measures 2 CPU workers at 2.0x one model's size on disk in turn against 2.7x together, and
-    Data Parallel 8 of FLUX.1 on a TPU host would carry ~34 GB in flight, not ~270 GB. Each replica's load
-    waits for the ones before it; with one replica nothing changes."""
-    if spec.load_in_turn is not None:
-        return spec
-    return spec.with_changes(load_in_turn=spec.dp_replicas > 1)
+def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
+    """Rejects a sample request before any worker sees it, naming the input and the fix (for scripts: `resolve`
+    with a request asks the same, the tokens' split with the rest of the layout)."""
+    _check_values(spec, req)
+    layouts.check_cp_size(spec, req.width, req.height, req.frames)
 
 
-def check_spec(spec: PipelineSpec) -> None:
-    """Re-checks the parallel layout and sampling options of a spec before any worker is started (specs may come
-    from scripts)."""
-    sampling_options.check_sampling(spec)
-    if spec.cfg_parallel != 1:
-        layouts.check_cfg(spec)
-    if spec.cp_degree != 1:
-        layouts.check_cp(spec)
-    if spec.world_size == 1 and spec.kind != "tpu":
-        return
-    cap = capacity.host_capacity(spec.kind)
-    if spec.tp_degree < 1:
-        raise ParallelError(f"degree: {spec.tp_degree} is too small; use at least 1.")
-    if spec.tp_degree > 1:
-        family = PIPELINES[spec.class_name]
-        if not family.tp_plan or spec.offload not in ("none", "auto"):
-            layouts.plan_tp(spec, spec.tp_degree, spec.tp_text_encoders)  # raises the same message the node gives
-        layouts.check_tp(spec, cap, components.transformer_heads(spec))
-    layouts.check_world(spec, cap)
+def _check_finite(req: SampleRequest) -> None:
+    for f in dataclasses.fields(req):
+        value = getattr(req, f.name)
+        if isinstance(value, float) and not math.isfinite(value):  # the API accepts NaN and inf; nodes would not
+            raise SampleError(f"{f.name}: {value} is not a number the pipeline can use; give a finite value "
+                              f"(e.g. {getattr(SampleRequest, f.name)}).")
+
+
+def _check_values(spec: PipelineSpec, req: SampleRequest) -> None:
+    """The request's numbers, size and frames against the model and the pixel budget."""
+    _check_finite(req)
+    models.check_size(models.info_of(spec), req.width, req.height)
+    models.check_frames(spec.family, req.frames)
+    pixels.check(spec, req.width, req.height, req.batch_size)
+    if req.steps < 1:
+        raise SampleError(f"steps: {req.steps} is too small; use at least 1.")
+    if req.batch_size < 1:
+        raise SampleError(f"batch_size: {req.batch_size} is too small; use at least 1.")
+    if not req.prompt.strip():
+        raise SampleError("prompt: the prompt is empty; describe the image you want.")
+    if (count := len(req.images())) > MAX_IMAGES:
+        lines = len(req.prompts())
+        if lines > 1:
+            raise SampleError(f"prompt: {lines} prompt lines × batch_size {req.batch_size} = {count} images in one "
+                              f"run is too many; use at most {MAX_IMAGES} (fewer lines, or a smaller batch_size).")
+        raise SampleError(f"batch_size: {count} images in one run is too many; use at most {MAX_IMAGES}.")
+    if not 0 <= req.seed < 2**64:
+        raise SampleError(f"seed: {req.seed} is out of range; use 0 to 2^64-1.")

@@ -244,7 +244,7 @@ class PipelineSpec:
     tp_text_encoders: bool = False  # also shard text encoders that have a TP plan (the user's choice)
     sharded_encoders: tuple[str, ...] = ()  # the text encoders that choice shards (found by the controller)
     dp_replicas: int = 1  # copies of the (possibly sharded) model, each drawing different images
-    load_in_turn: bool | None = None  # replicas read their weights one after another (None: resolve.resolve_load_order)
+    load_in_turn: bool | None = None  # replicas read their weights one after another (None: layouts.load_order)
     kind: str = ""  # the device kind `device` resolved to, once (api.make_spec; api.checked fills it in)
     cfg_parallel: int = 1  # ranks the two CFG passes of a step are split over (1, or 2 with CFG Parallel)
     cp_degree: int = 1  # ranks the transformer's sequence is split over (context parallel)
