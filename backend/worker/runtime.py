@@ -263,6 +263,7 @@ class Runtime:
         kind = images.task(spec.family, arrays, req.denoise)
         pipe = (self.controlnets.for_task(self.pipe, spec, kind, self.device)
                 or self.image_pipes.for_task(self.pipe, spec.family, kind))
+        device.eager_workarounds(self.kind, pipe)  # TPU: the UNets' time_proj on the CPU (device.py)
         if spec.family.frame_step and req.tiled_vae:  # diffusers' tiled decoding (and start image encoding)
             pipe.vae.enable_tiling()
         elif spec.family.frame_step:
