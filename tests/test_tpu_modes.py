@@ -7,14 +7,22 @@ fusion emitter → crash"): installed for a TPU worker only, exactly there, and 
 
 from __future__ import annotations
 
+import ast
+import json
+import os
+import subprocess
 import traceback
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
+from backend.protocol.spec import MODE_CHOICES, UNGUIDED_TPU_MODES, mode_note
 from backend.worker import device
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class _CpuCalls(TorchFunctionMode):
@@ -73,3 +81,67 @@ def test_the_time_proj_detour_is_installed_on_a_tpu_only_where_the_pr_puts_it_an
         out = compiled(sample, torch.tensor([500.0]), embeds, added_cond_kwargs=added).sample
     assert torch.allclose(out, pipe.unet(sample, torch.tensor([500.0]), embeds,
                                                                added_cond_kwargs=added).sample, atol=1e-5)
+
+
+# ---- compiled: the timestep is a graph input under TorchTPU's own backend, one compile for every step count
+
+TIMESTEP_CASES = {  # per model: Sample requests run one after another on one compiled denoiser
+    "tiny-sdxl": [{"steps": 4}, {"steps": 6}, {"steps": 5, "sampler": "euler_ancestral"},
+                  {"steps": 3, "sampler": "heun"}, {"steps": 4, "sampler": "dpmpp_2m"}],
+    "tiny-sd3": [{"steps": 4}, {"steps": 6}],
+    "tiny-flux": [{"steps": 4, "guidance": 0.0}, {"steps": 6, "guidance": 0.0}],
+    "tiny-qwenimage": [{"steps": 4}, {"steps": 6}],
+    "tiny-zimage": [{"steps": 4, "guidance": 0.0}, {"steps": 6, "guidance": 0.0}],
+    "tiny-wan": [{"steps": 3, "frames": 5}, {"steps": 5, "frames": 5}],
+}
+BLOCK_GRAPHS = {"tiny-zimage": 3}  # compiled as its repeated blocks (compile_plan: its prompt steps), a graph per kind
+
+
+@pytest.mark.workers
+@pytest.mark.skipif(not os.environ.get("TPU_VENV"), reason="TPU_VENV (venv with torch-tpu) not set")
+def test_the_compiled_denoiser_takes_the_timestep_as_an_input_and_compiles_once_for_every_step_count(tiny_models):
+    """TorchTPU's TpuBackend (its dynamo guards, its storage-offset guard, aot_autograd) on the worker's compiled
+    denoiser, only the XLA compile a recorder (tests/fake_tpu/timestep_compiles.py): one compile per model over
+    several step counts and samplers; the timestep is a graph input whose value changes at every step; the weights
+    are inputs too (no constants), as LoRAs need. Before the copy in worker/compiler.py, SDXL compiled once a step."""
+    cases = [[name, request] for name, requests in TIMESTEP_CASES.items() for request in requests]
+    proc = subprocess.run([f"{os.environ['TPU_VENV']}/bin/python", str(ROOT / "tests/fake_tpu/timestep_compiles.py"),
+                           str(tiny_models), json.dumps(cases)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [[r["name"], r["request"]] for r in lines] == cases
+    before = 0  # the recorder's compiles, counted over the whole run
+    for name, requests in TIMESTEP_CASES.items():
+        runs = [r for r in lines if r["name"] == name]
+        graphs = BLOCK_GRAPHS.get(name, 1)
+        assert [r["compiles"] - before for r in runs] == [graphs] * len(requests), (name, graphs, runs[-1]["compiles"])
+        before = runs[-1]["compiles"]
+        for r in runs:
+            (compiled,) = r["inputs"]
+            assert compiled["constants"] == [] and compiled["inputs"] > 10, (name, compiled)
+            if name in BLOCK_GRAPHS:  # its blocks take the timestep's embedding, computed outside them
+                assert compiled["small"] == [], compiled
+                continue
+            assert len(compiled["small"]) == 1, compiled  # the timestep, an input...
+            values = {call[0] for call in r["calls"]}
+            assert len(values) == r["request"]["steps"], (name, r["request"], r["calls"])  # ...new at each step
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not os.environ.get("TPU_VENV"), reason="TPU_VENV (venv with torch-tpu) not set")
+def test_every_saved_mode_maps_to_a_torch_tpu_eager_mode_and_a_tpu_says_which_ones_its_guide_keeps():
+    """Saved workflows keep their mode (the choices and their order are unchanged); each maps to a member of
+    TorchTPU 0.2.0's own EagerMode (read from its source); on a TPU the two its diffusers guide dropped say so."""
+    source = next(Path(os.environ["TPU_VENV"]).glob(
+        "lib/python3*/site-packages/torch_tpu/_internal/execution_mode/__init__.py"))
+    tree = ast.parse(source.read_text())
+    enum = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "EagerMode")
+    members = {t.id for n in enum.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    assert MODE_CHOICES == ("strict eager", "defer-and-fuse eager", "compiled", "debug eager (launch blocking)")
+    assert set(device.TPU_EAGER_MODES) == set(MODE_CHOICES) and set(device.TPU_EAGER_MODES.values()) <= members
+    assert mode_note("tpu", "strict eager") is None and mode_note("tpu", "compiled") is None
+    for mode in UNGUIDED_TPU_MODES:
+        assert mode_note("tpu", mode).startswith(f"{mode}: TorchTPU's own mode") and "use strict eager or compiled" \
+            in mode_note("tpu", mode)
+    assert mode_note("cpu", "debug eager (launch blocking)") is None  # elsewhere as before
