@@ -13,9 +13,9 @@ the numbers on the CPU are bit for bit the ones plain diffusers draws (tests/tes
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import weakref
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -51,9 +51,7 @@ def cpu_draws(kind: str, seed: int) -> Iterator[None]:
     from diffusers.models.autoencoders.vae import DiagonalGaussianDistribution
 
     with contextlib.ExitStack() as undo:
-        if importlib.util.find_spec("torchsde") is not None:  # diffusers' DPMSolverSDEScheduler needs it
-            import torchsde._brownian.brownian_interval as brownian
-
+        if brownian := _brownian_interval():
             undo.enter_context(_replaced(brownian, "_randn", _brownian_randn))
         default = generator(seed)
         own_sample = DiagonalGaussianDistribution.sample
@@ -63,6 +61,16 @@ def cpu_draws(kind: str, seed: int) -> Iterator[None]:
 
         undo.enter_context(_replaced(DiagonalGaussianDistribution, "sample", sample))
         yield
+
+
+def _brownian_interval() -> Any:
+    """torchsde's brownian_interval module, as diffusers' DPMSolverSDEScheduler imports it (torchsde is diffusers'
+    optional dependency for that scheduler, which ComfyUI installs); None without it (then nothing draws there)."""
+    try:
+        from diffusers.schedulers import scheduling_dpmsolver_sde
+    except ImportError:
+        return None
+    return scheduling_dpmsolver_sde.torchsde._brownian.brownian_interval
 
 
 @contextlib.contextmanager
