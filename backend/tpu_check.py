@@ -3,7 +3,9 @@
 It detects the chips, then runs every step the pack needs, each timed: one worker group, a tiny model (built
 here, offline) in each execution mode, a compile at two shapes and samples that must not recompile, a restart
 that should reuse the persistent compile cache, Shard TP and Data Parallel over the devices the host has (only
-worker counts TorchTPU launches), and whether several devices give the same image as one. It prints a report
+worker counts TorchTPU launches), and whether several devices give the same image as one; on a TPU, whether a
+random draw on the chip and an eager `torch.cat` of SDXL's timestep embedding work (what diffusers' TorchTPU PR
+works around, and the pack too: worker/rng.py, worker/device.py). It prints a report
 (versions, chip type, every step's result and time, the first error with its traceback) and one line per step:
 works / fails / skipped. On a host without a TPU the same steps run on the CUDA GPUs or the CPU where they make
 sense (the CPU runs 2 worker processes for the multi-device steps), which is how CI tests it.
@@ -14,6 +16,7 @@ at the end), so the user's cache is neither used nor changed.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import logging
 import os
@@ -151,6 +154,8 @@ class TpuCheck:
               needs=("sample in strict eager",))
         api.shutdown()  # the chips are free again for the next step's own process
         r.run("float64 on the device (FLUX's rotary embedding)", self.float64, needs=("detect the device",))
+        r.run("random numbers drawn on the device", self.device_rng, needs=("detect the device",))
+        r.run("eager torch.cat of SDXL's time_proj", self.eager_time_proj, needs=("detect the device",))
         shutil.rmtree(self.cache_dir, ignore_errors=True)
         return r
 
@@ -212,12 +217,16 @@ class TpuCheck:
         before = api.compile_stats()
         for w, h in SIZES:
             api.sample(self.compiled, _request(w, h, batch=1))
+        # another step count than the warm-up's: the timestep is a graph input (TorchTPU's guide says a new
+        # num_inference_steps recompiles; the pack hands the timestep over as a copy: docs/execution-modes.md)
+        api.sample(self.compiled, dataclasses.replace(_request(*SIZES[0], batch=1), steps=3))
         after = api.compile_stats()
         new = after["compiles"] - before["compiles"]
         unexpected = after["unexpected_recompiles"] - before["unexpected_recompiles"]
         if new or unexpected:
-            raise AssertionError(f"{new} new compiles and {unexpected} unexpected recompiles at warmed shapes")
-        return f"{after['hits'] - before['hits']} reuses, 0 recompiles"
+            raise AssertionError(f"{new} new compiles and {unexpected} unexpected recompiles at warmed shapes "
+                                 "(one of them with 3 steps instead of 2)")
+        return f"{after['hits'] - before['hits']} reuses, 0 recompiles (one with 3 steps instead of 2)"
 
     def restart(self) -> str:
         cold = api.compile_stats()
@@ -302,29 +311,88 @@ class TpuCheck:
 
     def float64(self) -> str:
         """Whether float64 runs on the device, in a process of its own (one that fails or aborts ends alone)."""
-        from .controller import process_env
         from .worker.device import FLOAT64_DOWNCAST
 
         kind = self.kind or self.info.kind
         where = {"tpu": "tpu:0", "cuda": "cuda:0"}.get(kind, "cpu")
-        try:
-            out = subprocess.run([sys.executable, "-c", _FLOAT64_PROBE, where], env=process_env.worker_env(kind),
-                                 capture_output=True, text=True, timeout=600)
-            found = out.stdout.strip().splitlines()[-1].split() if out.returncode == 0 and out.stdout.strip() else []
-        except subprocess.TimeoutExpired:
-            out, found = None, []
+        out, found = _probe(_FLOAT64_PROBE, kind, where)
         policy = (f"the pack computes FLUX's rotary embedding in float32 on {kind} (as diffusers does on mps and npu)"
                   if kind in FLOAT64_DOWNCAST else f"FLUX's rotary embedding runs in float64 on {kind}")
         if len(found) != 3:
-            why = ("no answer within 600 s" if out is None else f"exit code {out.returncode}: "
-                   + " / ".join((out.stderr or "").strip().splitlines()[-2:]))
-            return f"float64 does not run on {where} ({why}); {policy}"
+            return f"float64 does not run on {where} ({_why(out)}); {policy}"
         dtype, error, float32_error = found
         if dtype != "torch.float64":
             return f"float64 comes back as {dtype} from {where}; {policy}"
         return (f"float64 runs on {where}: cos of 4096 values within {float(error):.2g} of the CPU's float64 "
                 f"(float32: {float(float32_error):.2g}); {policy}")
 
+
+    def _tpu_kind(self) -> str:
+        kind = self.kind or self.info.kind
+        if kind != "tpu":
+            raise Skip(f"asks TorchTPU itself, so it runs on a TPU only (this host runs {kind})")
+        return kind
+
+    def device_rng(self) -> str:
+        """Point 1 of issue 35: diffusers' TorchTPU PR draws on the CPU because of a TPU random-generator bug
+        ("TPU RNG has an unaligned DUS bug"); a seeded draw of an unaligned shape on the device, against the CPU's."""
+        out, found = _probe(_RNG_PROBE, self._tpu_kind(), "tpu:0")
+        policy = "the pack draws every random number on the CPU and moves it (worker/rng.py)"
+        if len(found) != 2:
+            return f"a draw on tpu:0 failed ({_why(out)}): the bug is there; {policy}"
+        return (f"a draw on tpu:0 ran (finite: {found[1]}), max difference to the CPU's with the same seed "
+                f"{float(found[0]):.3g}: a device generator would not give the CPU's images; {policy}")
+
+    def eager_time_proj(self) -> str:
+        """Point 2: the PR moves UNet2DConditionModel's time_proj to the CPU in eager mode ("torch.cat([sin, cos],
+        dim=-1) inside time_proj lands at an unaligned offset in the XLA DUS fusion emitter → crash"); the same
+        embedding (320 channels), each TorchTPU eager mode in a process of its own (an abort ends it alone)."""
+        kind, found = self._tpu_kind(), []
+        for mode in ("DEFER_NEVER", "DEFER_AND_FUSE"):
+            out, answer = _probe(_CAT_PROBE, kind, "tpu:0", mode)
+            found.append(f"{mode}: " + (f"ran, within {float(answer[0]):.2g} of the CPU" if len(answer) == 1 else
+                                        f"failed ({_why(out)})"))
+        return "; ".join(found) + ("; the pack runs SDXL's time_proj on the CPU in eager mode on a TPU "
+                                   "(worker/device.py), which a failure here confirms is needed")
+
+
+def _probe(code: str, kind: str, *args: str) -> tuple[subprocess.CompletedProcess | None, list[str]]:
+    """Runs `code` in a worker's environment in a process of its own; its last line's words (none on failure)."""
+    from .controller import process_env
+
+    try:
+        out = subprocess.run([sys.executable, "-c", code, *args], env=process_env.worker_env(kind),
+                             capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return None, []
+    return out, (out.stdout.strip().splitlines()[-1].split() if out.returncode == 0 and out.stdout.strip() else [])
+
+
+def _why(out: subprocess.CompletedProcess | None) -> str:
+    if out is None:
+        return "no answer within 600 s"
+    return f"exit code {out.returncode}: " + " / ".join((out.stderr or "").strip().splitlines()[-2:])
+
+
+# A seeded draw of an unaligned shape on the device and on the CPU.
+_RNG_PROBE = """
+import sys, torch
+shape = (1, 4, 13, 13)
+cpu = torch.randn(shape, generator=torch.Generator("cpu").manual_seed(7))
+dev = torch.randn(shape, generator=torch.Generator(sys.argv[1]).manual_seed(7), device=sys.argv[1]).cpu()
+print(float((dev - cpu).abs().max()), bool(torch.isfinite(dev).all()))
+"""
+
+# SDXL's time_proj (Timesteps(320, flip_sin_to_cos=True, freq_shift=0)) in one TorchTPU eager mode, against the CPU.
+_CAT_PROBE = """
+import sys, torch
+from diffusers.models.embeddings import get_timestep_embedding
+torch.tpu.eager_mode = getattr(torch.tpu.EagerMode, sys.argv[2])
+t = torch.tensor([999.0, 999.0])
+want = get_timestep_embedding(t, 320, flip_sin_to_cos=True, downscale_freq_shift=0)
+got = get_timestep_embedding(t.to(sys.argv[1]), 320, flip_sin_to_cos=True, downscale_freq_shift=0).cpu()
+print(float((got - want).abs().max()))
+"""
 
 # cos of 4096 float64 values on the device, against the CPU in float64, and float32's own error for scale.
 _FLOAT64_PROBE = """

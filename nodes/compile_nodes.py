@@ -21,10 +21,11 @@ api.set_compile_cache_dir(comfy_bridge.compile_cache_dir())
 
 class TPUSetExecutionMode:
     DESCRIPTION = ("Chooses how the pipeline runs, without reloading it. strict eager: op by op (the default, no "
-                   "compile wait). defer-and-fuse eager: TorchTPU fuses ops into larger graphs (faster, some compile "
-                   "time; TPU only, eager elsewhere). compiled: torch.compile of the transformer/UNet, fastest after "
-                   "a one-time compile per image size (use Compile to choose details and compile sizes up front). "
-                   "debug eager: every op waits for the chip, for finding where an error comes from.")
+                   "compile wait). compiled: torch.compile of the transformer/UNet, fastest after a one-time compile "
+                   "per image size (use Compile to choose details and compile sizes up front). These two are the "
+                   "modes TorchTPU's diffusers guide documents. defer-and-fuse eager (TorchTPU fuses ops into larger "
+                   "graphs) and debug eager (every op waits for the chip) are TorchTPU's own modes that its guide no "
+                   "longer documents: kept so saved workflows run, untried on a TPU.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("TPU_PIPELINE",)
     RETURN_NAMES = ("pipeline",)
@@ -37,10 +38,12 @@ class TPUSetExecutionMode:
             "required": {
                 "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline."}),
                 "mode": (list(MODE_CHOICES), {"default": "strict eager", "tooltip":
-                         "strict eager: no compile wait, slowest per step. defer-and-fuse eager: faster on TPU "
-                         "(runs as strict eager on GPU/CPU). compiled: fastest per step; each new image size "
-                         "compiles once (minutes on TPU), then is reused, also after a restart. debug eager "
-                         "(launch blocking): slow, for troubleshooting errors."}),
+                         "strict eager: no compile wait, slowest per step. compiled: fastest per step; each new "
+                         "image size, batch or frame count compiles once (minutes on TPU), then is reused, also "
+                         "after a restart; steps, sampler, seed, prompt and guidance never recompile. "
+                         "defer-and-fuse eager (TPU only, strict eager on GPU/CPU) and debug eager (launch "
+                         "blocking, for troubleshooting): TorchTPU modes its diffusers guide no longer documents, "
+                         "untried on a TPU."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }

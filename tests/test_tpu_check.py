@@ -15,7 +15,9 @@ STEPS = ["detect the device", "build the tiny model", "start a worker group and 
          "sample in defer-and-fuse eager", "sample in debug eager (launch blocking)", "compile at two shapes",
          "sample the compiled shapes without recompiling", "restart and reuse the compile cache",
          "Shard TP over several devices", "Data Parallel over several devices: same images",
-         "float64 on the device (FLUX's rotary embedding)"]
+         "float64 on the device (FLUX's rotary embedding)", "random numbers drawn on the device",
+         "eager torch.cat of SDXL's time_proj"]
+TPU_ONLY = STEPS[-2:]  # they ask TorchTPU itself: skipped here, saying why
 
 
 @pytest.mark.workers
@@ -33,12 +35,15 @@ def test_tpu_check_runs_every_step_and_prints_a_report_as_a_user_runs_it(tiny_mo
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
     summary = [line.split(None, 1) for line in out.stdout.splitlines()[-len(STEPS):]]
     assert [name.rsplit(" (", 1)[0] for _, name in summary] == STEPS
-    assert [result for result, _ in summary] == ["works"] * len(STEPS), out.stdout
+    assert [result for result, _ in summary] == ["works"] * (len(STEPS) - 2) + ["skipped"] * 2, out.stdout
     text = report.read_text()
     assert text.strip() == out.stdout.strip()
     assert "- versions: python " in text and "torch " in text and "diffusers " in text and "torch_tpu " in text
     assert "| defer-and-fuse" not in text and "running strict eager on cpu" in text
-    assert "2 reuses, 0 recompiles" in text and "cache folder reused" in text
+    assert "3 reuses, 0 recompiles (one with 3 steps instead of 2)" in text and "cache folder reused" in text
+    for step in TPU_ONLY:
+        assert f"| {step} | skipped | 0.0 | asks TorchTPU itself, so it runs on a TPU only (this host runs cpu) |" \
+            in text, step
     assert "TP 2 × 1 replica(s) = 2 workers" in text
     dp = re.search(r"\| Data Parallel over several devices: same images \| works \| [\d.]+ \| 2 replicas: "
                    r"(bit-identical to|(\S+) off) 1 worker\(s\) \(torch threads per worker: (\S+) against (\S+)\)"
@@ -78,3 +83,18 @@ def test_a_failing_step_is_reported_with_its_traceback_and_its_dependents_are_sk
     assert "RuntimeError: no chip answered\nsecond line" in text and "a worker request failed" in text
     assert text.splitlines()[-4:] == ["works    first (0.0 s)", "fails    second (0.0 s)", "skipped  third (0.0 s)",
                                       "skipped  fourth (0.0 s)"]
+
+
+@pytest.mark.unit
+def test_the_tpu_only_probes_measure_what_they_report_when_pointed_at_the_cpu():
+    """The two probes a TPU runs (a seeded device draw against the CPU's; SDXL's time_proj in an eager mode against
+    the CPU), run here against the CPU itself, with a stand-in for torch.tpu's eager-mode switch: 0 difference."""
+    from backend.tpu_check import _CAT_PROBE, _RNG_PROBE
+
+    stub = ("import torch, types; torch.tpu = types.SimpleNamespace(EagerMode=types.SimpleNamespace("
+            "DEFER_NEVER=0, DEFER_AND_FUSE=1), eager_mode=None)\n")
+    rng = subprocess.run([sys.executable, "-c", _RNG_PROBE, "cpu"], capture_output=True, text=True, timeout=120)
+    cat = subprocess.run([sys.executable, "-c", stub + _CAT_PROBE, "cpu", "DEFER_NEVER"], capture_output=True,
+                         text=True, timeout=120)
+    assert rng.stdout.split() == ["0.0", "True"], rng.stderr
+    assert cat.stdout.split() == ["0.0"], cat.stderr

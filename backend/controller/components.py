@@ -25,25 +25,31 @@ class TextEncoder:
     heads: tuple[int, ...]  # attention and key/value head counts that a TP degree must divide
 
 
-def _tp_plan_of(config: dict) -> bool:
-    """Whether transformers has a TP plan for a model config (its config class or its text_config's)."""
+def tp_plan(config: dict) -> dict[str, str]:
+    """transformers' own tensor-parallel plan for a model config (its config class's `base_model_tp_plan`, or its
+    text_config's for a vision-language model: Qwen3-VL, Qwen3.5, Gemma 3, Mistral 3); {} when it has none."""
     try:
         from transformers import CONFIG_MAPPING
     except ImportError:
-        return False
-    model_type = config.get("model_type")
+        return {}
     try:
-        cls = CONFIG_MAPPING[model_type]
+        cls = CONFIG_MAPPING[config.get("model_type")]
     except KeyError:
-        return False
-    if getattr(cls, "base_model_tp_plan", None):
-        return True
+        return {}
+    if plan := getattr(cls, "base_model_tp_plan", None):
+        return dict(plan)
     text = config.get("text_config")
     if isinstance(text, dict):
         sub = getattr(cls, "sub_configs", {}).get("text_config")
         text = {"model_type": getattr(sub, "model_type", None), **text}
-        return bool(text.get("model_type")) and _tp_plan_of(text)
-    return False
+        return tp_plan(text) if text.get("model_type") else {}
+    return {}
+
+
+def _tp_plan_of(config: dict) -> bool:
+    """Whether transformers' plan shards the model's layers: only then does tensor parallel spread its weights over
+    the chips (Qwen3-VL's text model, in transformers 5.24, plans its token embedding alone)."""
+    return any(key.startswith("layers.") for key in tp_plan(config))
 
 
 def text_encoders(spec: PipelineSpec) -> list[TextEncoder]:

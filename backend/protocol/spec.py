@@ -60,9 +60,20 @@ def listed_components(index: dict) -> dict[str, tuple[str, str]]:
             if not name.startswith("_") and isinstance(value, list) and len(value) == 2 and None not in value}
 
 
+# TorchTPU 0.2.0 still has these eager modes (torch.tpu.EagerMode), but diffusers' TorchTPU guide dropped them
+# (huggingface/diffusers#14039, 2026-07-17: "remove Debug Eager and Fused Eager sections"): it documents strict
+# eager and compile only. Saved workflows keep them; a TPU run says so.
+UNGUIDED_TPU_MODES = ("defer-and-fuse eager", "debug eager (launch blocking)")
+
+
 def mode_note(kind: str, mode: str) -> str | None:
-    """What the user should know when `kind` runs `mode` differently from a TPU (None: runs as asked)."""
+    """What the user should know when `kind` runs `mode` differently from a TPU, or when a TPU runs a mode
+    TorchTPU's diffusers guide no longer documents (None: runs as asked)."""
     if kind == "tpu":
+        if mode in UNGUIDED_TPU_MODES:
+            return (f"{mode}: TorchTPU's own mode, which diffusers' TorchTPU guide no longer documents (it keeps "
+                    "strict eager and compiled) and which never ran in the pack on a TPU; if it fails, use strict "
+                    "eager or compiled.")
         return None
     if mode == "defer-and-fuse eager":
         return f"defer-and-fuse eager exists only on TPU; running strict eager on {kind}."

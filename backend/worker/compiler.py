@@ -107,8 +107,10 @@ def _contiguous_inputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
     strides; a contiguous copy holds the same values, so the graph only sees the padded length."""
     import torch
 
-    def dense(x: Any) -> Any:
-        return x.contiguous() if torch.is_tensor(x) else x
+    def dense(x: Any) -> Any:  # and at storage offset 0, which TorchTPU's backend guards too
+        if torch.is_tensor(x) and not (x.is_contiguous() and x.storage_offset() == 0):
+            return x.clone(memory_format=torch.contiguous_format)
+        return x
 
     def call(*args: Any, **kwargs: Any) -> Any:
         return compiled(*map(dense, args), **{k: dense(v) for k, v in kwargs.items()})
@@ -117,14 +119,17 @@ def _contiguous_inputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _float_timestep(call: Callable[..., Any]) -> Callable[..., Any]:
-    """`call` with the timestep handed over as a contiguous float32 tensor whatever the scheduler made it
+    """`call` with the timestep handed over as a float32 tensor of its own whatever the scheduler made it
     (DPM-Solver, UniPC, DDIM: int64; DPM++ SDE: float64; an expanded view or a copy), so that changing Sample's
-    sampler never compiles another graph. Exact: diffusers' timestep embeddings turn the timestep into float32
-    first (FLUX's turns it back into the latents' dtype, which it came from)."""
+    sampler never compiles another graph. Always a copy: SDXL's UNet gets `timesteps[i]` itself, a view at storage
+    offset i, and TorchTPU's backend guards every input's storage offset ("tensor views with different storage
+    offsets bake static slice indices into the compiled executable", _backend.py _guard_input_storage_offsets), so
+    a view recompiled at every step (tests/test_tpu_modes.py). Exact: diffusers' timestep embeddings turn the
+    timestep into float32 first (FLUX's turns it back into the latents' dtype, which it came from)."""
     import torch
 
     def as_float(t: Any) -> Any:
-        return t.to(torch.float32).contiguous() if isinstance(t, torch.Tensor) else t
+        return t.to(torch.float32, copy=True) if isinstance(t, torch.Tensor) else t
 
     def wrapped(*args, **kwargs):
         if "timestep" in kwargs:

@@ -7,6 +7,7 @@ puts it in the pipeline description.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 
 def dist_backend(kind: str) -> str:
@@ -170,3 +171,50 @@ def set_execution_mode(kind: str, mode: str) -> None:
     import torch
 
     torch.tpu.eager_mode = getattr(torch.tpu.EagerMode, TPU_EAGER_MODES[mode])
+
+
+# ---- Strict eager on TPU: the UNet's sinusoidal timestep embedding on the CPU
+
+# diffusers' TorchTPU work (huggingface/diffusers#14039, unet_2d_condition.py) runs UNet2DConditionModel's
+# `time_proj` on the CPU in eager mode: "torch.cat([sin, cos], dim=-1) inside time_proj lands at an unaligned
+# offset in the XLA DUS fusion emitter → crash" (a libtpu CHECK failure: the process aborts). The same embedding
+# (Timesteps of block_out_channels[0] = 320 channels) is in SDXL's ControlNets; the transformers' embedders and
+# `add_time_proj` (256 channels) were left alone there, and are here. Inside a compiled graph it is not needed
+# ("torch.compile with TpuBackend handles this internally").
+TIME_PROJ_ON_CPU = ("UNet2DConditionModel", "ControlNetModel", "ControlNetUnionModel")
+DETOUR_DEVICES = ("tpu",)  # timesteps on these devices take the detour
+
+
+def eager_workarounds(kind: str, pipe: Any) -> int:
+    """Installs the `time_proj` CPU detour on every UNet and SDXL ControlNet of `pipe` on a TPU (once per module);
+    returns how many it installed now. Nothing elsewhere."""
+    if kind != "tpu":
+        return 0
+    from diffusers.models.embeddings import Timesteps
+    from torch import nn
+
+    installed = 0
+    for component in pipe.components.values():
+        if not isinstance(component, nn.Module):
+            continue
+        for module in component.modules():
+            proj = getattr(module, "time_proj", None)
+            if (type(module).__name__ in TIME_PROJ_ON_CPU and isinstance(proj, Timesteps)
+                    and not getattr(proj, "_cpu_detour", False)):
+                proj.forward = _on_cpu(proj.forward)
+                proj._cpu_detour = True
+                installed += 1
+    return installed
+
+
+def _on_cpu(forward: Any) -> Any:
+    """`forward` (Timesteps') computed on the CPU and moved back, for timesteps on DETOUR_DEVICES in eager mode, as
+    the PR does: `self.time_proj(timesteps.cpu()).to(sample.device)`."""
+    import torch
+
+    def detour(timesteps: Any) -> Any:
+        if timesteps.device.type in DETOUR_DEVICES and not torch.compiler.is_compiling():
+            return forward(timesteps.cpu()).to(timesteps.device)
+        return forward(timesteps)
+
+    return detour

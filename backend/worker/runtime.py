@@ -23,7 +23,7 @@ from ..protocol import messages, samplers, settings
 from ..protocol.errors import Interrupted, ModelError
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
-from . import controlnets, device, images, latents, loading, parallel, redux, storage
+from . import controlnets, device, images, latents, loading, parallel, redux, rng, storage
 from .cfg_parallel import CFGParallel, named_branches, two_passes
 from .compile_cache import CACHE_INFO
 from .compiler import Compiler, experts, steps_for_every_expert
@@ -263,6 +263,7 @@ class Runtime:
         kind = images.task(spec.family, arrays, req.denoise)
         pipe = (self.controlnets.for_task(self.pipe, spec, kind, self.device)
                 or self.image_pipes.for_task(self.pipe, spec.family, kind))
+        device.eager_workarounds(self.kind, pipe)  # TPU: the UNets' time_proj on the CPU (device.py)
         if spec.family.frame_step and req.tiled_vae:  # diffusers' tiled decoding (and start image encoding)
             pipe.vae.enable_tiling()
         elif spec.family.frame_step:
@@ -285,7 +286,7 @@ class Runtime:
                 out.append(images.input_image(arrays, group[0], req.width, req.height))
                 done += 1
                 continue
-            generators = [torch.Generator("cpu").manual_seed(everything[i][1]) for i in group]
+            generators = [rng.generator(everything[i][1]) for i in group]
             pipe.scheduler = self._scheduler(spec, req, kind, everything[group[0]][1])
             kwargs = self._call_kwargs(pipe, spec, req, generators, prompt)
             self._embeddings(pipe, spec, kwargs, arrays)
@@ -299,6 +300,7 @@ class Runtime:
                 self.redux.add_inputs(prior, spec, kwargs, arrays)  # before the compiler reads the text length
                 call = sampling.enter_context(self.compiler.sampling(pipe, spec, kwargs))
                 sampling.enter_context(controlnets.seeded(spec, everything[group[0]][1]))
+                sampling.enter_context(rng.cpu_draws(self.kind, everything[group[0]][1]))
                 controlnets.add_inputs(spec, kind, kwargs, arrays, group[0])
                 images.add_inputs(pipe, spec.family, kind, kwargs, arrays, group[0], req)
                 self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,
