@@ -321,6 +321,25 @@ def _check_video_with_sound(path: Path, prompt: dict, videos: set[int], sizes: s
     assert seconds - MEL_FRAMES_SHORT / 100 - 1e-6 <= heard <= seconds + 2 * AAC_FRAME / sample_rate, (seconds, heard)
 
 
+@pytest.mark.server
+def test_a_model_without_sound_gives_create_video_none_and_a_video_without_audio(server, tiny_models):
+    """Wan makes no sound: Sample Video's audio output is None, which Create Video takes (its audio is optional),
+    and Save Video writes a video stream only (wan21_t2v with its frames and audio into Create Video)."""
+    import av
+
+    prompt = for_the_cpu(json.loads(api_path(WORKFLOWS / "wan21_t2v.json").read_text()))
+    del prompt["3"]  # Save Animated WEBP
+    prompt["5"] = {"class_type": "CreateVideo", "inputs": {"images": ["2", 0], "audio": ["2", 1], "fps": 16.0}}
+    prompt["6"] = {"class_type": "SaveVideo", "inputs": {"video": ["5", 0], "filename_prefix": "video/wan-silent",
+                                                         "format": "auto", "codec": "auto"}}
+    result = run_workflow(server, prompt, timeout=300)
+    assert result["status"] == "success", f"{error_message(result)}\n{server.log_tail()}"
+    (path,) = result["images"]
+    with av.open(str(path)) as container:
+        assert [s.type for s in container.streams] == ["video"]
+        assert len(list(container.decode(video=0))) == prompt["2"]["inputs"]["frames"]
+
+
 @pytest.mark.frontend
 def test_a_workflow_saved_before_an_input_was_added_still_runs(ui, server):
     """Saved workflows outlive node changes: tiny_demo as saved before Sample gained prompt_per_line (its last
