@@ -202,7 +202,9 @@ def test_videos_and_their_sound_equal_plain_diffusers(tiny_models, case):
     name, cls, starts, kw = PLAIN[case]
     req = _request(batch_size=2, **kw)
     images = _start_images(req.width) if starts else None
-    out = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models, name), req, images))
+    said = []
+    out = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models, name), req, images),
+                                 lambda m: said.append(m.text) if isinstance(m, Status) else None)
     frames, f = out["images"], req.frames
     assert frames.shape == (2 * f, req.height, req.width, 3)
     call = dict(height=req.height, width=req.width, num_frames=f, guidance_scale=req.guidance)
@@ -225,6 +227,7 @@ def test_videos_and_their_sound_equal_plain_diffusers(tiny_models, case):
         assert out["audio"].shape[:2] == (2, 2) and rate == TINY_RATE
         assert samples == (4 * latents - 3) * TINY_RATE // 100, "100 mel frames a second"
         assert np.abs(out["audio"][0]).max() > 0 and not np.array_equal(out["audio"][0], out["audio"][1])
+        assert said.count("VAE: decoding the video's 9 frames of 64x64 and its sound (audio VAE and vocoder)…") == 2
 
 
 @pytest.mark.workers

@@ -468,7 +468,8 @@ def _decoding(spec: PipelineSpec, req: SampleRequest) -> str:
     if not spec.family.frame_step:
         return ""
     tiles = " in tiles" if req.tiled_vae else ""
-    return f"VAE: decoding the video's {req.frames} frames of {req.width}x{req.height}{tiles}…"
+    sound = " and its sound (audio VAE and vocoder)" if spec.family.sound else ""
+    return f"VAE: decoding the video's {req.frames} frames of {req.width}x{req.height}{tiles}{sound}…"
 
 
 def _pixels(result: Any) -> np.ndarray:
