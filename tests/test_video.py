@@ -117,6 +117,26 @@ def test_start_image_is_checked_and_described(tiny_models):
                      "differs", "2 start images for 3 videos: video i (seed + i) starts from image i (cycling: i mod 2)")
 
 
+@pytest.mark.unit
+def test_a_sound_that_is_not_numbers_fails_the_run_naming_the_audio():
+    """The worker hands a sound-making model's waveform back as float32 [B, C, S], refuses one holding NaN or
+    infinity (it would be saved as noise), and gives none for a model without sound."""
+    from types import SimpleNamespace
+
+    from backend.families import PIPELINES
+    from backend.worker import sound
+
+    ltx, wan = PIPELINES["LTX2Pipeline"], PIPELINES["WanPipeline"]
+    wave = torch.linspace(-1, 1, 12, dtype=torch.bfloat16).reshape(1, 2, 6)
+    out = sound.waveform(ltx, SimpleNamespace(frames=None, audio=wave))
+    assert out.dtype == np.float32 and out.shape == (1, 2, 6) and np.array_equal(out, wave.float().numpy())
+    assert sound.waveform(wan, SimpleNamespace(frames=None)) is None
+    wave[0, 1, 3] = float("nan")
+    with pytest.raises(ModelError, match=r"audio: the run made a sound that is not numbers \(NaN or infinity\), "
+                                         r"which would be saved as noise, so it failed instead"):
+        sound.waveform(ltx, SimpleNamespace(frames=None, audio=wave))
+
+
 def _start_images(size: int = 32) -> np.ndarray:
     """Two start images as Load Image gives them (8-bit pixels as float32 in 0..1), size x size."""
     return (np.random.default_rng(5).integers(0, 256, (2, size, size, 3)) / 255).astype(np.float32)
