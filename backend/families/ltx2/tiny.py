@@ -1,6 +1,6 @@
 """The ltx2 family's tiny random-weight pipeline (backend/tiny_models.py builds it by name): LTX-2.3's layout
-(per-modality connector projections, gated attention, cross-attention modulation on both streams) at a few
-hundred kilobytes. The smallest size it makes is 64x64 (a 2x2 latent: a 1x1 one breaks the decoder's padding)."""
+(per-modality connector projections, gated attention, cross-attention modulation on both streams) in about a
+megabyte. The smallest size it makes is 64x64 (a 2x2 latent: a 1x1 one breaks the decoder's padding)."""
 
 from __future__ import annotations
 
