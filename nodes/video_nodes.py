@@ -1,5 +1,9 @@
 """Sample Video (TPU): a video pipeline's frames as ComfyUI's IMAGE batch, which its own Save Animated WEBP / Save
-Video and the usual video nodes take. Sampling itself is Sample's (api.sample); only the inputs differ.
+Video and the usual video nodes take, and the sound of a model that makes one (LTX-2) as ComfyUI's AUDIO, which
+its Create Video takes beside the frames. Sampling itself is Sample's (api.sample); only the inputs differ.
+
+A model without sound (Wan) gives None on the AUDIO output: Create Video then writes a video without an audio
+stream, as before the output existed (a silent track would claim a sound the model never made).
 
 Saved workflows store widget values by position: never reorder or remove inputs here; add new ones last, with
 defaults (tests/test_node_contract.py guards this).
@@ -16,36 +20,42 @@ from .pipeline_nodes import CATEGORY
 
 
 class TPUSampleVideo:
-    DESCRIPTION = ("Generates a video with a video pipeline from Load TPU Pipeline (Wan 2.1 / 2.2 text to video; "
-                   "image to video from a start image). The frames come out as an image batch, one frame after "
-                   "another, for Save Animated WEBP, Save Video or any node that takes frames. The same seed gives "
+    DESCRIPTION = ("Generates a video with a video pipeline from Load TPU Pipeline (Wan 2.1 / 2.2, LTX-2 with "
+                   "sound; text to video, and image to video from a start image). The frames come out as an image "
+                   "batch, one frame after another, for Create Video, Save Animated WEBP or any node that takes "
+                   "frames; LTX-2's sound comes out as audio for Create Video's audio input. The same seed gives "
                    "the same video. Shows progress with seconds per step and can be cancelled.")
     CATEGORY = CATEGORY
-    RETURN_TYPES = ("IMAGE",)
-    RETURN_NAMES = ("frames",)
-    OUTPUT_TOOLTIPS = ("The video's frames in order (with several videos, one video after another).",)
+    RETURN_TYPES = ("IMAGE", "AUDIO")
+    RETURN_NAMES = ("frames", "audio")
+    OUTPUT_TOOLTIPS = ("The video's frames in order (with several videos, one video after another).",
+                       "The video's sound (LTX-2: stereo at its vocoder's rate, as long as the frames at frame_rate; "
+                       "with several videos, one waveform each). Models without sound (Wan) give none: connect it "
+                       "to Create Video, which then makes a video without sound.")
     FUNCTION = "sample"
 
     @classmethod
     def INPUT_TYPES(cls):
         return {
             "required": {
-                "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline: a video model (Wan)."}),
+                "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline: a video model (Wan, LTX-2)."}),
                 "prompt": ("STRING", {"multiline": True, "default": "", "tooltip": "What the video should show."}),
                 "negative_prompt": ("STRING", {"multiline": True, "default": "", "tooltip":
                                     "What the video should not show (used when guidance is above 1)."}),
                 "width": ("INT", {"default": 832, "min": 16, "max": 8192, "step": 16, "tooltip":
-                          "Frame width in pixels, a multiple of 16 for Wan (832 for 480p, 1280 for 720p)."}),
+                          "Frame width in pixels, a multiple of 16 for Wan (832 for 480p, 1280 for 720p), of 32 for LTX-2."}),
                 "height": ("INT", {"default": 480, "min": 16, "max": 8192, "step": 16, "tooltip":
-                           "Frame height in pixels, a multiple of 16 for Wan (480 or 720)."}),
+                           "Frame height in pixels, a multiple of 16 for Wan (480 or 720), of 32 for LTX-2."}),
                 "frames": ("INT", {"default": 81, "min": 1, "max": 1021, "step": 4, "tooltip":
-                           "Frames of the video: 1 + a multiple of 4 for Wan (81 is about 5 s at 16 fps). "
+                           "Frames of the video: 1 + a multiple of 4 for Wan (81 is about 5 s at 16 fps), 1 + a multiple of 8 "
+                           "for LTX-2 (121 is about 5 s at 24 fps). "
                            "Time and memory grow with frames × width × height."}),
                 "steps": ("INT", {"default": 30, "min": 1, "max": 1000, "tooltip":
-                          "Denoising steps. Wan 2.1: 30-50."}),
+                          "Denoising steps. Wan 2.1: 30-50; LTX-2 distilled: 8."}),
                 "guidance": ("FLOAT", {"default": 5.0, "min": 0.0, "max": 30.0, "step": 0.1, "round": 0.01,
                              "tooltip": "How strongly to follow the prompt (CFG: above 1 runs the model twice per "
-                                        "step, with the negative prompt). Wan 2.1: 5-6."}),
+                                        "step, with the negative prompt). Wan 2.1: 5-6. LTX-2: the "
+                                        "video's and the sound's CFG alike; distilled: 1."}),
                 "seed": ("INT", {"default": 0, "min": 0, "max": 0xFFFFFFFFFFFFFFFF, "control_after_generate": True,
                          "tooltip": "Random seed. The same seed, size, frames and settings give the same video."}),
             },
@@ -56,21 +66,30 @@ class TPUSampleVideo:
                 "start_image": ("IMAGE", {"tooltip":
                                 "Image to video: the first frame of the video (e.g. from Load Image), stretched to "
                                 "width × height. Needs a model that takes one (Wan 2.2 TI2V 5B, Wan 2.2 I2V A14B, Wan "
-                                "2.1 I2V); video i starts from image i of this batch (cycling when it has fewer)."}),
+                                "2.1 I2V, LTX-2); video i starts from image i of this batch (cycling when it has "
+                                "fewer)."}),
+                "frame_rate": ("FLOAT", {"default": 24.0, "min": 1.0, "max": 240.0, "step": 1.0, "tooltip":
+                               "Frames per second, for models that take it (LTX-2: the sound's length and the "
+                               "motion's timing; give Create Video the same fps). Wan makes 16 fps and ignores "
+                               "it."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, frames, steps, guidance, seed, batch_size=1,
-               start_image=None, unique_id=None):
+               start_image=None, frame_rate=24.0, unique_id=None):
         started, queued = comfy_bridge.now(), comfy_bridge.queued_at()
         image = start_image.cpu().numpy() if start_image is not None else None
         request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,
-                                steps=steps, guidance=guidance, seed=seed, batch_size=batch_size, frames=frames)
+                                steps=steps, guidance=guidance, seed=seed, batch_size=batch_size, frames=frames,
+                                frame_rate=frame_rate)
         prepared = api.prepare_sample(pipeline, request, image)  # resolved and checked once, here
         if prepared.notes:
             comfy_bridge.send_text(unique_id, "\n".join(prepared.notes))
-        out = comfy_bridge.run_cancellable(api.run_sample, prepared, node_id=unique_id, total=steps * batch_size,
-                                           after=" + the VAE decode")
+        out = comfy_bridge.run_cancellable(api.run_sample_outputs, prepared, node_id=unique_id,
+                                           total=steps * batch_size, after=" + the VAE decode")
         comfy_bridge.show_latency(unique_id, queued, started, list(prepared.notes))
-        return (torch.from_numpy(out),)
+        audio = None
+        if "audio" in out:  # ComfyUI's AUDIO: waveform [batch, channels, samples] on the CPU
+            audio = {"waveform": torch.from_numpy(out["audio"]), "sample_rate": int(out["audio_rate"][0])}
+        return (torch.from_numpy(out["images"]), audio)

@@ -249,6 +249,49 @@ def _wan_video(*, name: str, model: str, prompt: str, negative_prompt: str, fram
     return {"name": name, "nodes": nodes, "links": links, "extra": {"description": description}}
 
 
+def _ltx2_text_to_video() -> dict:
+    """Load TPU Pipeline (an LTX-2 diffusers folder) -> Sample Video (TPU) -> its frames and its sound into ComfyUI's
+    own Create Video -> Save Video (an mp4 with both streams). Node ids: Load 1, Sample Video 2, Create Video 3,
+    the note 4, Save Video 5."""
+    sample = {"prompt": "a jazz trio playing in a small smoky club at night, close up on the saxophone, warm light, "
+                        "the crowd murmuring", "negative_prompt": "", "width": 768, "height": 512, "frames": 121,
+              "steps": 8, "guidance": 1.0, "seed": 0, "control_after_generate": "randomize", "batch_size": 1,
+              "frame_rate": 24.0}
+    note = """
+## LTX-2 text to video, with sound
+
+**Load TPU Pipeline** (LTX-2) → **Sample Video (TPU)** (768×512, 121 frames at **24 fps**, **8 steps, guidance
+1**) → its **frames** and its **audio** into ComfyUI's own **Create Video** (fps 24) → **Save Video** (an mp4:
+H.264 and AAC).
+
+**Model**: a diffusers folder of LTX-2 (model_index.json naming LTX2Pipeline, with its `audio_vae` and `vocoder`)
+in `models/diffusers/LTX-2`. The templates' distilled model runs at guidance 1 (one pass a step); the dev model
+takes guidance 3-4 (CFG: two passes, which CFG Parallel splits over two chips). ComfyUI's single files
+(ltx-2.3-22b-dev-fp8.safetensors) do not load yet.
+
+A video has 1 + a multiple of 8 frames, sides multiples of 32. Give Create Video the frame_rate of Sample
+Video: the sound lasts frames / frame_rate seconds. A start image (Load Image into start_image) makes it image to
+video.
+"""
+    return {
+        "name": "ltx2_t2v_sound",
+        "nodes": [
+            {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
+             "widgets": {"model": "LTX-2", "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}},
+            {"id": 2, "type": "TPUSampleVideo", "pos": [410, 130], "size": [400, 540], "widgets": sample},
+            {"id": 3, "type": "CreateVideo", "pos": [850, 130], "size": [300, 120], "widgets": {"fps": 24.0}},
+            {"id": 5, "type": "SaveVideo", "pos": [1190, 130], "size": [420, 500],
+             "widgets": {"filename_prefix": "video/ltx2-t2v", "format": "auto", "codec": "auto"}},
+            _note(4, [40, 360], note, size=(330, 420)),
+        ],
+        "links": [[1, "pipeline", 2, "pipeline"], [2, "frames", 3, "images"], [2, "audio", 3, "audio"],
+                  [3, 0, 5, "video"]],
+        "extra": {"description": "LTX-2 text to video with sound: Load TPU Pipeline (LTX-2) -> Sample Video (768x512, "
+                                 "121 frames at 24 fps, 8 steps, guidance 1) -> frames and audio -> Create Video "
+                                 "(24 fps) -> Save Video (mp4 with sound). Needs models/diffusers/LTX-2."},
+    }
+
+
 def _wan_text_to_video() -> dict:
     return _wan_video(
         name="wan21_t2v", model="Wan2.1-T2V-1.3B-Diffusers",
@@ -985,6 +1028,7 @@ applies it at every step (start 0, end 1) and runs one ControlNet at a time.
     "wan21_i2v": _wan_image_to_video(),
     "wan22_5b_t2v_comfyui_files": _wan22_5b_files(),
     "wan22_14b_i2v_comfyui_files": _wan22_14b_i2v_files(),
+    "ltx2_t2v_sound": _ltx2_text_to_video(),
 })
 
 

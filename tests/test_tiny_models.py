@@ -25,7 +25,10 @@ PIPELINE_CLASSES = {
     "wan": "WanPipeline",
     "wan-i2v": "WanImageToVideoPipeline",  # its frames against plain diffusers: tests/test_video.py
     "wan22": "WanPipeline",  # Wan 2.2 A14B's two experts: tests/test_video.py
+    "ltx2": "LTX2Pipeline",  # its frames and sound against plain diffusers: tests/test_video.py
 }
+# a non-square size each family makes (LTX-2: multiples of 32, at least 2x2 latent pixels)
+NON_SQUARE = {"ltx2": (64, 96)}
 MAX_FOLDER_BYTES = 8 * 2**20
 
 
@@ -54,8 +57,11 @@ def _load(folder: Path):
 
 
 def _call(pipe, seeds: list[int], height: int = 64, width: int = 64, steps: int = 2) -> np.ndarray:
-    """Images [B, H, W, C]; a video pipeline's one-frame videos as images."""
-    kwargs = {}
+    """Images [B, H, W, C]; a video pipeline's one-frame videos as images; with the arguments the pack always passes
+    (LTX-2: the guidance it switches off, whose published defaults need 29 blocks)."""
+    from backend.families import PIPELINES
+
+    kwargs = dict(PIPELINES[type(pipe).__name__].call_args)
     params = inspect.signature(pipe.__call__).parameters
     if "max_sequence_length" in params:
         kwargs["max_sequence_length"] = 32
@@ -111,9 +117,10 @@ def test_family_samples_reproducibly(built, family):
     np.testing.assert_array_equal(first, _call(pipe, [0]))
     assert not np.array_equal(first, _call(pipe, [1]))
 
-    # One generator per image, non-square size that is only a multiple of 16.
-    batch = _call(pipe, [3, 4], height=32, width=48)
-    assert batch.shape == (2, 32, 48, 3)
+    # One generator per image, non-square size that is only a multiple of 16 (or what the family needs).
+    height, width = NON_SQUARE.get(family, (32, 48))
+    batch = _call(pipe, [3, 4], height=height, width=width)
+    assert batch.shape == (2, height, width, 3)
     assert np.isfinite(batch).all()
     assert not np.array_equal(batch[0], batch[1])
 

@@ -1,15 +1,17 @@
-"""Video (Wan) through the workers: frames equal plain diffusers' WanPipeline and WanImageToVideoPipeline, progress
-per step, Cancel, and the layouts (Context Parallel 2, CFG Parallel, Data Parallel 2) against one worker.
+"""Video (Wan, LTX-2 with sound) through the workers: frames (and LTX-2's waveform) equal plain diffusers'
+WanPipeline, WanImageToVideoPipeline, LTX2Pipeline and LTX2ImageToVideoPipeline, progress per step, Cancel, and the
+layouts (Context Parallel 2, CFG Parallel, Data Parallel 2) against one worker.
 
 Tolerances: CFG Parallel and Data Parallel run one worker's arithmetic (each rank computes whole passes, each
 video is its own call with its own generator): bit-identical. Context Parallel 2 (Ulysses) splits the tokens and
 the heads of each attention over two ranks, which sums in another order: frames match one worker within 1e-4 in
-float32.
+float32. LTX-2 against plain diffusers: within PLAIN_TOLERANCE (seen: bit-identical).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 
 import numpy as np
@@ -17,13 +19,14 @@ import pytest
 import torch
 
 from backend.controller import api, layouts
+from backend.families.ltx2 import OFF
 from backend.families.wan import TAYLORSEER_MODULES
 from backend.protocol import settings
-from backend.protocol.errors import CompileError, Interrupted, ModelError, ParallelError
+from backend.protocol.errors import CompileError, Interrupted, ModelError, ParallelError, SampleError
 from backend.protocol.messages import Status, Step
 from backend.protocol.spec import PipelineSpec, SampleRequest, warmup_request
 
-CP_TOLERANCE = 1e-4
+CP_TOLERANCE = PLAIN_TOLERANCE = 1e-4
 # Tiled against whole VAE decoding on the tiny random-weight VAE (320x32 frames: tiles at 0 and 192, blended over
 # 192..256): seen max 0.148 at the seam, 0.023 left of it, mean 0.0064 (pixels in 0..1)
 TILE_MAX, TILE_MEAN = 0.2, 0.01
@@ -35,17 +38,32 @@ def _request(**kw) -> SampleRequest:
     return SampleRequest(**{**base, **kw})
 
 
+# tiny-ltx2's smallest video: 64x64 (2x2 latent pixels), 9 frames (2 latent frames), CFG 3 (batched), 25 fps
+LTX = dict(width=64, height=64, frames=9, guidance=3.0, frame_rate=25.0)
+
+
 def _spec(tiny_models, name="tiny-wan"):
     return api.make_spec(name, [str(tiny_models)])
 
 
 @pytest.mark.unit
-def test_frames_and_video_tokens_are_checked_before_any_worker(tiny_models):
+@pytest.mark.parametrize("name, bad, message", [
+    ("tiny-wan", 6, r"frames: Wan makes 1 \+ a multiple of 4 frames .* not 6; use 5 or 9"),
+    ("tiny-ltx2", 10, r"frames: LTX-2 makes 1 \+ a multiple of 8 frames \(its VAE packs 8 frames into one\), not 10; "
+                      r"use 9 or 17")])
+def test_frames_and_video_tokens_are_checked_before_any_worker(tiny_models, name, bad, message):
+    video = _spec(tiny_models, name)
+    with pytest.raises(ModelError, match=message):
+        api.check_request(video, _request(frames=bad))
+    with pytest.raises(ModelError, match=rf"pipeline: {video.family.name} makes videos; use Sample Video \(TPU\)"):
+        api.check_request(video, _request(frames=0))
+    with pytest.raises(CompileError, match=rf"warmup: 64x64x{bad}f: frames: {video.family.name} makes 1 \+ a multiple"):
+        api.with_compile(video, "whole denoiser", "auto", f"64x64x{bad}f")
+
+
+@pytest.mark.unit
+def test_wan_video_tokens_and_images_are_checked_before_any_worker(tiny_models):
     wan = _spec(tiny_models)
-    with pytest.raises(ModelError, match=r"frames: Wan makes 1 \+ a multiple of 4 frames .* not 6; use 5 or 9"):
-        api.check_request(wan, _request(frames=6))
-    with pytest.raises(ModelError, match=r"pipeline: Wan makes videos; use Sample Video \(TPU\)"):
-        api.check_request(wan, _request(frames=0))
     with pytest.raises(ModelError, match=r"pipeline: FLUX.1 makes images, not videos; use Sample \(TPU\)"):
         api.check_request(_spec(tiny_models, "tiny-flux"), _request())
     cp, _ = api.context_parallel(wan, 2)
@@ -54,10 +72,33 @@ def test_frames_and_video_tokens_are_checked_before_any_worker(tiny_models):
         api.check_request(cp, _request(width=16, height=16, frames=1))
     with pytest.raises(CompileError, match=r"warmup: 32x32 has no frames, and Wan makes videos.*'32x32x81f'"):
         api.with_compile(wan, "whole denoiser", "auto", "32x32")
-    with pytest.raises(CompileError, match=r"warmup: 32x32x6f: frames: Wan makes 1 \+ a multiple of 4 frames"):
-        api.with_compile(wan, "whole denoiser", "auto", "32x32x6f")
     with pytest.raises(CompileError, match=r"warmup: 64x64x5f: pipeline: FLUX.1 makes images, not videos"):
         api.with_compile(_spec(tiny_models, "tiny-flux"), "whole denoiser", "auto", "64x64x5f")
+
+
+@pytest.mark.unit
+def test_ltx2_sizes_frame_rate_and_sound_components_are_checked_before_any_worker(tiny_models, tmp_path):
+    """Sides of 32 (its VAE's 32x packing), a frame rate in range, and a folder that holds the audio VAE and the
+    vocoder (the sound's parts): each refused naming the input, the value and the fix."""
+    ltx = _spec(tiny_models, "tiny-ltx2")
+    assert ltx.size_factor == 32 and ltx.start_image, "LTX-2 takes a start image (LTX2ImageToVideoPipeline)"
+    api.check_request(ltx, _request(**LTX))
+    with pytest.raises(ModelError, match=r"width: 48 is not a multiple of 32, which LTX-2 needs; use 32 or 64"):
+        api.check_request(ltx, _request(**{**LTX, "width": 48}))
+    with pytest.raises(SampleError, match=r"frame_rate: 0.5 frames per second is out of range for LTX-2; use 1 to 240"):
+        api.check_request(ltx, _request(**{**LTX, "frame_rate": 0.5}))
+    with pytest.raises(ParallelError, match=r"pipeline: 'tiny-ltx2' is a LTX-2 model \(LTX2Pipeline\), whose "
+                                            r"sequence cannot be split: diffusers 0.42.1's context-parallel plan .* "
+                                            r"per head .*Remove Context Parallel; CFG Parallel splits"):
+        api.context_parallel(ltx, 2)
+    folder = tmp_path / "no-vocoder"
+    shutil.copytree(tiny_models / "tiny-ltx2", folder)
+    index = json.loads((folder / "model_index.json").read_text())
+    (folder / "model_index.json").write_text(json.dumps({**index, "vocoder": [None, None]}))
+    with pytest.raises(ModelError, match=r"model: 'no-vocoder' \(LTX-2\) makes the video's sound with "
+                                         r"its audio_vae and vocoder, and its model_index.json lists no vocoder\. "
+                                         r"The folder is incomplete: .*\(audio_vae/, vocoder/ beside vae/\)"):
+        api.make_spec("no-vocoder", [str(tmp_path)])
 
 
 @pytest.mark.unit
@@ -76,9 +117,29 @@ def test_start_image_is_checked_and_described(tiny_models):
                      "differs", "2 start images for 3 videos: video i (seed + i) starts from image i (cycling: i mod 2)")
 
 
-def _start_images() -> np.ndarray:
-    """Two start images as Load Image gives them (8-bit pixels as float32 in 0..1), 32x32."""
-    return (np.random.default_rng(5).integers(0, 256, (2, 32, 32, 3)) / 255).astype(np.float32)
+@pytest.mark.unit
+def test_a_sound_that_is_not_numbers_fails_the_run_naming_the_audio():
+    """The worker hands a sound-making model's waveform back as float32 [B, C, S], refuses one holding NaN or
+    infinity (it would be saved as noise), and gives none for a model without sound."""
+    from types import SimpleNamespace
+
+    from backend.families import PIPELINES
+    from backend.worker import sound
+
+    ltx, wan = PIPELINES["LTX2Pipeline"], PIPELINES["WanPipeline"]
+    wave = torch.linspace(-1, 1, 12, dtype=torch.bfloat16).reshape(1, 2, 6)
+    out = sound.waveform(ltx, SimpleNamespace(frames=None, audio=wave))
+    assert out.dtype == np.float32 and out.shape == (1, 2, 6) and np.array_equal(out, wave.float().numpy())
+    assert sound.waveform(wan, SimpleNamespace(frames=None)) is None
+    wave[0, 1, 3] = float("nan")
+    with pytest.raises(ModelError, match=r"audio: the run made a sound that is not numbers \(NaN or infinity\), "
+                                         r"which would be saved as noise, so it failed instead"):
+        sound.waveform(ltx, SimpleNamespace(frames=None, audio=wave))
+
+
+def _start_images(size: int = 32) -> np.ndarray:
+    """Two start images as Load Image gives them (8-bit pixels as float32 in 0..1), size x size."""
+    return (np.random.default_rng(5).integers(0, 256, (2, size, size, 3)) / 255).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -119,27 +180,74 @@ def test_frames_equal_plain_diffusers_with_progress_and_cancel(tiny_models, one_
     assert told == [(1, 2), (2, 2), "VAE: decoding the video's 5 frames of 32x32…"], "the decode follows the steps"
 
 
-@pytest.mark.workers
-def test_image_to_video_equals_plain_diffusers(tiny_models):
-    """Wan 2.1 image to video (CLIP vision encoder): video i starts from start image i, as plain diffusers'
-    WanImageToVideoPipeline with that image (a PIL image of the video's size) and seed."""
-    from diffusers import WanImageToVideoPipeline
+def _plain(tiny_models, name: str, cls: str, starts: np.ndarray | None,
+           **call) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    """Plain diffusers' pipeline `cls` of the tiny folder `name`, called for seeds 11 and 12 (with start image 0 and
+    1 as PIL images, where `starts`) as the pack's request asks (LTX-2: its guidance on the video and the sound alike, the rest switched off as the family's OFF): each
+    video's frames [F, H, W, 3] and its waveform [C, S] (None without sound)."""
+    import diffusers
+
+    pipe = getattr(diffusers, cls).from_pretrained(str(tiny_models / name), dtype=torch.float32, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    sound = dict(OFF, audio_guidance_scale=call["guidance_scale"]) if "LTX2" in cls else {}
+    out = []
+    for i, seed in enumerate((11, 12)):
+        image = {"image": _pil(starts[i])} if starts is not None else {}
+        with torch.inference_mode():
+            result = pipe(prompt=FOX, negative_prompt="blurry", num_inference_steps=2, output_type="np",
+                          generator=[torch.Generator("cpu").manual_seed(seed)], **image, **sound, **call)
+        out.append((result.frames[0], result.audio[0].numpy() if "LTX2" in cls else None))
+    return out
+
+
+def _pil(image: np.ndarray):
     from PIL import Image
 
-    starts = _start_images()
-    frames = api.sample(_spec(tiny_models, "tiny-wan-i2v"), _request(batch_size=2), image=starts)
-    assert frames.shape == (10, 32, 32, 3)
-    pipe = WanImageToVideoPipeline.from_pretrained(str(tiny_models / "tiny-wan-i2v"), dtype=torch.float32,
-                                                   local_files_only=True)
-    pipe.set_progress_bar_config(disable=True)
-    for video, seed in enumerate((11, 12)):
-        start = Image.fromarray((starts[video] * 255).round().astype(np.uint8))
-        with torch.inference_mode():
-            plain = pipe(image=start, prompt=FOX, negative_prompt="blurry", height=32, width=32, num_frames=5,
-                         num_inference_steps=2, guidance_scale=5.0, output_type="np",
-                         generator=[torch.Generator("cpu").manual_seed(seed)]).frames[0]
-        assert np.array_equal(frames[5 * video:5 * (video + 1)], plain), f"video {video} (seed {seed})"
-    assert not np.array_equal(frames[:5], frames[5:]), "each video its own start image and seed"
+    return Image.fromarray((image * 255).round().astype(np.uint8))
+
+
+# (tiny folder, plain diffusers class, with start images, request): every image-to-video model and LTX-2's text
+# to video (Wan's text to video: test_frames_equal_plain_diffusers_with_progress_and_cancel)
+PLAIN = {"wan i2v": ("tiny-wan-i2v", "WanImageToVideoPipeline", True, {}),
+         "ltx2 t2v": ("tiny-ltx2", "LTX2Pipeline", False, LTX),
+         "ltx2 i2v": ("tiny-ltx2", "LTX2ImageToVideoPipeline", True, LTX)}
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("case", list(PLAIN))
+def test_videos_and_their_sound_equal_plain_diffusers(tiny_models, case):
+    """Video i (seed 11 + i) equals plain diffusers' pipeline with that seed (and start image i, a PIL image of the
+    video's size); LTX-2's sound too, as ComfyUI's AUDIO takes it ([B, 2, S] at the vocoder's rate, as long as the
+    frames at the frame rate less the audio VAE's causal 3 mel frames)."""
+    name, cls, starts, kw = PLAIN[case]
+    req = _request(batch_size=2, **kw)
+    images = _start_images(req.width) if starts else None
+    said = []
+    out = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models, name), req, images),
+                                 lambda m: said.append(m.text) if isinstance(m, Status) else None)
+    frames, f = out["images"], req.frames
+    assert frames.shape == (2 * f, req.height, req.width, 3)
+    call = dict(height=req.height, width=req.width, num_frames=f, guidance_scale=req.guidance)
+    if "LTX2" in cls:
+        call["frame_rate"] = req.frame_rate
+    plain = _plain(tiny_models, name, cls, images, **call)
+    tolerance = PLAIN_TOLERANCE if "LTX2" in cls else 0.0
+    for video, (plain_frames, plain_audio) in enumerate(plain):
+        assert np.abs(frames[f * video:f * (video + 1)] - plain_frames).max() <= tolerance, f"video {video}"
+        if plain_audio is None:
+            assert "audio" not in out, "no sound from a model without one"
+            continue
+        assert np.abs(out["audio"][video] - plain_audio).max() <= tolerance, f"video {video}'s sound"
+    assert not np.array_equal(frames[:f], frames[f:]), "each video its own seed (and start image)"
+    if "LTX2" in cls:
+        from backend.families.ltx2.tiny import TINY_RATE
+
+        rate, samples = int(out["audio_rate"][0]), out["audio"].shape[2]
+        latents = round(f / req.frame_rate * 25)  # the audio VAE's 25 latents a second, 4 mel frames each, causal
+        assert out["audio"].shape[:2] == (2, 2) and rate == TINY_RATE
+        assert samples == (4 * latents - 3) * TINY_RATE // 100, "100 mel frames a second"
+        assert np.abs(out["audio"][0]).max() > 0 and not np.array_equal(out["audio"][0], out["audio"][1])
+        assert said.count("VAE: decoding the video's 9 frames of 64x64 and its sound (audio VAE and vocoder)…") == 2
 
 
 @pytest.mark.workers
@@ -341,23 +449,38 @@ def test_both_experts_compile_and_prompts_seeds_steps_never_recompile(tiny_model
 
 # ---- two ranks (last: the tests above run on one worker, so the group is started once for them)
 
+@pytest.fixture(scope="module")
+def ltx_one_worker(tiny_models) -> dict[str, np.ndarray]:
+    """Two LTX-2 videos with sound (seeds 11, 12) from one worker, with CFG (guidance 3, batched)."""
+    return api.run_sample_outputs(api.prepare_sample(_spec(tiny_models, "tiny-ltx2"), _request(batch_size=2, **LTX)))
+
+
 @pytest.mark.workers
-@pytest.mark.parametrize("layout", ["context", "cfg", "data"])
-def test_layouts_of_two_ranks_equal_one_worker(tiny_models, one_worker, layout):
-    spec = _spec(tiny_models)
+@pytest.mark.parametrize("name, layout", [("tiny-wan", "context"), ("tiny-wan", "cfg"), ("tiny-wan", "data"),
+                                          ("tiny-ltx2", "cfg"), ("tiny-ltx2", "data")])
+def test_layouts_of_two_ranks_equal_one_worker(tiny_models, one_worker, ltx_one_worker, name, layout):
+    """LTX-2's CFG Parallel splits its doubled batch and gathers both predictions (video and sound): frames and
+    sound within CP_TOLERANCE of one worker (its Context Parallel is refused: the unit tests)."""
+    spec = _spec(tiny_models, name)
     spec = {"context": lambda: api.context_parallel(spec, 2)[0], "cfg": lambda: api.cfg_parallel(spec)[0],
             "data": lambda: layouts.plan_dp(spec, 2)[0]}[layout]()
     assert spec.world_size == 2
     api.load(spec)
     before = [w["steps"] for w in api.worker_info()]
     said = []
-    frames = api.sample(spec, _request(batch_size=2), lambda m: said.append(m.text) if isinstance(m, Status) else None)
-    assert frames.shape == one_worker.shape
+    req = _request(batch_size=2, **(LTX if name == "tiny-ltx2" else {}))
+    out = api.run_sample_outputs(api.prepare_sample(spec, req), lambda m: said.append(m.text)
+                                 if isinstance(m, Status) else None)
+    one = ltx_one_worker if name == "tiny-ltx2" else {"images": one_worker}
+    assert out.keys() == one.keys() and out["images"].shape == one["images"].shape
     assert not [t for t in said if t.startswith("CFG Parallel: this Sample runs one")], "CFG Parallel split the passes"
-    if layout == "context":
-        assert np.abs(frames - one_worker).max() <= CP_TOLERANCE
-    else:
-        assert np.array_equal(frames, one_worker)
+    # CFG Parallel of a doubled batch (LTX-2) runs half batches, not bit-identical to the whole one (cfg_parallel.py)
+    exact = layout == "data" or (layout == "cfg" and spec.family.cfg_passes == "branches")
+    for key in ("images", "audio") if name == "tiny-ltx2" else ("images",):
+        if exact:
+            assert np.array_equal(out[key], one[key]), key
+        else:
+            assert np.abs(out[key] - one[key]).max() <= CP_TOLERANCE, key
     steps = [w["steps"] - b for w, b in zip(api.worker_info(), before, strict=True)]
     assert steps == ([2, 2] if layout == "data" else [4, 4]), "data: a video each; split models: both, every step"
 

@@ -47,6 +47,7 @@ TINY = {
     "FLUX.2-dev": "tiny-flux2",  # 2 attention heads: Shard TP 2 works
     "Wan2.1-T2V-1.3B-Diffusers": "tiny-wan",
     "Wan2.1-I2V-14B-480P-Diffusers": "tiny-wan-i2v",
+    "LTX-2": "tiny-ltx2",
     # model files in ComfyUI's folders -> the tiny FLUX.1 files written by ComfyUI's own code (file_fixtures.py)
     "flux1-dev.safetensors": "flux1-tiny.safetensors",
     "flux1-dev-fp8-e4m3fn.safetensors": "flux1-tiny-fp8-e5m2.safetensors",  # a plain fp8 transformer file
@@ -97,6 +98,12 @@ CPU_SETTINGS = {
     "TPUDataParallel": {"replicas": 2},
     "TPUContextParallel": {"degree": 2},
 }
+# ... and where the tiny model needs more (tiny-ltx2: sides of 32 and a 2x2 latent, 8k + 1 frames)
+CPU_SETTINGS_OF = {"tiny-ltx2": {"TPUSampleVideo": {"width": 64, "height": 64, "frames": 9}}}
+# A saved mp4's sound against its frames: LTX-2's audio VAE makes whole latents of 4 mel frames (100 a second), up
+# to 2 mel frames either side of frames / fps, and is causal (3 mel frames short); AAC pads to 1024-sample frames,
+# with one frame of priming
+MEL_FRAMES_SHORT, AAC_FRAME = 2 + 3, 1024
 OLD_WORKFLOW = Path(__file__).parent / "data" / "tiny_demo_before_prompt_per_line.json"
 # ComfyUI's own CLIP loaders build the published sizes from fixed configs (CLIP-L 768 wide, T5-XXL 4096), so the
 # tiny text encoder files cannot load through them: a workflow that encodes with them converts and runs up to that
@@ -137,17 +144,21 @@ def for_the_cpu(prompt: dict) -> dict:
     """An API prompt with tiny models (TINY) and, where it named real ones, the CPU settings."""
     tiny = substitute_models(prompt, TINY)
     if tiny != prompt:
+        named = {v["inputs"].get(name) for v in tiny.values() for name in MODEL_INPUTS}
         for node in tiny.values():
             node["inputs"].update(CPU_SETTINGS.get(node["class_type"], {}))
+            for model in named & set(CPU_SETTINGS_OF):
+                node["inputs"].update(CPU_SETTINGS_OF[model].get(node["class_type"], {}))
     return tiny
 
 
 def expected_images(prompt: dict) -> int:
     """Images saved by an API prompt: each Save Image gets its Sample's batch_size per prompt (per non-empty line
-    with prompt_per_line); each Save Animated WEBP and Save WEBM one file, all the frames of its input in it."""
+    with prompt_per_line); each Save Animated WEBP, Save WEBM and Save Video one file, all the frames of its input
+    in it."""
     count = 0
     for node in prompt.values():
-        if node["class_type"] in ("SaveAnimatedWEBP", "SaveWEBM"):
+        if node["class_type"] in ("SaveAnimatedWEBP", "SaveWEBM", "SaveVideo"):
             count += 1
         elif node["class_type"] == "SaveImage":
             s = prompt[node["inputs"]["images"][0]]["inputs"]
@@ -230,7 +241,7 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
             "flux1_kontext_edit", "flux1_fill_outpaint", "flux1_latent_hires_fix", "flux1_controlnet_union",
             "sdxl_two_controlnets", "zimage_turbo_comfyui_files", "zimage_turbo_controlnet_union", "wan21_t2v",
             "wan21_i2v", "flux1_dev_clip_text_encode", "wan22_5b_t2v_comfyui_files",
-            "wan22_14b_i2v_comfyui_files", "flux1_redux"} <= {p.stem for p in FILES}
+            "wan22_14b_i2v_comfyui_files", "flux1_redux", "ltx2_t2v_sound"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"
@@ -274,6 +285,9 @@ def test_workflow_loads_converts_and_runs(ui, server, path, workflow_files_on_th
                 frames = [(f.width, f.height) for f in container.decode(video=0)]
             assert len(frames) in videos and set(frames) <= sizes, (image, len(frames), set(frames), sizes)
             continue
+        if image.suffix == ".mp4":  # ComfyUI's Create Video -> Save Video: H.264 frames and the AAC sound
+            _check_video_with_sound(image, runnable, videos, sizes)
+            continue
         with Image.open(image) as im:
             frames = getattr(im, "n_frames", 1)
             assert (im.format, frames in videos) == (("WEBP", True) if videos else ("PNG", False)), (image, im.format)
@@ -284,6 +298,46 @@ def test_workflow_loads_converts_and_runs(ui, server, path, workflow_files_on_th
     print(f"{path.stem}: converted in {conversion.seconds:.2f} s, ran in {seconds:.1f} s on {len(workers)} "
           "worker(s)",
           *(f"\n  older than its nodes (fine; rebuild to show the new inputs): {o}" for o in conversion.outdated))
+
+
+def _check_video_with_sound(path: Path, prompt: dict, videos: set[int], sizes: set[tuple[int, int]]) -> None:
+    """An mp4 read back with PyAV (ComfyUI's own): a video stream of Sample Video's frames at Create Video's fps,
+    and an audio stream as long as the frames (within the causal audio VAE's 3 mel frames and AAC's padding)."""
+    import av
+
+    fps = {v["inputs"]["fps"] for v in prompt.values() if v["class_type"] == "CreateVideo"}
+    rates = {v["inputs"]["frame_rate"] for v in prompt.values() if v["class_type"] == "TPUSampleVideo"}
+    assert fps == rates and len(fps) == 1, ("Create Video's fps is Sample Video's frame_rate", fps, rates)
+    with av.open(str(path)) as container:
+        assert [s.type for s in container.streams] == ["video", "audio"], container.streams
+        video, audio = container.streams.video[0], container.streams.audio[0]
+        rate = float(video.average_rate)
+        frames = [(f.width, f.height) for f in container.decode(video=0)]
+        container.seek(0)
+        samples = sum(f.samples for f in container.decode(audio=0))
+        sample_rate = audio.rate
+    assert len(frames) in videos and set(frames) <= sizes and rate == fps.pop(), (path, len(frames), rate)
+    seconds, heard = len(frames) / rate, samples / sample_rate
+    assert seconds - MEL_FRAMES_SHORT / 100 - 1e-6 <= heard <= seconds + 2 * AAC_FRAME / sample_rate, (seconds, heard)
+
+
+@pytest.mark.server
+def test_a_model_without_sound_gives_create_video_none_and_a_video_without_audio(server, tiny_models):
+    """Wan makes no sound: Sample Video's audio output is None, which Create Video takes (its audio is optional),
+    and Save Video writes a video stream only (wan21_t2v with its frames and audio into Create Video)."""
+    import av
+
+    prompt = for_the_cpu(json.loads(api_path(WORKFLOWS / "wan21_t2v.json").read_text()))
+    del prompt["3"]  # Save Animated WEBP
+    prompt["5"] = {"class_type": "CreateVideo", "inputs": {"images": ["2", 0], "audio": ["2", 1], "fps": 16.0}}
+    prompt["6"] = {"class_type": "SaveVideo", "inputs": {"video": ["5", 0], "filename_prefix": "video/wan-silent",
+                                                         "format": "auto", "codec": "auto"}}
+    result = run_workflow(server, prompt, timeout=300)
+    assert result["status"] == "success", f"{error_message(result)}\n{server.log_tail()}"
+    (path,) = result["images"]
+    with av.open(str(path)) as container:
+        assert [s.type for s in container.streams] == ["video"]
+        assert len(list(container.decode(video=0))) == prompt["2"]["inputs"]["frames"]
 
 
 @pytest.mark.frontend

@@ -393,6 +393,10 @@ def check_cp(spec: PipelineSpec, parts: Components) -> None:
         raise ParallelError(f"mode: '{spec.cp_mode}' is not one of {', '.join(CP_MODES)}.")
     if degree == 1:
         return
+    if family.cp_refused:
+        raise ParallelError(f"pipeline: '{name}' is a {family.name} model ({spec.class_name}), whose sequence cannot "
+                            f"be split: {family.cp_refused}. Remove Context Parallel; CFG Parallel splits its CFG "
+                            "passes (guidance above 1), Data Parallel runs whole copies.")
     if not family.cp_plan:
         raise ParallelError(
             f"pipeline: '{name}' is a {family.name} model ({spec.class_name}), whose transformer has no "

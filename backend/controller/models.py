@@ -157,6 +157,11 @@ def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
                 "which can run arbitrary code when loaded and are refused. Convert them to .safetensors "
                 "(or download the safetensors variant of the model), or, for models you trust, start ComfyUI "
                 f"with {settings.ALLOW_PICKLE.name}=1.")
+    if missing := [c for c in family.sound if c not in listed_components(index)]:
+        raise ModelError(f"model: '{path.name}' ({family.name}) makes the video's sound with its "
+                         f"{' and '.join(family.sound)}, and its model_index.json lists no {' and no '.join(missing)}. "
+                         f"The folder is incomplete: fetch the model again with every component "
+                         f"({', '.join(c + '/' for c in family.sound)} beside vae/).")
     factor = vae_scale(read_json(path / "vae" / "config.json", {})) * family.size_multiple_of_vae
     return ModelInfo(str(path), class_name, family, factor, detect_variant(path, index))
 
@@ -186,10 +191,14 @@ def detect_variant(path: Path, index: dict) -> str:
 
 
 def vae_scale(vae_config: dict) -> int:
-    """The VAE's downscale: what it says (Wan's `scale_factor_spatial`: 16 for Wan 2.2 5B's), else 2 per down
-    block after the first (AutoencoderKL), else 8."""
+    """The VAE's downscale: what it says (Wan's `scale_factor_spatial`: 16 for Wan 2.2 5B's), LTX-2's (patch size
+    x 2 per scaling block: 32), else 2 per down block after the first (AutoencoderKL), else 8."""
     if isinstance(vae_config.get("scale_factor_spatial"), int):
         return vae_config["scale_factor_spatial"]
+    if isinstance(vae_config.get("spatial_compression_ratio"), int):  # LTX-2's, where it says so
+        return vae_config["spatial_compression_ratio"]
+    if "spatio_temporal_scaling" in vae_config:  # LTX-2's video VAE: patches, then a halving per scaling block
+        return vae_config.get("patch_size", 1) * 2 ** sum(bool(x) for x in vae_config["spatio_temporal_scaling"])
     blocks = vae_config.get("block_out_channels")
     return 2 ** (len(blocks) - 1) if blocks else 8
 

@@ -81,6 +81,9 @@ def _check_values(spec: PipelineSpec, req: SampleRequest) -> None:
     _check_finite(req)
     models.check_size(models.info_of(spec), req.width, req.height)
     models.check_frames(spec.family, req.frames)
+    if spec.family.frame_rate_arg and not 1 <= req.frame_rate <= 240:
+        raise SampleError(f"frame_rate: {req.frame_rate:g} frames per second is out of range for {spec.family.name}; "
+                          "use 1 to 240 (the LTX-2 templates use 24 and 25).")
     pixels.check(spec, req.width, req.height, req.batch_size)
     if req.steps < 1:
         raise SampleError(f"steps: {req.steps} is too small; use at least 1.")

@@ -115,8 +115,10 @@ def run_sample(prepared: PreparedSample, on_progress: ProgressFn | None = None,
 
 def run_sample_outputs(prepared: PreparedSample, on_progress: ProgressFn | None = None,
                        should_interrupt: Callable[[], bool] | None = None) -> dict[str, np.ndarray]:
-    """What the request's `outputs` asks, by name: "images" (as `run_sample` gives them) and "latents" (ComfyUI's
-    LATENT samples [B, C, h, w], [B, C, 1, h, w] for Qwen-Image: what the pipeline hands its VAE to decode)."""
+    """What the request's `outputs` asks, by name: "images" (as `run_sample` gives them), "latents" (ComfyUI's
+    LATENT samples [B, C, h, w], [B, C, 1, h, w] for Qwen-Image: what the pipeline hands its VAE to decode), and
+    for a video model with sound (Pipeline.sound) "audio" [B, C, S] float32 with "audio_rate" [1] (samples per
+    second)."""
     t0 = time.perf_counter()
     spec, req = prepared.spec, prepared.req
     progress = _group_progress(spec, req, on_progress)
@@ -127,10 +129,12 @@ def run_sample_outputs(prepared: PreparedSample, on_progress: ProgressFn | None 
     received = time.time()
     # Each replica's first rank sends its slice; rank order is image order.
     out = {}
-    for name in ("images", "latents"):
+    for name in ("images", "latents", "audio"):
         parts = [r.arrays[name] for r in results if name in r.arrays]
         if parts:
             out[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    if "audio" in out:  # every replica's vocoder is the same one
+        out["audio_rate"] = next(r.arrays["audio_rate"] for r in results if "audio_rate" in r.arrays)
     now = group.current_group()
     started = now.start_s if now is not None and now is not before else 0.0
     latency.record(results, started, received, time.perf_counter() - t0)

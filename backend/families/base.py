@@ -81,6 +81,8 @@ class Pipeline:
     # doubled [uncond, cond] batch), "branches" (a "cond" and an "uncond" call), "" (one pass: guidance-distilled)
     cfg_passes: str = ""
     cp_plan: bool = False  # diffusers ships a context-parallel plan (_cp_plan) for its transformer
+    # why Context Parallel is refused although diffusers ships a plan (LTX-2's does not fit its rotary embeddings)
+    cp_refused: str = ""
     variable_text: bool = False  # the text length follows the prompt (Qwen-Image)
     # What an input image on Sample means (diffusers pipelines made from the loaded one with from_pipe):
     img2img: str | None = None  # the image-to-image pipeline class; None: the image is a reference instead
@@ -114,9 +116,23 @@ class Pipeline:
     # `image=`, a PIL image); with needs_image it makes no video without one.
     start_image: bool = False
     # A text-to-video pipeline whose models also take a start image when their model_index sets `start_image_if`
-    # (Wan 2.2 TI2V 5B: expand_timesteps): such a video runs on `start_image_via`, made with from_pipe
+    # (Wan 2.2 TI2V 5B: expand_timesteps; "": all of them, LTX-2): such a video runs on `start_image_via`, made
+    # with from_pipe
     start_image_via: str = ""
     start_image_if: str = ""
+    # A video pipeline that makes sound with its video (`.audio` [B, channels, samples] beside `.frames`): the
+    # components the sound needs (LTX-2: audio_vae, vocoder; a folder without one is refused), and where its sample
+    # rate is read ("component.config_key"). (): no sound (Sample Video's AUDIO output is None).
+    sound: tuple[str, ...] = ()
+    sound_rate: str = ""
+    # the __call__ argument that takes Sample Video's frame rate (LTX-2: frame_rate, which sets the sound's length
+    # and the positions of the video tokens in time); "": the model has a fixed rate (Wan: 16 fps), none is passed
+    frame_rate_arg: str = ""
+    # further __call__ arguments that take Sample's guidance too (LTX-2's audio_guidance_scale: its `or` would
+    # turn 0 into the video's guidance anyway), and fixed ones the pack passes: guidance the pack does not
+    # expose, switched off (LTX-2's STG, modality isolation, rescale), so that guidance 1 is one pass per step
+    guidance_also: tuple[str, ...] = ()
+    call_args: tuple[tuple[str, object], ...] = ()
     controlnets: tuple[ControlNets, ...] = ()  # the ControlNet kinds it takes (Apply ControlNet)
     # ComfyUI's LATENT of this model packs p×p latent pixels into channels (FLUX.2: 2, 128 channels at 1/16 of
     # the image); 1: one latent pixel per VAE latent pixel, as the VAE gives them

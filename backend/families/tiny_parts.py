@@ -175,6 +175,27 @@ def t5_tokenizer() -> Any:
     return T5Tokenizer(vocab=pieces, extra_ids=0, model_max_length=512)
 
 
+_GEMMA_SPECIALS: tuple[str, ...] = ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>",
+                                     "<start_of_image>", "<end_of_image>", "<image_soft_token>")
+
+
+def gemma_tokenizer() -> Any:
+    """Gemma-style BPE (``▁`` word marker, ``<0xNN>`` byte fallback), ids 0..4 = pad, eos, bos, unk, mask as in
+    Gemma 3 (LTX-2's text encoder), and the image tokens Gemma3ForConditionalGeneration's config names."""
+    from transformers import GemmaTokenizer
+
+    vocab = {t: i for i, t in enumerate(_GEMMA_SPECIALS)}
+    for b in range(256):
+        vocab.setdefault(f"<0x{b:02X}>", len(vocab))
+    letters = "▁" + "".join(WORDS) + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,!?'-:<>"
+    for ch in sorted(set(letters)):
+        vocab.setdefault(ch, len(vocab))
+    merges = _train_bpe(("▁", *w) for w in WORDS)
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    return GemmaTokenizer(vocab=vocab, merges=merges, model_max_length=1024)
+
+
 def clip_text(seed: Seeder, name: str, tokenizer: Any, hidden: int, with_projection: bool) -> Any:
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 

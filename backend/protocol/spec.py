@@ -293,7 +293,8 @@ class PipelineSpec:
         """Whether Sample Video's start image makes each video's first frame: an image-to-video pipeline, or a
         text-to-video one whose model takes a start image too (Wan 2.2 TI2V 5B)."""
         f = self.family
-        return f.start_image or bool(f.start_image_via and self.model_index().get(f.start_image_if))
+        return f.start_image or bool(f.start_image_via and (not f.start_image_if
+                                                            or self.model_index().get(f.start_image_if)))
 
     def model_index(self) -> dict:
         """The pipeline's model_index.json as the worker will load it."""
@@ -368,6 +369,7 @@ class SampleRequest:
     prompt_per_line: bool = False  # each non-empty line is a prompt; batch_size images each
     denoise: float = 1.0  # with an input image or latent: how much of it is repainted (0 keeps it, 1 all)
     frames: int = 0  # frames of each video (video pipelines: Sample Video); 0: an image
+    frame_rate: float = 24.0  # frames per second of each video, for models that take it (Pipeline.frame_rate_arg)
     tiled_vae: bool = False  # the video VAE decodes in tiles (the controller sets it: controller.pixels.video_tiling)
     sampler: str = "default"  # ComfyUI's sampler name (protocol.samplers); default: the pipeline's own scheduler
     scheduler: str = "default"  # ComfyUI's scheduler (schedule) name; default: the pipeline's own schedule

@@ -3,8 +3,9 @@
 diffusers has no CFG parallelism of its own (its `_modeling_parallel.py` lists it as to do), so this is ours,
 kept small and in this one place. Pipelines run CFG in one of two ways (`protocol.families.Pipeline.cfg_passes`):
 
-- "batch" (SD3, SDXL, Z-Image): one denoiser call on a doubled batch ([uncond, cond]; Z-Image: [cond, uncond], as
-  lists of per-image tensors; a ControlNet's residuals with it). Each rank runs its half of the batch and the halves
+- "batch" (SD3, SDXL, Z-Image, LTX-2): one denoiser call on a doubled batch ([uncond, cond]; Z-Image: [cond, uncond],
+  as lists of per-image tensors; a ControlNet's residuals with it; LTX-2's video and audio latents both, and both
+  predictions it returns are gathered). Each rank runs its half of the batch and the halves
   are gathered, so both ranks hold the whole prediction and take the same guidance and scheduler step. Half a batch is not bit-identical to the doubled batch (batched matmuls differ in the last bits): images
   match one worker within 1e-4 in float32 (seen: about 1e-5).
 - "branches" (FLUX.1 true CFG, Qwen-Image, FLUX.2 klein base, Wan): a call under `cache_context("cond")`, then one under
@@ -153,11 +154,11 @@ class CFGParallel:
             return self._branches(call, args, kwargs, branch)
         return call(*args, **kwargs)
 
-    def _gather(self, local: Any) -> list[Any]:
+    def _gather(self, local: Any, count: bool = True) -> list[Any]:
         import torch
         import torch.distributed as dist
 
-        self.exchanges += 1
+        self.exchanges += count
 
         local = local.contiguous()
         parts = [torch.empty_like(local) for _ in range(2)]
@@ -186,6 +187,9 @@ class CFGParallel:
             return cut(x)
 
         out = call(*(cut(a) for a in args), **{k: cut_arg(k, v) for k, v in kwargs.items()})
+        if isinstance(out, tuple) and len(out) > 1:  # every prediction it returns (LTX-2: the video's, the sound's)
+            return tuple(torch.cat(self._gather(x, count=i == 0)) if torch.is_tensor(x) else x
+                         for i, x in enumerate(out))
         sample = _sample(out)
         if isinstance(sample, list):  # same-sized images: gathered stacked, handed back as a list
             return _like(out, [*torch.cat(self._gather(torch.stack(sample))).unbind(0)])

@@ -23,7 +23,7 @@ from ..protocol import messages, samplers, settings
 from ..protocol.errors import Interrupted, ModelError
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
-from . import controlnets, device, images, latents, loading, parallel, redux, rng, storage
+from . import controlnets, device, images, latents, loading, parallel, redux, rng, sound, storage
 from .cfg_parallel import CFGParallel, named_branches, two_passes
 from .compile_cache import CACHE_INFO
 from .compiler import Compiler, experts, steps_for_every_expert
@@ -248,7 +248,7 @@ class Runtime:
     def sample(self, spec: PipelineSpec, req: SampleRequest, arrays: dict | None = None) -> dict | None:
         """This replica's outputs as `req.outputs` asks (None on ranks that do not send them): "images" [B, H, W, C]
         float32 in 0..1, a video pipeline's frames [B·F, H, W, C]; "latents", ComfyUI's LATENT of each image
-        (worker/latents.py).
+        (worker/latents.py); a video model's sound "audio" [B, C, S] and its "audio_rate" (worker/sound.py).
 
         Global image i is drawn from its own generator (seed + i) and with its own pipeline call, so the
         same seed gives the same pixels whatever the batch size or the number of replicas (batched matmuls
@@ -279,7 +279,7 @@ class Runtime:
                 calls[-1][1].append(i)
             else:
                 calls.append((prompt, [i]))
-        out, latent_out, done = [], [], 0
+        out, latent_out, audio_out, done = [], [], [], 0
         keep_latents, decode = layout.leader and req.outputs != "images", req.outputs != "latents"
         for prompt, group in calls:
             if kind in (images.IMG2IMG, images.INPAINT) and req.denoise == 0:  # nothing to repaint
@@ -320,12 +320,17 @@ class Runtime:
             done += len(group)
             if layout.leader and decode:
                 out.append(_pixels(result))
+                if (wave := sound.waveform(spec.family, result)) is not None:
+                    audio_out.append(wave)
             latent_out += [latents.comfy_layout(pipe, spec.family, z) for z in taken]
         if not layout.leader or not (out or latent_out):
             return None
         sent = {"images": np.ascontiguousarray(np.concatenate(out))} if out else {}
         if latent_out:
             sent["latents"] = np.ascontiguousarray(np.concatenate(latent_out))
+        if audio_out:  # the sound of each video, and its rate (ComfyUI's AUDIO)
+            sent["audio"] = np.ascontiguousarray(np.concatenate(audio_out))
+            sent["audio_rate"] = np.array([sound.rate(pipe, spec.family)], np.int64)
         return sent
 
     def _check_finite(self, spec: PipelineSpec, out: Any) -> None:
@@ -392,6 +397,9 @@ class Runtime:
         }
         if family.frame_step:
             kwargs["num_frames"] = req.frames
+        if family.frame_rate_arg:
+            kwargs[family.frame_rate_arg] = req.frame_rate
+        kwargs.update({name: req.guidance for name in family.guidance_also}, **dict(family.call_args))
         if family.guidance_arg != "true_cfg_scale" and "true_cfg_scale" in params:
             kwargs["true_cfg_scale"] = spec.true_cfg_scale  # FLUX.1's true CFG (1 = off, its default)
         true_cfg = family.guidance_arg == "true_cfg_scale" or spec.true_cfg_scale > 1
@@ -462,7 +470,8 @@ def _decoding(spec: PipelineSpec, req: SampleRequest) -> str:
     if not spec.family.frame_step:
         return ""
     tiles = " in tiles" if req.tiled_vae else ""
-    return f"VAE: decoding the video's {req.frames} frames of {req.width}x{req.height}{tiles}…"
+    sound = " and its sound (audio VAE and vocoder)" if spec.family.sound else ""
+    return f"VAE: decoding the video's {req.frames} frames of {req.width}x{req.height}{tiles}{sound}…"
 
 
 def _pixels(result: Any) -> np.ndarray:

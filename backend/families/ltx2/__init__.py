@@ -1,0 +1,66 @@
+"""LTX-2 (Lightricks LTX-2.x, LTX-2.3's layout): video with sound. One DiT over video and audio tokens (each
+stream attends to the other) with the Gemma 3 text encoder and LTX-2's text connectors; the video VAE packs 32x32
+pixels and 8 frames into a latent (a video has 8k + 1 frames, sides multiples of 32), the audio VAE and the
+vocoder make the sound, which comes back beside the frames (`.audio` [B, 2, samples] at the vocoder's rate).
+
+CFG is batched ([negative, positive] in one call on a doubled batch). The pack maps Sample's guidance onto
+`guidance_scale` and `audio_guidance_scale` alike and switches off what it does not expose: STG
+(spatio-temporal guidance, a third pass over perturbed blocks), modality isolation (a fourth) and guidance
+rescale, whose published defaults (STG 1 on block 28, modality 3, rescale 0.7, audio CFG 7) are the full-guidance
+recipe of LTX-2.3 dev. The templates run the distilled model at CFG 1: one pass per step. Image to video
+(Sample Video's start image) runs LTX2ImageToVideoPipeline, made from the loaded pipeline with from_pipe.
+
+Context Parallel is refused (CP_REFUSED): diffusers ships a plan, which does not fit LTX-2's per-head rotary
+embeddings (and would leave the audio tokens whole on every rank). CFG Parallel splits the doubled batch (both
+predictions, video and audio, are gathered); Data Parallel runs copies. No tensor-parallel plan.
+
+Artists' files (ltx-2.3-22b-dev-fp8.safetensors: DiT + VAEs + vocoder in one bundle) are recognised and refused
+for now: diffusers has no converter for the connectors and the vocoder, and 0.42.1's DiT converter misses
+LTX-2.3's prompt AdaLN keys (/work/notes: families_video.md). A diffusers folder loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..base import ModelFamily, Pipeline, Shapes
+
+# Guidance the pack does not expose, switched off: STG 0 with no perturbed blocks (STG > 0 without blocks
+# raises), modality isolation 1 (no extra pass), no rescale, for video and audio. The audio values are passed
+# explicitly: the pipeline reads `audio_x or x`, so a 0 would silently take the video's value.
+OFF = (("stg_scale", 0.0), ("modality_scale", 1.0), ("guidance_rescale", 0.0), ("audio_stg_scale", 0.0),
+       ("audio_modality_scale", 1.0), ("audio_guidance_rescale", 0.0), ("spatio_temporal_guidance_blocks", None))
+# diffusers 0.42.1's _cp_plan for LTX2VideoTransformer3DModel splits the rotary embeddings as 3-D [batch, tokens,
+# dims] tensors; LTX-2's split rotary embeddings (rope_type "split", as published) are 4-D, per head, so the split
+# attention fails (tested on tiny-ltx2: a shape mismatch in apply_split_rotary_emb); the plan also leaves the audio
+# tokens whole on every rank
+CP_REFUSED = ("diffusers 0.42.1's context-parallel plan for its transformer splits the rotary embeddings as "
+              "[batch, tokens, dims] tensors, and LTX-2's are per head ([batch, heads, tokens, dims]), so the split "
+              "attention fails")
+_VIDEO = dict(cfg_doubles_batch=True, cfg_passes="batch", cp_refused=CP_REFUSED, frame_step=8, sigmas="always",
+              sound=("audio_vae", "vocoder"), sound_rate="vocoder.output_sampling_rate", frame_rate_arg="frame_rate",
+              guidance_also=("audio_guidance_scale",), call_args=OFF)
+
+
+def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
+    """Not read: LTX-2's files are refused (files=False) before their sizes matter."""
+    return {}
+
+
+def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
+    return {}
+
+
+FAMILY = ModelFamily(
+    id="ltx2", order=80, tiny=("ltx2",), name="LTX-2",
+    pipelines=(Pipeline("LTX2Pipeline", "LTX-2", 1, "guidance_scale", False, **_VIDEO,
+                        start_image_via="LTX2ImageToVideoPipeline"),
+               Pipeline("LTX2ImageToVideoPipeline", "LTX-2", 1, "guidance_scale", False, **_VIDEO,
+                        start_image=True, needs_image=True)),
+    configs=(),
+    # ComfyUI's layout of an LTX-AV (LTX-2.x) DiT: LTX's timestep AdaLN plus the audio stream's
+    denoiser_keys=("adaln_single.emb.timestep_embedder.linear_1.bias", "audio_adaln_single.linear.weight"),
+    width_key="patchify_proj.weight", width_agrees=("adaln_single.emb.timestep_embedder.linear_1.weight", 0),
+    sizes=sizes, text_widths=text_widths, vae="vae-ltx2", vae_hint="the LTX-2 checkpoint's own VAE",
+    latent_packing=1, files=False,
+)
