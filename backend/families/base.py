@@ -78,7 +78,9 @@ class Pipeline:
     repeated_blocks: bool = True  # the denoiser lists _repeated_blocks (compile_repeated_blocks works)
     cfg_doubles_batch: bool = False  # CFG runs the denoiser once on a doubled batch (a compiled shape)
     # How CFG runs the denoiser twice per step, which CFG Parallel splits over two ranks: "batch" (one call on a
-    # doubled [uncond, cond] batch), "branches" (a "cond" and an "uncond" call), "" (one pass: guidance-distilled)
+    # doubled [uncond, cond] batch), "branches" (a "cond" and an "uncond" call), "models" (a conditional and an
+    # unconditional denoiser, two models, every step: Ideogram 4; CFG Parallel does not split these yet), "" (one
+    # pass: guidance-distilled)
     cfg_passes: str = ""
     cp_plan: bool = False  # diffusers ships a context-parallel plan (_cp_plan) for its transformer
     variable_text: bool = False  # the text length follows the prompt (Qwen-Image)
@@ -138,6 +140,15 @@ class Pipeline:
     # how the loaded pipeline takes Sample's reference images (with `references`): "list" (every one), "one"
     # (the first: Qwen-Image-Edit), "kontext" (the first, resized to a Kontext resolution)
     reference_mode: str = "list"
+    # its images carry an alpha channel (Qwen-Image 2.1's VAE decodes RGBA): ComfyUI's IMAGE has three channels,
+    # so the worker drops the fourth
+    alpha: bool = False
+    # call arguments the worker always passes, beside those Sample sets: Ideogram 4's guidance_schedule=None, so
+    # that its guidance_scale (Sample's one guidance) applies at every step, whatever the number of steps
+    fixed_args: tuple[tuple[str, object], ...] = ()
+    # why Sample's image cannot go to it (diffusers' pipeline takes none and has no image-to-image one), said when
+    # one is connected; "" where images go somewhere (img2img, references, a control image)
+    no_image: str = ""
     family: str = ""  # the id of the family module it belongs to (the registry fills it in)
 
 
@@ -237,6 +248,12 @@ class ModelFamily:
         if self.out_key:
             return shapes[self.out_key][0] // self.latent_packing
         return shapes[self.width_key][1] // self.latent_packing
+
+
+def unread(*args: object) -> dict:
+    """The size reader and text widths of a family whose artists' files do not load yet (`files=False`): they
+    are recognised and refused before anything reads their sizes."""
+    raise NotImplementedError("this family's files are recognised and refused; their sizes are not read")
 
 
 # ---- shape arithmetic shared by the size readers

@@ -32,9 +32,10 @@ from typing import Any
 CONTROLNET_RESIDUALS = ("down_block_additional_residuals", "block_controlnet_hidden_states")
 
 
-def two_passes(pipe: Any, passes: str, kwargs: dict, cfg_above: float = 1.0) -> bool:
+def two_passes(pipe: Any, passes: str, kwargs: dict, cfg_above: float = 1.0,
+               distilled_key: str = "is_distilled") -> bool:
     """Whether the pipeline call with `kwargs` runs the denoiser twice per step (as the pipeline decides it:
-    guidance above `cfg_above`, spec.Family's)."""
+    guidance above `cfg_above`, and not a model its config's `distilled_key` marks distilled: Pipeline's)."""
     if passes == "batch":  # SD3, SDXL, Z-Image: do_classifier_free_guidance
         return kwargs.get("guidance_scale", 0) > cfg_above
     if passes != "branches" or not (named_branches(pipe) or _unnamed(pipe)):
@@ -42,8 +43,9 @@ def two_passes(pipe: Any, passes: str, kwargs: dict, cfg_above: float = 1.0) -> 
     if "true_cfg_scale" in kwargs:  # FLUX.1, Qwen-Image: true CFG needs a negative prompt (or its embeddings)
         negative = kwargs.get("negative_prompt") is not None or kwargs.get("negative_prompt_embeds") is not None
         return kwargs["true_cfg_scale"] > 1 and negative
-    # Wan; FLUX.2 klein's distilled models run one pass
-    return kwargs.get("guidance_scale", 0) > 1 and not getattr(pipe.config, "is_distilled", False)
+    # Wan, Krea 2 (any guidance above 0); FLUX.2 klein's distilled models run one pass
+    distilled = bool(distilled_key and getattr(pipe.config, distilled_key, False))
+    return kwargs.get("guidance_scale", 0) > cfg_above and not distilled
 
 
 def _unnamed(pipe: Any) -> bool:

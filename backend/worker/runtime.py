@@ -317,7 +317,7 @@ class Runtime:
                 self._check_finite(spec, result.frames if hasattr(result, "frames") else result.images)
             done += len(group)
             if layout.leader and decode:
-                out.append(_pixels(result))
+                out.append(_pixels(result, spec.family.alpha))
             latent_out += [latents.comfy_layout(pipe, spec.family, z) for z in taken]
         if not layout.leader or not (out or latent_out):
             return None
@@ -364,7 +364,8 @@ class Runtime:
         """CFG Parallel for one call: split when the pipeline runs two passes, else both ranks run it whole."""
         if self.cfg is None:
             return contextlib.nullcontext()
-        active = two_passes(pipe, spec.family.cfg_passes, kwargs, spec.family.cfg_above)
+        family = spec.family
+        active = two_passes(pipe, family.cfg_passes, kwargs, family.cfg_above, family.distilled_key)
         if not active and say:
             self.status(f"CFG Parallel: this Sample runs one denoiser pass per step (guidance ≤ {spec.family.cfg_above:g}, "
                         "or no true CFG), or its passes cannot be split (FLUX.1 image to image and inpainting), so both ranks "
@@ -395,6 +396,7 @@ class Runtime:
         true_cfg = family.guidance_arg == "true_cfg_scale" or spec.true_cfg_scale > 1
         if "negative_prompt" in params and (req.negative_prompt or true_cfg):
             kwargs["negative_prompt"] = req.negative_prompt  # true CFG runs only with one (Qwen-Image, FLUX.1)
+        kwargs.update(family.fixed_args)  # Ideogram 4's guidance_schedule=None
         return {k: v for k, v in kwargs.items() if k in params or k in ("width", "height")}
 
     def _embeddings(self, pipe: Any, spec: PipelineSpec, kwargs: dict, arrays: dict) -> None:
@@ -463,13 +465,15 @@ def _decoding(spec: PipelineSpec, req: SampleRequest) -> str:
     return f"VAE: decoding the video's {req.frames} frames of {req.width}x{req.height}{tiles}…"
 
 
-def _pixels(result: Any) -> np.ndarray:
+def _pixels(result: Any, alpha: bool = False) -> np.ndarray:
     """A pipeline call's images [B, H, W, C], or its videos' frames one video after another [B·F, H, W, C]
-    (ComfyUI's IMAGE batch, which its video nodes read), float32 in 0..1."""
+    (ComfyUI's IMAGE batch, which its video nodes read), float32 in 0..1; RGB where the pipeline's images carry
+    alpha too (Pipeline.alpha: ComfyUI's IMAGE has three channels)."""
     if hasattr(result, "frames"):
         frames = np.asarray(result.frames, dtype=np.float32)  # [B, F, H, W, C]
         return frames.reshape(-1, *frames.shape[2:])
-    return np.asarray(result.images, dtype=np.float32)
+    pixels = np.asarray(result.images, dtype=np.float32)
+    return np.ascontiguousarray(pixels[..., :3]) if alpha else pixels
 
 
 def _is_oom(e: BaseException) -> bool:
