@@ -25,7 +25,7 @@ from __future__ import annotations
 from ..base import ModelFamily, Pipeline, unread
 
 FAMILY = ModelFamily(
-    id="qwenimage21", order=45, tiny=("qwenimage21",), name="Qwen-Image 2.1",
+    id="qwenimage21", order=55, tiny=("qwenimage21",), name="Qwen-Image 2.1",
     pipelines=(Pipeline("QwenImage21Pipeline", "Qwen-Image 2.1", 2, "true_cfg_scale", True, cfg_passes="branches",
                         variable_text=True, references=True, sigmas="always", alpha=True,
                         image_note="Qwen-Image 2.1 resizes each reference to about 1024x1024 pixels (its "
