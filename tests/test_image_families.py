@@ -16,7 +16,7 @@ import types
 import numpy as np
 import pytest
 import torch
-from lora_fixtures import load
+from lora_fixtures import fuse, load, make
 
 from backend.controller import api
 from backend.controller.files import assemble, listing
@@ -231,3 +231,28 @@ def test_ideogram_4_equals_plain_diffusers_at_any_step_count(tiny_models):
                          guidance_schedule=None, generator=[torch.Generator("cpu").manual_seed(7)],
                          output_type="np").images
         assert np.abs(ours - plain).max() <= TOLERANCE, steps
+
+
+# guidance of each family's LoRA check, in Sample's terms and as the plain call's arguments
+_ONE_PASS = {"QwenImage21Pipeline": (1.0, {"true_cfg_scale": 1.0, "negative_prompt": NEG}),
+             "Krea2Pipeline": (0.0, {"guidance_scale": 0.0}),
+             "Ideogram4Pipeline": (1.0, {"guidance_scale": 1.0, "guidance_schedule": None})}
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("class_name", sorted(NEW))
+def test_a_diffusers_lora_equals_plain_diffusers_load_lora_weights(tiny_models, tmp_path, class_name):
+    """A LoRA in diffusers' format (peft, save_lora_weights) through Load LoRA equals diffusers' own
+    load_lora_weights + fuse_lora at the same strength; removing it gives the image without it back."""
+    name = NEW[class_name][0]
+    path, _ = make(tiny_models, name, "diffusers", tmp_path, seed=4)
+    guidance, plain_kw = _ONE_PASS[class_name]
+    spec = _spec(tiny_models, name)
+    base = api.sample(spec, _request(guidance=guidance))
+    with_lora, _ = api.with_lora(spec, str(path), 0.8, 0.8)
+    ours = api.sample(with_lora, _request(guidance=guidance))
+    pipe = load(tiny_models, name)
+    fuse(pipe, [(str(path), 0.8)])
+    assert np.abs(ours - _plain(pipe, 7, **plain_kw)).max() <= TOLERANCE
+    assert np.abs(ours - base).max() > 1e-3, "the LoRA changes the image"
+    assert np.array_equal(api.sample(spec, _request(guidance=guidance)), base)
