@@ -256,3 +256,16 @@ def test_a_diffusers_lora_equals_plain_diffusers_load_lora_weights(tiny_models, 
     assert np.abs(ours - _plain(pipe, 7, **plain_kw)).max() <= TOLERANCE
     assert np.abs(ours - base).max() > 1e-3, "the LoRA changes the image"
     assert np.array_equal(api.sample(spec, _request(guidance=guidance)), base)
+
+
+@pytest.mark.workers
+def test_qwen_image_21_edit_under_cfg_parallel_is_bit_identical(tiny_models):
+    """Editing with true CFG on two ranks: the prediction is the joint sequence at the first step (longer than the
+    input: prompt tokens first) and the target's tokens alone after it (shorter: the references are in the KV
+    cache); the ranks exchange its tail (tests/test_speed.py holds text to image of every two-branch family)."""
+    spec, refs = _spec(tiny_models, "tiny-qwenimage21"), _references()
+    one = api.sample(spec, _request(guidance=4.0), image=refs)
+    cfg, _ = api.cfg_parallel(spec)
+    assert np.array_equal(api.sample(cfg, _request(guidance=4.0), image=refs), one)
+    workers = api.worker_info()
+    assert len(workers) == 2 and workers[0]["steps"] == workers[1]["steps"]

@@ -12,7 +12,8 @@ kept small and in this one place. Pipelines run CFG in one of two ways (`protoco
   them (`Pipeline.unnamed_branches`), so there the call's place in the step names it. Rank 0 computes cond, rank 1
   uncond. Rank 1's cond call returns a placeholder, filled in place when the two exchange their predictions
   during the uncond call (the pipelines do not read the prediction in between; FLUX.2's and Kontext's slice of
-  it is a view). Same arithmetic as one worker: bit-identical.
+  it is a view; Qwen-Image 2.1's prediction is longer or shorter than its input, and only its tail is read and
+  exchanged: `_tail`). Same arithmetic as one worker: bit-identical.
 
 The split wraps the denoiser's `__call__` (not `forward`), so a compiled denoiser's graph holds no collective, and
 offload hooks and diffusers' own parallel hooks stay inside. The pipeline decides per call whether it runs two
@@ -66,6 +67,17 @@ def named_branches(pipe: Any) -> bool:
 def _call_source(cls: type) -> str:
     """The pipeline class's __call__ source: the branches can be split where it names them (cache_context)."""
     return inspect.getsource(cls.__call__)
+
+
+def _tail(sample: Any, latents: Any) -> Any:
+    """What the two ranks exchange of a prediction: all of it where it is shaped like the denoiser's input (every
+    family but one); else its last tokens, as many as both the input and the output have. Qwen-Image 2.1's
+    transformer returns its joint sequence (the prompt's tokens first, their number differing between prompt and
+    negative prompt) at the first step and the target image's tokens alone after it (KV cache), and its pipeline
+    keeps the last latent-many: that tail has the same length on both ranks."""
+    if sample.shape == latents.shape:
+        return sample
+    return sample[:, sample.shape[1] - min(sample.shape[1], latents.shape[1]):]
 
 
 def _sample(out: Any) -> Any:
@@ -197,18 +209,18 @@ class CFGParallel:
         import torch
 
         return_dict = kwargs.get("return_dict", True)
+        latents = args[0] if args else kwargs["hidden_states"]
         if branch == "cond":
             if self.rank == 0:
                 out = call(*args, **kwargs)
-                self.cond = _sample(out)
+                self.cond = _tail(_sample(out), latents)
                 return out
-            latents = args[0] if args else kwargs["hidden_states"]
             self.placeholder = torch.empty_like(latents)  # a flow model predicts a velocity shaped like its input
             return _output(self.placeholder, return_dict)
         if self.rank == 1:
             out = call(*args, **kwargs)
-            cond, uncond = self._gather(_sample(out))
-            self.placeholder.copy_(cond)
+            cond, uncond = self._gather(_tail(_sample(out), latents))
+            self.placeholder[:, self.placeholder.shape[1] - cond.shape[1]:].copy_(cond)
             self.placeholder = None
             return out
         cond, uncond = self._gather(self.cond)
