@@ -269,3 +269,15 @@ def test_qwen_image_21_edit_under_cfg_parallel_is_bit_identical(tiny_models):
     assert np.array_equal(api.sample(cfg, _request(guidance=4.0), image=refs), one)
     workers = api.worker_info()
     assert len(workers) == 2 and workers[0]["steps"] == workers[1]["steps"]
+
+
+@pytest.mark.workers
+def test_qwen_image_21_shard_tp_2_equals_one_worker(tiny_models):
+    """Shard TP over diffusers' own plan of its transformer (to_q/k/v and the MLP column-wise, the outputs row-wise),
+    with true CFG: within tests/test_parallel.py's TP tolerance (a split matmul sums in another order)."""
+    spec = _spec(tiny_models, "tiny-qwenimage21")
+    one = api.sample(spec, _request(guidance=4.0))
+    tp, text = api.shard(spec, 2)
+    assert "transformer: sharded over 2 chips, 1 of 2 heads per chip" in text
+    assert np.abs(api.sample(tp, _request(guidance=4.0)) - one).max() <= TOLERANCE
+    assert [w["rank"] for w in api.worker_info()] == [0, 1]
