@@ -25,7 +25,7 @@ from ..base import ModelFamily, Pipeline, unread
 FAMILY = ModelFamily(
     id="ideogram4", order=67, tiny=("ideogram4",), name="Ideogram 4",
     pipelines=(Pipeline("Ideogram4Pipeline", "Ideogram 4", 2, "guidance_scale", False, cfg_passes="models",
-                        fixed_args=(("guidance_schedule", None),),
+                        sigmas="always", fixed_args=(("guidance_schedule", None),),
                         no_image="diffusers' Ideogram4Pipeline makes images from text only"),),
     configs=(),
     denoiser_keys=("embed_image_indicator.weight", "input_proj.weight", "llm_cond_proj.weight"),
