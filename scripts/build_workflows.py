@@ -746,6 +746,33 @@ docs/nodes.md). `default` keeps the model's own scheduler.
 Changing them **never reloads the weights or recompiles**. A choice the model cannot take is refused before
 anything runs, naming the ones it can (FLUX, SD3 and Qwen-Image take the flow-matching ones).
 """),
+    "image_qwen_image_2_1_t2i": _text_to_image(
+        title="image_qwen_image_2_1_t2i", model="Qwen-Image-2.1", offload="auto", note_height=400,
+        prompt="a cozy bookshop on a rainy evening, warm light through the window, a cat asleep on a stack of "
+               "books, detailed, soft colours",
+        negative_prompt="", width=1024, height=1024, steps=25, guidance=1.0, seed=0, seed_control="randomize",
+        sampler="euler", scheduler="simple", prefix="qwen-image-2.1",
+        description="Qwen-Image 2.1 text to image, as ComfyUI's image_qwen_image_2_1_t2i template: Load TPU "
+                    "Pipeline -> Sample (1024x1024, 25 steps, guidance 1, euler, simple) -> Save Image. Needs the "
+                    "diffusers folder models/diffusers/Qwen-Image-2.1.",
+        note="""
+## Qwen-Image 2.1: text to image
+
+**Load TPU Pipeline** → **Sample** (1024×1024, **25 steps, guidance 1, `euler`, `simple`**: the values of
+ComfyUI's `image_qwen_image_2_1_t2i` template) → **Save Image**.
+
+**Model**: the diffusers folder of Qwen-Image 2.1 in `models/diffusers/Qwen-Image-2.1` (diffusers'
+`QwenImage21Pipeline`). ComfyUI's split files (`qwen_image_2.1_*`) are recognised but do not load yet: Load TPU
+Pipeline (ComfyUI files) says so and names this folder.
+
+Guidance is the **true CFG scale**: at 1 (the template's) one pass per step and the negative prompt is not used;
+above 1 with a negative prompt, two passes (CFG Parallel splits them). The template's prompt enhancer
+(TextGenerate) is not part of this workflow.
+
+Connect images to Sample's `image` to **edit**: every image is a reference (up to the template's 10).
+
+Licence: Qwen Research License (non-commercial).
+"""),
     "flux1_dev_comfyui_files": _text_to_image(
         title="flux1_dev_comfyui_files", model="", offload="model", note_height=380,
         files={"diffusion_model": "flux1-dev.safetensors", "text_encoder_1": "clip_l.safetensors",

@@ -37,7 +37,8 @@ TEXT_LORA = {"tiny-flux": ("text_encoder",), "tiny-sd3": ("text_encoder", "text_
              "tiny-sdxl": ("text_encoder", "text_encoder_2")}
 FORMATS = {"tiny-flux": ("diffusers", "kohya", "comfy", "xlabs"), "tiny-flux2": ("diffusers", "comfy"),
            "tiny-sd3": ("diffusers",), "tiny-sdxl": ("diffusers", "kohya", "comfy"),
-           "tiny-qwenimage": ("diffusers", "kohya", "comfy"), "tiny-zimage": ("diffusers", "kohya", "comfy")}
+           "tiny-qwenimage": ("diffusers", "kohya", "comfy"), "tiny-zimage": ("diffusers", "kohya", "comfy"),
+           "tiny-qwenimage21": ("diffusers",), "tiny-krea2": ("diffusers",), "tiny-ideogram4": ("diffusers",)}
 _SINGLE_LINEAR1 = re.compile(r"^single_transformer_blocks\.\d+\.(attn\.to_[qkv]|proj_mlp)$")
 # What trainers target (sd-scripts: the attention blocks' linears of SDXL); every linear elsewhere.
 _SKIP = {"tiny-sdxl": re.compile(r"^(?!.*attentions\.\d+\.(proj_in|proj_out|transformer_blocks))")}

@@ -20,7 +20,8 @@ from backend.protocol.spec import GroupConfig, SampleRequest
 from backend.protocol.units import format_bytes
 from backend.worker import loading
 
-FAMILY_DIRS = ["tiny-flux", "tiny-flux2", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage", "tiny-zimage"]
+FAMILY_DIRS = ["tiny-flux", "tiny-flux2", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage", "tiny-zimage", "tiny-qwenimage21",
+               "tiny-krea2", "tiny-ideogram4"]
 
 
 def _request(**kw) -> SampleRequest:
@@ -33,12 +34,12 @@ def _request(**kw) -> SampleRequest:
 def test_each_family_samples_in_a_worker(tiny_models, name):
     assert (tiny_models / name / "model_index.json").is_file(), f"backend.tiny_models did not build {name}"
     spec = api.make_spec(name, [str(tiny_models)])
-    images = api.sample(spec, _request(width=64, height=48, batch_size=2))
-    assert images.shape == (2, 48, 64, 3) and images.dtype == np.float32
+    images = api.sample(spec, _request(width=64, height=32, batch_size=2))  # 32: Qwen-Image 2.1's multiple
+    assert images.shape == (2, 32, 64, 3) and images.dtype == np.float32  # RGB for ComfyUI (Qwen-Image 2.1: RGBA)
     assert np.isfinite(images).all() and images.min() >= 0.0 and images.max() <= 1.0
-    again = api.sample(spec, _request(width=64, height=48, batch_size=2))
+    again = api.sample(spec, _request(width=64, height=32, batch_size=2))
     assert np.array_equal(images, again), "same seed must give the same pixels"
-    other = api.sample(spec, _request(width=64, height=48, batch_size=2, seed=8))
+    other = api.sample(spec, _request(width=64, height=32, batch_size=2, seed=8))
     assert not np.array_equal(images, other)
 
 

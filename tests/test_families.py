@@ -54,7 +54,8 @@ def test_recognition_keys_tell_every_family_apart():
 
 
 def test_messages_name_the_families_in_order():
-    assert families.names() == "FLUX.1, FLUX.2, SD3/SD3.5, SDXL, Qwen-Image, Z-Image, Wan or LTX-2"
+    assert families.names() == (
+        "FLUX.1, FLUX.2, SD3/SD3.5, SDXL, Qwen-Image, Qwen-Image 2.1, Z-Image, Krea 2, Ideogram 4, Wan or LTX-2")
 
 
 def test_every_family_has_a_tiny_pipeline(tiny_models):

@@ -318,6 +318,8 @@ def refs(tiny_models) -> dict[str, np.ndarray]:
         "sdxl": api.sample(_spec(tiny_models, "tiny-sdxl"), _request(batch_size=2)),
         "flux_true": api.sample(_flux_true_cfg(tiny_models), _request(guidance=0.0)),
         "flux4": api.sample(_spec(tiny_models), _request(guidance=0.0, batch_size=4)),
+        "qwen21": api.sample(_spec(tiny_models, "tiny-qwenimage21"), _request(guidance=4.0)),  # KV cache per branch
+        "krea2": api.sample(_spec(tiny_models, "tiny-krea2"), _request(guidance=0.5)),  # CFG above 0, unnamed
     }
 
 
@@ -384,11 +386,12 @@ def test_a_failed_warm_start_is_logged_and_raises_nothing(monkeypatch, caplog):
 
 
 @pytest.mark.workers
-@pytest.mark.parametrize("name,ref", [("tiny-qwenimage", "qwen"), ("tiny-flux", "flux_true")])
+@pytest.mark.parametrize("name,ref", [("tiny-qwenimage", "qwen"), ("tiny-flux", "flux_true"),
+                                      ("tiny-qwenimage21", "qwen21"), ("tiny-krea2", "krea2")])
 def test_cfg_parallel_two_branch_families_are_bit_identical(tiny_models, refs, name, ref):
     spec = _flux_true_cfg(tiny_models) if name == "tiny-flux" else _spec(tiny_models, name)
     cfg, _ = api.cfg_parallel(spec)
-    images = api.sample(cfg, _request(guidance=0.0 if name == "tiny-flux" else 4.0))
+    images = api.sample(cfg, _request(guidance={"tiny-flux": 0.0, "tiny-krea2": 0.5}.get(name, 4.0)))
     assert np.array_equal(images, refs[ref])
     workers = api.worker_info()
     assert len(workers) == 2 and workers[0]["steps"] == workers[1]["steps"]

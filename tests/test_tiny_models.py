@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from backend.families import PIPELINES
 from backend.tiny_models import FAMILIES, MORE, build_all, build_tiny_pipeline
 
 pytestmark = pytest.mark.unit
@@ -26,9 +27,12 @@ PIPELINE_CLASSES = {
     "wan-i2v": "WanImageToVideoPipeline",  # its frames against plain diffusers: tests/test_video.py
     "wan22": "WanPipeline",  # Wan 2.2 A14B's two experts: tests/test_video.py
     "ltx2": "LTX2Pipeline",  # its frames and sound against plain diffusers: tests/test_video.py
+    "qwenimage21": "QwenImage21Pipeline",  # against the pack: tests/test_image_families.py
+    "krea2": "Krea2Pipeline",
+    "ideogram4": "Ideogram4Pipeline",
 }
 # a non-square size each family makes (LTX-2: multiples of 32, at least 2x2 latent pixels)
-NON_SQUARE = {"ltx2": (64, 96)}
+NON_SQUARE = {"ltx2": (64, 96), "qwenimage21": (32, 96)}
 MAX_FOLDER_BYTES = 8 * 2**20
 
 
@@ -57,11 +61,11 @@ def _load(folder: Path):
 
 
 def _call(pipe, seeds: list[int], height: int = 64, width: int = 64, steps: int = 2) -> np.ndarray:
-    """Images [B, H, W, C]; a video pipeline's one-frame videos as images; with the arguments the pack always passes
-    (LTX-2: the guidance it switches off, whose published defaults need 29 blocks)."""
-    from backend.families import PIPELINES
-
-    kwargs = dict(PIPELINES[type(pipe).__name__].call_args)
+    """Images [B, H, W, C]; a video pipeline's one-frame videos as images. Guidance 2 and the arguments the pack
+    always passes (Pipeline.call_args: LTX-2's guidance it switches off, whose published defaults need 29 blocks;
+    Ideogram 4's 48-entry default guidance schedule fits 48 steps only)."""
+    family = PIPELINES[type(pipe).__name__]
+    kwargs = {family.guidance_arg: 2.0, **dict(family.call_args)}
     params = inspect.signature(pipe.__call__).parameters
     if "max_sequence_length" in params:
         kwargs["max_sequence_length"] = 32
@@ -110,17 +114,19 @@ def test_family_samples_reproducibly(built, family):
     pipe = _load(folder)
     assert type(pipe).__name__ == PIPELINE_CLASSES[family]
 
+    channels = 4 if PIPELINES[type(pipe).__name__].alpha else 3  # Qwen-Image 2.1's VAE decodes RGBA
     first = _call(pipe, [0])
-    assert first.shape == (1, 64, 64, 3)
+    assert first.shape == (1, 64, 64, channels)
     assert np.isfinite(first).all()
     assert first.min() >= 0.0 and first.max() <= 1.0
     np.testing.assert_array_equal(first, _call(pipe, [0]))
     assert not np.array_equal(first, _call(pipe, [1]))
 
-    # One generator per image, non-square size that is only a multiple of 16 (or what the family needs).
+    # One generator per image, non-square size that is only a multiple of 16 (or what the family needs: LTX-2's
+    # 32-pixel latents, Qwen-Image 2.1's 16x VAE)
     height, width = NON_SQUARE.get(family, (32, 48))
     batch = _call(pipe, [3, 4], height=height, width=width)
-    assert batch.shape == (2, height, width, 3)
+    assert batch.shape == (2, height, width, channels)
     assert np.isfinite(batch).all()
     assert not np.array_equal(batch[0], batch[1])
 

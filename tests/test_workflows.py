@@ -48,6 +48,7 @@ TINY = {
     "Wan2.1-T2V-1.3B-Diffusers": "tiny-wan",
     "Wan2.1-I2V-14B-480P-Diffusers": "tiny-wan-i2v",
     "LTX-2": "tiny-ltx2",
+    "Qwen-Image-2.1": "tiny-qwenimage21",
     # model files in ComfyUI's folders -> the tiny FLUX.1 files written by ComfyUI's own code (file_fixtures.py)
     "flux1-dev.safetensors": "flux1-tiny.safetensors",
     "flux1-dev-fp8-e4m3fn.safetensors": "flux1-tiny-fp8-e5m2.safetensors",  # a plain fp8 transformer file
@@ -241,7 +242,8 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
             "flux1_kontext_edit", "flux1_fill_outpaint", "flux1_latent_hires_fix", "flux1_controlnet_union",
             "sdxl_two_controlnets", "zimage_turbo_comfyui_files", "zimage_turbo_controlnet_union", "wan21_t2v",
             "wan21_i2v", "flux1_dev_clip_text_encode", "wan22_5b_t2v_comfyui_files",
-            "wan22_14b_i2v_comfyui_files", "flux1_redux", "ltx2_t2v_sound"} <= {p.stem for p in FILES}
+            "wan22_14b_i2v_comfyui_files", "flux1_redux", "ltx2_t2v_sound", "image_qwen_image_2_1_t2i"} <= {
+        p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"

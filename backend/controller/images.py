@@ -47,6 +47,9 @@ def as_arrays(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None,
             raise ModelError(f"image: '{spec.name}' is an edit model ({family.name}): it changes an image and "
                              "cannot make one from text alone. Connect an image (Load Image) to Sample's image.")
         return {}
+    if family.no_image:
+        raise ModelError(f"image: '{spec.name}' is {family.name} ({spec.class_name}), which takes no input image: "
+                         f"{family.no_image}. Disconnect the image (and any mask) from Sample.")
     image = checked_image(image)
     arrays = {"image": image}
     if mask is None and family.needs_mask:

@@ -328,7 +328,7 @@ def plan_cfg(spec: PipelineSpec) -> tuple[PipelineSpec, str]:
                 "Options and give a negative prompt (the empty one counts). Rank 0 runs the prompt's pass, rank 1 "
                 "the negative prompt's: the same image as one chip, bit for bit.")
     else:
-        what = (f"{family.name} runs CFG as two passes per step (guidance above 1"
+        what = (f"{family.name} runs CFG as two passes per step (guidance above {family.cfg_above:g}"
                 f"{' and a negative prompt, the empty one counts' if family.guidance_arg == 'true_cfg_scale' else ''}"
                 "): rank 0 runs the prompt's pass, rank 1 the negative prompt's, and they exchange their "
                 "predictions once per step: the same image as one chip, bit for bit.")
@@ -340,6 +340,11 @@ def check_cfg(spec: PipelineSpec) -> None:
     if spec.cfg_parallel != 2:
         raise ParallelError(f"cfg_parallel: {spec.cfg_parallel} ranks is not supported; CFG has two passes, so "
                             "CFG Parallel uses 2 ranks (or remove the node).")
+    if family.cfg_passes == "models":
+        raise ParallelError(
+            f"pipeline: '{name}' is a {family.name} model ({spec.class_name}): its two guidance passes are two "
+            "models (a conditional and an unconditional transformer), which CFG Parallel does not split yet (it "
+            "splits the passes of one denoiser). Remove CFG Parallel; use Data Parallel for more images at once.")
     if not family.cfg_passes or _distilled(spec):
         why = (f" (diffusers' {spec.class_name} has no true CFG: no negative prompt or true_cfg_scale)"
                if any(p.true_cfg for p in families.family_of(family).pipelines) else "")

@@ -121,8 +121,8 @@ def reference_names(last: str = " and ") -> str:
 
 def cfg_parallel_names(last: str = " and ") -> str:
     """'FLUX.1 with true CFG, ..., SD3, SDXL, ...': the pipelines that run two denoiser passes per step, which CFG
-    Parallel splits (the ones with a true CFG scale only when it is on; a distilled_key marks base models)."""
-    return pipeline_names(lambda p: bool(p.cfg_passes), last, lambda p: p.name + (
+    Parallel splits ("models": two models, as Ideogram 4 runs them, it does not; the ones with a true CFG scale only when it is on; a distilled_key marks base models)."""
+    return pipeline_names(lambda p: p.cfg_passes in ("batch", "branches"), last, lambda p: p.name + (
         " with true CFG" if p.true_cfg else " base models" if p.distilled_key else ""))
 
 

@@ -78,7 +78,9 @@ class Pipeline:
     repeated_blocks: bool = True  # the denoiser lists _repeated_blocks (compile_repeated_blocks works)
     cfg_doubles_batch: bool = False  # CFG runs the denoiser once on a doubled batch (a compiled shape)
     # How CFG runs the denoiser twice per step, which CFG Parallel splits over two ranks: "batch" (one call on a
-    # doubled [uncond, cond] batch), "branches" (a "cond" and an "uncond" call), "" (one pass: guidance-distilled)
+    # doubled [uncond, cond] batch), "branches" (a "cond" and an "uncond" call), "models" (a conditional and an
+    # unconditional denoiser, two models, every step: Ideogram 4; CFG Parallel does not split these yet), "" (one
+    # pass: guidance-distilled)
     cfg_passes: str = ""
     cp_plan: bool = False  # diffusers ships a context-parallel plan (_cp_plan) for its transformer
     # why Context Parallel is refused although diffusers ships a plan (LTX-2's does not fit its rotary embeddings)
@@ -130,7 +132,8 @@ class Pipeline:
     frame_rate_arg: str = ""
     # further __call__ arguments that take Sample's guidance too (LTX-2's audio_guidance_scale: its `or` would
     # turn 0 into the video's guidance anyway), and fixed ones the pack passes: guidance the pack does not
-    # expose, switched off (LTX-2's STG, modality isolation, rescale), so that guidance 1 is one pass per step
+    # expose, switched off (LTX-2's STG, modality isolation, rescale), so that guidance 1 is one pass per step;
+    # Ideogram 4's guidance_schedule=None, so that its guidance_scale applies at every step, whatever the steps
     guidance_also: tuple[str, ...] = ()
     call_args: tuple[tuple[str, object], ...] = ()
     controlnets: tuple[ControlNets, ...] = ()  # the ControlNet kinds it takes (Apply ControlNet)
@@ -154,6 +157,12 @@ class Pipeline:
     # how the loaded pipeline takes Sample's reference images (with `references`): "list" (every one), "one"
     # (the first: Qwen-Image-Edit), "kontext" (the first, resized to a Kontext resolution)
     reference_mode: str = "list"
+    # its images carry an alpha channel (Qwen-Image 2.1's VAE decodes RGBA): ComfyUI's IMAGE has three channels,
+    # so the worker drops the fourth
+    alpha: bool = False
+    # why Sample's image cannot go to it (diffusers' pipeline takes none and has no image-to-image one), said when
+    # one is connected; "" where images go somewhere (img2img, references, a control image)
+    no_image: str = ""
     family: str = ""  # the id of the family module it belongs to (the registry fills it in)
 
 
@@ -253,6 +262,12 @@ class ModelFamily:
         if self.out_key:
             return shapes[self.out_key][0] // self.latent_packing
         return shapes[self.width_key][1] // self.latent_packing
+
+
+def unread(*args: object) -> dict:
+    """The size reader and text widths of a family whose artists' files do not load yet (`files=False`): they
+    are recognised and refused before anything reads their sizes."""
+    raise NotImplementedError("this family's files are recognised and refused; their sizes are not read")
 
 
 # ---- shape arithmetic shared by the size readers

@@ -276,3 +276,63 @@ def qwen_text_common(vocab_size: int, hidden: int) -> dict[str, Any]:
         "rms_norm_eps": 1e-6,
     }
 
+
+
+# A Qwen3-VL-style chat template (written for these tiny models): content is a string or a list of {"type": "text"
+# / "image"} parts (what Qwen3VLProcessor.apply_chat_template and Ideogram 4 pass); an image becomes
+# <|vision_start|><|image_pad|><|vision_end|>; an empty think block when enable_thinking is false.
+QWEN3VL_CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{%- if message['content'] is string -%}{{ message['content'] }}"
+    "{%- else -%}{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'text' -%}{{ part['text'] }}"
+    "{%- elif part['type'] == 'image' -%}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- endif -%}{%- endfor -%}{%- endif -%}"
+    "{{ '<|im_end|>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{ '<|im_start|>assistant\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}{{ '<think>\n\n</think>\n\n' }}{%- endif -%}"
+    "{%- endif -%}"
+)
+
+
+def qwen3vl_tokenizer() -> Any:
+    """The Qwen tokenizer above with Qwen3-VL's kind of chat template (content as a list of parts)."""
+    tok = qwen_tokenizer()
+    tok.chat_template = QWEN3VL_CHAT_TEMPLATE
+    return tok
+
+
+def qwen3vl_processor(tok: Any, patch: int = 16, merge: int = 2) -> Any:
+    """Qwen3VLProcessor: `tok` + Qwen2-VL's image processor and Qwen3-VL's video processor with Qwen3-VL's settings
+    (patch 16, temporal patch 2, merge 2, mean/std 0.5, its pixel budget: Qwen-Image 2.1 needs the vision tower to
+    see a reference at the size its VAE encodes, 1024² pixels, one vision token per 2x2 latent pixels)."""
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    size = {"shortest_edge": 65536, "longest_edge": 16777216}  # Qwen3-VL-8B-Instruct's preprocessor_config
+    settings = dict(patch_size=patch, temporal_patch_size=2, merge_size=merge, image_mean=[0.5] * 3,
+                    image_std=[0.5] * 3, size=size)
+    return Qwen3VLProcessor(image_processor=Qwen2VLImageProcessor(**settings), tokenizer=tok,
+                            video_processor=Qwen3VLVideoProcessor(**settings), chat_template=QWEN3VL_CHAT_TEMPLATE)
+
+
+def qwen3vl_config(tok: Any, hidden: int = 32, layers: int = 2) -> Any:
+    """A tiny Qwen3-VL config: text 2 heads of 16 with interleaved mRoPE [2, 3, 3] (`layers` thin layers: the
+    pipelines that tap fixed layers of the 36 published ones need 36); vision 1 block, patch 16, deepstack [0]."""
+    from transformers import Qwen3VLConfig
+
+    ids = tok.convert_tokens_to_ids
+    text = {**qwen_text_common(len(tok), hidden), "num_hidden_layers": layers, "head_dim": 16,
+            "max_position_embeddings": 4096,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [2, 3, 3],
+                                "mrope_interleaved": True},
+            "pad_token_id": tok.pad_token_id, "use_cache": False, "tie_word_embeddings": True}
+    vision = {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2, "patch_size": 16,
+              "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": hidden,
+              "num_position_embeddings": 64, "deepstack_visual_indexes": [0]}
+    return Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=ids("<|image_pad|>"),
+                         video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
+                         vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=True)

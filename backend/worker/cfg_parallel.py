@@ -13,7 +13,8 @@ kept small and in this one place. Pipelines run CFG in one of two ways (`protoco
   them (`Pipeline.unnamed_branches`), so there the call's place in the step names it. Rank 0 computes cond, rank 1
   uncond. Rank 1's cond call returns a placeholder, filled in place when the two exchange their predictions
   during the uncond call (the pipelines do not read the prediction in between; FLUX.2's and Kontext's slice of
-  it is a view). Same arithmetic as one worker: bit-identical.
+  it is a view; Qwen-Image 2.1's prediction is longer or shorter than its input, and only its tail is read and
+  exchanged: `_tail`). Same arithmetic as one worker: bit-identical.
 
 The split wraps the denoiser's `__call__` (not `forward`), so a compiled denoiser's graph holds no collective, and
 offload hooks and diffusers' own parallel hooks stay inside. The pipeline decides per call whether it runs two
@@ -33,9 +34,10 @@ from typing import Any
 CONTROLNET_RESIDUALS = ("down_block_additional_residuals", "block_controlnet_hidden_states")
 
 
-def two_passes(pipe: Any, passes: str, kwargs: dict, cfg_above: float = 1.0) -> bool:
+def two_passes(pipe: Any, passes: str, kwargs: dict, cfg_above: float = 1.0,
+               distilled_key: str = "is_distilled") -> bool:
     """Whether the pipeline call with `kwargs` runs the denoiser twice per step (as the pipeline decides it:
-    guidance above `cfg_above`, spec.Family's)."""
+    guidance above `cfg_above`, and not a model its config's `distilled_key` marks distilled: Pipeline's)."""
     if passes == "batch":  # SD3, SDXL, Z-Image: do_classifier_free_guidance
         return kwargs.get("guidance_scale", 0) > cfg_above
     if passes != "branches" or not (named_branches(pipe) or _unnamed(pipe)):
@@ -43,8 +45,9 @@ def two_passes(pipe: Any, passes: str, kwargs: dict, cfg_above: float = 1.0) -> 
     if "true_cfg_scale" in kwargs:  # FLUX.1, Qwen-Image: true CFG needs a negative prompt (or its embeddings)
         negative = kwargs.get("negative_prompt") is not None or kwargs.get("negative_prompt_embeds") is not None
         return kwargs["true_cfg_scale"] > 1 and negative
-    # Wan; FLUX.2 klein's distilled models run one pass
-    return kwargs.get("guidance_scale", 0) > 1 and not getattr(pipe.config, "is_distilled", False)
+    # Wan, Krea 2 (any guidance above 0); FLUX.2 klein's distilled models run one pass
+    distilled = bool(distilled_key and getattr(pipe.config, distilled_key, False))
+    return kwargs.get("guidance_scale", 0) > cfg_above and not distilled
 
 
 def _unnamed(pipe: Any) -> bool:
@@ -65,6 +68,17 @@ def named_branches(pipe: Any) -> bool:
 def _call_source(cls: type) -> str:
     """The pipeline class's __call__ source: the branches can be split where it names them (cache_context)."""
     return inspect.getsource(cls.__call__)
+
+
+def _tail(sample: Any, latents: Any) -> Any:
+    """What the two ranks exchange of a prediction: all of it where it is shaped like the denoiser's input (every
+    family but one); else its last tokens, as many as both the input and the output have. Qwen-Image 2.1's
+    transformer returns its joint sequence (the prompt's tokens first, their number differing between prompt and
+    negative prompt) at the first step and the target image's tokens alone after it (KV cache), and its pipeline
+    keeps the last latent-many: that tail has the same length on both ranks."""
+    if sample.shape == latents.shape:
+        return sample
+    return sample[:, sample.shape[1] - min(sample.shape[1], latents.shape[1]):]
 
 
 def _sample(out: Any) -> Any:
@@ -199,18 +213,18 @@ class CFGParallel:
         import torch
 
         return_dict = kwargs.get("return_dict", True)
+        latents = args[0] if args else kwargs["hidden_states"]
         if branch == "cond":
             if self.rank == 0:
                 out = call(*args, **kwargs)
-                self.cond = _sample(out)
+                self.cond = _tail(_sample(out), latents)
                 return out
-            latents = args[0] if args else kwargs["hidden_states"]
             self.placeholder = torch.empty_like(latents)  # a flow model predicts a velocity shaped like its input
             return _output(self.placeholder, return_dict)
         if self.rank == 1:
             out = call(*args, **kwargs)
-            cond, uncond = self._gather(_sample(out))
-            self.placeholder.copy_(cond)
+            cond, uncond = self._gather(_tail(_sample(out), latents))
+            self.placeholder[:, self.placeholder.shape[1] - cond.shape[1]:].copy_(cond)
             self.placeholder = None
             return out
         cond, uncond = self._gather(self.cond)

@@ -319,7 +319,7 @@ class Runtime:
                 self._check_finite(spec, result.frames if hasattr(result, "frames") else result.images)
             done += len(group)
             if layout.leader and decode:
-                out.append(_pixels(result))
+                out.append(_pixels(result, spec.family.alpha))
                 if (wave := sound.waveform(spec.family, result)) is not None:
                     audio_out.append(wave)
             latent_out += [latents.comfy_layout(pipe, spec.family, z) for z in taken]
@@ -371,7 +371,8 @@ class Runtime:
         """CFG Parallel for one call: split when the pipeline runs two passes, else both ranks run it whole."""
         if self.cfg is None:
             return contextlib.nullcontext()
-        active = two_passes(pipe, spec.family.cfg_passes, kwargs, spec.family.cfg_above)
+        family = spec.family
+        active = two_passes(pipe, family.cfg_passes, kwargs, family.cfg_above, family.distilled_key)
         if not active and say:
             self.status(f"CFG Parallel: this Sample runs one denoiser pass per step (guidance ≤ {spec.family.cfg_above:g}, "
                         "or no true CFG), or its passes cannot be split (FLUX.1 image to image and inpainting), so both ranks "
@@ -474,13 +475,15 @@ def _decoding(spec: PipelineSpec, req: SampleRequest) -> str:
     return f"VAE: decoding the video's {req.frames} frames of {req.width}x{req.height}{tiles}{sound}…"
 
 
-def _pixels(result: Any) -> np.ndarray:
+def _pixels(result: Any, alpha: bool = False) -> np.ndarray:
     """A pipeline call's images [B, H, W, C], or its videos' frames one video after another [B·F, H, W, C]
-    (ComfyUI's IMAGE batch, which its video nodes read), float32 in 0..1."""
+    (ComfyUI's IMAGE batch, which its video nodes read), float32 in 0..1; RGB where the pipeline's images carry
+    alpha too (Pipeline.alpha: ComfyUI's IMAGE has three channels)."""
     if hasattr(result, "frames"):
         frames = np.asarray(result.frames, dtype=np.float32)  # [B, F, H, W, C]
         return frames.reshape(-1, *frames.shape[2:])
-    return np.asarray(result.images, dtype=np.float32)
+    pixels = np.asarray(result.images, dtype=np.float32)
+    return np.ascontiguousarray(pixels[..., :3]) if alpha else pixels
 
 
 def _is_oom(e: BaseException) -> bool:
