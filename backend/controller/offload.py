@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from ..protocol import quantized
 from ..protocol.errors import CompileError
 from ..protocol.spec import PipelineSpec
 from ..protocol.units import format_bytes
 from . import capacity, components, controlnets, devices, models, redux, storage
+from .files import headers
 
 OFFLOAD_HEADROOM = 0.8  # share of a device's memory the weights may fill: the rest is for activations (a few GB
 # for a 1024x1024 FLUX image), the compiler's buffers and the runtime itself
@@ -41,6 +44,7 @@ def choose_offload(spec: PipelineSpec) -> OffloadChoice:
     float_bytes = _FLOAT_BYTES[dtype]
     parts = {**models.weight_bytes(spec, float_bytes), **controlnets.weight_bytes(spec, float_bytes),
              **redux.weight_bytes(spec, float_bytes)}
+    parts = dequantized_at_load(spec, parts, float_bytes)
     if spec.storage:  # fp8 storage: the denoiser counts at its stored size
         parts = storage.stored_bytes(spec, parts, models.weight_bytes(spec, 1))
         dtype = f"{dtype} ({spec.storage} denoiser)"
@@ -65,6 +69,20 @@ def choose_offload(spec: PipelineSpec) -> OffloadChoice:
     return OffloadChoice("sequential", f"offload auto → sequential: {what}; even {biggest} "
                                        f"({format_bytes(parts[biggest])}) is more than {room}, so the weights move onto "
                                        f"the device layer by layer (slow).{_tp_hint(spec, parts, usable)}")
+
+
+def dequantized_at_load(spec: PipelineSpec, parts: dict[str, int], float_bytes: int) -> dict[str, int]:
+    """`parts` with the layers of ComfyUI's quantized files that this device cannot keep quantized (a TPU: the
+    4-bit and block-scaled formats, docs/quantized.md) counted at their dequantized size."""
+    out = dict(parts)
+    for part in spec.source.components if spec.source else ():
+        if part.quant != "comfy-quant" or part.name not in out:
+            continue
+        header = headers.read_header(Path(part.path))
+        q = header.quantized
+        if q is not None:
+            out[part.name] += quantized.float_bytes(header.shapes, q, q.dequantized_at_load(spec.kind), float_bytes)
+    return out
 
 
 def _tp_hint(spec: PipelineSpec, parts: dict[str, int], usable: float) -> str:

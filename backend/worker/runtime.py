@@ -23,7 +23,7 @@ from ..protocol import messages, samplers, settings
 from ..protocol.errors import Interrupted, ModelError
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
-from . import controlnets, device, images, latents, loading, parallel, redux, storage
+from . import controlnets, device, images, latents, loading, parallel, quantized, redux, storage
 from .cfg_parallel import CFGParallel, named_branches, two_passes
 from .compile_cache import CACHE_INFO
 from .compiler import Compiler, experts, steps_for_every_expert
@@ -208,6 +208,9 @@ class Runtime:
                 f"model: '{spec.name}' could not be loaded from its folder ({e}). ComfyUI-TPU never downloads at "
                 "run time: make sure the folder holds every component (safetensors weights, configs, "
                 "tokenizers).") from e
+        for name, module in pipe.components.items():  # a TPU keeps int8/fp8 layers only (worker/quantized.py)
+            if isinstance(module, torch.nn.Module):
+                quantized.for_device(module, self.kind, _DTYPES[dtype_name], self.status, name)
         storage.keep_in_storage_dtype(pipe, spec, _DTYPES[dtype_name])  # the rest: cast before the device
         if spec.offload == "model":
             pipe.enable_model_cpu_offload(device=self.device)
