@@ -76,12 +76,27 @@ def _quantize(sd: dict, fmt: str) -> dict:
     return out
 
 
+def _text_encoder(ctx: Ctx, tiny):
+    """tiny-zimage's Qwen3 with the vocabulary of ComfyUI's bundled Qwen tokenizer, which files are read with."""
+    import torch
+    from transformers import Qwen2Tokenizer, Qwen3Model
+
+    tokenizer = Qwen2Tokenizer.from_pretrained(str(Path(ctx.comfyui_dir) / "comfy" / "text_encoders" /
+                                                   "qwen25_tokenizer"))
+    config = tiny.config.__class__.from_dict({**tiny.config.to_dict(), "vocab_size": len(tokenizer),
+                                              "pad_token_id": tokenizer.pad_token_id,
+                                              "eos_token_id": tokenizer.eos_token_id})
+    torch.manual_seed(1)
+    return Qwen3Model(config).eval()
+
+
 def build(ctx: Ctx) -> Path:
     """The bench's ComfyUI folders (models/diffusion_models, text_encoders, vae), made once."""
     import torch
     from safetensors.torch import save_file
 
-    root = ctx.models_dir / "quant-files"
+    width = 768 if ctx.quick else 1536  # feed-forward 2048 / 4096 wide: ConvRot's groups of 256 divide them
+    root = ctx.models_dir / f"quant-files-{width}"
     if (root / "models" / "diffusion_models" / FILES["nvfp4"]).is_file():
         return root
     from diffusers import ZImagePipeline, ZImageTransformer2DModel
@@ -94,7 +109,6 @@ def build(ctx: Ctx) -> Path:
 
     pipe = ZImagePipeline.from_pretrained(str(ctx.models_dir / "tiny-zimage"), local_files_only=True)
     torch.manual_seed(0)
-    width = 512 if ctx.quick else 1536
     transformer = ZImageTransformer2DModel(
         all_patch_size=(2,), all_f_patch_size=(1,), in_channels=pipe.transformer.config.in_channels, dim=width,
         n_layers=1 if ctx.quick else 4, n_refiner_layers=1, n_heads=width // 128, n_kv_heads=width // 128,
@@ -103,7 +117,7 @@ def build(ctx: Ctx) -> Path:
     folders = {f: root / "models" / f for f in ("diffusion_models", "text_encoders", "vae")}
     for folder in folders.values():
         folder.mkdir(parents=True, exist_ok=True)
-    save_file({f"model.{k}": v.contiguous() for k, v in pipe.text_encoder.state_dict().items()},
+    save_file({f"model.{k}": v.contiguous() for k, v in _text_encoder(ctx, pipe.text_encoder).state_dict().items()},
               str(folders["text_encoders"] / "qwen3-tiny.safetensors"))
     save_file(comfy.diffusers_convert.convert_vae_state_dict(pipe.vae.state_dict()),
               str(folders["vae"] / "ae-tiny.safetensors"))
@@ -121,6 +135,7 @@ def figure(ctx: Ctx) -> list[dict]:
         return [not_available(*fid, "needs ComfyUI (its VAE converter writes the bench's files)")
                 for fid in (HELD, PEAK, HELD4, SPEED, SPEED4, AA)]
     root = build(ctx)
+    model = root.name.replace("quant-files", "quant-zimage")
     roots = {role: [str(root / "models" / folder)] for role, folder in listing.ROLE_FOLDERS.items()}
     sys.path.insert(0, ctx.comfyui_dir)  # ComfyUI's bundled tokenizers, as in its process
 
@@ -150,7 +165,7 @@ def figure(ctx: Ctx) -> list[dict]:
     log(f"quantized: {memory}")
     disk = {k: (root / "models" / "diffusion_models" / f).stat().st_size / MB for k, f in FILES.items()}
     quality = {k: min(psnr(images[k][r], images["bf16"][r]) for r in range(ctx.repeats)) for k in ("int8", "nvfp4")}
-    details = {"workload": f"quant-zimage (1536 wide), {width}x{width}, {steps} steps, bfloat16, one worker each",
+    details = {"workload": f"{model} wide, {width}x{width}, {steps} steps, bfloat16, one worker each",
                "memory_mb": memory, "disk_mb": disk, "psnr_db_min_vs_bf16": quality, "repeats": ctx.repeats}
     notes = ["int8 stores 1 byte per weight against bfloat16's 2, so about 0.5 is the floor for int8 (the 0.35 goal "
              "is reachable only by the 4-bit formats); on the CPU each layer is dequantized by comfy-kitchen's "

@@ -165,6 +165,16 @@ def test_offload_auto_counts_what_a_tpu_dequantizes_at_load(files):
     assert offload.dequantized_at_load(int8, {"transformer": 100}, 2) == {"transformer": 100}, "int8 stays"
 
 
+@pytest.mark.unit
+def test_shard_tp_and_sequential_offload_are_refused_for_quantized_files_with_the_way_out(files):
+    spec = spec_of(files, NAMES["int8_convrot"])
+    with pytest.raises(InputError, match=f"'{NAMES['int8_convrot']}' is one of ComfyUI's quantized.*Data Parallel"):
+        layouts.plan_tp(spec, 2)
+    with pytest.raises(InputError, match="sequential offload cannot run.*Choose offload 'model' or 'none'"):
+        offload.resolve_offload(spec.with_changes(offload="sequential"))
+    assert offload.resolve_offload(spec.with_changes(offload="model")).offload == "model"
+
+
 # ---- the worker's loading, in this process
 
 
@@ -270,3 +280,83 @@ def test_data_parallel_replicas_of_a_quantized_file_give_one_workers_images(file
     one = api.sample(spec, request(batch_size=2))
     dp, _ = layouts.plan_dp(spec, 2)
     assert np.array_equal(api.sample(dp, request(batch_size=2)), one)
+
+
+# ---- every format of ComfyUI's QUANT_ALGOS: header check, loading, row splits (one layer each)
+
+# format -> (comfy-kitchen layout, quantize kwargs, comfy_quant); AWQ has no quantizer in comfy-kitchen (it needs
+# offline calibration): its storage is written by round to nearest below
+FORMATS = {
+    "int8_tensorwise": ("TensorWiseINT8Layout", {}, {}),
+    "int8_convrot": ("TensorWiseINT8Layout", {"per_channel": True, "convrot": True, "convrot_groupsize": 256},
+                     {"convrot": True, "convrot_groupsize": 256}),
+    "convrot_w4a4": ("TensorCoreConvRotW4A4Layout", {"convrot_groupsize": 256}, {"convrot_groupsize": 256}),
+    "asym_w4a8_int8": ("AsymW4A8Int8Layout", {"group_size": 16, "convrot_groupsize": 256},
+                       {"group_size": 16, "convrot_groupsize": 256}),
+    "nvfp4": ("TensorCoreNVFP4Layout", {}, {}),
+    "mxfp8": ("TensorCoreMXFP8Layout", {}, {}),
+    "float8_e4m3fn": ("TensorCoreFP8Layout", {}, {}),
+    "awq_w4a16": (None, {}, {"group_size": 64}),
+}
+
+
+def _awq_rtn(w, group: int = 64) -> dict:
+    """AWQ W4A16 storage (comfy-kitchen's awq_w4a16 layout docstring): uint4 pairs, even column in the low nibble;
+    scale and zeros [K/G, N]; W = (q - 8) * scale + zeros."""
+    import torch
+
+    n, k = w.shape
+    g = w.reshape(n, k // group, group)
+    lo, hi = g.amin(-1), g.amax(-1)
+    scale = ((hi - lo) / 15).clamp(min=1e-8)
+    q = ((g - lo[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.int32).reshape(n, k)
+    return {"": (q[:, 0::2] | (q[:, 1::2] << 4)).to(torch.uint8).view(torch.int8),
+            "_scale": scale.t().contiguous().to(torch.bfloat16), "_zeros": (lo + 8 * scale).t().contiguous().to(torch.bfloat16)}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_every_format_is_checked_from_its_header_and_loads_as_comfy_kitchen_dequantizes_it(name, tmp_path):
+    import comfy_kitchen as ck
+    import torch
+    from comfy_kitchen.tensor import QuantizedTensor
+    from safetensors.torch import save_file
+
+    from backend.worker import quantized
+
+    layout, kwargs, extra = FORMATS[name]
+    fmt = "int8_tensorwise" if name == "int8_convrot" else name
+    w = torch.randn(256, 512, generator=torch.Generator().manual_seed(0))
+    with ck.use_backend("eager"):
+        if layout is None:
+            tensors = _awq_rtn(w)
+        else:
+            qt = QuantizedTensor.from_float(w, layout, **kwargs)
+            tensors = qt.layout_cls.state_dict_tensors(qt._qdata, qt._params)
+        sd = {f"blk.proj.weight{s}": t.contiguous() for s, t in tensors.items()}
+        sd["blk.proj.comfy_quant"] = torch.tensor(list(json.dumps({"format": fmt, **extra}).encode()),
+                                                  dtype=torch.uint8)
+        sd["blk.norm.weight"] = torch.ones(512)
+        path = tmp_path / f"{name}.safetensors"
+        save_file(sd, str(path))
+        header = headers.read_header(path)
+        q = header.quantized
+        assert not q.problems and q.formats() == {fmt: 1}
+        assert header.logical["blk.proj.weight"] == (256, 512), "the float model's shape, packed or not"
+        assert set(header.logical) == {"blk.proj.weight", "blk.norm.weight"}, "sidecars are not model tensors"
+        loaded, _ = quantized.state_dict(str(path), "", torch.float32)
+        mine = loaded["blk.proj.weight"]
+        assert isinstance(mine, QuantizedTensor) and set(loaded) == {"blk.proj.weight", "blk.norm.weight"}
+        full = mine.dequantize()
+        if layout is not None:
+            assert torch.equal(full, qt.dequantize())
+        assert float((full - w).norm() / w.norm()) < 0.2, "dequantizes to the weight it stands for"
+        with quantized.RowSplitMode() as mode:  # what diffusers' converters do to fused weights
+            parts = torch.chunk(mine, 2, dim=0)
+        rows = torch.cat([p.dequantize() for p in parts])
+        assert torch.equal(rows, full) and (mode.kept == 1 or fmt in ("nvfp4", "mxfp8")), mode.kept
+    # one scale gone: refused by the header check, naming the tensor
+    scale = next(k for k in sd if k.endswith(("_scale", "_s_rel")))
+    save_file({k: v for k, v in sd.items() if k != scale}, str(tmp_path / "bad.safetensors"))
+    problems = headers.read_header(tmp_path / "bad.safetensors").quantized.problems
+    assert problems and problems[0][0] == scale and "missing" in problems[0][1]

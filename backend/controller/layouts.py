@@ -42,6 +42,12 @@ def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) 
     name = Path(spec.model_path).name
     if degree < 0:
         raise ParallelError(f"degree: {degree} is not allowed; use 0 (auto: all chips) or a number of chips.")
+    quantized = next((c for c in (spec.source.components if spec.source else ()) if c.quant == "comfy-quant"), None)
+    if quantized is not None and degree != 1:
+        raise ParallelError(
+            f"Shard TP: '{Path(quantized.path).name}' is one of ComfyUI's quantized files (int8, nvfp4, ...), which "
+            "ComfyUI-TPU does not shard yet (diffusers' tensor-parallel hooks would slice each layer's quantized "
+            "weight apart from its scales). Remove Shard TP (Data Parallel works), or use the bf16 file.")
     if not family.tp_plan:
         raise ParallelError(
             f"pipeline: '{name}' is a {family.name} model ({spec.class_name}), which has no "

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..protocol import quantized
-from ..protocol.errors import CompileError
+from ..protocol.errors import CompileError, ModelError
 from ..protocol.spec import PipelineSpec
 from ..protocol.units import format_bytes
 from . import capacity, components, controlnets, devices, models, redux, storage
@@ -71,6 +71,17 @@ def choose_offload(spec: PipelineSpec) -> OffloadChoice:
                                        f"the device layer by layer (slow).{_tp_hint(spec, parts, usable)}")
 
 
+def _check_sequential(spec: PipelineSpec, mode: str) -> None:
+    """Sequential offload moves each layer's weights around its call, which comfy-kitchen's quantized tensors are
+    not tested under: refused for ComfyUI's quantized files, with the way out."""
+    quantized = next((c for c in (spec.source.components if spec.source else ()) if c.quant == "comfy-quant"), None)
+    if mode == "sequential" and quantized is not None:
+        raise ModelError(f"offload: sequential offload cannot run '{Path(quantized.path).name}', one of ComfyUI's "
+                         "quantized files (its layers stay quantized and are dequantized as they run). Choose offload "
+                         "'model' or 'none' (the file already takes about half of bfloat16's memory), or Shard TP "
+                         "with the bf16 file.")
+
+
 def dequantized_at_load(spec: PipelineSpec, parts: dict[str, int], float_bytes: int) -> dict[str, int]:
     """`parts` with the layers of ComfyUI's quantized files that this device cannot keep quantized (a TPU: the
     4-bit and block-scaled formats, docs/quantized.md) counted at their dequantized size."""
@@ -81,7 +92,8 @@ def dequantized_at_load(spec: PipelineSpec, parts: dict[str, int], float_bytes: 
         header = headers.read_header(Path(part.path))
         q = header.quantized
         if q is not None:
-            out[part.name] += quantized.float_bytes(header.shapes, q, q.dequantized_at_load(spec.kind), float_bytes)
+            kind = "tpu" if spec.mode == "compiled" else spec.kind  # compiled: the TPU's plain layers (aten only)
+            out[part.name] += quantized.float_bytes(header.shapes, q, q.dequantized_at_load(kind), float_bytes)
     return out
 
 
@@ -106,8 +118,10 @@ def resolve_offload(spec: PipelineSpec) -> PipelineSpec:
     """`spec` with offload 'auto' turned into what it runs (none / model / sequential), once, before any worker
     sees it; other choices unchanged."""
     if spec.offload != "auto":
+        _check_sequential(spec, spec.offload)
         return spec
     choice = choose_offload(spec)
+    _check_sequential(spec, choice.mode)
     if choice.mode == "sequential" and spec.mode == "compiled":
         raise CompileError(f"offload: 'auto' has to choose 'sequential' here ({choice.reason.split(': ', 1)[1]}), "
                            "and sequential offload cannot be compiled. Use Shard TP, or an eager mode.")

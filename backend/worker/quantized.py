@@ -342,8 +342,8 @@ class PlainQuantLinear(torch.nn.Module):
 
 def for_device(model: torch.nn.Module, kind: str, dtype: torch.dtype, status: Callable[[str], None],
                name: str) -> None:
-    """The quantized layers of `model` as a `kind` device runs them: as they are on the CPU and CUDA; on a TPU
-    plain int8/fp8 buffers (PlainQuantLinear) for the formats that allow it and dequantized weights for the
+    """The quantized layers of `model` as a `kind` device runs them ("tpu" also for compiled mode anywhere): as
+    they are on the CPU and CUDA; on a TPU plain int8/fp8 buffers (PlainQuantLinear) for the formats that allow it and dequantized weights for the
     others, which the loader's text says."""
     if kind != "tpu":
         return
@@ -364,5 +364,5 @@ def for_device(model: torch.nn.Module, kind: str, dtype: torch.dtype, status: Ca
                 child.weight = torch.nn.Parameter(w, requires_grad=False)
                 dequant += 1
     if dequant:
-        status(f"{name}: {dequant} quantized layers dequantized at load to {str(dtype).split('.')[-1]} (a TPU keeps "
-               "only int8 and fp8 layers quantized; offload 'auto' counted them at that size)")
+        status(f"{name}: {dequant} quantized layers dequantized at load to {str(dtype).split('.')[-1]} (a TPU, and "
+               "compiled mode, keep only int8 and fp8 layers quantized; offload 'auto' counted them at that size)")

@@ -208,9 +208,10 @@ class Runtime:
                 f"model: '{spec.name}' could not be loaded from its folder ({e}). ComfyUI-TPU never downloads at "
                 "run time: make sure the folder holds every component (safetensors weights, configs, "
                 "tokenizers).") from e
+        plain = "tpu" if spec.mode == "compiled" else self.kind  # compiled: the TPU's aten-only layers anywhere
         for name, module in pipe.components.items():  # a TPU keeps int8/fp8 layers only (worker/quantized.py)
             if isinstance(module, torch.nn.Module):
-                quantized.for_device(module, self.kind, _DTYPES[dtype_name], self.status, name)
+                quantized.for_device(module, plain, _DTYPES[dtype_name], self.status, name)
         storage.keep_in_storage_dtype(pipe, spec, _DTYPES[dtype_name])  # the rest: cast before the device
         if spec.offload == "model":
             pipe.enable_model_cpu_offload(device=self.device)
