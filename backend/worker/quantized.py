@@ -45,8 +45,8 @@ def state_dict(path: str, prefix: str, dtype: torch.dtype) -> tuple[dict, dict]:
     {layer: {"pre_quant_scale": t}} of the layers that smooth their input."""
     from safetensors import safe_open
 
-    with safe_open(path, "pt") as f:
-        sd = {k[len(prefix):]: f.get_tensor(k) for k in f.keys() if k.startswith(prefix)}
+    with safe_open(path, "pt") as f:  # own copies: a view of the file's mapping would keep all its pages resident
+        sd = {k[len(prefix):]: f.get_tensor(k).clone() for k in f.keys() if k.startswith(prefix)}
         metadata = f.metadata() or {}
     listed = json.loads(metadata.get("_quantization_metadata", "{}") or "{}").get("layers", {})
     confs = {k[len(prefix):]: ({"format": v} if isinstance(v, str) else v) for k, v in listed.items()

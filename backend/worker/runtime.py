@@ -191,7 +191,8 @@ class Runtime:
         """Reads the weights into host memory and puts them where the offload choice says."""
         try:
             stored = getattr(torch, spec.storage) if spec.storage else None  # fp8 storage: read into it
-            if stored is not None and self.kind == "cpu":
+            quantized_file = spec.source is not None and any(c.quant == "comfy-quant" for c in spec.source.components)
+            if (stored is not None or quantized_file) and self.kind == "cpu":  # both allocate weights per call
                 storage.return_freed_blocks()
             if spec.source is not None:
                 pipe = loading.load_files(spec.source, _DTYPES[dtype_name], self.status, extra, stored)
