@@ -780,6 +780,33 @@ step, the other blocks are skipped and their cached change reused. `cache_thresh
 (0.08): raise it for speed, lower it for fidelity. The image differs a little from the uncached one.
 `taylorseer` and `magcache` are the other kinds for FLUX.1. Eager modes only (not with Compile).
 """),
+    "zimage_turbo_int8": _text_to_image(
+        title="zimage_turbo_int8", model="", offload="auto", note_height=460,
+        files={"diffusion_model": "z_image_turbo_int8_convrot.safetensors",
+               "text_encoder_1": "qwen_3_4b_fp8_mixed.safetensors", "text_encoder_2": "(none)",
+               "text_encoder_3": "(none)", "vae": "ae.safetensors", "checkpoint": "(none)"},
+        prompt="a red fox in fresh snow at sunrise, soft golden light, detailed fur, photograph",
+        width=1024, height=1024, steps=8, guidance=0.0, seed=0, seed_control="randomize", prefix="z-image-turbo",
+        description="ComfyUI's 'Z-Image-Turbo Int8: Text to Image' template with the pack's nodes and the same files: "
+                    "Load TPU Pipeline (ComfyUI files: z_image_turbo_int8_convrot, qwen_3_4b_fp8_mixed, ae) -> Sample "
+                    "(1024x1024, 8 steps, guidance 0) -> Save Image. The quantized weights stay quantized.",
+        note="""
+## Z-Image Turbo Int8 (ComfyUI's template, the pack's nodes)
+
+ComfyUI's **Z-Image-Turbo Int8** template (UNETLoader, CLIPLoader, VAELoader, KSampler 8 steps cfg 1) as
+**Load TPU Pipeline (ComfyUI files)** → **Sample (TPU)** (1024×1024, **8 steps, guidance 0**) → **Save Image**.
+
+**Files**: the template's own, where ComfyUI keeps them:
+- `models/diffusion_models/z_image_turbo_int8_convrot.safetensors` (int8 ConvRot)
+- `models/text_encoders/qwen_3_4b_fp8_mixed.safetensors` (fp8 with a few nvfp4 layers)
+- `models/vae/ae.safetensors`
+
+**Quantized files** stay quantized in memory: each layer is dequantized as it runs (comfy-kitchen). On a TPU
+the int8 and fp8 layers stay quantized, and the text encoder's nvfp4 layers are dequantized at load. See
+docs/quantized.md.
+
+**Guidance 0** is KSampler's cfg 1: Turbo runs one pass per step.
+"""),
     "zimage_turbo_comfyui_files": _text_to_image(
         title="zimage_turbo_comfyui_files", model="", offload="auto", note_height=420,
         files={"diffusion_model": "z_image_turbo_bf16.safetensors", "text_encoder_1": "qwen_3_4b.safetensors",
