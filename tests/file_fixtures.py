@@ -91,6 +91,7 @@ FILES = {
                      "bf16": "z_image_turbo-tiny-256_bf16.safetensors",
                      "qwen3_fp8_mixed": "qwen_3-tiny_fp8_mixed.safetensors",
                      "qwen3_fp8_mixed_dequantized": "qwen_3-tiny_fp8_mixed-dequantized.safetensors"},
+    "qwenimage-quant": {"edit_2511_int8": "qwen_image_edit_2511-tiny_int8_convrot.safetensors"},  # after "qwenimage"
 }
 
 
@@ -780,6 +781,20 @@ def _zimage_quant(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(deq, te / names["qwen3_fp8_mixed_dequantized"])
 
 
+def _qwenimage_quant(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """Qwen-Image-Edit-2511 in int8 as Comfy-Org's qwen_image_edit_2511_int8_convrot (every Linear of the blocks;
+    the tiny model is too narrow for ConvRot's groups of 256, so per row), from the tiny 2511 file (after
+    "qwenimage"), quantized by comfy-kitchen; for the template workflow."""
+    from safetensors.torch import load_file
+
+    dm = out / "models" / "diffusion_models"
+    sd = load_file(str(dm / FILES["qwenimage"]["edit_2511"]))
+    plan = {k[: -len(".weight")]: "int8_convrot" if fits("int8_convrot", v.shape) else "int8_rowwise"
+            for k, v in sd.items() if k.startswith("transformer_blocks.") and k.endswith(".weight") and v.ndim == 2}
+    quantized, meta, _ = quantize_comfy(sd, plan)
+    _save(quantized, dm / FILES["qwenimage-quant"]["edit_2511_int8"], meta)
+
+
 def spiece_model() -> bytes:
     """A small SentencePiece (unigram) model trained here on the tiny pipelines' words and a few others, with
     UMT5's numbering (pad 0, end 1, unknown 2) and SentencePiece's default nmt_nfkc normalization (UMT5's)."""
@@ -1098,7 +1113,7 @@ def _flux1_vae(tiny: Path, comfyui_dir: str, out: Path) -> None:
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
             "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072,
             "flux1-vae": _flux1_vae, "flux1tools": _flux1tools, "flux1redux": _flux1redux,
-            "zimage-quant": _zimage_quant}
+            "zimage-quant": _zimage_quant, "qwenimage-quant": _qwenimage_quant}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:
