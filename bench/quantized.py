@@ -165,7 +165,7 @@ def figure(ctx: Ctx) -> list[dict]:
     log(f"quantized: {memory}")
     disk = {k: (root / "models" / "diffusion_models" / f).stat().st_size / MB for k, f in FILES.items()}
     quality = {k: min(psnr(images[k][r], images["bf16"][r]) for r in range(ctx.repeats)) for k in ("int8", "nvfp4")}
-    details = {"workload": f"{model} wide, {width}x{width}, {steps} steps, bfloat16, one worker each",
+    details = {"workload": f"{model} (its width), {width}x{width}, {steps} steps, bfloat16, one worker each",
                "memory_mb": memory, "disk_mb": disk, "psnr_db_min_vs_bf16": quality, "repeats": ctx.repeats}
     notes = ["int8 stores 1 byte per weight against bfloat16's 2, so about 0.5 is the floor for int8 (the 0.35 goal "
              "is reachable only by the 4-bit formats); on the CPU each layer is dequantized by comfy-kitchen's "
