@@ -111,13 +111,14 @@ def dit_qwen(ctx: Ctx) -> str:
 
 # ---- fp8 storage
 
-def _memory(ctx: Ctx, groups: Groups, name: str, spec, req) -> dict:
-    """What `spec` adds to group `name`'s worker RSS: at its peak while loading and drawing one image, and after."""
+def _memory(ctx: Ctx, groups: Groups, name: str, spec, req, warm=None) -> dict:
+    """What `spec` adds to group `name`'s worker RSS: at its peak while loading and drawing one image, and after
+    (counted from the RSS after `warm`'s first image: tiny-flux unless given)."""
     import psutil
 
     from backend.controller import api
 
-    warm = api.make_spec("tiny-flux", [str(ctx.models_dir)])
+    warm = warm or api.make_spec("tiny-flux", [str(ctx.models_dir)])
     groups.sample(name, _request(1, 64, 2, 0.0), warm)  # imports and first-call allocations
     proc = psutil.Process(groups.info(name)[0]["pid"])
     before = proc.memory_info().rss

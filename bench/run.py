@@ -23,7 +23,7 @@ from pathlib import Path
 
 from backend.protocol import settings
 
-from . import figures, fp8_cache, handback, load_memory, mfu, speed, video
+from . import figures, fp8_cache, handback, load_memory, mfu, quantized, speed, video
 from .common import (
     ROOT,
     Ctx,
@@ -77,6 +77,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure("fp8_storage", fp8_cache.fp8_storage, ((*fp8_cache.FP8, fp8_cache.FP8_TARGET),
                                                   (*fp8_cache.FP8_HELD, fp8_cache.FP8_TARGET),
                                                   (*fp8_cache.FP8_SPEED, None))),
+    Figure("quantized", quantized.figure, ((*quantized.HELD, quantized.HELD_TARGET), (*quantized.PEAK, None),
+                                           (*quantized.HELD4, quantized.HELD_TARGET), (*quantized.SPEED, None),
+                                           (*quantized.SPEED4, None), (*quantized.AA, None))),
     Figure("video", video.video, ((*video.CP, video.CP_TARGET), (*video.CP_VIDEO, None), (*video.CFG, video.CFG_TARGET),
                                   (*video.CFG_VIDEO, None), (*video.PLAIN, video.PLAIN_TARGET))),
     Figure("step_cache", fp8_cache.step_cache, ((*fp8_cache.CACHE_FLUX, fp8_cache.CACHE_TARGET),

@@ -134,6 +134,45 @@ def _flux1_tool(*, title: str, diffusion_model: str, prompt: str, steps: int, gu
         nodes.append({"id": 6, "type": "ImagePadForOutpaint", "pos": [410, 480], "size": [300, 0], "widgets": pad})
         links += [[5, "IMAGE", 6, "image"], [6, "IMAGE", 2, "image"], [6, "MASK", 2, "mask"]]
     return {"name": title, "nodes": nodes, "links": links, "extra": {"description": description}}
+def _qwen_edit_int8() -> dict:
+    """ComfyUI's 'Qwen Image Edit 2511 Int8' template with the pack's nodes: Load TPU Pipeline (ComfyUI files: its
+    int8 ConvRot diffusion model, Qwen2.5-VL, its VAE) and Load Image -> Sample (the picture as the reference, 40
+    steps, guidance 4: the template's values with its 4-step LoRA off) -> Save Image."""
+    sample = {"prompt": "Convert this image to pop art poster style", "negative_prompt": "", "width": 1024,
+              "height": 1024, "steps": 40, "guidance": 4.0, "seed": 0, "control_after_generate": "randomize",
+              "batch_size": 1, "prompt_per_line": False, "denoise": 1.0, "size_from_image": True}
+    note = """
+## Qwen Image Edit 2511 Int8 (ComfyUI's template, the pack's nodes)
+
+ComfyUI's **Qwen Image Edit 2511 Int8** template as **Load TPU Pipeline (ComfyUI files)** and **Load Image** →
+**Sample (TPU)** (the picture as the reference, the instruction as the prompt, 40 steps, guidance 4, size from
+the picture) → **Save Image**.
+
+**Files**: the template's own: `models/diffusion_models/qwen_image_edit_2511_int8_convrot.safetensors`,
+`models/text_encoders/qwen_2.5_vl_7b_fp8_scaled.safetensors`, `models/vae/qwen_image_vae.safetensors`. The int8
+weights stay quantized, each layer dequantized as it runs (docs/quantized.md).
+
+The template's 4-step Lightning LoRA is off by default there: to use it, add Load LoRA (TPU) with it and set
+steps 4, guidance 1.
+"""
+    nodes = [
+        {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 300],
+         "widgets": {"diffusion_model": "qwen_image_edit_2511_int8_convrot.safetensors",
+                     "text_encoder_1": "qwen_2.5_vl_7b_fp8_scaled.safetensors", "text_encoder_2": "(none)",
+                     "text_encoder_3": "(none)", "vae": "qwen_image_vae.safetensors", "checkpoint": "(none)",
+                     "dtype": "auto", "device": "auto", "offload": "auto"}},
+        {"id": 5, "type": "LoadImage", "pos": [40, 480], "size": [330, 380], "widgets": {"image": "example.png"}},
+        {"id": 2, "type": "TPUSample", "pos": [410, 130], "size": [400, 560], "widgets": sample},
+        {"id": 3, "type": "SaveImage", "pos": [850, 130], "size": [360, 470], "widgets": {"filename_prefix": "Qwen_Edit_2511"}},
+        _note(4, [40, 910], note, size=(1170, 300)),
+    ]
+    links = [[1, "pipeline", 2, "pipeline"], [2, "images", 3, "images"], [5, "IMAGE", 2, "image"]]
+    return {"name": "qwen_image_edit_2511_int8", "nodes": nodes, "links": links, "extra": {"description": (
+        "ComfyUI's 'Qwen Image Edit 2511 Int8' template with the pack's nodes and the same files: Load TPU Pipeline "
+        "(ComfyUI files: qwen_image_edit_2511_int8_convrot, qwen_2.5_vl_7b_fp8_scaled, qwen_image_vae) and Load "
+        "Image -> Sample (40 steps, guidance 4, size from the picture) -> Save Image.")}}
+
+
 def _redux_workflow() -> dict:
     """Load TPU Pipeline (ComfyUI files: flux1-dev, clip_l, t5xxl, ae) -> Apply Redux (TPU) with ComfyUI's Load Image
     as the reference -> Sample -> Save Image. Node ids: Load 1, Sample 2, Save 3, note 4, Load Image 5, Redux 6."""
@@ -849,6 +888,34 @@ step runs the first transformer block; when its output changed less than the thr
 step, the other blocks are skipped and their cached change reused. `cache_threshold` 0 means the default
 (0.08): raise it for speed, lower it for fidelity. The image differs a little from the uncached one.
 `taylorseer` and `magcache` are the other kinds for FLUX.1. Eager modes only (not with Compile).
+"""),
+    "qwen_image_edit_2511_int8": _qwen_edit_int8(),
+    "zimage_turbo_int8": _text_to_image(
+        title="zimage_turbo_int8", model="", offload="auto", note_height=460,
+        files={"diffusion_model": "z_image_turbo_int8_convrot.safetensors",
+               "text_encoder_1": "qwen_3_4b_fp8_mixed.safetensors", "text_encoder_2": "(none)",
+               "text_encoder_3": "(none)", "vae": "ae.safetensors", "checkpoint": "(none)"},
+        prompt="a red fox in fresh snow at sunrise, soft golden light, detailed fur, photograph",
+        width=1024, height=1024, steps=8, guidance=0.0, seed=0, seed_control="randomize", prefix="z-image-turbo",
+        description="ComfyUI's 'Z-Image-Turbo Int8: Text to Image' template with the pack's nodes and the same files: "
+                    "Load TPU Pipeline (ComfyUI files: z_image_turbo_int8_convrot, qwen_3_4b_fp8_mixed, ae) -> Sample "
+                    "(1024x1024, 8 steps, guidance 0) -> Save Image. The quantized weights stay quantized.",
+        note="""
+## Z-Image Turbo Int8 (ComfyUI's template, the pack's nodes)
+
+ComfyUI's **Z-Image-Turbo Int8** template (UNETLoader, CLIPLoader, VAELoader, KSampler 8 steps cfg 1) as
+**Load TPU Pipeline (ComfyUI files)** → **Sample (TPU)** (1024×1024, **8 steps, guidance 0**) → **Save Image**.
+
+**Files**: the template's own, where ComfyUI keeps them:
+- `models/diffusion_models/z_image_turbo_int8_convrot.safetensors` (int8 ConvRot)
+- `models/text_encoders/qwen_3_4b_fp8_mixed.safetensors` (fp8 with a few nvfp4 layers)
+- `models/vae/ae.safetensors`
+
+**Quantized files** stay quantized in memory: each layer is dequantized as it runs (comfy-kitchen). On a TPU
+the int8 and fp8 layers stay quantized, and the text encoder's nvfp4 layers are dequantized at load. See
+docs/quantized.md.
+
+**Guidance 0** is KSampler's cfg 1: Turbo runs one pass per step.
 """),
     "zimage_turbo_comfyui_files": _text_to_image(
         title="zimage_turbo_comfyui_files", model="", offload="auto", note_height=420,

@@ -30,7 +30,8 @@ import shutil
 import sys
 from pathlib import Path
 
-# "flux1-3072" (1 GB), "flux1-vae" (170 MB), "flux1tools" and "flux1redux" (the FLUX.1 tools, issue 26) only when asked
+# "flux1-3072" (1 GB), "flux1-vae" (170 MB), "flux1tools" and "flux1redux" (the FLUX.1 tools, issue 26) and
+# "zimage-quant" (ComfyUI's quantized files, issue 33) only when asked
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan")
 VERSION = "8"  # bump to rebuild cached fixtures after changing this file
 
@@ -81,6 +82,16 @@ FILES = {
                "bf16": "z_image_turbo-tiny_bf16.safetensors", "fp8": "z_image_turbo-tiny_fp8_e4m3fn.safetensors",
                "fp8_scaled": "z_image_turbo-tiny_fp8_scaled.safetensors",
                "qwen3": "qwen_3-tiny.safetensors", "vae": "ae-tiny.safetensors"},
+    # ComfyUI's quantized files (issue 33; only when asked, after "zimage", whose Qwen3 and VAE files they read):
+    # each beside the same file dequantized by comfy-kitchen
+    "zimage-quant": {"int8_convrot": "z_image_turbo-tiny_int8_convrot.safetensors",
+                     "int8_convrot_dequantized": "z_image_turbo-tiny_int8_convrot-dequantized.safetensors",
+                     "fp4_mixed": "z_image_turbo-tiny_fp4_mixed.safetensors",
+                     "fp4_mixed_dequantized": "z_image_turbo-tiny_fp4_mixed-dequantized.safetensors",
+                     "bf16": "z_image_turbo-tiny-256_bf16.safetensors",
+                     "qwen3_fp8_mixed": "qwen_3-tiny_fp8_mixed.safetensors",
+                     "qwen3_fp8_mixed_dequantized": "qwen_3-tiny_fp8_mixed-dequantized.safetensors"},
+    "qwenimage-quant": {"edit_2511_int8": "qwen_image_edit_2511-tiny_int8_convrot.safetensors"},  # after "qwenimage"
 }
 
 
@@ -675,6 +686,115 @@ def _zimage(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(te, models / "text_encoders" / names["qwen3"])
 
 
+# ComfyUI's quantized formats (issue 33), written by comfy-kitchen's own quantize: (format, layout, kwargs, the
+# comfy_quant fields ComfyUI writes)
+QUANT_SPECS = {
+    "int8_rowwise": ("int8_tensorwise", "TensorWiseINT8Layout", {"per_channel": True}, {}),
+    "int8_convrot": ("int8_tensorwise", "TensorWiseINT8Layout",
+                     {"per_channel": True, "convrot": True, "convrot_groupsize": 256},
+                     {"convrot": True, "convrot_groupsize": 256}),
+    "nvfp4": ("nvfp4", "TensorCoreNVFP4Layout", {}, {}),
+    "fp8": ("float8_e4m3fn", "TensorCoreFP8Layout", {}, {}),
+}
+
+
+def quantize_comfy(sd: dict, plan: dict[str, str], markers: str = "tensor") -> tuple[dict, dict, dict]:
+    """`sd` in ComfyUI's quantized layout, each layer of `plan` (prefix -> QUANT_SPECS name) quantized by
+    comfy-kitchen's own `QuantizedTensor.from_float` and written by its `state_dict_tensors` ("<L>.weight",
+    "<L>.weight_scale", ...) with its "<L>.comfy_quant" marker (markers="metadata": in
+    __metadata__["_quantization_metadata"] instead); and the same tensors dequantized by comfy-kitchen (float32).
+    Returns (file tensors, file metadata, dequantized tensors)."""
+    import json
+
+    import comfy_kitchen as ck
+    import torch
+    from comfy_kitchen.tensor import QuantizedTensor
+
+    out, deq, layers = dict(sd), dict(sd), {}
+    with ck.use_backend("eager"):
+        for prefix, spec in plan.items():
+            fmt, layout, kwargs, extra = QUANT_SPECS[spec]
+            w = out.pop(f"{prefix}.weight").to(torch.float32)
+            qt = QuantizedTensor.from_float(w, layout, **kwargs)
+            for suffix, t in qt.layout_cls.state_dict_tensors(qt._qdata, qt._params).items():
+                out[f"{prefix}.weight{suffix}"] = t.contiguous()
+            deq[f"{prefix}.weight"] = qt.dequantize().to(torch.float32)
+            layers[prefix] = {"format": fmt, **extra}
+            if markers == "tensor":
+                out[f"{prefix}.comfy_quant"] = torch.tensor(list(json.dumps(layers[prefix]).encode()), dtype=torch.uint8)
+    metadata = {"_quantization_metadata": json.dumps({"format_version": "1.0", "layers": layers})} \
+        if markers == "metadata" else None
+    return out, metadata, deq
+
+
+def zimage_quant_plan(sd: dict, wide: str, narrow: str) -> dict[str, str]:
+    """The layers Comfy-Org's z_image_turbo_int8_convrot quantizes (attention qkv and out, feed-forward w1-w3,
+    adaLN of every block): `wide` where the input features are a multiple of 256 (ConvRot's groups), else
+    `narrow`."""
+    plan = {}
+    for k, v in sd.items():
+        if k.endswith(".weight") and v.ndim == 2 and any(
+                s in k for s in (".attention.qkv.", ".attention.out.", ".feed_forward.w", ".adaLN_modulation.0.")):
+            plan[k[: -len(".weight")]] = wide if fits(wide, v.shape) else narrow
+    return plan
+
+
+def fits(spec: str, shape: tuple) -> bool:
+    """Whether a weight of `shape` takes `spec` unpadded: ConvRot rotates groups of 256 input features; nvfp4
+    pads to 16x16 blocks (published models' sizes are multiples of 16; a padded layer's true size is not in the
+    file)."""
+    return {"int8_convrot": shape[1] % 256 == 0, "nvfp4": shape[0] % 16 == 0 and shape[1] % 16 == 0}.get(spec, True)
+
+
+def zimage_wide(seed: int = 33):
+    """A tiny Z-Image transformer 256 wide (ConvRot rotates groups of 256 input features), reading the tiny
+    Qwen3 (32 wide) and VAE (4 channels)."""
+    from diffusers import ZImageTransformer2DModel
+
+    return _seeded(seed, lambda: ZImageTransformer2DModel(
+        all_patch_size=(2,), all_f_patch_size=(1,), in_channels=4, dim=256, n_layers=2, n_refiner_layers=1,
+        n_heads=2, n_kv_heads=2, cap_feat_dim=32, axes_dims=[32, 48, 48], axes_lens=[1536, 512, 512]))
+
+
+def _zimage_quant(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """ComfyUI's quantized Z-Image files as Comfy-Org's templates name them: the diffusion model in int8 ConvRot
+    and in nvfp4 + fp8 ("fp4 mixed"), Qwen3 in fp8 + nvfp4 ("fp8 mixed", markers in the metadata, layer 0 left
+    bf16 as Comfy-Org's are partly), each beside the same file dequantized by comfy-kitchen ("-dequantized",
+    float32), and the 256-wide model in bfloat16 (the benchmark's and the tests' reference)."""
+    import torch
+    from safetensors.torch import load_file
+
+    comfy = import_comfy(comfyui_dir)
+    names, models = FILES["zimage-quant"], out / "models"
+    dm, te = models / "diffusion_models", models / "text_encoders"
+    comfy_sd = _zimage_transformer_file(comfy, zimage_wide())
+    _save({k: v.to(torch.bfloat16) for k, v in comfy_sd.items()}, dm / names["bf16"])
+    for name, wide, narrow in (("int8_convrot", "int8_convrot", "int8_rowwise"), ("fp4_mixed", "nvfp4", "fp8")):
+        sd, meta, deq = quantize_comfy(comfy_sd, zimage_quant_plan(comfy_sd, wide, narrow))
+        _save(sd, dm / names[name], meta)
+        _save(deq, dm / names[f"{name}_dequantized"])
+    qwen = load_file(str(models / "text_encoders" / FILES["zimage"]["qwen3"]))
+    plan = {k[: -len(".weight")]: ("nvfp4" if ".mlp." in k and fits("nvfp4", v.shape) else "fp8")
+            for k, v in qwen.items() if k.endswith("_proj.weight") and not k.startswith("model.layers.0.")}
+    sd, meta, deq = quantize_comfy({k: v.to(torch.bfloat16) for k, v in qwen.items()}, plan, markers="metadata")
+    _save(sd, te / names["qwen3_fp8_mixed"], meta)
+    _save(deq, te / names["qwen3_fp8_mixed_dequantized"])
+
+
+def _qwenimage_quant(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """Qwen-Image-Edit-2511 in int8 as Comfy-Org's qwen_image_edit_2511_int8_convrot (every Linear of the blocks;
+    the tiny model is too narrow for ConvRot's groups of 256, so per row), from the tiny 2511 file (after
+    "qwenimage"), quantized by comfy-kitchen; for the template workflow."""
+    from safetensors.torch import load_file
+
+    dm = out / "models" / "diffusion_models"
+    sd = load_file(str(dm / FILES["qwenimage"]["edit_2511"]))
+    plan = {k[: -len(".weight")]: "int8_convrot" if fits("int8_convrot", v.shape) else "int8_rowwise"
+            for k, v in sd.items() if k.startswith("transformer_blocks.") and k.endswith(".weight") and v.ndim == 2}
+    quantized, meta, _ = quantize_comfy(sd, plan)
+    _save(quantized, dm / FILES["qwenimage-quant"]["edit_2511_int8"], meta)
+
+
 def spiece_model() -> bytes:
     """A small SentencePiece (unigram) model trained here on the tiny pipelines' words and a few others, with
     UMT5's numbering (pad 0, end 1, unknown 2) and SentencePiece's default nmt_nfkc normalization (UMT5's)."""
@@ -992,7 +1112,8 @@ def _flux1_vae(tiny: Path, comfyui_dir: str, out: Path) -> None:
 
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
             "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072,
-            "flux1-vae": _flux1_vae, "flux1tools": _flux1tools, "flux1redux": _flux1redux}
+            "flux1-vae": _flux1_vae, "flux1tools": _flux1tools, "flux1redux": _flux1redux,
+            "zimage-quant": _zimage_quant, "qwenimage-quant": _qwenimage_quant}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

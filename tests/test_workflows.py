@@ -59,6 +59,12 @@ TINY = {
     "flux1-fill-dev.safetensors": "flux1-fill-tiny.safetensors",
     "z_image_turbo_bf16.safetensors": "z_image_turbo-tiny_bf16.safetensors",
     "qwen_3_4b.safetensors": "qwen_3-tiny.safetensors",
+    # ComfyUI's quantized files (int8 ConvRot; fp8 + nvfp4), quantized by comfy-kitchen (file_fixtures.py)
+    "z_image_turbo_int8_convrot.safetensors": "z_image_turbo-tiny_int8_convrot.safetensors",
+    "qwen_3_4b_fp8_mixed.safetensors": "qwen_3-tiny_fp8_mixed.safetensors",
+    "qwen_image_edit_2511_int8_convrot.safetensors": "qwen_image_edit_2511-tiny_int8_convrot.safetensors",
+    "qwen_2.5_vl_7b_fp8_scaled.safetensors": "qwen_2.5_vl-tiny.safetensors",
+    "qwen_image_vae.safetensors": "qwen_image_vae-tiny.safetensors",
     "wan2.2_ti2v_5B_fp16.safetensors": "wan2.2_ti2v-tiny.safetensors",
     "umt5_xxl_fp8_e4m3fn_scaled.safetensors": "umt5_xxl-tiny_fp8_e4m3fn_scaled.safetensors",
     "wan2.2_vae.safetensors": "wan2.2_vae-tiny.safetensors",
@@ -82,7 +88,7 @@ REDUX = {"style_models/flux1-redux-dev.safetensors": "style_models/flux1-redux-t
          "clip_vision/sigclip_vision_patch14_384.safetensors": "clip_vision/sigclip_vision_patch14_384-tiny.safetensors"}
 SIZE_FACTOR = 16  # of the tiny models the workflows run on (FLUX.1, SD3, FLUX.2, Z-Image, Wan)
 # the families whose tiny files the workflows use (comfyui_files' families, built from the start: conftest)
-COMFYUI_FILES = ("flux1", "flux1tools", "flux1redux", "zimage", "wan")
+COMFYUI_FILES = ("flux1", "flux1tools", "flux1redux", "zimage", "zimage-quant", "wan", "qwenimage", "qwenimage-quant")
 # names the frontend may not find here (not installed where the UI loads)
 ALLOWED = {**{name: set(TINY) for name in MODEL_INPUTS}, "lora_name": set(LORAS), "image": set(INPUTS),
            "controlnet_name": set(CONTROLNETS), "style_model_name": {Path(n).name for n in REDUX if "style" in n},
@@ -242,8 +248,8 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
             "flux1_kontext_edit", "flux1_fill_outpaint", "flux1_latent_hires_fix", "flux1_controlnet_union",
             "sdxl_two_controlnets", "zimage_turbo_comfyui_files", "zimage_turbo_controlnet_union", "wan21_t2v",
             "wan21_i2v", "flux1_dev_clip_text_encode", "wan22_5b_t2v_comfyui_files",
-            "wan22_14b_i2v_comfyui_files", "flux1_redux", "ltx2_t2v_sound", "image_qwen_image_2_1_t2i"} <= {
-        p.stem for p in FILES}
+            "wan22_14b_i2v_comfyui_files", "flux1_redux", "ltx2_t2v_sound", "image_qwen_image_2_1_t2i",
+            "zimage_turbo_int8", "qwen_image_edit_2511_int8"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from ..protocol.errors import CompileError
+from ..protocol import quantized
+from ..protocol.errors import CompileError, ModelError
 from ..protocol.spec import PipelineSpec
 from ..protocol.units import format_bytes
 from . import capacity, controlnets, devices, models, redux, storage
 from .components import Components
+from .files import headers
 
 OFFLOAD_HEADROOM = 0.8  # share of a device's memory the weights may fill: the rest is for activations (a few GB
 # for a 1024x1024 FLUX image), the compiler's buffers and the runtime itself
@@ -44,6 +47,7 @@ def choose_offload(spec: PipelineSpec, model: Components | None = None) -> Offlo
     pipeline = models.weight_bytes(spec, float_bytes)
     one_byte = models.weight_bytes(spec, 1) if spec.storage else {}
     parts = {**pipeline, **controlnets.weight_bytes(spec, float_bytes), **redux.weight_bytes(spec, float_bytes)}
+    parts = dequantized_at_load(spec, parts, float_bytes)
     if spec.storage:  # fp8 storage: the denoiser counts at its stored size
         parts = storage.stored_bytes(spec, parts, one_byte)
         dtype = f"{dtype} ({spec.storage} denoiser)"
@@ -70,6 +74,32 @@ def choose_offload(spec: PipelineSpec, model: Components | None = None) -> Offlo
                                        f"the device layer by layer (slow).{_tp_hint(spec, parts, usable, model)}")
 
 
+def _check_sequential(spec: PipelineSpec, mode: str) -> None:
+    """Sequential offload moves each layer's weights around its call, which comfy-kitchen's quantized tensors are
+    not tested under: refused for ComfyUI's quantized files, with the way out."""
+    quantized = next((c for c in (spec.source.components if spec.source else ()) if c.quant == "comfy-quant"), None)
+    if mode == "sequential" and quantized is not None:
+        raise ModelError(f"offload: sequential offload cannot run '{Path(quantized.path).name}', one of ComfyUI's "
+                         "quantized files (its layers stay quantized and are dequantized as they run). Choose offload "
+                         "'model' or 'none' (the file already takes about half of bfloat16's memory), or Shard TP "
+                         "with the bf16 file.")
+
+
+def dequantized_at_load(spec: PipelineSpec, parts: dict[str, int], float_bytes: int) -> dict[str, int]:
+    """`parts` with the layers of ComfyUI's quantized files that this device cannot keep quantized (a TPU: the
+    4-bit and block-scaled formats, docs/quantized.md) counted at their dequantized size."""
+    out = dict(parts)
+    for part in spec.source.components if spec.source else ():
+        if part.quant != "comfy-quant" or part.name not in out:
+            continue
+        header = headers.read_header(Path(part.path))
+        q = header.quantized
+        if q is not None:
+            kind = "tpu" if spec.mode == "compiled" else spec.kind  # compiled: the TPU's plain layers (aten only)
+            out[part.name] += quantized.float_bytes(header.shapes, q, q.dequantized_at_load(kind), float_bytes)
+    return out
+
+
 def _tp_hint(spec: PipelineSpec, parts: dict[str, int], usable: float, model: Components | None) -> str:
     """The smallest Shard TP degree this host runs under which the weights would fit, as a suggestion."""
     if not spec.family.tp_plan:
@@ -91,8 +121,10 @@ def resolve_offload(spec: PipelineSpec, model: Components | None = None) -> Pipe
     """`spec` with offload 'auto' turned into what it runs (none / model / sequential), once, before any worker
     sees it; other choices unchanged."""
     if spec.offload != "auto":
+        _check_sequential(spec, spec.offload)
         return spec
     choice = choose_offload(spec, model)
+    _check_sequential(spec, choice.mode)
     if choice.mode == "sequential" and spec.mode == "compiled":
         raise CompileError(f"offload: 'auto' has to choose 'sequential' here ({choice.reason.split(': ', 1)[1]}), "
                            "and sequential offload cannot be compiled. Use Shard TP, or an eager mode.")

@@ -51,7 +51,8 @@ def resolve_storage(spec: PipelineSpec) -> PipelineSpec:
     quantized = next((c for c in (spec.source.components if spec.source else ())
                       if c.name in DENOISERS and c.quant), None)
     if quantized is not None:
-        how = "GGUF" if quantized.quant == "gguf" else "ComfyUI's scaled fp8 (weights with per-layer scales)"
+        how = {"gguf": "GGUF", "comfy-quant": "ComfyUI's quantized format (int8, nvfp4, ...)"}.get(
+            quantized.quant, "ComfyUI's scaled fp8 (weights with per-layer scales)")
         raise ModelError(f"dtype: float8_e4m3fn storage needs plain weights; '{Path(quantized.path).name}' is "
                          f"{how}, which would be rounded a second time. Choose dtype auto for this file.")
     if spec.offload == "sequential":

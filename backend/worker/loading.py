@@ -33,6 +33,7 @@ from ..families import FAMILIES, conversions
 from ..protocol import settings
 from ..protocol.spec import CONFIG_FILES, DENOISERS, FileComponent, FileSource, listed_components, read_json
 from ..protocol.units import format_bytes
+from . import quantized
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
@@ -161,6 +162,8 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
                 extra = (extra_kwargs or {}).get(name, {})
                 loaded[name] = ((_symlinked(part) and _stored(cls, root / name, name, dtype, storage, extra))
                                 or _load_file_component(root, name, cls, part, dtype, extra))
+                if part.quant == "comfy-quant" and (n := quantized.count(loaded[name])):
+                    status(f"{name}: {n} layers kept quantized (comfy-kitchen), each dequantized as it runs")
             except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as e:  # it names no file
                 raise OSError(f"component '{name}' from '{Path(part.path).name}': {type(e).__name__}: {e}") from e
         if checkpoint is not None:
@@ -309,9 +312,12 @@ def protobuf_field(message: bytes, number: int) -> bytes | None:
 
 
 def _state_dict(part: FileComponent, dtype: Any) -> dict:
-    """The tensors of `part` (under its prefix, the prefix removed), ComfyUI's scaled fp8 dequantized."""
+    """The tensors of `part` (under its prefix, the prefix removed), ComfyUI's scaled fp8 and quantized layers
+    dequantized (comfy-kitchen's dequantize: what the parts that keep no quantized layer read)."""
     from safetensors import safe_open
 
+    if part.quant == "comfy-quant":
+        return quantized.dequantized(quantized.state_dict(part.path, part.prefix, dtype)[0])
     with safe_open(part.path, "pt") as f:
         keys = [k for k in f.keys() if k.startswith(part.prefix)]
         sd = {k[len(part.prefix):]: f.get_tensor(k) for k in keys}
@@ -364,6 +370,8 @@ def _load_file_component(root: Path, name: str, cls: type, part: FileComponent, 
     if _symlinked(part):  # from_pretrained reads it through the folder (tensor parallel: each rank its slices)
         model = cls.from_pretrained(str(root), subfolder=name, use_safetensors=True, **file_args, **extra)
         return _finish_text_encoder(model, part)
+    if part.quant == "comfy-quant" and (part.layout in HF_LAYOUTS or part.layout not in vae_converters()):
+        return _quantized_component(root, name, cls, part, dtype, extra)
     if part.layout in HF_LAYOUTS:  # inside a checkpoint, or scaled fp8: read, then hand over
         config = cls.config_class.from_dict(read_json(root / name / "config.json"))
         model = cls.from_pretrained(None, config=config, state_dict=_state_dict(part, dtype),
@@ -384,6 +392,38 @@ def _load_file_component(root: Path, name: str, cls: type, part: FileComponent, 
         sd = {f"model.diffusion_model.{k}": v for k, v in sd.items()}
     model = cls.from_single_file(sd, config=str(root), subfolder=name, **file_args)
     return _shard_after_load(model, extra)
+
+
+def _quantized_component(root: Path, name: str, cls: type, part: FileComponent, dtype: Any, extra: dict) -> Any:
+    """A component from one of ComfyUI's quantized files, its layers kept as comfy-kitchen QuantizedTensors and
+    dequantized one at a time as they run (worker/quantized.py). A denoiser goes through diffusers' own
+    single-file converter, whose splits of fused weights keep the rows quantized; a text encoder in
+    transformers' layout is built without weights (its computed buffers real) and given the tensors."""
+    import torch
+    from accelerate import init_empty_weights
+
+    sd, extras = quantized.state_dict(part.path, part.prefix, dtype)
+    if part.layout in HF_LAYOUTS:
+        config = cls.config_class.from_dict(read_json(root / name / "config.json"))
+        with init_empty_weights(include_buffers=False):
+            model = cls(config)
+        base = f"{getattr(cls, 'base_model_prefix', '')}."
+        if base != "." and not set(sd) & set(model.state_dict()):  # ComfyUI's files keep the "model." prefix
+            sd = {k[len(base):] if k.startswith(base) else k: v for k, v in sd.items()}
+        model.load_state_dict(sd, strict=False, assign=True)
+        missing = [k for k, t in model.state_dict().items() if t.is_meta]
+        if missing:
+            raise ValueError(f"the file lacks {len(missing)} tensors of {cls.__name__} (first: '{missing[0]}')")
+        model = _finish_text_encoder(model.eval(), part)
+    else:
+        if part.layout == "flux1-comfy-map":
+            sd = invert_key_map(sd, part.key_map)
+        with quantized.RowSplitMode():
+            model = cls.from_single_file(sd, config=str(root), subfolder=name, dtype=dtype, local_files_only=True)
+        model = _shard_after_load(model, extra)
+    with torch.no_grad():
+        quantized.finish(model, extras)
+    return model
 
 
 def _finish_text_encoder(model: Any, part: FileComponent) -> Any:

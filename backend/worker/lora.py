@@ -13,6 +13,10 @@ Weights stored in fp8 (fp8 storage, diffusers' layerwise casting) get the LoRA t
 followed by `enable_layerwise_casting` would have it: the original fp8 weight in the compute dtype plus the deltas,
 rounded to fp8 once; the fp8 originals are kept, so removal restores them exactly.
 
+Layers of ComfyUI's quantized files keep their quantized weight: the LoRA's summed delta is kept beside it (in the
+compute dtype, for the layers the LoRA touches) and added to the dequantized weight as the layer runs, so one LoRA
+on a quantized file equals it on the same file dequantized, bit for bit, and removal restores it exactly.
+
 Under Shard TP each rank writes its own slice of every delta, cut with diffusers' own TP helpers (so packed
 layouts come out right). Data-parallel replicas each apply the LoRAs themselves. On a model of two experts (Wan
 2.2 A14B) a LoRA goes to the high-noise expert, the low-noise one or both, as its Load LoRA says (`on_experts`).
@@ -68,6 +72,12 @@ class Layer:
 
 
 Resolved = dict[tuple[str, str], Layer]  # (component, module name) -> layer
+
+
+def _quantized(module: torch.nn.Module) -> bool:
+    """A layer of ComfyUI's quantized files (worker/quantized.py): its weight stays quantized and the LoRA's
+    summed delta is kept beside it, added to the dequantized weight as it runs."""
+    return hasattr(module, "dequantized_weight")
 
 
 # ---- reading a file: the few pre-passes where diffusers 0.42 has a gap, then its own converters
@@ -296,6 +306,7 @@ class Loras:
         self._skeleton: Any = None
         self._cache: dict[tuple, Resolved] = {}
         self._originals: dict[tuple[str, str, str], torch.Tensor] = {}  # (component, module, param) -> CPU copy
+        self._beside: set[tuple[str, str, str]] = set()  # quantized weights whose LoRA delta is kept beside them
         self._applied: tuple | None = ()  # (file key, strength, te strength, experts) per LoRA; None: weights unknown
         self._tp: tuple[Any, str, dict] | None = None  # (mesh, component, shard specs) of a sharded denoiser
         self.apply_s: float | None = None  # how long the last rewrite of the weights took
@@ -331,7 +342,16 @@ class Loras:
         with torch.no_grad():
             for key in [k for k in self._originals if k not in touched]:  # LoRAs removed: originals back
                 self._local(key).copy_(self._originals.pop(key))
+            for key in [k for k in self._beside if k not in touched]:
+                self._beside.discard(key)
+                self._module(key).lora_delta = None
             for key in touched:
+                if _quantized(self._module(key)) and key[2] == "weight":  # kept beside: worker/quantized.py
+                    self._beside.add(key)
+                    module = self._module(key)
+                    dtype = getattr(getattr(module, "weight", None), "dtype", None) or self.pipe.dtype
+                    sums[key] = torch.zeros(module.out_features, module.in_features, dtype=dtype)
+                    continue
                 target = self._local(key)
                 if key not in self._originals:
                     self._originals[key] = target.detach().to("cpu", copy=True)
@@ -351,7 +371,10 @@ class Loras:
                         bias = (layer.bias.to(weight.device, torch.float32) * (layer.scale * strength))
                         self._add((component, module, "bias"), bias.to(weight.dtype), sums)
             for key, value in sums.items():
-                self._local(key).copy_(value)  # rounded to the storage dtype
+                if key in self._beside:
+                    self._module(key).lora_delta = value
+                else:
+                    self._local(key).copy_(value)  # rounded to the storage dtype
         self._applied = want
         self.apply_s = time.perf_counter() - started
         gc_keys = {key for key, *_ in want}

@@ -23,7 +23,7 @@ from ..protocol import messages, samplers, settings
 from ..protocol.errors import Interrupted, ModelError
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
-from . import controlnets, device, images, latents, loading, parallel, redux, rng, sound, storage
+from . import controlnets, device, images, latents, loading, parallel, quantized, redux, rng, sound, storage
 from .cfg_parallel import CFGParallel, named_branches, two_passes
 from .compile_cache import CACHE_INFO
 from .compiler import Compiler, experts, steps_for_every_expert
@@ -191,7 +191,8 @@ class Runtime:
         """Reads the weights into host memory and puts them where the offload choice says."""
         try:
             stored = getattr(torch, spec.storage) if spec.storage else None  # fp8 storage: read into it
-            if stored is not None and self.kind == "cpu":
+            quantized_file = spec.source is not None and any(c.quant == "comfy-quant" for c in spec.source.components)
+            if (stored is not None or quantized_file) and self.kind == "cpu":  # both allocate weights per call
                 storage.return_freed_blocks()
             if spec.source is not None:
                 pipe = loading.load_files(spec.source, _DTYPES[dtype_name], self.status, extra, stored)
@@ -208,6 +209,10 @@ class Runtime:
                 f"model: '{spec.name}' could not be loaded from its folder ({e}). ComfyUI-TPU never downloads at "
                 "run time: make sure the folder holds every component (safetensors weights, configs, "
                 "tokenizers).") from e
+        plain = "tpu" if spec.mode == "compiled" else self.kind  # compiled: the TPU's aten-only layers anywhere
+        for name, module in pipe.components.items():  # a TPU keeps int8/fp8 layers only (worker/quantized.py)
+            if isinstance(module, torch.nn.Module):
+                quantized.for_device(module, plain, _DTYPES[dtype_name], self.status, name)
         storage.keep_in_storage_dtype(pipe, spec, _DTYPES[dtype_name])  # the rest: cast before the device
         if spec.offload == "model":
             pipe.enable_model_cpu_offload(device=self.device)

@@ -18,9 +18,10 @@ from ... import families
 from ...families import Configs, ModelFamily, config_dir, image_encoders, text_encoders, vaes
 from ...families.base import count
 from ...families.flux1 import KONTEXT_CHOICES
+from ...protocol import quantized
 from ...protocol.errors import ModelError
 from ...protocol.spec import FileComponent, FileSource, read_json
-from .headers import FLOAT_DTYPES, GGUF, Header
+from .headers import FLOAT_DTYPES, GGUF, Header, read_header
 from .listing import NONE, resolve_file
 from .recognise import Contents, Part, file_contents, short_name
 
@@ -272,31 +273,41 @@ def _check_own_shapes(p: _Draft) -> None:
 
 
 def _quant(header: Header, prefix: str = "") -> str:
-    """How the part under `prefix` stores its weights: "gguf", "scaled-fp8" (ComfyUI's fp8 with per-layer
-    scales, old or new layout), or "" (plain floats, fp8 included: upcast on load)."""
+    """How the part under `prefix` stores its weights: "gguf", "comfy-quant" (ComfyUI's quantized layers,
+    marked by comfy_quant tensors or _quantization_metadata: backend/protocol/quantized.py), "scaled-fp8"
+    (ComfyUI's older fp8 with per-layer scales), or "" (plain floats, fp8 included: upcast on load)."""
     if header.format == "gguf":
         return "gguf"
+    q = header.quantized
+    if q is not None and any(p.startswith(prefix) for p in q.layers):
+        return "comfy-quant"
     if any(k.startswith(prefix) and k.endswith((".scale_weight", ".weight_scale")) for k in header.shapes):
         return "scaled-fp8"
     return ""
 
 
 def _unsupported_quant(c: _Chosen) -> None:
-    """Weights in integer or packed formats (int8, nvfp4, ... layers of ComfyUI's mixed-precision files) are
-    refused by name; a few integer tensors that are not weights (tekken_model, position ids) are fine."""
+    """ComfyUI's quantized layers are checked against their format (every scale there, of its dtype and shape):
+    a bad one is refused naming the file, the tensor and the fix, before any worker starts. Integer or packed
+    weights without ComfyUI's markers are refused by name; a few integer tensors that are not weights
+    (tekken_model, position ids) are fine."""
     header = c.contents.header
     if header.format != "safetensors":
         return
+    q = header.quantized
+    if q is not None:
+        if q.problems:
+            tensor, what, fix = q.problems[0]
+            more = f" ({len(q.problems) - 1} more problems like it)" if len(q.problems) > 1 else ""
+            raise ModelError(f"{c.input}: '{c.path.name}' is a quantized file whose tensor '{tensor}' {what}"
+                             f"{more}. {fix}")
+        return
     odd = sorted({d for k, d in header.dtypes.items() if k.endswith(".weight") and d not in FLOAT_DTYPES})
-    formats = json.loads(header.metadata.get("_quantization_metadata", "{}") or "{}")
-    layers = formats.get("layers", {}) if isinstance(formats, dict) else {}
-    odd += sorted({str(v.get("format")) for v in layers.values()
-                   if isinstance(v, dict) and not str(v.get("format", "")).startswith("float8")})
     if odd:
-        raise ModelError(f"{c.input}: '{c.path.name}' holds weights in {', '.join(odd)}, a quantized format "
-                         "ComfyUI-TPU cannot read. Supported: float32, float16, bfloat16 and fp8 (float8_e4m3fn, "
-                         "float8_e5m2, ComfyUI's scaled fp8) safetensors, and GGUF diffusion models on CPU and "
-                         "CUDA.")
+        raise ModelError(f"{c.input}: '{c.path.name}' holds weights in {', '.join(odd)} without ComfyUI's "
+                         "quantization markers (comfy_quant), so ComfyUI-TPU cannot tell how to read them. Supported: "
+                         "float32, float16, bfloat16 and fp8 safetensors, ComfyUI's scaled fp8 and quantized files "
+                         f"({', '.join(quantized.FORMATS)}), and GGUF diffusion models on CPU and CUDA.")
 
 
 def _add_denoiser(p: _Draft, main: _Chosen, component: str) -> None:
@@ -408,6 +419,11 @@ def _described(p: _Draft) -> tuple[str, str, FileSource]:
                                      denoiser.size_bytes))
     if any(part.quant == "scaled-fp8" for part in p.parts):
         p.notes.append("scaled fp8 weights are dequantized once while loading")
+    for part in p.parts:
+        q = read_header(Path(part.path)).quantized if part.quant == "comfy-quant" else None
+        if q is not None:
+            p.notes.append(f"{Path(part.path).name}: {q.describe()}, kept quantized and dequantized layer by "
+                           "layer as they run (docs/quantized.md says which formats a TPU dequantizes at load)")
     overrides = {k: v for k, v in p.overrides.items() if v}
     source = FileSource(configs=p.configs.folder, components=tuple(p.parts),
                         overrides=json.dumps(overrides, sort_keys=True), notes=tuple(p.notes))

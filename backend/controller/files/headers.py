@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import math
 import struct
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 from pathlib import Path
 
-from ...protocol import settings
+from ...protocol import quantized, settings
 from ...protocol.errors import ModelError
 
 SAFETENSORS = (".safetensors", ".sft")
@@ -28,7 +28,9 @@ PICKLE = (".ckpt", ".pt", ".pth", ".bin", ".pkl")
 MAX_HEADER = 8 * 2**20
 MAX_GGUF_ENTRIES = 100_000  # tensors or metadata entries of a GGUF file (published ones: a few thousand)
 ELEMENT_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "U64": 8, "I32": 4, "U32": 4, "I16": 2,
-                 "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+                 "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1}  # E8M0: mxfp8's scales
+MARKERS = (".comfy_quant", ".comfy_attention.config")  # ComfyUI's per-layer JSON, stored as uint8 tensors
+MAX_MARKER = 1 << 16  # bytes of one marker tensor (ComfyUI's are a few dozen)
 COMPUTE_FLOATS = ("F64", "F32", "F16", "BF16")  # loaded in the compute dtype (fp8 is upcast as it is used)
 FLOAT_DTYPES = (*COMPUTE_FLOATS, "F8_E4M3", "F8_E5M2")
 
@@ -43,11 +45,22 @@ class Header:
     dtypes: dict[str, str]
     metadata: dict
     size: int
+    markers: dict[str, str] = field(default_factory=dict)  # ComfyUI's quantization markers: key -> JSON text
 
     def strip(self, prefix: str) -> dict[str, tuple[int, ...]]:
-        """Shapes of the keys under `prefix`, with the prefix removed."""
+        """Logical shapes (quantized.logical_shapes) of the keys under `prefix`, with the prefix removed."""
         n = len(prefix)
-        return {k[n:]: v for k, v in self.shapes.items() if k.startswith(prefix)}
+        return {k[n:]: v for k, v in self.logical.items() if k.startswith(prefix)}
+
+    @cached_property
+    def quantized(self) -> quantized.Quantized | None:
+        """ComfyUI's quantized layers (comfy_quant markers or _quantization_metadata), None in a plain file."""
+        return quantized.read(self.shapes, self.dtypes, self.metadata, self.markers)
+
+    @cached_property
+    def logical(self) -> dict[str, tuple[int, ...]]:
+        """The shapes a float model of the file has (sidecars left out, packed 4-bit weights at full width)."""
+        return quantized.logical_shapes(self.shapes, self.quantized)
 
     def loaded_bytes(self, float_bytes: int) -> int:
         """Bytes its tensors take with floats at `float_bytes` each (others as stored)."""
@@ -123,7 +136,29 @@ def load(path: Path, size: int) -> Header:
             raise Unreadable(f"is damaged: its header gives the tensor '{key}' the shape {list(shapes[key])} "
                              f"({dtypes[key]}), which does not match the {stop - start:,} bytes it stores",
                              "Download it again.")
-    return Header(path, "safetensors", shapes, dtypes, metadata, size)
+    return Header(path, "safetensors", shapes, dtypes, metadata, size, _markers(path, 8 + n, spans))
+
+
+def _markers(path: Path, data_start: int, spans: dict[str, tuple[int, int]]) -> dict[str, str]:
+    """The JSON text of ComfyUI's marker tensors (`<layer>.comfy_quant`: how the layer is quantized), which are
+    tensor data, not header: a few dozen bytes each, read by their offsets. A marker that is not UTF-8 is kept as
+    '' (the quantization check names it)."""
+    keys = [k for k in spans if k.endswith(MARKERS)]
+    found = {}
+    if not keys:
+        return found
+    with open(path, "rb") as f:
+        for key in keys:
+            start, stop = spans[key]
+            if stop - start > MAX_MARKER:
+                raise Unreadable(f"is damaged: its marker tensor '{key}' holds {stop - start:,} bytes, more than "
+                                 "ComfyUI's quantization markers ever do", "Download it again.")
+            f.seek(data_start + start)
+            try:
+                found[key] = f.read(stop - start).decode("utf-8")
+            except UnicodeDecodeError:
+                found[key] = ""
+    return found
 
 
 def _gguf(path: Path, size: int) -> Header:

@@ -116,16 +116,17 @@ def contents(header: Header) -> Contents:
     texts: list[Part] = []
     if denoiser is not None or vae is not None:  # a checkpoint: text encoders under known prefixes
         for prefix, kind in text_encoders.CHECKPOINT_PREFIXES.items():
-            s = _under(header.shapes, prefix)
+            s = _under(header.logical, prefix)
             if text_encoders.recognise(s) is not None:
                 texts.append(Part("text_encoder", kind, prefix, s))
     else:
-        kind = text_encoders.recognise(header.shapes)
+        shapes = header.logical
+        kind = text_encoders.recognise(shapes)
         if kind is not None:
-            texts.append(Part("text_encoder", kind, "", dict(header.shapes)))
-        elif image_encoders.recognise(header.shapes):
-            kind = "siglip" if image_encoders.is_siglip(header.shapes) else "clip-vision"
-            return Contents(header, image_encoder=Part("clip_vision", kind, "", dict(header.shapes)))
+            texts.append(Part("text_encoder", kind, "", dict(shapes)))
+        elif image_encoders.recognise(shapes):
+            kind = "siglip" if image_encoders.is_siglip(shapes) else "clip-vision"
+            return Contents(header, image_encoder=Part("clip_vision", kind, "", dict(shapes)))
     return Contents(header, denoiser, vae, tuple(texts))
 
 
