@@ -84,7 +84,7 @@ def test_every_third_party_import_of_the_pack_is_a_declared_dependency():
 
     import tomllib
 
-    declared = {re.split(r"[<>=!~ ;\[]", d, maxsplit=1)[0].lower()
+    declared = {re.split(r"[<>=!~ ;\[]", d, maxsplit=1)[0].lower().replace("-", "_")
                 for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
     imported = set()
     for path in [*(ROOT / "backend").rglob("*.py"), *(ROOT / "nodes").rglob("*.py"), ROOT / "__init__.py"]:

@@ -56,12 +56,6 @@ def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) 
             if degree != cap.limit:
                 notes.append(f"auto: {degree} of {cap.limit} devices, the largest degree that divides the {heads} "
                              "attention heads and makes a group this host launches")
-    quantized = next((c for c in (spec.source.components if spec.source else ()) if c.quant == "comfy-quant"), None)
-    if quantized is not None and degree != 1:
-        raise ParallelError(
-            f"Shard TP: '{Path(quantized.path).name}' is one of ComfyUI's quantized files (int8, nvfp4, ...), which "
-            "ComfyUI-TPU does not shard yet (diffusers' tensor-parallel hooks would slice each layer's quantized "
-            "weight apart from its scales). Remove Shard TP (Data Parallel works), or use the bf16 file.")
     spec = with_sharded_encoders(spec.with_changes(tp_degree=degree, tp_text_encoders=bool(shard_text_encoders)),
                                  parts)
     check_tp(spec, cap, parts)
@@ -76,6 +70,12 @@ def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) 
 
 def _check_shardable(spec: PipelineSpec) -> None:
     """A model Shard TP can split with this offload (the node's message, and the same before a Sample)."""
+    quantized = next((c for c in (spec.source.components if spec.source else ()) if c.quant == "comfy-quant"), None)
+    if quantized is not None:
+        raise ParallelError(
+            f"Shard TP: '{Path(quantized.path).name}' is one of ComfyUI's quantized files (int8, nvfp4, ...), which "
+            "ComfyUI-TPU does not shard yet (diffusers' tensor-parallel hooks would slice each layer's quantized "
+            "weight apart from its scales). Remove Shard TP (Data Parallel works), or use the bf16 file.")
     family, name = PIPELINES[spec.class_name], Path(spec.model_path).name
     if not family.tp_plan:
         raise ParallelError(
