@@ -510,6 +510,66 @@ def test_the_pixel_budget_follows_a_workers_memory_and_size_from_image_is_held_t
         pixels.budget(spec)
 
 
+# ---- round four (issue 34): the LATENT, CONDITIONING, ControlNet and video surfaces under bad input
+def _no_worker(monkeypatch) -> None:
+    """Any request to a worker group fails the test: the check under test must come before one starts."""
+    from backend.controller import group
+
+    def run(*args, **kwargs):
+        raise AssertionError("a worker group was asked, but the input should have been refused before")
+
+    monkeypatch.setattr(group, "run", run)
+
+
+@pytest.mark.unit
+def test_vae_decode_applies_the_pixel_budget_to_samples_before_any_worker_starts(tiny_models, monkeypatch):
+    """EmptySD3LatentImage 16384² into VAE Decode (TPU) is refused at once, from the latent's shape (nothing
+    is copied), naming `samples`, its size, the budget and the fix; one image of the budget is let through
+    (the worker decodes a batch image by image, so a batch of them is too)."""
+    import numpy as np
+
+    from backend.controller import api
+    from backend.protocol.errors import ModelError
+
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    monkeypatch.setenv("COMFYUI_TPU_MAX_MEGAPIXELS", "16")
+    _no_worker(monkeypatch)
+    huge = np.broadcast_to(np.zeros((1, 1, 1, 1), np.float32), (1, 16, 2048, 2048))
+    t0 = time.monotonic()
+    with pytest.raises(ModelError) as e:
+        api.decode(spec, huge)
+    assert time.monotonic() - t0 < 1
+    for words in ("samples: 16384x16384 is 268.4 megapixels", "at most 16.0 megapixels (e.g. 4000x4000)",
+                  "COMFYUI_TPU_MAX_MEGAPIXELS=16", "Decode a smaller latent", "VAE Decode (Tiled)"):
+        assert words in str(e.value), str(e.value)
+    with pytest.raises(AssertionError, match="a worker group was asked"):  # 3584², batch 8: one image fits
+        api.decode(spec, np.zeros((8, 4, 448, 448), np.float32))
+    with pytest.raises(ModelError, match=r"samples: it has 16 channels, but FLUX.1"):
+        api.decode(spec, np.ones((1, 16, 8, 8), np.float32))
+
+
+@pytest.mark.workers
+def test_vae_decode_decodes_a_batch_image_by_image_saying_which(tiny_models):
+    """VAE Decode (TPU) runs the VAE once per image, as Sample does (its peak is one image's), says which image
+    it decodes, and gives the pixels of decoding each image alone."""
+    import numpy as np
+
+    from backend.controller import api
+    from backend.protocol.messages import Status
+
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    latent = np.random.default_rng(0).standard_normal((3, 4, 8, 8)).astype(np.float32)
+    api.load(spec)
+    decodes = api.worker_info()[0]["vae_decodes"]
+    said: list[str] = []
+    images = api.decode(spec, latent, on_progress=lambda m: said.append(m.text) if isinstance(m, Status) else None)
+    assert api.worker_info()[0]["vae_decodes"] == decodes + 3
+    assert [t for t in said if t.startswith("VAE: decoding image")] == [
+        f"VAE: decoding image {i}/3…" for i in (1, 2, 3)], said
+    alone = np.concatenate([api.decode(spec, latent[i:i + 1]) for i in range(3)])
+    assert images.shape == (3, 64, 64, 3) and np.array_equal(images, alone)
+
+
 # ---- NaN and infinity: refused in a LoRA, caught at the end of a run instead of a black image
 def _non_finite_copy(src: Path, dest: Path, change: Callable[[str, object], object]) -> Path:
     """A copy of the safetensors file `src` (metadata kept) with each tensor replaced by `change(key, tensor)`."""

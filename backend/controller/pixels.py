@@ -82,9 +82,10 @@ def video_tiling(spec: PipelineSpec, width: int, height: int) -> str | None:
             f"pixel, more than the pixel budget allows ({untiled / 1e6:.2f} megapixels per frame untiled: {why})")
 
 
-def check(spec: PipelineSpec, width: int, height: int, batch: int = 1) -> None:
-    """Refuses a size beyond the budget before any worker starts on it, naming the size, the budget, its source
-    and the fix."""
+def check(spec: PipelineSpec, width: int, height: int, batch: int = 1, name: str = "width/height",
+          fix: str = "Use a smaller width and height") -> None:
+    """Refuses a size beyond the budget before any worker starts on it, naming the input (`name`), the size, the
+    budget, its source and the fix (`fix`: what the input can be instead)."""
     found = budget(spec)
     if found is None:
         return
@@ -95,7 +96,7 @@ def check(spec: PipelineSpec, width: int, height: int, batch: int = 1) -> None:
         return
     side = int(math.sqrt(most)) // spec.size_factor * spec.size_factor if spec.size_factor else int(math.sqrt(most))
     what = f"{width}x{height}" + (f" × batch {calls} (batched)" if calls > 1 else "")
-    raise ModelError(f"width/height: {what} is {pixels / 1e6:.1f} megapixels in one pipeline call, more than this "
-                     f"host can make: at most {most / 1e6:.1f} megapixels (e.g. {side}x{side}), because {why}. Use a "
-                     f"smaller width and height{', or turn batched off' if calls > 1 else ''}; an operator sure of "
-                     f"the memory can set {settings.MAX_MEGAPIXELS.name}.")
+    raise ModelError(f"{name}: {what} is {pixels / 1e6:.1f} megapixels in one pipeline call, more than this "
+                     f"host can make: at most {most / 1e6:.1f} megapixels (e.g. {side}x{side}), because {why}. {fix}"
+                     f"{', or turn batched off' if calls > 1 else ''}; an operator sure of the memory can set "
+                     f"{settings.MAX_MEGAPIXELS.name}.")

@@ -83,7 +83,8 @@ class Runtime:
             return value, out
         if request.op == messages.DECODE:
             self.prepare(request.spec)
-            out = latents.decode(self.pipe, request.spec.family, request.arrays["latent"]) if self.rank == 0 else None
+            out = (latents.decode(self.pipe, request.spec.family, request.arrays["latent"], self.channel.interrupt.is_set,
+                                  self.status) if self.rank == 0 else None)  # rank 0 alone: no stop vote
             return {"loads": self.loads}, ({"images": out} if out is not None else None)
         if request.op == messages.INFO:
             return self.info(), None
