@@ -570,6 +570,27 @@ def test_vae_decode_decodes_a_batch_image_by_image_saying_which(tiny_models):
     assert images.shape == (3, 64, 64, 3) and np.array_equal(images, alone)
 
 
+@pytest.mark.workers
+def test_vae_decode_refuses_a_latent_that_decodes_to_non_numbers_instead_of_saving_black(tiny_models):
+    """A finite latent of 3e38 (a LoadLatent file) overflows in the VAE: VAE Decode (TPU) fails naming `samples`,
+    the image and its largest value, instead of returning NaN that Save Image writes as a black PNG; the next
+    decode works."""
+    import numpy as np
+
+    from backend.controller import api
+    from backend.protocol.errors import ModelError
+
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    latent = np.zeros((2, 4, 8, 8), np.float32)
+    latent[1] = 3e38
+    with pytest.raises(ModelError) as e:
+        api.decode(spec, latent)
+    for words in ("samples: image 2 of the latent decodes to values that are not numbers", "black image",
+                  "largest value is 3e+38", "LoadLatent"):
+        assert words in str(e.value), str(e.value)
+    assert np.isfinite(api.decode(spec, latent[:1])).all()
+
+
 # ---- NaN and infinity: refused in a LoRA, caught at the end of a run instead of a black image
 def _non_finite_copy(src: Path, dest: Path, change: Callable[[str, object], object]) -> Path:
     """A copy of the safetensors file `src` (metadata kept) with each tensor replaced by `change(key, tensor)`."""

@@ -22,7 +22,9 @@ import numpy as np
 import torch
 
 from ..families import Pipeline
-from ..protocol.errors import Interrupted
+from ..protocol.errors import Interrupted, ModelError
+
+PLAUSIBLE = 1e3  # larger than any VAE's latent values (FLUX, SD3, SDXL, Wan: within tens): beyond, blame the input
 
 
 class _Stopped(Exception):
@@ -103,6 +105,8 @@ def decode(pipe: Any, family: Pipeline, latent: np.ndarray, stop: Callable[[], b
                 if say is not None and len(z) > 1:
                     say(f"VAE: decoding image {i + 1}/{len(z)}…")
                 image = vae.decode(z[i:i + 1].to(pipe._execution_device, vae.dtype), return_dict=False)[0]
+                if not bool(torch.isfinite(image).all()):  # postprocess would save them black
+                    raise ModelError(_not_finite(latent, i, vae.dtype))
                 if image.ndim == 5:  # Qwen-Image's Wan VAE: one frame
                     image = image[:, :, 0]
                 out.append(np.asarray(pipe.image_processor.postprocess(image, output_type="np"), dtype=np.float32))
@@ -111,6 +115,16 @@ def decode(pipe: Any, family: Pipeline, latent: np.ndarray, stop: Callable[[], b
             if upcast:
                 vae.to(torch.float16)
     return np.concatenate(out)
+
+
+def _not_finite(latent: np.ndarray, index: int, dtype: torch.dtype) -> str:
+    """Why VAE Decode refuses image `index`: its latent's largest value, the input it came through and the fix."""
+    largest = float(np.abs(latent[index]).max())
+    return (f"samples: image {index + 1} of the latent decodes to values that are not numbers (NaN or infinity) in "
+            f"{str(dtype).replace('torch.', '')}, which would be saved as a black image, so VAE Decode (TPU) failed "
+            f"instead. Its largest value is {largest:.3g} (a VAE's latents are within about ±{PLAUSIBLE:g}): check "
+            "the nodes that made it (a LoadLatent file, a latent math node); a latent of ordinary values decoding "
+            "so points at the VAE's weights instead.")
 
 
 def comfy_layout(pipe: Any, family: Pipeline, z: torch.Tensor) -> np.ndarray:
