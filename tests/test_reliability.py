@@ -591,6 +591,44 @@ def test_vae_decode_refuses_a_latent_that_decodes_to_non_numbers_instead_of_savi
     assert np.isfinite(api.decode(spec, latent[:1])).all()
 
 
+def _conditioning(**extras) -> list:
+    """A CONDITIONING of tiny-flux's widths (CLIP 32, T5 32), as CLIP Text Encode makes it, with `extras`."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return [[rng.standard_normal((1, 8, 32), dtype=np.float32),
+             {"pooled_output": rng.standard_normal((1, 32), dtype=np.float32), **extras}]]
+
+
+@pytest.mark.unit
+def test_conditioning_guidance_that_is_not_one_number_is_refused_naming_the_input_key_and_type(tiny_models):
+    """A third-party node's 'guidance' (a string, several values, an int64 or bool tensor, NaN) is refused
+    before any worker starts, naming positive/negative, the key and the type; FluxGuidance's float (and a numpy
+    float scalar) is taken."""
+    import numpy as np
+
+    from backend.controller import api
+    from backend.protocol.errors import InputError
+    from backend.protocol.spec import SampleRequest
+
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    req = SampleRequest(prompt="", width=64, height=64, steps=1, guidance=3.5, seed=1)
+    for value, words in (("3.5", "a str ('3.5')"), (np.array([2.0, 3.0]), "a float64 tensor of shape [2]"),
+                         (np.array(3, np.int64), "a int64 tensor of shape []"), (True, "a bool (True)"),
+                         (np.array(True), "a bool tensor of shape []"), (float("nan"), "nan"),
+                         ({"a": 1}, "a dict")):
+        for which in ("positive", "negative"):
+            inputs = {which: _conditioning(guidance=value)}
+            if which == "negative":
+                inputs["positive"] = _conditioning()
+            with pytest.raises(InputError) as e:
+                api.prepare_sample(spec, req, **inputs)
+            assert f"{which}: this CONDITIONING's 'guidance' is {words}, not one finite number" in str(e.value), (
+                str(e.value))
+    assert api.prepare_sample(spec, req, positive=_conditioning(guidance=np.float32(2.5))).req.guidance == 2.5
+    assert api.prepare_sample(spec, req, positive=_conditioning(guidance=4)).req.guidance == 4.0
+
+
 # ---- NaN and infinity: refused in a LoRA, caught at the end of a run instead of a black image
 def _non_finite_copy(src: Path, dest: Path, change: Callable[[str, object], object]) -> Path:
     """A copy of the safetensors file `src` (metadata kept) with each tensor replaced by `change(key, tensor)`."""
