@@ -591,6 +591,41 @@ def test_vae_decode_refuses_a_latent_that_decodes_to_non_numbers_instead_of_savi
     assert np.isfinite(api.decode(spec, latent[:1])).all()
 
 
+@pytest.mark.unit
+def test_the_whole_prompts_output_is_bounded_by_the_hosts_free_memory_before_any_worker_starts(tiny_models,
+                                                                                              monkeypatch):
+    """A latent's batch counts against Sample's batch limit (64); every image (every video's frames) of the
+    prompt, as float32 pixels held about 4 times by the worker and ComfyUI, is held to the host's free memory:
+    refused before any worker starts, naming the inputs, the bytes and what fits."""
+    import numpy as np
+
+    from backend.controller import api, devices, pixels
+    from backend.protocol.errors import InputError
+    from backend.protocol.spec import SampleRequest
+
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    monkeypatch.setenv("COMFYUI_TPU_MAX_MEGAPIXELS", "100")
+    monkeypatch.setattr(devices, "host_memory", lambda: (24 * 2**30, 16 * 2**30))
+    _no_worker(monkeypatch)
+    with pytest.raises(InputError, match=r"latent: a batch of 4096 latents; Sample makes at most 64 images"):
+        api.latent_input(spec, np.broadcast_to(np.zeros((1, 1, 1, 1), np.float32), (4096, 4, 128, 128)))
+    req = SampleRequest(prompt="a fox", width=2048, height=2048, steps=1, guidance=0.0, seed=1, batch_size=64)
+    with pytest.raises(AssertionError, match="a worker group was asked"):  # 64 × 2048² × 12 bytes × 4 = 12 GiB
+        api.run_sample(api.prepare_sample(spec, req))
+    with pytest.raises(InputError) as e:
+        api.prepare_sample(spec, SampleRequest(**{**req.to_dict(), "width": 4096}))
+    for words in ("batch_size, width/height: 64 images of 4096x2048 are 6.0 GiB of float32 pixels",
+                  "about 4 times on their way out (24.0 GiB)", "16.0 GiB of free memory (of 24.0 GiB)",
+                  "at most 42 at this size", "Make fewer images"):
+        assert words in str(e.value), str(e.value)
+    with pytest.raises(InputError, match=r"batch_size, frames, width/height: 1 video of 1920x1088 × 401 frames are "
+                                         r"9.4 GiB of float32 pixels.*at most 0 at this size and length"):
+        pixels.check_output(spec, 1920, 1088, 1, 401)  # a Sample Video's frames count once per frame
+    monkeypatch.setattr(devices, "host_memory", lambda: (24 * 2**30, 8 * 2**30))
+    with pytest.raises(InputError, match=r"samples \(its batch\), width/height: 64 images of 2048x2048"):
+        api.decode(spec, np.zeros((64, 4, 256, 256), np.float32))
+
+
 def _conditioning(**extras) -> list:
     """A CONDITIONING of tiny-flux's widths (CLIP 32, T5 32), as CLIP Text Encode makes it, with `extras`."""
     import numpy as np

@@ -159,6 +159,7 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
     models.check_size(models.info_of(spec), req.width, req.height)
     models.check_frames(spec.family, req.frames)
     pixels.check(spec, req.width, req.height, req.batch_size)
+    pixels.check_output(spec, req.width, req.height, len(req.images()), req.frames)
     layouts.check_cp_size(spec, req.width, req.height, req.frames)
     if req.steps < 1:
         raise SampleError(f"steps: {req.steps} is too small; use at least 1.")

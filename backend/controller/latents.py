@@ -18,6 +18,8 @@ from ..protocol.errors import ModelError
 from ..protocol.spec import PipelineSpec, SampleRequest
 from . import models, pixels
 
+MAX_BATCH = 64  # Sample's batch_size maximum: a latent's batch counts against it
+
 
 def channels(spec: PipelineSpec) -> int:
     """The channels of this model's LATENT: the VAE's latent channels (× the packing, FLUX.2)."""
@@ -54,6 +56,10 @@ def as_array(spec: PipelineSpec, samples: np.ndarray, noise_mask: bool = False, 
         raise ModelError(f"{name}: a LATENT of shape {list(a.shape)} cannot be used; Sample takes an image latent "
                          f"[batch, {want}, height/{scale(spec)}, width/{scale(spec)}] (Empty Latent Image, "
                          "EmptySD3LatentImage, VAE Encode or another Sample's LATENT).")
+    if name == "latent" and a.shape[0] > MAX_BATCH:  # before anything is copied
+        raise ModelError(f"latent: a batch of {a.shape[0]} latents; Sample makes at most {MAX_BATCH} images per run "
+                         "(batch_size's maximum), and the latent's batch sets it. Use a smaller batch in the empty "
+                         "latent, or take part of it (Latent From Batch).")
     if a.shape[1] != want and not a.any():  # an empty latent made for another model: KSampler takes its size too
         a = np.zeros((a.shape[0], want, *a.shape[2:]), np.float32)
     if a.shape[1] != want:
@@ -80,6 +86,7 @@ def decode_input(spec: PipelineSpec, samples: np.ndarray) -> np.ndarray:
         pixels.check(spec, width, height, name="samples",
                      fix="Decode a smaller latent (a smaller empty latent, or Upscale Latent By below 1), or decode "
                          "this one in tiles with ComfyUI's VAE Decode (Tiled) and this model's VAE file")
+        pixels.check_output(spec, width, height, shape[0], name="samples (its batch)")
     return as_array(spec, samples, name="samples")
 
 

@@ -29,6 +29,10 @@ VAE_VALUES_PER_PIXEL = 640
 # many frames the video has. diffusers' tiled decoding (enable_tiling: 256×256 tiles every 192 pixels, blended
 # over the 64-pixel overlap) bounds that peak to one tile's.
 VIDEO_VAE_VALUES_PER_PIXEL = 4800
+# The finished images on their way to ComfyUI, in float32 (12 bytes per RGB pixel), are held about 4 times at
+# once: the worker's outputs and their concatenation, the hand-over in /dev/shm, and ComfyUI's IMAGE (issue 34:
+# 16 × 1024², 201 MB of pixels, took the worker +560 MB and ComfyUI +230 MB).
+OUTPUT_COPIES = 4
 VIDEO_TILE = 256  # diffusers' tile_sample_min_height / _width for AutoencoderKLWan: smaller frames are never tiled
 
 
@@ -100,3 +104,24 @@ def check(spec: PipelineSpec, width: int, height: int, batch: int = 1, name: str
                      f"host can make: at most {most / 1e6:.1f} megapixels (e.g. {side}x{side}), because {why}. {fix}"
                      f"{', or turn batched off' if calls > 1 else ''}; an operator sure of the memory can set "
                      f"{settings.MAX_MEGAPIXELS.name}.")
+
+
+def check_output(spec: PipelineSpec, width: int, height: int, images: int, frames: int = 0,
+                 name: str = "batch_size") -> None:
+    """Refuses a whole prompt's output (every image, every video's frames, as float32 pixels held OUTPUT_COPIES
+    times by the worker and ComfyUI) beyond the host's free memory, before any worker starts: the run would
+    otherwise end in the OOM killer. `name`: the input that sets the count (batch_size, a latent's batch)."""
+    total, free = devices.host_memory()
+    per = width * height * 3 * 4 * max(1, frames)
+    need = per * images * OUTPUT_COPIES
+    if need <= free:
+        return
+    fits = max(0, free // (per * OUTPUT_COPIES))
+    noun = ("video" if frames else "image") + ("s" if images != 1 else "")
+    what = f"{images} {noun} of {width}x{height}" + (f" × {frames} frames" if frames else "")
+    inputs = f"{name}, frames, width/height" if frames else f"{name}, width/height"
+    raise ModelError(f"{inputs}: {what} {'are' if images != 1 or frames else 'is'} {format_bytes(per * images)} of float32 pixels, which the worker and "
+                     f"ComfyUI hold about {OUTPUT_COPIES} times on their way out ({format_bytes(need)}), more than this "
+                     f"host's {format_bytes(free)} of free memory (of {format_bytes(total)}): at most {fits} at this "
+                     f"size{' and length' if frames else ''}. Make fewer {'videos' if frames else 'images'}"
+                     f"{', fewer frames' if frames else ''} or a smaller size, or split the run over several prompts.")
