@@ -664,6 +664,31 @@ def test_conditioning_guidance_that_is_not_one_number_is_refused_naming_the_inpu
     assert api.prepare_sample(spec, req, positive=_conditioning(guidance=4)).req.guidance == 4.0
 
 
+@pytest.mark.workers
+def test_a_run_overflowed_by_a_huge_latent_or_conditioning_names_that_input_not_the_models_files(tiny_models):
+    """A finite but huge latent at denoise 0.5, or a huge CONDITIONING, makes NaN: the failure names `latent` or
+    `positive` and its largest value, and does not send the artist to download the model's files again."""
+    import numpy as np
+
+    from backend.controller import api
+    from backend.protocol.errors import ModelError
+    from backend.protocol.spec import SampleRequest
+
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    req = SampleRequest(prompt="a fox", width=64, height=64, steps=2, guidance=0.0, seed=1, denoise=0.5)
+    latent = np.full((1, 4, 8, 8), 1e30, np.float32)
+    with pytest.raises(ModelError) as e:
+        api.run_sample(api.prepare_sample(spec, req, latent=api.latent_input(spec, latent)[0]))
+    assert str(e.value).startswith("latent: the run made images that are not numbers"), str(e.value)
+    assert "latent holds values up to 1e+30" in str(e.value) and "download it again" not in str(e.value)
+    positive = _conditioning()
+    positive[0][0] = positive[0][0] * 1e30
+    with pytest.raises(ModelError) as e:
+        api.sample(spec, SampleRequest(**{**req.to_dict(), "denoise": 1.0}), positive=positive)
+    assert str(e.value).startswith("positive: the run made images that are not numbers"), str(e.value)
+    assert "download it again" not in str(e.value)
+
+
 # ---- NaN and infinity: refused in a LoRA, caught at the end of a run instead of a black image
 def _non_finite_copy(src: Path, dest: Path, change: Callable[[str, object], object]) -> Path:
     """A copy of the safetensors file `src` (metadata kept) with each tensor replaced by `change(key, tensor)`."""

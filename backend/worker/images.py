@@ -17,6 +17,7 @@ import torch
 
 from ..families import Pipeline
 from ..protocol.spec import SampleRequest
+from .latents import PLAUSIBLE
 
 # LATENT: image to image from a LATENT (Sample's latent input below denoise 1), run by the image-to-image pipeline
 TEXT, IMG2IMG, INPAINT, REFERENCE, START, LATENT = "text", "img2img", "inpaint", "reference", "start", "latent"
@@ -185,3 +186,23 @@ def input_image(arrays: dict, index: int, width: int, height: int) -> np.ndarray
     """Denoise 0: the input image itself (at the size asked), [1, height, width, 3]."""
     images = arrays["image"]
     return fit(images[index % len(images)], width, height)[None]
+
+
+# Values no VAE latent nor text encoding holds (FLUX, SD3, SDXL, Wan latents stay within tens; text encoders' last
+# hidden states within hundreds): a run that made NaN from inputs beyond them was overflowed by its inputs.
+OUTSIZED = {"latent": PLAUSIBLE, "prompt_embeds": 1e4, "pooled_prompt_embeds": 1e4, "negative_prompt_embeds": 1e4,
+            "negative_pooled_prompt_embeds": 1e4}
+INPUT_OF = {"latent": "latent", "prompt_embeds": "positive", "pooled_prompt_embeds": "positive",
+            "negative_prompt_embeds": "negative", "negative_pooled_prompt_embeds": "negative"}
+
+
+def outsized(arrays: dict) -> dict[str, float]:
+    """Sample's inputs (`latent`, `positive`, `negative`) holding values beyond OUTSIZED: each one's largest."""
+    found: dict[str, float] = {}
+    for key, limit in OUTSIZED.items():
+        if key in arrays and np.asarray(arrays[key]).size:
+            largest = float(np.abs(np.asarray(arrays[key], dtype=np.float64)).max())
+            if largest > limit:
+                name = INPUT_OF[key]
+                found[name] = max(found.get(name, 0.0), largest)
+    return found
