@@ -689,6 +689,41 @@ def test_a_run_overflowed_by_a_huge_latent_or_conditioning_names_that_input_not_
     assert "download it again" not in str(e.value)
 
 
+@pytest.mark.unit
+def test_a_controlnet_made_for_other_input_channels_or_text_widths_is_refused_before_any_worker_starts(
+    tiny_models, tiny_controlnets, tmp_path, monkeypatch
+):
+    """A ControlNet whose input channels (or text width) differ from the pipeline's, at the same width, is refused
+    when it is applied, naming the file, the sizes that differ and the fix: it used to fail at the first step with
+    torch's 'mat1 and mat2 shapes cannot be multiplied'. The matching one is taken, for every family."""
+    import numpy as np
+    from safetensors.torch import load_file, save_file
+
+    from backend.controller import api
+    from backend.protocol.errors import ModelError
+
+    _no_worker(monkeypatch)
+    image = np.zeros((1, 64, 64, 3), np.float32)
+    flux = api.make_spec("tiny-flux", [str(tiny_models)])
+    tensors = load_file(str(tiny_controlnets / "files" / "tiny-flux.safetensors"))
+    for key, axis in (("x_embedder.weight", "in_channels"), ("context_embedder.weight", "joint_attention_dim")):
+        changed = dict(tensors)
+        changed[key] = changed[key].repeat(1, 2)
+        path = tmp_path / f"{axis}.safetensors"
+        save_file(changed, str(path))
+        with pytest.raises(ModelError) as e:
+            api.with_controlnet(flux, str(path), image)
+        want = tensors[key].shape[1]
+        assert (f"controlnet_name: '{axis}.safetensors' is made for another FLUX.1 model: its {axis} {2 * want} "
+                f"(the model's: {want}) differ") in str(e.value), str(e.value)
+        assert "Pick the ControlNet made for this model" in str(e.value)
+    for model, file in (("tiny-flux", "tiny-flux.safetensors"), ("tiny-sd3", "tiny-sd3.safetensors"),
+                        ("tiny-sdxl", "tiny-sdxl.safetensors"), ("tiny-qwenimage", "tiny-qwenimage.safetensors"),
+                        ("tiny-zimage", "tiny-zimage.safetensors")):
+        api.with_controlnet(api.make_spec(model, [str(tiny_models)]), str(tiny_controlnets / "files" / file), image,
+                            union_mode="none")
+
+
 # ---- NaN and infinity: refused in a LoRA, caught at the end of a run instead of a black image
 def _non_finite_copy(src: Path, dest: Path, change: Callable[[str, object], object]) -> Path:
     """A copy of the safetensors file `src` (metadata kept) with each tensor replaced by `change(key, tensor)`."""
