@@ -724,6 +724,34 @@ def test_a_controlnet_made_for_other_input_channels_or_text_widths_is_refused_be
                             union_mode="none")
 
 
+@pytest.mark.unit
+def test_frames_or_sides_past_a_wan_models_rotary_table_are_refused_naming_the_largest_that_fits(
+    tiny_models, tmp_path, monkeypatch
+):
+    """A Wan whose rotary table is short (tiny-wan with rope_max_seq_len 32: 32 latent frames, 32 patches per
+    side): 129 frames or 528 pixels wide are refused before any worker starts (they failed in diffusers with
+    "shape '[33, 1, 1, -1]' is invalid"), naming the input and the largest value that fits; 125 frames and 512
+    wide are taken."""
+    from backend.controller import api
+    from backend.protocol.errors import ModelError
+    from backend.protocol.spec import SampleRequest
+
+    _no_worker(monkeypatch)
+    short = shutil.copytree(tiny_models / "tiny-wan", tmp_path / "tiny-wan")
+    config = json.loads((short / "transformer" / "config.json").read_text())
+    (short / "transformer" / "config.json").write_text(json.dumps({**config, "rope_max_seq_len": 32}))
+    spec = api.make_spec("tiny-wan", [str(tmp_path)])
+    req = SampleRequest(prompt="a fox", width=64, height=64, steps=1, guidance=0.0, seed=1, frames=129)
+    with pytest.raises(ModelError, match=r"frames: 129 is more than this Wan model can make: its transformer's rotary "
+                                         r"position table \(rope_max_seq_len 32\) covers 32 latent frames, so at "
+                                         r"most 125 frames; use at most 125"):
+        api.prepare_sample(spec, req)
+    with pytest.raises(ModelError, match=r"width: 528 is more than 'tiny-wan' can make: its transformer's position "
+                                         r"embedding covers at most 512 pixels per side; use at most 512"):
+        api.prepare_sample(spec, SampleRequest(**{**req.to_dict(), "frames": 5, "width": 528}))
+    api.prepare_sample(spec, SampleRequest(**{**req.to_dict(), "frames": 125, "width": 512}))
+
+
 # ---- NaN and infinity: refused in a LoRA, caught at the end of a run instead of a black image
 def _non_finite_copy(src: Path, dest: Path, change: Callable[[str, object], object]) -> Path:
     """A copy of the safetensors file `src` (metadata kept) with each tensor replaced by `change(key, tensor)`."""

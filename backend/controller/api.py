@@ -157,7 +157,7 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
             raise SampleError(f"{f.name}: {value} is not a number the pipeline can use; give a finite value "
                               f"(e.g. {getattr(SampleRequest, f.name)}).")
     models.check_size(models.info_of(spec), req.width, req.height)
-    models.check_frames(spec.family, req.frames)
+    models.check_frames(spec.family, req.frames, spec.component_config("transformer"))
     pixels.check(spec, req.width, req.height, req.batch_size)
     pixels.check_output(spec, req.width, req.height, len(req.images()), req.frames)
     layouts.check_cp_size(spec, req.width, req.height, req.frames)
