@@ -752,6 +752,38 @@ def test_frames_or_sides_past_a_wan_models_rotary_table_are_refused_naming_the_l
     api.prepare_sample(spec, SampleRequest(**{**req.to_dict(), "frames": 125, "width": 512}))
 
 
+@pytest.mark.unit
+def test_a_video_decode_says_which_tile_or_frame_it_decodes_and_stops_between_them(tiny_models):
+    """Wan's VAE (tiny-wan's, in this process), tiled as the worker tiles it: each tile's start is said ("VAE:
+    decoding tile i/n") and Cancel is seen before the next tile; untiled, each latent frame's; the pixels are
+    the plain decode's."""
+    import torch
+    from diffusers import AutoencoderKLWan
+
+    from backend.protocol.errors import Interrupted
+    from backend.worker import images
+
+    vae = AutoencoderKLWan.from_pretrained(str(tiny_models / "tiny-wan" / "vae"), local_files_only=True).eval()
+    z = torch.randn(1, vae.config.z_dim, 2, 4, 40, generator=torch.Generator().manual_seed(0))  # 5 frames, 32x320
+    said: list[str] = []
+    with torch.inference_mode():
+        vae.enable_tiling()
+        plain = vae.decode(z).sample
+        with images.decode_progress(vae, said.append, lambda: False):
+            assert torch.equal(vae.decode(z).sample, plain)
+        assert said == ["VAE: decoding tile 1/2…", "VAE: decoding tile 2/2…"]
+        said.clear()
+        with images.decode_progress(vae, said.append, lambda: bool(said)), pytest.raises(Interrupted):
+            vae.decode(z)
+        assert said == ["VAE: decoding tile 1/2…"], "Cancel is seen before the second tile"
+        vae.disable_tiling()
+        said.clear()
+        with images.decode_progress(vae, said.append, lambda: False):
+            vae.decode(z)
+        assert said == ["VAE: decoding latent frame 1/2…", "VAE: decoding latent frame 2/2…"]
+        assert not hasattr(vae.decoder, "_forward_pre_hooks") or not vae.decoder._forward_pre_hooks
+
+
 # ---- NaN and infinity: refused in a LoRA, caught at the end of a run instead of a black image
 def _non_finite_copy(src: Path, dest: Path, change: Callable[[str, object], object]) -> Path:
     """A copy of the safetensors file `src` (metadata kept) with each tensor replaced by `change(key, tensor)`."""

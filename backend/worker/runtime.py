@@ -311,6 +311,8 @@ class Runtime:
                         latent_io.enter_context(latents.encoded_as(pipe, images.input_latent(arrays, group[0])))
                     if keep_latents:
                         latent_io.enter_context(latents.captured(pipe, taken, decode))
+                    if spec.family.frame_step and layout.leader and decode:  # the leader alone decodes
+                        latent_io.enter_context(images.decode_progress(pipe.vae, self.status, self.channel.interrupt.is_set))
                     result = pipe(**kwargs)
             if result is None:  # stopped before the VAE: only the latents were asked for
                 self._check_finite(spec, torch.cat(taken), arrays)
