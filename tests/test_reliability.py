@@ -784,6 +784,53 @@ def test_a_video_decode_says_which_tile_or_frame_it_decodes_and_stops_between_th
         assert not hasattr(vae.decoder, "_forward_pre_hooks") or not vae.decoder._forward_pre_hooks
 
 
+@pytest.mark.unit
+def test_the_wording_names_what_is_wrong_and_only_nodes_the_running_comfyui_has(tiny_models, tmp_path, monkeypatch):
+    """A malformed config.json is called malformed, not missing; a folder of only config.json is not told it has
+    pickle weights; true_cfg_scale NaN is 'not a number' with the widget's range (30); Empty Flux 2 Latent is
+    suggested only where the running ComfyUI has it."""
+    import types
+
+    import numpy as np
+
+    from backend.controller import api, latents
+    from backend.protocol.errors import InputError
+
+    flux = api.make_spec("tiny-flux", [str(tiny_models)])
+    image = np.zeros((1, 64, 64, 3), np.float32)
+    bad = tmp_path / "bad-json"
+    bad.mkdir()
+    (bad / "config.json").write_text('{"_class_name": "FluxControlNetModel",')
+    with pytest.raises(InputError, match=r"'bad-json' holds no ControlNet diffusers describes \(its config.json "
+                                         r"cannot be read as JSON: "):
+        api.with_controlnet(flux, str(bad), image)
+    only = tmp_path / "only-config"
+    only.mkdir()
+    (only / "config.json").write_text('{"_class_name": "FluxControlNetModel"}')
+    with pytest.raises(InputError) as e:
+        api.with_controlnet(flux, str(only), image)
+    assert "holds no weights beside its config.json" in str(e.value) and "pickle" not in str(e.value), str(e.value)
+    (only / "diffusion_pytorch_model.bin").write_bytes(b"")
+    with pytest.raises(InputError, match=r"holds pickle weights only \(diffusion_pytorch_model.bin\)"):
+        api.with_controlnet(flux, str(only), image)
+    with pytest.raises(InputError, match=r"true_cfg_scale: nan is not a number; use 1 \(off\) up to 30, the widget"):
+        api.sampling_options(flux, true_cfg_scale=float("nan"))
+    with pytest.raises(InputError, match=r"true_cfg_scale: 31.0 is out of range; use 1 \(off\) up to 30"):
+        api.sampling_options(flux, true_cfg_scale=31.0)
+    flux2, want = api.make_spec("tiny-flux2", [str(tiny_models)]), 128
+    monkeypatch.setattr(latents, "channels", lambda spec: want)  # the published FLUX.2's 32 × 2×2 (tiny: fewer)
+    wrong = np.ones((1, 16, 4, 4), np.float32)
+    older = {"KSampler": object, "EmptyLatentImage": object, "EmptySD3LatentImage": object}
+    monkeypatch.setitem(sys.modules, "nodes", types.SimpleNamespace(NODE_CLASS_MAPPINGS=older))
+    with pytest.raises(InputError) as e:
+        api.latent_input(flux2, wrong)
+    assert f"works on {want}-channel latents" in str(e.value) and "Empty Flux 2 Latent" not in str(e.value)
+    monkeypatch.setitem(sys.modules, "nodes", types.SimpleNamespace(
+        NODE_CLASS_MAPPINGS={**older, "EmptyFlux2LatentImage": object}))
+    with pytest.raises(InputError, match="Connect Empty Flux 2 Latent, VAE Encode"):
+        api.latent_input(flux2, wrong)
+
+
 # ---- NaN and infinity: refused in a LoRA, caught at the end of a run instead of a black image
 def _non_finite_copy(src: Path, dest: Path, change: Callable[[str, object], object]) -> Path:
     """A copy of the safetensors file `src` (metadata kept) with each tensor replaced by `change(key, tensor)`."""

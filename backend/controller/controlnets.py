@@ -58,12 +58,17 @@ def read(path: str, spec: PipelineSpec) -> Found:
         kind = _kinds().get(config.get("_class_name", ""), (None, ""))[0]
         if kind is None:
             raise ModelError(f"controlnet_name: the folder '{name}' holds no ControlNet diffusers describes "
-                             f"({config.get('_class_name') or 'no config.json'}); a ControlNet folder has a config.json "
+                             f"({_config_problem(p / 'config.json', config)}); a ControlNet folder has a config.json "
                              f"naming a ControlNet class of {_family_names()}.")
         weights = tuple(sorted(f for f in p.iterdir() if f.suffix == ".safetensors"))
         if not weights:
-            raise ModelError(f"controlnet_name: the folder '{name}' holds no .safetensors weights (pickle weights are "
-                             "refused: they can run code when loaded); download the .safetensors version.")
+            pickles = sorted(f.name for f in p.iterdir() if f.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+            if pickles:
+                raise ModelError(f"controlnet_name: the folder '{name}' holds pickle weights only ({', '.join(pickles)}), "
+                                 "which are refused: they can run code when loaded. Download the .safetensors "
+                                 "version.")
+            raise ModelError(f"controlnet_name: the folder '{name}' holds no weights beside its config.json; download "
+                             "the ControlNet's diffusion_pytorch_model.safetensors into it.")
         return Found(kind, config, None, weights)
     if not p.is_file():
         raise ModelError(f"controlnet_name: '{name}' was not found ({path}). Put the ControlNet in ComfyUI's "
@@ -83,6 +88,18 @@ def read(path: str, spec: PipelineSpec) -> Found:
         zeros = {"zeros": frozenset(k for k in kind.zero_keys if k in shapes and headers.all_zeros(p, k, "controlnet_name"))}
         config = kind.config(shapes, denoiser, **(zeros if kind.zero_keys else {}))
     return Found(kind, config, header, (p,))
+
+
+def _config_problem(path: Path, config: dict) -> str:
+    """What is wrong with a folder's config.json, for the message: missing, not JSON (where), or its class."""
+    if not path.is_file():
+        return "no config.json"
+    if not config:
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            return f"its config.json cannot be read as JSON: {e}"
+    return config.get("_class_name") or "its config.json names no _class_name"
 
 
 def _what_else(shapes) -> str:

@@ -12,13 +12,26 @@ Numpy only: no torch in ComfyUI's process.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from ..protocol.errors import ModelError
 from ..protocol.spec import PipelineSpec, SampleRequest
 from . import models, pixels
 
+# The empty-latent node of each channel count (ComfyUI's class name, its display name); Empty Flux 2 Latent only
+# since ComfyUI 0.3.6x: named only where the running ComfyUI has it.
+EMPTY = {4: ("EmptyLatentImage", "Empty Latent Image"), 16: ("EmptySD3LatentImage", "EmptySD3LatentImage"),
+         128: ("EmptyFlux2LatentImage", "Empty Flux 2 Latent")}
 MAX_BATCH = 64  # Sample's batch_size maximum: a latent's batch counts against it
+
+
+def comfy_has(node: str) -> bool:
+    """Whether the running ComfyUI has the node class `node` (its nodes module's NODE_CLASS_MAPPINGS, which holds
+    the extension nodes once they are loaded); True outside ComfyUI, where it cannot be told."""
+    mapping = getattr(sys.modules.get("nodes"), "NODE_CLASS_MAPPINGS", None)
+    return not isinstance(mapping, dict) or "KSampler" not in mapping or node in mapping
 
 
 def channels(spec: PipelineSpec) -> int:
@@ -63,7 +76,8 @@ def as_array(spec: PipelineSpec, samples: np.ndarray, noise_mask: bool = False, 
     if a.shape[1] != want and not a.any():  # an empty latent made for another model: KSampler takes its size too
         a = np.zeros((a.shape[0], want, *a.shape[2:]), np.float32)
     if a.shape[1] != want:
-        empty = {4: "Empty Latent Image", 16: "EmptySD3LatentImage", 128: "Empty Flux 2 Latent"}.get(want)
+        node, empty = EMPTY.get(want, ("", None))
+        empty = empty if empty and comfy_has(node) else None
         raise ModelError(f"{name}: it has {a.shape[1]} channels, but {family.name} ('{spec.name}') works on "
                          f"{want}-channel latents: it was made for another model. Connect "
                          + (f"{empty}, " if empty else "") + "VAE Encode with this model's VAE, or a LATENT of a "
