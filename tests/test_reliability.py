@@ -467,35 +467,49 @@ def test_the_host_port_survives_running_out_of_descriptors_and_a_host_then_joins
 
 @pytest.mark.unit
 def test_the_pixel_budget_follows_a_workers_memory_and_size_from_image_is_held_to_it(monkeypatch):
-    """The rule (pixels.budget): the memory one worker has over 640 values per pixel of the pipeline's dtype
-    (a real VAE decoder at full size); COMFYUI_TPU_MAX_MEGAPIXELS replaces it. size_from_image is checked from
-    the image's shape, before its pixels are copied (an 8192x8192 view of one pixel here)."""
+    """The rule (pixels.budget): the memory free for one worker's decode over the decode's measured peak per
+    pixel for its VAE (families/vaes.py DECODE_BYTES, float32; half in bfloat16); COMFYUI_TPU_MAX_MEGAPIXELS
+    replaces it. size_from_image is checked from the image's shape, before its pixels are copied (an 8192x8192
+    view of one pixel here)."""
     import numpy as np
 
-    from backend.controller import api, pixels
+    from backend.controller import api, devices, pixels
+    from backend.families import vaes
     from backend.protocol.errors import DeviceError, ModelError
     from backend.protocol.spec import PipelineSpec
 
     spec = PipelineSpec(model_path="/m/flux", class_name="FluxPipeline", size_factor=16, kind="cpu")
+    ldm = vaes.DECODE_BYTES["ldm-vae"]  # no config here: the LDM VAE of FLUX.1, SD3, SDXL
     monkeypatch.delenv("COMFYUI_TPU_MAX_MEGAPIXELS", raising=False)
     monkeypatch.setenv("COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB", "3")
-    assert pixels.budget(spec)[0] == 3 * 2**30 // (640 * 4)  # float32 on the CPU: 2.5 KiB per pixel
-    assert pixels.budget(spec.with_changes(dtype="bfloat16"))[0] == 3 * 2**30 // (640 * 2)
-    pixels.check(spec, 1120, 1120)
+    assert pixels.budget(spec)[0] == 3 * 2**30 // ldm  # float32 on the CPU: 3.6 KiB per pixel
+    assert pixels.budget(spec.with_changes(dtype="bfloat16"))[0] == 3 * 2**30 // (ldm // 2)
+    pixels.check(spec, 928, 928)
     with pytest.raises(ModelError) as e:
-        pixels.check(spec, 1136, 1136)
-    for words in ("width/height: 1136x1136 is 1.3 megapixels", "at most 1.3 megapixels (e.g. 1120x1120)",
-                  "capped at 3 GiB (COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB)", "2.5 KiB per pixel in float32",
+        pixels.check(spec, 944, 944)
+    for words in ("width/height: 944x944 is 0.9 megapixels", "at most 0.9 megapixels (e.g. 928x928)",
+                  "capped at 3 GiB (COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB)", f"{ldm / 1024:.1f} KiB per pixel in float32",
                   "COMFYUI_TPU_MAX_MEGAPIXELS"):
         assert words in str(e.value), str(e.value)
     batched = spec.with_changes(batched=True)
-    pixels.check(batched, 512, 512, batch=4)
-    with pytest.raises(ModelError, match=r"512x512 × batch 8 \(batched\).*or turn batched off"):
-        pixels.check(batched, 512, 512, batch=8)
+    pixels.check(batched, 512, 512, batch=3)
+    with pytest.raises(ModelError, match=r"512x512 × batch 4 \(batched\).*or turn batched off"):
+        pixels.check(batched, 512, 512, batch=4)
     monkeypatch.delenv("COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB")
-    host = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    assert pixels.budget(spec)[0] == host // 2560
-    assert pixels.budget(spec.with_changes(tp_degree=2))[0] == host // 2 // 2560  # two cpu workers share it
+    monkeypatch.setattr(devices, "host_memory", lambda: (24 * 2**30, 20 * 2**30))
+    assert pixels.budget(spec)[0] == 20 * 2**30 // ldm  # the host's free memory, not its total
+    assert "this host has 20.0 GiB of memory free (of 24.0 GiB)" in pixels.budget(spec)[1]
+    assert pixels.budget(spec.with_changes(tp_degree=2))[0] == 10 * 2**30 // ldm  # two cpu workers share it
+    monkeypatch.setattr(devices, "device_memory_bytes", lambda kind: 16 * 2**30)
+    monkeypatch.setattr(pixels, "_device_weights", lambda spec, float_bytes: 6 * 2**30)
+    on_tpu = spec.with_changes(kind="tpu")
+    assert pixels.budget(on_tpu)[0] == 10 * 2**30 // (ldm // 2), "HBM less the weights, in bfloat16"
+    assert "a tpu device has 16.0 GiB, of which the weights keep 6.0 GiB" in pixels.budget(on_tpu)[1]
+    for config, layout in (({"_class_name": "AutoencoderKL"}, "ldm-vae"), ({"_class_name": "AutoencoderKLFlux2"},
+                           "flux2-vae"), ({"_class_name": "AutoencoderKLQwenImage", "z_dim": 16}, "wan-vae"),
+                           ({"_class_name": "AutoencoderKLWan", "z_dim": 48, "is_residual": True}, "wan22-vae")):
+        assert vaes.decode_bytes(config) == vaes.DECODE_BYTES[layout]  # each VAE its own measured peak
+    assert vaes.decode_bytes({"z_dim": 16}, video=True) == vaes.VIDEO_DECODE_BYTES["wan-vae"]
     monkeypatch.setenv("COMFYUI_TPU_MAX_MEGAPIXELS", "40")
     assert pixels.budget(spec) == (40_000_000, "COMFYUI_TPU_MAX_MEGAPIXELS=40")
     image = np.broadcast_to(np.zeros((1, 1, 1, 3), np.float32), (1, 8192, 8192, 3))
