@@ -12,6 +12,7 @@ float32; half in bfloat16 and float16). COMFYUI_TPU_MAX_MEGAPIXELS replaces it. 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from ..families import vaes
 from ..protocol import settings
@@ -34,20 +35,21 @@ def _dtype(spec: PipelineSpec) -> str:
 
 
 def _device_weights(spec: PipelineSpec, float_bytes: int) -> int:
-    """Bytes of weights each device keeps while it decodes: all of them (split by Shard TP), the largest part
-    under model offload, none under sequential offload. 0 where the files cannot be read."""
-    from . import controlnets, models, offload
-
-    try:
-        parts = {**models.weight_bytes(spec, float_bytes), **controlnets.weight_bytes(spec, float_bytes)}
-        mode = offload.choose_offload(spec).mode if spec.offload == "auto" else spec.offload
-    except (ModelError, OSError):
+    """Bytes of weights each device keeps while it decodes, from the files' sizes on disk (no header is read:
+    offload auto has read them once already), taken as 16-bit and scaled to `float_bytes`: all of them (split by
+    Shard TP), none under sequential offload; under model offload, the largest file."""
+    if spec.offload == "sequential":
         return 0
-    if not parts or mode == "sequential":
+    if spec.source is not None:
+        sizes = [c.size_bytes for c in spec.source.components if not c.name.startswith("tokenizer")]
+    else:
+        root = Path(spec.model_path)
+        sizes = [f.stat().st_size for f in root.glob("*/*.safetensors")] if root.is_dir() else []
+    sizes += [c.size_bytes for c in spec.controlnets]
+    sizes = [n * float_bytes // 2 for n in sizes if n]
+    if not sizes:
         return 0
-    if mode == "model":
-        return max(parts.values())
-    return int(offload._per_device(parts, max(1, spec.tp_degree), spec.sharded_encoders))
+    return max(sizes) if spec.offload == "model" else sum(sizes) // max(1, spec.tp_degree)
 
 
 def memory(spec: PipelineSpec) -> tuple[int, str] | None:
