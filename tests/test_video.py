@@ -116,7 +116,8 @@ def test_frames_equal_plain_diffusers_with_progress_and_cancel(tiny_models, one_
     assert api.sample(spec, _request(batch_size=1), said.append).shape == (5, 32, 32, 3), "the next video runs"
     told = [(m.step, m.total) if isinstance(m, Step) else m.text for m in said
             if isinstance(m, Step) or m.text.startswith("VAE")]
-    assert told == [(1, 2), (2, 2), "VAE: decoding the video's 5 frames of 32x32…"], "the decode follows the steps"
+    assert told == [(1, 2), (2, 2), "VAE: decoding the video's 5 frames of 32x32…", "VAE: decoding latent frame 1/2…",
+                    "VAE: decoding latent frame 2/2…"], "the decode follows the steps, and says how far it is"
 
 
 @pytest.mark.workers
