@@ -603,6 +603,13 @@ WAN_WRONG = {
     "text- and image-to-video experts mixed": (dict(WAN_I2V, diffusion_model_2="wan2.2_t2v_low_noise-tiny.safetensors"),
                                                ["diffusion_model_2: 'wan2.2_t2v_low_noise-tiny.safetensors' does not "
                                                 "have the shapes", "Wan 2.2 I2V A14B"]),
+    "experts swapped": (dict(WAN["wan22-a14b"][1], diffusion_model="wan2.2_t2v_low_noise-tiny.safetensors",
+                             diffusion_model_2="wan2.2_t2v_high_noise-tiny.safetensors"),
+                        ["diffusion_model, diffusion_model_2: 'wan2.2_t2v_low_noise-tiny.safetensors' and "
+                         "'wan2.2_t2v_high_noise-tiny.safetensors' are in each other's place", "Swap them"]),
+    "one expert twice": (dict(WAN["wan22-a14b"][1], diffusion_model_2="wan2.2_t2v_high_noise-tiny.safetensors"),
+                         ["diffusion_model_2: 'wan2.2_t2v_high_noise-tiny.safetensors' holds the same weights as "
+                          "diffusion_model", "the high-noise one in diffusion_model"]),
     "Wan 2.1 VAE for the 5B": (dict(WAN["wan22-5b"][1], vae="wan_2.1_vae-tiny.safetensors"),
                                ["vae: 'wan_2.1_vae-tiny.safetensors'", "4 latent channels",
                                 "needs wan2.2_vae.safetensors (48 channels)"]),

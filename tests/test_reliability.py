@@ -467,35 +467,49 @@ def test_the_host_port_survives_running_out_of_descriptors_and_a_host_then_joins
 
 @pytest.mark.unit
 def test_the_pixel_budget_follows_a_workers_memory_and_size_from_image_is_held_to_it(monkeypatch):
-    """The rule (pixels.budget): the memory one worker has over 640 values per pixel of the pipeline's dtype
-    (a real VAE decoder at full size); COMFYUI_TPU_MAX_MEGAPIXELS replaces it. size_from_image is checked from
-    the image's shape, before its pixels are copied (an 8192x8192 view of one pixel here)."""
+    """The rule (pixels.budget): the memory free for one worker's decode over the decode's measured peak per
+    pixel for its VAE (families/vaes.py DECODE_BYTES, float32; half in bfloat16); COMFYUI_TPU_MAX_MEGAPIXELS
+    replaces it. size_from_image is checked from the image's shape, before its pixels are copied (an 8192x8192
+    view of one pixel here)."""
     import numpy as np
 
-    from backend.controller import api, pixels
+    from backend.controller import api, devices, pixels
+    from backend.families import vaes
     from backend.protocol.errors import DeviceError, ModelError
     from backend.protocol.spec import PipelineSpec
 
     spec = PipelineSpec(model_path="/m/flux", class_name="FluxPipeline", size_factor=16, kind="cpu")
+    ldm = vaes.DECODE_BYTES["ldm-vae"]  # no config here: the LDM VAE of FLUX.1, SD3, SDXL
     monkeypatch.delenv("COMFYUI_TPU_MAX_MEGAPIXELS", raising=False)
     monkeypatch.setenv("COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB", "3")
-    assert pixels.budget(spec)[0] == 3 * 2**30 // (640 * 4)  # float32 on the CPU: 2.5 KiB per pixel
-    assert pixels.budget(spec.with_changes(dtype="bfloat16"))[0] == 3 * 2**30 // (640 * 2)
-    pixels.check(spec, 1120, 1120)
+    assert pixels.budget(spec)[0] == 3 * 2**30 // ldm  # float32 on the CPU: 3.6 KiB per pixel
+    assert pixels.budget(spec.with_changes(dtype="bfloat16"))[0] == 3 * 2**30 // (ldm // 2)
+    pixels.check(spec, 928, 928)
     with pytest.raises(ModelError) as e:
-        pixels.check(spec, 1136, 1136)
-    for words in ("width/height: 1136x1136 is 1.3 megapixels", "at most 1.3 megapixels (e.g. 1120x1120)",
-                  "capped at 3 GiB (COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB)", "2.5 KiB per pixel in float32",
+        pixels.check(spec, 944, 944)
+    for words in ("width/height: 944x944 is 0.9 megapixels", "at most 0.9 megapixels (e.g. 928x928)",
+                  "capped at 3 GiB (COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB)", f"{ldm / 1024:.1f} KiB per pixel in float32",
                   "COMFYUI_TPU_MAX_MEGAPIXELS"):
         assert words in str(e.value), str(e.value)
     batched = spec.with_changes(batched=True)
-    pixels.check(batched, 512, 512, batch=4)
-    with pytest.raises(ModelError, match=r"512x512 × batch 8 \(batched\).*or turn batched off"):
-        pixels.check(batched, 512, 512, batch=8)
+    pixels.check(batched, 512, 512, batch=3)
+    with pytest.raises(ModelError, match=r"512x512 × batch 4 \(batched\).*or turn batched off"):
+        pixels.check(batched, 512, 512, batch=4)
     monkeypatch.delenv("COMFYUI_TPU_WORKER_MEMORY_LIMIT_GB")
-    host = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    assert pixels.budget(spec)[0] == host // 2560
-    assert pixels.budget(spec.with_changes(tp_degree=2))[0] == host // 2 // 2560  # two cpu workers share it
+    monkeypatch.setattr(devices, "host_memory", lambda: (24 * 2**30, 20 * 2**30))
+    assert pixels.budget(spec)[0] == 20 * 2**30 // ldm  # the host's free memory, not its total
+    assert "this host has 20.0 GiB of memory free (of 24.0 GiB)" in pixels.budget(spec)[1]
+    assert pixels.budget(spec.with_changes(tp_degree=2))[0] == 10 * 2**30 // ldm  # two cpu workers share it
+    monkeypatch.setattr(devices, "device_memory_bytes", lambda kind: 16 * 2**30)
+    monkeypatch.setattr(pixels, "_device_weights", lambda spec, float_bytes: 6 * 2**30)
+    on_tpu = spec.with_changes(kind="tpu")
+    assert pixels.budget(on_tpu)[0] == 10 * 2**30 // (ldm // 2), "HBM less the weights, in bfloat16"
+    assert "a tpu device has 16.0 GiB, of which the weights keep 6.0 GiB" in pixels.budget(on_tpu)[1]
+    for config, layout in (({"_class_name": "AutoencoderKL"}, "ldm-vae"), ({"_class_name": "AutoencoderKLFlux2"},
+                           "flux2-vae"), ({"_class_name": "AutoencoderKLQwenImage", "z_dim": 16}, "wan-vae"),
+                           ({"_class_name": "AutoencoderKLWan", "z_dim": 48, "is_residual": True}, "wan22-vae")):
+        assert vaes.decode_bytes(config) == vaes.DECODE_BYTES[layout]  # each VAE its own measured peak
+    assert vaes.decode_bytes({"z_dim": 16}, video=True) == vaes.VIDEO_DECODE_BYTES["wan-vae"]
     monkeypatch.setenv("COMFYUI_TPU_MAX_MEGAPIXELS", "40")
     assert pixels.budget(spec) == (40_000_000, "COMFYUI_TPU_MAX_MEGAPIXELS=40")
     image = np.broadcast_to(np.zeros((1, 1, 1, 3), np.float32), (1, 8192, 8192, 3))
@@ -508,6 +522,327 @@ def test_the_pixel_budget_follows_a_workers_memory_and_size_from_image_is_held_t
     monkeypatch.setenv("COMFYUI_TPU_MAX_MEGAPIXELS", "lots")
     with pytest.raises(DeviceError, match="COMFYUI_TPU_MAX_MEGAPIXELS: 'lots' is not a number of megapixels"):
         pixels.budget(spec)
+
+
+# ---- round four (issue 34): the LATENT, CONDITIONING, ControlNet and video surfaces under bad input
+def _no_worker(monkeypatch) -> None:
+    """Any request to a worker group fails the test: the check under test must come before one starts."""
+    from backend.controller import group
+
+    def run(*args, **kwargs):
+        raise AssertionError("a worker group was asked, but the input should have been refused before")
+
+    monkeypatch.setattr(group, "run", run)
+
+
+@pytest.mark.unit
+def test_vae_decode_applies_the_pixel_budget_to_samples_before_any_worker_starts(tiny_models, monkeypatch):
+    """EmptySD3LatentImage 16384² into VAE Decode (TPU) is refused at once, from the latent's shape (nothing
+    is copied), naming `samples`, its size, the budget and the fix; one image of the budget is let through
+    (the worker decodes a batch image by image, so a batch of them is too)."""
+    import numpy as np
+
+    from backend.controller import api
+    from backend.protocol.errors import ModelError
+
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    monkeypatch.setenv("COMFYUI_TPU_MAX_MEGAPIXELS", "16")
+    _no_worker(monkeypatch)
+    huge = np.broadcast_to(np.zeros((1, 1, 1, 1), np.float32), (1, 16, 2048, 2048))
+    t0 = time.monotonic()
+    with pytest.raises(ModelError) as e:
+        api.decode(spec, huge)
+    assert time.monotonic() - t0 < 1
+    for words in ("samples: 16384x16384 is 268.4 megapixels", "at most 16.0 megapixels (e.g. 4000x4000)",
+                  "COMFYUI_TPU_MAX_MEGAPIXELS=16", "Decode a smaller latent", "VAE Decode (Tiled)"):
+        assert words in str(e.value), str(e.value)
+    with pytest.raises(AssertionError, match="a worker group was asked"):  # 3584², batch 8: one image fits
+        api.decode(spec, np.zeros((8, 4, 448, 448), np.float32))
+    with pytest.raises(ModelError, match=r"samples: it has 16 channels, but FLUX.1"):
+        api.decode(spec, np.ones((1, 16, 8, 8), np.float32))
+
+
+@pytest.mark.workers
+def test_vae_decode_decodes_a_batch_image_by_image_saying_which(tiny_models):
+    """VAE Decode (TPU) runs the VAE once per image, as Sample does (its peak is one image's), says which image
+    it decodes, and gives the pixels of decoding each image alone."""
+    import numpy as np
+
+    from backend.controller import api
+    from backend.protocol.messages import Status
+
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    latent = np.random.default_rng(0).standard_normal((3, 4, 8, 8)).astype(np.float32)
+    api.load(spec)
+    decodes = api.worker_info()[0]["vae_decodes"]
+    said: list[str] = []
+    images = api.decode(spec, latent, on_progress=lambda m: said.append(m.text) if isinstance(m, Status) else None)
+    assert api.worker_info()[0]["vae_decodes"] == decodes + 3
+    assert [t for t in said if t.startswith("VAE: decoding image")] == [
+        f"VAE: decoding image {i}/3…" for i in (1, 2, 3)], said
+    alone = np.concatenate([api.decode(spec, latent[i:i + 1]) for i in range(3)])
+    assert images.shape == (3, 64, 64, 3) and np.array_equal(images, alone)
+
+
+@pytest.mark.workers
+def test_vae_decode_refuses_a_latent_that_decodes_to_non_numbers_instead_of_saving_black(tiny_models):
+    """A finite latent of 3e38 (a LoadLatent file) overflows in the VAE: VAE Decode (TPU) fails naming `samples`,
+    the image and its largest value, instead of returning NaN that Save Image writes as a black PNG; the next
+    decode works."""
+    import numpy as np
+
+    from backend.controller import api
+    from backend.protocol.errors import ModelError
+
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    latent = np.zeros((2, 4, 8, 8), np.float32)
+    latent[1] = 3e38
+    with pytest.raises(ModelError) as e:
+        api.decode(spec, latent)
+    for words in ("samples: image 2 of the latent decodes to values that are not numbers", "black image",
+                  "largest value is 3e+38", "LoadLatent"):
+        assert words in str(e.value), str(e.value)
+    assert np.isfinite(api.decode(spec, latent[:1])).all()
+
+
+@pytest.mark.unit
+def test_the_whole_prompts_output_is_bounded_by_the_hosts_free_memory_before_any_worker_starts(tiny_models,
+                                                                                              monkeypatch):
+    """A latent's batch counts against Sample's batch limit (64); every image (every video's frames) of the
+    prompt, as float32 pixels held about 4 times by the worker and ComfyUI, is held to the host's free memory:
+    refused before any worker starts, naming the inputs, the bytes and what fits."""
+    import numpy as np
+
+    from backend.controller import api, devices, pixels
+    from backend.protocol.errors import InputError
+    from backend.protocol.spec import SampleRequest
+
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    monkeypatch.setenv("COMFYUI_TPU_MAX_MEGAPIXELS", "100")
+    monkeypatch.setattr(devices, "host_memory", lambda: (24 * 2**30, 16 * 2**30))
+    _no_worker(monkeypatch)
+    with pytest.raises(InputError, match=r"latent: a batch of 4096 latents; Sample makes at most 64 images"):
+        api.latent_input(spec, np.broadcast_to(np.zeros((1, 1, 1, 1), np.float32), (4096, 4, 128, 128)))
+    req = SampleRequest(prompt="a fox", width=2048, height=2048, steps=1, guidance=0.0, seed=1, batch_size=64)
+    with pytest.raises(AssertionError, match="a worker group was asked"):  # 64 × 2048² × 12 bytes × 4 = 12 GiB
+        api.run_sample(api.prepare_sample(spec, req))
+    with pytest.raises(InputError) as e:
+        api.prepare_sample(spec, SampleRequest(**{**req.to_dict(), "width": 4096}))
+    for words in ("batch_size, width/height: 64 images of 4096x2048 are 6.0 GiB of float32 pixels",
+                  "about 4 times on their way out (24.0 GiB)", "16.0 GiB of free memory (of 24.0 GiB)",
+                  "at most 42 at this size", "Make fewer images"):
+        assert words in str(e.value), str(e.value)
+    with pytest.raises(InputError, match=r"batch_size, frames, width/height: 1 video of 1920x1088 × 401 frames are "
+                                         r"9.4 GiB of float32 pixels.*at most 0 at this size and length"):
+        pixels.check_output(spec, 1920, 1088, 1, 401)  # a Sample Video's frames count once per frame
+    monkeypatch.setattr(devices, "host_memory", lambda: (24 * 2**30, 8 * 2**30))
+    with pytest.raises(InputError, match=r"samples \(its batch\), width/height: 64 images of 2048x2048"):
+        api.decode(spec, np.zeros((64, 4, 256, 256), np.float32))
+
+
+def _conditioning(**extras) -> list:
+    """A CONDITIONING of tiny-flux's widths (CLIP 32, T5 32), as CLIP Text Encode makes it, with `extras`."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return [[rng.standard_normal((1, 8, 32), dtype=np.float32),
+             {"pooled_output": rng.standard_normal((1, 32), dtype=np.float32), **extras}]]
+
+
+@pytest.mark.unit
+def test_conditioning_guidance_that_is_not_one_number_is_refused_naming_the_input_key_and_type(tiny_models):
+    """A third-party node's 'guidance' (a string, several values, an int64 or bool tensor, NaN) is refused
+    before any worker starts, naming positive/negative, the key and the type; FluxGuidance's float (and a numpy
+    float scalar) is taken."""
+    import numpy as np
+
+    from backend.controller import api
+    from backend.protocol.errors import InputError
+    from backend.protocol.spec import SampleRequest
+
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    req = SampleRequest(prompt="", width=64, height=64, steps=1, guidance=3.5, seed=1)
+    for value, words in (("3.5", "a str ('3.5')"), (np.array([2.0, 3.0]), "a float64 tensor of shape [2]"),
+                         (np.array(3, np.int64), "a int64 tensor of shape []"), (True, "a bool (True)"),
+                         (np.array(True), "a bool tensor of shape []"), (float("nan"), "nan"),
+                         ({"a": 1}, "a dict")):
+        for which in ("positive", "negative"):
+            inputs = {which: _conditioning(guidance=value)}
+            if which == "negative":
+                inputs["positive"] = _conditioning()
+            with pytest.raises(InputError) as e:
+                api.prepare_sample(spec, req, **inputs)
+            assert f"{which}: this CONDITIONING's 'guidance' is {words}, not one finite number" in str(e.value), (
+                str(e.value))
+    assert api.prepare_sample(spec, req, positive=_conditioning(guidance=np.float32(2.5))).req.guidance == 2.5
+    assert api.prepare_sample(spec, req, positive=_conditioning(guidance=4)).req.guidance == 4.0
+
+
+@pytest.mark.workers
+def test_a_run_overflowed_by_a_huge_latent_or_conditioning_names_that_input_not_the_models_files(tiny_models):
+    """A finite but huge latent at denoise 0.5, or a huge CONDITIONING, makes NaN: the failure names `latent` or
+    `positive` and its largest value, and does not send the artist to download the model's files again."""
+    import numpy as np
+
+    from backend.controller import api
+    from backend.protocol.errors import ModelError
+    from backend.protocol.spec import SampleRequest
+
+    spec = api.make_spec("tiny-flux", [str(tiny_models)])
+    req = SampleRequest(prompt="a fox", width=64, height=64, steps=2, guidance=0.0, seed=1, denoise=0.5)
+    latent = np.full((1, 4, 8, 8), 1e30, np.float32)
+    with pytest.raises(ModelError) as e:
+        api.run_sample(api.prepare_sample(spec, req, latent=api.latent_input(spec, latent)[0]))
+    assert str(e.value).startswith("latent: the run made images that are not numbers"), str(e.value)
+    assert "latent holds values up to 1e+30" in str(e.value) and "download it again" not in str(e.value)
+    positive = _conditioning()
+    positive[0][0] = positive[0][0] * 1e30
+    with pytest.raises(ModelError) as e:
+        api.sample(spec, SampleRequest(**{**req.to_dict(), "denoise": 1.0}), positive=positive)
+    assert str(e.value).startswith("positive: the run made images that are not numbers"), str(e.value)
+    assert "download it again" not in str(e.value)
+
+
+@pytest.mark.unit
+def test_a_controlnet_made_for_other_input_channels_or_text_widths_is_refused_before_any_worker_starts(
+    tiny_models, tiny_controlnets, tmp_path, monkeypatch
+):
+    """A ControlNet whose input channels (or text width) differ from the pipeline's, at the same width, is refused
+    when it is applied, naming the file, the sizes that differ and the fix: it used to fail at the first step with
+    torch's 'mat1 and mat2 shapes cannot be multiplied'. The matching one is taken, for every family."""
+    import numpy as np
+    from safetensors.torch import load_file, save_file
+
+    from backend.controller import api
+    from backend.protocol.errors import ModelError
+
+    _no_worker(monkeypatch)
+    image = np.zeros((1, 64, 64, 3), np.float32)
+    flux = api.make_spec("tiny-flux", [str(tiny_models)])
+    tensors = load_file(str(tiny_controlnets / "files" / "tiny-flux.safetensors"))
+    for key, axis in (("x_embedder.weight", "in_channels"), ("context_embedder.weight", "joint_attention_dim")):
+        changed = dict(tensors)
+        changed[key] = changed[key].repeat(1, 2)
+        path = tmp_path / f"{axis}.safetensors"
+        save_file(changed, str(path))
+        with pytest.raises(ModelError) as e:
+            api.with_controlnet(flux, str(path), image)
+        want = tensors[key].shape[1]
+        assert (f"controlnet_name: '{axis}.safetensors' is made for another FLUX.1 model: its {axis} {2 * want} "
+                f"(the model's: {want}) differ") in str(e.value), str(e.value)
+        assert "Pick the ControlNet made for this model" in str(e.value)
+    for model, file in (("tiny-flux", "tiny-flux.safetensors"), ("tiny-sd3", "tiny-sd3.safetensors"),
+                        ("tiny-sdxl", "tiny-sdxl.safetensors"), ("tiny-qwenimage", "tiny-qwenimage.safetensors"),
+                        ("tiny-zimage", "tiny-zimage.safetensors")):
+        api.with_controlnet(api.make_spec(model, [str(tiny_models)]), str(tiny_controlnets / "files" / file), image,
+                            union_mode="none")
+
+
+@pytest.mark.unit
+def test_frames_or_sides_past_a_wan_models_rotary_table_are_refused_naming_the_largest_that_fits(
+    tiny_models, tmp_path, monkeypatch
+):
+    """A Wan whose rotary table is short (tiny-wan with rope_max_seq_len 32: 32 latent frames, 32 patches per
+    side): 129 frames or 528 pixels wide are refused before any worker starts (they failed in diffusers with
+    "shape '[33, 1, 1, -1]' is invalid"), naming the input and the largest value that fits; 125 frames and 512
+    wide are taken."""
+    from backend.controller import api
+    from backend.protocol.errors import ModelError
+    from backend.protocol.spec import SampleRequest
+
+    _no_worker(monkeypatch)
+    short = shutil.copytree(tiny_models / "tiny-wan", tmp_path / "tiny-wan")
+    config = json.loads((short / "transformer" / "config.json").read_text())
+    (short / "transformer" / "config.json").write_text(json.dumps({**config, "rope_max_seq_len": 32}))
+    spec = api.make_spec("tiny-wan", [str(tmp_path)])
+    req = SampleRequest(prompt="a fox", width=64, height=64, steps=1, guidance=0.0, seed=1, frames=129)
+    with pytest.raises(ModelError, match=r"frames: 129 is more than this Wan model can make: its transformer's rotary "
+                                         r"position table \(rope_max_seq_len 32\) covers 32 latent frames, so at "
+                                         r"most 125 frames; use at most 125"):
+        api.prepare_sample(spec, req)
+    with pytest.raises(ModelError, match=r"width: 528 is more than 'tiny-wan' can make: its transformer's position "
+                                         r"embedding covers at most 512 pixels per side; use at most 512"):
+        api.prepare_sample(spec, SampleRequest(**{**req.to_dict(), "frames": 5, "width": 528}))
+    api.prepare_sample(spec, SampleRequest(**{**req.to_dict(), "frames": 125, "width": 512}))
+
+
+@pytest.mark.unit
+def test_a_video_decode_says_which_tile_or_frame_it_decodes_and_stops_between_them(tiny_models):
+    """Wan's VAE (tiny-wan's, in this process), tiled as the worker tiles it: each tile's start is said ("VAE:
+    decoding tile i/n") and Cancel is seen before the next tile; untiled, each latent frame's; the pixels are
+    the plain decode's."""
+    import torch
+    from diffusers import AutoencoderKLWan
+
+    from backend.protocol.errors import Interrupted
+    from backend.worker import images
+
+    vae = AutoencoderKLWan.from_pretrained(str(tiny_models / "tiny-wan" / "vae"), local_files_only=True).eval()
+    z = torch.randn(1, vae.config.z_dim, 2, 4, 40, generator=torch.Generator().manual_seed(0))  # 5 frames, 32x320
+    said: list[str] = []
+    with torch.inference_mode():
+        vae.enable_tiling()
+        plain = vae.decode(z).sample
+        with images.decode_progress(vae, said.append, lambda: False):
+            assert torch.equal(vae.decode(z).sample, plain)
+        assert said == ["VAE: decoding tile 1/2…", "VAE: decoding tile 2/2…"]
+        said.clear()
+        with images.decode_progress(vae, said.append, lambda: bool(said)), pytest.raises(Interrupted):
+            vae.decode(z)
+        assert said == ["VAE: decoding tile 1/2…"], "Cancel is seen before the second tile"
+        vae.disable_tiling()
+        said.clear()
+        with images.decode_progress(vae, said.append, lambda: False):
+            vae.decode(z)
+        assert said == ["VAE: decoding latent frame 1/2…", "VAE: decoding latent frame 2/2…"]
+        assert not hasattr(vae.decoder, "_forward_pre_hooks") or not vae.decoder._forward_pre_hooks
+
+
+@pytest.mark.unit
+def test_the_wording_names_what_is_wrong_and_only_nodes_the_running_comfyui_has(tiny_models, tmp_path, monkeypatch):
+    """A malformed config.json is called malformed, not missing; a folder of only config.json is not told it has
+    pickle weights; true_cfg_scale NaN is 'not a number' with the widget's range (30); Empty Flux 2 Latent is
+    suggested only where the running ComfyUI has it."""
+    import types
+
+    import numpy as np
+
+    from backend.controller import api, latents
+    from backend.protocol.errors import InputError
+
+    flux = api.make_spec("tiny-flux", [str(tiny_models)])
+    image = np.zeros((1, 64, 64, 3), np.float32)
+    bad = tmp_path / "bad-json"
+    bad.mkdir()
+    (bad / "config.json").write_text('{"_class_name": "FluxControlNetModel",')
+    with pytest.raises(InputError, match=r"'bad-json' holds no ControlNet diffusers describes \(its config.json "
+                                         r"cannot be read as JSON: "):
+        api.with_controlnet(flux, str(bad), image)
+    only = tmp_path / "only-config"
+    only.mkdir()
+    (only / "config.json").write_text('{"_class_name": "FluxControlNetModel"}')
+    with pytest.raises(InputError) as e:
+        api.with_controlnet(flux, str(only), image)
+    assert "holds no weights beside its config.json" in str(e.value) and "pickle" not in str(e.value), str(e.value)
+    (only / "diffusion_pytorch_model.bin").write_bytes(b"")
+    with pytest.raises(InputError, match=r"holds pickle weights only \(diffusion_pytorch_model.bin\)"):
+        api.with_controlnet(flux, str(only), image)
+    with pytest.raises(InputError, match=r"true_cfg_scale: nan is not a number; use 1 \(off\) up to 30, the widget"):
+        api.sampling_options(flux, true_cfg_scale=float("nan"))
+    with pytest.raises(InputError, match=r"true_cfg_scale: 31.0 is out of range; use 1 \(off\) up to 30"):
+        api.sampling_options(flux, true_cfg_scale=31.0)
+    flux2, want = api.make_spec("tiny-flux2", [str(tiny_models)]), 128
+    monkeypatch.setattr(latents, "channels", lambda spec: want)  # the published FLUX.2's 32 × 2×2 (tiny: fewer)
+    wrong = np.ones((1, 16, 4, 4), np.float32)
+    older = {"KSampler": object, "EmptyLatentImage": object, "EmptySD3LatentImage": object}
+    monkeypatch.setitem(sys.modules, "nodes", types.SimpleNamespace(NODE_CLASS_MAPPINGS=older))
+    with pytest.raises(InputError) as e:
+        api.latent_input(flux2, wrong)
+    assert f"works on {want}-channel latents" in str(e.value) and "Empty Flux 2 Latent" not in str(e.value)
+    monkeypatch.setitem(sys.modules, "nodes", types.SimpleNamespace(
+        NODE_CLASS_MAPPINGS={**older, "EmptyFlux2LatentImage": object}))
+    with pytest.raises(InputError, match="Connect Empty Flux 2 Latent, VAE Encode"):
+        api.latent_input(flux2, wrong)
 
 
 # ---- NaN and infinity: refused in a LoRA, caught at the end of a run instead of a black image

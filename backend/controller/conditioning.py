@@ -13,6 +13,7 @@ prompts of any length up to it share one graph), and sent to the workers as arra
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -133,6 +134,8 @@ def _entry(name: str, conditioning: Sequence, widths: tuple[int, int], spec: Pip
         raise SampleError(f"{name}: this CONDITIONING carries {what}, which only ComfyUI's own sampler applies; "
                           "Sample takes plain encodings (CLIP Text Encode, FluxGuidance, ConditioningConcat, "
                           "ConditioningAverage). Remove that node, or use ComfyUI's KSampler for it.")
+    if extras.get("guidance") is not None:
+        extras["guidance"] = _guidance(name, extras["guidance"])
     pooled = extras.get("pooled_output")
     pooled = None if pooled is None else np.asarray(pooled)
     width, pooled_width = widths
@@ -158,6 +161,29 @@ def _entry(name: str, conditioning: Sequence, widths: tuple[int, int], spec: Pip
         raise SampleError(f"{name}: this CONDITIONING holds values that are not numbers (NaN or infinity); check "
                           "the nodes that made it.")
     return embeds, pooled, extras
+
+
+def _guidance(name: str, value: Any) -> float:
+    """The entry's 'guidance' as FluxGuidance sets it: one finite float (a Python int too). A string, several
+    values, or an integer or bool tensor (a third-party node's encoding) would fail deep in the pipeline with a
+    bare TypeError, or be taken for a number it is not: refused, naming the input, the key and the type."""
+    if isinstance(value, bool) or isinstance(value, (str, bytes)):
+        what = f"a {type(value).__name__} ({value!r:.40})"
+    elif isinstance(value, (int, float)):
+        what = "" if math.isfinite(value) else f"{value}"
+    else:
+        try:
+            a = np.asarray(value)
+        except Exception:
+            a = np.asarray(None, dtype=object)
+        if _floats(a) and a.size == 1 and np.isfinite(a).all():
+            return float(a.reshape(()))
+        what = (f"a {a.dtype} tensor of shape {list(a.shape)}" if a.dtype != object
+                else f"a {type(value).__name__}")
+    if not what:
+        return float(value)
+    raise SampleError(f"{name}: this CONDITIONING's 'guidance' is {what}, not one finite number; FluxGuidance sets "
+                      "one (e.g. 3.5). Set it with FluxGuidance, or remove the node that set it.")
 
 
 def _floats(a: np.ndarray) -> bool:

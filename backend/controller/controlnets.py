@@ -58,12 +58,17 @@ def read(path: str, spec: PipelineSpec) -> Found:
         kind = _kinds().get(config.get("_class_name", ""), (None, ""))[0]
         if kind is None:
             raise ModelError(f"controlnet_name: the folder '{name}' holds no ControlNet diffusers describes "
-                             f"({config.get('_class_name') or 'no config.json'}); a ControlNet folder has a config.json "
+                             f"({_config_problem(p / 'config.json', config)}); a ControlNet folder has a config.json "
                              f"naming a ControlNet class of {_family_names()}.")
         weights = tuple(sorted(f for f in p.iterdir() if f.suffix == ".safetensors"))
         if not weights:
-            raise ModelError(f"controlnet_name: the folder '{name}' holds no .safetensors weights (pickle weights are "
-                             "refused: they can run code when loaded); download the .safetensors version.")
+            pickles = sorted(f.name for f in p.iterdir() if f.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+            if pickles:
+                raise ModelError(f"controlnet_name: the folder '{name}' holds pickle weights only ({', '.join(pickles)}), "
+                                 "which are refused: they can run code when loaded. Download the .safetensors "
+                                 "version.")
+            raise ModelError(f"controlnet_name: the folder '{name}' holds no weights beside its config.json; download "
+                             "the ControlNet's diffusion_pytorch_model.safetensors into it.")
         return Found(kind, config, None, weights)
     if not p.is_file():
         raise ModelError(f"controlnet_name: '{name}' was not found ({path}). Put the ControlNet in ComfyUI's "
@@ -83,6 +88,18 @@ def read(path: str, spec: PipelineSpec) -> Found:
         zeros = {"zeros": frozenset(k for k in kind.zero_keys if k in shapes and headers.all_zeros(p, k, "controlnet_name"))}
         config = kind.config(shapes, denoiser, **(zeros if kind.zero_keys else {}))
     return Found(kind, config, header, (p,))
+
+
+def _config_problem(path: Path, config: dict) -> str:
+    """What is wrong with a folder's config.json, for the message: missing, not JSON (where), or its class."""
+    if not path.is_file():
+        return "no config.json"
+    if not config:
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            return f"its config.json cannot be read as JSON: {e}"
+    return config.get("_class_name") or "its config.json names no _class_name"
 
 
 def _what_else(shapes) -> str:
@@ -183,6 +200,20 @@ def check(spec: PipelineSpec, ref: ControlNetRef, found: Found | None = None) ->
                          "would reuse steps the ControlNet changes. Set step_cache to off in Sampling Options.")
 
 
+# Config sizes a ControlNet shares with the denoiser it steers (FLUX.1, SD3, Qwen-Image: the text and pooled widths
+# and the rotary axes; SDXL: cross attention and the added embeddings; Z-Image: the heads): any that differ fail
+# at the first step with torch's shape error. The input channels are compared beside them (a UNet's latent
+# channels: an inpainting UNet takes more, its ControlNet the latent's).
+SHARED = ("joint_attention_dim", "pooled_projection_dim", "axes_dims_rope", "patch_size", "cross_attention_dim",
+          "projection_class_embeddings_input_dim", "addition_time_embed_dim", "n_heads", "n_kv_heads",
+          "all_patch_size", "all_f_patch_size")
+
+
+def _plain(value: object) -> object:
+    """A config value compared as JSON gives it (tuples and lists alike)."""
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
 def _check_fit(spec: PipelineSpec, ref: ControlNetRef, found: Found) -> None:
     """The ControlNet's residuals must have the shapes of the denoiser's hidden states."""
     config = found.config
@@ -197,6 +228,14 @@ def _check_fit(spec: PipelineSpec, ref: ControlNetRef, found: Found) -> None:
     if mine != theirs:
         raise ModelError(f"controlnet_name: '{ref.name}' is made for a model of width {mine}, and '{spec.name}' has "
                          f"width {theirs}: pick the ControlNet made for this model.")
+    expected = {**{k: den[k] for k in SHARED if den.get(k) is not None},
+                "in_channels": den.get("out_channels") if "block_out_channels" in den else den.get("in_channels")}
+    differ = [f"{key} {config[key]} (the model's: {want})" for key, want in expected.items()
+              if want is not None and config.get(key) is not None and _plain(config[key]) != _plain(want)]
+    if differ:
+        raise ModelError(f"controlnet_name: '{ref.name}' is made for another {spec.family.name} model: its "
+                         f"{', '.join(differ)} differ from '{spec.name}', so the first step would fail on mismatched "
+                         "shapes. Pick the ControlNet made for this model.")
     extra = config.get("extra_conditioning_channels") or config.get("extra_condition_channels") or 0
     if extra:
         raise ModelError(f"controlnet_name: '{ref.name}' is an inpainting ControlNet (it reads a mask beside the "

@@ -335,3 +335,14 @@ def device_memory_bytes(kind: str) -> int | None:
 
         return int(torch.cuda.get_device_properties(0).total_memory)
     return None
+
+
+def host_memory() -> tuple[int, int]:
+    """(total, free) bytes of this host's memory: /proc/meminfo's MemTotal and MemAvailable (what can be
+    allocated without swapping, reclaimable page cache counted free); without /proc, the physical pages for both."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        return int(fields["MemTotal"].split()[0]) * 1024, int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return total, total

@@ -12,11 +12,26 @@ Numpy only: no torch in ComfyUI's process.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from ..protocol.errors import ModelError
 from ..protocol.spec import PipelineSpec, SampleRequest
-from . import models
+from . import models, pixels
+
+# The empty-latent node of each channel count (ComfyUI's class name, its display name); Empty Flux 2 Latent only
+# since ComfyUI 0.3.6x: named only where the running ComfyUI has it.
+EMPTY = {4: ("EmptyLatentImage", "Empty Latent Image"), 16: ("EmptySD3LatentImage", "EmptySD3LatentImage"),
+         128: ("EmptyFlux2LatentImage", "Empty Flux 2 Latent")}
+MAX_BATCH = 64  # Sample's batch_size maximum: a latent's batch counts against it
+
+
+def comfy_has(node: str) -> bool:
+    """Whether the running ComfyUI has the node class `node` (its nodes module's NODE_CLASS_MAPPINGS, which holds
+    the extension nodes once they are loaded); True outside ComfyUI, where it cannot be told."""
+    mapping = getattr(sys.modules.get("nodes"), "NODE_CLASS_MAPPINGS", None)
+    return not isinstance(mapping, dict) or "KSampler" not in mapping or node in mapping
 
 
 def channels(spec: PipelineSpec) -> int:
@@ -35,37 +50,58 @@ def frame_axis(spec: PipelineSpec) -> bool:
     return "z_dim" in spec.component_config("vae")
 
 
-def as_array(spec: PipelineSpec, samples: np.ndarray, noise_mask: bool = False) -> np.ndarray:
+def as_array(spec: PipelineSpec, samples: np.ndarray, noise_mask: bool = False, name: str = "latent") -> np.ndarray:
     """A LATENT's samples as the worker takes them (float32; a frame axis added where the VAE takes one), checked
-    against the model; raises ModelError naming the input, the value and the fix."""
+    against the model; raises ModelError naming the input (`name`: Sample's `latent`, VAE Decode's `samples`),
+    the value and the fix."""
     family = spec.family
     if family.frame_step:
-        raise ModelError(f"latent: {family.name} makes videos; the pack's LATENT is for image models (Sample, VAE "
+        raise ModelError(f"{name}: {family.name} makes videos; the pack's LATENT is for image models (Sample, VAE "
                          "Decode (TPU)). Disconnect it.")
     if noise_mask:
-        raise ModelError("latent: it carries a noise mask (Set Latent Noise Mask), which Sample does not read; for "
+        raise ModelError(f"{name}: it carries a noise mask (Set Latent Noise Mask), which Sample does not read; for "
                          "inpainting connect the image and its mask to Sample's image and mask inputs instead.")
     a = np.asarray(samples)
     want = channels(spec)
     if a.ndim == 5 and frame_axis(spec) and a.shape[2] == 1:
         a = a[:, :, 0]
     if a.ndim != 4 or a.shape[0] < 1 or min(a.shape[2:]) < 1:
-        raise ModelError(f"latent: a LATENT of shape {list(a.shape)} cannot be used; Sample takes an image latent "
+        raise ModelError(f"{name}: a LATENT of shape {list(a.shape)} cannot be used; Sample takes an image latent "
                          f"[batch, {want}, height/{scale(spec)}, width/{scale(spec)}] (Empty Latent Image, "
                          "EmptySD3LatentImage, VAE Encode or another Sample's LATENT).")
+    if name == "latent" and a.shape[0] > MAX_BATCH:  # before anything is copied
+        raise ModelError(f"latent: a batch of {a.shape[0]} latents; Sample makes at most {MAX_BATCH} images per run "
+                         "(batch_size's maximum), and the latent's batch sets it. Use a smaller batch in the empty "
+                         "latent, or take part of it (Latent From Batch).")
     if a.shape[1] != want and not a.any():  # an empty latent made for another model: KSampler takes its size too
         a = np.zeros((a.shape[0], want, *a.shape[2:]), np.float32)
     if a.shape[1] != want:
-        empty = {4: "Empty Latent Image", 16: "EmptySD3LatentImage", 128: "Empty Flux 2 Latent"}.get(want)
-        raise ModelError(f"latent: it has {a.shape[1]} channels, but {family.name} ('{spec.name}') works on "
+        node, empty = EMPTY.get(want, ("", None))
+        empty = empty if empty and comfy_has(node) else None
+        raise ModelError(f"{name}: it has {a.shape[1]} channels, but {family.name} ('{spec.name}') works on "
                          f"{want}-channel latents: it was made for another model. Connect "
                          + (f"{empty}, " if empty else "") + "VAE Encode with this model's VAE, or a LATENT of a "
                          "Sample with this model.")
     a = np.ascontiguousarray(a, dtype=np.float32)
     if not np.isfinite(a).all():
-        raise ModelError("latent: the latent holds values that are not numbers (NaN or infinity); check the nodes "
+        raise ModelError(f"{name}: the latent holds values that are not numbers (NaN or infinity); check the nodes "
                          "that made it.")
     return a[:, :, None] if frame_axis(spec) else a
+
+
+def decode_input(spec: PipelineSpec, samples: np.ndarray) -> np.ndarray:
+    """VAE Decode (TPU)'s `samples` as the worker takes them, checked first from its shape against the pixel
+    budget of one image (the worker decodes a batch image by image, as Sample does), before anything is copied:
+    a 16384² empty latent is refused at once instead of decoding for minutes."""
+    shape = np.shape(samples)
+    if len(shape) in (4, 5) and min(shape[-2:]) >= 1:
+        s = scale(spec)
+        width, height = shape[-1] * s, shape[-2] * s
+        pixels.check(spec, width, height, name="samples",
+                     fix="Decode a smaller latent (a smaller empty latent, or Upscale Latent By below 1), or decode "
+                         "this one in tiles with ComfyUI's VAE Decode (Tiled) and this model's VAE file")
+        pixels.check_output(spec, width, height, shape[0], name="samples (its batch)")
+    return as_array(spec, samples, name="samples")
 
 
 def size(spec: PipelineSpec, latent: np.ndarray) -> tuple[int, int, int]:

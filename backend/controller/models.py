@@ -205,8 +205,10 @@ def vae_scale(vae_config: dict) -> int:
 
 def model_max_side(transformer_config: dict, size_factor: int) -> int | None:
     """The largest side the model can make, where its transformer has a fixed-size position embedding (SD3's
-    pos_embed_max_size, in patches): None where it has no such limit."""
-    patches = transformer_config.get("pos_embed_max_size") if isinstance(transformer_config, dict) else None
+    pos_embed_max_size, in patches; Wan's rotary table, rope_max_seq_len positions per axis): None where it has no
+    such limit."""
+    config = transformer_config if isinstance(transformer_config, dict) else {}
+    patches = config.get("pos_embed_max_size") or config.get("rope_max_seq_len")  # Wan: its rotary table's length
     return patches * size_factor if isinstance(patches, int) and patches > 0 else None
 
 
@@ -228,8 +230,10 @@ def check_size(info: ModelInfo, width: int, height: int, max_side: int = 8192) -
                              f"use {near}.")
 
 
-def check_frames(family: Pipeline, frames: int) -> None:
-    """A video pipeline makes 1 + k·frame_step frames (Sample Video); an image pipeline none (Sample)."""
+def check_frames(family: Pipeline, frames: int, transformer_config: dict | None = None) -> None:
+    """A video pipeline makes 1 + k·frame_step frames (Sample Video), as many as its transformer's rotary table
+    has positions for (Wan's rope_max_seq_len latent frames, in temporal patches); an image pipeline none
+    (Sample)."""
     step = family.frame_step
     if not step:
         if frames:
@@ -242,6 +246,13 @@ def check_frames(family: Pipeline, frames: int) -> None:
         near = f"{lo} or {lo + step}" if frames > 1 else "1"
         raise ModelError(f"frames: {family.name} makes 1 + a multiple of {step} frames (its VAE packs {step} frames "
                          f"into one), not {frames}; use {near}.")
+    config = transformer_config or {}
+    positions, patch = config.get("rope_max_seq_len"), (config.get("patch_size") or [1])[0]
+    if isinstance(positions, int) and isinstance(patch, int) and (frames - 1) // step + 1 > positions * patch:
+        most = (positions * patch - 1) * step + 1
+        raise ModelError(f"frames: {frames} is more than this {family.name} model can make: its transformer's rotary "
+                         f"position table (rope_max_seq_len {positions}) covers {positions * patch} latent frames, "
+                         f"so at most {most} frames; use at most {most}, or make the video in parts.")
 
 
 def check_lora(path: str) -> str:

@@ -80,11 +80,12 @@ def _check_values(spec: PipelineSpec, req: SampleRequest) -> None:
     """The request's numbers, size and frames against the model and the pixel budget."""
     _check_finite(req)
     models.check_size(models.info_of(spec), req.width, req.height)
-    models.check_frames(spec.family, req.frames)
+    models.check_frames(spec.family, req.frames, spec.component_config("transformer"))
     if spec.family.frame_rate_arg and not 1 <= req.frame_rate <= 240:
         raise SampleError(f"frame_rate: {req.frame_rate:g} frames per second is out of range for {spec.family.name}; "
                           "use 1 to 240 (the LTX-2 templates use 24 and 25).")
     pixels.check(spec, req.width, req.height, req.batch_size)
+    pixels.check_output(spec, req.width, req.height, len(req.images()), req.frames)
     if req.steps < 1:
         raise SampleError(f"steps: {req.steps} is too small; use at least 1.")
     if req.batch_size < 1:

@@ -155,7 +155,7 @@ def decode(spec: PipelineSpec, samples: np.ndarray, on_progress: ProgressFn | No
     """VAE Decode (TPU): a LATENT (numpy) decoded by the pipeline's own VAE on the workers (loading it first if
     needed), as its Sample decodes; images [B, H, W, C] float32 in 0..1."""
     spec = resolve.resolve(spec)
-    latent = latents.as_array(spec, samples)
+    latent = latents.decode_input(spec, samples)
     results = group.run(group_config(spec), lambda g: g.decode(spec, {"latent": latent}, on_progress,
                                                                  should_interrupt),
                         status_adapter(on_progress), should_interrupt)

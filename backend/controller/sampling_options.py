@@ -33,11 +33,15 @@ def plan_sampling(spec: PipelineSpec, prompt_cache: bool, batched: bool, true_cf
     return spec, "\n".join(lines)
 
 
+MAX_TRUE_CFG = 30.0  # Sampling Options' true_cfg_scale widget maximum
+
+
 def check_sampling(spec: PipelineSpec) -> None:
     step_caching.check(spec)
     scale = spec.true_cfg_scale
-    if not (isinstance(scale, (int, float)) and 0 < scale <= 100):
-        raise ParallelError(f"true_cfg_scale: {scale} is out of range; use 1 (off) up to 100.")
+    if not (isinstance(scale, (int, float)) and 1 <= scale <= MAX_TRUE_CFG):
+        raise ParallelError(f"true_cfg_scale: {scale} is {'not a number' if scale != scale else 'out of range'}; use "
+                            f"1 (off) up to {MAX_TRUE_CFG:g}, the widget's range.")
     if scale != 1 and not spec.family.true_cfg:
         raise ParallelError(
             f"true_cfg_scale: only {families.true_cfg_names()} have a true CFG scale of their own; for {spec.family.name} leave it at 1 "

@@ -20,6 +20,14 @@ KINDS = {k.id: k for k in (
     VaeKind("vae-wan", "wan-vae"),  # Wan's causal 3D VAE: Wan 2.1's (Qwen-Image, Wan 2.2 A14B), Wan 2.2 5B's
     VaeKind("vae-ltx2", "ltx2-vae"),  # LTX-2's video VAE (32x spatial, 8x temporal): its files are not read yet
 )}
+# The decode's peak memory above the loaded VAE, in bytes per output pixel in float32 (about half in bfloat16 and
+# float16): bench/vae_memory.py, each published config with random weights on the CPU, the slope of the peak RSS
+# through three small sizes (bench/README.md has the table). By layout: "ldm-vae" is the largest of FLUX.1's ae,
+# SD3's and SDXL's (one decoder design, blocks of 128-512 channels); Wan's one frame (Qwen-Image's images).
+DECODE_BYTES = {"ldm-vae": 3_700, "flux2-vae": 3_300, "wan-vae": 8_300, "wan22-vae": 7_600}
+# Wan's video decode, per pixel of one frame, whatever the frame count (it decodes one latent frame, 4 frames, at
+# a time, its causal convolutions keeping 2 frames of their input).
+VIDEO_DECODE_BYTES = {"wan-vae": 18_500, "wan22-vae": 21_100}
 WAN22_KEY = "encoder.downsamples.0.downsamples.0.residual.0.gamma"  # Wan 2.2's VAE: residual down/up blocks
 
 
@@ -62,3 +70,16 @@ def sizes(kind: str, s: Shapes, published: dict) -> dict:
             "down_block_types": ["DownEncoderBlock2D"] * levels, "up_block_types": ["UpDecoderBlock2D"] * levels,
             "use_quant_conv": "quant_conv.weight" in s, "use_post_quant_conv": "post_quant_conv.weight" in s,
             "mid_block_add_attention": "encoder.mid.attn_1.q.weight" in s}
+
+
+def config_layout(config: dict) -> str:
+    """A VAE's layout from its config.json (its diffusers class; Wan 2.2's residual blocks)."""
+    if "z_dim" in config:
+        return "wan22-vae" if config.get("is_residual") else "wan-vae"
+    return "flux2-vae" if config.get("_class_name") == "AutoencoderKLFlux2" else "ldm-vae"
+
+
+def decode_bytes(config: dict, video: bool = False) -> int:
+    """The decode's peak bytes per output pixel in float32 for the VAE of `config` (a video's: per frame pixel)."""
+    found = config_layout(config)
+    return (VIDEO_DECODE_BYTES.get(found) if video else None) or DECODE_BYTES[found]

@@ -10,13 +10,17 @@ Denoise works as in ComfyUI: `steps` steps run, over the last part of a schedule
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..families import Pipeline
+from ..protocol.errors import Interrupted
 from ..protocol.spec import SampleRequest
+from .latents import PLAUSIBLE, _replaced
 
 # LATENT: image to image from a LATENT (Sample's latent input below denoise 1), run by the image-to-image pipeline
 TEXT, IMG2IMG, INPAINT, REFERENCE, START, LATENT = "text", "img2img", "inpaint", "reference", "start", "latent"
@@ -185,3 +189,63 @@ def input_image(arrays: dict, index: int, width: int, height: int) -> np.ndarray
     """Denoise 0: the input image itself (at the size asked), [1, height, width, 3]."""
     images = arrays["image"]
     return fit(images[index % len(images)], width, height)[None]
+
+
+# Values no VAE latent nor text encoding holds (FLUX, SD3, SDXL, Wan latents stay within tens; text encoders' last
+# hidden states within hundreds): a run that made NaN from inputs beyond them was overflowed by its inputs.
+OUTSIZED = {"latent": PLAUSIBLE, "prompt_embeds": 1e4, "pooled_prompt_embeds": 1e4, "negative_prompt_embeds": 1e4,
+            "negative_pooled_prompt_embeds": 1e4}
+INPUT_OF = {"latent": "latent", "prompt_embeds": "positive", "pooled_prompt_embeds": "positive",
+            "negative_prompt_embeds": "negative", "negative_pooled_prompt_embeds": "negative"}
+
+
+def outsized(arrays: dict) -> dict[str, float]:
+    """Sample's inputs (`latent`, `positive`, `negative`) holding values beyond OUTSIZED: each one's largest."""
+    found: dict[str, float] = {}
+    for key, limit in OUTSIZED.items():
+        if key in arrays and np.asarray(arrays[key]).size:
+            largest = float(np.abs(np.asarray(arrays[key], dtype=np.float64)).max())
+            if largest > limit:
+                name = INPUT_OF[key]
+                found[name] = max(found.get(name, 0.0), largest)
+    return found
+
+
+@contextlib.contextmanager
+def decode_progress(vae: Any, say: Callable[[str], None], stop: Callable[[], bool]) -> Iterator[None]:
+    """A video VAE's decode in the block says how far it is and stops on Cancel between its pieces: Wan's VAE
+    runs its decoder once per latent frame (4 frames), of each tile when tiled (diffusers' tiled_decode), so a
+    pre-hook on the decoder sees each piece begin. Untiled, a 70 s decode would otherwise show nothing and keep
+    Cancel waiting to its end."""
+    state = {"frames": 1, "tiles": 1, "done": 0}
+
+    def sized(name: str, tiled: bool) -> Callable[..., Any]:
+        original = getattr(vae, name)
+
+        def run(z: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            tiles = 1
+            if tiled:
+                ratio = vae.spatial_compression_ratio
+                rows = -(-z.shape[-2] // max(1, vae.tile_sample_stride_height // ratio))
+                tiles = rows * -(-z.shape[-1] // max(1, vae.tile_sample_stride_width // ratio))
+            state.update(frames=z.shape[2], tiles=tiles, done=0)
+            return original(z, *args, **kwargs)
+
+        return run
+
+    def before(module: Any, args: Any) -> None:
+        if stop():
+            raise Interrupted(Interrupted.DEFAULT)
+        frames, tiles, done = state["frames"], state["tiles"], state["done"]
+        state["done"] = done + 1
+        if tiles > 1 and done % frames == 0:
+            say(f"VAE: decoding tile {done // frames + 1}/{tiles}…")
+        elif tiles == 1 and frames > 1:
+            say(f"VAE: decoding latent frame {done + 1}/{frames}…")
+
+    hook = vae.decoder.register_forward_pre_hook(before)
+    try:
+        with _replaced(vae, "tiled_decode", sized("tiled_decode", True)), _replaced(vae, "_decode", sized("_decode", False)):
+            yield
+    finally:
+        hook.remove()

@@ -14,7 +14,7 @@ inside), done here as diffusers' FLUX.2 pipeline does it for its image latents.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,6 +22,9 @@ import numpy as np
 import torch
 
 from ..families import Pipeline
+from ..protocol.errors import Interrupted, ModelError
+
+PLAUSIBLE = 1e3  # larger than any VAE's latent values (FLUX, SD3, SDXL, Wan: within tens): beyond, blame the input
 
 
 class _Stopped(Exception):
@@ -78,9 +81,12 @@ def encoded_as(pipe: Any, latent: np.ndarray) -> Iterator[None]:
         yield
 
 
-def decode(pipe: Any, family: Pipeline, latent: np.ndarray) -> np.ndarray:
+def decode(pipe: Any, family: Pipeline, latent: np.ndarray, stop: Callable[[], bool] | None = None,
+           say: Callable[[str], None] | None = None) -> np.ndarray:
     """ComfyUI's LATENT decoded as the pipeline decodes (its VAE, its image processor): images [B, H, W, C]
-    float32 in 0..1. VAE Decode (TPU)."""
+    float32 in 0..1. VAE Decode (TPU). Image by image, as Sample decodes, so the peak is one image's whatever
+    the batch (the controller's pixel budget is one image's); `stop()` is asked between images, `say` told
+    which image decodes."""
     vae = pipe.vae
     z = torch.from_numpy(np.ascontiguousarray(latent))
     if family.latent_patch > 1:  # FLUX.2: ComfyUI's packing and batch norm undone, as its pipeline does
@@ -88,17 +94,37 @@ def decode(pipe: Any, family: Pipeline, latent: np.ndarray) -> np.ndarray:
         std = torch.sqrt(bn.running_var.detach().float().cpu().view(1, -1, 1, 1) + vae.config.batch_norm_eps)
         z = type(pipe)._unpatchify_latents(z * std + bn.running_mean.detach().float().cpu().view(1, -1, 1, 1))
     upcast = vae.dtype == torch.float16 and vae.config.get("force_upcast", False)  # as SDXL's pipeline does
+    out = []
     with torch.inference_mode():
         if upcast:
             vae.to(torch.float32)
         try:
-            image = vae.decode(z.to(pipe._execution_device, vae.dtype), return_dict=False)[0]
+            for i in range(len(z)):
+                if stop is not None and stop():
+                    raise Interrupted(Interrupted.DEFAULT)
+                if say is not None and len(z) > 1:
+                    say(f"VAE: decoding image {i + 1}/{len(z)}…")
+                image = vae.decode(z[i:i + 1].to(pipe._execution_device, vae.dtype), return_dict=False)[0]
+                if not bool(torch.isfinite(image).all()):  # postprocess would save them black
+                    raise ModelError(_not_finite(latent, i, vae.dtype))
+                if image.ndim == 5:  # Qwen-Image's Wan VAE: one frame
+                    image = image[:, :, 0]
+                out.append(np.asarray(pipe.image_processor.postprocess(image, output_type="np"), dtype=np.float32))
+                del image
         finally:
             if upcast:
                 vae.to(torch.float16)
-        if image.ndim == 5:  # Qwen-Image's Wan VAE: one frame
-            image = image[:, :, 0]
-        return np.asarray(pipe.image_processor.postprocess(image, output_type="np"), dtype=np.float32)
+    return np.concatenate(out)
+
+
+def _not_finite(latent: np.ndarray, index: int, dtype: torch.dtype) -> str:
+    """Why VAE Decode refuses image `index`: its latent's largest value, the input it came through and the fix."""
+    largest = float(np.abs(latent[index]).max())
+    return (f"samples: image {index + 1} of the latent decodes to values that are not numbers (NaN or infinity) in "
+            f"{str(dtype).replace('torch.', '')}, which would be saved as a black image, so VAE Decode (TPU) failed "
+            f"instead. Its largest value is {largest:.3g} (a VAE's latents are within about ±{PLAUSIBLE:g}): check "
+            "the nodes that made it (a LoadLatent file, a latent math node); a latent of ordinary values decoding "
+            "so points at the VAE's weights instead.")
 
 
 def comfy_layout(pipe: Any, family: Pipeline, z: torch.Tensor) -> np.ndarray:

@@ -83,7 +83,8 @@ class Runtime:
             return value, out
         if request.op == messages.DECODE:
             self.prepare(request.spec)
-            out = latents.decode(self.pipe, request.spec.family, request.arrays["latent"]) if self.rank == 0 else None
+            out = (latents.decode(self.pipe, request.spec.family, request.arrays["latent"], self.channel.interrupt.is_set,
+                                  self.status) if self.rank == 0 else None)  # rank 0 alone: no stop vote
             return {"loads": self.loads}, ({"images": out} if out is not None else None)
         if request.op == messages.INFO:
             return self.info(), None
@@ -317,11 +318,13 @@ class Runtime:
                         latent_io.enter_context(latents.encoded_as(pipe, images.input_latent(arrays, group[0])))
                     if keep_latents:
                         latent_io.enter_context(latents.captured(pipe, taken, decode))
+                    if spec.family.frame_step and layout.leader and decode:  # the leader alone decodes
+                        latent_io.enter_context(images.decode_progress(pipe.vae, self.status, self.channel.interrupt.is_set))
                     result = pipe(**kwargs)
             if result is None:  # stopped before the VAE: only the latents were asked for
-                self._check_finite(spec, torch.cat(taken))
+                self._check_finite(spec, torch.cat(taken), arrays)
             else:
-                self._check_finite(spec, result.frames if hasattr(result, "frames") else result.images)
+                self._check_finite(spec, result.frames if hasattr(result, "frames") else result.images, arrays)
             done += len(group)
             if layout.leader and decode:
                 out.append(_pixels(result, spec.family.alpha))
@@ -338,12 +341,21 @@ class Runtime:
             sent["audio_rate"] = np.array([sound.rate(pipe, spec.family)], np.int64)
         return sent
 
-    def _check_finite(self, spec: PipelineSpec, out: Any) -> None:
+    def _check_finite(self, spec: PipelineSpec, out: Any, arrays: dict) -> None:
         """Latents (ranks that skip the VAE) or images (video frames) holding NaN or infinity would be saved black:
-        the run fails instead, naming the likely causes."""
+        the run fails instead, naming the likely causes: the inputs first (a latent or CONDITIONING whose values
+        overflow), then the LoRAs, the weights and the dtype."""
         latents = isinstance(out, torch.Tensor)
         if bool(torch.isfinite(out).all() if latents else np.isfinite(np.asarray(out, dtype=np.float32)).all()):
             return
+        what = "latents" if latents else "images"
+        if found := images.outsized(arrays):
+            named = ", ".join(f"{name} holds values up to {v:.3g}" for name, v in found.items())
+            raise ModelError(f"{'/'.join(found)}: the run made {what} that are not numbers (NaN or infinity), which "
+                             f"would be saved as black images, because its input overflowed: {named}, far beyond "
+                             f"what a VAE's latent (within about ±{images.OUTSIZED['latent']:g}) or a text "
+                             f"encoder's CONDITIONING (±{images.OUTSIZED['prompt_embeds']:g}) holds. Check the "
+                             "nodes that made it (a LoadLatent file, latent or conditioning math, a strength).")
         causes = []
         if spec.loras:
             causes.append(f"the LoRAs applied ({', '.join(f'{x.name} at strength {x.strength:g}' for x in spec.loras)}"
@@ -355,7 +367,6 @@ class Runtime:
         if (dtype := self.dtype_name(spec)) == "float16":
             causes.append("float16 overflow (the model computes in float16 here): choose dtype bfloat16 or float32 "
                           "in Load TPU Pipeline")
-        what = "latents" if latents else "images"
         raise ModelError(f"the run made {what} that are not numbers (NaN or infinity) in {dtype}, which would be saved "
                          f"as black images, so it failed instead. Likely causes: {'; '.join(causes)}.")
 

@@ -23,7 +23,7 @@ def _wan(seed: Seeder, size: str) -> Any:
         "transformer",
         lambda: WanTransformer3DModel(
             patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=z_dim,
-            out_channels=z_dim, text_dim=hidden, freq_dim=16, ffn_dim=32, num_layers=2, rope_max_seq_len=32,
+            out_channels=z_dim, text_dim=hidden, freq_dim=16, ffn_dim=32, num_layers=2, rope_max_seq_len=1024,  # the published table
         ),
     )
     vae = seed(
@@ -58,7 +58,7 @@ def _wan_i2v(seed: Seeder, size: str) -> Any:
         lambda: WanTransformer3DModel(
             patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=2 * z_dim + 4,
             out_channels=z_dim, text_dim=t2v.text_encoder.config.d_model, freq_dim=16, ffn_dim=32, num_layers=2,
-            rope_max_seq_len=32, image_dim=width, added_kv_proj_dim=24,
+            rope_max_seq_len=1024, image_dim=width, added_kv_proj_dim=24,
         ),
     )
     processor = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32},
