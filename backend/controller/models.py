@@ -247,7 +247,8 @@ def check_frames(family: Pipeline, frames: int, transformer_config: dict | None 
         raise ModelError(f"frames: {family.name} makes 1 + a multiple of {step} frames (its VAE packs {step} frames "
                          f"into one), not {frames}; use {near}.")
     config = transformer_config or {}
-    positions, patch = config.get("rope_max_seq_len"), (config.get("patch_size") or [1])[0]
+    positions, patch = config.get("rope_max_seq_len"), config.get("patch_size") or [1]
+    patch = patch[0] if isinstance(patch, (list, tuple)) else patch  # Wan: (t, h, w); others a number
     if isinstance(positions, int) and isinstance(patch, int) and (frames - 1) // step + 1 > positions * patch:
         most = (positions * patch - 1) * step + 1
         raise ModelError(f"frames: {frames} is more than this {family.name} model can make: its transformer's rotary "

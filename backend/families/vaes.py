@@ -79,7 +79,17 @@ def config_layout(config: dict) -> str:
     return "flux2-vae" if config.get("_class_name") == "AutoencoderKLFlux2" else "ldm-vae"
 
 
+# the VAE classes whose decode was measured (bench/vae_memory.py), by the layout config_layout gives them
+MEASURED = {"AutoencoderKL": "ldm-vae", "AutoencoderKLFlux2": "flux2-vae", "AutoencoderKLWan": "wan-vae",
+            "AutoencoderKLQwenImage": "wan-vae"}
+
+
 def decode_bytes(config: dict, video: bool = False) -> int:
-    """The decode's peak bytes per output pixel in float32 for the VAE of `config` (a video's: per frame pixel)."""
+    """The decode's peak bytes per output pixel in float32 for the VAE of `config` (a video's: per frame pixel).
+    A VAE class not measured yet (LTX-2's, Qwen-Image 2.1's, MiniMax H3's) counts as the largest measured one, so
+    the budget errs on the side of a refusal rather than of the OOM killer."""
+    cls = config.get("_class_name", "AutoencoderKL")
+    if cls not in MEASURED:
+        return max(VIDEO_DECODE_BYTES.values()) if video else max(DECODE_BYTES.values())
     found = config_layout(config)
     return (VIDEO_DECODE_BYTES.get(found) if video else None) or DECODE_BYTES[found]
