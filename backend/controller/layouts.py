@@ -422,26 +422,39 @@ def check_cp(spec: PipelineSpec, parts: Components) -> None:
         raise ParallelError(f"degree: Ulysses splits the {heads} attention heads of '{name}' over the ranks, and "
                             f"{degree} does not divide them; use one of {', '.join(map(str, good))}, or mode "
                             "'ring'.")
-    if not family.variable_text and TEXT_TOKENS % degree:
-        raise ParallelError(f"degree: {family.name} pads its prompt to {TEXT_TOKENS} tokens, which {degree} ranks "
-                            "cannot split evenly; use 2, 4 or 8.")
+    if not family.variable_text and family.text_tokens % degree:
+        good = [d for d in range(2, 9) if family.text_tokens % d == 0]
+        raise ParallelError(f"degree: {family.name} pads its prompt to {family.text_tokens} tokens, which {degree} "
+                            f"ranks cannot split evenly; use {or_list(good)}.")
 
 
-TEXT_TOKENS = 512  # FLUX.1 / FLUX.2: prompts are padded to max_sequence_length, 512 unless compiled otherwise
+def cp_sequence(spec: PipelineSpec, width: int, height: int, frames: int = 0) -> dict[str, int]:
+    """The token counts Context Parallel splits for this size, by what they are, as the pipeline declares them
+    (`Pipeline.cp_tokens`): the image's tokens, a video's (its latent frames × the image's), and any audio."""
+    family = spec.family
+    latent_frames = (frames - 1) // family.frame_step + 1 if family.frame_step and frames else 1
+    tokens = latent_frames * (width // spec.size_factor) * (height // spec.size_factor)
+    if family.cp_tokens is not None:
+        return dict(family.cp_tokens(frames, tokens))
+    return {"video" if family.frame_step else "image": tokens}
 
 
 def check_cp_size(spec: PipelineSpec, width: int, height: int, frames: int = 0) -> None:
-    """Image (video) tokens must split evenly over the context ranks: TorchTPU's all-to-all takes equal splits only
-    (prompt-length text is padded to a multiple of the degree in the worker, `parallel.even_text`; reference
-    images' tokens are checked there too). A video's tokens: its latent frames × the image's."""
+    """Every sequence Context Parallel splits must split evenly over the context ranks: TorchTPU's all-to-all takes
+    equal splits only (prompt-length text is padded to a multiple of the degree in the worker, `parallel.even_text`;
+    reference images' tokens are checked there too). What the sequences hold comes from the declaration
+    (`cp_sequence`): image tokens, a video's latent frames × the image's, and a video's audio."""
     degree = spec.cp_degree
     if degree == 1:
         return
-    latent_frames = (frames - 1) // spec.family.frame_step + 1 if spec.family.frame_step and frames else 1
-    tokens = latent_frames * (width // spec.size_factor) * (height // spec.size_factor)
-    if tokens % degree:
-        video = f" × {latent_frames} latent frames ((frames - 1)/{spec.family.frame_step} + 1)" if latent_frames > 1 else ""
-        what = "video" if spec.family.frame_step else "image"
-        raise ParallelError(f"width/height: {width}x{height} makes {tokens} {what} tokens, which Context Parallel "
-                            f"degree {degree} cannot split evenly; choose a size where (width/{spec.size_factor}) × "
-                            f"(height/{spec.size_factor}){video} is a multiple of {degree}.")
+    family = spec.family
+    for what, tokens in cp_sequence(spec, width, height, frames).items():
+        if tokens % degree == 0:
+            continue
+        latent = (f" × {(frames - 1) // family.frame_step + 1} latent frames ((frames - 1)/{family.frame_step} + 1)"
+                  if family.frame_step and frames > 1 else "")
+        audio = ("; the audio tokens follow the frame count: change frames" if "audio" in what else "")
+        raise ParallelError(f"width/height: {width}x{height}{f' at {frames} frames' if frames else ''} makes "
+                            f"{tokens} {what} tokens, which Context Parallel degree {degree} cannot split evenly; "
+                            f"choose a size where (width/{spec.size_factor}) × (height/{spec.size_factor}){latent} "
+                            f"is a multiple of {degree}{audio}, or another degree.")

@@ -81,6 +81,13 @@ class Pipeline:
     # doubled [uncond, cond] batch), "branches" (a "cond" and an "uncond" call), "" (one pass: guidance-distilled)
     cfg_passes: str = ""
     cp_plan: bool = False  # diffusers ships a context-parallel plan (_cp_plan) for its transformer
+    # What Context Parallel splits over its ranks, each part evenly (TorchTPU's all-to-all takes equal splits
+    # only): the prompt at its padded length (unless variable_text: padded in the worker), and the sequences
+    # (frames, image or video tokens) -> {what: tokens} gives (None: the image or video tokens alone). A video with
+    # sound declares its audio there: {"video": v, "audio": a} split apart, or {"video and audio": v + a} packed
+    # in one sequence (MiniMax H3); the checks follow the declaration, with no code of its own.
+    text_tokens: int = 512
+    cp_tokens: Callable[[int, int], Mapping[str, int]] | None = None
     variable_text: bool = False  # the text length follows the prompt (Qwen-Image)
     # What an input image on Sample means (diffusers pipelines made from the loaded one with from_pipe):
     img2img: str | None = None  # the image-to-image pipeline class; None: the image is a reference instead
