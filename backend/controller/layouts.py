@@ -84,6 +84,19 @@ def _check_shardable(spec: PipelineSpec) -> None:
             "Pipeline — sharding already splits the weights over the chips — or remove Shard TP.")
 
 
+def _world_or_note(spec: PipelineSpec, cap: Capacity, parts: Components) -> list[str]:
+    """After a CFG or Context Parallel node: the whole group checked where it is complete (Data Parallel came
+    first, or it launches as it is); else, where Data Parallel after the node makes a group TorchTPU launches (CFG
+    Parallel 2 on a v6e host that launches 1, 4 or 8 workers: with Data Parallel 2 or 4), a note saying so, as
+    Shard TP does; the complete layout is checked again before anything starts."""
+    single = capacity.span(spec.kind, cap) is None
+    if (spec.dp_replicas > 1 or not single or cap.launches(spec.world_size) or spec.world_size > cap.limit
+            or not cap.replica_counts(spec.model_ranks)):
+        check_world(spec, cap, capacity.span(spec.kind, cap), parts)
+        return []
+    return [_incomplete_note(spec, cap)]
+
+
 def _incomplete_note(spec: PipelineSpec, cap: Capacity) -> str:
     """What a Shard TP degree that is not a launchable group by itself needs (TPU)."""
     counts = cap.replica_counts(spec.tp_degree)
@@ -316,8 +329,7 @@ def plan_cfg(spec: PipelineSpec) -> tuple[PipelineSpec, str]:
     """CFG Parallel: the two guidance passes of each step on two ranks; checked, and what it does for this model."""
     spec = spec.with_changes(cfg_parallel=2)
     check_cfg(spec)
-    cap = capacity.host_capacity(spec.kind)
-    check_world(spec, cap, capacity.span(spec.kind, cap), Components(spec))
+    notes = _world_or_note(spec, capacity.host_capacity(spec.kind), Components(spec))
     family, name = spec.family, Path(spec.model_path).name
     if family.cfg_passes == "batch":
         what = (f"{family.name} runs CFG as one denoiser call on a doubled batch: each of 2 ranks runs half of it "
@@ -332,7 +344,7 @@ def plan_cfg(spec: PipelineSpec) -> tuple[PipelineSpec, str]:
                 f"{' and a negative prompt, the empty one counts' if family.guidance_arg == 'true_cfg_scale' else ''}"
                 "): rank 0 runs the prompt's pass, rank 1 the negative prompt's, and they exchange their "
                 "predictions once per step: the same image as one chip, bit for bit.")
-    return spec, f"CFG Parallel on '{name}': 2 ranks per model copy. {what}"
+    return spec, "\n".join([f"CFG Parallel on '{name}': 2 ranks per model copy. {what}", *notes])
 
 
 def check_cfg(spec: PipelineSpec) -> None:
@@ -369,7 +381,7 @@ def plan_cp(spec: PipelineSpec, degree: int, mode: str) -> tuple[PipelineSpec, s
                          + (f" that divide the {heads} attention heads" if heads else ""))
     spec = spec.with_changes(cp_degree=degree, cp_mode=mode)
     check_cp(spec, parts)
-    check_world(spec, cap, capacity.span(spec.kind, cap), parts)
+    notes += _world_or_note(spec, cap, parts)
     name = Path(spec.model_path).name
     if degree == 1:
         return spec, "\n".join(["degree 1: the sequence is not split", *notes])

@@ -145,6 +145,10 @@ class Pipeline:
     # how the loaded pipeline takes Sample's reference images (with `references`): "list" (every one), "one"
     # (the first: Qwen-Image-Edit), "kontext" (the first, resized to a Kontext resolution)
     reference_mode: str = "list"
+    # The kind of pipeline `tpu-check` runs a step of its own for (tpu_check.KIND_STEPS: "video with sound",
+    # "modular pipeline", "quantized file", ...), with the family's first tiny model; "": "video" where it makes
+    # videos, else "image" (what tpu-check's main steps run)
+    check_kind: str = ""
     family: str = ""  # the id of the family module it belongs to (the registry fills it in)
 
 
