@@ -188,7 +188,7 @@ def _expected(class_name: str, heads: int | None, layout: str, degree: int, worl
     if layout == "cfg":
         return bool(p.cfg_passes)
     if layout == "tp":
-        return degree == 1 or (p.tp_plan and (heads is None or heads % degree == 0))
+        return p.tp_plan and (heads is None or heads % degree == 0)  # no plan: refused at any degree
     if layout == "cp":
         return degree == 1 or (p.cp_plan and (heads is None or heads % degree == 0)
                                and (p.variable_text or p.text_tokens % degree == 0))

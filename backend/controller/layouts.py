@@ -98,8 +98,9 @@ def _world_or_note(spec: PipelineSpec, cap: Capacity, parts: Components) -> list
 
 
 def _incomplete_note(spec: PipelineSpec, cap: Capacity) -> str:
-    """What a Shard TP degree that is not a launchable group by itself needs (TPU)."""
-    counts = cap.replica_counts(spec.tp_degree)
+    """What a layout node's group (Shard TP, CFG or Context Parallel) that TorchTPU does not launch by itself needs
+    (TPU)."""
+    counts = cap.replica_counts(spec.model_ranks)  # one copy: TP × context × CFG
     if spec.world_size == 1 and counts:
         return (f"TorchTPU launches {cap.sizes_text()} worker processes on this host ({cap.where}), not 1: "
                 f"without Data Parallel this pipeline runs as Data Parallel {counts[0]}")
