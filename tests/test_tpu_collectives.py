@@ -165,3 +165,21 @@ def test_the_padded_prompt_splits_evenly_in_every_context_parallel_degree_the_pa
                 accepted = False
                 assert f"pads its prompt to {p.text_tokens} tokens" in str(e), e
             assert accepted == (p.variable_text or p.text_tokens % degree == 0), (p.class_name, degree)
+
+
+def test_the_workers_split_check_reads_tokens_not_a_video_latents_channels():
+    """The worker's last check before diffusers splits (parallel.check_even_split) counts tokens where the
+    transformer takes them ([batch, tokens, width]); a video latent's second axis is its channels (Wan: 16), whose
+    tokens the controller counted from the declaration, so a degree that does not divide 16 is not refused there."""
+    import torch
+
+    from backend.worker import parallel
+
+    model = torch.nn.Module()
+    model.forward = lambda **kwargs: None
+    parallel.check_even_split(model, 3)
+    model(hidden_states=torch.zeros(1, 16, 2, 3, 3), encoder_hidden_states=torch.zeros(1, 6, 4))
+    with pytest.raises(ParallelError, match=r"cannot split 7 image tokens .*multiple of 3"):
+        model(hidden_states=torch.zeros(1, 7, 4))
+    with pytest.raises(ParallelError, match=r"cannot split 8 text tokens"):
+        model(hidden_states=torch.zeros(1, 6, 4), encoder_hidden_states=torch.zeros(1, 8, 4))
