@@ -38,6 +38,7 @@ from .controller.process_env import TIER2_ROOT
 from .protocol import settings
 from .protocol.errors import ParallelError
 from .protocol.spec import MODE_CHOICES, PipelineSpec, SampleRequest
+from .tpu_probes import _CAT_PROBE, _FLOAT64_PROBE, _RNG_PROBE
 
 MODEL = "tiny-flux"
 SIZES = ((64, 64), (64, 96))  # the two compiled shapes (multiples of FLUX's 16)
@@ -50,6 +51,33 @@ TP_TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2}  # a sharded transformer sums
 # order: within this much (3.6e-07 seen on 2 cores).
 DP_CPU_TOLERANCE = 1e-5
 VERSIONS = ("torch", "torch_tpu", "libtpu", "diffusers", "transformers", "accelerate", "safetensors", "numpy")
+
+
+# The kinds of pipeline tpu-check samples a tiny model of, beside its main steps' image pipeline (tiny-flux): one
+# step each, run with the first family in the registry that declares the kind (`Pipeline.check_kind`, or "video"
+# for a video pipeline) and has a tiny model; declared and skipped, saying why, where no family does yet. The
+# kinds issue 35 names come first; a family declaring another kind adds its step by that declaration.
+KIND_STEPS = ("video", "video with sound", "modular pipeline", "quantized file")
+
+
+def pipeline_kind(pipeline) -> str:
+    """What `tpu-check` calls this pipeline's kind (backend/families/base.Pipeline.check_kind)."""
+    return pipeline.check_kind or ("video" if pipeline.frame_step else "image")
+
+
+def kind_steps() -> list[tuple[str, str, object]]:
+    """(kind, step name, (family, pipeline, tiny name) or None) for every kind tpu-check runs a step for."""
+    from .families import FAMILIES
+
+    kinds = list(KIND_STEPS)
+    for f in FAMILIES.values():
+        kinds += [pipeline_kind(p) for p in f.pipelines if pipeline_kind(p) not in (*kinds, "image")]
+    steps = []
+    for kind in kinds:
+        found = next(((f, p, f.tiny[0]) for f in FAMILIES.values() if f.tiny for p in f.pipelines[:1]
+                      if pipeline_kind(p) == kind), None)
+        steps.append((kind, f"sample a tiny {kind} model" + (f" ({found[0].name})" if found else ""), found))
+    return steps
 
 
 class Skip(Exception):
@@ -152,6 +180,9 @@ class TpuCheck:
         r.run("Shard TP over several devices", self.shard_tp, needs=("sample in strict eager",))
         r.run("Data Parallel over several devices: same images", self.data_parallel,
               needs=("sample in strict eager",))
+        for kind, name, found in kind_steps():
+            r.run(name, lambda kind=kind, found=found: self.sample_kind(kind, found),
+                  needs=("start a worker group and load",))
         api.shutdown()  # the chips are free again for the next step's own process
         r.run("float64 on the device (FLUX's rotary embedding)", self.float64, needs=("detect the device",))
         r.run("random numbers drawn on the device", self.device_rng, needs=("detect the device",))
@@ -309,6 +340,26 @@ class TpuCheck:
         return text
 
 
+    def sample_kind(self, kind: str, found) -> str:
+        """A tiny model of one kind of pipeline (a video, a video with sound, ...) sampled on the first group's
+        devices: it loads and gives finite pixels (its family's own tests check them against diffusers)."""
+        if found is None:
+            raise Skip(f"no family in this pack declares a {kind} pipeline with a tiny model yet "
+                       "(Pipeline.check_kind and ModelFamily.tiny in backend/families)")
+        from .tiny_models import build_all
+
+        family, pipeline, tiny = found
+        build_all(self.models, [tiny])
+        spec = api.make_spec(f"tiny-{tiny}", [str(self.models)], device_choice=self.device)
+        frames = 1 + pipeline.frame_step if pipeline.frame_step else 0
+        side = max(32, 2 * spec.size_factor)
+        request = dataclasses.replace(_request(side, side, batch=1), frames=frames)
+        images = api.sample(spec, request)
+        if not np.isfinite(images).all():
+            raise AssertionError("the images hold NaN or inf")
+        what = f"{images.shape[0]} frames" if frames else f"{images.shape[0]} image(s)"
+        return f"{family.name} ({pipeline.class_name}, tiny-{tiny}): {what} {images.shape[2]}x{images.shape[1]}"
+
     def float64(self) -> str:
         """Whether float64 runs on the device, in a process of its own (one that fails or aborts ends alone)."""
         from .worker.device import FLOAT64_DOWNCAST
@@ -372,36 +423,6 @@ def _why(out: subprocess.CompletedProcess | None) -> str:
     if out is None:
         return "no answer within 600 s"
     return f"exit code {out.returncode}: " + " / ".join((out.stderr or "").strip().splitlines()[-2:])
-
-
-# A seeded draw of an unaligned shape on the device and on the CPU.
-_RNG_PROBE = """
-import sys, torch
-shape = (1, 4, 13, 13)
-cpu = torch.randn(shape, generator=torch.Generator("cpu").manual_seed(7))
-dev = torch.randn(shape, generator=torch.Generator(sys.argv[1]).manual_seed(7), device=sys.argv[1]).cpu()
-print(float((dev - cpu).abs().max()), bool(torch.isfinite(dev).all()))
-"""
-
-# SDXL's time_proj (Timesteps(320, flip_sin_to_cos=True, freq_shift=0)) in one TorchTPU eager mode, against the CPU.
-_CAT_PROBE = """
-import sys, torch
-from diffusers.models.embeddings import get_timestep_embedding
-torch.tpu.eager_mode = getattr(torch.tpu.EagerMode, sys.argv[2])
-t = torch.tensor([999.0, 999.0])
-want = get_timestep_embedding(t, 320, flip_sin_to_cos=True, downscale_freq_shift=0)
-got = get_timestep_embedding(t.to(sys.argv[1]), 320, flip_sin_to_cos=True, downscale_freq_shift=0).cpu()
-print(float((got - want).abs().max()))
-"""
-
-# cos of 4096 float64 values on the device, against the CPU in float64, and float32's own error for scale.
-_FLOAT64_PROBE = """
-import sys, torch
-x = torch.linspace(0, 4096, 4096, dtype=torch.float64)
-want = torch.cos(x * 1.0001)
-got = torch.cos(x.to(sys.argv[1]) * 1.0001).cpu()
-print(got.dtype, float((got.double() - want).abs().max()), float((torch.cos(x.float() * 1.0001).double() - want).abs().max()))
-"""
 
 
 def api_launches(spec: PipelineSpec) -> bool:

@@ -123,6 +123,12 @@ def test_layout_counts_every_split_and_data_parallel_auto_accounts_for_them(tiny
     with pytest.raises(ParallelError, match=r"1 replica × TP 1 × context 1 × CFG 2 = 2 workers, but TorchTPU "
                                             r"launches only 1, 4 or 8 .*use replicas 2 or 4"):
         api.checked(cfg.with_changes(kind="tpu"))
+    # CFG Parallel (and Context Parallel) alone make 2 workers here: accepted with what Data Parallel after them
+    # completes, as Shard TP is (CFG 2 × Data Parallel 2 = 4 is a group TorchTPU launches)
+    again, text = api.cfg_parallel(_spec(tiny_models, "tiny-qwenimage"))
+    assert "not 2: add Data Parallel after this node with replicas 2 or 4 (or 0 = auto)" in text
+    assert api.replicate(again, 2)[0].world_size == 4
+    assert "add Data Parallel after this node" in api.context_parallel(_spec(tiny_models, "tiny-qwenimage"), 2)[1]
     cpu = capacity.Capacity("cpu", 2, None, "this CPU host has 2 cores (one worker process each)", False)
     monkeypatch.setattr(capacity, "host_capacity", lambda kind: cpu)
     with pytest.raises(ParallelError, match=r"Connect Data Parallel after Shard TP, Context Parallel and CFG"):

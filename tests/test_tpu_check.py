@@ -15,9 +15,11 @@ STEPS = ["detect the device", "build the tiny model", "start a worker group and 
          "sample in defer-and-fuse eager", "sample in debug eager (launch blocking)", "compile at two shapes",
          "sample the compiled shapes without recompiling", "restart and reuse the compile cache",
          "Shard TP over several devices", "Data Parallel over several devices: same images",
-         "float64 on the device (FLUX's rotary embedding)", "random numbers drawn on the device",
+         "sample a tiny video model (Wan)", "sample a tiny video with sound model", "sample a tiny modular pipeline model",
+         "sample a tiny quantized file model", "float64 on the device (FLUX's rotary embedding)", "random numbers drawn on the device",
          "eager torch.cat of SDXL's time_proj"]
 TPU_ONLY = STEPS[-2:]  # they ask TorchTPU itself: skipped here, saying why
+NO_TINY = STEPS[12:15]  # kinds no family of this branch declares yet: declared, and skipped saying why
 
 
 @pytest.mark.workers
@@ -35,7 +37,8 @@ def test_tpu_check_runs_every_step_and_prints_a_report_as_a_user_runs_it(tiny_mo
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
     summary = [line.split(None, 1) for line in out.stdout.splitlines()[-len(STEPS):]]
     assert [name.rsplit(" (", 1)[0] for _, name in summary] == STEPS
-    assert [result for result, _ in summary] == ["works"] * (len(STEPS) - 2) + ["skipped"] * 2, out.stdout
+    assert [result for result, _ in summary] == [
+        "skipped" if name in TPU_ONLY + NO_TINY else "works" for name in STEPS], out.stdout
     text = report.read_text()
     assert text.strip() == out.stdout.strip()
     assert "- versions: python " in text and "torch " in text and "diffusers " in text and "torch_tpu " in text
@@ -45,6 +48,11 @@ def test_tpu_check_runs_every_step_and_prints_a_report_as_a_user_runs_it(tiny_mo
         assert f"| {step} | skipped | 0.0 | asks TorchTPU itself, so it runs on a TPU only (this host runs cpu) |" \
             in text, step
     assert "TP 2 × 1 replica(s) = 2 workers" in text
+    assert "| sample a tiny video model (Wan) | works | " in text and "(WanPipeline, tiny-wan): 5 frames 32x32" in text
+    for step in NO_TINY:
+        kind = step.removeprefix("sample a tiny ").removesuffix(" model")
+        assert f"| {step} | skipped | 0.0 | no family in this pack declares a {kind} pipeline with a tiny model " \
+               "yet" in text, step
     dp = re.search(r"\| Data Parallel over several devices: same images \| works \| [\d.]+ \| 2 replicas: "
                    r"(bit-identical to|(\S+) off) 1 worker\(s\) \(torch threads per worker: (\S+) against (\S+)\)"
                    r"(.*) \|", text)
@@ -98,3 +106,33 @@ def test_the_tpu_only_probes_measure_what_they_report_when_pointed_at_the_cpu():
                          text=True, timeout=120)
     assert rng.stdout.split() == ["0.0", "True"], rng.stderr
     assert cat.stdout.split() == ["0.0"], cat.stderr
+
+
+@pytest.mark.unit
+def test_the_per_kind_steps_come_from_the_registry(monkeypatch):
+    """A family declares its kind (`Pipeline.check_kind`, or a video pipeline's frame_step) and its tiny model:
+    tpu-check then has a step for it, run with that tiny model; a kind no family declares stays a skipped step that
+    says why, and a new kind joins the list by its declaration alone."""
+    from dataclasses import replace
+
+    from backend import families, tpu_check
+
+    steps = {kind: (name, found) for kind, name, found in tpu_check.kind_steps()}
+    assert list(steps) == list(tpu_check.KIND_STEPS)
+    assert steps["video"][0] == "sample a tiny video model (Wan)"
+    assert (steps["video"][1][0].id, steps["video"][1][1].class_name, steps["video"][1][2]) == (
+        "wan", "WanPipeline", "wan")
+    assert all(steps[k][1] is None for k in ("video with sound", "modular pipeline", "quantized file"))
+    with pytest.raises(tpu_check.Skip, match="no family in this pack declares a modular pipeline pipeline"):
+        tpu_check.TpuCheck("cpu", Path("/nonexistent"), None).sample_kind("modular pipeline", None)
+
+    wan = families.FAMILIES["wan"]
+    sound = replace(wan, id="sound", name="A video with sound", tiny=("sound",),
+                    pipelines=(replace(wan.pipelines[0], check_kind="video with sound"),))
+    other = replace(wan, id="other", name="Another kind", tiny=("other",),
+                    pipelines=(replace(wan.pipelines[0], check_kind="a kind of its own"),))
+    monkeypatch.setattr(families, "FAMILIES", {**families.FAMILIES, "sound": sound, "other": other})
+    steps = {kind: (name, found) for kind, name, found in tpu_check.kind_steps()}
+    assert steps["video with sound"][0] == "sample a tiny video with sound model (A video with sound)"
+    assert steps["video with sound"][1][2] == "sound"
+    assert steps["a kind of its own"][0] == "sample a tiny a kind of its own model (Another kind)"

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from backend.families import FAMILIES, PIPELINES
+
 pytestmark = [pytest.mark.workers,
               pytest.mark.skipif(not os.environ.get("TPU_VENV"), reason="TPU_VENV (venv with torch-tpu) not set")]
 
@@ -159,3 +161,68 @@ def test_every_tpu_group_gets_its_own_handshake_port_and_tier2_cache_in_every_ra
     assert all(len(n) == 1 for n in names) and names[0] != names[1], names
     assert all(name.startswith(f"comfyui-tpu-{os.getuid()}-") for name in names[0] | names[1]), names
     assert result["launch_env"]["TORCH_TPU_INTERNAL_HANDSHAKE_PORT"] == str(groups[0][0]["handshake_port"])
+
+
+# ---- every family of the registry, on a v6e-8 and a v7x-8 host (v7x-8: 4 chips, 8 devices)
+
+FAMILY_HOSTS = [("v6e", 8), ("v7x", 4)]
+
+
+@pytest.fixture(scope="module")
+def family_layouts() -> tuple[dict, dict]:
+    """(TorchTPU's rules on these hosts; (family, gen, chips) → our controller's answer for every layout node ×
+    degree × Data Parallel, both orders (tests/fake_tpu/agree.py families), for every family in the registry)."""
+    cases = [{"gen": g, "chips": c, "family": f} for f in sorted(FAMILIES) for g, c in FAMILY_HOSTS]
+    theirs_proc, ours_proc = _start("torch_tpu", [list(h) for h in FAMILY_HOSTS]), _start("families", cases)
+    theirs = {(r["gen"], r["chips"]): r for r in _lines(theirs_proc)}
+    found = {(r["family"], r["gen"], r["chips"]): r for r in _lines(ours_proc)}
+    assert len(found) == len(cases) and set(theirs) == set(FAMILY_HOSTS)
+    return theirs, found
+
+
+def _expected(class_name: str, heads: int | None, layout: str, degree: int, world: int, launchable: set[int]) -> bool:
+    """What the declaration allows (backend/families) on a host that launches `launchable` worker counts."""
+    p = PIPELINES[class_name]
+    if world not in launchable:
+        return False
+    if layout == "cfg":
+        return bool(p.cfg_passes)
+    if layout == "tp":
+        return p.tp_plan and (heads is None or heads % degree == 0)  # no plan: refused at any degree
+    if layout == "cp":
+        return degree == 1 or (p.cp_plan and (heads is None or heads % degree == 0)
+                               and (p.variable_text or p.text_tokens % degree == 0))
+    return True
+
+
+@pytest.mark.parametrize("host", FAMILY_HOSTS, ids=["v6e-8", "v7x-8"])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_family_gets_only_layouts_torch_tpu_launches_and_every_layout_its_declaration_allows(
+        family_layouts, family, host):
+    """For the family's first published model (its configs, no weights) on the real TorchTPU launch helper's
+    topology table: every layout node its declaration allows (Data Parallel; CFG Parallel with two passes; Shard
+    TP with a tp_plan; Context Parallel with a cp_plan), at every degree × Data Parallel: what we accept is a group
+    TorchTPU launches and splits what the model allows, in one order of the nodes at least; everything else is
+    refused by our checks (a ParallelError naming the input) before any worker starts, never by TorchTPU."""
+    theirs, ours = family_layouts
+    launchable = _launchable(theirs, host)
+    result = ours[(family, *host)]
+    assert result["sizes"] == sorted(launchable)
+    by_layout: dict[tuple, list[dict]] = {}
+    for c in result["combos"]:
+        by_layout.setdefault((c["layout"], c["degree"], c["dp"]), []).append(c)
+        if c["ok"]:
+            assert c["world"] in launchable, c
+            assert c["world"] == c["tp"] * c["cp"] * c["cfg"] * c["replicas"], c
+        else:
+            assert "No TPU topology found" not in c["error"] and c["error"].split(":")[0] in (
+                "ParallelError", "TPUError"), c
+            assert c["error"].split(": ", 1)[1].split(":")[0] in ("degree", "replicas", "pipeline", "offload",
+                                                                  "mode"), c
+    for (layout, degree, dp), combos in by_layout.items():
+        ranks = degree if layout in ("tp", "cp") else 2 if layout == "cfg" else 1
+        world = ranks * (dp or 1)
+        if dp is None and world == 1 and 1 not in launchable:  # no Data Parallel node: the v7x default
+            world = min(launchable)
+        want = _expected(result["class_name"], result["heads"], layout, degree, world, launchable)
+        assert any(c["ok"] for c in combos) == want, (layout, degree, dp, combos)

@@ -90,9 +90,23 @@ def _check_shardable(spec: PipelineSpec) -> None:
             "Pipeline — sharding already splits the weights over the chips — or remove Shard TP.")
 
 
+def _world_or_note(spec: PipelineSpec, cap: Capacity, parts: Components) -> list[str]:
+    """After a CFG or Context Parallel node: the whole group checked where it is complete (Data Parallel came
+    first, or it launches as it is); else, where Data Parallel after the node makes a group TorchTPU launches (CFG
+    Parallel 2 on a v6e host that launches 1, 4 or 8 workers: with Data Parallel 2 or 4), a note saying so, as
+    Shard TP does; the complete layout is checked again before anything starts."""
+    single = capacity.span(spec.kind, cap) is None
+    if (spec.dp_replicas > 1 or not single or cap.launches(spec.world_size) or spec.world_size > cap.limit
+            or not cap.replica_counts(spec.model_ranks)):
+        check_world(spec, cap, capacity.span(spec.kind, cap), parts)
+        return []
+    return [_incomplete_note(spec, cap)]
+
+
 def _incomplete_note(spec: PipelineSpec, cap: Capacity) -> str:
-    """What a Shard TP degree that is not a launchable group by itself needs (TPU)."""
-    counts = cap.replica_counts(spec.tp_degree)
+    """What a layout node's group (Shard TP, CFG or Context Parallel) that TorchTPU does not launch by itself needs
+    (TPU)."""
+    counts = cap.replica_counts(spec.model_ranks)  # one copy: TP × context × CFG
     if spec.world_size == 1 and counts:
         return (f"TorchTPU launches {cap.sizes_text()} worker processes on this host ({cap.where}), not 1: "
                 f"without Data Parallel this pipeline runs as Data Parallel {counts[0]}")
@@ -322,8 +336,7 @@ def plan_cfg(spec: PipelineSpec) -> tuple[PipelineSpec, str]:
     """CFG Parallel: the two guidance passes of each step on two ranks; checked, and what it does for this model."""
     spec = spec.with_changes(cfg_parallel=2)
     check_cfg(spec)
-    cap = capacity.host_capacity(spec.kind)
-    check_world(spec, cap, capacity.span(spec.kind, cap), Components(spec))
+    notes = _world_or_note(spec, capacity.host_capacity(spec.kind), Components(spec))
     family, name = spec.family, Path(spec.model_path).name
     if family.cfg_passes == "batch":
         what = (f"{family.name} runs CFG as one denoiser call on a doubled batch: each of 2 ranks runs half of it "
@@ -338,7 +351,7 @@ def plan_cfg(spec: PipelineSpec) -> tuple[PipelineSpec, str]:
                 f"{' and a negative prompt, the empty one counts' if family.guidance_arg == 'true_cfg_scale' else ''}"
                 "): rank 0 runs the prompt's pass, rank 1 the negative prompt's, and they exchange their "
                 "predictions once per step: the same image as one chip, bit for bit.")
-    return spec, f"CFG Parallel on '{name}': 2 ranks per model copy. {what}"
+    return spec, "\n".join([f"CFG Parallel on '{name}': 2 ranks per model copy. {what}", *notes])
 
 
 def check_cfg(spec: PipelineSpec) -> None:
@@ -380,7 +393,7 @@ def plan_cp(spec: PipelineSpec, degree: int, mode: str) -> tuple[PipelineSpec, s
                          + (f" that divide the {heads} attention heads" if heads else ""))
     spec = spec.with_changes(cp_degree=degree, cp_mode=mode)
     check_cp(spec, parts)
-    check_world(spec, cap, capacity.span(spec.kind, cap), parts)
+    notes += _world_or_note(spec, cap, parts)
     name = Path(spec.model_path).name
     if degree == 1:
         return spec, "\n".join(["degree 1: the sequence is not split", *notes])
@@ -437,26 +450,39 @@ def check_cp(spec: PipelineSpec, parts: Components) -> None:
         raise ParallelError(f"degree: Ulysses splits the {heads} attention heads of '{name}' over the ranks, and "
                             f"{degree} does not divide them; use one of {', '.join(map(str, good))}, or mode "
                             "'ring'.")
-    if not family.variable_text and TEXT_TOKENS % degree:
-        raise ParallelError(f"degree: {family.name} pads its prompt to {TEXT_TOKENS} tokens, which {degree} ranks "
-                            "cannot split evenly; use 2, 4 or 8.")
+    if not family.variable_text and family.text_tokens % degree:
+        good = [d for d in range(2, 9) if family.text_tokens % d == 0]
+        raise ParallelError(f"degree: {family.name} pads its prompt to {family.text_tokens} tokens, which {degree} "
+                            f"ranks cannot split evenly; use {or_list(good)}.")
 
 
-TEXT_TOKENS = 512  # FLUX.1 / FLUX.2: prompts are padded to max_sequence_length, 512 unless compiled otherwise
+def cp_sequence(spec: PipelineSpec, width: int, height: int, frames: int = 0) -> dict[str, int]:
+    """The token counts Context Parallel splits for this size, by what they are, as the pipeline declares them
+    (`Pipeline.cp_tokens`): the image's tokens, a video's (its latent frames × the image's), and any audio."""
+    family = spec.family
+    latent_frames = (frames - 1) // family.frame_step + 1 if family.frame_step and frames else 1
+    tokens = latent_frames * (width // spec.size_factor) * (height // spec.size_factor)
+    if family.cp_tokens is not None:
+        return dict(family.cp_tokens(frames, tokens))
+    return {"video" if family.frame_step else "image": tokens}
 
 
 def check_cp_size(spec: PipelineSpec, width: int, height: int, frames: int = 0) -> None:
-    """Image (video) tokens must split evenly over the context ranks: TorchTPU's all-to-all takes equal splits only
-    (prompt-length text is padded to a multiple of the degree in the worker, `parallel.even_text`; reference
-    images' tokens are checked there too). A video's tokens: its latent frames × the image's."""
+    """Every sequence Context Parallel splits must split evenly over the context ranks: TorchTPU's all-to-all takes
+    equal splits only (prompt-length text is padded to a multiple of the degree in the worker, `parallel.even_text`;
+    reference images' tokens are checked there too). What the sequences hold comes from the declaration
+    (`cp_sequence`): image tokens, a video's latent frames × the image's, and a video's audio."""
     degree = spec.cp_degree
     if degree == 1:
         return
-    latent_frames = (frames - 1) // spec.family.frame_step + 1 if spec.family.frame_step and frames else 1
-    tokens = latent_frames * (width // spec.size_factor) * (height // spec.size_factor)
-    if tokens % degree:
-        video = f" × {latent_frames} latent frames ((frames - 1)/{spec.family.frame_step} + 1)" if latent_frames > 1 else ""
-        what = "video" if spec.family.frame_step else "image"
-        raise ParallelError(f"width/height: {width}x{height} makes {tokens} {what} tokens, which Context Parallel "
-                            f"degree {degree} cannot split evenly; choose a size where (width/{spec.size_factor}) × "
-                            f"(height/{spec.size_factor}){video} is a multiple of {degree}.")
+    family = spec.family
+    for what, tokens in cp_sequence(spec, width, height, frames).items():
+        if tokens % degree == 0:
+            continue
+        latent = (f" × {(frames - 1) // family.frame_step + 1} latent frames ((frames - 1)/{family.frame_step} + 1)"
+                  if family.frame_step and frames > 1 else "")
+        audio = ("; the audio tokens follow the frame count: change frames" if "audio" in what else "")
+        raise ParallelError(f"width/height: {width}x{height}{f' at {frames} frames' if frames else ''} makes "
+                            f"{tokens} {what} tokens, which Context Parallel degree {degree} cannot split evenly; "
+                            f"choose a size where (width/{spec.size_factor}) × (height/{spec.size_factor}){latent} "
+                            f"is a multiple of {degree}{audio}, or another degree.")

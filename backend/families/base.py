@@ -85,6 +85,13 @@ class Pipeline:
     cp_plan: bool = False  # diffusers ships a context-parallel plan (_cp_plan) for its transformer
     # why Context Parallel is refused although diffusers ships a plan (LTX-2's does not fit its rotary embeddings)
     cp_refused: str = ""
+    # What Context Parallel splits over its ranks, each part evenly (TorchTPU's all-to-all takes equal splits
+    # only): the prompt at its padded length (unless variable_text: padded in the worker), and the sequences
+    # (frames, image or video tokens) -> {what: tokens} gives (None: the image or video tokens alone). A video with
+    # sound declares its audio there: {"video": v, "audio": a} split apart, or {"video and audio": v + a} packed
+    # in one sequence (MiniMax H3); the checks follow the declaration, with no code of its own.
+    text_tokens: int = 512
+    cp_tokens: Callable[[int, int], Mapping[str, int]] | None = None
     variable_text: bool = False  # the text length follows the prompt (Qwen-Image)
     # What an input image on Sample means (diffusers pipelines made from the loaded one with from_pipe):
     img2img: str | None = None  # the image-to-image pipeline class; None: the image is a reference instead
@@ -163,6 +170,10 @@ class Pipeline:
     # why Sample's image cannot go to it (diffusers' pipeline takes none and has no image-to-image one), said when
     # one is connected; "" where images go somewhere (img2img, references, a control image)
     no_image: str = ""
+    # The kind of pipeline `tpu-check` runs a step of its own for (tpu_check.KIND_STEPS: "video with sound",
+    # "modular pipeline", "quantized file", ...), with the family's first tiny model; "": "video" where it makes
+    # videos, else "image" (what tpu-check's main steps run)
+    check_kind: str = ""
     family: str = ""  # the id of the family module it belongs to (the registry fills it in)
 
 

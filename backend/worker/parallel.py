@@ -225,7 +225,9 @@ def check_even_split(transformer: Any, degree: int) -> None:
                                  "change the width/height or the reference images' sizes"),
                                 ("encoder_hidden_states", "text tokens", "change the prompt's length")):
             x = kwargs.get(name)
-            if x is not None and x.shape[1] % degree:
+            # [batch, tokens, width] only: a video latent ([batch, channels, frames, h, w]: Wan) becomes tokens
+            # inside the transformer, and the controller counted those (layouts.check_cp_size)
+            if x is not None and x.ndim == 3 and x.shape[1] % degree:
                 raise ParallelError(f"degree: Context Parallel {degree} cannot split {x.shape[1]} {what} evenly "
                                     f"over its ranks (TorchTPU's all-to-all takes equal splits only); {fix} so "
                                     f"that it is a multiple of {degree}, or use another degree.")

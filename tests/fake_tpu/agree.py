@@ -9,6 +9,10 @@ Run in the venv that has the real torch_tpu 0.2.0:
         processes see the fake host through this folder's sitecustomize): for each host, every Shard TP x Data
         Parallel choice the nodes allow, as Load TPU Pipeline -> [Shard TP] -> [Data Parallel] -> Sample do it.
         A host entry may ask for TorchTPU's launch environment through the controller ("launch": n).
+    python tests/fake_tpu/agree.py families '[{"gen": "v6e", "chips": 8, "family": "flux1"}, ...]'
+        The same controller, for one family of the registry on a single host: its first published model (its
+        configs folder, no weights), under every layout node its declaration allows or not (Data Parallel, CFG
+        Parallel, Shard TP, Context Parallel) at degrees 1..9, each before and after Data Parallel 1..9.
 
 Hosts are single-host TPU VMs, or one host of a two-host slice ("pod": TPU_WORKER_HOSTNAMES + JOB_COMPLETION_INDEX),
 with or without COMFYUI_TPU_LOCAL_GROUP=1 ("local").
@@ -162,5 +166,69 @@ def our_rules(hosts: list[dict]) -> None:
         print(json.dumps(out), flush=True)
 
 
+LAYOUTS = ("dp", "cfg", "tp", "cp")
+
+
+def _layout_node(spec, layout: str, degree: int):
+    from backend.controller import api
+
+    if layout == "cfg":
+        return api.cfg_parallel(spec)[0]
+    if layout == "tp":
+        return api.shard(spec, degree)[0]
+    if layout == "cp":
+        return api.context_parallel(spec, degree, "ulysses")[0]
+    return spec
+
+
+def family_layouts(cases: list[dict]) -> None:
+    import shutil
+
+    from backend import families
+    from backend.controller import api, devices
+    from backend.controller.components import Components
+    from backend.protocol.errors import TPUError
+
+    work = Path(tempfile.mkdtemp(prefix="fake-tpu-"))
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT)])
+    for name in POD:
+        os.environ.pop(name, None)
+    for case in cases:
+        family = families.FAMILIES[case["family"]]
+        models = work / f"models-{family.id}"
+        if not models.exists():
+            shutil.copytree(families.config_dir(family.configs[0].folder), models / family.id)
+            index = json.loads((models / family.id / "model_index.json").read_text())
+            for part in (k for k, v in index.items() if not k.startswith("_") and isinstance(v, list) and v[0]):
+                (models / family.id / part).mkdir(exist_ok=True)  # tokenizers: no files needed to plan a layout
+        root = make_root(work / f"{case['gen']}-{case['chips']}", case["gen"], case["chips"])
+        devices.SYS_ROOT = root
+        os.environ["FAKE_TPU_ROOT"] = root
+        info = devices.detect()
+        spec0 = api.make_spec(family.id, [str(models)], offload="none")
+        out = {**case, "class_name": spec0.class_name, "heads": Components(spec0).heads, "sizes": info.group_sizes,
+               "combos": []}
+        for layout in LAYOUTS:
+            for degree in (range(1, 10) if layout in ("tp", "cp") else [2 if layout == "cfg" else 1]):
+                for dp in [None, *range(1, 10)]:
+                    for first in (("layout", "dp") if dp is not None and layout != "dp" else ("layout",)):
+                        combo, step = {"layout": layout, "degree": degree, "dp": dp, "dp_first": first == "dp"}, ""
+                        try:
+                            spec = api.make_spec(family.id, [str(models)], offload="none")
+                            for step in ((layout, "dp") if first == "layout" else ("dp", layout)):
+                                if step == "dp":
+                                    spec = api.replicate(spec, dp)[0] if dp is not None else spec
+                                else:
+                                    spec = _layout_node(spec, layout, degree)
+                            step = "sample"
+                            spec = api.checked(spec)
+                            combo.update(ok=True, world=spec.world_size, tp=spec.tp_degree, cp=spec.cp_degree,
+                                         cfg=spec.cfg_parallel, replicas=spec.dp_replicas)
+                        except TPUError as e:
+                            combo.update(ok=False, step=step, error=f"{type(e).__name__}: {e}")
+                        out["combos"].append(combo)
+        print(json.dumps(out), flush=True)
+
+
 if __name__ == "__main__":
-    {"torch_tpu": torch_tpu_rules, "ours": our_rules}[sys.argv[1]](json.loads(sys.argv[2]))
+    {"torch_tpu": torch_tpu_rules, "ours": our_rules, "families": family_layouts}[sys.argv[1]](json.loads(sys.argv[2]))
