@@ -14,7 +14,7 @@ from pathlib import Path
 from ..families import PIPELINES, Pipeline
 from ..protocol import settings
 from ..protocol.errors import ModelError
-from ..protocol.spec import PipelineSpec, listed_components, read_json
+from ..protocol.spec import INDEX_FILES, PipelineSpec, index_file, listed_components, read_index, read_json
 from .files import headers
 
 
@@ -55,7 +55,7 @@ def hub_snapshot(repo_dir: Path) -> Path | None:
     candidates = [snapshots / main] if main else []
     if snapshots.is_dir():
         candidates += sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
-    return next((c for c in candidates if (c / "model_index.json").is_file()), None)
+    return next((c for c in candidates if index_file(c) is not None), None)
 
 
 def hub_models(cache: Path | None = None) -> dict[str, Path]:
@@ -71,7 +71,8 @@ def hub_models(cache: Path | None = None) -> dict[str, Path]:
 
 
 def find_models(roots: Iterable[str], max_depth: int = 3) -> list[str]:
-    """Diffusers folders (holding model_index.json) under each root, as paths relative to that root."""
+    """Diffusers folders (holding model_index.json, or a modular pipeline's index) under each root, as paths
+    relative to that root."""
     found: list[str] = []
     for root in roots:
         base = Path(root)
@@ -79,7 +80,7 @@ def find_models(roots: Iterable[str], max_depth: int = 3) -> list[str]:
             continue
         for dirpath, dirnames, filenames in os.walk(base, followlinks=True):
             rel = Path(dirpath).relative_to(base)
-            if "model_index.json" in filenames:
+            if any(n in filenames for n in INDEX_FILES):
                 found.append(rel.as_posix())
                 dirnames.clear()  # components of a pipeline are not pipelines
             elif len(rel.parts) >= max_depth:
@@ -132,13 +133,13 @@ def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
 
     Pickle-only weights are refused unless `allow_pickle` or COMFYUI_TPU_ALLOW_PICKLE=1."""
     allow_pickle = allow_pickle or settings.ALLOW_PICKLE.on()
-    index_file = path / "model_index.json"
-    if not index_file.is_file():
+    found = index_file(path)
+    if found is None:
         raise ModelError(
-            f"model: the folder '{path.name}' has no model_index.json, so it is not a diffusers pipeline "
-            "folder. Choose the top folder of a model saved with save_pretrained (or downloaded from the "
-            "Hugging Face Hub), which holds model_index.json.")
-    index = read_json(index_file)
+            f"model: the folder '{path.name}' has no model_index.json (nor {', '.join(INDEX_FILES[1:])}), so it "
+            "is not a diffusers pipeline folder. Choose the top folder of a model saved with save_pretrained (or "
+            "downloaded from the Hugging Face Hub), which holds model_index.json.")
+    index = read_json(found)
     class_name = index.get("_class_name", "")
     family = PIPELINES.get(class_name)
     if family is None:
@@ -285,7 +286,7 @@ def weight_bytes(spec: PipelineSpec, float_bytes: int) -> dict[str, int]:
                 sizes[part.name] = size
         return sizes
     root = Path(spec.model_path)
-    index = read_json(root / "model_index.json", {})
+    index = read_index(root)
     sizes: dict[str, int] = {}
     for name in listed_components(index):
         folder = root / name

@@ -23,7 +23,7 @@ from ..protocol import messages, samplers, settings
 from ..protocol.errors import Interrupted, ModelError
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
-from . import controlnets, device, images, latents, loading, parallel, redux, storage
+from . import controlnets, device, images, latents, loading, modular, parallel, redux, storage
 from .cfg_parallel import CFGParallel, named_branches, two_passes
 from .compile_cache import CACHE_INFO
 from .compiler import Compiler, experts, steps_for_every_expert
@@ -193,7 +193,9 @@ class Runtime:
             stored = getattr(torch, spec.storage) if spec.storage else None  # fp8 storage: read into it
             if stored is not None and self.kind == "cpu":
                 storage.return_freed_blocks()
-            if spec.source is not None:
+            if spec.family.modular is not None:
+                pipe = modular.load(spec.model_path, spec.family, _DTYPES[dtype_name], self.status)
+            elif spec.source is not None:
                 pipe = loading.load_files(spec.source, _DTYPES[dtype_name], self.status, extra, stored)
             else:
                 pipe = loading.load_pipeline(spec.model_path, _DTYPES[dtype_name], self.status, extra, spec.variant,
@@ -310,7 +312,7 @@ class Runtime:
                         latent_io.enter_context(latents.encoded_as(pipe, images.input_latent(arrays, group[0])))
                     if keep_latents:
                         latent_io.enter_context(latents.captured(pipe, taken, decode))
-                    result = pipe(**kwargs)
+                    result = modular.call(pipe, spec.family, kwargs) if spec.family.modular else pipe(**kwargs)
             if result is None:  # stopped before the VAE: only the latents were asked for
                 self._check_finite(spec, torch.cat(taken))
             else:
@@ -380,8 +382,8 @@ class Runtime:
                      prompt: str) -> dict:
         """The pipeline call's arguments; width and height stay even where the pipeline has none (the compiler
         and the image inputs read them; images.add_inputs drops them)."""
-        params = inspect.signature(pipe.__call__).parameters
         family = spec.family
+        params = modular.parameters(pipe, family)
         kwargs: dict[str, Any] = {
             "prompt": prompt, "height": req.height, "width": req.width,
             "num_inference_steps": req.steps, "generator": generators,
