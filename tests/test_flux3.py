@@ -1,0 +1,80 @@
+"""FLUX 3 [klein], diffusers' modular pipelines (issue 36): through the pack's API, the pixels of plain diffusers'
+Flux3DistilledModularPipeline and Flux3ModularPipeline (text to image, and edit with one reference image), and
+the layouts its declaration allows or refuses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from backend.controller import api
+from backend.protocol.errors import ParallelError
+from backend.protocol.spec import SampleRequest
+
+BLOCKS = {"tiny-flux3": "Flux3DistilledAutoBlocks", "tiny-flux3-base": "Flux3AutoBlocks"}
+
+
+def _request(**kw) -> SampleRequest:
+    base = dict(prompt="a red fox in the snow", width=64, height=48, steps=2, guidance=2.0, seed=7, batch_size=1)
+    return SampleRequest(**{**base, **kw})
+
+
+def _plain(folder, name: str, req: SampleRequest, **call) -> np.ndarray:
+    """What a plain diffusers script gives: the blocks without the prompt upsampler, the folder's components, the
+    guidance in the base model's guider."""
+    import diffusers.modular_pipelines as modular
+    from diffusers.guiders import ClassifierFreeGuidance
+
+    blocks = getattr(modular, BLOCKS[name])()
+    blocks.sub_blocks.pop("prompt_upsampler")
+    pipe = blocks.init_pipeline(str(folder))
+    pipe.load_components(names=["text_encoder", "tokenizer", "transformer", "vae"], dtype=torch.float32,
+                         pretrained_model_name_or_path=str(folder))
+    if name == "tiny-flux3-base":
+        pipe.update_components(guider=ClassifierFreeGuidance(guidance_scale=req.guidance))
+    state = pipe(prompt=req.prompt, height=req.height, width=req.width, num_inference_steps=req.steps,
+                 generator=torch.Generator("cpu").manual_seed(req.seed), output_type="np", **call)
+    return np.asarray(state.values["images"], dtype=np.float32)
+
+
+def _reference() -> np.ndarray:
+    return np.random.RandomState(3).rand(1, 64, 80, 3).astype(np.float32)
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("name", sorted(BLOCKS))
+def test_text_to_image_and_edit_equal_plain_diffusers(tiny_models, name):
+    import PIL.Image
+
+    spec = api.make_spec(name, [str(tiny_models)])
+    assert spec.class_name == ("Flux3DistilledModularPipeline" if name == "tiny-flux3" else "Flux3ModularPipeline")
+    req = _request()
+    ours = api.sample(spec, req)
+    assert ours.shape == (1, 48, 64, 3)
+    assert np.abs(ours - _plain(tiny_models / name, name, req)).max() <= 1e-4
+    ref = _reference()
+    edited = api.sample(spec, req, image=ref)
+    pil = PIL.Image.fromarray((ref[0] * 255).round().astype(np.uint8))
+    assert np.abs(edited - _plain(tiny_models / name, name, req, image=[pil])).max() <= 1e-4
+    assert np.abs(edited - ours).max() > 1e-3  # the reference changed the image
+
+
+@pytest.mark.workers
+def test_the_base_models_guidance_reaches_its_guider(tiny_models):
+    spec = api.make_spec("tiny-flux3-base", [str(tiny_models)])
+    assert np.abs(api.sample(spec, _request(guidance=1.0)) - api.sample(spec, _request(guidance=4.0))).max() > 1e-3
+
+
+@pytest.mark.unit
+def test_the_layouts_it_has_no_plan_or_second_pass_for_are_refused(tiny_models):
+    distilled = api.make_spec("tiny-flux3", [str(tiny_models)])
+    base = api.make_spec("tiny-flux3-base", [str(tiny_models)])
+    with pytest.raises(ParallelError, match=r"FLUX 3 \[klein\].*no tensor-parallel plan"):
+        api.shard(distilled, 2)
+    with pytest.raises(ParallelError, match=r"FLUX 3 \[klein\].*no context-parallel plan"):
+        api.context_parallel(distilled, 2)
+    with pytest.raises(ParallelError, match=r"one denoiser pass per step"):
+        api.cfg_parallel(distilled)
+    with pytest.raises(ParallelError, match=r"modular pipeline whose guider runs both CFG passes"):
+        api.cfg_parallel(base)
