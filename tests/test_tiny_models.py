@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from backend.protocol.spec import listed_components, read_index
 from backend.tiny_models import FAMILIES, MORE, build_all, build_tiny_pipeline
 
 pytestmark = pytest.mark.unit
@@ -25,6 +26,8 @@ PIPELINE_CLASSES = {
     "wan": "WanPipeline",
     "wan-i2v": "WanImageToVideoPipeline",  # its frames against plain diffusers: tests/test_video.py
     "wan22": "WanPipeline",  # Wan 2.2 A14B's two experts: tests/test_video.py
+    "flux3": "Flux3DistilledModularPipeline",  # modular pipelines: against plain diffusers in tests/test_flux3.py
+    "flux3-base": "Flux3ModularPipeline",
 }
 MAX_FOLDER_BYTES = 8 * 2**20
 
@@ -44,8 +47,20 @@ def built(tmp_path_factory) -> dict[str, Path]:
 
 
 def _load(folder: Path):
+    """The folder through DiffusionPipeline, or a modular one through its blocks (without the prompt upsampler,
+    which the tiny folders do not hold) and its modular_model_index.json."""
     from diffusers import DiffusionPipeline
 
+    if not (folder / "model_index.json").is_file():
+        import diffusers.modular_pipelines as modular
+
+        index = read_index(folder)
+        blocks = getattr(modular, index["_blocks_class_name"])()
+        blocks.sub_blocks.pop("prompt_upsampler", None)
+        pipe = blocks.init_pipeline(str(folder))
+        pipe.load_components(names=list(listed_components(index)), dtype=torch.float32,
+                             pretrained_model_name_or_path=str(folder))
+        return pipe
     pipe = DiffusionPipeline.from_pretrained(
         str(folder), local_files_only=True, use_safetensors=True, dtype=torch.float32
     )
@@ -54,7 +69,11 @@ def _load(folder: Path):
 
 
 def _call(pipe, seeds: list[int], height: int = 64, width: int = 64, steps: int = 2) -> np.ndarray:
-    """Images [B, H, W, C]; a video pipeline's one-frame videos as images."""
+    """Images [B, H, W, C]; a video pipeline's one-frame videos as images; a modular pipeline's one call a seed."""
+    if "state" in inspect.signature(pipe.__call__).parameters:  # modular
+        return np.concatenate([np.asarray(pipe(
+            prompt="a photo of a cat", height=height, width=width, num_inference_steps=steps,
+            generator=torch.Generator().manual_seed(s), output_type="np").values["images"]) for s in seeds])
     kwargs = {}
     params = inspect.signature(pipe.__call__).parameters
     if "max_sequence_length" in params:
@@ -89,8 +108,7 @@ def test_build_all_names_and_skips_existing(built, tmp_path_factory):
     assert set(built) == set(FAMILIES + MORE)
     for family, folder in built.items():
         assert folder.name == f"tiny-{family}"
-        index = json.loads((folder / "model_index.json").read_text())
-        assert index["_class_name"] == PIPELINE_CLASSES[family]
+        assert read_index(folder)["_class_name"] == PIPELINE_CLASSES[family]
     marker = built["flux"] / "transformer" / "diffusion_pytorch_model.safetensors"
     mtime = marker.stat().st_mtime_ns
     assert build_all(built["flux"].parent, families=["flux"]) == {"flux": built["flux"]}
