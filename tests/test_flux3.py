@@ -78,3 +78,17 @@ def test_the_layouts_it_has_no_plan_or_second_pass_for_are_refused(tiny_models):
         api.cfg_parallel(distilled)
     with pytest.raises(ParallelError, match=r"modular pipeline whose guider runs both CFG passes"):
         api.cfg_parallel(base)
+
+
+@pytest.mark.unit
+def test_load_tpu_pipeline_lists_and_recognises_a_modular_folder(tiny_models, tmp_path):
+    from backend.controller import models
+
+    assert not (tiny_models / "tiny-flux3" / "model_index.json").exists()
+    assert {"tiny-flux3", "tiny-flux3-base", "tiny-flux"} <= set(models.find_models([str(tiny_models)]))
+    info = models.inspect_model(tiny_models / "tiny-flux3")
+    assert (info.class_name, info.family.modular.blocks) == ("Flux3DistilledModularPipeline",
+                                                             "Flux3DistilledAutoBlocks")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(Exception, match=r"no model_index\.json \(nor modular_model_index\.json\)"):
+        models.inspect_model(tmp_path / "empty")
