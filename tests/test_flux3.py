@@ -92,3 +92,12 @@ def test_load_tpu_pipeline_lists_and_recognises_a_modular_folder(tiny_models, tm
     (tmp_path / "empty").mkdir()
     with pytest.raises(Exception, match=r"no model_index\.json \(nor modular_model_index\.json\)"):
         models.inspect_model(tmp_path / "empty")
+
+
+@pytest.mark.workers
+def test_data_parallel_draws_the_same_images_as_one_worker(tiny_models):
+    spec = api.make_spec("tiny-flux3", [str(tiny_models)])
+    one = api.sample(spec, _request(batch_size=2))
+    replicated, _ = api.replicate(spec, 2)
+    assert replicated.dp_replicas == 2
+    assert np.abs(api.sample(replicated, _request(batch_size=2)) - one).max() <= 1e-6
