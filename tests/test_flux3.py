@@ -4,12 +4,15 @@ the layouts its declaration allows or refuses."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
 
 from backend.controller import api
-from backend.protocol.errors import ParallelError
+from backend.protocol.errors import Interrupted, ParallelError
+from backend.protocol.messages import Step
 from backend.protocol.spec import SampleRequest
 
 BLOCKS = {"tiny-flux3": "Flux3DistilledAutoBlocks", "tiny-flux3-base": "Flux3AutoBlocks"}
@@ -61,9 +64,22 @@ def test_text_to_image_and_edit_equal_plain_diffusers(tiny_models, name):
 
 
 @pytest.mark.workers
-def test_the_base_models_guidance_reaches_its_guider(tiny_models):
+def test_the_base_models_guidance_reaches_its_guider_and_each_step_reports_and_stops(tiny_models):
+    """The modular blocks take no step callback: the worker's runs after each scheduler step (progress, Cancel)."""
     spec = api.make_spec("tiny-flux3-base", [str(tiny_models)])
     assert np.abs(api.sample(spec, _request(guidance=1.0)) - api.sample(spec, _request(guidance=4.0))).max() > 1e-3
+    seen, stop = [], threading.Event()
+
+    def on_progress(msg):
+        if isinstance(msg, Step):
+            seen.append(msg.step)
+            if msg.step == 3:
+                stop.set()
+
+    with pytest.raises(Interrupted):
+        api.sample(spec, _request(steps=5000), on_progress, stop.is_set)
+    assert seen[:3] == [1, 2, 3] and max(seen) < 50
+    assert api.sample(spec, _request()).shape == (1, 48, 64, 3), "the next request works"
 
 
 @pytest.mark.unit

@@ -12,9 +12,11 @@ Runs inside a worker process.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
-from collections.abc import Callable, Collection
+import itertools
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -62,7 +64,7 @@ def parameters(pipe: Any, family: Pipeline) -> Collection[str]:
     guider takes it), else the pipeline's `__call__` signature."""
     if family.modular is None:
         return inspect.signature(pipe.__call__).parameters
-    names = set(pipe.blocks.input_names)
+    names = {*pipe.blocks.input_names, "callback_on_step_end"}  # the step callback: call() runs it
     if family.modular.guider:
         names.add(family.guidance_arg)
     return names
@@ -75,18 +77,36 @@ def call(pipe: Any, family: Pipeline, kwargs: dict) -> Any:
     blocks take none): dropped."""
     modular = _declared(family)
     kwargs = dict(kwargs)
-    kwargs.pop("callback_on_step_end", None)
-    if modular.guider:
-        guidance = kwargs.pop(family.guidance_arg)
-        own = pipe.guider
-        pipe.update_components(guider=own.new(guidance_scale=guidance))
-        try:
-            state = pipe(**kwargs)
-        finally:
-            pipe.update_components(guider=own)
-    else:
+    callback = kwargs.pop("callback_on_step_end", None)
+    own = pipe.guider if modular.guider else None
+    with contextlib.ExitStack() as restore:
+        if callback is not None:
+            restore.enter_context(_after_each_step(pipe, callback))
+        if own is not None:
+            pipe.update_components(guider=own.new(guidance_scale=kwargs.pop(family.guidance_arg)))
+            restore.callback(pipe.update_components, guider=own)
         state = pipe(**kwargs)
     pixels, *rest = modular.outputs
     out = {"frames" if family.frame_step else "images": state.get(pixels)}
     out.update({name: state.get(name) for name in rest})
     return SimpleNamespace(**out)
+
+
+@contextlib.contextmanager
+def _after_each_step(pipe: Any, callback: Callable) -> Iterator[None]:
+    """Runs a DiffusionPipeline-style `callback_on_step_end(pipe, step, timestep, {})` after each step of the
+    pipeline's scheduler (the denoise loop of every modular pipeline steps it once a step; MiniMax H3's audio
+    scheduler steps beside it), for as long as the call runs."""
+    scheduler, done = pipe.scheduler, itertools.count()
+    step = scheduler.step
+
+    def stepped(*args: Any, **kwargs: Any) -> Any:
+        out = step(*args, **kwargs)
+        callback(pipe, next(done), kwargs.get("timestep", args[1] if len(args) > 1 else None), {})
+        return out
+
+    scheduler.step = stepped
+    try:
+        yield
+    finally:
+        del scheduler.step  # the class's own again

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import inspect
 import os
 import time
 from pathlib import Path
@@ -416,7 +415,7 @@ class Runtime:
         """Adds the step callback: counts the call's `steps` steps, reports each one (with its duration; a batched
         call's step counts once per image; a second-order scheduler's two model calls count once), stops when
         asked. `then`: said after the last step (what the call does next that no step counts)."""
-        if "callback_on_step_end" not in inspect.signature(pipe.__call__).parameters:
+        if "callback_on_step_end" not in modular.parameters(pipe, self.loaded.family):
             return
         last, counted = [time.perf_counter()], [0]
         order = getattr(pipe.scheduler, "order", 1)  # Heun, DPM2, DPM++ SDE: two model calls per step
