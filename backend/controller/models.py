@@ -229,11 +229,16 @@ def check_frames(family: Pipeline, frames: int) -> None:
         return
     if not frames:
         raise ModelError(f"pipeline: {family.name} makes videos; use Sample Video (TPU) with it.")
-    if frames < 1 or (frames - 1) % step:
-        lo = max(1, (frames - 1) // step * step + 1)
-        near = f"{lo} or {lo + step}" if frames > 1 else "1"
-        raise ModelError(f"frames: {family.name} makes 1 + a multiple of {step} frames (its VAE packs {step} frames "
-                         f"into one), not {frames}; use {near}.")
+    first, (least, most) = family.frame_first, family.frames_range
+    if frames < first or (frames - first) % step:
+        lo = max(first, (frames - first) // step * step + first)
+        near = f"{lo} or {lo + step}" if frames > first else str(first)
+        raise ModelError(f"frames: {family.name} makes {first} + a multiple of {step} frames (its VAE packs {step} "
+                         f"frames into one), not {frames}; use {near}.")
+    if frames < least or (most and frames > most):
+        low, high = first + -(-(least - first) // step) * step, first + (most - first) // step * step
+        raise ModelError(f"frames: {family.name} makes {low} to {high} frames, not {frames}; use "
+                         f"{low if frames < least else high}.")
 
 
 def check_lora(path: str) -> str:

@@ -127,6 +127,9 @@ class Pipeline:
     # A video pipeline (num_frames in, .frames out): its frame count is 1 + a multiple of this (the VAE's temporal
     # compression, Wan: 4). 0: it makes images.
     frame_step: int = 0
+    # ... counted from this many frames (MiniMax H3's 17-frame chunks: 17n + 5), within this range ((1, 0): any)
+    frame_first: int = 1
+    frames_range: tuple[int, int] = (1, 0)
     # A video pipeline that takes Sample Video's start image as the first frame of each video (image to video:
     # `image=`, a PIL image); with needs_image it makes no video without one.
     start_image: bool = False

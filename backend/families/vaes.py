@@ -18,6 +18,7 @@ KINDS = {k.id: k for k in (
     VaeKind("vae-ldm", "ldm-vae"),  # AutoencoderKL in the LDM layout (SD3, SDXL, FLUX.1)
     VaeKind("vae-flux2", "flux2-vae"),  # the LDM layout plus batch-norm statistics of the latents
     VaeKind("vae-wan", "wan-vae"),  # Wan's causal 3D VAE: Wan 2.1's (Qwen-Image, Wan 2.2 A14B), Wan 2.2 5B's
+    VaeKind("vae-minimax-h3", "minimax-h3-vae"),  # MiniMax H3's video VAE (diffusers folders only for now)
 )}
 WAN22_KEY = "encoder.downsamples.0.downsamples.0.residual.0.gamma"  # Wan 2.2's VAE: residual down/up blocks
 
