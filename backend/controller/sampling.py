@@ -116,7 +116,8 @@ def run_sample(prepared: PreparedSample, on_progress: ProgressFn | None = None,
 def run_sample_outputs(prepared: PreparedSample, on_progress: ProgressFn | None = None,
                        should_interrupt: Callable[[], bool] | None = None) -> dict[str, np.ndarray]:
     """What the request's `outputs` asks, by name: "images" (as `run_sample` gives them) and "latents" (ComfyUI's
-    LATENT samples [B, C, h, w], [B, C, 1, h, w] for Qwen-Image: what the pipeline hands its VAE to decode)."""
+    LATENT samples [B, C, h, w], [B, C, 1, h, w] for Qwen-Image: what the pipeline hands its VAE to decode); and a
+    video with sound's "audio", one waveform a video [B, channels, samples] at `audio_rate(spec)`."""
     t0 = time.perf_counter()
     spec, req = prepared.spec, prepared.req
     progress = _group_progress(spec, req, on_progress)
@@ -127,7 +128,7 @@ def run_sample_outputs(prepared: PreparedSample, on_progress: ProgressFn | None 
     received = time.time()
     # Each replica's first rank sends its slice; rank order is image order.
     out = {}
-    for name in ("images", "latents"):
+    for name in ("images", "latents", "audio"):
         parts = [r.arrays[name] for r in results if name in r.arrays]
         if parts:
             out[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -135,6 +136,11 @@ def run_sample_outputs(prepared: PreparedSample, on_progress: ProgressFn | None 
     started = now.start_s if now is not None and now is not before else 0.0
     latency.record(results, started, received, time.perf_counter() - t0)
     return out
+
+
+def audio_rate(spec: PipelineSpec) -> int:
+    """The sample rate of the audio a video-with-sound pipeline makes (its audio VAE's `sampling_rate`); 0: none."""
+    return int(spec.component_config("audio_vae").get("sampling_rate", 0))
 
 
 def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None = None,

@@ -279,7 +279,7 @@ class Runtime:
                 calls[-1][1].append(i)
             else:
                 calls.append((prompt, [i]))
-        out, latent_out, done = [], [], 0
+        out, latent_out, sound, done = [], [], [], 0
         keep_latents, decode = layout.leader and req.outputs != "images", req.outputs != "latents"
         for prompt, group in calls:
             if kind in (images.IMG2IMG, images.INPAINT) and req.denoise == 0:  # nothing to repaint
@@ -319,12 +319,17 @@ class Runtime:
             done += len(group)
             if layout.leader and decode:
                 out.append(_pixels(result))
+                if getattr(result, "audio", None) is not None:  # a video with sound (MiniMax H3): [B, C, S]
+                    sound.append(np.asarray(result.audio.float().cpu() if isinstance(result.audio, torch.Tensor)
+                                            else result.audio, dtype=np.float32))
             latent_out += [latents.comfy_layout(pipe, spec.family, z) for z in taken]
         if not layout.leader or not (out or latent_out):
             return None
         sent = {"images": np.ascontiguousarray(np.concatenate(out))} if out else {}
         if latent_out:
             sent["latents"] = np.ascontiguousarray(np.concatenate(latent_out))
+        if sound:
+            sent["audio"] = np.ascontiguousarray(np.concatenate(sound))
         return sent
 
     def _check_finite(self, spec: PipelineSpec, out: Any) -> None:

@@ -25,8 +25,9 @@ def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
 FAMILY = ModelFamily(
     id="minimax_h3", order=75, tiny=("minimax-h3",), name="MiniMax H3",
     pipelines=(
-        # x16 VAE, 2x2 patches: sizes are multiples of 32; 17-frame chunks: 17n + 5 frames, 124 to 345 (5-15 s)
-        Pipeline("MiniMaxH3ModularPipeline", "MiniMax H3", 2, "guidance_scale", False, cp_plan=True,
+        # x16 VAE, 2x2 patches: sizes are multiples of 32 (the pack reads 2^5 = 32 off the VAE's six blocks, of
+        # which two do not downscale: so 1 on top); 17-frame chunks: 17n + 5 frames, 124 to 345 (5-15 s)
+        Pipeline("MiniMaxH3ModularPipeline", "MiniMax H3", 1, "guidance_scale", False, cp_plan=True,
                  frame_step=17, frame_first=5, frames_range=(124, 345),
                  modular=Modular("MiniMaxH3Blocks", workflow="t2va", outputs=("videos", "audio"))),
     ),
