@@ -54,7 +54,8 @@ def test_recognition_keys_tell_every_family_apart():
 
 
 def test_messages_name_the_families_in_order():
-    assert families.names() == "FLUX.1, FLUX.2, FLUX 3 [klein], SD3/SD3.5, SDXL, Qwen-Image, Z-Image or Wan"
+    assert families.names() == ("FLUX.1, FLUX.2, FLUX 3 [klein], SD3/SD3.5, SDXL, Qwen-Image, Z-Image, Wan "
+                                "or MiniMax H3")
 
 
 def test_every_family_has_a_tiny_pipeline(tiny_models):

@@ -104,7 +104,8 @@ def test_the_helpers_see_what_the_declarations_say():
     assert zimage.inpaint and zimage.cfg_passes
     assert "Z-Image" in families.inpainting_names() and "Z-Image" in families.cfg_parallel_names()
     assert "Wan" in families.cfg_parallel_names() and "Wan" not in families.shard_tp_names()
-    assert families.context_parallel_names(split=False) == "FLUX 3 [klein], SD3/SD3.5, SDXL and Z-Image"
+    assert families.context_parallel_names(split=False) == ("FLUX 3 [klein], SD3/SD3.5, SDXL, Z-Image and "
+                                                               "MiniMax H3")
 
 
 def _strings(path: Path):

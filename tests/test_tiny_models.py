@@ -28,7 +28,10 @@ PIPELINE_CLASSES = {
     "wan22": "WanPipeline",  # Wan 2.2 A14B's two experts: tests/test_video.py
     "flux3": "Flux3DistilledModularPipeline",  # modular pipelines: against plain diffusers in tests/test_flux3.py
     "flux3-base": "Flux3ModularPipeline",
+    "minimax-h3": "MiniMaxH3ModularPipeline",  # t2va against plain diffusers: tests/test_minimax_h3.py
 }
+# A non-square size each family takes: only a multiple of 16, where the family takes that (MiniMax H3: of 32)
+ODD_SIZE = {"minimax-h3": (32, 64)}
 MAX_FOLDER_BYTES = 8 * 2**20
 
 
@@ -57,9 +60,11 @@ def _load(folder: Path):
         index = read_index(folder)
         blocks = getattr(modular, index["_blocks_class_name"])()
         blocks.sub_blocks.pop("prompt_upsampler", None)
+        if "t2va" in (getattr(blocks, "_workflow_map", None) or {}):  # MiniMax H3: text to video with sound
+            blocks = blocks.get_workflow("t2va")
         pipe = blocks.init_pipeline(str(folder))
-        pipe.load_components(names=list(listed_components(index)), dtype=torch.float32,
-                             pretrained_model_name_or_path=str(folder))
+        pipe.load_components(names=[n for n in listed_components(index) if n in pipe.component_names],
+                             dtype=torch.float32, pretrained_model_name_or_path=str(folder))
         return pipe
     pipe = DiffusionPipeline.from_pretrained(
         str(folder), local_files_only=True, use_safetensors=True, dtype=torch.float32
@@ -70,10 +75,13 @@ def _load(folder: Path):
 
 def _call(pipe, seeds: list[int], height: int = 64, width: int = 64, steps: int = 2) -> np.ndarray:
     """Images [B, H, W, C]; a video pipeline's one-frame videos as images; a modular pipeline's one call a seed."""
-    if "state" in inspect.signature(pipe.__call__).parameters:  # modular
-        return np.concatenate([np.asarray(pipe(
-            prompt="a photo of a cat", height=height, width=width, num_inference_steps=steps,
-            generator=torch.Generator().manual_seed(s), output_type="np").values["images"]) for s in seeds])
+    if "state" in inspect.signature(pipe.__call__).parameters:  # modular; a video's first frame (124: its least)
+        video = "num_frames" in pipe.blocks.input_names
+        states = [pipe(prompt="a photo of a cat", height=height, width=width, num_inference_steps=steps,
+                       generator=torch.Generator().manual_seed(s), output_type="np", **({"num_frames": 124} if video
+                                                                                         else {})) for s in seeds]
+        return np.concatenate([np.asarray(st.get("videos"))[:, 0] if video else np.asarray(st.get("images"))
+                               for st in states])
     kwargs = {}
     params = inspect.signature(pipe.__call__).parameters
     if "max_sequence_length" in params:
@@ -130,8 +138,9 @@ def test_family_samples_reproducibly(built, family):
     assert not np.array_equal(first, _call(pipe, [1]))
 
     # One generator per image, non-square size that is only a multiple of 16.
-    batch = _call(pipe, [3, 4], height=32, width=48)
-    assert batch.shape == (2, 32, 48, 3)
+    height, width = ODD_SIZE.get(family, (32, 48))
+    batch = _call(pipe, [3, 4], height=height, width=width)
+    assert batch.shape == (2, height, width, 3)
     assert np.isfinite(batch).all()
     assert not np.array_equal(batch[0], batch[1])
 

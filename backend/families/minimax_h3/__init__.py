@@ -27,7 +27,9 @@ FAMILY = ModelFamily(
     pipelines=(
         # x16 VAE, 2x2 patches: sizes are multiples of 32 (the pack reads 2^5 = 32 off the VAE's six blocks, of
         # which two do not downscale: so 1 on top); 17-frame chunks: 17n + 5 frames, 124 to 345 (5-15 s)
-        Pipeline("MiniMaxH3ModularPipeline", "MiniMax H3", 1, "guidance_scale", False, cp_plan=True,
+        # its transformer has diffusers' _cp_plan, but Context Parallel has not run through the modular path yet:
+        # refused until a test runs it (cp_plan=True then)
+        Pipeline("MiniMaxH3ModularPipeline", "MiniMax H3", 1, "guidance_scale", False,
                  frame_step=17, frame_first=5, frames_range=(124, 345),
                  modular=Modular("MiniMaxH3Blocks", workflow="t2va", outputs=("videos", "audio"))),
     ),
