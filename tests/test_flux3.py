@@ -117,3 +117,17 @@ def test_data_parallel_draws_the_same_images_as_one_worker(tiny_models):
     replicated, _ = api.replicate(spec, 2)
     assert replicated.dp_replicas == 2
     assert np.abs(api.sample(replicated, _request(batch_size=2)) - one).max() <= 1e-6
+
+
+@pytest.mark.unit
+def test_offload_is_refused_naming_why_and_auto_keeps_the_weights_on_the_device(tiny_models):
+    from backend.protocol.errors import OptionError
+
+    for offload in ("model", "sequential"):
+        with pytest.raises(OptionError, match=rf"offload: '{offload}' is not available for FLUX 3 \[klein\].*modular"):
+            api.make_spec("tiny-flux3", [str(tiny_models)], offload=offload)
+    from backend.controller import offload as offloads
+
+    auto = api.make_spec("tiny-flux3", [str(tiny_models)], offload="auto").with_changes(kind="tpu")
+    choice = offloads.choose_offload(auto)
+    assert choice.mode == "none" and "modular pipeline" in choice.reason
