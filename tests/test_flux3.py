@@ -131,3 +131,13 @@ def test_offload_is_refused_naming_why_and_auto_keeps_the_weights_on_the_device(
     auto = api.make_spec("tiny-flux3", [str(tiny_models)], offload="auto").with_changes(kind="tpu")
     choice = offloads.choose_offload(auto)
     assert choice.mode == "none" and "modular pipeline" in choice.reason
+
+
+@pytest.mark.unit
+def test_compiled_mode_is_refused_naming_the_eager_modes(tiny_models):
+    from backend.protocol.errors import CompileError
+
+    spec = api.make_spec("tiny-flux3", [str(tiny_models)])
+    with pytest.raises(CompileError, match=r"'compiled' does not run FLUX 3 \[klein\] yet.*strict eager"):
+        api.with_mode(spec, "compiled")
+    assert api.with_mode(spec, "strict eager")[0].mode == "strict eager"
