@@ -141,3 +141,18 @@ def test_compiled_mode_is_refused_naming_the_eager_modes(tiny_models):
     with pytest.raises(CompileError, match=r"'compiled' does not run FLUX 3 \[klein\] yet.*strict eager"):
         api.with_mode(spec, "compiled")
     assert api.with_mode(spec, "strict eager")[0].mode == "strict eager"
+
+
+@pytest.mark.server
+def test_a_workflow_in_comfyui_saves_the_pixels_of_plain_diffusers(server, tiny_models):
+    """Load TPU Pipeline lists tiny-flux3 (a modular folder) and Sample (TPU) runs it: the saved PNG is plain
+    diffusers' image as ComfyUI's Save Image writes it (8 bits, truncated)."""
+    from helpers import pixels, prompt, run_ok
+
+    req = _request()
+    wf = prompt("tiny-flux3", prompt=req.prompt, width=req.width, height=req.height, steps=req.steps,
+                guidance=req.guidance, seed=req.seed)
+    saved = pixels(run_ok(server, wf)["images"][0]).astype(int)
+    plain = np.clip(255.0 * _plain(tiny_models / "tiny-flux3", "tiny-flux3", req)[0], 0, 255).astype(np.uint8)
+    assert saved.shape == (48, 64, 3)
+    assert np.abs(saved - plain.astype(int)).max() <= 1  # float noise at an 8-bit boundary at most
