@@ -28,6 +28,7 @@ import torch
 from .families import FAMILIES as _FAMILIES
 from .families import tiny_builders
 from .families.tiny_parts import Seeder
+from .protocol.spec import index_file
 
 _MODULES = {f.id: tiny_builders(f.id) for f in _FAMILIES.values()}
 _BUILDERS: dict[str, Callable[[Seeder, str], Any]] = {n: b for m in _MODULES.values() for n, b in m.BUILDERS.items()}
@@ -60,7 +61,7 @@ def build_tiny_pipeline(
     if size != "tiny" and family not in _SIZED_FAMILIES:
         raise ValueError(f"size={size!r} exists only for {_SIZED_FAMILIES}, not {family!r}")
     out = pathlib.Path(out_dir)
-    if out.exists() and any(out.iterdir()) and not (out / "model_index.json").is_file():
+    if out.exists() and any(out.iterdir()) and index_file(out) is None:
         raise FileExistsError(f"{out} exists and is not a pipeline folder; refusing to replace it")
     with torch.random.fork_rng(devices=[]):
         pipe = _BUILDERS[family](Seeder(seed), size)
@@ -75,13 +76,27 @@ def save_pipeline(pipe: Any, out: pathlib.Path) -> pathlib.Path:
     staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     staging.chmod(0o755)  # mkdtemp makes it owner-only; the folder may be served to other users
     try:
-        pipe.save_pretrained(staging, safe_serialization=True)
+        pipe.save_pretrained(str(staging), safe_serialization=True)  # a modular pipeline's takes a str only
+        _portable_modular_index(staging)
         if out.exists():
             shutil.rmtree(out)
         os.replace(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def _portable_modular_index(folder: pathlib.Path) -> None:
+    """A modular pipeline's save names the folder it was saved in (here the staging one) in every entry of its
+    modular_model_index.json; with none named, its components load from whatever folder holds it (as moved)."""
+    path = folder / "modular_model_index.json"
+    if not path.is_file():
+        return
+    index = json.loads(path.read_text())
+    for value in index.values():
+        if isinstance(value, list) and len(value) == 3 and isinstance(value[2], dict):
+            value[2]["pretrained_model_name_or_path"] = None
+    path.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
 
 
 def build_all(
@@ -100,7 +115,7 @@ def build_all(
     built: dict[str, pathlib.Path] = {}
     for family in families:
         folder = root / f"{size}-{family}"
-        if not (folder / "model_index.json").is_file():
+        if index_file(folder) is None:
             build_tiny_pipeline(family, folder, size=size)
         built[family] = folder
     return built

@@ -15,7 +15,7 @@ import pytest
 from backend import families
 from backend import tiny_models as tiny
 from backend.families import CONFIGS, FAMILIES, PIPELINES, config_dir, text_encoders, vaes
-from backend.protocol.spec import read_json
+from backend.protocol.spec import read_index, read_json
 
 pytestmark = pytest.mark.unit
 
@@ -55,12 +55,13 @@ def test_recognition_keys_tell_every_family_apart():
 
 def test_messages_name_the_families_in_order():
     assert families.names() == (
-        "FLUX.1, FLUX.2, SD3/SD3.5, SDXL, Qwen-Image, Qwen-Image 2.1, Z-Image, Krea 2, Ideogram 4, Wan or LTX-2")
+        "FLUX.1, FLUX.2, FLUX 3 [klein], SD3/SD3.5, SDXL, Qwen-Image, Qwen-Image 2.1, Z-Image, Krea 2, Ideogram 4, Wan, "
+        "LTX-2 or MiniMax H3")
 
 
 def test_every_family_has_a_tiny_pipeline(tiny_models):
     """Its fixture: a tiny random-weight pipeline (backend/tiny_models.py) of one of its pipeline classes."""
-    classes = [read_json(tiny_models / f"tiny-{name}" / "model_index.json")["_class_name"] for name in tiny.FAMILIES]
+    classes = [read_index(tiny_models / f"tiny-{name}")["_class_name"] for name in tiny.FAMILIES]
     assert sorted(PIPELINES[c].family for c in classes) == sorted(FAMILIES)
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from backend.families import PIPELINES
+from backend.protocol.spec import listed_components, read_index
 from backend.tiny_models import FAMILIES, MORE, build_all, build_tiny_pipeline
 
 pytestmark = pytest.mark.unit
@@ -30,9 +31,13 @@ PIPELINE_CLASSES = {
     "qwenimage21": "QwenImage21Pipeline",  # against the pack: tests/test_image_families.py
     "krea2": "Krea2Pipeline",
     "ideogram4": "Ideogram4Pipeline",
+    "flux3": "Flux3DistilledModularPipeline",  # modular pipelines: against plain diffusers in tests/test_flux3.py
+    "flux3-base": "Flux3ModularPipeline",
+    "minimax-h3": "MiniMaxH3ModularPipeline",  # t2va against plain diffusers: tests/test_minimax_h3.py
 }
-# a non-square size each family makes (LTX-2: multiples of 32, at least 2x2 latent pixels)
-NON_SQUARE = {"ltx2": (64, 96), "qwenimage21": (32, 96)}
+# a non-square size each family makes (LTX-2: multiples of 32, at least 2x2 latent pixels; Qwen-Image 2.1's 16x VAE;
+# MiniMax H3: of 32)
+NON_SQUARE = {"ltx2": (64, 96), "qwenimage21": (32, 96), "minimax-h3": (32, 64)}
 MAX_FOLDER_BYTES = 8 * 2**20
 
 
@@ -51,8 +56,22 @@ def built(tmp_path_factory) -> dict[str, Path]:
 
 
 def _load(folder: Path):
+    """The folder through DiffusionPipeline, or a modular one through its blocks (without the prompt upsampler,
+    which the tiny folders do not hold) and its modular_model_index.json."""
     from diffusers import DiffusionPipeline
 
+    if not (folder / "model_index.json").is_file():
+        import diffusers.modular_pipelines as modular
+
+        index = read_index(folder)
+        blocks = getattr(modular, index["_blocks_class_name"])()
+        blocks.sub_blocks.pop("prompt_upsampler", None)
+        if "t2va" in (getattr(blocks, "_workflow_map", None) or {}):  # MiniMax H3: text to video with sound
+            blocks = blocks.get_workflow("t2va")
+        pipe = blocks.init_pipeline(str(folder))
+        pipe.load_components(names=[n for n in listed_components(index) if n in pipe.component_names],
+                             dtype=torch.float32, pretrained_model_name_or_path=str(folder))
+        return pipe
     pipe = DiffusionPipeline.from_pretrained(
         str(folder), local_files_only=True, use_safetensors=True, dtype=torch.float32
     )
@@ -63,7 +82,14 @@ def _load(folder: Path):
 def _call(pipe, seeds: list[int], height: int = 64, width: int = 64, steps: int = 2) -> np.ndarray:
     """Images [B, H, W, C]; a video pipeline's one-frame videos as images. Guidance 2 and the arguments the pack
     always passes (Pipeline.call_args: LTX-2's guidance it switches off, whose published defaults need 29 blocks;
-    Ideogram 4's 48-entry default guidance schedule fits 48 steps only)."""
+    Ideogram 4's 48-entry default guidance schedule fits 48 steps only); a modular pipeline's one call a seed."""
+    if "state" in inspect.signature(pipe.__call__).parameters:  # modular; a video's first frame (124: its least)
+        video = "num_frames" in pipe.blocks.input_names
+        states = [pipe(prompt="a photo of a cat", height=height, width=width, num_inference_steps=steps,
+                       generator=torch.Generator().manual_seed(s), output_type="np", **({"num_frames": 124} if video
+                                                                                         else {})) for s in seeds]
+        return np.concatenate([np.asarray(st.get("videos"))[:, 0] if video else np.asarray(st.get("images"))
+                               for st in states])
     family = PIPELINES[type(pipe).__name__]
     kwargs = {family.guidance_arg: 2.0, **dict(family.call_args)}
     params = inspect.signature(pipe.__call__).parameters
@@ -99,8 +125,7 @@ def test_build_all_names_and_skips_existing(built, tmp_path_factory):
     assert set(built) == set(FAMILIES + MORE)
     for family, folder in built.items():
         assert folder.name == f"tiny-{family}"
-        index = json.loads((folder / "model_index.json").read_text())
-        assert index["_class_name"] == PIPELINE_CLASSES[family]
+        assert read_index(folder)["_class_name"] == PIPELINE_CLASSES[family]
     marker = built["flux"] / "transformer" / "diffusion_pytorch_model.safetensors"
     mtime = marker.stat().st_mtime_ns
     assert build_all(built["flux"].parent, families=["flux"]) == {"flux": built["flux"]}

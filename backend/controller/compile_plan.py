@@ -58,6 +58,10 @@ def resolve_compile(spec: PipelineSpec) -> PipelineSpec:
     is 'compiled'. Idempotent."""
     if spec.mode != "compiled":
         return spec
+    if spec.family.modular is not None:
+        raise CompileError(f"mode: 'compiled' does not run {spec.family.name} yet: it is a diffusers modular pipeline, "
+                           "and the pack's compiled mode (warm-ups, fixed text length, recompile checks) reads a "
+                           "DiffusionPipeline's call. Use strict eager (or defer-and-fuse eager on a TPU).")
     plan = spec.compile or CompilePlan()
     if plan.target not in COMPILE_TARGETS:
         raise CompileError(f"target: '{plan.target}' is not one of {', '.join(COMPILE_TARGETS)}.")

@@ -364,6 +364,12 @@ def check_cfg(spec: PipelineSpec) -> None:
             f"pipeline: '{name}' is a {family.name} model ({spec.class_name}): its two guidance passes are two "
             "models (a conditional and an unconditional transformer), which CFG Parallel does not split yet (it "
             "splits the passes of one denoiser). Remove CFG Parallel; use Data Parallel for more images at once.")
+    if family.modular is not None and family.modular.guider:
+        raise ParallelError(
+            f"pipeline: '{name}' is a {family.name} model ({spec.class_name}), a diffusers modular pipeline whose "
+            "guider runs both CFG passes inside its own denoise loop, which CFG Parallel does not split yet. "
+            f"Remove CFG Parallel; Data Parallel runs copies of it. CFG Parallel applies to: "
+            f"{families.cfg_parallel_names()}.")
     if not family.cfg_passes or _distilled(spec):
         why = (f" (diffusers' {spec.class_name} has no true CFG: no negative prompt or true_cfg_scale)"
                if any(p.true_cfg for p in families.family_of(family).pipelines) else "")

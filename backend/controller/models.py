@@ -14,7 +14,7 @@ from pathlib import Path
 from ..families import PIPELINES, Pipeline
 from ..protocol import settings
 from ..protocol.errors import ModelError
-from ..protocol.spec import PipelineSpec, listed_components, read_json
+from ..protocol.spec import INDEX_FILES, PipelineSpec, index_file, listed_components, read_index, read_json
 from .files import headers
 
 
@@ -55,7 +55,7 @@ def hub_snapshot(repo_dir: Path) -> Path | None:
     candidates = [snapshots / main] if main else []
     if snapshots.is_dir():
         candidates += sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
-    return next((c for c in candidates if (c / "model_index.json").is_file()), None)
+    return next((c for c in candidates if index_file(c) is not None), None)
 
 
 def hub_models(cache: Path | None = None) -> dict[str, Path]:
@@ -71,7 +71,8 @@ def hub_models(cache: Path | None = None) -> dict[str, Path]:
 
 
 def find_models(roots: Iterable[str], max_depth: int = 3) -> list[str]:
-    """Diffusers folders (holding model_index.json) under each root, as paths relative to that root."""
+    """Diffusers folders (holding model_index.json, or a modular pipeline's index) under each root, as paths
+    relative to that root."""
     found: list[str] = []
     for root in roots:
         base = Path(root)
@@ -79,7 +80,7 @@ def find_models(roots: Iterable[str], max_depth: int = 3) -> list[str]:
             continue
         for dirpath, dirnames, filenames in os.walk(base, followlinks=True):
             rel = Path(dirpath).relative_to(base)
-            if "model_index.json" in filenames:
+            if any(n in filenames for n in INDEX_FILES):
                 found.append(rel.as_posix())
                 dirnames.clear()  # components of a pipeline are not pipelines
             elif len(rel.parts) >= max_depth:
@@ -132,13 +133,13 @@ def inspect_model(path: Path, allow_pickle: bool = False) -> ModelInfo:
 
     Pickle-only weights are refused unless `allow_pickle` or COMFYUI_TPU_ALLOW_PICKLE=1."""
     allow_pickle = allow_pickle or settings.ALLOW_PICKLE.on()
-    index_file = path / "model_index.json"
-    if not index_file.is_file():
+    found = index_file(path)
+    if found is None:
         raise ModelError(
-            f"model: the folder '{path.name}' has no model_index.json, so it is not a diffusers pipeline "
-            "folder. Choose the top folder of a model saved with save_pretrained (or downloaded from the "
-            "Hugging Face Hub), which holds model_index.json.")
-    index = read_json(index_file)
+            f"model: the folder '{path.name}' has no model_index.json (nor {', '.join(INDEX_FILES[1:])}), so it "
+            "is not a diffusers pipeline folder. Choose the top folder of a model saved with save_pretrained (or "
+            "downloaded from the Hugging Face Hub), which holds model_index.json.")
+    index = read_json(found)
     class_name = index.get("_class_name", "")
     family = PIPELINES.get(class_name)
     if family is None:
@@ -241,19 +242,24 @@ def check_frames(family: Pipeline, frames: int, transformer_config: dict | None 
         return
     if not frames:
         raise ModelError(f"pipeline: {family.name} makes videos; use Sample Video (TPU) with it.")
-    if frames < 1 or (frames - 1) % step:
-        lo = max(1, (frames - 1) // step * step + 1)
-        near = f"{lo} or {lo + step}" if frames > 1 else "1"
-        raise ModelError(f"frames: {family.name} makes 1 + a multiple of {step} frames (its VAE packs {step} frames "
-                         f"into one), not {frames}; use {near}.")
+    first, (least, most) = family.frame_first, family.frames_range
+    if frames < first or (frames - first) % step:
+        lo = max(first, (frames - first) // step * step + first)
+        near = f"{lo} or {lo + step}" if frames > first else str(first)
+        raise ModelError(f"frames: {family.name} makes {first} + a multiple of {step} frames (its VAE packs {step} "
+                         f"frames into one), not {frames}; use {near}.")
+    if frames < least or (most and frames > most):
+        low, high = first + -(-(least - first) // step) * step, first + (most - first) // step * step
+        raise ModelError(f"frames: {family.name} makes {low} to {high} frames, not {frames}; use "
+                         f"{low if frames < least else high}.")
     config = transformer_config or {}
     positions, patch = config.get("rope_max_seq_len"), config.get("patch_size") or [1]
     patch = patch[0] if isinstance(patch, (list, tuple)) else patch  # Wan: (t, h, w); others a number
-    if isinstance(positions, int) and isinstance(patch, int) and (frames - 1) // step + 1 > positions * patch:
-        most = (positions * patch - 1) * step + 1
+    if isinstance(positions, int) and isinstance(patch, int) and (frames - first) // step + 1 > positions * patch:
+        longest = (positions * patch - 1) * step + first
         raise ModelError(f"frames: {frames} is more than this {family.name} model can make: its transformer's rotary "
                          f"position table (rope_max_seq_len {positions}) covers {positions * patch} latent frames, "
-                         f"so at most {most} frames; use at most {most}, or make the video in parts.")
+                         f"so at most {longest} frames; use at most {longest}, or make the video in parts.")
 
 
 def check_lora(path: str) -> str:
@@ -306,7 +312,7 @@ def weight_bytes(spec: PipelineSpec, float_bytes: int) -> dict[str, int]:
                 sizes[part.name] = size
         return sizes
     root = Path(spec.model_path)
-    index = read_json(root / "model_index.json", {})
+    index = read_index(root)
     sizes: dict[str, int] = {}
     for name in listed_components(index):
         folder = root / name

@@ -41,6 +41,9 @@ def choose_offload(spec: PipelineSpec, model: Components | None = None) -> Offlo
     where the caller has read them."""
     if spec.kind == "cpu":
         return OffloadChoice("none", "offload auto → none: on the CPU the weights stay in host memory anyway")
+    if spec.family.modular is not None:
+        return OffloadChoice("none", f"offload auto → none: {spec.family.name} is a diffusers modular pipeline, "
+                                     "which has no CPU offload hooks")
     memory = devices.device_memory_bytes(spec.kind)
     dtype = "bfloat16" if spec.dtype == "auto" else storage.compute_dtype(spec)
     float_bytes = _FLOAT_BYTES[dtype]

@@ -36,6 +36,10 @@ def make_spec(model: str, roots: Iterable[str], dtype: str = "auto", device_choi
     kind = _check_choices(dtype, device_choice, offload)
     path = models.resolve_model_path(model, roots)
     info = models.inspect_model(path, allow_pickle=allow_pickle)
+    if info.family.modular is not None and offload in ("model", "sequential"):
+        raise OptionError(f"offload: '{offload}' is not available for {info.family.name} ('{path.name}'): diffusers' "
+                          "modular pipelines have no CPU offload hooks (no enable_model_cpu_offload). Use offload "
+                          "'none' (or 'auto', which keeps the weights on the device), or Data Parallel on more chips.")
     return storage.resolve_storage(PipelineSpec(
         model_path=info.path, class_name=info.class_name, size_factor=info.size_factor, dtype=dtype,
         device=device_choice, offload=offload, kind=kind, variant=info.variant))

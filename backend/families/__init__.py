@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
-from .base import Configs, ControlNets, Embeddings, ModelFamily, Pipeline, Shapes, TextSlot
+from .base import Configs, ControlNets, Embeddings, ModelFamily, Modular, Pipeline, Shapes, TextSlot
 
 _HERE = Path(__file__).resolve().parent
 _MODULES: tuple[ModuleType, ...] = tuple(sorted(
@@ -162,7 +162,7 @@ def text_encoders_needed() -> str:
         for f in FROM_FILES for c in f.configs)
 
 
-__all__ = ["CONFIGS", "FAMILIES", "FROM_FILES", "PIPELINES", "Configs", "config_dir", "conversions", "tiny_builders", "ControlNets", "Embeddings", "ModelFamily", "Pipeline", "TextSlot", "conditioned_names", "family_of", "names",
+__all__ = ["CONFIGS", "FAMILIES", "FROM_FILES", "PIPELINES", "Configs", "config_dir", "conversions", "tiny_builders", "ControlNets", "Embeddings", "ModelFamily", "Modular", "Pipeline", "TextSlot", "conditioned_names", "family_of", "names",
            "recognise", "single_file_names", "true_cfg_names", "text_encoders_needed", "pipeline_names", "family_names",
            "inpainting_names", "reference_names", "cfg_parallel_names", "context_parallel_names", "shard_tp_names",
            "controlnet_names", "step_cache_names"]

@@ -67,6 +67,23 @@ class ControlNets:
 
 
 @dataclass(frozen=True)
+class Modular:
+    """A diffusers modular pipeline (`diffusers.modular_pipelines`) in place of a DiffusionPipeline class: the
+    worker builds it from these blocks and the folder's index (backend/worker/modular.py), and calls it with the
+    same request mapping as every other pipeline."""
+
+    blocks: str  # its blocks class in diffusers.modular_pipelines ("Flux3DistilledAutoBlocks")
+    index: str = "modular_model_index.json"  # the folder's index file (what Load TPU Pipeline recognises)
+    workflow: str = ""  # the blocks' workflow it runs (MiniMax H3: "t2va", "fl2va", "ref2va"); "": the blocks whole
+    # sub-blocks left out: the prompt upsampler (FLUX 3's is a 9B Qwen3.5 that the folder need not hold)
+    without: tuple[str, ...] = ()
+    # the state values the call returns: the pixels first ("images", or a video's "videos"), then any "audio"
+    outputs: tuple[str, ...] = ("images",)
+    # guidance is the guider component's guidance_scale (the call takes no guidance argument); False: none
+    guider: bool = False
+
+
+@dataclass(frozen=True)
 class Pipeline:
     """How one diffusers pipeline class of a family runs: what differs between the classes we support."""
 
@@ -121,6 +138,9 @@ class Pipeline:
     # A video pipeline (num_frames in, .frames out): its frame count is 1 + a multiple of this (the VAE's temporal
     # compression, Wan: 4). 0: it makes images.
     frame_step: int = 0
+    # ... counted from this many frames (MiniMax H3's 17-frame chunks: 17n + 5), within this range ((1, 0): any)
+    frame_first: int = 1
+    frames_range: tuple[int, int] = (1, 0)
     # A video pipeline that takes Sample Video's start image as the first frame of each video (image to video:
     # `image=`, a PIL image); with needs_image it makes no video without one.
     start_image: bool = False
@@ -174,6 +194,8 @@ class Pipeline:
     # "modular pipeline", "quantized file", ...), with the family's first tiny model; "": "video" where it makes
     # videos, else "image" (what tpu-check's main steps run)
     check_kind: str = ""
+    # a diffusers modular pipeline (class_name is its ModularPipeline class); None: a DiffusionPipeline class
+    modular: Modular | None = None
     family: str = ""  # the id of the family module it belongs to (the registry fills it in)
 
 

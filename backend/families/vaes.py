@@ -19,6 +19,7 @@ KINDS = {k.id: k for k in (
     VaeKind("vae-flux2", "flux2-vae"),  # the LDM layout plus batch-norm statistics of the latents
     VaeKind("vae-wan", "wan-vae"),  # Wan's causal 3D VAE: Wan 2.1's (Qwen-Image, Wan 2.2 A14B), Wan 2.2 5B's
     VaeKind("vae-ltx2", "ltx2-vae"),  # LTX-2's video VAE (32x spatial, 8x temporal): its files are not read yet
+    VaeKind("vae-minimax-h3", "minimax-h3-vae"),  # MiniMax H3's video VAE (diffusers folders only for now)
 )}
 # The decode's peak memory above the loaded VAE, in bytes per output pixel in float32 (about half in bfloat16 and
 # float16): bench/vae_memory.py, each published config with random weights on the CPU, the slope of the peak RSS

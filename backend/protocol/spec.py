@@ -53,11 +53,30 @@ def read_json(path: Path, default: dict | None = None) -> dict:
         return default
 
 
+# the index files a pipeline folder holds: a DiffusionPipeline's, then those of the modular pipelines families declare
+INDEX_FILES: tuple[str, ...] = ("model_index.json",
+                                *dict.fromkeys(p.modular.index for p in PIPELINES.values() if p.modular))
+
+
+def index_file(folder: Path) -> Path | None:
+    """The folder's pipeline index (model_index.json, or a modular pipeline's modular_model_index.json), None
+    when it holds neither: what makes a folder a pipeline the pack lists and loads."""
+    return next((folder / n for n in INDEX_FILES if (folder / n).is_file()), None)
+
+
+def read_index(folder: Path) -> dict:
+    """The folder's pipeline index; {} where it has none."""
+    found = index_file(folder)
+    return read_json(found, {}) if found else {}
+
+
 def listed_components(index: dict) -> dict[str, tuple[str, str]]:
     """The components a model_index.json lists, in its order: name → (library, class name). Private keys
-    (`_class_name`, ...) and absent optional components (`[null, null]`) are left out."""
+    (`_class_name`, ...) and absent optional components (`[null, null]`) are left out. A modular index's entries
+    carry a third item (the component's spec: subfolder, type hint), read the same way."""
     return {name: (value[0], value[1]) for name, value in index.items()
-            if not name.startswith("_") and isinstance(value, list) and len(value) == 2 and None not in value}
+            if not name.startswith("_") and isinstance(value, list) and len(value) in (2, 3)
+            and value[0] is not None and value[1] is not None}
 
 
 # TorchTPU 0.2.0 still has these eager modes (torch.tpu.EagerMode), but diffusers' TorchTPU guide dropped them
@@ -300,7 +319,7 @@ class PipelineSpec:
         """The pipeline's model_index.json as the worker will load it."""
         if self.source is not None:
             return self.source.index()
-        return read_json(Path(self.model_path) / "model_index.json", {})
+        return read_index(Path(self.model_path))
 
     @property
     def model_ranks(self) -> int:

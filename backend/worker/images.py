@@ -128,9 +128,9 @@ def add_inputs(pipe: Any, family: Pipeline, kind: str, kwargs: dict, arrays: dic
     at the size the call makes (after any snapping to a compiled size), and drops the size arguments the
     pipeline does not take (SDXL's image-to-image keeps the image's size; Z-Image's ControlNet inpainting makes
     the whole image, checked to be at denoise 1)."""
-    import inspect
+    from .modular import parameters
 
-    params = inspect.signature(pipe.__call__).parameters
+    params = parameters(pipe, family)
     width, height = kwargs["width"], kwargs["height"]
     images = arrays.get("image")
     if kind == LATENT:  # the image its VAE encodes: the LATENT comes back instead (worker/latents.py)

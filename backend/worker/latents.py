@@ -65,7 +65,8 @@ def captured(pipe: Any, into: list[torch.Tensor], decode: bool) -> Iterator[None
         except _Stopped:
             if vae.dtype != dtype:  # SDXL upcasts a float16 VAE just before decoding
                 vae.to(dtype)
-            pipe.maybe_free_model_hooks()  # what the call does after its decode (model offload)
+            if hasattr(pipe, "maybe_free_model_hooks"):  # a modular pipeline has no offload hooks to free
+                pipe.maybe_free_model_hooks()  # what the call does after its decode (model offload)
 
 
 @contextlib.contextmanager
@@ -92,7 +93,7 @@ def decode(pipe: Any, family: Pipeline, latent: np.ndarray, stop: Callable[[], b
     if family.latent_patch > 1:  # FLUX.2: ComfyUI's packing and batch norm undone, as its pipeline does
         bn = vae.bn
         std = torch.sqrt(bn.running_var.detach().float().cpu().view(1, -1, 1, 1) + vae.config.batch_norm_eps)
-        z = type(pipe)._unpatchify_latents(z * std + bn.running_mean.detach().float().cpu().view(1, -1, 1, 1))
+        z = _flux2_packing()._unpatchify_latents(z * std + bn.running_mean.detach().float().cpu().view(1, -1, 1, 1))
     upcast = vae.dtype == torch.float16 and vae.config.get("force_upcast", False)  # as SDXL's pipeline does
     out = []
     with torch.inference_mode():
@@ -127,11 +128,20 @@ def _not_finite(latent: np.ndarray, index: int, dtype: torch.dtype) -> str:
             "so points at the VAE's weights instead.")
 
 
+def _flux2_packing() -> type:
+    """Diffusers' FLUX.2 pipeline, whose static helpers pack and unpack 2x2 latent pixels: the LATENT layout of
+    every family with latent_patch 2 (FLUX.2, and FLUX 3 on the same VAE, whose modular pipeline has no such
+    helpers of its own)."""
+    from diffusers import Flux2Pipeline
+
+    return Flux2Pipeline
+
+
 def comfy_layout(pipe: Any, family: Pipeline, z: torch.Tensor) -> np.ndarray:
     """The VAE's latents as ComfyUI's LATENT lays them out (FLUX.2: packed 2×2 and batch-normalised)."""
     if family.latent_patch > 1:
         bn = pipe.vae.bn
         mean = bn.running_mean.detach().float().cpu().view(1, -1, 1, 1)
         std = torch.sqrt(bn.running_var.detach().float().cpu().view(1, -1, 1, 1) + pipe.vae.config.batch_norm_eps)
-        z = (type(pipe)._patchify_latents(z) - mean) / std
+        z = (_flux2_packing()._patchify_latents(z) - mean) / std
     return z.numpy()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import inspect
 import os
 import time
 from pathlib import Path
@@ -23,7 +22,20 @@ from ..protocol import messages, samplers, settings
 from ..protocol.errors import Interrupted, ModelError
 from ..protocol.messages import Request, Status, Step
 from ..protocol.spec import FP8_STORAGE, PipelineSpec, SampleRequest, mode_note, warmup_request
-from . import controlnets, device, images, latents, loading, parallel, quantized, redux, rng, sound, storage
+from . import (
+    controlnets,
+    device,
+    images,
+    latents,
+    loading,
+    modular,
+    parallel,
+    quantized,
+    redux,
+    rng,
+    sound,
+    storage,
+)
 from .cfg_parallel import CFGParallel, named_branches, two_passes
 from .compile_cache import CACHE_INFO
 from .compiler import Compiler, experts, steps_for_every_expert
@@ -195,7 +207,9 @@ class Runtime:
             quantized_file = spec.source is not None and any(c.quant == "comfy-quant" for c in spec.source.components)
             if (stored is not None or quantized_file) and self.kind == "cpu":  # both allocate weights per call
                 storage.return_freed_blocks()
-            if spec.source is not None:
+            if spec.family.modular is not None:
+                pipe = modular.load(spec.model_path, spec.family, _DTYPES[dtype_name], self.status)
+            elif spec.source is not None:
                 pipe = loading.load_files(spec.source, _DTYPES[dtype_name], self.status, extra, stored)
             else:
                 pipe = loading.load_pipeline(spec.model_path, _DTYPES[dtype_name], self.status, extra, spec.variant,
@@ -318,9 +332,9 @@ class Runtime:
                         latent_io.enter_context(latents.encoded_as(pipe, images.input_latent(arrays, group[0])))
                     if keep_latents:
                         latent_io.enter_context(latents.captured(pipe, taken, decode))
-                    if spec.family.frame_step and layout.leader and decode:  # the leader alone decodes
+                    if spec.family.frame_step and layout.leader and decode and not spec.family.modular:
                         latent_io.enter_context(images.decode_progress(pipe.vae, self.status, self.channel.interrupt.is_set))
-                    result = pipe(**kwargs)
+                    result = modular.call(pipe, spec.family, kwargs) if spec.family.modular else pipe(**kwargs)
             if result is None:  # stopped before the VAE: only the latents were asked for
                 self._check_finite(spec, torch.cat(taken), arrays)
             else:
@@ -404,8 +418,8 @@ class Runtime:
                      prompt: str) -> dict:
         """The pipeline call's arguments; width and height stay even where the pipeline has none (the compiler
         and the image inputs read them; images.add_inputs drops them)."""
-        params = inspect.signature(pipe.__call__).parameters
         family = spec.family
+        params = modular.parameters(pipe, family)
         kwargs: dict[str, Any] = {
             "prompt": prompt, "height": req.height, "width": req.width,
             "num_inference_steps": req.steps, "generator": generators,
@@ -441,7 +455,7 @@ class Runtime:
         """Adds the step callback: counts the call's `steps` steps, reports each one (with its duration; a batched
         call's step counts once per image; a second-order scheduler's two model calls count once), stops when
         asked. `then`: said after the last step (what the call does next that no step counts)."""
-        if "callback_on_step_end" not in inspect.signature(pipe.__call__).parameters:
+        if "callback_on_step_end" not in modular.parameters(pipe, self.loaded.family):
             return
         last, counted = [time.perf_counter()], [0]
         order = getattr(pipe.scheduler, "order", 1)  # Heun, DPM2, DPM++ SDE: two model calls per step

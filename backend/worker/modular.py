@@ -1,0 +1,112 @@
+"""Diffusers' modular pipelines (`diffusers.modular_pipelines`) in the worker, next to DiffusionPipeline classes.
+
+A family declares one with `Pipeline.modular` (backend/families/base.py: its blocks class, index file, workflow,
+the sub-blocks it leaves out, the state values it returns, whether guidance lives in a guider). This module is all
+that differs for the worker: how such a folder loads (the declared blocks made into a pipeline from the folder's
+modular_model_index.json, each weighted component announced as it loads), which arguments the call takes (the
+blocks' inputs, not a `__call__` signature), and how its outputs read (`state.values`, turned into the
+`.images` / `.frames` / `.audio` that the rest of the worker reads of a DiffusionPipeline's output).
+
+Runs inside a worker process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import itertools
+from collections.abc import Callable, Collection, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from ..families import Pipeline
+from ..protocol.spec import listed_components, read_json
+from ..protocol.units import format_bytes
+
+
+def _declared(family: Pipeline) -> Any:
+    if family.modular is None:
+        raise ValueError(f"{family.class_name} is not a modular pipeline (its family declares no `modular`)")
+    return family.modular
+
+
+def load(model_path: str, family: Pipeline, dtype: Any, status: Callable[[str], None]) -> Any:
+    """The modular pipeline in `model_path`, on the CPU: the family's blocks (its workflow, without the sub-blocks
+    it leaves out) made into a pipeline from the folder's index, then each weighted component the index lists
+    loaded from its subfolder, announced through `status`. The from_config parts (scheduler, image processor,
+    guider) come from the blocks' own specs. A component that fails raises an OSError naming it."""
+    modular = _declared(family)
+    blocks = getattr(importlib.import_module("diffusers.modular_pipelines"), modular.blocks)()
+    if modular.workflow:
+        blocks = blocks.get_workflow(modular.workflow)
+    for name in modular.without:
+        blocks.sub_blocks.pop(name, None)
+    pipe = blocks.init_pipeline(model_path)
+    listed = listed_components(read_json(Path(model_path) / modular.index))
+    names = [n for n, spec in pipe._component_specs.items()
+             if n in listed and spec.default_creation_method == "from_pretrained"]
+    for i, name in enumerate(names, 1):
+        folder = Path(model_path) / name
+        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+        status(f"loading {name} ({listed[name][1]}, {format_bytes(size)}) · component {i} of {len(names)}")
+        try:
+            # the folder it is in, whatever folder the index was saved from
+            pipe.load_components(names=[name], dtype=dtype, pretrained_model_name_or_path=model_path)
+        except (OSError, ValueError) as e:
+            raise OSError(f"component '{name}': {e}") from e
+    return pipe
+
+
+def parameters(pipe: Any, family: Pipeline) -> Collection[str]:
+    """The arguments the call takes, by name: a modular pipeline's blocks' inputs (and the guidance, where its
+    guider takes it), else the pipeline's `__call__` signature."""
+    if family.modular is None:
+        return inspect.signature(pipe.__call__).parameters
+    names = {*pipe.blocks.input_names, "callback_on_step_end"}  # the step callback: call() runs it
+    if family.modular.guider:
+        names.add(family.guidance_arg)
+    return names
+
+
+def call(pipe: Any, family: Pipeline, kwargs: dict) -> Any:
+    """Runs the pipeline with the request's arguments; its outputs as a DiffusionPipeline's would read: `.images`
+    (images), or `.frames` (a video's, [B, F, H, W, C]) and `.audio`. The guidance goes to a new guider of the
+    loaded one's kind (the loaded one stays as it was). The step callback has no place in a modular call (its
+    blocks take none): dropped."""
+    modular = _declared(family)
+    kwargs = dict(kwargs)
+    callback = kwargs.pop("callback_on_step_end", None)
+    own = pipe.guider if modular.guider else None
+    with contextlib.ExitStack() as restore:
+        if callback is not None:
+            restore.enter_context(_after_each_step(pipe, callback))
+        if own is not None:
+            pipe.update_components(guider=own.new(guidance_scale=kwargs.pop(family.guidance_arg)))
+            restore.callback(pipe.update_components, guider=own)
+        state = pipe(**kwargs)
+    pixels, *rest = modular.outputs
+    out = {"frames" if family.frame_step else "images": state.get(pixels)}
+    out.update({name: state.get(name) for name in rest})
+    return SimpleNamespace(**out)
+
+
+@contextlib.contextmanager
+def _after_each_step(pipe: Any, callback: Callable) -> Iterator[None]:
+    """Runs a DiffusionPipeline-style `callback_on_step_end(pipe, step, timestep, {})` after each step of the
+    pipeline's scheduler (the denoise loop of every modular pipeline steps it once a step; MiniMax H3's audio
+    scheduler steps beside it), for as long as the call runs."""
+    scheduler, done = pipe.scheduler, itertools.count()
+    step = scheduler.step
+
+    def stepped(*args: Any, **kwargs: Any) -> Any:
+        out = step(*args, **kwargs)
+        callback(pipe, next(done), kwargs.get("timestep", args[1] if len(args) > 1 else None), {})
+        return out
+
+    scheduler.step = stepped
+    try:
+        yield
+    finally:
+        del scheduler.step  # the class's own again
