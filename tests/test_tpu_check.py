@@ -15,11 +15,11 @@ STEPS = ["detect the device", "build the tiny model", "start a worker group and 
          "sample in defer-and-fuse eager", "sample in debug eager (launch blocking)", "compile at two shapes",
          "sample the compiled shapes without recompiling", "restart and reuse the compile cache",
          "Shard TP over several devices", "Data Parallel over several devices: same images",
-         "sample a tiny video model (Wan)", "sample a tiny video with sound model (LTX-2)", "sample a tiny modular pipeline model",
+         "sample a tiny video model (Wan)", "sample a tiny video with sound model (LTX-2)", "sample a tiny modular pipeline model (FLUX 3 [klein])",
          "sample a tiny quantized file model", "float64 on the device (FLUX's rotary embedding)", "random numbers drawn on the device",
          "eager torch.cat of SDXL's time_proj"]
 TPU_ONLY = STEPS[-2:]  # they ask TorchTPU itself: skipped here, saying why
-NO_TINY = STEPS[13:15]  # kinds no family of this branch declares yet: declared, and skipped saying why
+NO_TINY = STEPS[14:15]  # kinds no family of this branch declares yet: declared, and skipped saying why
 
 
 @pytest.mark.workers
@@ -124,9 +124,10 @@ def test_the_per_kind_steps_come_from_the_registry(monkeypatch):
         "wan", "WanPipeline", "wan")
     assert steps["video with sound"][0] == "sample a tiny video with sound model (LTX-2)"
     assert (steps["video with sound"][1][0].id, steps["video with sound"][1][2]) == ("ltx2", "ltx2")
-    assert all(steps[k][1] is None for k in ("modular pipeline", "quantized file"))
-    with pytest.raises(tpu_check.Skip, match="no family in this pack declares a modular pipeline pipeline"):
-        tpu_check.TpuCheck("cpu", Path("/nonexistent"), None).sample_kind("modular pipeline", None)
+    assert steps["modular pipeline"][0] == "sample a tiny modular pipeline model (FLUX 3 [klein])"
+    assert steps["quantized file"][1] is None
+    with pytest.raises(tpu_check.Skip, match="no family in this pack declares a quantized file pipeline"):
+        tpu_check.TpuCheck("cpu", Path("/nonexistent"), None).sample_kind("quantized file", None)
 
     wan = families.FAMILIES["wan"]
     other = replace(wan, id="other", name="Another kind", tiny=("other",),

@@ -23,7 +23,7 @@ def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
 
 
 FAMILY = ModelFamily(
-    id="minimax_h3", order=75, tiny=("minimax-h3",), name="MiniMax H3",
+    id="minimax_h3", order=85, tiny=("minimax-h3",), name="MiniMax H3",
     pipelines=(
         # x16 VAE, 2x2 patches: sizes are multiples of 32 (the pack reads 2^5 = 32 off the VAE's six blocks, of
         # which two do not downscale: so 1 on top); 17-frame chunks: 17n + 5 frames, 124 to 345 (5-15 s)
