@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import makes_images, tiny_pipelines
 
 from backend.controller import api
 from backend.protocol import samplers, settings
@@ -22,7 +23,7 @@ from backend.protocol.errors import InputError
 from backend.protocol.messages import Step
 from backend.protocol.spec import SampleRequest
 
-FAMILIES = ["tiny-flux", "tiny-flux2", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage"]
+FAMILIES = tiny_pipelines(makes_images)  # each image family's tiny pipeline, from the registry
 
 
 def _request(**kw) -> SampleRequest:
