@@ -6,12 +6,16 @@
 #   bash scripts/test.sh -m "unit or workers" plus worker processes (no ComfyUI server)
 #   bash scripts/test.sh -m "not soak"        everything but the long soak run
 # Other tiers: server (a real ComfyUI), frontend (ComfyUI's web UI in headless Chromium), soak.
+# The tests run on one xdist worker per CPU core (-n auto --dist loadgroup): each module's tests on one worker,
+# the tests of the one shared ComfyUI server and browser together on one (tests/xdist_groups.py); a run of unit tests
+# only stays in one process. `-n 0` (or any -n) as an extra argument overrides it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 eval "$(bash scripts/bootstrap.sh)"
 # Debian's headless Chromium for the tests that load workflows in the real ComfyUI frontend (they skip without it)
 COMFYUI_TPU_CHROMIUM="$(bash scripts/ensure_chromium.sh)"
-export COMFYUI_DIR TPU_VENV HF_HUB_OFFLINE=1 COMFYUI_TPU_CHROMIUM
+# one torch thread per process, xdist workers included: on 2 cores more threads make tiny models far slower
+export COMFYUI_DIR TPU_VENV HF_HUB_OFFLINE=1 COMFYUI_TPU_CHROMIUM OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 "$VENV/bin/python" scripts/sync_requirements.py --check
 "$VENV/bin/ruff" check .
-exec "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=25 "$@"
+exec "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=25 -n auto --dist loadgroup "$@"

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import file_fixtures
 import pytest
+import xdist_groups
+from xdist_groups import pytest_configure_node, pytest_xdist_make_scheduler  # noqa: F401 (xdist's hooks)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -33,6 +38,21 @@ TPU_VENV = os.environ.get("TPU_VENV")
 TIERS = {"unit", "workers", "server", "frontend", "soak"}
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: absent with -p no:xdist
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (scripts/test.sh): one xdist worker per CPU core, none for a run of unit tests only (their
+    start, each importing torch and building the tiny models, costs more than they save)."""
+    from _pytest.mark.expression import Expression
+
+    def marked(tier: str):  # a `-m` matcher for a test marked `tier` alone
+        return lambda name, /, **kw: not kw and name == tier
+
+    expression = config.option.markexpr
+    if expression and not any(Expression.compile(expression).evaluate(marked(t)) for t in TIERS - {"unit"}):
+        return 0
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
     """Every test carries exactly one tier marker, so that `-m` selects each test into exactly one tier.
@@ -50,6 +70,7 @@ def pytest_collection_modifyitems(config, items):
             "pytest.mark.X at module top, or @pytest.mark.X on the test):\n  " + "\n  ".join(wrong)
         )
     result = yield  # `-m` deselects here
+    xdist_groups.write_units(config, items)  # on an xdist worker: which tests run together
     if items and all(item.get_closest_marker("unit") for item in items):
         items.sort(key=lambda item: "comfyui_files" in item.fixturenames)  # stable: each group keeps its order
     return result
@@ -59,23 +80,60 @@ def pytest_collection_modifyitems(config, items):
 _BUILDING: dict[Path, subprocess.Popen] = {}
 
 
+def _lock_file(folder: Path) -> int:
+    """An open descriptor of the lock file of `folder` (beside it): the xdist workers share the built fixtures."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(folder.parent / f".{folder.name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+
+
+@contextlib.contextmanager
+def building(folder: Path) -> Iterator[None]:
+    """Holds `folder`'s lock: one process at a time builds into it, the others wait and then find it built."""
+    fd = _lock_file(folder)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _shared_dir(tmp_path_factory, name: str) -> Path:
+    """A folder of this run that every xdist worker sees (the workers' temporary folders share a parent)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+
+
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory, request) -> Path:
-    """A diffusers models folder holding tiny-flux, tiny-sd3, tiny-sdxl, ... (random weights, built here).
+    """A diffusers models folder holding tiny-flux, tiny-sd3, tiny-sdxl, ... (random weights, built here, once
+    per run: the xdist workers share it).
 
     Then it starts the builder of comfyui_files' folder in the background, for the families that the selected
     tests' modules declare (COMFYUI_FILES = (...)): one builder process for all of them (each start imports
-    torch, diffusers and ComfyUI: ~5 s of CPU), and it runs on the second core while the first tests run."""
+    torch, diffusers and ComfyUI: ~5 s of CPU), and it runs on the second core while the first tests run. It
+    holds the folder's lock until it is done; where another xdist worker's builder holds it, none starts."""
     from backend.tiny_models import build_all
 
-    root = Path(os.environ.get("COMFYUI_TPU_TEST_MODELS") or tmp_path_factory.mktemp("models"))
-    build_all(root)
+    root = Path(os.environ.get("COMFYUI_TPU_TEST_MODELS") or _shared_dir(tmp_path_factory, "models"))
+    with building(root):
+        build_all(root)
     modules = dict.fromkeys(getattr(item, "module", None) for item in request.session.items)
     families = tuple(dict.fromkeys(f for module in modules for f in getattr(module, "COMFYUI_FILES", ())))
     out = _files_folder(root)
     if COMFYUI_DIR and families and not file_fixtures.built(out, families):
-        proc = subprocess.Popen(_files_builder(out, root, COMFYUI_DIR, families), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)  # a failure shows when comfyui_files builds again
+        fd = _lock_file(out)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another xdist worker's builder runs: comfyui_files waits for it
+            os.close(fd)
+            return root
+        # The builder inherits the lock (the same open file) and holds it until it exits. A failure shows when
+        # comfyui_files builds again.
+        try:
+            proc = subprocess.Popen(_files_builder(out, root, COMFYUI_DIR, families), stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, pass_fds=(fd,))
+        finally:
+            os.close(fd)
         _BUILDING[out] = proc
         request.addfinalizer(lambda: (proc.kill(), proc.wait()))
     return root
@@ -99,12 +157,13 @@ def tiny_controlnets(tiny_models) -> Path:
     from backend.tiny_models import CONTROLNETS, build_tiny_controlnet
 
     root = tiny_models.parent / f"{tiny_models.name}-controlnet"
-    (root / "files").mkdir(parents=True, exist_ok=True)
-    for name in CONTROLNETS:
-        folder = build_tiny_controlnet(name, tiny_models / f"tiny-{CONTROLNETS[name][0]}", root / f"tiny-{name}")
-        file = root / "files" / f"tiny-{name}.safetensors"
-        if not file.is_file():
-            shutil.copy(folder / "diffusion_pytorch_model.safetensors", file)
+    with building(root):
+        (root / "files").mkdir(parents=True, exist_ok=True)
+        for name in CONTROLNETS:
+            folder = build_tiny_controlnet(name, tiny_models / f"tiny-{CONTROLNETS[name][0]}", root / f"tiny-{name}")
+            file = root / "files" / f"tiny-{name}.safetensors"
+            if not file.is_file():
+                shutil.copy(folder / "diffusion_pytorch_model.safetensors", file)
     return root
 
 
@@ -120,8 +179,9 @@ def comfyui_files(tiny_models, comfyui_dir):
         out = _files_folder(tiny_models, folder)
         if (background := _BUILDING.pop(out, None)) is not None:
             background.wait(timeout=1200)
-        if not file_fixtures.built(out, families or file_fixtures.FAMILIES):  # the builder's start imports torch
-            subprocess.run(_files_builder(out, tiny_models, comfyui_dir, families), check=True, timeout=1200)
+        with building(out):  # waits for a builder of another xdist worker
+            if not file_fixtures.built(out, families or file_fixtures.FAMILIES):  # the builder's start imports torch
+                subprocess.run(_files_builder(out, tiny_models, comfyui_dir, families), check=True, timeout=1200)
         return out
 
     return build

@@ -1,4 +1,5 @@
-"""Helpers shared by the test files: prompts for a real ComfyUI server, its worker state, its processes.
+"""Helpers shared by the test files: the families' tiny pipelines, prompts for a real ComfyUI server, its worker
+state, its processes.
 
 The worker processes belong to the server process, so their state is read through the server (the TPU Device
 Info node) and the processes are inspected with psutil.
@@ -9,12 +10,15 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import psutil
 from comfy_server import ComfyServer, error_message, load_workflow
 from PIL import Image
+
+from backend.families import FAMILIES, ModelFamily
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "workflows" / "api" / "tiny_demo.json"
@@ -23,6 +27,23 @@ INFO_NODE = "90"  # id of the TPU Device Info node added to prompts
 LONG = {"width": 512, "height": 512, "batch_size": 4, "steps": 1000}
 
 _seeds = itertools.count(1000)
+
+
+def tiny_pipelines(keep: Callable[[ModelFamily], bool] = lambda family: True) -> list[str]:
+    """The tiny pipeline folder ("tiny-flux", ...: backend/tiny_models.py) of each family of the registry
+    (backend/families) that `keep` keeps, in the registry's order. The per-family tests take their cases from
+    here, so that a new family folder joins them without a test being copied or a list edited."""
+    return [f"tiny-{family.tiny[0]}" for family in FAMILIES.values() if family.tiny and keep(family)]
+
+
+def makes_images(family: ModelFamily) -> bool:
+    """An image family (no video pipeline: those take frames, and other requests)."""
+    return not any(p.frame_step for p in family.pipelines)
+
+
+def repaints(family: ModelFamily) -> bool:
+    """An image family with diffusers image-to-image and inpainting pipelines for its text-to-image one."""
+    return any(p.img2img for p in family.pipelines) and any(p.inpaint for p in family.pipelines)
 
 
 def prompt(model: str = "tiny-flux", info: bool = False, **inputs) -> dict:

@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from helpers import makes_images, tiny_pipelines
 
 from backend.controller import api, group, link
 from backend.protocol.errors import Interrupted, WorkerCrashed
@@ -20,8 +21,7 @@ from backend.protocol.spec import GroupConfig, SampleRequest
 from backend.protocol.units import format_bytes
 from backend.worker import loading
 
-FAMILY_DIRS = ["tiny-flux", "tiny-flux2", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage", "tiny-zimage", "tiny-qwenimage21",
-               "tiny-krea2", "tiny-ideogram4"]
+FAMILY_DIRS = tiny_pipelines(makes_images)  # each image family's tiny pipeline, from the registry
 
 
 def _request(**kw) -> SampleRequest:

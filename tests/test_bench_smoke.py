@@ -25,6 +25,8 @@ FIGURE_IDS = {"controller_memory", "comfyui_throughput", "api_throughput", "nois
               "wan_cfg_parallel_video", "wan_throughput"}
 
 
+@pytest.mark.minutes(8)  # the longest test of the suite: with xdist it starts first
+@pytest.mark.timeout(900)  # the bench's own limit below (beside the other xdist worker it took over 600 s)
 def test_bench_quick_writes_every_figure(tmp_path, comfyui_dir):
     env = {**os.environ, "COMFYUI_DIR": str(comfyui_dir), "OMP_NUM_THREADS": "1", "COMFYUI_TPU_WORKER_THREADS": "1"}
     out = subprocess.run([sys.executable, "-m", "bench", "--quick", "--repeats", "1", "--warmup", "0", "--out",

@@ -24,6 +24,7 @@ from lora_fixtures import make
 
 from backend.controller import api, devices, layouts, models
 from backend.controller.files import assemble, headers, listing
+from backend.families import FROM_FILES
 from backend.protocol.errors import InputError, ModelError, ParallelError
 from backend.protocol.spec import SampleRequest, read_json
 
@@ -155,6 +156,16 @@ def test_each_family_and_layout_is_recognised_with_sizes_from_its_tensors(files,
         keys = SIZES & set(mine) & set(theirs)  # every size the reference has is the one read from the files
         assert keys, name
         assert {k: mine[k] for k in keys} == {k: theirs[k] for k in keys}, name
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("family", [f.id for f in FROM_FILES])
+def test_each_family_that_loads_from_files_has_its_tiny_files_and_cases(family):
+    """Each family of the registry whose artists' files load (FROM_FILES) has its tiny files (tests/
+    file_fixtures.py) and its cases in the per-family tests here (CASES, or Wan's WAN_CASES): a new family folder
+    fails this until they are written, rather than passing untested."""
+    assert family in file_fixtures.FAMILIES, f"tests/file_fixtures.py builds no files of {family!r}"
+    assert any(case.startswith(family) for case in [*CASES, *WAN_CASES]), f"no case of {family!r} in CASES"
 
 
 @pytest.mark.unit

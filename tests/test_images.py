@@ -10,6 +10,7 @@ import types
 import numpy as np
 import pytest
 import torch
+from helpers import repaints, tiny_pipelines
 from lora_fixtures import load
 
 from backend.controller import api
@@ -174,7 +175,7 @@ def _plain(tiny_models, name: str, cls_name: str, req: SampleRequest, **inputs) 
 
 
 @pytest.mark.workers
-@pytest.mark.parametrize("name", ["tiny-flux", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage", "tiny-zimage"])
+@pytest.mark.parametrize("name", tiny_pipelines(repaints))
 def test_img2img_and_inpaint_equal_diffusers_own_pipelines(tiny_models, name):
     spec = _spec(tiny_models, name)
     family = spec.family

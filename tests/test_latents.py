@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import makes_images, tiny_pipelines
 from lora_fixtures import load
 
 from backend.controller import api
@@ -17,7 +18,7 @@ from backend.protocol.errors import ModelError
 from backend.protocol.spec import SampleRequest
 
 PROMPT = "a lighthouse at dusk"
-IMAGE_FAMILIES = ["tiny-flux", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage", "tiny-zimage", "tiny-flux2"]
+IMAGE_FAMILIES = tiny_pipelines(makes_images)  # each image family's tiny pipeline, from the registry
 
 
 def _request(**kw) -> SampleRequest:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import makes_images, tiny_pipelines
 
 from backend.controller import api
 from backend.protocol import samplers, settings
@@ -22,7 +23,10 @@ from backend.protocol.errors import InputError
 from backend.protocol.messages import Step
 from backend.protocol.spec import SampleRequest
 
-FAMILIES = ["tiny-flux", "tiny-flux2", "tiny-sd3", "tiny-sdxl", "tiny-qwenimage"]
+FAMILIES = tiny_pipelines(makes_images)  # each image family's tiny pipeline, from the registry
+# Known: the table lets uni_pc through for Z-Image, but diffusers 0.42.1's own ZImagePipeline with that scheduler
+# (use_flow_sigmas) raises TypeError in UniPCMultistepScheduler.time_shift. Strict: it fails once that is fixed.
+ZIMAGE_UNI_PC = pytest.mark.xfail(strict=True, raises=TypeError, reason="uni_pc on Z-Image fails in plain diffusers")
 
 
 def _request(**kw) -> SampleRequest:
@@ -114,7 +118,8 @@ def test_a_choice_a_family_cannot_take_is_refused_naming_the_ones_it_can(tiny_mo
 
 
 @pytest.mark.workers
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=ZIMAGE_UNI_PC) if n == "tiny-zimage" else n
+                                  for n in FAMILIES])
 def test_every_choice_a_family_takes_runs_in_plain_diffusers(tiny_models, name):
     """Each (sampler, scheduler) the table lets through runs in diffusers' own pipeline and gives finite pixels,
     from text and (where the family repaints images) from an image."""

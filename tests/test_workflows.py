@@ -19,6 +19,7 @@ from comfy_server import error_message
 from export_api_workflows import api_path, render
 from frontend import (
     MODEL_INPUTS,
+    Conversion,
     Frontend,
     find_chromium,
     load_ui_workflow,
@@ -147,6 +148,16 @@ def _ids(files):
     return [p.stem for p in files]
 
 
+# each shipped workflow's conversion by the frontend, made once: the run test and the API-copy test both read it
+_CONVERSIONS: dict[Path, Conversion] = {}
+
+
+def converted(ui: Frontend, path: Path) -> Conversion:
+    if path not in _CONVERSIONS:
+        _CONVERSIONS[path] = ui.convert(load_ui_workflow(path), path.stem)
+    return _CONVERSIONS[path]
+
+
 def for_the_cpu(prompt: dict) -> dict:
     """An API prompt with tiny models (TINY) and, where it named real ones, the CPU settings."""
     tiny = substitute_models(prompt, TINY)
@@ -262,7 +273,7 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
 @pytest.mark.parametrize("path", FILES, ids=_ids(FILES))
 def test_workflow_loads_converts_and_runs(ui, server, path, workflow_files_on_the_server):
     wf = load_ui_workflow(path)
-    conversion = ui.convert(wf, path.stem)
+    conversion = converted(ui, path)
     problems = conversion.problems(allowed_values=ALLOWED) + conversion.console_errors
     assert not problems, f"{path.name} in the frontend:\n" + "\n".join(problems)
 
@@ -375,7 +386,7 @@ def test_a_workflow_saved_before_an_input_was_added_still_runs(ui, server):
 @pytest.mark.parametrize("path", FILES, ids=_ids(FILES))
 def test_api_copy_is_what_the_frontend_makes(ui, path):
     """workflows/api/<name>.json (used by the demo command) is derived, never edited by hand."""
-    conversion = ui.convert(load_ui_workflow(path), path.stem)
+    conversion = converted(ui, path)
     target = api_path(path)
     assert target.exists() and target.read_text() == render(conversion.prompt), (
         f"{target.relative_to(ROOT)} is stale or missing: run scripts/export_api_workflows.py")
