@@ -331,6 +331,102 @@ video.
     }
 
 
+# The prompts of ComfyUI's templates (comfyui-workflow-templates 0.1.123), as they ship
+LTX23_I2V_PROMPT = 'Egyptian royal in blue-and-gold headdress and high collar, white dress with golden embroidery and armbands, desert, robot soldiers in formation left and right. She walks steadily forward, head held level and gaze fixed ahead—no dipping or lowering of the head. The camera performs a single, smooth push-in only: starting in a wider shot of her, the robots, and the desert, it moves steadily forward until she is in a medium or medium-close frame, then holds. She stops, posture and head still upright, and says: “The old gods are silent. I am not.” Robot soldiers shift or march in place; sand and fabric move with the wind. No pull-back; the only camera move is the continuous push-in.'
+IDEOGRAM4_PROMPT = '{\n    "high_level_description": "A surreal streetwear mixed-media collage poster featuring a relaxed skateboarder mid-air against a vibrant blue sky, backed by giant puffy 3D letters spelling \'COMFY\'. The composition blends retro magazine cutout aesthetics with grunge elements like torn paper banners and distressed red stamps, conveying an effortless, cozy vibe.",\n    "style_description": {\n        "aesthetics": "Retro magazine cutout style, mixed-media digital collage, high-contrast streetwear graphic, featuring rough ripped paper edges and distressed grunge textures.",\n        "lighting": "High-contrast flash mixed with harsh midday sunlight on the skater cutout, contrasting with flat, bright graphic lighting on the 3D typography.",\n        "photo": "Vintage grainy 35mm film with distressed halftone scan textures and subtle light leaks.",\n        "medium": "Mixed-media digital collage",\n        "color_palette": ["#1E73BE", "#FDFDFD", "#C82A2A", "#657C9C", "#EFEFEF"]\n    },\n    "compositional_deconstruction": {\n        "background": "A vibrant, clear blue sky layered with a vintage grainy film texture and subtle halftone dot patterns, transitioning down to an implied pale gray concrete ramp at the very bottom edge.",\n        "elements": [\n            {\n                "type": "obj",\n                "bbox": [128, 149, 354, 810],\n                "desc": "Massive 3D puffy, inflatable white typography spelling \'COMFY\'. The letters stretch across the upper half of the canvas, acting as a surreal, soft cloud-like backdrop.",\n                "color_palette": ["#FDFDFD", "#E0E0E0", "#D3DBE2"]\n            },\n            {\n                "type": "obj",\n                "bbox": [459, 37, 727, 264],\n                "desc": "A cluster of oversized, distressed red stamped circles and dots, applied loosely to the midground like a grunge ink stamp, partially obscuring the bottom left of the text.",\n                "color_palette": ["#C82A2A", "#A11D1D"]\n            },\n            {\n                "type": "obj",\n                "bbox": [23, 366, 153, 666],\n                "desc": "A vertically oriented, torn paper side banner pinned to the left edge. The rough-edged paper displays the bold, stamped text \'STAY COZY\' in high-contrast black ink.",\n                "color_palette": ["#EFEFEF", "#1A1A1A", "#C82A2A"]\n            },\n            {\n                "type": "obj",\n                "bbox": [287, 210, 756, 819],\n                "desc": "A sharp photographic cutout of a skateboarder mid-air in a relaxed pose. He wears loose-fitting washed denim jeans and a plain white tee, appearing to effortlessly float above the concrete ramp. A distinct white cutout border surrounds his silhouette.",\n                "color_palette": ["#FDFDFD", "#657C9C", "#2B2B2B", "#DCA57D"]\n            },\n            {\n                "type": "obj",\n                "bbox": [773, 39, 973, 187],\n                "desc": "A surreal, miniature floating skateboard cutout, positioned playfully in the upper right sky as if defying gravity.",\n                "color_palette": ["#D2A679", "#2B2B2B", "#C82A2A"]\n            },\n            {\n                "type": "obj",\n                "bbox": [105, 830, 905, 980],\n                "desc": "A wide, horizontal strip of heavily textured torn paper spanning the lower third of the composition. It features the bold typographic phrase \'BEYOND THE COMFORT ZONE\' intermixed with \'EFFORTLESS RIDE\' alongside ripped edges that reveal the background.",\n                "color_palette": ["#EFEFEF", "#1A1A1A", "#999999"]\n            }\n        ]\n    }\n}'
+
+
+def _ltx2_image_to_video() -> dict:
+    """ComfyUI's video_ltx2_3_i2v template on the pack: Load Image (the start frame) and Load TPU Pipeline (LTX-2)
+    -> Sample Video (TPU) -> frames and sound into ComfyUI's own Create Video -> Save Video. Node ids: Load 1,
+    Sample Video 2, Create Video 3, the note 4, Save Video 5, Load Image 6."""
+    sample = {"prompt": LTX23_I2V_PROMPT, "negative_prompt": "pc game, console game, video game, cartoon, childish, "
+                                                                "ugly", "width": 1280, "height": 704, "frames": 121,
+              "steps": 8, "guidance": 1.0, "seed": 0, "control_after_generate": "randomize", "batch_size": 1,
+              "frame_rate": 25.0}
+    note = """
+## LTX-2 image to video, with sound
+
+**Load Image** (the first frame) and **Load TPU Pipeline** (LTX-2) → **Sample Video (TPU)** (`start_image`;
+1280×704, 121 frames at **25 fps**, **8 steps, guidance 1**) → its **frames** and **audio** into ComfyUI's own
+**Create Video** (fps 25) → **Save Video** (mp4 with sound).
+
+The values of ComfyUI's `video_ltx2_3_i2v` template (1280×720, 5 s at 25 fps) as LTX-2 makes them: 8k + 1
+frames (121, which the template's 126 become in its latent too) and sides of multiples of 32 (704). The template
+runs two passes (8 distilled steps at half size, then its x2 spatial upscaler and 3 more steps), with LTX-2.3 dev
+and its distilled LoRA at 0.5; here one pass of 8 steps at full size on a distilled diffusers folder. Its
+optional prompt enhancer (off by default) is left out.
+
+**Model**: the diffusers folder `models/diffusers/LTX-2` (as ltx2_t2v_sound). The start image is stretched to
+width × height. Guidance 1: one pass a step, the negative prompt unused.
+"""
+    return {
+        "name": "video_ltx2_3_i2v",
+        "nodes": [
+            {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
+             "widgets": {"model": "LTX-2", "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}},
+            {"id": 6, "type": "LoadImage", "pos": [40, 360], "size": [330, 380], "widgets": {"image": "example.png"}},
+            {"id": 2, "type": "TPUSampleVideo", "pos": [410, 130], "size": [400, 560], "widgets": sample},
+            {"id": 3, "type": "CreateVideo", "pos": [850, 130], "size": [300, 120], "widgets": {"fps": 25.0}},
+            {"id": 5, "type": "SaveVideo", "pos": [1190, 130], "size": [420, 500],
+             "widgets": {"filename_prefix": "video/ltx2-i2v", "format": "auto", "codec": "auto"}},
+            _note(4, [40, 790], note, size=(770, 340)),
+        ],
+        "links": [[1, "pipeline", 2, "pipeline"], [6, "IMAGE", 2, "start_image"], [2, "frames", 3, "images"],
+                  [2, "audio", 3, "audio"], [3, 0, 5, "video"]],
+        "extra": {"description": "LTX-2 image to video with sound, as ComfyUI's video_ltx2_3_i2v template: Load Image "
+                                 "(start frame) + Load TPU Pipeline (LTX-2) -> Sample Video (1280x704, 121 frames at "
+                                 "25 fps, 8 steps, guidance 1) -> frames and audio -> Create Video (25 fps) -> Save "
+                                 "Video (mp4 with sound). Needs models/diffusers/LTX-2."},
+    }
+
+
+def _qwen_image_21_edit() -> dict:
+    """ComfyUI's image_qwen_image_2_1_image_edit template on the pack: two Load Image, batched by ComfyUI's Batch
+    Images, as Qwen-Image 2.1's references -> Sample -> Save Image. Node ids: Load 1, Sample 2, Save 3, the note 4,
+    Load Image 5 and 6, Batch Images 7."""
+    sample = {"prompt": "Replace costumes for the character", "negative_prompt": "", "width": 1024, "height": 1024,
+              "steps": 25, "guidance": 1.0, "seed": 0, "control_after_generate": "randomize", "batch_size": 1,
+              "prompt_per_line": False, "denoise": 1.0, "size_from_image": False, "sampler": "euler",
+              "scheduler": "simple"}
+    note = """
+## Qwen-Image 2.1: edit with reference images
+
+**Load Image** ×2 → ComfyUI's **Batch Images** → Sample's `image` (every image of the batch is a reference) →
+**Sample** (1024×1024, **25 steps, guidance 1, `euler`, `simple`**: the values of ComfyUI's
+`image_qwen_image_2_1_image_edit` template) → **Save Image**.
+
+As in the template, the first picture is the person, the second what to put on them (the template's
+`portrait_model_denim.png` and `clothing_light_blue_denim_shirt.png`); say the edit in the prompt. Batch
+Images fits the second picture to the first's size. More references: chain more Batch Images (up to 10).
+`size_from_image` is off: the result is width × height, as the template's 1024×1024 latent.
+
+**Model**: the diffusers folder `models/diffusers/Qwen-Image-2.1`. Guidance 1: one pass per step. The
+template's prompt enhancer (off by default) is left out.
+"""
+    return {
+        "name": "image_qwen_image_2_1_image_edit",
+        "nodes": [
+            {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
+             "widgets": {"model": "Qwen-Image-2.1", "dtype": "auto", "device": "auto", "offload": "auto",
+                         "model_path": ""}},
+            {"id": 5, "type": "LoadImage", "pos": [40, 360], "size": [330, 380], "widgets": {"image": "example.png"}},
+            {"id": 6, "type": "LoadImage", "pos": [40, 790], "size": [330, 380],
+             "widgets": {"image": "reference.png"}},
+            {"id": 7, "type": "ImageBatch", "pos": [410, 360], "size": [300, 0], "widgets": {}},
+            {"id": 2, "type": "TPUSample", "pos": [750, 130], "size": [400, 600], "widgets": sample},
+            {"id": 3, "type": "SaveImage", "pos": [1190, 130], "size": [360, 470],
+             "widgets": {"filename_prefix": "qwen-image-2.1-edit"}},
+            _note(4, [410, 790], note, size=(740, 380)),
+        ],
+        "links": [[1, "pipeline", 2, "pipeline"], [5, "IMAGE", 7, "image1"], [6, "IMAGE", 7, "image2"],
+                  [7, "IMAGE", 2, "image"], [2, "images", 3, "images"]],
+        "extra": {"description": "Qwen-Image 2.1 image edit, as ComfyUI's image_qwen_image_2_1_image_edit template: "
+                                 "two Load Image -> Batch Images -> Sample (the references; 1024x1024, 25 steps, "
+                                 "guidance 1, euler, simple) -> Save Image. Needs models/diffusers/Qwen-Image-2.1."},
+    }
+
+
 def _wan_text_to_video() -> dict:
     return _wan_video(
         name="wan21_t2v", model="Wan2.1-T2V-1.3B-Diffusers",
@@ -1123,6 +1219,60 @@ applies it at every step (start 0, end 1) and runs one ControlNet at a time.
     "wan22_5b_t2v_comfyui_files": _wan22_5b_files(),
     "wan22_14b_i2v_comfyui_files": _wan22_14b_i2v_files(),
     "ltx2_t2v_sound": _ltx2_text_to_video(),
+    "video_ltx2_3_i2v": _ltx2_image_to_video(),
+    "image_qwen_image_2_1_image_edit": _qwen_image_21_edit(),
+    "image_krea2_turbo_t2i": _text_to_image(
+        title="image_krea2_turbo_t2i", model="Krea-2-Turbo", offload="auto", note_height=420,
+        prompt="A high-resolution, surreal digital illustration showing a human hand holding a martini glass. The "
+               "image is overlaid with whimsical, expressive ink-style doodles, including a cartoon figure inside "
+               "the glass, a drawn citrus wedge on the rim, and various abstract sketches and faces surrounding the "
+               "glass against a clean, white background. The style seamlessly blends a realistic, lit photograph "
+               "with loose, hand-drawn marker artistry, creating a playful and artistic juxtaposition.",
+        width=1024, height=1024, steps=8, guidance=0.0, seed=0, seed_control="randomize", sampler="euler",
+        scheduler="simple", prefix="Krea2_turbo",
+        description="Krea 2 Turbo text to image, as ComfyUI's image_krea2_turbo_t2i template: Load TPU Pipeline "
+                    "(Krea-2-Turbo) -> Sample (1024x1024, 8 steps, guidance 0 = ComfyUI's cfg 1, euler, simple) -> "
+                    "Save Image. Needs the diffusers folder models/diffusers/Krea-2-Turbo.",
+        note="""
+## Krea 2 Turbo: text to image
+
+**Load TPU Pipeline** → **Sample** (1024×1024, **8 steps, guidance 0, `euler`, `simple`**: the values of
+ComfyUI's `image_krea2_turbo_t2i` template) → **Save Image**.
+
+**Guidance 0** is the template's cfg 1: here guidance is diffusers' Krea `guidance_scale` (ComfyUI's cfg is it
++ 1), so Turbo runs one pass per step and the negative prompt is not used.
+
+**The template's LoRA is left out**: its `krea2_darkbrush.safetensors` (0.8, trigger *muted minimalist sketch
+style*) sits behind a switch that is off by default. To use it, put it in `models/loras`, add **Load LoRA
+(TPU)** between Load and Sample (strength 0.8) and end the prompt with the trigger. The prompt enhancer (on in
+the template, an LLM pass) is not part of this workflow.
+
+**Model**: the diffusers folder of Krea 2 Turbo in `models/diffusers/Krea-2-Turbo` (model_index.json naming
+Krea2Pipeline, `is_distilled`). ComfyUI's `krea2_turbo_*` files do not load yet.
+"""),
+    "image_ideogram4_t2i": _text_to_image(
+        title="image_ideogram4_t2i", model="Ideogram-4", offload="auto", note_height=440,
+        prompt=IDEOGRAM4_PROMPT, width=768, height=1344, steps=20, guidance=7.0, seed=0, seed_control="randomize",
+        sampler="euler", prefix="Ideogram_4.0",
+        description="Ideogram 4 text to image, as ComfyUI's image_ideogram4_t2i template with its Default preset: "
+                    "Load TPU Pipeline (Ideogram-4) -> Sample (768x1344, 20 steps, guidance 7, euler, a JSON "
+                    "caption as the prompt) -> Save Image. Needs the diffusers folder models/diffusers/Ideogram-4.",
+        note="""
+## Ideogram 4: text to image
+
+**Load TPU Pipeline** → **Sample** (768×1344, **20 steps, guidance 7, `euler`**: ComfyUI's
+`image_ideogram4_t2i` template with its **Default** preset, 9:16 at one megapixel) → **Save Image**.
+
+The prompt is a **structured JSON caption** (the template's): a summary, a style block, and elements with
+boxes and colours. Plain text works too, less predictably.
+
+Guidance blends the model's two transformers (conditional and unconditional) at every step: two passes, no
+negative prompt. The template lowers it to 3 for the last 30 % of the steps and sets the preset's sigmas (mu 0,
+std 1.75); one guidance number cannot say the first, and the second is diffusers' own schedule (std 1.5).
+
+**Model**: the diffusers folder in `models/diffusers/Ideogram-4` (Ideogram4Pipeline: `transformer` and
+`unconditional_transformer`). ComfyUI's `ideogram4_*` files do not load yet.
+"""),
 })
 
 

@@ -50,6 +50,8 @@ TINY = {
     "Wan2.1-I2V-14B-480P-Diffusers": "tiny-wan-i2v",
     "LTX-2": "tiny-ltx2",
     "Qwen-Image-2.1": "tiny-qwenimage21",
+    "Krea-2-Turbo": "tiny-krea2",
+    "Ideogram-4": "tiny-ideogram4",
     # model files in ComfyUI's folders -> the tiny FLUX.1 files written by ComfyUI's own code (file_fixtures.py)
     "flux1-dev.safetensors": "flux1-tiny.safetensors",
     "flux1-dev-fp8-e4m3fn.safetensors": "flux1-tiny-fp8-e5m2.safetensors",  # a plain fp8 transformer file
@@ -78,7 +80,7 @@ TINY = {
 # the seed it is made with. Input pictures the workflows name (Load Image) -> their size on the CPU; each is an
 # RGBA picture with a transparent square (Load Image's mask: the part to repaint).
 LORAS = {"flux1_style_lora.safetensors": ("tiny-flux", 0), "flux1_detail_lora.safetensors": ("tiny-flux", 1)}
-INPUTS = {"example.png": (64, 64), "depth.png": (48, 64)}
+INPUTS = {"example.png": (64, 64), "depth.png": (48, 64), "reference.png": (64, 48)}
 # ControlNet files the workflows name -> the tiny ControlNet (backend.tiny_models.CONTROLNETS) standing in
 CONTROLNETS = {"FLUX.1-dev-ControlNet-Union-Pro.safetensors": "flux-union",
                "controlnet-canny-sdxl-1.0.safetensors": "sdxl", "controlnet-depth-sdxl-1.0.safetensors": "sdxl",
@@ -107,7 +109,11 @@ CPU_SETTINGS = {
     "TPUContextParallel": {"degree": 2},
 }
 # ... and where the tiny model needs more (tiny-ltx2: sides of 32 and a 2x2 latent, 8k + 1 frames)
-CPU_SETTINGS_OF = {"tiny-ltx2": {"TPUSampleVideo": {"width": 64, "height": 64, "frames": 9}}}
+# (tiny-ideogram4: its generated tokenizer makes about a token a character, so the template's 3,600-character JSON
+# caption, 933 tokens for Qwen's own BPE (ComfyUI's qwen25_tokenizer), is past the pipeline's 2048: a short one)
+CPU_SETTINGS_OF = {"tiny-ltx2": {"TPUSampleVideo": {"width": 64, "height": 64, "frames": 9}},
+                   "tiny-ideogram4": {"TPUSample": {"prompt": '{"high_level_description": "a skateboarder mid-air '
+                                                              'against a blue sky"}'}}}
 # A saved mp4's sound against its frames: LTX-2's audio VAE makes whole latents of 4 mel frames (100 a second), up
 # to 2 mel frames either side of frames / fps, and is causal (3 mel frames short); AAC pads to 1024-sample frames,
 # with one frame of priming
@@ -260,7 +266,8 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
             "sdxl_two_controlnets", "zimage_turbo_comfyui_files", "zimage_turbo_controlnet_union", "wan21_t2v",
             "wan21_i2v", "flux1_dev_clip_text_encode", "wan22_5b_t2v_comfyui_files",
             "wan22_14b_i2v_comfyui_files", "flux1_redux", "ltx2_t2v_sound", "image_qwen_image_2_1_t2i",
-            "zimage_turbo_int8", "qwen_image_edit_2511_int8"} <= {p.stem for p in FILES}
+            "zimage_turbo_int8", "qwen_image_edit_2511_int8", "image_qwen_image_2_1_image_edit",
+            "image_krea2_turbo_t2i", "image_ideogram4_t2i", "video_ltx2_3_i2v"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"
