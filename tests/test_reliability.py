@@ -382,16 +382,16 @@ def test_oom_markers_match_torch_cpu_allocator_message():
     """A real allocation failure of torch's CPU allocator (2^62 bytes) is recognised as out of memory."""
     import torch
 
-    from backend.worker import runtime
+    from backend.worker import device, runtime
 
     with pytest.raises(RuntimeError) as e:
         torch.empty(2**62, dtype=torch.uint8)
     assert "DefaultCPUAllocator: can't allocate memory" in str(e.value)
     assert (
-        runtime._is_oom(e.value)
-        and runtime._is_oom(MemoryError())
-        and runtime._is_oom(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
-        and not runtime._is_oom(ValueError("x"))
+        device.is_oom(e.value)
+        and device.is_oom(MemoryError())
+        and device.is_oom(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+        and not device.is_oom(ValueError("x"))
     )
     rt = object.__new__(runtime.Runtime)
     rt.device = torch.device("cpu")

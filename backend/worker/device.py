@@ -218,3 +218,18 @@ def _on_cpu(forward: Any) -> Any:
         return forward(timesteps)
 
     return detour
+
+
+# Allocator messages: torch CUDA ("CUDA out of memory"), torch CPU ("DefaultCPUAllocator: can't allocate
+# memory ... Error code 12 (Cannot allocate memory)"; Windows: "not enough memory"), XLA (RESOURCE_EXHAUSTED).
+OOM_MARKERS = ("out of memory", "resource_exhausted", "resource exhausted", "cannot allocate memory",
+                "can't allocate memory", "not enough memory")
+
+
+def is_oom(e: BaseException) -> bool:
+    """Whether a failed call ran out of memory (on the device or the host), as each backend words it."""
+    import torch
+
+    if isinstance(e, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return any(m in str(e).lower() for m in OOM_MARKERS)

@@ -19,7 +19,7 @@ import torch
 
 from ..families import Pipeline
 from ..protocol.errors import Interrupted
-from ..protocol.spec import SampleRequest
+from ..protocol.spec import PipelineSpec, SampleRequest
 from .latents import PLAUSIBLE, _replaced
 
 # LATENT: image to image from a LATENT (Sample's latent input below denoise 1), run by the image-to-image pipeline
@@ -249,3 +249,23 @@ def decode_progress(vae: Any, say: Callable[[str], None], stop: Callable[[], boo
             yield
     finally:
         hook.remove()
+
+
+def decode_note(spec: PipelineSpec, req: SampleRequest) -> str:
+    """What a video's VAE decode is, said when its steps are done: it takes a while and no step counts it."""
+    if not spec.family.frame_step:
+        return ""
+    tiles = " in tiles" if req.tiled_vae else ""
+    sound = " and its sound (audio VAE and vocoder)" if spec.family.sound else ""
+    return f"VAE: decoding the video's {req.frames} frames of {req.width}x{req.height}{tiles}{sound}…"
+
+
+def pixels_of(result: Any, alpha: bool = False) -> np.ndarray:
+    """A pipeline call's images [B, H, W, C], or its videos' frames one video after another [B·F, H, W, C]
+    (ComfyUI's IMAGE batch, which its video nodes read), float32 in 0..1; RGB where the pipeline's images carry
+    alpha too (Pipeline.alpha: ComfyUI's IMAGE has three channels)."""
+    if hasattr(result, "frames"):
+        frames = np.asarray(result.frames, dtype=np.float32)  # [B, F, H, W, C]
+        return frames.reshape(-1, *frames.shape[2:])
+    pixels = np.asarray(result.images, dtype=np.float32)
+    return np.ascontiguousarray(pixels[..., :3]) if alpha else pixels

@@ -47,10 +47,6 @@ from .step_cache import StepCache
 # Sample's CONDITIONING as the pipelines take it (the controller sends these arrays)
 EMBEDDINGS = ("prompt_embeds", "pooled_prompt_embeds", "negative_prompt_embeds", "negative_pooled_prompt_embeds")
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-# Allocator messages: torch CUDA ("CUDA out of memory"), torch CPU ("DefaultCPUAllocator: can't allocate
-# memory ... Error code 12 (Cannot allocate memory)"; Windows: "not enough memory"), XLA (RESOURCE_EXHAUSTED).
-_OOM_MARKERS = ("out of memory", "resource_exhausted", "resource exhausted", "cannot allocate memory",
-                "can't allocate memory", "not enough memory")
 
 
 class Runtime:
@@ -215,7 +211,7 @@ class Runtime:
                 pipe = loading.load_pipeline(spec.model_path, _DTYPES[dtype_name], self.status, extra, spec.variant,
                                              stored)
         except OSError as e:
-            if _is_oom(e):
+            if device.is_oom(e):
                 raise
             if spec.source is not None:
                 raise RuntimeError(f"model: '{spec.name}' could not be loaded ({e}). ComfyUI-TPU never downloads at "
@@ -325,7 +321,7 @@ class Runtime:
                 images.add_inputs(pipe, spec.family, kind, kwargs, arrays, group[0], req)
                 self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,
                                report=layout.leader, per_step=len(group), steps=req.steps,
-                               then=_decoding(spec, req) if decode else "")
+                               then=images.decode_note(spec, req) if decode else "")
                 result, taken = None, []
                 with contextlib.ExitStack() as latent_io:
                     if kind == images.LATENT:
@@ -341,7 +337,7 @@ class Runtime:
                 self._check_finite(spec, result.frames if hasattr(result, "frames") else result.images, arrays)
             done += len(group)
             if layout.leader and decode:
-                out.append(_pixels(result, spec.family.alpha))
+                out.append(images.pixels_of(result, spec.family.alpha))
                 if (wave := sound.waveform(spec.family, result)) is not None:
                     audio_out.append(wave)
             latent_out += [latents.comfy_layout(pipe, spec.family, z) for z in taken]
@@ -487,36 +483,10 @@ class Runtime:
     # ---- errors
     def describe_error(self, e: BaseException) -> str:
         text = f"{type(e).__name__}: {e}"
-        if _is_oom(e):
+        if device.is_oom(e):
             cap = settings.WORKER_MEMORY_LIMIT_GB.raw()
             if cap:
                 cap = f" (this worker's memory is capped at {cap} GiB by {settings.WORKER_MEMORY_LIMIT_GB.name})"
             return (f"out of memory on {self.device}{cap}: {text}. Try offload 'model' or 'sequential' in "
                     "Load TPU Pipeline, a smaller width/height or batch_size, or Shard TP over more chips.")
         return text
-
-
-def _decoding(spec: PipelineSpec, req: SampleRequest) -> str:
-    """What a video's VAE decode is, said when its steps are done: it takes a while and no step counts it."""
-    if not spec.family.frame_step:
-        return ""
-    tiles = " in tiles" if req.tiled_vae else ""
-    sound = " and its sound (audio VAE and vocoder)" if spec.family.sound else ""
-    return f"VAE: decoding the video's {req.frames} frames of {req.width}x{req.height}{tiles}{sound}…"
-
-
-def _pixels(result: Any, alpha: bool = False) -> np.ndarray:
-    """A pipeline call's images [B, H, W, C], or its videos' frames one video after another [B·F, H, W, C]
-    (ComfyUI's IMAGE batch, which its video nodes read), float32 in 0..1; RGB where the pipeline's images carry
-    alpha too (Pipeline.alpha: ComfyUI's IMAGE has three channels)."""
-    if hasattr(result, "frames"):
-        frames = np.asarray(result.frames, dtype=np.float32)  # [B, F, H, W, C]
-        return frames.reshape(-1, *frames.shape[2:])
-    pixels = np.asarray(result.images, dtype=np.float32)
-    return np.ascontiguousarray(pixels[..., :3]) if alpha else pixels
-
-
-def _is_oom(e: BaseException) -> bool:
-    if isinstance(e, (torch.OutOfMemoryError, MemoryError)):
-        return True
-    return any(m in str(e).lower() for m in _OOM_MARKERS)

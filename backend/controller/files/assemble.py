@@ -1,5 +1,5 @@
 """The files a user chose, checked to make one pipeline of a supported family, and described
-(`spec.FileSource`): the pack's configs of the published model (backend/configs) with the sizes read from the
+(`spec.FileSource`): the pack's configs of the published model (its family folder's configs/) with the sizes read from the
 files' tensors laid over them, so that trimmed or variant files load, and every file with how the worker must
 read it. What differs between families is read from their modules (backend/families).
 
@@ -21,6 +21,7 @@ from ...families.flux1 import KONTEXT_CHOICES
 from ...protocol import quantized
 from ...protocol.errors import ModelError
 from ...protocol.spec import FileComponent, FileSource, read_json
+from . import experts
 from .headers import FLOAT_DTYPES, GGUF, Header, read_header
 from .listing import NONE, resolve_file
 from .recognise import Contents, Part, file_contents, short_name
@@ -160,46 +161,8 @@ def _experts(family: ModelFamily, main: _Chosen, second: _Chosen, alone: Configs
         raise ModelError(f"{name} does not have the shapes of '{main.path.name}': the two experts of "
                          f"{pair.name} are the same model trained for two noise levels. Choose its "
                          "low-noise file (the high-noise one goes in diffusion_model).")
-    _check_expert_order(pair.name, main, second)
+    experts.check_order(pair.name, main.path, second.path)
     return pair
-
-
-def _check_expert_order(pair: str, main: _Chosen, second: _Chosen) -> None:
-    """The two experts are one file's shapes, so they are told apart where ComfyUI's files say which is which (their
-    names carry high_noise / low_noise) and by their weights (the same bytes are the same expert): one file twice,
-    or the two swapped, would run one expert for both noise levels, or each at the other's, and give a bad video."""
-    a, b = main.path.name, second.path.name
-    if _same_weights(main.path, second.path):
-        raise ModelError(f"diffusion_model_2: '{b}' holds the same weights as diffusion_model ('{a}'): {pair} needs "
-                         "its two experts, the high-noise one in diffusion_model and the low-noise one in "
-                         "diffusion_model_2.")
-    high_second, low_main = "high_noise" in b.lower(), "low_noise" in a.lower()
-    if high_second or low_main:
-        if high_second and low_main:
-            where = f"diffusion_model, diffusion_model_2: '{a}' and '{b}' are in each other's place"
-        elif high_second:
-            where = f"diffusion_model_2: '{b}' is the high-noise expert, chosen as the low-noise one"
-        else:
-            where = f"diffusion_model: '{a}' is the low-noise expert, chosen as the high-noise one"
-        raise ModelError(f"{where}: {pair} runs the high-noise expert (diffusion_model) first and the low-noise one "
-                         "(diffusion_model_2) for the last steps. Swap them.")
-
-
-def _same_weights(a: Path, b: Path) -> bool:
-    """Whether two files hold the same weights: the same file, or equal in size and in three 64 KiB samples of
-    their bytes (two experts differ everywhere their weights are stored)."""
-    if a.resolve() == b.resolve():
-        return True
-    size = a.stat().st_size
-    if size != b.stat().st_size:
-        return False
-    with a.open("rb") as fa, b.open("rb") as fb:
-        for at in (size // 4, size // 2, 3 * size // 4):
-            fa.seek(at)
-            fb.seek(at)
-            if fa.read(65536) != fb.read(65536):
-                return False
-    return True
 
 
 def _wanted(kind: str) -> str:
