@@ -41,6 +41,13 @@ def makes_images(family: ModelFamily) -> bool:
     return not any(p.frame_step for p in family.pipelines)
 
 
+def diffusion_pipeline(family: ModelFamily) -> bool:
+    """An image family run as a diffusers DiffusionPipeline class: what the tests that hold the pack against
+    DiffusionPipeline.from_pretrained and its call take (modular pipelines are held against diffusers' modular
+    pipelines in tests/test_flux3.py and tests/test_minimax_h3.py)."""
+    return makes_images(family) and not any(p.modular for p in family.pipelines)
+
+
 def repaints(family: ModelFamily) -> bool:
     """An image family with diffusers image-to-image and inpainting pipelines for its text-to-image one."""
     return any(p.img2img for p in family.pipelines) and any(p.inpaint for p in family.pipelines)

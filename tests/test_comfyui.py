@@ -31,6 +31,8 @@ from helpers import (
     worker_state,
 )
 
+from backend.protocol.spec import index_file
+
 pytestmark = pytest.mark.server
 
 OUR_NODES = {"LoadTPUPipeline", "TPUSample", "TPUDeviceInfo", "TPUFreeWorkers"}
@@ -70,8 +72,8 @@ def test_nodes_in_object_info(server, tiny_models):
     models = ours["LoadTPUPipeline"]["input"]["required"]["model"][0]
     assert {"tiny-flux", "tiny-sd3", "tiny-sdxl"} <= set(models)
     roots = [tiny_models, server.work_dir / "models" / "diffusers"]
-    not_pipelines = [m for m in models if not any((r / m / "model_index.json").is_file() for r in roots)]
-    assert not_pipelines == [], "only folders holding model_index.json may be offered"
+    not_pipelines = [m for m in models if not any(index_file(r / m) for r in roots)]
+    assert not_pipelines == [], "only folders holding a pipeline index (model_index.json, modular_model_index.json)"
 
 
 def test_each_nodes_help_page_is_served_where_the_frontends_help_panel_looks(server):

@@ -185,8 +185,8 @@ def _expected(class_name: str, heads: int | None, layout: str, degree: int, worl
     p = PIPELINES[class_name]
     if world not in launchable:
         return False
-    if layout == "cfg":
-        return bool(p.cfg_passes)
+    if layout == "cfg":  # two passes of one denoiser (Ideogram 4's two models, a modular guider: not yet)
+        return p.cfg_passes in ("batch", "branches") and not (p.modular and p.modular.guider)
     if layout == "tp":
         return p.tp_plan and (heads is None or heads % degree == 0)  # no plan: refused at any degree
     if layout == "cp":

@@ -184,6 +184,9 @@ class Pipeline:
     # how the loaded pipeline takes Sample's reference images (with `references`): "list" (every one), "one"
     # (the first: Qwen-Image-Edit), "kontext" (the first, resized to a Kontext resolution)
     reference_mode: str = "list"
+    # ComfyUI sampler names its diffusers pipeline fails with although their scheduler takes its sigmas (diffusers
+    # 0.42.1: UniPC on flow sigmas raises in Z-Image's and Ideogram 4's set_timesteps): refused by name
+    unfit_samplers: tuple[str, ...] = ()
     # its images carry an alpha channel (Qwen-Image 2.1's VAE decodes RGBA): ComfyUI's IMAGE has three channels,
     # so the worker drops the fourth
     alpha: bool = False

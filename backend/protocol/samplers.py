@@ -132,7 +132,7 @@ def _passes_sigmas(pipeline: Pipeline, method: Method) -> bool:
                                            and not method.options.get("use_flow_sigmas"))
 
 
-def _refusal(method: Method, pipeline: Pipeline, image_input: bool) -> str | None:
+def _refusal(method: Method, pipeline: Pipeline, image_input: bool, name: str) -> str | None:
     """Why the pipeline cannot take `method` (None: it can)."""
     if method.stochastic and not pipeline.seeded_steps:
         return ("draws fresh noise at every step, and this pipeline gives its scheduler no generator: the image "
@@ -141,6 +141,8 @@ def _refusal(method: Method, pipeline: Pipeline, image_input: bool) -> str | Non
         return "cannot start from an image in diffusers' image-to-image and inpainting pipelines"
     if _passes_sigmas(pipeline, method) and not method.takes_sigmas:
         return "cannot take the sigmas this pipeline passes to its scheduler"
+    if name in pipeline.unfit_samplers:
+        return f"fails in diffusers' own {pipeline.class_name} with its scheduler ({method.scheduler})"
     return None
 
 
@@ -157,7 +159,7 @@ def _schedule_options(method: Method, schedule: str, flow: bool) -> dict | None:
 
 
 def allowed_samplers(own: dict, pipeline: Pipeline, image_input: bool = False) -> list[str]:
-    return [DEFAULT, *(name for name, m in _methods(own).items() if _refusal(m, pipeline, image_input) is None)]
+    return [DEFAULT, *(name for name, m in _methods(own).items() if _refusal(m, pipeline, image_input, name) is None)]
 
 
 def allowed_schedules(own: dict, sampler: str) -> list[str]:
@@ -179,7 +181,7 @@ def resolve(own: dict, pipeline: Pipeline, sampler: str, schedule: str,
                    f"has no mapping for {family}, whose own scheduler is {own.get('_class_name')}" if not known else
                    f"has no {'flow-matching ' if flow else ''}scheduler in diffusers")
         else:
-            why = _refusal(known[sampler], pipeline, image_input)
+            why = _refusal(known[sampler], pipeline, image_input, sampler)
         if why:
             raise InputError(f"sampler: '{sampler}' {why}. {family}{' from an image' if image_input else ''} takes: "
                              f"{', '.join(allowed_samplers(own, pipeline, image_input))}.")

@@ -115,7 +115,8 @@ def decode(pipe: Any, family: Pipeline, latent: np.ndarray, stop: Callable[[], b
         finally:
             if upcast:
                 vae.to(torch.float16)
-    return np.concatenate(out)
+    pixels = np.concatenate(out)
+    return np.ascontiguousarray(pixels[..., :3]) if family.alpha else pixels  # ComfyUI's IMAGE: RGB
 
 
 def _not_finite(latent: np.ndarray, index: int, dtype: torch.dtype) -> str:

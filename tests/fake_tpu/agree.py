@@ -197,10 +197,15 @@ def family_layouts(cases: list[dict]) -> None:
         family = families.FAMILIES[case["family"]]
         models = work / f"models-{family.id}"
         if not models.exists():
-            shutil.copytree(families.config_dir(family.configs[0].folder), models / family.id)
-            index = json.loads((models / family.id / "model_index.json").read_text())
-            for part in (k for k, v in index.items() if not k.startswith("_") and isinstance(v, list) and v[0]):
-                (models / family.id / part).mkdir(exist_ok=True)  # tokenizers: no files needed to plan a layout
+            if family.configs:  # the published model's configs (no weights)
+                shutil.copytree(families.config_dir(family.configs[0].folder), models / family.id)
+                index = json.loads((models / family.id / "model_index.json").read_text())
+                for part in (k for k, v in index.items() if not k.startswith("_") and isinstance(v, list) and v[0]):
+                    (models / family.id / part).mkdir(exist_ok=True)  # tokenizers: no files needed for a layout
+            else:  # a family of diffusers folders only: its tiny pipeline (a few MB)
+                from backend.tiny_models import build_tiny_pipeline
+
+                build_tiny_pipeline(family.tiny[0], models / family.id)
         root = make_root(work / f"{case['gen']}-{case['chips']}", case["gen"], case["chips"])
         devices.SYS_ROOT = root
         os.environ["FAKE_TPU_ROOT"] = root

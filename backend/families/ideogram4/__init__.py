@@ -26,6 +26,7 @@ FAMILY = ModelFamily(
     id="ideogram4", order=67, tiny=("ideogram4",), name="Ideogram 4",
     pipelines=(Pipeline("Ideogram4Pipeline", "Ideogram 4", 2, "guidance_scale", False, cfg_passes="models",
                         sigmas="always", call_args=(("guidance_schedule", None),),
+                        unfit_samplers=("uni_pc", "uni_pc_bh2"),
                         no_image="diffusers' Ideogram4Pipeline makes images from text only"),),
     configs=(),
     denoiser_keys=("embed_image_indicator.weight", "input_proj.weight", "llm_cond_proj.weight"),

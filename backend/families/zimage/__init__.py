@@ -92,7 +92,7 @@ FAMILY = ModelFamily(
     id="zimage", order=60, tiny=("zimage",), name="Z-Image",
     pipelines=(Pipeline("ZImagePipeline", "Z-Image", 2, "guidance_scale", False, cfg_doubles_batch=True,
                         cfg_passes="batch", variable_text=True, img2img="ZImageImg2ImgPipeline",
-                        inpaint="ZImageInpaintPipeline", cfg_above=0.0, prompt_step=32, sigmas="always",
+                        inpaint="ZImageInpaintPipeline", unfit_samplers=("uni_pc", "uni_pc_bh2"), cfg_above=0.0, prompt_step=32, sigmas="always",
                         controlnets=(CONTROLNETS,)),),
     configs=(Configs("zimage", (TextSlot("text_encoder", "qwen3"),), "Z-Image Turbo"),),
     denoiser_keys=("cap_embedder.1.weight", "layers.0.adaLN_modulation.0.weight", "x_embedder.weight"),
