@@ -74,3 +74,11 @@ def test_the_readme_is_short_and_lists_every_workflow_and_the_two_commands():
     assert "bash scripts/demo.sh " in readme and "bash scripts/test.sh " in readme
     broken = [t for t in LINK.findall(readme) if not t.startswith("http") and not (ROOT / t.split("#")[0]).exists()]
     assert broken == []
+
+
+def test_the_readme_and_the_tpu_page_give_the_same_status():
+    """What has run where is said once, the same way, on both pages an installer reads first."""
+    status = "Nothing in this pack has run on a TPU or a GPU yet"
+    readme = " ".join((ROOT / "README.md").read_text().replace("> ", "").split())
+    tpu = " ".join((ROOT / "docs" / "tpu.md").read_text().split())
+    assert status in readme and status in tpu

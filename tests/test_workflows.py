@@ -466,6 +466,9 @@ _OPEN_HELP_JS = """async (name) => {
     if (!help.isLoading && help.renderedHelpHtml && panel && panel.innerText.trim()) break;
     await sleep(100);
   }
+  // the text shows before its pictures have loaded: wait for them too (bounded, 10 s)
+  for (let i = 0; i < 100 && panel && [...panel.querySelectorAll('img')].some((img) => !img.complete); i++)
+    await sleep(100);
   const out = {html: help.renderedHelpHtml, error: help.error, base: help.baseUrl, text: panel && panel.innerText,
                images: panel ? [...panel.querySelectorAll('img')].map((img) => [img.src, img.complete && img.naturalWidth > 0]) : []};
   help.closeHelp();

@@ -5,30 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..tiny_parts import Seeder, qwen_tokenizer
+from ..tiny_parts import QWEN3VL_CHAT_TEMPLATE, Seeder, qwen_tokenizer
 
 # The blocks' default text taps: Qwen3-VL hidden_states 4, 8, ..., 32, so the encoder needs 32 (very thin) layers
 TAPS = (4, 8, 12, 16, 20, 24, 28, 32)
 HIDDEN, LATENT = 32, 4
 
-# A Qwen3-VL-style chat template (written for these tiny models): content is a string or a list of
-# {"type": "text"/"image"} parts (what Qwen3VLProcessor.apply_chat_template passes); images become
-# <|vision_start|><|image_pad|><|vision_end|>; an empty think block when enable_thinking is false.
-QWEN3VL_CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{{ '<|im_start|>' + message['role'] + '\n' }}"
-    "{%- if message['content'] is string -%}{{ message['content'] }}"
-    "{%- else -%}{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'text' -%}{{ part['text'] }}"
-    "{%- elif part['type'] == 'image' -%}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
-    "{%- endif -%}{%- endfor -%}{%- endif -%}"
-    "{{ '<|im_end|>\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}"
-    "{{ '<|im_start|>assistant\n' }}"
-    "{%- if enable_thinking is defined and enable_thinking is false -%}{{ '<think>\n\n</think>\n\n' }}{%- endif -%}"
-    "{%- endif -%}"
-)
 
 
 def qwen3vl_processor(tok: Any, patch: int = 16, merge: int = 2) -> Any:
