@@ -7,8 +7,8 @@
 #   bash scripts/test.sh -m "not soak"        everything but the long soak run
 # Other tiers: server (a real ComfyUI), frontend (ComfyUI's web UI in headless Chromium), soak.
 # The tests run on one xdist worker per CPU core (-n auto --dist loadgroup): each module's tests on one worker,
-# the tests of the one shared ComfyUI server and browser together on one (tests/xdist_groups.py); a run of unit tests
-# only stays in one process. `-n 0` (or any -n) as an extra argument overrides it.
+# the tests of the one shared ComfyUI server and browser together on one (tests/xdist_groups.py); the unit tier
+# too (about a minute on two cores). `-n 0` (or any -n) as an extra argument overrides it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 eval "$(bash scripts/bootstrap.sh)"

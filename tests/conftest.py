@@ -40,16 +40,8 @@ TIERS = {"unit", "workers", "server", "frontend", "soak"}
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: absent with -p no:xdist
 def pytest_xdist_auto_num_workers(config) -> int:
-    """`-n auto` (scripts/test.sh): one xdist worker per CPU core, none for a run of unit tests only (their
-    start, each importing torch and building the tiny models, costs more than they save)."""
-    from _pytest.mark.expression import Expression
-
-    def marked(tier: str):  # a `-m` matcher for a test marked `tier` alone
-        return lambda name, /, **kw: not kw and name == tier
-
-    expression = config.option.markexpr
-    if expression and not any(Expression.compile(expression).evaluate(marked(t)) for t in TIERS - {"unit"}):
-        return 0
+    """`-n auto` (scripts/test.sh): one xdist worker per CPU core, the unit tier included (measured with 368 unit
+    tests on this 2-core machine: 89 s in one process, 55 s on two workers)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
