@@ -305,14 +305,14 @@ def qwen3vl_tokenizer() -> Any:
     return tok
 
 
-def qwen3vl_processor(tok: Any, patch: int = 16, merge: int = 2) -> Any:
+def qwen3vl_processor(tok: Any, patch: int = 16, merge: int = 2, size: dict | None = None) -> Any:
     """Qwen3VLProcessor: `tok` + Qwen2-VL's image processor and Qwen3-VL's video processor with Qwen3-VL's settings
     (patch 16, temporal patch 2, merge 2, mean/std 0.5, its pixel budget: Qwen-Image 2.1 needs the vision tower to
     see a reference at the size its VAE encodes, 1024² pixels, one vision token per 2x2 latent pixels)."""
     from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
-    size = {"shortest_edge": 65536, "longest_edge": 16777216}  # Qwen3-VL-8B-Instruct's preprocessor_config
+    size = size or {"shortest_edge": 65536, "longest_edge": 16777216}  # Qwen3-VL-8B-Instruct's preprocessor_config
     settings = dict(patch_size=patch, temporal_patch_size=2, merge_size=merge, image_mean=[0.5] * 3,
                     image_std=[0.5] * 3, size=size)
     return Qwen3VLProcessor(image_processor=Qwen2VLImageProcessor(**settings), tokenizer=tok,
