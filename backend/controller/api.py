@@ -33,7 +33,6 @@ from .resolve import MAX_IMAGES, check_request
 from .resolve import resolve as checked
 from .sampling import (
     PreparedSample,
-    audio_rate,
     decode,
     describe_inputs,
     last_latency,
@@ -75,7 +74,7 @@ __all__ = [
     "checked", "compile_stats", "context_parallel", "decode", "describe_files", "describe_inputs",
     "describe_pipeline", "device_info", "devices", "group_config", "hosts_info", "last_latency", "latent_input",
     "list_files", "list_models", "load", "make_file_spec", "make_spec", "prepare_sample", "record_queue_wait",
-    "replicate", "run_sample", "run_sample_outputs", "audio_rate", "sample", "sampling_options", "set_compile_cache_dir", "shard",
+    "replicate", "run_sample", "run_sample_outputs", "sample", "sampling_options", "set_compile_cache_dir", "shard",
     "shutdown", "size_from_image", "start_hosts", "topology", "warm_start", "warm_start_enabled", "warmup_steps",
     "with_compile", "with_controlnet", "with_lora", "with_mode", "with_redux", "worker_info",
 ]

@@ -141,15 +141,6 @@ def run_sample_outputs(prepared: PreparedSample, on_progress: ProgressFn | None 
     return out
 
 
-def audio_rate(spec: PipelineSpec) -> int:
-    """The sample rate of the sound a video-with-sound pipeline makes (the component config Pipeline.sound_rate
-    names, as the worker reads it); 0: a model without sound."""
-    if not spec.family.sound_rate:
-        return 0
-    component, key = spec.family.sound_rate.split(".", 1)
-    return int(spec.component_config(component).get(key, 0))
-
-
 def sample(spec: PipelineSpec, req: SampleRequest, on_progress: ProgressFn | None = None,
            should_interrupt: Callable[[], bool] | None = None, image: np.ndarray | None = None,
            mask: np.ndarray | None = None, positive: Sequence | None = None,
