@@ -70,7 +70,7 @@ def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) 
 
 def _check_shardable(spec: PipelineSpec) -> None:
     """A model Shard TP can split with this offload (the node's message, and the same before a Sample)."""
-    quantized = next((c for c in (spec.source.components if spec.source else ()) if c.quant == "comfy-quant"), None)
+    quantized = spec.source.quantized() if spec.source else None
     if quantized is not None:
         raise ParallelError(
             f"Shard TP: '{Path(quantized.path).name}' is one of ComfyUI's quantized files (int8, nvfp4, ...), which "

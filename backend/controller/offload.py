@@ -80,7 +80,7 @@ def choose_offload(spec: PipelineSpec, model: Components | None = None) -> Offlo
 def _check_sequential(spec: PipelineSpec, mode: str) -> None:
     """Sequential offload moves each layer's weights around its call, which comfy-kitchen's quantized tensors are
     not tested under: refused for ComfyUI's quantized files, with the way out."""
-    quantized = next((c for c in (spec.source.components if spec.source else ()) if c.quant == "comfy-quant"), None)
+    quantized = spec.source.quantized() if spec.source else None
     if mode == "sequential" and quantized is not None:
         raise ModelError(f"offload: sequential offload cannot run '{Path(quantized.path).name}', one of ComfyUI's "
                          "quantized files (its layers stay quantized and are dequantized as they run). Choose offload "

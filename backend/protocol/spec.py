@@ -248,6 +248,10 @@ class FileSource:
     def component(self, name: str) -> FileComponent | None:
         return next((c for c in self.components if c.name == name), None)
 
+    def quantized(self) -> FileComponent | None:
+        """The first of ComfyUI's quantized files (comfy_quant markers) among the files, None when none is."""
+        return next((c for c in self.components if c.quant == "comfy-quant"), None)
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -200,7 +200,7 @@ class Runtime:
         """Reads the weights into host memory and puts them where the offload choice says."""
         try:
             stored = getattr(torch, spec.storage) if spec.storage else None  # fp8 storage: read into it
-            quantized_file = spec.source is not None and any(c.quant == "comfy-quant" for c in spec.source.components)
+            quantized_file = spec.source is not None and spec.source.quantized() is not None
             if (stored is not None or quantized_file) and self.kind == "cpu":  # both allocate weights per call
                 storage.return_freed_blocks()
             if spec.family.modular is not None:
