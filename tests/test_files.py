@@ -991,14 +991,13 @@ BAD_FILES = {  # what the node is given -> words the error must hold
                           ["'flux1-dev.ckpt' is a pickle file", ".safetensors"]),
     "truncated file": ({**FLUX1_NODE, "diffusion_model": "flux1-dev-truncated.safetensors"},
                        ["'flux1-dev-truncated.safetensors' is truncated", "download it again"]),
-    "path out of the folder": ({**FLUX1_NODE, "vae": "../vae/ae-tiny.safetensors"}, ["no '..'"]),
 }
 
 
 @pytest.mark.server
 @pytest.mark.parametrize("case", sorted(BAD_FILES))
 def test_bad_files_are_named_through_the_server_and_it_stays_up(files_server, files, case):
-    from comfy_server import PromptFailed, error_message
+    from comfy_server import error_message
 
     own = files_server.work_dir / "models" / "diffusion_models"  # ComfyUI's own folder, beside the extra roots
     own.mkdir(parents=True, exist_ok=True)
@@ -1006,10 +1005,11 @@ def test_bad_files_are_named_through_the_server_and_it_stays_up(files_server, fi
     good = (files / "models" / "diffusion_models" / "flux1-tiny.safetensors").read_bytes()
     (own / "flux1-dev-truncated.safetensors").write_bytes(good[: len(good) - 1000])
     inputs, words = BAD_FILES[case]
-    with pytest.raises(PromptFailed) as e:
-        files_server.run(files_prompt(5, **inputs), timeout=60)
-    assert list(e.value.details["node_errors"]) == ["1"], e.value.details
-    assert all(w in str(e.value) for w in words), str(e.value)
+    result = files_server.run(files_prompt(5, **inputs), timeout=60)  # checked as the loader runs: one message
+    errors = [m["data"] for m in result["messages"] if m["type"] == "execution_error"]
+    assert result["status"] == "error" and [e["node_id"] for e in errors] == ["1"], errors
+    message = error_message(result)
+    assert all(w in message for w in words), message
     assert files_server.proc.poll() is None
     result = files_server.run(files_prompt(6, **FLUX1_NODE), timeout=120)
     assert result["status"] == "success", error_message(result)

@@ -81,12 +81,41 @@ def test_both_loaders_validate_with_the_chosen_device_on_a_tpu_v4_host(v4_server
     assert v4_server.proc.poll() is None
 
 
-def test_the_files_loader_validates_its_files_and_names_the_input(v4_server):
-    nodes, message = refused(v4_server, graph(files_node("cpu"), seed=3))
-    assert nodes == ["1"] and "diffusion_model" in message and "checkpoint" in message, message
-    nodes, message = refused(v4_server, graph(files_node("cpu", **{**FLUX1_FILES, "vae": "no-such-vae.safetensors"}),
-                                              seed=3))
-    assert nodes == ["1"] and "no-such-vae.safetensors" in message, message
+def failed_once(server: ComfyServer, wf: dict) -> tuple[str, str]:
+    """The node whose run failed `wf` and its message, which the UI shows once (not once per input)."""
+    result = server.run(wf, timeout=120)
+    assert result["status"] == "error", f"expected a failure, got {result['status']}"
+    errors = [m["data"] for m in result["messages"] if m["type"] == "execution_error"]
+    assert len(errors) == 1, errors
+    return errors[0]["node_id"], error_message(result)
+
+
+def test_the_files_loader_checks_its_files_once_and_names_the_input(v4_server):
+    """The files are checked as the loader runs, before any worker starts: one message, where a VALIDATE_INPUTS
+    taking all nine inputs had ComfyUI repeat it once per input."""
+    node, message = failed_once(v4_server, graph(files_node("cpu"), seed=3))
+    assert node == "1" and "diffusion_model" in message and "checkpoint" in message, message
+    assert "custom validation" not in message.lower(), message
+    assert v4_server.proc.poll() is None
+
+
+@pytest.mark.parametrize("vae", ["no-such-vae.safetensors", "../vae/ae-tiny.safetensors"])
+def test_a_file_not_in_its_folder_is_refused_once_by_comfyuis_own_list(v4_server, vae):
+    """A name outside the folder's list (a missing file, a path out of the folder) meets ComfyUI's own check,
+    which every loader gets: one error, on that input, with the value."""
+    with pytest.raises(PromptFailed) as e:
+        v4_server.queue(graph(files_node("cpu", **{**FLUX1_FILES, "vae": vae}), seed=3), "validation-test")
+    errors = e.value.details["node_errors"]["1"]["errors"]
+    assert [(err["type"], err["extra_info"]["input_name"]) for err in errors] == [("value_not_in_list", "vae")]
+    assert vae in str(e.value), str(e.value)
+
+
+def test_the_files_loader_names_a_device_error_once(v4_server):
+    """The device is the one input validated before queueing: its refusal is one line, on `device`."""
+    with pytest.raises(PromptFailed) as e:
+        v4_server.queue(graph(files_node("auto", **FLUX1_FILES), seed=1), "validation-test")
+    errors = e.value.details["node_errors"]["1"]["errors"]
+    assert [err["extra_info"]["input_name"] for err in errors] == ["device"], errors
 
 
 def test_the_folder_loader_validates_its_model_and_names_the_input(v4_server):
