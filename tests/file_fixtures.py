@@ -32,8 +32,8 @@ from pathlib import Path
 
 # "flux1-3072" (1 GB), "flux1-vae" (170 MB), "flux1tools" and "flux1redux" (the FLUX.1 tools, issue 26) and
 # "zimage-quant" (ComfyUI's quantized files, issue 33) only when asked
-FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan", "krea2")
-VERSION = "10"  # bump to rebuild cached fixtures after changing this file
+FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan", "krea2", "qwenimage21")
+VERSION = "11"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
 FILES = {
@@ -95,6 +95,8 @@ FILES = {
     # Krea 2 as its templates name the files: Turbo (the name says it), the same tensors renamed (read as Raw)
     "krea2": {"diffusion_model": "krea2_turbo-tiny.safetensors", "raw": "krea2-tiny.safetensors",
               "qwen3vl": "qwen3vl_4b-tiny.safetensors", "vae": "qwen_image_vae-krea2-tiny.safetensors"},
+    "qwenimage21": {"diffusion_model": "qwen_image_2.1-tiny.safetensors", "qwen3vl": "qwen3vl_8b-tiny.safetensors",
+                    "vae": "qwen_image_2.1_vae-tiny.safetensors"},
 }
 
 
@@ -626,11 +628,12 @@ def _qwenimage_releases(pipe, names: dict, models: Path, out: Path) -> None:
         str(out / "diffusers" / "ref-qwenimage-edit-2511"), safe_serialization=True)
 
 
-def _qwen3vl(model_cls, tokenizer, published: str, tiny_config, seed: int, **text):
+def _qwen3vl(model_cls, tokenizer, published: str, tiny_config, seed: int, vision_heads: int, tied: bool = True):
     """A tiny Qwen3-VL of class `model_cls` with ComfyUI's vocabulary (`tokenizer`) and the values no tensor
     stores set to what the pack derives for these widths from the published config `published` (text_encoders
-    ._llm_sizes, _qwen3vl_vision): the mRoPE split scaled to the head's 8 pairs, one 16-wide vision head, the
-    deepstack merger on block 0 of 1, the published context length and token ids."""
+    ._llm_sizes, _qwen3vl_vision): the mRoPE split scaled to the head's 8 pairs, the published vision head size
+    fitted to 16 wide (4B's 64: one head; 8B's 72: four of 4), the deepstack merger on block 0 of 1, the
+    published context length, token ids and tying of lm_head."""
     ids = tokenizer.convert_tokens_to_ids
     config = tiny_config.to_dict()
     pub = json.loads((_config_dir(published) / "text_encoder" / "config.json").read_text())
@@ -639,8 +642,10 @@ def _qwen3vl(model_cls, tokenizer, published: str, tiny_config, seed: int, **tex
         **config, "text_config": {**config["text_config"], "vocab_size": len(tokenizer), "rope_parameters": rope,
                                   "pad_token_id": None, "bos_token_id": ids("<|endoftext|>"),
                                   "eos_token_id": ids("<|im_end|>"),
-                                  "max_position_embeddings": pub["text_config"]["max_position_embeddings"], **text},
-        "vision_config": {**config["vision_config"], "num_heads": 1, "deepstack_visual_indexes": [0]},
+                                  "max_position_embeddings": pub["text_config"]["max_position_embeddings"],
+                                  "tie_word_embeddings": tied},
+        "vision_config": {**config["vision_config"], "num_heads": vision_heads, "deepstack_visual_indexes": [0]},
+        "tie_word_embeddings": tied,
         "image_token_id": ids("<|image_pad|>"), "video_token_id": ids("<|video_pad|>"),
         "vision_start_token_id": ids("<|vision_start|>"), "vision_end_token_id": ids("<|vision_end|>")})
     return _seeded(seed, lambda: model_cls(new))
@@ -648,13 +653,14 @@ def _qwen3vl(model_cls, tokenizer, published: str, tiny_config, seed: int, **tex
 
 def qwen3vl_file(model) -> dict:
     """A Qwen3-VL text encoder as ComfyUI's qwen3vl_* files hold it: the original names (`model.layers.*`,
-    `visual.*`; comfy/text_encoders/qwen3vl.py), no lm_head (the inverse of text_encoders.qwen3vl_keys)."""
+    `visual.*`; comfy/text_encoders/qwen3vl.py), lm_head only where it is not tied to the embeddings (the inverse
+    of text_encoders.qwen3vl_keys)."""
     out = {}
     for key, value in _sd(model).items():
         key = key.removeprefix("model.")
         if key.startswith("language_model."):
             out["model." + key[len("language_model."):]] = value
-        elif key.startswith("visual."):
+        elif key.startswith("visual.") or (key == "lm_head.weight" and not model.config.tie_word_embeddings):
             out[key] = value
     return out
 
@@ -725,7 +731,7 @@ def _krea2(tiny: Path, comfyui_dir: str, out: Path) -> None:
     pipe = Krea2Pipeline.from_pretrained(str(tiny / "tiny-krea2"), local_files_only=True)
     pipe.tokenizer = Qwen2Tokenizer.from_pretrained(str(_comfy_tokenizers(comfyui_dir) / "text_encoders"
                                                         / "qwen25_tokenizer"))
-    pipe.text_encoder = _qwen3vl(Qwen3VLModel, pipe.tokenizer, "krea2", pipe.text_encoder.config, 71)
+    pipe.text_encoder = _qwen3vl(Qwen3VLModel, pipe.tokenizer, "krea2", pipe.text_encoder.config, 71, vision_heads=1)
     names, models = FILES["krea2"], out / "models"
     pipe.vae = _wan_vae_rebuilt(comfy, pipe.vae, 72, models / "vae" / names["vae"])
     pipe.register_to_config(is_distilled=True)  # Turbo, as the file name says
@@ -734,6 +740,71 @@ def _krea2(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(transformer, models / "diffusion_models" / names["diffusion_model"])
     _save(transformer, models / "diffusion_models" / names["raw"])
     _save(qwen3vl_file(pipe.text_encoder), models / "text_encoders" / names["qwen3vl"])
+
+
+def _qwenimage21_vae_file(comfy, vae) -> dict:
+    """Qwen-Image 2.1's VAE as qwen_image_2.1_vae_bf16.safetensors holds it. ComfyUI 0.3.75 has no module for it:
+    the key names are its Wan 2.2 VAE's (comfy.ldm.wan.vae2_2.WanVAE) at this VAE's five levels, the shapes the
+    published file's (4 channels in and out, RGBA without patches; every convolution with a temporal kernel of 1:
+    `conv1.weight` [128, 128, 1, 1, 1], `decoder.head.2.weight` [4, 144, 1, 3, 3]), and every value is traced
+    through the family's converter, which must produce every diffusers tensor."""
+    import comfy.ldm.wan.vae2_2
+    import torch
+
+    from backend.families.qwenimage21.convert import qwenimage21_vae
+
+    vc = vae.config
+    with torch.device("meta"):
+        wan = comfy.ldm.wan.vae2_2.WanVAE(dim=vc.base_dim, dec_dim=vc.decoder_base_dim, z_dim=vc.z_dim,
+                                          dim_mult=list(vc.dim_mult), num_res_blocks=vc.num_res_blocks,
+                                          temperal_downsample=list(vc.temperal_downsample))
+    shapes = {}
+    for key, value in wan.state_dict().items():
+        shape = list(value.shape)
+        if len(shape) == 5:
+            shape[2] = 1
+        if key == "encoder.conv1.weight":
+            shape[1] = vc.in_channels
+        if key.startswith("decoder.head.2."):
+            shape[0] = vc.out_channels
+        shapes[key] = tuple(shape)
+    return probe_invert(lambda checkpoint: qwenimage21_vae(checkpoint, {}), shapes, _sd(vae))
+
+
+def _qwenimage21(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """Qwen-Image 2.1: the tiny pipeline with ComfyUI's Qwen vocabulary and the pack's processor settings,
+    Qwen3-VL-8B in ComfyUI's names (untied lm_head, as published), the rotary split the pack derives for 16-wide
+    heads ([2, 8, 6]); the transformer file in ComfyUI's layout (fused gate and up rows: diffusers' converter
+    splits them back)."""
+    import torch
+    from diffusers import QwenImage21Pipeline
+    from transformers import Qwen3VLForConditionalGeneration, Qwen3VLProcessor
+
+    comfy = import_comfy(comfyui_dir)
+    folder = out / "tokenizers" / "qwenimage21-processor"  # as the worker lays it out: ComfyUI's vocabulary,
+    folder.mkdir(parents=True, exist_ok=True)  # the pack's processor files over it
+    for file in (Path(comfyui_dir) / "comfy" / "text_encoders" / "qwen25_tokenizer").iterdir():
+        shutil.copy(file, folder / file.name)
+    for file in (_config_dir("qwenimage21") / "processor").iterdir():
+        shutil.copy(file, folder / file.name)
+    processor = Qwen3VLProcessor.from_pretrained(str(folder))
+    pipe = QwenImage21Pipeline.from_pretrained(str(tiny / "tiny-qwenimage21"), local_files_only=True)
+    pipe.processor = processor
+    pipe.text_encoder = _qwen3vl(Qwen3VLForConditionalGeneration, processor.tokenizer, "qwenimage21",
+                                 pipe.text_encoder.config, 81, vision_heads=4, tied=False)
+    pipe.transformer = _reconfigured(pipe.transformer, axes_dims_rope=[2, 8, 6])
+    pipe.save_pretrained(str(out / "diffusers" / "ref-qwenimage21"), safe_serialization=True)
+    names, models = FILES["qwenimage21"], out / "models"
+    transformer = {}
+    for key, value in _sd(pipe.transformer).items():
+        if key.endswith("img_mlp.gate_layer.weight"):
+            transformer[key.replace("gate_layer", "gate_up")] = torch.cat([value, _sd(pipe.transformer)[
+                key.replace("gate_layer", "proj")]], 0)
+        elif not key.endswith("img_mlp.proj.weight"):
+            transformer[key] = value
+    _save(transformer, models / "diffusion_models" / names["diffusion_model"])
+    _save(qwen3vl_file(pipe.text_encoder), models / "text_encoders" / names["qwen3vl"])
+    _save(_qwenimage21_vae_file(comfy, pipe.vae), models / "vae" / names["vae"])
 
 
 def _zimage_transformer_file(comfy, transformer) -> dict:
@@ -1226,7 +1297,8 @@ def _flux1_vae(tiny: Path, comfyui_dir: str, out: Path) -> None:
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
             "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072,
             "flux1-vae": _flux1_vae, "flux1tools": _flux1tools, "flux1redux": _flux1redux,
-            "zimage-quant": _zimage_quant, "qwenimage-quant": _qwenimage_quant, "krea2": _krea2}
+            "zimage-quant": _zimage_quant, "qwenimage-quant": _qwenimage_quant, "krea2": _krea2,
+            "qwenimage21": _qwenimage21}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

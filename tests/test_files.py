@@ -61,6 +61,12 @@ CASES = {
     "zimage-modelsave": ("ref-zimage", dict(diffusion_model="z_image_turbo-tiny-comfysave.safetensors",
                                             text_encoders=("qwen_3-tiny.safetensors",), vae="ae-tiny.safetensors"),
                          3.0),
+    # Krea 2 Turbo as its template names the files (Qwen3-VL-4B in ComfyUI's names), at guidance 0 (one pass) and
+    # with guidance (two passes a step)
+    "krea2-turbo-split": ("ref-krea2", dict(diffusion_model="krea2_turbo-tiny.safetensors", text_encoders=(
+        "qwen3vl_4b-tiny.safetensors",), vae="qwen_image_vae-krea2-tiny.safetensors"), 0.0),
+    "krea2-turbo-guided": ("ref-krea2", dict(diffusion_model="krea2_turbo-tiny.safetensors", text_encoders=(
+        "qwen3vl_4b-tiny.safetensors",), vae="qwen_image_vae-krea2-tiny.safetensors"), 3.5),
 }
 FLUX1 = CASES["flux1-split"][1]
 COMFYUI_FILES = (*file_fixtures.FAMILIES, "flux1-3072")  # comfyui_files' families, built from the start (conftest)
@@ -187,6 +193,49 @@ def test_files_read_without_a_converter_for_their_size_say_how_they_load(files):
 
 
 QWEN = CASES["qwenimage-split"][1]
+KREA2 = CASES["krea2-turbo-split"][1]
+
+
+@pytest.mark.unit
+def test_krea2_files_load_as_the_folder_and_a_renamed_file_as_raw(files):
+    """Krea 2's files, read through diffusers' converter (the transformer) and ComfyUI's Qwen3-VL names renamed
+    to transformers' (the text encoder): every tensor the reference folder's, exactly; Turbo is told by the file
+    name only, so the same tensors under another name load as Raw (no fixed shift), saying so."""
+    import torch
+
+    spec = file_spec(files, **KREA2)
+    assert spec.source.component("text_encoder").layout == "qwen3vl-comfy"
+    assert spec.source.component("transformer").layout == "krea2"
+    assert spec.source.index()["is_distilled"] is True and "Krea 2 Turbo (its file name)" in api.describe_files(spec)
+    pipe, ref = _load(spec), _reference(files, "ref-krea2")
+    for name in ("transformer", "text_encoder", "vae"):
+        mine, theirs = getattr(pipe, name).state_dict(), getattr(ref, name).state_dict()
+        assert mine.keys() == theirs.keys(), name
+        assert all(torch.equal(mine[k], theirs[k]) for k in theirs), name
+    raw = file_spec(files, **dict(KREA2, diffusion_model="krea2-tiny.safetensors"))
+    assert raw.source.index()["is_distilled"] is False
+    assert "read as Krea 2 (Raw): a Turbo file's name says 'turbo'" in api.describe_files(raw)
+
+
+KREA2_WRONG = {
+    "Qwen3 in place of Qwen3-VL": (dict(KREA2, text_encoders=("qwen_3-tiny.safetensors",)),
+                                   ["text_encoder_1: 'qwen_3-tiny.safetensors' is a Qwen3 text encoder",
+                                    "Krea 2 does not use", "Qwen3-VL (qwen3vl_4b_*.safetensors"]),
+    "FLUX.2's VAE": (dict(KREA2, vae="flux2-vae-tiny.safetensors"),
+                     ["vae: 'flux2-vae-tiny.safetensors'", "of another kind", "Krea 2 model",
+                      "'krea2_turbo-tiny.safetensors'", "qwen_image_vae.safetensors"]),
+    "no text encoder": (dict(KREA2, text_encoders=()), ["Krea 2 needs Qwen3-VL", "is missing"]),
+    "Qwen3-VL for Qwen-Image": (dict(QWEN, text_encoders=("qwen3vl_4b-tiny.safetensors",)),
+                                ["text_encoder_1: 'qwen3vl_4b-tiny.safetensors' is a Qwen3-VL text encoder",
+                                 "Qwen-Image does not use", "Qwen2.5-VL"]),
+}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("case", sorted(KREA2_WRONG))
+def test_krea2_files_that_do_not_make_its_pipeline_are_named_with_the_fix(files, case):
+    choice, words = KREA2_WRONG[case]
+    assert_error(words, file_spec, files, **choice)
 
 
 @pytest.mark.unit
