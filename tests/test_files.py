@@ -65,6 +65,12 @@ CASES = {
     # with guidance (two passes a step)
     "krea2-turbo-split": ("ref-krea2", dict(diffusion_model="krea2_turbo-tiny.safetensors", text_encoders=(
         "qwen3vl_4b-tiny.safetensors",), vae="qwen_image_vae-krea2-tiny.safetensors"), 0.0),
+    # Qwen-Image 2.1 as its template names the files (Qwen3-VL-8B, its RGBA VAE), at cfg 1 and with true CFG
+    "qwenimage21-split": ("ref-qwenimage21", dict(diffusion_model="qwen_image_2.1-tiny.safetensors", text_encoders=(
+        "qwen3vl_8b-tiny.safetensors",), vae="qwen_image_2.1_vae-tiny.safetensors"), 1.0),
+    "qwenimage21-true-cfg": ("ref-qwenimage21", dict(diffusion_model="qwen_image_2.1-tiny.safetensors",
+                                                     text_encoders=("qwen3vl_8b-tiny.safetensors",),
+                                                     vae="qwen_image_2.1_vae-tiny.safetensors"), 4.0),
     "krea2-turbo-guided": ("ref-krea2", dict(diffusion_model="krea2_turbo-tiny.safetensors", text_encoders=(
         "qwen3vl_4b-tiny.safetensors",), vae="qwen_image_vae-krea2-tiny.safetensors"), 3.5),
 }
@@ -194,6 +200,26 @@ def test_files_read_without_a_converter_for_their_size_say_how_they_load(files):
 
 QWEN = CASES["qwenimage-split"][1]
 KREA2 = CASES["krea2-turbo-split"][1]
+QWEN21 = CASES["qwenimage21-split"][1]
+
+
+@pytest.mark.unit
+def test_qwen_image_21_files_load_as_the_folder(files):
+    """Qwen-Image 2.1's files: the transformer through diffusers' converter (ComfyUI's fused gate and up rows split
+    back), Qwen3-VL-8B renamed to Qwen3VLForConditionalGeneration's names (its untied lm_head too), the RGBA VAE
+    through the family's converter (1-frame convolutions to 2D): every tensor the reference folder's, exactly."""
+    import torch
+
+    spec = file_spec(files, **QWEN21)
+    assert [(c.name, c.layout) for c in spec.source.components if c.name != "tokenizer"] == [
+        ("transformer", "qwenimage21"), ("vae", "qwenimage21-vae"), ("text_encoder", "qwen3vl-comfy"),
+        ("processor", "tokenizer")]
+    pipe, ref = _load(spec), _reference(files, "ref-qwenimage21")
+    for name in ("transformer", "text_encoder", "vae"):
+        mine, theirs = getattr(pipe, name).state_dict(), getattr(ref, name).state_dict()
+        assert mine.keys() == theirs.keys(), name
+        assert all(torch.equal(mine[k], theirs[k]) for k in theirs), name
+    assert "lm_head.weight" in pipe.text_encoder.state_dict()
 
 
 @pytest.mark.unit
@@ -225,6 +251,12 @@ KREA2_WRONG = {
                      ["vae: 'flux2-vae-tiny.safetensors'", "of another kind", "Krea 2 model",
                       "'krea2_turbo-tiny.safetensors'", "qwen_image_vae.safetensors"]),
     "no text encoder": (dict(KREA2, text_encoders=()), ["Krea 2 needs Qwen3-VL", "is missing"]),
+    "Qwen-Image's VAE for Qwen-Image 2.1": (dict(QWEN21, vae="qwen_image_vae-tiny.safetensors"),
+                                             ["vae: 'qwen_image_vae-tiny.safetensors'", "of another kind",
+                                              "Qwen-Image 2.1 model", "qwen_image_2.1_vae_bf16.safetensors"]),
+    "Qwen-Image 2.1's VAE for Qwen-Image": (dict(QWEN, vae="qwen_image_2.1_vae-tiny.safetensors"),
+                                             ["vae: 'qwen_image_2.1_vae-tiny.safetensors'", "of another kind",
+                                              "qwen_image_vae.safetensors"]),
     "Qwen3-VL for Qwen-Image": (dict(QWEN, text_encoders=("qwen3vl_4b-tiny.safetensors",)),
                                 ["text_encoder_1: 'qwen3vl_4b-tiny.safetensors' is a Qwen3-VL text encoder",
                                  "Qwen-Image does not use", "Qwen2.5-VL"]),
