@@ -15,6 +15,11 @@ from ..base import ModelFamily, Modular, Pipeline, Shapes
 _UPSAMPLER = ("prompt_upsampler",)
 
 
+FILES_REFUSED = ("diffusers runs FLUX 3 [klein] as a modular pipeline only, and ComfyUI-TPU builds pipelines from "
+                 "ComfyUI's files as DiffusionPipeline classes so far; diffusers' single-file converter for its "
+                 "transformer exists")
+
+
 def _no_files(*_args: object) -> dict:
     raise NotImplementedError("FLUX 3 [klein]'s single files are not read yet: use a diffusers folder")
 
@@ -41,5 +46,5 @@ FAMILY = ModelFamily(
     denoiser_keys=("content_mode_blocks.0.attn_out.weight", "emb_in.weight"),
     absent_keys=("double_blocks.0.img_attn.qkv.weight",),
     width_key="emb_in.weight", width_agrees=("txt_in.weight", 0), sizes=sizes, text_widths=text_widths,
-    vae="vae-flux2", vae_hint="FLUX.2's flux2-vae.safetensors", files=False,
+    vae="vae-flux2", vae_hint="FLUX.2's flux2-vae.safetensors", files=False, files_refused=FILES_REFUSED,
 )

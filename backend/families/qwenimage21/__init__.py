@@ -17,8 +17,9 @@ a fused `img_mlp.gate_up`; recognised by its keys before Qwen-Image's, which hol
 diffusers' single-file converter; Qwen3-VL-8B (qwen3vl_8b_*.safetensors, ComfyUI's names) as transformers'
 Qwen3VLForConditionalGeneration; the VAE (qwen_image_2.1_vae_bf16.safetensors) through the family's own
 converter (convert.py: diffusers has none for it). The configs are diffusers' class defaults (the published
-model's) and Qwen3-VL-8B-Instruct's; the processor's image settings are Qwen3-VL's. Turbo files hold the same
-tensors and take the template's own sigmas (Sample's sampler settings), so they load as Qwen-Image 2.1.
+model's) and Qwen3-VL-8B-Instruct's; the processor's image settings are Qwen3-VL's. A Turbo file
+(qwen_image_2.1_turbo_*) holds the same tensors and loads with the same configs: Turbo's sigma grid (its diffusers
+folder's `sample_sigmas`) is in no file.
 Licence: Qwen Research License Agreement (non-commercial research and evaluation; commercial use needs a licence
 from Qwen).
 """
@@ -45,6 +46,7 @@ def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
 def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
     return {"qwen3vl": s["txt_in.text_norm.weight"][0]}
 
+
 FAMILY = ModelFamily(
     id="qwenimage21", order=55, tiny=("qwenimage21",), name="Qwen-Image 2.1",
     pipelines=(Pipeline("QwenImage21Pipeline", "Qwen-Image 2.1", 2, "true_cfg_scale", True, cfg_passes="branches",
@@ -56,4 +58,5 @@ FAMILY = ModelFamily(
                    "img_in.weight", "proj_out.weight"),
     width_key="img_in.weight", width_agrees=("proj_out.weight", 1), sizes=sizes, text_widths=text_widths,
     vae="vae-qwenimage21", vae_hint="qwen_image_2.1_vae_bf16.safetensors", latent_packing=1,
+
 )
