@@ -95,6 +95,10 @@ FILES = {
     # Krea 2 as its templates name the files: Turbo (the name says it), the same tensors renamed (read as Raw)
     "krea2": {"diffusion_model": "krea2_turbo-tiny.safetensors", "raw": "krea2-tiny.safetensors",
               "qwen3vl": "qwen3vl_4b-tiny.safetensors", "vae": "qwen_image_vae-krea2-tiny.safetensors"},
+    # Krea 2 Turbo's int8 ConvRot file as its template names it (only when asked, after "krea2", whose Qwen3-VL and
+    # VAE files it reads), beside the same file dequantized by comfy-kitchen
+    "krea2-quant": {"int8_convrot": "krea2_turbo-tiny_int8_convrot.safetensors",
+                    "int8_convrot_dequantized": "krea2_turbo-tiny_int8_convrot-dequantized.safetensors"},
     "qwenimage21": {"diffusion_model": "qwen_image_2.1-tiny.safetensors", "qwen3vl": "qwen3vl_8b-tiny.safetensors",
                     "vae": "qwen_image_2.1_vae-tiny.safetensors"},
 }
@@ -742,6 +746,26 @@ def _krea2(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(qwen3vl_file(pipe.text_encoder), models / "text_encoders" / names["qwen3vl"])
 
 
+def _krea2_quant(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """Krea 2 Turbo's int8 ConvRot file: a 256-wide tiny transformer (ConvRot rotates groups of 256 input
+    features) reading the tiny Qwen3-VL (32 wide) and VAE (4 channels), each block's attention and feed-forward
+    matrices quantized by comfy-kitchen as Comfy-Org's file quantizes them; and the file dequantized."""
+    from diffusers import Krea2Transformer2DModel
+
+    transformer = _seeded(91, lambda: Krea2Transformer2DModel(
+        in_channels=16, num_layers=2, attention_head_dim=16, num_attention_heads=16, num_key_value_heads=4,
+        intermediate_size=256, timestep_embed_dim=32, text_hidden_dim=32, num_text_layers=12,
+        text_num_attention_heads=2, text_num_key_value_heads=2, text_intermediate_size=64,
+        num_layerwise_text_blocks=1, num_refiner_text_blocks=1, axes_dims_rope=(4, 6, 6)))
+    sd = _krea2_transformer_file(transformer)
+    plan = {k[: -len(".weight")]: "int8_convrot" for k, v in sd.items()
+            if k.startswith("blocks.") and v.ndim == 2 and (".attn.w" in k or ".attn.gate." in k or ".mlp." in k)}
+    quantized, _, dequantized = quantize_comfy(sd, plan)
+    names, models = FILES["krea2-quant"], out / "models" / "diffusion_models"
+    _save(quantized, models / names["int8_convrot"])
+    _save(dequantized, models / names["int8_convrot_dequantized"])
+
+
 def _qwenimage21_vae_file(comfy, vae) -> dict:
     """Qwen-Image 2.1's VAE as qwen_image_2.1_vae_bf16.safetensors holds it. ComfyUI 0.3.75 has no module for it:
     the key names are its Wan 2.2 VAE's (comfy.ldm.wan.vae2_2.WanVAE) at this VAE's five levels, the shapes the
@@ -1298,7 +1322,7 @@ BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3
             "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072,
             "flux1-vae": _flux1_vae, "flux1tools": _flux1tools, "flux1redux": _flux1redux,
             "zimage-quant": _zimage_quant, "qwenimage-quant": _qwenimage_quant, "krea2": _krea2,
-            "qwenimage21": _qwenimage21}
+            "qwenimage21": _qwenimage21, "krea2-quant": _krea2_quant}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

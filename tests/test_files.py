@@ -121,12 +121,15 @@ def assert_error(words: list[str], call, *args, **kwargs) -> str:
 def test_each_dropdown_lists_only_the_files_that_fit_its_role(files, tmp_path):
     listed = api.list_files(roots(files))
     assert {"flux1-tiny.safetensors", "flux2-klein-tiny-Q8_0.gguf", "qwen-image-tiny.safetensors",
-            "sd3-tiny.safetensors"} <= set(listed["diffusion_model"])
+            "sd3-tiny.safetensors", "krea2_turbo-tiny.safetensors",
+            "qwen_image_2.1-tiny.safetensors"} <= set(listed["diffusion_model"])
     assert {"clip_l-tiny.safetensors", "t5xxl-tiny_fp8_e4m3fn_scaled.safetensors", "qwen_3-tiny.safetensors",
-            "mistral_3_small_flux2-tiny.safetensors"} <= set(listed["text_encoder"])
+            "mistral_3_small_flux2-tiny.safetensors", "qwen3vl_4b-tiny.safetensors",
+            "qwen3vl_8b-tiny.safetensors"} <= set(listed["text_encoder"])
     assert set(listed["vae"]) == {"ae-tiny.safetensors", "flux2-vae-tiny.safetensors", "sd3-vae-tiny.safetensors",
                                   "qwen_image_vae-tiny.safetensors", "wan_2.1_vae-tiny.safetensors",
-                                  "wan2.2_vae-tiny.safetensors"}
+                                  "wan2.2_vae-tiny.safetensors", "qwen_image_vae-krea2-tiny.safetensors",
+                                  "qwen_image_2.1_vae-tiny.safetensors"}
     assert listed["clip_vision"] == ["clip_vision_h-tiny.safetensors"]
     assert {"sdxl-tiny.safetensors", "sd3-tiny-noT5.safetensors"} <= set(listed["checkpoint"])
     assert not set(listed["vae"]) & (set(listed["text_encoder"]) | set(listed["diffusion_model"]))
@@ -241,6 +244,44 @@ def test_krea2_files_load_as_the_folder_and_a_renamed_file_as_raw(files):
     raw = file_spec(files, **dict(KREA2, diffusion_model="krea2-tiny.safetensors"))
     assert raw.source.index()["is_distilled"] is False
     assert "read as Krea 2 (Raw): a Turbo file's name says 'turbo'" in api.describe_files(raw)
+
+
+@pytest.fixture(scope="module")
+def krea2_quant(comfyui_files, comfyui_dir, monkeypatch_module):
+    """Krea 2 Turbo's int8 ConvRot file and the file dequantized (a folder of their own: the role lists of the
+    other tests do not see them)."""
+    monkeypatch_module.syspath_prepend(str(comfyui_dir))
+    return comfyui_files("krea2", "krea2-quant", folder="comfyui-krea2-quant")
+
+
+@pytest.mark.unit
+def test_krea2_int8_convrot_file_stays_quantized_and_equals_comfy_kitchens_dequantized_file(krea2_quant):
+    """krea2_turbo_int8_convrot (its template's file): each block's attention and feed-forward layers kept as
+    comfy-kitchen QuantizedTensors through diffusers' Krea 2 converter, each equal to the dequantized file's
+    weight, and the transformer's output equal to the dequantized one's."""
+    import torch
+    from comfy_kitchen.tensor import QuantizedTensor
+
+    from backend.worker import quantized
+
+    names = file_fixtures.FILES["krea2-quant"]
+    specs = [file_spec(krea2_quant, **dict(KREA2, diffusion_model=names[n]))
+             for n in ("int8_convrot", "int8_convrot_dequantized")]
+    assert specs[0].source.component("transformer").quant == "comfy-quant"
+    assert specs[1].source.component("transformer").quant == ""
+    ours, theirs = (_load(s).transformer for s in specs)
+    layers = [m for m in ours.modules() if isinstance(m, quantized.DequantLinear)]
+    assert len(layers) == 2 * 8 and all(isinstance(m.weight, QuantizedTensor) for m in layers)
+    mine = ours.state_dict()
+    for key, value in theirs.state_dict().items():
+        got = mine[key].dequantize() if isinstance(mine[key], QuantizedTensor) else mine[key]
+        assert torch.equal(got, value), key
+    g = torch.Generator().manual_seed(0)
+    args = dict(hidden_states=torch.randn(1, 16, 16, generator=g),
+                encoder_hidden_states=torch.randn(1, 7, 12, 32, generator=g), timestep=torch.tensor([0.5]),
+                position_ids=torch.zeros(16 + 7, 3, dtype=torch.long), return_dict=False)
+    with torch.no_grad():
+        assert torch.equal(ours(**args)[0], theirs(**args)[0])
 
 
 KREA2_WRONG = {
