@@ -1032,6 +1032,20 @@ def test_qwen_image_edit_2511_files_give_diffusers_edit_plus_pixels_from_several
     assert np.array_equal(ours, want), float(np.abs(ours - want).max())
 
 
+@pytest.mark.workers
+def test_qwen_image_21_edit_from_its_files_equals_the_folder_with_the_same_references(files):
+    """Qwen-Image 2.1 editing from ComfyUI's files, as its image_edit template runs it (two references, cfg 1):
+    the processor laid out from ComfyUI's vocabulary and the pack's Qwen3-VL settings reads the references as the
+    folder's does, and the RGBA VAE encodes them: the same pixels as the diffusers folder."""
+    req = request(1.0)
+    refs = np.stack([np.linspace(0, 1, 64 * 64 * 3, dtype=np.float32).reshape(64, 64, 3),
+                     np.linspace(1, 0, 64 * 64 * 3, dtype=np.float32).reshape(64, 64, 3)])
+    ours = api.sample(file_spec(files, **QWEN21), req, image=refs)
+    theirs = api.sample(api.make_spec("ref-qwenimage21", [str(files / "diffusers")]), req, image=refs)
+    assert ours.shape == (1, 64, 64, 3) and ours.std() > 0
+    assert np.array_equal(ours, theirs), float(np.abs(ours - theirs).max())
+
+
 # ---- through a real ComfyUI server (the files come from extra_model_paths.yaml roots and its own folders)
 
 
