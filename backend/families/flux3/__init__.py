@@ -2,7 +2,8 @@
 folder holding modular_model_index.json: the step-distilled model (one pass per step, `flow_map` transformer) and
 the base one (CFG through the folder's ClassifierFreeGuidance guider). Qwen3-VL text encoder, FLUX.2's VAE, 2x2
 packed latents; both take reference images (edit). Diffusers folders only for now: its artists' files
-(`flux3-image-klein-*`) are not read yet."""
+(`flux3-image-klein-*`) are recognised and refused, saying why (FILES_REFUSED; diffusers' single-file converter for
+the transformer exists, `convert_flux3_transformer_checkpoint_to_diffusers`)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ from ..base import ModelFamily, Modular, Pipeline, Shapes
 _UPSAMPLER = ("prompt_upsampler",)
 
 
-FILES_REFUSED = ("diffusers runs FLUX 3 [klein] as a modular pipeline only, and ComfyUI-TPU builds pipelines from "
-                 "ComfyUI's files as DiffusionPipeline classes so far; diffusers' single-file converter for its "
-                 "transformer exists")
+FILES_REFUSED = ("diffusers runs FLUX 3 [klein] as a modular pipeline only, and ComfyUI-TPU builds only "
+                 "DiffusionPipeline classes from ComfyUI's files so far")
 
 
 def _no_files(*_args: object) -> dict:
