@@ -284,6 +284,43 @@ def test_krea2_int8_convrot_file_stays_quantized_and_equals_comfy_kitchens_dequa
         assert torch.equal(ours(**args)[0], theirs(**args)[0])
 
 
+@pytest.mark.unit
+def test_quantized_qwen_image_21_and_qwen3vl_files_stay_quantized_through_their_converters(files, tmp_path):
+    """Qwen-Image 2.1's transformer and Qwen3-VL-8B in ComfyUI's quantized layout (int8 per row, quantized by
+    comfy-kitchen; ConvRot needs 256 input features, wider than these tiny models): ComfyUI's fused gate-and-up rows
+    are split still quantized by diffusers' converter, Qwen3-VL's names renamed with its layers quantized, and every
+    weight equals the same file dequantized by comfy-kitchen."""
+    import torch
+    from comfy_kitchen.tensor import QuantizedTensor
+    from safetensors.torch import load_file
+
+    from backend.worker import quantized
+
+    models = tmp_path / "models"
+    for sub in listing.ROLE_FOLDERS.values():
+        (models / sub).mkdir(parents=True)
+    names = file_fixtures.FILES["qwenimage21"]
+    shutil.copy(files / "models" / "vae" / names["vae"], models / "vae")
+    for folder, name, layers in (("diffusion_models", names["diffusion_model"], "transformer_blocks."),
+                                 ("text_encoders", names["qwen3vl"], "model.layers.")):
+        sd = load_file(str(files / "models" / folder / name))
+        plan = {k[: -len(".weight")]: "int8_rowwise" for k, v in sd.items()
+                if k.startswith(layers) and k.endswith(".weight") and v.ndim == 2}
+        q, _, deq = file_fixtures.quantize_comfy(sd, plan)
+        file_fixtures._save(q, models / folder / f"int8-{name}")
+        file_fixtures._save(deq, models / folder / f"deq-{name}")
+    where = {role: [str(models / sub)] for role, sub in listing.ROLE_FOLDERS.items()}
+    ours, theirs = (_load(api.make_file_spec(assemble.FileChoice(
+        diffusion_model=f"{kind}-{names['diffusion_model']}", text_encoders=(f"{kind}-{names['qwen3vl']}",),
+        vae=names["vae"]), where)) for kind in ("int8", "deq"))
+    for name, count in (("transformer", 2 * 7), ("text_encoder", 2 * 7)):
+        assert quantized.count(getattr(ours, name)) == count, name
+        mine = getattr(ours, name).state_dict()
+        for key, value in getattr(theirs, name).state_dict().items():
+            got = mine[key].dequantize() if isinstance(mine[key], QuantizedTensor) else mine[key]
+            assert torch.equal(got, value), (name, key)
+
+
 KREA2_WRONG = {
     "Qwen3 in place of Qwen3-VL": (dict(KREA2, text_encoders=("qwen_3-tiny.safetensors",)),
                                    ["text_encoder_1: 'qwen_3-tiny.safetensors' is a Qwen3 text encoder",
