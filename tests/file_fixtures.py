@@ -32,8 +32,8 @@ from pathlib import Path
 
 # "flux1-3072" (1 GB), "flux1-vae" (170 MB), "flux1tools" and "flux1redux" (the FLUX.1 tools, issue 26) and
 # "zimage-quant" (ComfyUI's quantized files, issue 33) only when asked
-FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan")
-VERSION = "8"  # bump to rebuild cached fixtures after changing this file
+FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan", "krea2", "qwenimage21")
+VERSION = "11"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
 FILES = {
@@ -92,6 +92,15 @@ FILES = {
                      "qwen3_fp8_mixed": "qwen_3-tiny_fp8_mixed.safetensors",
                      "qwen3_fp8_mixed_dequantized": "qwen_3-tiny_fp8_mixed-dequantized.safetensors"},
     "qwenimage-quant": {"edit_2511_int8": "qwen_image_edit_2511-tiny_int8_convrot.safetensors"},  # after "qwenimage"
+    # Krea 2 as its templates name the files: Turbo (the name says it), the same tensors renamed (read as Raw)
+    "krea2": {"diffusion_model": "krea2_turbo-tiny.safetensors", "raw": "krea2-tiny.safetensors",
+              "qwen3vl": "qwen3vl_4b-tiny.safetensors", "vae": "qwen_image_vae-krea2-tiny.safetensors"},
+    # Krea 2 Turbo's int8 ConvRot file as its template names it (only when asked, after "krea2", whose Qwen3-VL and
+    # VAE files it reads), beside the same file dequantized by comfy-kitchen
+    "krea2-quant": {"int8_convrot": "krea2_turbo-tiny_int8_convrot.safetensors",
+                    "int8_convrot_dequantized": "krea2_turbo-tiny_int8_convrot-dequantized.safetensors"},
+    "qwenimage21": {"diffusion_model": "qwen_image_2.1-tiny.safetensors", "qwen3vl": "qwen3vl_8b-tiny.safetensors",
+                    "vae": "qwen_image_2.1_vae-tiny.safetensors"},
 }
 
 
@@ -623,6 +632,205 @@ def _qwenimage_releases(pipe, names: dict, models: Path, out: Path) -> None:
         str(out / "diffusers" / "ref-qwenimage-edit-2511"), safe_serialization=True)
 
 
+def _qwen3vl(model_cls, tokenizer, published: str, tiny_config, seed: int, vision_heads: int, tied: bool = True):
+    """A tiny Qwen3-VL of class `model_cls` with ComfyUI's vocabulary (`tokenizer`) and the values no tensor
+    stores set to what the pack derives for these widths from the published config `published` (text_encoders
+    ._llm_sizes, _qwen3vl_vision): the mRoPE split scaled to the head's 8 pairs, the published vision head size
+    fitted to 16 wide (4B's 64: one head; 8B's 72: four of 4), the deepstack merger on block 0 of 1, the
+    published context length, token ids and tying of lm_head."""
+    ids = tokenizer.convert_tokens_to_ids
+    config = tiny_config.to_dict()
+    pub = json.loads((_config_dir(published) / "text_encoder" / "config.json").read_text())
+    rope = {**pub["text_config"]["rope_parameters"], "mrope_section": [3, 2, 3]}  # scaled([24, 20, 20], 8)
+    new = type(tiny_config).from_dict({
+        **config, "text_config": {**config["text_config"], "vocab_size": len(tokenizer), "rope_parameters": rope,
+                                  "pad_token_id": None, "bos_token_id": ids("<|endoftext|>"),
+                                  "eos_token_id": ids("<|im_end|>"),
+                                  "max_position_embeddings": pub["text_config"]["max_position_embeddings"],
+                                  "tie_word_embeddings": tied},
+        "vision_config": {**config["vision_config"], "num_heads": vision_heads, "deepstack_visual_indexes": [0]},
+        "tie_word_embeddings": tied,
+        "image_token_id": ids("<|image_pad|>"), "video_token_id": ids("<|video_pad|>"),
+        "vision_start_token_id": ids("<|vision_start|>"), "vision_end_token_id": ids("<|vision_end|>")})
+    return _seeded(seed, lambda: model_cls(new))
+
+
+def qwen3vl_file(model) -> dict:
+    """A Qwen3-VL text encoder as ComfyUI's qwen3vl_* files hold it: the original names (`model.layers.*`,
+    `visual.*`; comfy/text_encoders/qwen3vl.py), lm_head only where it is not tied to the embeddings (the inverse
+    of text_encoders.qwen3vl_keys)."""
+    out = {}
+    for key, value in _sd(model).items():
+        key = key.removeprefix("model.")
+        if key.startswith("language_model."):
+            out["model." + key[len("language_model."):]] = value
+        elif key.startswith("visual.") or (key == "lm_head.weight" and not model.config.tie_word_embeddings):
+            out[key] = value
+    return out
+
+
+KREA2_NAMES = {"first.": "img_in.", "tmlp.0.": "time_embed.linear_1.", "tmlp.2.": "time_embed.linear_2.",
+               "tproj.1.": "time_mod_proj.", "txtmlp.0.scale": "txt_in.norm.weight", "txtmlp.1.": "txt_in.linear_1.",
+               "txtmlp.3.": "txt_in.linear_2.", "txtfusion.": "text_fusion.", "blocks.": "transformer_blocks.",
+               "last.linear.": "final_layer.linear.", "last.norm.scale": "final_layer.norm.weight",
+               "last.modulation.lin": "final_layer.scale_shift_table"}
+KREA2_BLOCK_NAMES = {".attn.wq.": ".attn.to_q.", ".attn.wk.": ".attn.to_k.", ".attn.wv.": ".attn.to_v.",
+                     ".attn.wo.": ".attn.to_out.0.", ".attn.gate.": ".attn.to_gate.",
+                     ".attn.qknorm.qnorm.scale": ".attn.norm_q.weight", ".attn.qknorm.knorm.scale": ".attn.norm_k.weight",
+                     ".mlp.": ".ff.", ".prenorm.scale": ".norm1.weight", ".postnorm.scale": ".norm2.weight",
+                     ".mod.lin": ".scale_shift_table"}
+
+
+def _krea2_transformer_file(transformer) -> dict:
+    """Krea 2's transformer in ComfyUI's layout (Krea's original names, the six modulation vectors of a block
+    flattened): ComfyUI 0.3.75 has no Krea 2 module, so the names are diffusers' converter's (single_file_utils
+    convert_krea2_transformer_checkpoint_to_diffusers) run backwards, and the real converter must give every
+    tensor back exactly."""
+    import torch
+    from diffusers.loaders.single_file_utils import convert_krea2_transformer_checkpoint_to_diffusers
+
+    sd = _sd(transformer)
+    out = {}
+    for key, value in sd.items():
+        for comfy_name, name in KREA2_BLOCK_NAMES.items():
+            key = key.replace(name, comfy_name)
+        for comfy_name, name in KREA2_NAMES.items():
+            if key.startswith(name):
+                key = comfy_name + key[len(name):]
+                break
+        out[key] = value.reshape(-1) if key.startswith("blocks.") and key.endswith(".mod.lin") else value
+    back = convert_krea2_transformer_checkpoint_to_diffusers(dict(out))
+    assert back.keys() == sd.keys() and all(torch.equal(back[k], sd[k]) for k in sd), "not the converter's inverse"
+    return out
+
+
+def _wan_vae_rebuilt(comfy, vae, seed: int, out_path: Path):
+    """A Wan-layout VAE (Qwen-Image's) rebuilt in the published layout that diffusers' Wan VAE converter hard-codes
+    (2 res blocks, dim_mult [1, 2, 4, 4]), written as ComfyUI's WanVAE holds it (a strict load proves it)."""
+    import comfy.ldm.wan.vae
+    import torch
+    from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
+
+    config = {k: v for k, v in dict(vae.config).items() if not k.startswith("_")}
+    vae = _seeded(seed, lambda: type(vae)(**{**config, "num_res_blocks": 2, "dim_mult": [1, 2, 4, 4]}))
+    vc = vae.config
+    with torch.device("meta"):
+        wan = comfy.ldm.wan.vae.WanVAE(dim=vc.base_dim, z_dim=vc.z_dim, dim_mult=vc.dim_mult,
+                                       num_res_blocks=vc.num_res_blocks, attn_scales=vc.attn_scales,
+                                       temperal_downsample=vc.temperal_downsample)
+    sd = probe_invert(convert_wan_vae_to_diffusers, {k: tuple(v.shape) for k, v in wan.state_dict().items()},
+                      _sd(vae))
+    wan.load_state_dict(sd, strict=True, assign=True)
+    _save(sd, out_path)
+    return vae
+
+
+def _krea2(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """Krea 2 Turbo: the tiny pipeline with ComfyUI's Qwen vocabulary (its 34-token prompt prefix is the real
+    tokenizer's), Qwen3-VL-4B in ComfyUI's names, Qwen-Image's VAE rebuilt for diffusers' converter."""
+    from diffusers import Krea2Pipeline
+    from transformers import Qwen2Tokenizer, Qwen3VLModel
+
+    comfy = import_comfy(comfyui_dir)
+    pipe = Krea2Pipeline.from_pretrained(str(tiny / "tiny-krea2"), local_files_only=True)
+    pipe.tokenizer = Qwen2Tokenizer.from_pretrained(str(_comfy_tokenizers(comfyui_dir) / "text_encoders"
+                                                        / "qwen25_tokenizer"))
+    pipe.text_encoder = _qwen3vl(Qwen3VLModel, pipe.tokenizer, "krea2", pipe.text_encoder.config, 71, vision_heads=1)
+    names, models = FILES["krea2"], out / "models"
+    pipe.vae = _wan_vae_rebuilt(comfy, pipe.vae, 72, models / "vae" / names["vae"])
+    pipe.register_to_config(is_distilled=True)  # Turbo, as the file name says
+    pipe.save_pretrained(str(out / "diffusers" / "ref-krea2"), safe_serialization=True)
+    transformer = _krea2_transformer_file(pipe.transformer)
+    _save(transformer, models / "diffusion_models" / names["diffusion_model"])
+    _save(transformer, models / "diffusion_models" / names["raw"])
+    _save(qwen3vl_file(pipe.text_encoder), models / "text_encoders" / names["qwen3vl"])
+
+
+def _krea2_quant(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """Krea 2 Turbo's int8 ConvRot file: a 256-wide tiny transformer (ConvRot rotates groups of 256 input
+    features) reading the tiny Qwen3-VL (32 wide) and VAE (4 channels), each block's attention and feed-forward
+    matrices quantized by comfy-kitchen as Comfy-Org's file quantizes them; and the file dequantized."""
+    from diffusers import Krea2Transformer2DModel
+
+    transformer = _seeded(91, lambda: Krea2Transformer2DModel(
+        in_channels=16, num_layers=2, attention_head_dim=16, num_attention_heads=16, num_key_value_heads=4,
+        intermediate_size=256, timestep_embed_dim=32, text_hidden_dim=32, num_text_layers=12,
+        text_num_attention_heads=2, text_num_key_value_heads=2, text_intermediate_size=64,
+        num_layerwise_text_blocks=1, num_refiner_text_blocks=1, axes_dims_rope=(4, 6, 6)))
+    sd = _krea2_transformer_file(transformer)
+    plan = {k[: -len(".weight")]: "int8_convrot" for k, v in sd.items()
+            if k.startswith("blocks.") and v.ndim == 2 and (".attn.w" in k or ".attn.gate." in k or ".mlp." in k)}
+    quantized, _, dequantized = quantize_comfy(sd, plan)
+    names, models = FILES["krea2-quant"], out / "models" / "diffusion_models"
+    _save(quantized, models / names["int8_convrot"])
+    _save(dequantized, models / names["int8_convrot_dequantized"])
+
+
+def _qwenimage21_vae_file(comfy, vae) -> dict:
+    """Qwen-Image 2.1's VAE as qwen_image_2.1_vae_bf16.safetensors holds it. ComfyUI 0.3.75 has no module for it:
+    the key names are its Wan 2.2 VAE's (comfy.ldm.wan.vae2_2.WanVAE) at this VAE's five levels, the shapes the
+    published file's (4 channels in and out, RGBA without patches; every convolution with a temporal kernel of 1:
+    `conv1.weight` [128, 128, 1, 1, 1], `decoder.head.2.weight` [4, 144, 1, 3, 3]), and every value is traced
+    through the family's converter, which must produce every diffusers tensor."""
+    import comfy.ldm.wan.vae2_2
+    import torch
+
+    from backend.families.qwenimage21.convert import qwenimage21_vae
+
+    vc = vae.config
+    with torch.device("meta"):
+        wan = comfy.ldm.wan.vae2_2.WanVAE(dim=vc.base_dim, dec_dim=vc.decoder_base_dim, z_dim=vc.z_dim,
+                                          dim_mult=list(vc.dim_mult), num_res_blocks=vc.num_res_blocks,
+                                          temperal_downsample=list(vc.temperal_downsample))
+    shapes = {}
+    for key, value in wan.state_dict().items():
+        shape = list(value.shape)
+        if len(shape) == 5:
+            shape[2] = 1
+        if key == "encoder.conv1.weight":
+            shape[1] = vc.in_channels
+        if key.startswith("decoder.head.2."):
+            shape[0] = vc.out_channels
+        shapes[key] = tuple(shape)
+    return probe_invert(lambda checkpoint: qwenimage21_vae(checkpoint, {}), shapes, _sd(vae))
+
+
+def _qwenimage21(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """Qwen-Image 2.1: the tiny pipeline with ComfyUI's Qwen vocabulary and the pack's processor settings,
+    Qwen3-VL-8B in ComfyUI's names (untied lm_head, as published), the rotary split the pack derives for 16-wide
+    heads ([2, 8, 6]); the transformer file in ComfyUI's layout (fused gate and up rows: diffusers' converter
+    splits them back)."""
+    import torch
+    from diffusers import QwenImage21Pipeline
+    from transformers import Qwen3VLForConditionalGeneration, Qwen3VLProcessor
+
+    comfy = import_comfy(comfyui_dir)
+    folder = out / "tokenizers" / "qwenimage21-processor"  # as the worker lays it out: ComfyUI's vocabulary,
+    folder.mkdir(parents=True, exist_ok=True)  # the pack's processor files over it
+    for file in (Path(comfyui_dir) / "comfy" / "text_encoders" / "qwen25_tokenizer").iterdir():
+        shutil.copy(file, folder / file.name)
+    for file in (_config_dir("qwenimage21") / "processor").iterdir():
+        shutil.copy(file, folder / file.name)
+    processor = Qwen3VLProcessor.from_pretrained(str(folder))
+    pipe = QwenImage21Pipeline.from_pretrained(str(tiny / "tiny-qwenimage21"), local_files_only=True)
+    pipe.processor = processor
+    pipe.text_encoder = _qwen3vl(Qwen3VLForConditionalGeneration, processor.tokenizer, "qwenimage21",
+                                 pipe.text_encoder.config, 81, vision_heads=4, tied=False)
+    pipe.transformer = _reconfigured(pipe.transformer, axes_dims_rope=[2, 8, 6])
+    pipe.save_pretrained(str(out / "diffusers" / "ref-qwenimage21"), safe_serialization=True)
+    names, models = FILES["qwenimage21"], out / "models"
+    transformer = {}
+    for key, value in _sd(pipe.transformer).items():
+        if key.endswith("img_mlp.gate_layer.weight"):
+            transformer[key.replace("gate_layer", "gate_up")] = torch.cat([value, _sd(pipe.transformer)[
+                key.replace("gate_layer", "proj")]], 0)
+        elif not key.endswith("img_mlp.proj.weight"):
+            transformer[key] = value
+    _save(transformer, models / "diffusion_models" / names["diffusion_model"])
+    _save(qwen3vl_file(pipe.text_encoder), models / "text_encoders" / names["qwen3vl"])
+    _save(_qwenimage21_vae_file(comfy, pipe.vae), models / "vae" / names["vae"])
+
+
 def _zimage_transformer_file(comfy, transformer) -> dict:
     """Z-Image's transformer in ComfyUI's layout (its Lumina 2 `NextDiT` with Z-Image's modulation; fused qkv,
     `final_layer.`, `x_embedder.`): the exact inverse of diffusers' convert_z_image_transformer_checkpoint_to_
@@ -1113,7 +1321,8 @@ def _flux1_vae(tiny: Path, comfyui_dir: str, out: Path) -> None:
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
             "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072,
             "flux1-vae": _flux1_vae, "flux1tools": _flux1tools, "flux1redux": _flux1redux,
-            "zimage-quant": _zimage_quant, "qwenimage-quant": _qwenimage_quant}
+            "zimage-quant": _zimage_quant, "qwenimage-quant": _qwenimage_quant, "krea2": _krea2,
+            "qwenimage21": _qwenimage21, "krea2-quant": _krea2_quant}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

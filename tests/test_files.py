@@ -61,6 +61,18 @@ CASES = {
     "zimage-modelsave": ("ref-zimage", dict(diffusion_model="z_image_turbo-tiny-comfysave.safetensors",
                                             text_encoders=("qwen_3-tiny.safetensors",), vae="ae-tiny.safetensors"),
                          3.0),
+    # Krea 2 Turbo as its template names the files (Qwen3-VL-4B in ComfyUI's names), at guidance 0 (one pass) and
+    # with guidance (two passes a step)
+    "krea2-turbo-split": ("ref-krea2", dict(diffusion_model="krea2_turbo-tiny.safetensors", text_encoders=(
+        "qwen3vl_4b-tiny.safetensors",), vae="qwen_image_vae-krea2-tiny.safetensors"), 0.0),
+    # Qwen-Image 2.1 as its template names the files (Qwen3-VL-8B, its RGBA VAE), at cfg 1 and with true CFG
+    "qwenimage21-split": ("ref-qwenimage21", dict(diffusion_model="qwen_image_2.1-tiny.safetensors", text_encoders=(
+        "qwen3vl_8b-tiny.safetensors",), vae="qwen_image_2.1_vae-tiny.safetensors"), 1.0),
+    "qwenimage21-true-cfg": ("ref-qwenimage21", dict(diffusion_model="qwen_image_2.1-tiny.safetensors",
+                                                     text_encoders=("qwen3vl_8b-tiny.safetensors",),
+                                                     vae="qwen_image_2.1_vae-tiny.safetensors"), 4.0),
+    "krea2-turbo-guided": ("ref-krea2", dict(diffusion_model="krea2_turbo-tiny.safetensors", text_encoders=(
+        "qwen3vl_4b-tiny.safetensors",), vae="qwen_image_vae-krea2-tiny.safetensors"), 3.5),
 }
 FLUX1 = CASES["flux1-split"][1]
 COMFYUI_FILES = (*file_fixtures.FAMILIES, "flux1-3072")  # comfyui_files' families, built from the start (conftest)
@@ -109,12 +121,15 @@ def assert_error(words: list[str], call, *args, **kwargs) -> str:
 def test_each_dropdown_lists_only_the_files_that_fit_its_role(files, tmp_path):
     listed = api.list_files(roots(files))
     assert {"flux1-tiny.safetensors", "flux2-klein-tiny-Q8_0.gguf", "qwen-image-tiny.safetensors",
-            "sd3-tiny.safetensors"} <= set(listed["diffusion_model"])
+            "sd3-tiny.safetensors", "krea2_turbo-tiny.safetensors",
+            "qwen_image_2.1-tiny.safetensors"} <= set(listed["diffusion_model"])
     assert {"clip_l-tiny.safetensors", "t5xxl-tiny_fp8_e4m3fn_scaled.safetensors", "qwen_3-tiny.safetensors",
-            "mistral_3_small_flux2-tiny.safetensors"} <= set(listed["text_encoder"])
+            "mistral_3_small_flux2-tiny.safetensors", "qwen3vl_4b-tiny.safetensors",
+            "qwen3vl_8b-tiny.safetensors"} <= set(listed["text_encoder"])
     assert set(listed["vae"]) == {"ae-tiny.safetensors", "flux2-vae-tiny.safetensors", "sd3-vae-tiny.safetensors",
                                   "qwen_image_vae-tiny.safetensors", "wan_2.1_vae-tiny.safetensors",
-                                  "wan2.2_vae-tiny.safetensors"}
+                                  "wan2.2_vae-tiny.safetensors", "qwen_image_vae-krea2-tiny.safetensors",
+                                  "qwen_image_2.1_vae-tiny.safetensors"}
     assert listed["clip_vision"] == ["clip_vision_h-tiny.safetensors"]
     assert {"sdxl-tiny.safetensors", "sd3-tiny-noT5.safetensors"} <= set(listed["checkpoint"])
     assert not set(listed["vae"]) & (set(listed["text_encoder"]) | set(listed["diffusion_model"]))
@@ -187,6 +202,150 @@ def test_files_read_without_a_converter_for_their_size_say_how_they_load(files):
 
 
 QWEN = CASES["qwenimage-split"][1]
+KREA2 = CASES["krea2-turbo-split"][1]
+QWEN21 = CASES["qwenimage21-split"][1]
+
+
+@pytest.mark.unit
+def test_qwen_image_21_files_load_as_the_folder(files):
+    """Qwen-Image 2.1's files: the transformer through diffusers' converter (ComfyUI's fused gate and up rows split
+    back), Qwen3-VL-8B renamed to Qwen3VLForConditionalGeneration's names (its untied lm_head too), the RGBA VAE
+    through the family's converter (1-frame convolutions to 2D): every tensor the reference folder's, exactly."""
+    import torch
+
+    spec = file_spec(files, **QWEN21)
+    assert [(c.name, c.layout) for c in spec.source.components if c.name != "tokenizer"] == [
+        ("transformer", "qwenimage21"), ("vae", "qwenimage21-vae"), ("text_encoder", "qwen3vl-comfy"),
+        ("processor", "tokenizer")]
+    pipe, ref = _load(spec), _reference(files, "ref-qwenimage21")
+    for name in ("transformer", "text_encoder", "vae"):
+        mine, theirs = getattr(pipe, name).state_dict(), getattr(ref, name).state_dict()
+        assert mine.keys() == theirs.keys(), name
+        assert all(torch.equal(mine[k], theirs[k]) for k in theirs), name
+    assert "lm_head.weight" in pipe.text_encoder.state_dict()
+
+
+@pytest.mark.unit
+def test_krea2_files_load_as_the_folder_and_a_renamed_file_as_raw(files):
+    """Krea 2's files, read through diffusers' converter (the transformer) and ComfyUI's Qwen3-VL names renamed
+    to transformers' (the text encoder): every tensor the reference folder's, exactly; Turbo is told by the file
+    name only, so the same tensors under another name load as Raw (no fixed shift), saying so."""
+    import torch
+
+    spec = file_spec(files, **KREA2)
+    assert spec.source.component("text_encoder").layout == "qwen3vl-comfy"
+    assert spec.source.component("transformer").layout == "krea2"
+    assert spec.source.index()["is_distilled"] is True and "Krea 2 Turbo (its file name)" in api.describe_files(spec)
+    pipe, ref = _load(spec), _reference(files, "ref-krea2")
+    for name in ("transformer", "text_encoder", "vae"):
+        mine, theirs = getattr(pipe, name).state_dict(), getattr(ref, name).state_dict()
+        assert mine.keys() == theirs.keys(), name
+        assert all(torch.equal(mine[k], theirs[k]) for k in theirs), name
+    raw = file_spec(files, **dict(KREA2, diffusion_model="krea2-tiny.safetensors"))
+    assert raw.source.index()["is_distilled"] is False
+    assert "read as Krea 2 (Raw): a Turbo file's name says 'turbo'" in api.describe_files(raw)
+
+
+@pytest.fixture(scope="module")
+def krea2_quant(comfyui_files, comfyui_dir, monkeypatch_module):
+    """Krea 2 Turbo's int8 ConvRot file and the file dequantized (a folder of their own: the role lists of the
+    other tests do not see them)."""
+    monkeypatch_module.syspath_prepend(str(comfyui_dir))
+    return comfyui_files("krea2", "krea2-quant", folder="comfyui-krea2-quant")
+
+
+@pytest.mark.unit
+def test_krea2_int8_convrot_file_stays_quantized_and_equals_comfy_kitchens_dequantized_file(krea2_quant):
+    """krea2_turbo_int8_convrot (its template's file): each block's attention and feed-forward layers kept as
+    comfy-kitchen QuantizedTensors through diffusers' Krea 2 converter, each equal to the dequantized file's
+    weight, and the transformer's output equal to the dequantized one's."""
+    import torch
+    from comfy_kitchen.tensor import QuantizedTensor
+
+    from backend.worker import quantized
+
+    names = file_fixtures.FILES["krea2-quant"]
+    specs = [file_spec(krea2_quant, **dict(KREA2, diffusion_model=names[n]))
+             for n in ("int8_convrot", "int8_convrot_dequantized")]
+    assert specs[0].source.component("transformer").quant == "comfy-quant"
+    assert specs[1].source.component("transformer").quant == ""
+    ours, theirs = (_load(s).transformer for s in specs)
+    layers = [m for m in ours.modules() if isinstance(m, quantized.DequantLinear)]
+    assert len(layers) == 2 * 8 and all(isinstance(m.weight, QuantizedTensor) for m in layers)
+    mine = ours.state_dict()
+    for key, value in theirs.state_dict().items():
+        got = mine[key].dequantize() if isinstance(mine[key], QuantizedTensor) else mine[key]
+        assert torch.equal(got, value), key
+    g = torch.Generator().manual_seed(0)
+    args = dict(hidden_states=torch.randn(1, 16, 16, generator=g),
+                encoder_hidden_states=torch.randn(1, 7, 12, 32, generator=g), timestep=torch.tensor([0.5]),
+                position_ids=torch.zeros(16 + 7, 3, dtype=torch.long), return_dict=False)
+    with torch.no_grad():
+        assert torch.equal(ours(**args)[0], theirs(**args)[0])
+
+
+@pytest.mark.unit
+def test_quantized_qwen_image_21_and_qwen3vl_files_stay_quantized_through_their_converters(files, tmp_path):
+    """Qwen-Image 2.1's transformer and Qwen3-VL-8B in ComfyUI's quantized layout (int8 per row, quantized by
+    comfy-kitchen; ConvRot needs 256 input features, wider than these tiny models): ComfyUI's fused gate-and-up rows
+    are split still quantized by diffusers' converter, Qwen3-VL's names renamed with its layers quantized, and every
+    weight equals the same file dequantized by comfy-kitchen."""
+    import torch
+    from comfy_kitchen.tensor import QuantizedTensor
+    from safetensors.torch import load_file
+
+    from backend.worker import quantized
+
+    models = tmp_path / "models"
+    for sub in listing.ROLE_FOLDERS.values():
+        (models / sub).mkdir(parents=True)
+    names = file_fixtures.FILES["qwenimage21"]
+    shutil.copy(files / "models" / "vae" / names["vae"], models / "vae")
+    for folder, name, layers in (("diffusion_models", names["diffusion_model"], "transformer_blocks."),
+                                 ("text_encoders", names["qwen3vl"], "model.layers.")):
+        sd = load_file(str(files / "models" / folder / name))
+        plan = {k[: -len(".weight")]: "int8_rowwise" for k, v in sd.items()
+                if k.startswith(layers) and k.endswith(".weight") and v.ndim == 2}
+        q, _, deq = file_fixtures.quantize_comfy(sd, plan)
+        file_fixtures._save(q, models / folder / f"int8-{name}")
+        file_fixtures._save(deq, models / folder / f"deq-{name}")
+    where = {role: [str(models / sub)] for role, sub in listing.ROLE_FOLDERS.items()}
+    ours, theirs = (_load(api.make_file_spec(assemble.FileChoice(
+        diffusion_model=f"{kind}-{names['diffusion_model']}", text_encoders=(f"{kind}-{names['qwen3vl']}",),
+        vae=names["vae"]), where)) for kind in ("int8", "deq"))
+    for name, count in (("transformer", 2 * 7), ("text_encoder", 2 * 7)):
+        assert quantized.count(getattr(ours, name)) == count, name
+        mine = getattr(ours, name).state_dict()
+        for key, value in getattr(theirs, name).state_dict().items():
+            got = mine[key].dequantize() if isinstance(mine[key], QuantizedTensor) else mine[key]
+            assert torch.equal(got, value), (name, key)
+
+
+KREA2_WRONG = {
+    "Qwen3 in place of Qwen3-VL": (dict(KREA2, text_encoders=("qwen_3-tiny.safetensors",)),
+                                   ["text_encoder_1: 'qwen_3-tiny.safetensors' is a Qwen3 text encoder",
+                                    "Krea 2 does not use", "Qwen3-VL (qwen3vl_4b_*.safetensors"]),
+    "FLUX.2's VAE": (dict(KREA2, vae="flux2-vae-tiny.safetensors"),
+                     ["vae: 'flux2-vae-tiny.safetensors'", "of another kind", "Krea 2 model",
+                      "'krea2_turbo-tiny.safetensors'", "qwen_image_vae.safetensors"]),
+    "no text encoder": (dict(KREA2, text_encoders=()), ["Krea 2 needs Qwen3-VL", "is missing"]),
+    "Qwen-Image's VAE for Qwen-Image 2.1": (dict(QWEN21, vae="qwen_image_vae-tiny.safetensors"),
+                                             ["vae: 'qwen_image_vae-tiny.safetensors'", "of another kind",
+                                              "Qwen-Image 2.1 model", "qwen_image_2.1_vae_bf16.safetensors"]),
+    "Qwen-Image 2.1's VAE for Qwen-Image": (dict(QWEN, vae="qwen_image_2.1_vae-tiny.safetensors"),
+                                             ["vae: 'qwen_image_2.1_vae-tiny.safetensors'", "of another kind",
+                                              "qwen_image_vae.safetensors"]),
+    "Qwen3-VL for Qwen-Image": (dict(QWEN, text_encoders=("qwen3vl_4b-tiny.safetensors",)),
+                                ["text_encoder_1: 'qwen3vl_4b-tiny.safetensors' is a Qwen3-VL text encoder",
+                                 "Qwen-Image does not use", "Qwen2.5-VL"]),
+}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("case", sorted(KREA2_WRONG))
+def test_krea2_files_that_do_not_make_its_pipeline_are_named_with_the_fix(files, case):
+    choice, words = KREA2_WRONG[case]
+    assert_error(words, file_spec, files, **choice)
 
 
 @pytest.mark.unit
@@ -908,6 +1067,20 @@ def test_qwen_image_edit_2511_files_give_diffusers_edit_plus_pixels_from_several
                      width=64, num_inference_steps=req.steps, output_type="np",
                      generator=[torch.Generator("cpu").manual_seed(req.seed)]).images
     assert np.array_equal(ours, want), float(np.abs(ours - want).max())
+
+
+@pytest.mark.workers
+def test_qwen_image_21_edit_from_its_files_equals_the_folder_with_the_same_references(files):
+    """Qwen-Image 2.1 editing from ComfyUI's files, as its image_edit template runs it (two references, cfg 1):
+    the processor laid out from ComfyUI's vocabulary and the pack's Qwen3-VL settings reads the references as the
+    folder's does, and the RGBA VAE encodes them: the same pixels as the diffusers folder."""
+    req = request(1.0)
+    refs = np.stack([np.linspace(0, 1, 64 * 64 * 3, dtype=np.float32).reshape(64, 64, 3),
+                     np.linspace(1, 0, 64 * 64 * 3, dtype=np.float32).reshape(64, 64, 3)])
+    ours = api.sample(file_spec(files, **QWEN21), req, image=refs)
+    theirs = api.sample(api.make_spec("ref-qwenimage21", [str(files / "diffusers")]), req, image=refs)
+    assert ours.shape == (1, 64, 64, 3) and ours.std() > 0
+    assert np.array_equal(ours, theirs), float(np.abs(ours - theirs).max())
 
 
 # ---- through a real ComfyUI server (the files come from extra_model_paths.yaml roots and its own folders)

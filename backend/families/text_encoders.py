@@ -32,6 +32,9 @@ KINDS = {k.id: k for k in (
                     "text_encoders/t5_tokenizer"),
     TextEncoderKind("qwen25vl", "Qwen2.5-VL (qwen_2.5_vl_7b.safetensors)", "text_encoders/qwen25_tokenizer"),
     TextEncoderKind("qwen3", "Qwen3 (qwen_3_4b.safetensors)", "text_encoders/qwen25_tokenizer"),
+    # Qwen3-VL (4B: Krea 2, FLUX 3 [klein]; 8B: Qwen-Image 2.1, Ideogram 4): Qwen's vocabulary, as Qwen3's
+    TextEncoderKind("qwen3vl", "Qwen3-VL (qwen3vl_4b_*.safetensors or qwen3vl_8b_*.safetensors)",
+                    "text_encoders/qwen25_tokenizer"),
     TextEncoderKind("mistral", "Mistral Small 3.1 (mistral_3_small_flux2_bf16.safetensors)", "", "tekken_model"),
     # a SentencePiece model (its serialized bytes), as ComfyUI's Wan text encoder reads it
     TextEncoderKind("umt5", "UMT5-XXL (umt5_xxl_fp16.safetensors or umt5_xxl_fp8_e4m3fn_scaled.safetensors)", "",
@@ -48,7 +51,8 @@ CHECKPOINT_PREFIXES = {
     "text_encoders.t5xxl.transformer.": "t5", "conditioner.embedders.0.transformer.": "clip-l",
     "conditioner.embedders.1.model.": "clip-g",  # OpenCLIP layout (diffusers converts it)
 }
-OPENCLIP_KEY = "transformer.resblocks.0.attn.in_proj_weight"  # OpenCLIP's layout (SDXL's CLIP-G in its checkpoint)
+OPENCLIP_KEY = "transformer.resblocks.0.attn.in_proj_weight"
+QWEN3VL_VISION = "visual.deepstack_merger_list.0.linear_fc1.weight"  # Qwen3-VL's vision tower (Qwen2.5-VL has none)  # OpenCLIP's layout (SDXL's CLIP-G in its checkpoint)
 
 
 def recognise(s: Shapes) -> str | None:
@@ -66,7 +70,7 @@ def recognise(s: Shapes) -> str | None:
         return "t5"
     if "model.layers.0.self_attn.q_proj.weight" in s and "model.embed_tokens.weight" in s:
         if "model.layers.0.self_attn.q_norm.weight" in s:
-            return "qwen3"
+            return "qwen3vl" if QWEN3VL_VISION in s else "qwen3"
         if "model.layers.0.self_attn.q_proj.bias" in s:
             return "qwen25vl" if any(k.startswith("visual.") for k in s) else "qwen25"
         return "mistral"
@@ -99,7 +103,27 @@ def layout(kind: str, s: Shapes, sizes: dict, published: dict) -> str:
         return "openclip"
     if kind == "mistral" and sizes["num_hidden_layers"] < published["num_hidden_layers"]:
         return "hf-no-final-norm"
+    if kind == "qwen3vl":
+        return "qwen3vl-comfy"
     return "hf"
+
+
+def qwen3vl_keys(sd: dict, class_name: str) -> dict:
+    """A Qwen3-VL file in ComfyUI's layout (`model.layers.*`, `visual.*`: the original Qwen3 names) under the
+    names of the transformers class that reads it (Qwen3VLModel: `language_model.*`, `visual.*`;
+    Qwen3VLForConditionalGeneration: `model.language_model.*`, `model.visual.*`, `lm_head.*`). transformers 5.24
+    maps `visual.*` but not the language model's names (its conversion mapping has no Qwen3-VL entry: a
+    from_pretrained of the file leaves every text weight unloaded), so both are renamed here."""
+    outer = "model." if class_name.endswith("ForConditionalGeneration") else ""
+    out = {}
+    for key, value in sd.items():
+        if key.startswith("model."):
+            out[f"{outer}language_model.{key[len('model.'):]}"] = value
+        elif key.startswith("visual."):
+            out[f"{outer}{key}"] = value
+        elif outer:  # lm_head: the generation class's own (the bare model has none)
+            out[key] = value
+    return out
 
 
 # ---- config sizes from the tensors (laid over the published text encoder's config)
@@ -165,7 +189,9 @@ def _llm_sizes(s: Shapes, published: dict) -> dict:
     if "text_config" not in published:
         return out
     vision = {}
-    if "visual.patch_embed.proj.weight" in s:
+    if QWEN3VL_VISION in s:
+        vision = _qwen3vl_vision(s, published["vision_config"])
+    elif "visual.patch_embed.proj.weight" in s:
         embed, _, temporal, patch, _ = s["visual.patch_embed.proj.weight"]
         merge = int(round((s["visual.merger.mlp.0.weight"][1] / embed) ** 0.5))
         vision = {"hidden_size": embed, "depth": count(s, "visual.blocks."), "patch_size": patch,
@@ -178,3 +204,21 @@ def _llm_sizes(s: Shapes, published: dict) -> dict:
         published_blocks = published["vision_config"]["fullatt_block_indexes"]
         vision["fullatt_block_indexes"] = [b for b in published_blocks if b < vision["depth"]] or [vision["depth"] - 1]
     return {"text_config": {**text, **out}, "vision_config": {**published["vision_config"], **vision}}
+
+
+def _qwen3vl_vision(s: Shapes, published: dict) -> dict:
+    """Qwen3-VL's vision tower from its tensors. Head counts and the blocks the deepstack mergers read are stored
+    in no tensor: the published head size (fitted to the width), and the published blocks where the tower has
+    the published depth and merger count, else blocks spaced evenly over the tower."""
+    embed, _, temporal, patch, _ = s["visual.patch_embed.proj.weight"]
+    depth, stacks = count(s, "visual.blocks."), count(s, "visual.deepstack_merger_list.")
+    head = head_dim(embed, published["hidden_size"] // published["num_heads"])
+    indexes = published["deepstack_visual_indexes"]
+    if depth != published["depth"] or stacks != len(indexes):
+        indexes = [(i + 1) * depth // (stacks + 1) for i in range(stacks)]
+    return {"hidden_size": embed, "depth": depth, "patch_size": patch, "temporal_patch_size": temporal,
+            "spatial_merge_size": int(round((s["visual.merger.linear_fc1.weight"][1] / embed) ** 0.5)),
+            "intermediate_size": s["visual.blocks.0.mlp.linear_fc1.weight"][0],
+            "out_hidden_size": s["visual.merger.linear_fc2.weight"][0],
+            "num_position_embeddings": s["visual.pos_embed.weight"][0], "num_heads": embed // head,
+            "deepstack_visual_indexes": indexes}

@@ -18,6 +18,8 @@ KINDS = {k.id: k for k in (
     VaeKind("vae-ldm", "ldm-vae"),  # AutoencoderKL in the LDM layout (SD3, SDXL, FLUX.1)
     VaeKind("vae-flux2", "flux2-vae"),  # the LDM layout plus batch-norm statistics of the latents
     VaeKind("vae-wan", "wan-vae"),  # Wan's causal 3D VAE: Wan 2.1's (Qwen-Image, Wan 2.2 A14B), Wan 2.2 5B's
+    # Qwen-Image 2.1's 16x RGBA VAE: Wan 2.2's residual layout, one more level, 1-frame (2D) convolutions
+    VaeKind("vae-qwenimage21", "qwenimage21-vae"),
     VaeKind("vae-ltx2", "ltx2-vae"),  # LTX-2's video VAE (32x spatial, 8x temporal): its files are not read yet
     VaeKind("vae-minimax-h3", "minimax-h3-vae"),  # MiniMax H3's video VAE (diffusers folders only for now)
 )}
@@ -37,7 +39,7 @@ def recognise(s: Shapes) -> str | None:
     if "encoder.conv_in.weight" in s and "decoder.conv_out.weight" in s and "encoder.down.0.block.0.conv1.weight" in s:
         return "vae-flux2" if "bn.running_mean" in s else "vae-ldm"
     if "encoder.conv1.weight" in s and "decoder.head.2.weight" in s and "conv2.weight" in s:
-        return "vae-wan"
+        return "vae-qwenimage21" if WAN22_KEY in s and s["encoder.conv1.weight"][2] == 1 else "vae-wan"
     return None
 
 
@@ -49,7 +51,7 @@ def layout(kind: str, s: Shapes) -> str:
 
 def width(kind: str, s: Shapes) -> int:
     """The VAE's latent channels."""
-    if kind == "vae-wan":
+    if kind in ("vae-wan", "vae-qwenimage21"):
         return s["conv2.weight"][0]
     return s["decoder.conv_in.weight"][1]
 
@@ -64,6 +66,8 @@ def sizes(kind: str, s: Shapes, published: dict) -> dict:
         if z != published["z_dim"]:  # the published latent statistics are for its own channels
             out.update(latents_mean=[0.0] * z, latents_std=[1.0] * z)
         return out
+    if kind == "vae-qwenimage21":
+        return _qwenimage21_sizes(s, published)
     levels = count(s, "encoder.down.")
     channels = [s[f"encoder.down.{i}.block.0.conv2.weight"][0] for i in range(levels)]
     return {"block_out_channels": channels, "layers_per_block": count(s, "encoder.down.0.block."),
@@ -71,6 +75,22 @@ def sizes(kind: str, s: Shapes, published: dict) -> dict:
             "down_block_types": ["DownEncoderBlock2D"] * levels, "up_block_types": ["UpDecoderBlock2D"] * levels,
             "use_quant_conv": "quant_conv.weight" in s, "use_post_quant_conv": "post_quant_conv.weight" in s,
             "mid_block_add_attention": "encoder.mid.attn_1.q.weight" in s}
+
+
+def _qwenimage21_sizes(s: Shapes, published: dict) -> dict:
+    """Qwen-Image 2.1's VAE (ComfyUI's layout: Wan 2.2's nested blocks): widths, levels, blocks per level and
+    which levels halve time (those with a time_conv) from the tensors."""
+    base, z, levels = s["encoder.conv1.weight"][0], s["conv2.weight"][0], count(s, "encoder.downsamples.")
+    first = "encoder.downsamples.{}.downsamples.0.residual.2.weight"
+    out = {"base_dim": base, "decoder_base_dim": s["decoder.head.0.gamma"][0], "z_dim": z,
+           "in_channels": s["encoder.conv1.weight"][1], "out_channels": s["decoder.head.2.weight"][0],
+           "dim_mult": [s[first.format(i)][0] // base for i in range(levels)],
+           "num_res_blocks": sum(f"encoder.downsamples.0.downsamples.{j}.residual.2.weight" in s for j in range(8)),
+           "temperal_downsample": [any(k.startswith(f"encoder.downsamples.{i}.") and ".time_conv." in k for k in s)
+                                   for i in range(levels - 1)]}
+    if z != published["z_dim"]:  # the published latent statistics are for its own channels
+        out.update(latents_mean=[0.0] * z, latents_std=[1.0] * z)
+    return out
 
 
 def config_layout(config: dict) -> str:

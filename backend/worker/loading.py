@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..families import FAMILIES, conversions
+from ..families import FAMILIES, conversions, text_encoders
 from ..protocol import settings
 from ..protocol.spec import CONFIG_FILES, DENOISERS, FileComponent, FileSource, listed_components, read_json
 from ..protocol.units import format_bytes
@@ -37,6 +37,7 @@ from . import quantized
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
+RENAMED = {"qwen3vl-comfy": text_encoders.qwen3vl_keys}  # ... in transformers' classes under ComfyUI's names
 # the parts of an all-in-one checkpoint the pipeline's own loader reads: the denoisers of the families whose
 # all-in-one files diffusers reads (their layout is the family id), LDM VAEs and CLIP/T5 text encoders
 CHECKPOINT_NATIVE = (*(f.id for f in FAMILIES.values() if f.single_file), "ldm-vae", "hf", "openclip")
@@ -311,19 +312,20 @@ def protobuf_field(message: bytes, number: int) -> bytes | None:
     return None
 
 
-def _state_dict(part: FileComponent, dtype: Any) -> dict:
+def _state_dict(part: FileComponent, dtype: Any, cls: type | None = None) -> dict:
     """The tensors of `part` (under its prefix, the prefix removed), ComfyUI's scaled fp8 and quantized layers
-    dequantized (comfy-kitchen's dequantize: what the parts that keep no quantized layer read)."""
+    dequantized (comfy-kitchen's dequantize: what the parts that keep no quantized layer read); ComfyUI's names
+    as class `cls` names them where its layout says (RENAMED)."""
     from safetensors import safe_open
 
     if part.quant == "comfy-quant":
-        return quantized.dequantized(quantized.state_dict(part.path, part.prefix, dtype)[0])
-    with safe_open(part.path, "pt") as f:
-        keys = [k for k in f.keys() if k.startswith(part.prefix)]
-        sd = {k[len(part.prefix):]: f.get_tensor(k) for k in keys}
+        sd = quantized.dequantized(quantized.state_dict(part.path, part.prefix, dtype)[0])
+    else:
+        with safe_open(part.path, "pt") as f:
+            sd = {k[len(part.prefix):]: f.get_tensor(k) for k in f.keys() if k.startswith(part.prefix)}
     if part.quant == "scaled-fp8":
         sd = dequantize_scaled_fp8(sd, dtype)
-    return sd
+    return RENAMED[part.layout](sd, cls.__name__) if cls is not None and part.layout in RENAMED else sd
 
 
 def dequantize_scaled_fp8(sd: dict, dtype: Any) -> dict:
@@ -372,9 +374,9 @@ def _load_file_component(root: Path, name: str, cls: type, part: FileComponent, 
         return _finish_text_encoder(model, part)
     if part.quant == "comfy-quant" and (part.layout in HF_LAYOUTS or part.layout not in vae_converters()):
         return _quantized_component(root, name, cls, part, dtype, extra)
-    if part.layout in HF_LAYOUTS:  # inside a checkpoint, or scaled fp8: read, then hand over
+    if part.layout in HF_LAYOUTS or part.layout in RENAMED:  # in a checkpoint, scaled fp8, ComfyUI's names
         config = cls.config_class.from_dict(read_json(root / name / "config.json"))
-        model = cls.from_pretrained(None, config=config, state_dict=_state_dict(part, dtype),
+        model = cls.from_pretrained(None, config=config, state_dict=_state_dict(part, dtype, cls),
                                     use_safetensors=True, **file_args)
         return _finish_text_encoder(model, part)
     if part.layout in vae_converters():
@@ -403,12 +405,14 @@ def _quantized_component(root: Path, name: str, cls: type, part: FileComponent, 
     from accelerate import init_empty_weights
 
     sd, extras = quantized.state_dict(part.path, part.prefix, dtype)
-    if part.layout in HF_LAYOUTS:
+    if part.layout in HF_LAYOUTS or part.layout in RENAMED:
         config = cls.config_class.from_dict(read_json(root / name / "config.json"))
         with init_empty_weights(include_buffers=False):
             model = cls(config)
         base = f"{getattr(cls, 'base_model_prefix', '')}."
-        if base != "." and not set(sd) & set(model.state_dict()):  # ComfyUI's files keep the "model." prefix
+        if part.layout in RENAMED:
+            sd = RENAMED[part.layout](sd, cls.__name__)
+        elif base != "." and not set(sd) & set(model.state_dict()):  # ComfyUI's files keep the "model." prefix
             sd = {k[len(base):] if k.startswith(base) else k: v for k, v in sd.items()}
         model.load_state_dict(sd, strict=False, assign=True)
         missing = [k for k, t in model.state_dict().items() if t.is_meta]

@@ -101,8 +101,10 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
         raise ModelError(f"flux_kontext: '{main.path.name}' is a {family.name} model; Kontext is a FLUX.1 model "
                          "(flux1-kontext-dev.safetensors). Set flux_kontext to auto, or choose a FLUX.1 Kontext file.")
     if not family.files:
-        raise ModelError(f"diffusion_model: '{main.path.name}' is a {family.name} model, which ComfyUI-TPU loads from "
-                         "a diffusers folder only so far: put the diffusers version of the model in "
+        why = f" ({family.files_refused})" if family.files_refused else ""
+        article = "an" if family.name[0] in "AEIOU" else "a"
+        raise ModelError(f"diffusion_model: '{main.path.name}' is {article} {family.name} model, which ComfyUI-TPU loads from "
+                         f"a diffusers folder only so far{why}: put the diffusers version of the model in "
                          "models/diffusers and choose it in Load TPU Pipeline.")
     texts = _text_encoders(family, chosen)
     second = chosen.get("diffusion_model_2")

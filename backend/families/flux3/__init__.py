@@ -2,7 +2,8 @@
 folder holding modular_model_index.json: the step-distilled model (one pass per step, `flow_map` transformer) and
 the base one (CFG through the folder's ClassifierFreeGuidance guider). Qwen3-VL text encoder, FLUX.2's VAE, 2x2
 packed latents; both take reference images (edit). Diffusers folders only for now: its artists' files
-(`flux3-image-klein-*`) are not read yet."""
+(`flux3-image-klein-*`) are recognised and refused, saying why (FILES_REFUSED; diffusers' single-file converter for
+the transformer exists, `convert_flux3_transformer_checkpoint_to_diffusers`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from ..base import ModelFamily, Modular, Pipeline, Shapes
 # the auto blocks start with a prompt upsampler (Qwen3.5-9B, `prompt_upsampler`): left out, the prompt is encoded
 # as the artist wrote it (ComfyUI's templates run the upsampler as a separate TextGenerate node)
 _UPSAMPLER = ("prompt_upsampler",)
+
+
+FILES_REFUSED = ("diffusers runs FLUX 3 [klein] as a modular pipeline only, and ComfyUI-TPU builds only "
+                 "DiffusionPipeline classes from ComfyUI's files so far")
 
 
 def _no_files(*_args: object) -> dict:
@@ -41,5 +46,5 @@ FAMILY = ModelFamily(
     denoiser_keys=("content_mode_blocks.0.attn_out.weight", "emb_in.weight"),
     absent_keys=("double_blocks.0.img_attn.qkv.weight",),
     width_key="emb_in.weight", width_agrees=("txt_in.weight", 0), sizes=sizes, text_widths=text_widths,
-    vae="vae-flux2", vae_hint="FLUX.2's flux2-vae.safetensors", files=False,
+    vae="vae-flux2", vae_hint="FLUX.2's flux2-vae.safetensors", files=False, files_refused=FILES_REFUSED,
 )

@@ -22,6 +22,9 @@ from __future__ import annotations
 
 from ..base import ModelFamily, Pipeline, unread
 
+FILES_REFUSED = ("diffusers 0.42.1 has no single-file converter for Ideogram4Transformer2DModel, and its two files, "
+                 "ideogram4_* and ideogram4_unconditional_*, hold the same keys, told apart by their names only")
+
 FAMILY = ModelFamily(
     id="ideogram4", order=67, tiny=("ideogram4",), name="Ideogram 4",
     pipelines=(Pipeline("Ideogram4Pipeline", "Ideogram 4", 2, "guidance_scale", False, cfg_passes="models",
@@ -31,5 +34,5 @@ FAMILY = ModelFamily(
     configs=(),
     denoiser_keys=("embed_image_indicator.weight", "input_proj.weight", "llm_cond_proj.weight"),
     width_key="input_proj.weight", width_agrees=("llm_cond_proj.weight", 0), sizes=unread, text_widths=unread,
-    vae="vae-flux2", vae_hint="flux2-vae.safetensors", files=False,
+    vae="vae-flux2", vae_hint="flux2-vae.safetensors", files=False, files_refused=FILES_REFUSED,
 )

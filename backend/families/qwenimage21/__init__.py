@@ -12,17 +12,40 @@ How the pack runs it, as diffusers defines it:
   each to `output_resolution`² pixels at its aspect, which it defaults to 1024;
 - its images are RGBA: the worker keeps RGB for ComfyUI's IMAGE (`alpha`).
 
-ComfyUI's files (qwen_image_2.1_*.safetensors: ComfyUI's own layout, `txt_in.text_norm`, a fused
-`img_mlp.gate_up`) are recognised by their keys before Qwen-Image's (which hold `txt_norm` instead) and refused,
-naming the way that works: loading them is not written yet (diffusers' single-file converter reads the
-transformer; the RGBA VAE and the Qwen3-VL encoder files need conversions of their own).
+ComfyUI's files load. The diffusion model (qwen_image_2.1_*.safetensors: ComfyUI's own layout, `txt_in.text_norm`,
+a fused `img_mlp.gate_up`; recognised by its keys before Qwen-Image's, which hold `txt_norm` instead) through
+diffusers' single-file converter; Qwen3-VL-8B (qwen3vl_8b_*.safetensors, ComfyUI's names) as transformers'
+Qwen3VLForConditionalGeneration; the VAE (qwen_image_2.1_vae_bf16.safetensors) through the family's own
+converter (convert.py: diffusers has none for it). The configs are diffusers' class defaults (the published
+model's) and Qwen3-VL-8B-Instruct's; the processor's image settings are Qwen3-VL's. A Turbo file
+(qwen_image_2.1_turbo_*) holds the same tensors and loads with the same configs: Turbo's sigma grid (its diffusers
+folder's `sample_sigmas`) is in no file.
 Licence: Qwen Research License Agreement (non-commercial research and evaluation; commercial use needs a licence
 from Qwen).
 """
 
 from __future__ import annotations
 
-from ..base import ModelFamily, Pipeline, unread
+from collections.abc import Mapping
+
+from ..base import Configs, ModelFamily, Pipeline, Shapes, TextSlot, count, scaled
+
+
+def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
+    """Widths and counts from ComfyUI's layout (its fused gate-and-up MLP, or diffusers' split one), the head size
+    from the q-norm, the rotary axes scaled from the published ones."""
+    hidden, head = s["img_in.weight"][0], s["transformer_blocks.0.attn.norm_q.weight"][0]
+    mlp = (s["transformer_blocks.0.img_mlp.gate_up.weight"][0] // 2 if "transformer_blocks.0.img_mlp.gate_up.weight"
+           in s else s["transformer_blocks.0.img_mlp.proj.weight"][0])
+    return {"in_channels": s["img_in.weight"][1], "out_channels": s["proj_out.weight"][0],
+            "num_layers": count(s, "transformer_blocks."), "attention_head_dim": head,
+            "num_attention_heads": hidden // head, "context_in_dim": s["txt_in.text_norm.weight"][0],
+            "mlp_ratio": mlp // hidden, "axes_dims_rope": scaled(published["axes_dims_rope"], head, even=True)}
+
+
+def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
+    return {"qwen3vl": s["txt_in.text_norm.weight"][0]}
+
 
 FAMILY = ModelFamily(
     id="qwenimage21", order=55, tiny=("qwenimage21",), name="Qwen-Image 2.1",
@@ -30,9 +53,10 @@ FAMILY = ModelFamily(
                         variable_text=True, references=True, sigmas="always", alpha=True,
                         image_note="Qwen-Image 2.1 resizes each reference to about 1024x1024 pixels (its "
                                    "output_resolution) at its own aspect"),),
-    configs=(),
+    configs=(Configs("qwenimage21", (TextSlot("text_encoder", "qwen3vl"),)),),
     denoiser_keys=("txt_in.text_norm.weight", "modulation.1.weight", "transformer_blocks.0.attn.norm_q.weight",
                    "img_in.weight", "proj_out.weight"),
-    width_key="img_in.weight", width_agrees=("proj_out.weight", 1), sizes=unread, text_widths=unread,
-    vae="vae-wan", vae_hint="qwen_image_2.1_vae_bf16.safetensors", latent_packing=1, files=False,
+    width_key="img_in.weight", width_agrees=("proj_out.weight", 1), sizes=sizes, text_widths=text_widths,
+    vae="vae-qwenimage21", vae_hint="qwen_image_2.1_vae_bf16.safetensors", latent_packing=1,
+
 )
