@@ -164,6 +164,8 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
                                 or _load_file_component(root, name, cls, part, dtype, extra))
                 if part.quant == "comfy-quant" and (n := quantized.count(loaded[name])):
                     status(f"{name}: {n} layers kept quantized (comfy-kitchen), each dequantized as it runs")
+                elif part.quant == "comfy-quant" and quantized.sharded(extra):
+                    status(f"{name}: dequantized at load by comfy-kitchen for Shard TP, then sharded")
             except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as e:  # it names no file
                 raise OSError(f"component '{name}' from '{Path(part.path).name}': {type(e).__name__}: {e}") from e
         if checkpoint is not None:
@@ -317,7 +319,7 @@ def _state_dict(part: FileComponent, dtype: Any) -> dict:
     from safetensors import safe_open
 
     if part.quant == "comfy-quant":
-        return quantized.dequantized(quantized.state_dict(part.path, part.prefix, dtype)[0])
+        return quantized.dequantized(*quantized.state_dict(part.path, part.prefix, dtype))
     with safe_open(part.path, "pt") as f:
         keys = [k for k in f.keys() if k.startswith(part.prefix)]
         sd = {k[len(part.prefix):]: f.get_tensor(k) for k in keys}
@@ -403,6 +405,8 @@ def _quantized_component(root: Path, name: str, cls: type, part: FileComponent, 
     from accelerate import init_empty_weights
 
     sd, extras = quantized.state_dict(part.path, part.prefix, dtype)
+    if quantized.sharded(extra):  # Shard TP slices plain weights only
+        sd, extras = quantized.dequantized(sd, extras), {}
     if part.layout in HF_LAYOUTS:
         config = cls.config_class.from_dict(read_json(root / name / "config.json"))
         with init_empty_weights(include_buffers=False):

@@ -120,10 +120,25 @@ def make_tensor(layer: str, conf: dict, sd: dict, dtype: torch.dtype) -> Any:
     return QuantizedTensor(weight.view(storage) if weight.dtype != storage else weight, layout, params)
 
 
-def dequantized(sd: dict) -> dict:
-    """`sd` with every QuantizedTensor dequantized by comfy-kitchen (a VAE's or image encoder's few layers)."""
-    qt = _qt_type()
-    return {k: v.dequantize() if isinstance(v, qt) else v for k, v in sd.items()}
+def dequantized(sd: dict, extras: dict | None = None) -> dict:
+    """`sd` with every QuantizedTensor dequantized by comfy-kitchen (a VAE's few layers; a denoiser under Shard
+    TP), a layer's `pre_quant_scale` (AWQ smoothing, `extras`) folded into its weight's columns:
+    (x * s) W^T = x (W * s)^T."""
+    qt, extras = _qt_type(), extras or {}
+    out = {k: v.dequantize() if isinstance(v, qt) else v for k, v in sd.items()}
+    for layer, extra in extras.items():
+        if (s := extra.get("pre_quant_scale")) is not None:
+            w = out[f"{layer}.weight"]
+            out[f"{layer}.weight"] = (w.float() * s.float().reshape(1, -1)).to(w.dtype)
+    return out
+
+
+def sharded(extra: dict) -> bool:
+    """Whether a component is loaded for Shard TP (`extra`: its loading kwargs). diffusers' tensor-parallel plan
+    slices each weight with DTensor's `distribute_tensor`, which a QuantizedTensor does not take (comfy-kitchen
+    0.2.40 has no DTensor support, and a row-sliced weight must keep its scales' rows): such a denoiser is
+    dequantized at load, then sharded, and offload 'auto' counts it so."""
+    return type(extra.get("parallel_config")).__name__ == "TensorParallelConfig"
 
 
 # ---- the converters' row splits and concatenations
@@ -326,7 +341,7 @@ class PlainQuantLinear(torch.nn.Module):
     def of(cls, linear: DequantLinear) -> PlainQuantLinear:
         p = linear.weight._params
         group = int(p.convrot_groupsize) if getattr(p, "convrot", False) else 0
-        return cls(linear.weight._qdata, p.scale, linear.bias, group)
+        return cls(linear.weight._qdata, p.scale, getattr(linear, "bias", None), group)
 
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
         w = self.qweight.to(torch.float32) * self.wscale
@@ -338,6 +353,18 @@ class PlainQuantLinear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.dequantized_weight(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
+
+
+class PlainQuantEmbedding(PlainQuantLinear):
+    """An int8 or fp8 embedding table as PlainQuantLinear's plain buffers, dequantized to `dtype` as it is read
+    (what DequantEmbedding does with comfy-kitchen's tensor)."""
+
+    def __init__(self, linear: PlainQuantLinear, padding_idx: int | None, dtype: torch.dtype):
+        super().__init__(linear.qweight, linear.wscale, None, linear.group)
+        self.padding_idx, self.dtype = padding_idx, dtype
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.dequantized_weight(self.dtype), self.padding_idx)
 
 
 def for_device(model: torch.nn.Module, kind: str, dtype: torch.dtype, status: Callable[[str], None],
@@ -355,9 +382,11 @@ def for_device(model: torch.nn.Module, kind: str, dtype: torch.dtype, status: Ca
                 continue
             layout = child.weight._layout_cls
             scalar_or_rows = layout in fmt_of and not getattr(child.weight._params, "transposed", False)
-            if isinstance(child, DequantLinear) and scalar_or_rows and kept(fmt_of[layout], kind) \
-                    and child.pre_quant_scale is None:
+            plain = scalar_or_rows and kept(fmt_of[layout], kind) and getattr(child, "pre_quant_scale", None) is None
+            if plain and isinstance(child, DequantLinear):
                 setattr(parent, child_name, PlainQuantLinear.of(child))
+            elif plain:  # an int8 or fp8 embedding table (ComfyUI's text encoders)
+                setattr(parent, child_name, PlainQuantEmbedding(PlainQuantLinear.of(child), child.padding_idx, dtype))
             else:
                 w = child.weight.dequantize().to(dtype)
                 child.__class__ = torch.nn.Linear if isinstance(child, DequantLinear) else torch.nn.Embedding
