@@ -247,6 +247,13 @@ def test_quantized_layers_stay_quantized_and_equal_comfy_kitchens_dequantized_fi
             assert len(plain) == before and quantized.count(t) == before
             z = t(x, torch.tensor([0.5]), cap, return_dict=False)[0][0]
             assert float((z - y).abs().max()) <= 1e-5 * float(y.abs().max())
+            te, ids = pipe.text_encoder, torch.tensor([[1, 5, 9, 2]])
+            want = te(input_ids=ids)[0]
+            quantized.for_device(te, "tpu", torch.float32, notes.append, "text_encoder")
+            assert isinstance(te.get_input_embeddings(), quantized.PlainQuantEmbedding), "int8: plain buffers"
+            assert any(n.startswith("text_encoder: ") and "dequantized at load" in n for n in notes), "nvfp4"
+            got = te(input_ids=ids)[0]
+            assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
 
 
 @pytest.mark.unit
@@ -356,6 +363,7 @@ def test_the_prompt_cache_and_compiled_mode_with_quantized_files(files):
     assert not any(t.startswith("transformer: ") and "dequantized at load" in t for t in said), "int8 stays"
     stats = api.compile_stats()
     assert stats["graphs"] > 0 and stats["unexpected_recompiles"] == 0, stats
+    assert np.array_equal(api.sample(spec, request(seed=1)), first), "eager again: comfy-kitchen's tensors, reloaded"
 
 
 # ---- every format of ComfyUI's QUANT_ALGOS: header check, loading, row splits (one layer each)
@@ -466,3 +474,37 @@ def test_nvfp4_pads_layers_whose_sizes_are_not_multiples_of_16_and_the_file_hold
         full = mine.dequantize()
     assert full.shape == (32, 48) and torch.equal(full[:24, :40], qt.dequantize())
     assert not full[24:].any() and not full[:, 40:].any()
+
+
+@pytest.mark.unit
+def test_dequantizing_at_load_folds_awq_smoothing_into_the_weight(tmp_path):
+    """What Shard TP and a quantized VAE read (worker/quantized.py `dequantized`): comfy-kitchen's dequantized
+    weights, a layer's `pre_quant_scale` (ComfyUI's AWQ-smoothed nvfp4, as qwen3vl_32b_minimax_h3_nvfp4_awq) folded
+    into its columns, so the plain layer computes what the kept one does with the smoothing applied to x."""
+    import comfy_kitchen as ck
+    import torch
+    from safetensors.torch import save_file
+
+    from backend.worker import quantized
+
+    g = torch.Generator().manual_seed(0)
+    w, s = torch.randn(32, 64, generator=g), torch.rand(64, generator=g) + 0.5
+    with ck.use_backend("eager"):
+        tensors, _, _ = file_fixtures.quantize_comfy({"proj.weight": w}, {"proj": "nvfp4"})
+        save_file({**tensors, "proj.pre_quant_scale": s}, str(tmp_path / "awq.safetensors"))
+        sd, extras = quantized.state_dict(str(tmp_path / "awq.safetensors"), "", torch.float32)
+        assert set(sd) == {"proj.weight"} and torch.equal(extras["proj"]["pre_quant_scale"], s)
+        kept = torch.nn.Linear(64, 32, bias=False)
+        kept.weight = torch.nn.Parameter(sd["proj.weight"], requires_grad=False)
+        model = torch.nn.ModuleDict({"proj": kept})
+        quantized.finish(model, extras)
+        plain = quantized.dequantized(sd, extras)["proj.weight"]
+        x = torch.randn(5, 64, generator=g)
+        with torch.no_grad():
+            want = kept(x)
+            assert torch.allclose(want, x @ plain.T, atol=1e-5), "smoothing kept either way"
+            assert not torch.allclose(x @ sd["proj.weight"].dequantize().T, x @ plain.T, atol=1e-3)
+            notes: list[str] = []
+            quantized.for_device(model, "tpu", torch.float32, notes.append, "proj")  # a TPU: nvfp4 at load
+            assert type(model["proj"]) is torch.nn.Linear and torch.allclose(model["proj"](x), want, atol=1e-5)
+            assert notes and "1 quantized layers dequantized at load" in notes[0], notes

@@ -8,8 +8,11 @@ library ComfyUI itself uses for these formats), kept in its storage and dequanti
   A mode, not comfy-kitchen's global op table, which ComfyUI shares in this process.
 - `finish` swaps each Linear (and Embedding) holding a `QuantizedTensor` for one whose forward dequantizes it to
   the input's dtype (weight-only, as ComfyUI runs formats without a fast kernel: `_full_precision_mm`).
-- `for_device`: on a TPU, which has no int8 matmul (TorchTPU 0.2.0), the int8 and fp8 layers become plain int8/fp8
-  buffers dequantized in aten ops (compilable); the other formats are dequantized at load.
+- `for_device`: on a TPU, which has no int8 matmul (TorchTPU 0.2.0), the int8 and fp8 layers (and embedding
+  tables) become plain int8/fp8 buffers dequantized in aten ops (compilable); the other formats are dequantized
+  at load.
+- `dequantized` / `sharded`: under Shard TP (and for VAEs read through the pack's converters) the whole component
+  is dequantized at load.
 """
 
 from __future__ import annotations
@@ -370,8 +373,8 @@ class PlainQuantEmbedding(PlainQuantLinear):
 def for_device(model: torch.nn.Module, kind: str, dtype: torch.dtype, status: Callable[[str], None],
                name: str) -> None:
     """The quantized layers of `model` as a `kind` device runs them ("tpu" also for compiled mode anywhere): as
-    they are on the CPU and CUDA; on a TPU plain int8/fp8 buffers (PlainQuantLinear) for the formats that allow it and dequantized weights for the
-    others, which the loader's text says."""
+    they are on the CPU and CUDA; on a TPU plain int8/fp8 buffers (PlainQuantLinear, PlainQuantEmbedding) for the
+    formats that allow it and dequantized weights for the others, which the loader's text says."""
     if kind != "tpu":
         return
     fmt_of = {"TensorWiseINT8Layout": "int8_tensorwise", "TensorCoreFP8Layout": "float8_e4m3fn"}
@@ -388,7 +391,10 @@ def for_device(model: torch.nn.Module, kind: str, dtype: torch.dtype, status: Ca
             elif plain:  # an int8 or fp8 embedding table (ComfyUI's text encoders)
                 setattr(parent, child_name, PlainQuantEmbedding(PlainQuantLinear.of(child), child.padding_idx, dtype))
             else:
-                w = child.weight.dequantize().to(dtype)
+                w = child.weight.dequantize().float()
+                if (s := getattr(child, "pre_quant_scale", None)) is not None:  # AWQ smoothing, folded in
+                    w = w * s.float().reshape(1, -1)
+                w = w.to(dtype)
                 child.__class__ = torch.nn.Linear if isinstance(child, DequantLinear) else torch.nn.Embedding
                 child.weight = torch.nn.Parameter(w, requires_grad=False)
                 dequant += 1
