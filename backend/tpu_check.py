@@ -38,7 +38,7 @@ from .controller.process_env import TIER2_ROOT
 from .protocol import settings
 from .protocol.errors import ParallelError
 from .protocol.spec import MODE_CHOICES, PipelineSpec, SampleRequest
-from .tpu_probes import _CAT_PROBE, _FLOAT64_PROBE, _RNG_PROBE
+from .tpu_probes import _CAT_PROBE, _FLOAT64_PROBE, _QUANT_PROBE, _RNG_PROBE, quant_report
 
 MODEL = "tiny-flux"
 SIZES = ((64, 64), (64, 96))  # the two compiled shapes (multiples of FLUX's 16)
@@ -343,6 +343,8 @@ class TpuCheck:
     def sample_kind(self, kind: str, found) -> str:
         """A tiny model of one kind of pipeline (a video, a video with sound, ...) sampled on the first group's
         devices: it loads and gives finite pixels (its family's own tests check them against diffusers)."""
+        if kind == "quantized file":
+            return self.quantized_file()
         if found is None:
             raise Skip(f"no family in this pack declares a {kind} pipeline with a tiny model yet "
                        "(Pipeline.check_kind and ModelFamily.tiny in backend/families)")
@@ -359,6 +361,13 @@ class TpuCheck:
             raise AssertionError("the images hold NaN or inf")
         what = f"{images.shape[0]} frames" if frames else f"{images.shape[0]} image(s)"
         return f"{family.name} ({pipeline.class_name}, tiny-{tiny}): {what} {images.shape[2]}x{images.shape[1]}"
+
+    def quantized_file(self) -> str:
+        """ComfyUI's quantized layers on the device, read as the pack reads such a file (tpu_probes)."""
+        where = {"tpu": "tpu:0", "cuda": "cuda:0"}.get(kind := self.kind or self.info.kind, "cpu")
+        out, found = _probe(_QUANT_PROBE, kind, where, str(self.models / "tiny-flux" / "text_encoder_2"), kind,
+                            str(Path(__file__).resolve().parent.parent))
+        return quant_report(where, found, _why(out))
 
     def float64(self) -> str:
         """Whether float64 runs on the device, in a process of its own (one that fails or aborts ends alone)."""

@@ -331,9 +331,10 @@ class PlainQuantLinear(torch.nn.Module):
     lora_delta: torch.Tensor | None = None
 
     def __init__(self, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.nn.Parameter | None,
-                 group: int = 0):
+                 group: int = 0, dtype: torch.dtype = torch.bfloat16):
         super().__init__()
         self.out_features, self.in_features = qweight.shape
+        self.dtype = dtype  # the compute dtype, what `weight` says
         self.register_buffer("qweight", qweight)
         self.register_buffer("wscale", wscale.float())
         self.bias = bias
@@ -344,7 +345,14 @@ class PlainQuantLinear(torch.nn.Module):
     def of(cls, linear: DequantLinear) -> PlainQuantLinear:
         p = linear.weight._params
         group = int(p.convrot_groupsize) if getattr(p, "convrot", False) else 0
-        return cls(linear.weight._qdata, p.scale, getattr(linear, "bias", None), group)
+        return cls(linear.weight._qdata, p.scale, getattr(linear, "bias", None), group, p.orig_dtype)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """A stand-in of the float weight's shape, dtype and device, one element in memory: models read
+        `layer.weight.dtype` to cast their input (transformers' T5 feed-forward, diffusers' timestep embedders),
+        as they read it off comfy-kitchen's tensor before; never its values."""
+        return self.wscale.new_zeros((), dtype=self.dtype).expand(self.out_features, self.in_features)
 
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
         w = self.qweight.to(torch.float32) * self.wscale
@@ -363,8 +371,8 @@ class PlainQuantEmbedding(PlainQuantLinear):
     (what DequantEmbedding does with comfy-kitchen's tensor)."""
 
     def __init__(self, linear: PlainQuantLinear, padding_idx: int | None, dtype: torch.dtype):
-        super().__init__(linear.qweight, linear.wscale, None, linear.group)
-        self.padding_idx, self.dtype = padding_idx, dtype
+        super().__init__(linear.qweight, linear.wscale, None, linear.group, dtype)
+        self.padding_idx = padding_idx
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.dequantized_weight(self.dtype), self.padding_idx)
