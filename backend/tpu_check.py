@@ -56,7 +56,7 @@ VERSIONS = ("torch", "torch_tpu", "libtpu", "diffusers", "transformers", "accele
 # The kinds of pipeline tpu-check samples a tiny model of, beside its main steps' image pipeline (tiny-flux): one
 # step each, run with the first family in the registry that declares the kind (`Pipeline.check_kind`, or "video"
 # for a video pipeline) and has a tiny model; declared and skipped, saying why, where no family does yet. The
-# kinds issue 35 names come first; a family declaring another kind adds its step by that declaration.
+# kinds issue 35 names come first ("quantized file": tpu-check's own step); another kind joins by its declaration.
 KIND_STEPS = ("video", "video with sound", "modular pipeline", "quantized file")
 
 
