@@ -38,7 +38,7 @@ from .controller.process_env import TIER2_ROOT
 from .protocol import settings
 from .protocol.errors import ParallelError
 from .protocol.spec import MODE_CHOICES, PipelineSpec, SampleRequest
-from .tpu_probes import _CAT_PROBE, _FLOAT64_PROBE, _RNG_PROBE
+from .tpu_probes import _CAT_PROBE, _FLOAT64_PROBE, _QUANT_PROBE, _RNG_PROBE, quant_report
 
 MODEL = "tiny-flux"
 SIZES = ((64, 64), (64, 96))  # the two compiled shapes (multiples of FLUX's 16)
@@ -56,7 +56,7 @@ VERSIONS = ("torch", "torch_tpu", "libtpu", "diffusers", "transformers", "accele
 # The kinds of pipeline tpu-check samples a tiny model of, beside its main steps' image pipeline (tiny-flux): one
 # step each, run with the first family in the registry that declares the kind (`Pipeline.check_kind`, or "video"
 # for a video pipeline) and has a tiny model; declared and skipped, saying why, where no family does yet. The
-# kinds issue 35 names come first; a family declaring another kind adds its step by that declaration.
+# kinds issue 35 names come first ("quantized file": tpu-check's own step); another kind joins by its declaration.
 KIND_STEPS = ("video", "video with sound", "modular pipeline", "quantized file")
 
 
@@ -343,6 +343,8 @@ class TpuCheck:
     def sample_kind(self, kind: str, found) -> str:
         """A tiny model of one kind of pipeline (a video, a video with sound, ...) sampled on the first group's
         devices: it loads and gives finite pixels (its family's own tests check them against diffusers)."""
+        if kind == "quantized file":
+            return self.quantized_file()
         if found is None:
             raise Skip(f"no family in this pack declares a {kind} pipeline with a tiny model yet "
                        "(Pipeline.check_kind and ModelFamily.tiny in backend/families)")
@@ -359,6 +361,13 @@ class TpuCheck:
             raise AssertionError("the images hold NaN or inf")
         what = f"{images.shape[0]} frames" if frames else f"{images.shape[0]} image(s)"
         return f"{family.name} ({pipeline.class_name}, tiny-{tiny}): {what} {images.shape[2]}x{images.shape[1]}"
+
+    def quantized_file(self) -> str:
+        """ComfyUI's quantized layers on the device, read as the pack reads such a file (tpu_probes)."""
+        where = {"tpu": "tpu:0", "cuda": "cuda:0"}.get(kind := self.kind or self.info.kind, "cpu")
+        out, found = _probe(_QUANT_PROBE, kind, where, str(self.models / "tiny-flux" / "text_encoder_2"), kind,
+                            str(Path(__file__).resolve().parent.parent))
+        return quant_report(where, found, _why(out))
 
     def float64(self) -> str:
         """Whether float64 runs on the device, in a process of its own (one that fails or aborts ends alone)."""

@@ -33,7 +33,7 @@ from pathlib import Path
 # "flux1-3072" (1 GB), "flux1-vae" (170 MB), "flux1tools" and "flux1redux" (the FLUX.1 tools, issue 26) and
 # "zimage-quant" (ComfyUI's quantized files, issue 33) only when asked
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan", "krea2", "qwenimage21")
-VERSION = "11"  # bump to rebuild cached fixtures after changing this file
+VERSION = "12"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
 FILES = {
@@ -91,7 +91,8 @@ FILES = {
                      "bf16": "z_image_turbo-tiny-256_bf16.safetensors",
                      "qwen3_fp8_mixed": "qwen_3-tiny_fp8_mixed.safetensors",
                      "qwen3_fp8_mixed_dequantized": "qwen_3-tiny_fp8_mixed-dequantized.safetensors"},
-    "qwenimage-quant": {"edit_2511_int8": "qwen_image_edit_2511-tiny_int8_convrot.safetensors"},  # after "qwenimage"
+    "qwenimage-quant": {"edit_2511_int8": "qwen_image_edit_2511-tiny_int8_convrot.safetensors",  # after "qwenimage"
+                        "t2i_int8": "qwen_image-tiny_int8_convrot.safetensors"},
     # Krea 2 as its templates name the files: Turbo (the name says it), the same tensors renamed (read as Raw)
     "krea2": {"diffusion_model": "krea2_turbo-tiny.safetensors", "raw": "krea2-tiny.safetensors",
               "qwen3vl": "qwen3vl_4b-tiny.safetensors", "vae": "qwen_image_vae-krea2-tiny.safetensors"},
@@ -984,6 +985,7 @@ def _zimage_quant(tiny: Path, comfyui_dir: str, out: Path) -> None:
     qwen = load_file(str(models / "text_encoders" / FILES["zimage"]["qwen3"]))
     plan = {k[: -len(".weight")]: ("nvfp4" if ".mlp." in k and fits("nvfp4", v.shape) else "fp8")
             for k, v in qwen.items() if k.endswith("_proj.weight") and not k.startswith("model.layers.0.")}
+    plan["model.embed_tokens"] = "int8_rowwise"  # ComfyUI quantizes text encoders' embeddings too (int8, fp8)
     sd, meta, deq = quantize_comfy({k: v.to(torch.bfloat16) for k, v in qwen.items()}, plan, markers="metadata")
     _save(sd, te / names["qwen3_fp8_mixed"], meta)
     _save(deq, te / names["qwen3_fp8_mixed_dequantized"])
@@ -996,11 +998,12 @@ def _qwenimage_quant(tiny: Path, comfyui_dir: str, out: Path) -> None:
     from safetensors.torch import load_file
 
     dm = out / "models" / "diffusion_models"
-    sd = load_file(str(dm / FILES["qwenimage"]["edit_2511"]))
-    plan = {k[: -len(".weight")]: "int8_convrot" if fits("int8_convrot", v.shape) else "int8_rowwise"
-            for k, v in sd.items() if k.startswith("transformer_blocks.") and k.endswith(".weight") and v.ndim == 2}
-    quantized, meta, _ = quantize_comfy(sd, plan)
-    _save(quantized, dm / FILES["qwenimage-quant"]["edit_2511_int8"], meta)
+    for source, name in (("edit_2511", "edit_2511_int8"), ("diffusion_model", "t2i_int8")):  # t2i: the layouts' tests
+        sd = load_file(str(dm / FILES["qwenimage"][source]))
+        plan = {k[: -len(".weight")]: "int8_convrot" if fits("int8_convrot", v.shape) else "int8_rowwise"
+                for k, v in sd.items() if k.startswith("transformer_blocks.") and k.endswith(".weight") and v.ndim == 2}
+        quantized, meta, _ = quantize_comfy(sd, plan)
+        _save(quantized, dm / FILES["qwenimage-quant"][name], meta)
 
 
 def spiece_model() -> bytes:

@@ -26,12 +26,15 @@ from backend.protocol.spec import LoraRef, SampleRequest
 
 NAMES = file_fixtures.FILES["zimage-quant"]
 ZIMAGE = file_fixtures.FILES["zimage"]
+QWEN = {**file_fixtures.FILES["qwenimage"], **file_fixtures.FILES["qwenimage-quant"]}
+TOLERANCE = 1e-4  # CFG Parallel, Context Parallel and Shard TP sum in another order (tests/test_speed.py)
+COMPILE_TOLERANCE = 1e-5  # compiled: the int8 layers as plain buffers, dequantized in aten ops (as tests/test_zimage)
 
 
 @pytest.fixture(scope="module")
 def files(comfyui_files, comfyui_dir, monkeypatch_module):
     monkeypatch_module.syspath_prepend(str(comfyui_dir))  # ComfyUI's bundled tokenizers, as in its process
-    return comfyui_files("zimage", "zimage-quant", folder="comfyui-quant")
+    return comfyui_files("zimage", "zimage-quant", "qwenimage", "qwenimage-quant", folder="comfyui-quant")
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +49,13 @@ def roots(files: Path) -> dict[str, list[str]]:
 
 def spec_of(files: Path, dm: str, te: str = ZIMAGE["qwen3"], **kw) -> api.PipelineSpec:
     choice = assemble.FileChoice(diffusion_model=dm, text_encoders=(te,), vae=ZIMAGE["vae"])
+    return api.make_file_spec(choice, roots(files), **kw)
+
+
+def qwen_spec(files: Path, **kw) -> api.PipelineSpec:
+    """Qwen-Image (a tensor- and context-parallel plan in diffusers) from its int8 file."""
+    choice = assemble.FileChoice(diffusion_model=QWEN["t2i_int8"], text_encoders=(QWEN["qwen25vl"],),
+                                 vae=QWEN["vae"])
     return api.make_file_spec(choice, roots(files), **kw)
 
 
@@ -82,8 +92,9 @@ def test_quantized_files_are_listed_and_recognised_by_their_header(files, tmp_pa
     assert rowwise and all(p.endswith("feed_forward.w2") for p in rowwise), "w2 reads 682 features: no ConvRot"
     te_header = headers.read_header(Path(parts["text_encoder"].path))
     n = len({k.split(".")[2] for k in te_header.shapes if k.startswith("model.layers.")})
-    assert te_header.quantized.formats() == {"float8_e4m3fn": 4 * (n - 1), "nvfp4": 3 * (n - 1)}, \
-        "markers in _quantization_metadata: attention in fp8, MLP in nvfp4, layer 0 left bf16"
+    assert te_header.quantized.formats() == {"float8_e4m3fn": 4 * (n - 1), "nvfp4": 3 * (n - 1),
+                                             "int8_tensorwise": 1}, \
+        "markers in _quantization_metadata: attention in fp8, MLP in nvfp4, layer 0 left bf16, the embedding int8"
     assert any("kept quantized" in n and "int8_tensorwise (ConvRot)" in n for n in spec.source.notes)
     # a renamed file is the same file: the header tells it, not the name
     renamed = tmp_path / "models" / "diffusion_models"
@@ -166,13 +177,35 @@ def test_offload_auto_counts_what_a_tpu_dequantizes_at_load(files):
 
 
 @pytest.mark.unit
-def test_shard_tp_and_sequential_offload_are_refused_for_quantized_files_with_the_way_out(files):
+def test_shard_tp_counts_the_dequantized_shards_and_sequential_offload_is_refused(files):
+    """Shard TP dequantizes the transformer at load (diffusers' plan slices plain weights only), so offload 'auto'
+    counts it at its float size; Z-Image has no plan at all, which is what its refusal says. Sequential offload
+    stays refused, asked for or chosen by 'auto' (fp8 storage refuses the asked-for one: the same rule)."""
+    with pytest.raises(InputError, match="has no tensor-parallel plan in diffusers"):
+        layouts.plan_tp(spec_of(files, NAMES["int8_convrot"]), 2)
+    qwen = qwen_spec(files)
+    tp, text = layouts.plan_tp(qwen, 2)
+    assert tp.tp_degree == 2, text
+    header = headers.read_header(Path(qwen.source.component("transformer").path))
+    q = header.quantized
+    whole = sum(la.logical[0] * la.logical[1] * 2 for la in q.layers.values())
+    stored = sum(int(np.prod(header.shapes[k])) * (4 if header.dtypes[k] == "F32" else 1) for p in q.layers
+                 for k in (f"{p}.weight", f"{p}.weight_scale"))
+    assert stored < whole
+    extra = offload.dequantized_at_load(tp.with_changes(kind="tpu"), {"transformer": 100}, 2)["transformer"] - 100
+    assert extra == quantized_float_bytes(header, 2) and extra > 0.4 * whole, (extra, whole)
+    assert offload.dequantized_at_load(qwen.with_changes(kind="tpu"), {"transformer": 100}, 2) == \
+        {"transformer": 100}, "unsharded, a TPU keeps int8 quantized"
     spec = spec_of(files, NAMES["int8_convrot"])
-    with pytest.raises(InputError, match=f"'{NAMES['int8_convrot']}' is one of ComfyUI's quantized.*Data Parallel"):
-        layouts.plan_tp(spec, 2)
     with pytest.raises(InputError, match="sequential offload cannot run.*Choose offload 'model' or 'none'"):
         offload.resolve_offload(spec.with_changes(offload="sequential"))
     assert offload.resolve_offload(spec.with_changes(offload="model")).offload == "model"
+
+
+def quantized_float_bytes(header, float_size: int) -> int:
+    from backend.protocol import quantized
+
+    return quantized.float_bytes(header.shapes, header.quantized, list(header.quantized.layers), float_size)
 
 
 # ---- the worker's loading, in this process
@@ -190,8 +223,10 @@ def test_quantized_layers_stay_quantized_and_equal_comfy_kitchens_dequantized_fi
     ref, _ = _load(spec_of(files, NAMES[f"{name}_dequantized"], NAMES["qwen3_fp8_mixed_dequantized"]))
     for component in ("transformer", "text_encoder"):
         ours, theirs = getattr(pipe, component), getattr(ref, component)
-        layers = [m for m in ours.modules() if isinstance(m, quantized.DequantLinear)]
+        layers = [m for m in ours.modules() if isinstance(m, (quantized.DequantLinear, quantized.DequantEmbedding))]
         assert layers and all(isinstance(m.weight, QuantizedTensor) for m in layers)
+        if component == "text_encoder":  # its int8 embedding table, read as ComfyUI quantizes it
+            assert isinstance(ours.get_input_embeddings(), quantized.DequantEmbedding)
         assert any(f"{component}: {len(layers)} layers kept quantized" in n for n in notes), notes
         mine = ours.state_dict()
         for key, value in theirs.state_dict().items():  # same keys; each weight comfy-kitchen's dequantized
@@ -212,6 +247,13 @@ def test_quantized_layers_stay_quantized_and_equal_comfy_kitchens_dequantized_fi
             assert len(plain) == before and quantized.count(t) == before
             z = t(x, torch.tensor([0.5]), cap, return_dict=False)[0][0]
             assert float((z - y).abs().max()) <= 1e-5 * float(y.abs().max())
+            te, ids = pipe.text_encoder, torch.tensor([[1, 5, 9, 2]])
+            want = te(input_ids=ids)[0]
+            quantized.for_device(te, "tpu", torch.float32, notes.append, "text_encoder")
+            assert isinstance(te.get_input_embeddings(), quantized.PlainQuantEmbedding), "int8: plain buffers"
+            assert any(n.startswith("text_encoder: ") and "dequantized at load" in n for n in notes), "nvfp4"
+            got = te(input_ids=ids)[0]
+            assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
 
 
 @pytest.mark.unit
@@ -280,6 +322,48 @@ def test_data_parallel_replicas_of_a_quantized_file_give_one_workers_images(file
     one = api.sample(spec, request(batch_size=2))
     dp, _ = layouts.plan_dp(spec, 2)
     assert np.array_equal(api.sample(dp, request(batch_size=2)), one)
+
+
+@pytest.mark.workers
+def test_cfg_context_parallel_and_shard_tp_of_a_quantized_file_give_one_workers_images(files):
+    """Qwen-Image's int8 file: CFG Parallel and Context Parallel keep the layers quantized (they split the
+    batch and the tokens, not the weights); Shard TP dequantizes the transformer at load and shards it, saying so."""
+    spec = qwen_spec(files)
+    req = request(prompt="a cat", negative_prompt="blurry", guidance=4.0)
+    one = api.sample(spec, req)
+    assert one.shape == (1, 64, 64, 3) and one.std() > 0
+    for name, (split, _) in {"cfg": api.cfg_parallel(spec), "cp": api.context_parallel(spec, 2)}.items():
+        images = api.sample(split, req)
+        assert np.abs(images - one).max() <= TOLERANCE, (name, float(np.abs(images - one).max()))
+    said: list[str] = []
+    tp, _ = layouts.plan_tp(spec, 2)
+    images = api.sample(tp, req, lambda m: said.append(getattr(m, "text", "")))
+    assert np.abs(images - one).max() <= TOLERANCE, float(np.abs(images - one).max())
+    assert any("transformer: dequantized at load by comfy-kitchen for Shard TP" in t for t in said), said
+
+
+@pytest.mark.workers
+def test_the_prompt_cache_and_compiled_mode_with_quantized_files(files):
+    """The prompt cache keeps the quantized text encoder's output (a seed sweep encodes once); compiled mode runs
+    the int8 layers as plain buffers and dequantizes the text encoder's nvfp4 layers at load, saying so, within
+    COMPILE_TOLERANCE of the eager images."""
+    spec = spec_of(files, NAMES["int8_convrot"], NAMES["qwen3_fp8_mixed"])
+    first = api.sample(spec, request(seed=1))
+    before = api.worker_info()[0]["prompt_cache"]
+    for seed in (2, 3, 1):
+        images = api.sample(spec, request(seed=seed))
+    after = api.worker_info()[0]["prompt_cache"]
+    assert after["hits"] - before["hits"] == 3 and after["misses"] == before["misses"], after
+    assert np.array_equal(images, first), "the cached prompt gives the image it gave encoded"
+    said: list[str] = []
+    compiled, _ = api.with_compile(spec, "repeated blocks", "eager", "64x64")
+    images = api.sample(compiled, request(seed=1), lambda m: said.append(getattr(m, "text", "")))
+    assert np.abs(images - first).max() <= COMPILE_TOLERANCE, float(np.abs(images - first).max())
+    assert any(t.startswith("text_encoder: ") and "quantized layers dequantized at load" in t for t in said), said
+    assert not any(t.startswith("transformer: ") and "dequantized at load" in t for t in said), "int8 stays"
+    stats = api.compile_stats()
+    assert stats["graphs"] > 0 and stats["unexpected_recompiles"] == 0, stats
+    assert np.array_equal(api.sample(spec, request(seed=1)), first), "eager again: comfy-kitchen's tensors, reloaded"
 
 
 # ---- every format of ComfyUI's QUANT_ALGOS: header check, loading, row splits (one layer each)
@@ -360,3 +444,67 @@ def test_every_format_is_checked_from_its_header_and_loads_as_comfy_kitchen_dequ
     save_file({k: v for k, v in sd.items() if k != scale}, str(tmp_path / "bad.safetensors"))
     problems = headers.read_header(tmp_path / "bad.safetensors").quantized.problems
     assert problems and problems[0][0] == scale and "missing" in problems[0][1]
+
+
+@pytest.mark.unit
+def test_nvfp4_pads_layers_whose_sizes_are_not_multiples_of_16_and_the_file_holds_only_the_padded_size(tmp_path):
+    """comfy-kitchen's nvfp4 quantize pads a [24, 40] weight to [32, 48] storage (16x16 blocks) and keeps the
+    true size in its Params only; ComfyUI's loader takes it from its module (comfy/ops.py). The file holds the
+    padded storage, so the header, and the pack, read [32, 48]; the padding dequantizes to exact zeros and the
+    true block is comfy-kitchen's own dequantized weight (docs/quantized.md: such a layer then loads only where
+    the model's config reads the padded size too, else diffusers refuses it naming the tensor)."""
+    import comfy_kitchen as ck
+    import torch
+    from comfy_kitchen.tensor import QuantizedTensor
+    from safetensors.torch import save_file
+
+    from backend.worker import quantized
+
+    w = torch.randn(24, 40, generator=torch.Generator().manual_seed(0))
+    with ck.use_backend("eager"):
+        qt = QuantizedTensor.from_float(w, "TensorCoreNVFP4Layout")
+        assert qt.shape == (24, 40) and qt._qdata.shape == (32, 24), "padded to 32 x 48, two per byte"
+        tensors = qt.layout_cls.state_dict_tensors(qt._qdata, qt._params)
+        sd = {f"proj.weight{s}": t.contiguous() for s, t in tensors.items()}
+        sd["proj.comfy_quant"] = torch.tensor(list(b'{"format": "nvfp4"}'), dtype=torch.uint8)
+        save_file(sd, str(tmp_path / "odd.safetensors"))
+        header = headers.read_header(tmp_path / "odd.safetensors")
+        assert not header.quantized.problems and header.logical["proj.weight"] == (32, 48)
+        mine = quantized.state_dict(str(tmp_path / "odd.safetensors"), "", torch.float32)[0]["proj.weight"]
+        full = mine.dequantize()
+    assert full.shape == (32, 48) and torch.equal(full[:24, :40], qt.dequantize())
+    assert not full[24:].any() and not full[:, 40:].any()
+
+
+@pytest.mark.unit
+def test_dequantizing_at_load_folds_awq_smoothing_into_the_weight(tmp_path):
+    """What Shard TP and a quantized VAE read (worker/quantized.py `dequantized`): comfy-kitchen's dequantized
+    weights, a layer's `pre_quant_scale` (ComfyUI's AWQ-smoothed nvfp4, as qwen3vl_32b_minimax_h3_nvfp4_awq) folded
+    into its columns, so the plain layer computes what the kept one does with the smoothing applied to x."""
+    import comfy_kitchen as ck
+    import torch
+    from safetensors.torch import save_file
+
+    from backend.worker import quantized
+
+    g = torch.Generator().manual_seed(0)
+    w, s = torch.randn(32, 64, generator=g), torch.rand(64, generator=g) + 0.5
+    with ck.use_backend("eager"):
+        tensors, _, _ = file_fixtures.quantize_comfy({"proj.weight": w}, {"proj": "nvfp4"})
+        save_file({**tensors, "proj.pre_quant_scale": s}, str(tmp_path / "awq.safetensors"))
+        sd, extras = quantized.state_dict(str(tmp_path / "awq.safetensors"), "", torch.float32)
+        assert set(sd) == {"proj.weight"} and torch.equal(extras["proj"]["pre_quant_scale"], s)
+        kept = torch.nn.Linear(64, 32, bias=False)
+        kept.weight = torch.nn.Parameter(sd["proj.weight"], requires_grad=False)
+        model = torch.nn.ModuleDict({"proj": kept})
+        quantized.finish(model, extras)
+        plain = quantized.dequantized(sd, extras)["proj.weight"]
+        x = torch.randn(5, 64, generator=g)
+        with torch.no_grad():
+            want = kept(x)
+            assert torch.allclose(want, x @ plain.T, atol=1e-5), "smoothing kept either way"
+            assert not torch.allclose(x @ sd["proj.weight"].dequantize().T, x @ plain.T, atol=1e-3)
+            notes: list[str] = []
+            quantized.for_device(model, "tpu", torch.float32, notes.append, "proj")  # a TPU: nvfp4 at load
+            assert type(model["proj"]) is torch.nn.Linear and torch.allclose(model["proj"](x), want, atol=1e-5)
+            assert notes and "1 quantized layers dequantized at load" in notes[0], notes

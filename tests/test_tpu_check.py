@@ -19,7 +19,7 @@ STEPS = ["detect the device", "build the tiny model", "start a worker group and 
          "sample a tiny quantized file model", "float64 on the device (FLUX's rotary embedding)", "random numbers drawn on the device",
          "eager torch.cat of SDXL's time_proj"]
 TPU_ONLY = STEPS[-2:]  # they ask TorchTPU itself: skipped here, saying why
-NO_TINY = STEPS[14:15]  # kinds no family of this branch declares yet: declared, and skipped saying why
+NO_TINY: list[str] = []  # kinds no family of this branch declares yet: declared, and skipped saying why
 
 
 @pytest.mark.workers
@@ -49,6 +49,8 @@ def test_tpu_check_runs_every_step_and_prints_a_report_as_a_user_runs_it(tiny_mo
             in text, step
     assert "TP 2 × 1 replica(s) = 2 workers" in text
     assert "| sample a tiny video model (Wan) | works | " in text and "(WanPipeline, tiny-wan): 5 frames 32x32" in text
+    assert "| sample a tiny quantized file model | works | " in text and "in int8 + nvfp4 + fp8 and an int8 ConvRot " \
+        "layer on cpu: 14 layers kept as comfy-kitchen tensors, 0 as plain buffers, 0 dequantized at load" in text
     for step in NO_TINY:
         kind = step.removeprefix("sample a tiny ").removesuffix(" model")
         assert f"| {step} | skipped | 0.0 | no family in this pack declares a {kind} pipeline with a tiny model " \
@@ -125,9 +127,9 @@ def test_the_per_kind_steps_come_from_the_registry(monkeypatch):
     assert steps["video with sound"][0] == "sample a tiny video with sound model (LTX-2)"
     assert (steps["video with sound"][1][0].id, steps["video with sound"][1][2]) == ("ltx2", "ltx2")
     assert steps["modular pipeline"][0] == "sample a tiny modular pipeline model (FLUX 3 [klein])"
-    assert steps["quantized file"][1] is None
-    with pytest.raises(tpu_check.Skip, match="no family in this pack declares a quantized file pipeline"):
-        tpu_check.TpuCheck("cpu", Path("/nonexistent"), None).sample_kind("quantized file", None)
+    assert steps["quantized file"][1] is None, "a kind of file, not of pipeline: tpu-check's own step"
+    with pytest.raises(tpu_check.Skip, match="no family in this pack declares a kind nobody declares pipeline"):
+        tpu_check.TpuCheck("cpu", Path("/nonexistent"), None).sample_kind("kind nobody declares", None)
 
     wan = families.FAMILIES["wan"]
     other = replace(wan, id="other", name="Another kind", tiny=("other",),
@@ -135,3 +137,23 @@ def test_the_per_kind_steps_come_from_the_registry(monkeypatch):
     monkeypatch.setattr(families, "FAMILIES", {**families.FAMILIES, "other": other})
     steps = {kind: (name, found) for kind, name, found in tpu_check.kind_steps()}
     assert steps["a kind of its own"][0] == "sample a tiny a kind of its own model (Another kind)"
+
+
+@pytest.mark.unit
+def test_the_quantized_file_step_runs_comfy_kitchens_layers_as_each_device_does(tiny_models):
+    """tiny FLUX's T5 quantized by comfy-kitchen (int8, nvfp4, fp8) and read as the pack reads ComfyUI's files: on
+    the CPU every layer stays a comfy-kitchen tensor; as a TPU runs them (the same probe told the device is a TPU,
+    run on the CPU) the int8 and fp8 layers become plain buffers and the nvfp4 ones are dequantized at load, each
+    within QUANT_TOLERANCE of comfy-kitchen's dequantized weights."""
+    from backend import tpu_check, tpu_probes
+
+    check = tpu_check.TpuCheck("cpu", tiny_models, None)
+    check.kind = "cpu"
+    assert "on cpu: 14 layers kept as comfy-kitchen tensors, 0 as plain buffers, 0 dequantized" in \
+        check.sample_kind("quantized file", None)
+    t5 = str(tiny_models / "tiny-flux" / "text_encoder_2")
+    out, found = tpu_check._probe(tpu_probes._QUANT_PROBE, "cpu", "cpu", t5, "tpu", str(ROOT))
+    assert "0 layers kept as comfy-kitchen tensors, 10 as plain buffers, 4 dequantized at load" in \
+        tpu_probes.quant_report("cpu", found, tpu_check._why(out))
+    with pytest.raises(AssertionError, match="relative errors"):
+        tpu_probes.quant_report("tpu:0", ["0.5", "0.0", "0", "10", "4"], "")

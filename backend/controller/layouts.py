@@ -70,12 +70,6 @@ def plan_tp(spec: PipelineSpec, degree: int, shard_text_encoders: bool = False) 
 
 def _check_shardable(spec: PipelineSpec) -> None:
     """A model Shard TP can split with this offload (the node's message, and the same before a Sample)."""
-    quantized = spec.source.quantized() if spec.source else None
-    if quantized is not None:
-        raise ParallelError(
-            f"Shard TP: '{Path(quantized.path).name}' is one of ComfyUI's quantized files (int8, nvfp4, ...), which "
-            "ComfyUI-TPU does not shard yet (diffusers' tensor-parallel hooks would slice each layer's quantized "
-            "weight apart from its scales). Remove Shard TP (Data Parallel works), or use the bf16 file.")
     family, name = PIPELINES[spec.class_name], Path(spec.model_path).name
     if not family.tp_plan:
         raise ParallelError(

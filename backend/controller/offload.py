@@ -90,7 +90,8 @@ def _check_sequential(spec: PipelineSpec, mode: str) -> None:
 
 def dequantized_at_load(spec: PipelineSpec, parts: dict[str, int], float_bytes: int) -> dict[str, int]:
     """`parts` with the layers of ComfyUI's quantized files that this device cannot keep quantized (a TPU: the
-    4-bit and block-scaled formats, docs/quantized.md) counted at their dequantized size."""
+    4-bit and block-scaled formats; under Shard TP the whole sharded transformer: docs/quantized.md) counted at
+    their dequantized size."""
     out = dict(parts)
     for part in spec.source.components if spec.source else ():
         if part.quant != "comfy-quant" or part.name not in out:
@@ -99,7 +100,9 @@ def dequantized_at_load(spec: PipelineSpec, parts: dict[str, int], float_bytes: 
         q = header.quantized
         if q is not None:
             kind = "tpu" if spec.mode == "compiled" else spec.kind  # compiled: the TPU's plain layers (aten only)
-            out[part.name] += quantized.float_bytes(header.shapes, q, q.dequantized_at_load(kind), float_bytes)
+            layers = list(q.layers) if spec.tp_degree > 1 and part.name == "transformer" else \
+                q.dequantized_at_load(kind)
+            out[part.name] += quantized.float_bytes(header.shapes, q, layers, float_bytes)
     return out
 
 

@@ -342,9 +342,12 @@ class PipelineSpec:
         return self.model_path.rstrip("/").rsplit("/", 1)[-1]
 
     def load_key(self) -> tuple:
-        """Changing any of these reloads the weights; mode, compile plan and LoRAs do not."""
+        """Changing any of these reloads the weights; mode, compile plan and LoRAs do not, except that compiled
+        mode reads a quantized file's layers as plain buffers (worker/quantized.py `for_device`): switching it on
+        or off with such a file reloads."""
+        plain = self.mode == "compiled" and self.source is not None and self.source.quantized() is not None
         return (self.model_path, self.source, self.variant, self.dtype, self.offload, self.tp_degree,
-                self.tp_text_encoders, self.cp_degree, self.cp_mode, self.cfg_parallel, self.storage)
+                self.tp_text_encoders, self.cp_degree, self.cp_mode, self.cfg_parallel, self.storage, plain)
 
     def compile_plan(self) -> CompilePlan | None:
         """The plan the worker runs: None unless the mode is 'compiled'."""

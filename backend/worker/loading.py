@@ -100,8 +100,7 @@ def weighted_components(model_path: str) -> list[Component]:
 
 def load_pipeline(model_path: str, dtype: Any, status: Callable[[str], None],
                   extra_kwargs: dict[str, dict] | None = None, variant: str = "", storage: Any = None) -> Any:
-    """The pipeline in `model_path`, loaded on the CPU, announcing each component through `status`.
-
+    """The pipeline in `model_path`, loaded on the CPU, announcing each component through `status`:
     `extra_kwargs[name]` is added to component `name`'s from_pretrained call; `variant` names weights that
     the folder holds only as a variant (`*.fp16.safetensors`); `storage` (an fp8 dtype) reads the denoiser
     straight into fp8 storage (worker.storage.load_stored). A component that fails to load raises an
@@ -139,8 +138,7 @@ def _stored(cls: type, folder: Path, name: str, dtype: Any, storage: Any, extra:
 
 def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
                extra_kwargs: dict[str, dict] | None = None, storage: Any = None) -> Any:
-    """The pipeline made of the files of `source`, loaded on the CPU, announcing each component.
-
+    """The pipeline made of the files of `source`, loaded on the CPU, announcing each component:
     `extra_kwargs` as for load_pipeline: a transformer that diffusers reads with `from_pretrained` gets its
     tensor-parallel config there (each rank reads its slices); one read through a converter is loaded whole
     and then sharded with the same config; `storage` as for load_pipeline (denoisers in diffusers' layout)."""
@@ -165,6 +163,8 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
                                 or _load_file_component(root, name, cls, part, dtype, extra))
                 if part.quant == "comfy-quant" and (n := quantized.count(loaded[name])):
                     status(f"{name}: {n} layers kept quantized (comfy-kitchen), each dequantized as it runs")
+                elif part.quant == "comfy-quant" and quantized.sharded(extra):
+                    status(f"{name}: dequantized at load by comfy-kitchen for Shard TP, then sharded")
             except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as e:  # it names no file
                 raise OSError(f"component '{name}' from '{Path(part.path).name}': {type(e).__name__}: {e}") from e
         if checkpoint is not None:
@@ -319,7 +319,7 @@ def _state_dict(part: FileComponent, dtype: Any, cls: type | None = None) -> dic
     from safetensors import safe_open
 
     if part.quant == "comfy-quant":
-        sd = quantized.dequantized(quantized.state_dict(part.path, part.prefix, dtype)[0])
+        sd = quantized.dequantized(*quantized.state_dict(part.path, part.prefix, dtype))
     else:
         with safe_open(part.path, "pt") as f:
             sd = {k[len(part.prefix):]: f.get_tensor(k) for k in f.keys() if k.startswith(part.prefix)}
@@ -405,6 +405,8 @@ def _quantized_component(root: Path, name: str, cls: type, part: FileComponent, 
     from accelerate import init_empty_weights
 
     sd, extras = quantized.state_dict(part.path, part.prefix, dtype)
+    if quantized.sharded(extra):  # Shard TP slices plain weights only
+        sd, extras = quantized.dequantized(sd, extras), {}
     if part.layout in HF_LAYOUTS or part.layout in RENAMED:
         config = cls.config_class.from_dict(read_json(root / name / "config.json"))
         with init_empty_weights(include_buffers=False):

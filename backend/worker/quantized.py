@@ -8,8 +8,11 @@ library ComfyUI itself uses for these formats), kept in its storage and dequanti
   A mode, not comfy-kitchen's global op table, which ComfyUI shares in this process.
 - `finish` swaps each Linear (and Embedding) holding a `QuantizedTensor` for one whose forward dequantizes it to
   the input's dtype (weight-only, as ComfyUI runs formats without a fast kernel: `_full_precision_mm`).
-- `for_device`: on a TPU, which has no int8 matmul (TorchTPU 0.2.0), the int8 and fp8 layers become plain int8/fp8
-  buffers dequantized in aten ops (compilable); the other formats are dequantized at load.
+- `for_device`: on a TPU, which has no int8 matmul (TorchTPU 0.2.0), the int8 and fp8 layers (and embedding
+  tables) become plain int8/fp8 buffers dequantized in aten ops (compilable); the other formats are dequantized
+  at load.
+- `dequantized` / `sharded`: under Shard TP (and for VAEs read through the pack's converters) the whole component
+  is dequantized at load.
 """
 
 from __future__ import annotations
@@ -120,10 +123,25 @@ def make_tensor(layer: str, conf: dict, sd: dict, dtype: torch.dtype) -> Any:
     return QuantizedTensor(weight.view(storage) if weight.dtype != storage else weight, layout, params)
 
 
-def dequantized(sd: dict) -> dict:
-    """`sd` with every QuantizedTensor dequantized by comfy-kitchen (a VAE's or image encoder's few layers)."""
-    qt = _qt_type()
-    return {k: v.dequantize() if isinstance(v, qt) else v for k, v in sd.items()}
+def dequantized(sd: dict, extras: dict | None = None) -> dict:
+    """`sd` with every QuantizedTensor dequantized by comfy-kitchen (a VAE's few layers; a denoiser under Shard
+    TP), a layer's `pre_quant_scale` (AWQ smoothing, `extras`) folded into its weight's columns:
+    (x * s) W^T = x (W * s)^T."""
+    qt, extras = _qt_type(), extras or {}
+    out = {k: v.dequantize() if isinstance(v, qt) else v for k, v in sd.items()}
+    for layer, extra in extras.items():
+        if (s := extra.get("pre_quant_scale")) is not None:
+            w = out[f"{layer}.weight"]
+            out[f"{layer}.weight"] = (w.float() * s.float().reshape(1, -1)).to(w.dtype)
+    return out
+
+
+def sharded(extra: dict) -> bool:
+    """Whether a component is loaded for Shard TP (`extra`: its loading kwargs). diffusers' tensor-parallel plan
+    slices each weight with DTensor's `distribute_tensor`, which a QuantizedTensor does not take (comfy-kitchen
+    0.2.40 has no DTensor support, and a row-sliced weight must keep its scales' rows): such a denoiser is
+    dequantized at load, then sharded, and offload 'auto' counts it so."""
+    return type(extra.get("parallel_config")).__name__ == "TensorParallelConfig"
 
 
 # ---- the converters' row splits and concatenations
@@ -313,9 +331,10 @@ class PlainQuantLinear(torch.nn.Module):
     lora_delta: torch.Tensor | None = None
 
     def __init__(self, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.nn.Parameter | None,
-                 group: int = 0):
+                 group: int = 0, dtype: torch.dtype = torch.bfloat16):
         super().__init__()
         self.out_features, self.in_features = qweight.shape
+        self.dtype = dtype  # the compute dtype, what `weight` says
         self.register_buffer("qweight", qweight)
         self.register_buffer("wscale", wscale.float())
         self.bias = bias
@@ -326,7 +345,14 @@ class PlainQuantLinear(torch.nn.Module):
     def of(cls, linear: DequantLinear) -> PlainQuantLinear:
         p = linear.weight._params
         group = int(p.convrot_groupsize) if getattr(p, "convrot", False) else 0
-        return cls(linear.weight._qdata, p.scale, linear.bias, group)
+        return cls(linear.weight._qdata, p.scale, getattr(linear, "bias", None), group, p.orig_dtype)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """A stand-in of the float weight's shape, dtype and device, one element in memory: models read
+        `layer.weight.dtype` to cast their input (transformers' T5 feed-forward, diffusers' timestep embedders),
+        as they read it off comfy-kitchen's tensor before; never its values."""
+        return self.wscale.new_zeros((), dtype=self.dtype).expand(self.out_features, self.in_features)
 
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
         w = self.qweight.to(torch.float32) * self.wscale
@@ -340,11 +366,23 @@ class PlainQuantLinear(torch.nn.Module):
         return F.linear(x, self.dequantized_weight(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
 
 
+class PlainQuantEmbedding(PlainQuantLinear):
+    """An int8 or fp8 embedding table as PlainQuantLinear's plain buffers, dequantized to `dtype` as it is read
+    (what DequantEmbedding does with comfy-kitchen's tensor)."""
+
+    def __init__(self, linear: PlainQuantLinear, padding_idx: int | None, dtype: torch.dtype):
+        super().__init__(linear.qweight, linear.wscale, None, linear.group, dtype)
+        self.padding_idx = padding_idx
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.dequantized_weight(self.dtype), self.padding_idx)
+
+
 def for_device(model: torch.nn.Module, kind: str, dtype: torch.dtype, status: Callable[[str], None],
                name: str) -> None:
     """The quantized layers of `model` as a `kind` device runs them ("tpu" also for compiled mode anywhere): as
-    they are on the CPU and CUDA; on a TPU plain int8/fp8 buffers (PlainQuantLinear) for the formats that allow it and dequantized weights for the
-    others, which the loader's text says."""
+    they are on the CPU and CUDA; on a TPU plain int8/fp8 buffers (PlainQuantLinear, PlainQuantEmbedding) for the
+    formats that allow it and dequantized weights for the others, which the loader's text says."""
     if kind != "tpu":
         return
     fmt_of = {"TensorWiseINT8Layout": "int8_tensorwise", "TensorCoreFP8Layout": "float8_e4m3fn"}
@@ -355,11 +393,16 @@ def for_device(model: torch.nn.Module, kind: str, dtype: torch.dtype, status: Ca
                 continue
             layout = child.weight._layout_cls
             scalar_or_rows = layout in fmt_of and not getattr(child.weight._params, "transposed", False)
-            if isinstance(child, DequantLinear) and scalar_or_rows and kept(fmt_of[layout], kind) \
-                    and child.pre_quant_scale is None:
+            plain = scalar_or_rows and kept(fmt_of[layout], kind) and getattr(child, "pre_quant_scale", None) is None
+            if plain and isinstance(child, DequantLinear):
                 setattr(parent, child_name, PlainQuantLinear.of(child))
+            elif plain:  # an int8 or fp8 embedding table (ComfyUI's text encoders)
+                setattr(parent, child_name, PlainQuantEmbedding(PlainQuantLinear.of(child), child.padding_idx, dtype))
             else:
-                w = child.weight.dequantize().to(dtype)
+                w = child.weight.dequantize().float()
+                if (s := getattr(child, "pre_quant_scale", None)) is not None:  # AWQ smoothing, folded in
+                    w = w * s.float().reshape(1, -1)
+                w = w.to(dtype)
                 child.__class__ = torch.nn.Linear if isinstance(child, DequantLinear) else torch.nn.Embedding
                 child.weight = torch.nn.Parameter(w, requires_grad=False)
                 dequant += 1
