@@ -24,10 +24,15 @@ from __future__ import annotations
 
 from ..base import ModelFamily, Pipeline, unread
 
+# diffusers 0.42.1's QwenImage21Rope.forward: `image_pad_mask.tolist()`, then Python loops over it
+UNTRACEABLE = ("its rotary embedding reads the image mask into Python lists (QwenImage21Rope), which torch.compile "
+               "cannot trace")
+
 FAMILY = ModelFamily(
     id="qwenimage21", order=55, tiny=("qwenimage21",), name="Qwen-Image 2.1",
     pipelines=(Pipeline("QwenImage21Pipeline", "Qwen-Image 2.1", 2, "true_cfg_scale", True, cfg_passes="branches",
                         variable_text=True, references=True, sigmas="always", alpha=True,
+                        whole_denoiser_untraceable=UNTRACEABLE, padded_text_exact=False,
                         image_note="Qwen-Image 2.1 resizes each reference to about 1024x1024 pixels (its "
                                    "output_resolution) at its own aspect"),),
     configs=(),
