@@ -144,6 +144,9 @@ class Pipeline:
     # The modules whose outputs TaylorSeer extrapolates between its full steps (regular expressions on module names,
     # diffusers' `cache_identifiers`); () = diffusers' default, each block's attention
     taylorseer_modules: tuple[str, ...] = ()
+    # why the step caches it lacks do not apply (said when one is asked for): diffusers' hook, or its pipeline's
+    # call, that does not fit this model
+    no_step_cache: str = ""
     # A video pipeline (num_frames in, .frames out): its frame count is 1 + a multiple of this (the VAE's temporal
     # compression, Wan: 4). 0: it makes images.
     frame_step: int = 0

@@ -26,8 +26,8 @@ from typing import Any
 
 from ..protocol.errors import CompileError
 from ..protocol.spec import DENOISERS, CompilePlan, PipelineSpec
-from .compile_cache import CACHE_INFO
 from . import modular
+from .compile_cache import CACHE_INFO
 from .parallel import pad_tokens
 
 log = logging.getLogger("comfyui_tpu")

@@ -40,7 +40,9 @@ FAMILY = ModelFamily(
                  frame_step=17, frame_first=5, frames_range=(124, 345), sound=("audio_vae",),
                  sound_rate="audio_vae.sampling_rate",
                  modular=Modular("MiniMaxH3Blocks", workflow="t2va", outputs=("videos", "audio")),
-                 compile_refused=NO_STATIC_SHAPES),
+                 compile_refused=NO_STATIC_SHAPES,
+                 no_step_cache="diffusers' modular MiniMax H3 blocks call the transformer without the cache "
+                               "contexts that diffusers' cache hooks keep their state by"),
     ),
     configs=(),
     # ComfyUI's detection keys (comfy/model_detection.py): the video and the audio patch projections
