@@ -81,6 +81,9 @@ class Modular:
     outputs: tuple[str, ...] = ("images",)
     # guidance is the guider component's guidance_scale (the call takes no guidance argument); False: none
     guider: bool = False
+    # the weighted components its workflow loads, where the folder holds more (MiniMax H3's t2va leaves out
+    # `transformer_ref`, ref2va's transformer): what offload 'auto' counts. (): every one the index lists
+    components: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,8 @@ FAMILY = ModelFamily(
         Pipeline("MiniMaxH3ModularPipeline", "MiniMax H3", 1, "guidance_scale", False,
                  frame_step=17, frame_first=5, frames_range=(124, 345), sound=("audio_vae",),
                  sound_rate="audio_vae.sampling_rate",
-                 modular=Modular("MiniMaxH3Blocks", workflow="t2va", outputs=("videos", "audio")),
+                 modular=Modular("MiniMaxH3Blocks", workflow="t2va", outputs=("videos", "audio"),
+                                 components=("text_encoder", "transformer", "vae", "audio_vae")),
                  compile_refused=NO_STATIC_SHAPES,
                  no_step_cache="diffusers' modular MiniMax H3 blocks call the transformer without the cache "
                                "contexts that diffusers' cache hooks keep their state by"),
