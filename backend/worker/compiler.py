@@ -11,6 +11,10 @@ is passed explicitly (Sample's CONDITIONING arrives padded to the length that gi
 and Qwen-Image (whose prompt embeddings are as long as the prompt) gets its embeddings
 padded, with an attention mask, to 128-token buckets. Z-Image's transformer pads the prompt itself (to 32 tokens,
 without a mask to pad further with): its repeated blocks are compiled, and the padded lengths are the signature.
+Qwen-Image 2.1's prompt cannot be padded without moving the image's rotary positions (`padded_text_exact`): it
+runs at its own length, and each new length is a compile of its own, said as such. The denoisers are every one
+the pipeline holds (spec.DENOISERS: Wan 2.2 A14B's two experts, Ideogram 4's two transformers), a modular
+pipeline's among its components.
 """
 
 from __future__ import annotations
@@ -373,11 +377,8 @@ class Compiler:
         Parallel the bucket is also a multiple of the degree (its ranks split the text evenly)."""
         import torch
 
-        takes_length = "max_sequence_length" in inspect.signature(pipe.encode_prompt).parameters
-
         def encode(text):
-            length = {"max_sequence_length": max_len} if takes_length else {}  # Qwen-Image 2.1: its template's own
-            embeds, mask, *_ = pipe.encode_prompt(prompt=text, device=pipe._execution_device, **length)
+            embeds, mask = pipe.encode_prompt(prompt=text, device=pipe._execution_device, max_sequence_length=max_len)
             if mask is None:
                 mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
             return embeds, mask
@@ -388,9 +389,7 @@ class Compiler:
         longest = max(e.shape[1] for e, _ in filter(None, (pos, neg)))
         # One spare token keeps the mask partial (an all-ones mask becomes None: another graph).
         bucket = math.lcm(TEXT_BUCKET, degree)
-        length = -(-(longest + 1) // bucket) * bucket
-        if takes_length:  # else the whole prompt is encoded (Qwen-Image 2.1): no cap
-            length = min(max_len - max_len % degree, length)
+        length = min(max_len - max_len % degree, -(-(longest + 1) // bucket) * bucket)
         kwargs["prompt_embeds"], kwargs["prompt_embeds_mask"] = pad_tokens(*pos, length)
         if neg is not None:
             kwargs["negative_prompt_embeds"], kwargs["negative_prompt_embeds_mask"] = pad_tokens(*neg, length)
