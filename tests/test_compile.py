@@ -378,3 +378,56 @@ def test_compile_workflow_in_comfyui_shows_compile_text_and_saves_a_png(server):
     chosen = psutil.Process(server.proc.pid).environ().get(settings.COMPILE_CACHE.name)
     expected = chosen or str(server.work_dir / "user" / "comfyui-tpu" / "compile-cache")
     assert stats["cache"]["dir"] == expected, f"{settings.COMPILE_CACHE.name}={chosen!r} in the server's environment"
+
+
+# ---- the 2026 families: one worker test over all of them (the compile tests are the suite's slowest)
+
+# name -> (warm-up, request sizes, target run, compiled components, compiles a prompt of another length adds):
+# Qwen-Image 2.1 cannot be compiled whole (its repeated blocks are, with a note) and takes the prompt at its own
+# length (padding it would move the image's rotary positions: each new length compiles, announced: the Sample's
+# prompt after the warm-up's, then the longer one); Ideogram 4
+# compiles both of its transformers; FLUX 3 is a modular pipeline (its components' transformer); LTX-2 a video with
+# sound (frames in the warm-up)
+NEW_FAMILIES = {
+    "tiny-qwenimage21": ("64x64", dict(width=64, height=64), "repeated blocks", ("denoiser",), 2),
+    "tiny-krea2": ("32x32", dict(width=32, height=32), "whole denoiser", ("denoiser",), 0),
+    "tiny-ideogram4": ("32x32", dict(width=32, height=32), "whole denoiser",
+                       ("denoiser", "unconditional_transformer"), 0),
+    "tiny-flux3": ("32x32", dict(width=32, height=32), "whole denoiser", ("denoiser",), 0),
+    "tiny-ltx2": ("64x64x9f", dict(width=64, height=64, frames=9), "whole denoiser", ("denoiser",), 0),
+}
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("name", list(NEW_FAMILIES))
+def test_new_families_compile_once_and_never_again_over_prompts_seeds_and_steps(tiny_models, cache_dir, name):
+    """After the warm-up, other seeds, prompts (of other lengths) and step counts reuse its graphs: 0 unexpected
+    recompiles, and the last image is the eager one. Measured on a busy 2-core host: 18 s (Krea 2, FLUX 3) to 65 s
+    (Qwen-Image 2.1) each."""
+    warmup, size, target, compiled, prompt_compiles = NEW_FAMILIES[name]
+    base = _spec(tiny_models, name)
+    spec, notes = api.with_compile(base, "whole denoiser", "eager", warmup, False)
+    assert spec.compile.target == target
+    assert [n for n in notes if "cannot be compiled whole" in n] == ([notes[0]] if target != "whole denoiser" else [])
+    warm = api.load(spec)["compile"]
+    assert warm["compiles"] >= 1 and warm["unexpected_recompiles"] == 0
+    experts = api.worker_info()[0]["experts"]
+    assert sorted(experts) == sorted(compiled) and all(e["compiled"] for e in experts.values()), experts
+    varied = [dict(seed=1), dict(seed=4, steps=3),
+              dict(prompt="a much longer prompt about a lighthouse on a cliff at dusk, oil", seed=2)]
+    messages = Messages()
+    for change in varied:
+        last = api.sample(spec, _request(**size, **change), messages)
+    stats = api.compile_stats()
+    assert stats["compiles"] == warm["compiles"] + prompt_compiles, "a Sample recompiled"
+    assert (stats["graphs"] > warm["graphs"]) == bool(prompt_compiles) and stats["unexpected_recompiles"] == 0
+    assert bool(prompt_compiles) == any("again for a prompt of another length" in t for t in messages.texts)
+    eager = api.sample(base, _request(**size, **varied[-1]))
+    assert np.abs(np.asarray(last) - np.asarray(eager)).max() <= 1e-4
+
+
+@pytest.mark.unit
+def test_minimax_h3_compiled_mode_is_refused_naming_the_shapes_that_follow_prompt_and_step(tiny_models):
+    with pytest.raises(CompileError, match=r"mode: 'compiled' cannot run MiniMax H3: .*no attention mask.*"
+                                           r"changes from step to step"):
+        api.with_compile(_spec(tiny_models, "tiny-minimax-h3"), "whole denoiser", "eager", "32x32x124f", False)

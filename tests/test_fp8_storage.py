@@ -199,3 +199,21 @@ def test_an_fp8_file_runs_from_its_fp8_weights(fp8_files):
         want = pipe(prompt=FOX, num_inference_steps=2, height=64, width=64, output_type="np", guidance_scale=0.0,
                     generator=[torch.Generator("cpu").manual_seed(3)]).images
     assert np.array_equal(image, want)
+
+
+@pytest.mark.workers
+def test_both_of_ideogram4s_transformers_are_stored_in_fp8(tiny_models):
+    """Ideogram 4 runs a conditional and an unconditional transformer every step (spec.DENOISERS holds both): fp8
+    storage keeps the same layers of each in fp8 as diffusers' layerwise casting of a plain copy, and the image
+    is another than bfloat16's."""
+    image = api.sample(_spec(tiny_models, "tiny-ideogram4", dtype="float8_e4m3fn"), _request(guidance=3.0))
+    info = api.worker_info()[0]
+    assert info["storage"] == "float8_e4m3fn"
+    plain = load(tiny_models, "tiny-ideogram4", torch.bfloat16)
+    for name in ("transformer", "unconditional_transformer"):
+        cast_layerwise(getattr(plain, name), torch.float8_e4m3fn, torch.bfloat16)
+    want = sum(worker_storage.compute_dtype_of(m) is not None for m in plain.unconditional_transformer.modules())
+    assert want > 0 and info["experts"]["unconditional_transformer"]["fp8_layers"] == want
+    assert info["experts"]["denoiser"]["fp8_layers"] == want, "the two transformers have the same layers"
+    bf16 = api.sample(_spec(tiny_models, "tiny-ideogram4", dtype="bfloat16"), _request(guidance=3.0))
+    assert np.abs(image - bf16).max() > 1e-3

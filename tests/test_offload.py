@@ -152,3 +152,47 @@ def test_wan22_a14b_counts_both_experts_and_fp8_storage_halves_them(monkeypatch,
     choice = offload.choose_offload(spec)
     assert choice.mode == mode and words in choice.reason, choice
     assert ("transformer_2 13.3 GiB" if fp8 else "transformer_2 26.6 GiB") in choice.reason
+
+
+# ---- the 2026 families, from the tiny models' own headers: the components each loads (MiniMax H3's t2va leaves
+# its folder's ref2va transformer out), both of Ideogram 4's transformers as denoisers, LTX-2's sound components
+NEW_FAMILIES = {
+    "tiny-qwenimage21": ("text_encoder", "transformer", "vae"),
+    "tiny-krea2": ("text_encoder", "transformer", "vae"),
+    "tiny-ideogram4": ("text_encoder", "transformer", "unconditional_transformer", "vae"),
+    "tiny-flux3": ("text_encoder", "transformer", "vae"),
+    "tiny-ltx2": ("text_encoder", "connectors", "transformer", "vae", "audio_vae", "vocoder"),
+    "tiny-minimax-h3": ("text_encoder", "transformer", "vae", "audio_vae"),
+}
+
+
+@pytest.mark.parametrize("name", list(NEW_FAMILIES))
+def test_new_families_count_what_they_load_and_fp8_storage_halves_every_denoiser(tiny_models, name):
+    from backend.controller import storage
+    from backend.protocol.spec import DENOISERS
+
+    spec = _spec(tiny_models, name)
+    f32 = models.weight_bytes(spec, 4)
+    assert sorted(f32) == sorted(NEW_FAMILIES[name])
+    for part, size in f32.items():  # the tiny models are saved in float32
+        assert size == sum(_data_bytes(p) for p in (tiny_models / name / part).glob("*.safetensors")), part
+    bf16 = models.weight_bytes(spec, 2)
+    stored = storage.stored_bytes(spec.with_changes(storage="float8_e4m3fn"), bf16, models.weight_bytes(spec, 1))
+    for part in f32:  # each denoiser (every float in it) at one byte, the rest as computed
+        assert stored[part] == (f32[part] // 4 if part in DENOISERS else bf16[part]), part
+    assert any(part in DENOISERS for part in f32)
+
+
+def test_a_modular_pipeline_that_does_not_fit_is_refused_naming_why_and_one_that_fits_runs_whole(tiny_models,
+                                                                                                monkeypatch):
+    from backend.protocol.errors import ModelError
+
+    spec = _spec(tiny_models, "tiny-minimax-h3", offload="auto").with_changes(kind="tpu")
+    total = sum(models.weight_bytes(spec, 2).values())
+    monkeypatch.setattr(offload.devices, "device_memory_bytes", lambda kind: int(total / offload.OFFLOAD_HEADROOM) + 1)
+    choice = offload.choose_offload(spec)
+    assert choice.mode == "none" and "text_encoder" in choice.reason and "transformer_ref" not in choice.reason
+    monkeypatch.setattr(offload.devices, "device_memory_bytes", lambda kind: int(total / offload.OFFLOAD_HEADROOM) - 1)
+    with pytest.raises(ModelError, match=r"offload: auto cannot fit MiniMax H3 on one tpu device: .*modular pipeline, "
+                                         r"which has no CPU offload hooks.*float8_e4m3fn"):
+        offload.choose_offload(spec)

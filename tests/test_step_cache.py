@@ -163,3 +163,54 @@ def test_data_parallel_replicas_and_loras_keep_the_cached_image(tiny_models, tmp
     with_lora = api.with_lora(_cached(_spec(tiny_models), "first block", 0.5), lora, 0.8, 0.0)[0]
     assert np.array_equal(api.sample(with_lora, _request()),
                           _plain(tiny_models, "tiny-flux", "first block", 0.5, loras=[(lora, 0.8)]))
+
+
+# ---- the 2026 families: which hooks apply is declared by each family (no list of family names here)
+
+NEW = {"tiny-qwenimage21": dict(width=64, height=64, guidance=1.0),  # one pass, as its templates run it
+       "tiny-ltx2": dict(width=64, height=64, frames=9, guidance=3.0, frame_rate=25.0)}  # batched CFG, with sound
+
+
+@pytest.mark.unit
+def test_new_families_take_the_caches_diffusers_hooks_fit_and_refuse_the_others_saying_why(tiny_models):
+    for name, why in (("tiny-qwenimage21", "no entry for QwenImage21TransformerBlock"),
+                      ("tiny-krea2", "Krea2Pipeline calls its transformer without the cache contexts"),
+                      ("tiny-ideogram4", "calls its two transformers without the cache contexts"),
+                      ("tiny-flux3", "modular FLUX 3 blocks call the transformer without"),
+                      ("tiny-ltx2", "no entry for LTX2VideoTransformerBlock"),
+                      ("tiny-minimax-h3", "modular MiniMax H3 blocks")):
+        with pytest.raises(ParallelError, match=rf"'first block' does not suit .*{why}.*step_cache to off"):
+            api.sampling_options(_spec(tiny_models, name), step_cache="first block")
+    for name in NEW:
+        text = api.sampling_options(_spec(tiny_models, name), step_cache="taylorseer")[1]
+        assert "attention and feed-forward outputs" in text
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("name", list(NEW))
+def test_taylorseer_on_the_new_families_equals_diffusers_own_hook_on_plain_diffusers(tiny_models, name):
+    """TaylorSeer (full steps 1-3, then every 5th) on Qwen-Image 2.1's blocks and on both of LTX-2's streams: the
+    pack's frames (and LTX-2's sound) equal plain diffusers' pipeline with the same hook within 1e-4, and differ
+    from the uncached ones by over ten times that (it extrapolated: 2e-3 on tiny-qwenimage21)."""
+    from backend.families import ltx2, qwenimage21
+
+    kw = NEW[name]
+    req = SampleRequest(prompt=FOX, steps=STEPS, seed=3, **kw)
+    spec = _cached(_spec(tiny_models, name), "taylorseer")
+    out = api.run_sample_outputs(api.prepare_sample(spec, req))
+    uncached = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models, name), req))
+    pipe = load(tiny_models, name)
+    modules = (ltx2 if "ltx2" in name else qwenimage21).TAYLORSEER_MODULES
+    pipe.transformer.enable_cache(config("taylorseer", 0.0, STEPS, modules))
+    call = dict(prompt=FOX, num_inference_steps=STEPS, height=kw["height"], width=kw["width"], output_type="np",
+                generator=[torch.Generator("cpu").manual_seed(3)])
+    if "ltx2" in name:
+        call.update(ltx2.OFF, num_frames=kw["frames"], frame_rate=kw["frame_rate"], guidance_scale=kw["guidance"],
+                    audio_guidance_scale=kw["guidance"])
+    with torch.inference_mode():
+        plain = pipe(**call)
+    pixels = (plain.frames[0] if "ltx2" in name else plain.images[..., :3]).reshape(out["images"].shape)
+    assert np.abs(out["images"] - pixels).max() <= TOLERANCE
+    assert np.abs(out["images"] - uncached["images"]).max() > 10 * TOLERANCE, "the cache extrapolated nothing"
+    if "ltx2" in name:
+        assert np.abs(out["audio"][0] - plain.audio[0].numpy()).max() <= TOLERANCE

@@ -58,10 +58,9 @@ def resolve_compile(spec: PipelineSpec) -> PipelineSpec:
     is 'compiled'. Idempotent."""
     if spec.mode != "compiled":
         return spec
-    if spec.family.modular is not None:
-        raise CompileError(f"mode: 'compiled' does not run {spec.family.name} yet: it is a diffusers modular pipeline, "
-                           "and the pack's compiled mode (warm-ups, fixed text length, recompile checks) reads a "
-                           "DiffusionPipeline's call. Use strict eager (or defer-and-fuse eager on a TPU).")
+    if spec.family.compile_refused:
+        raise CompileError(f"mode: 'compiled' cannot run {spec.family.name}: {spec.family.compile_refused}. Use strict "
+                           "eager (or defer-and-fuse eager on a TPU).")
     plan = spec.compile or CompilePlan()
     if plan.target not in COMPILE_TARGETS:
         raise CompileError(f"target: '{plan.target}' is not one of {', '.join(COMPILE_TARGETS)}.")
@@ -82,6 +81,11 @@ def resolve_compile(spec: PipelineSpec) -> PipelineSpec:
                      f"of {step} tokens inside: compiled whole, every prompt length would compile again. Compiling "
                      f"its repeated blocks instead (they see the padded length: one compile per {step}-token step "
                      "of the prompt).")
+    untraceable = spec.family.whole_denoiser_untraceable
+    if untraceable and target == "whole denoiser":
+        target = "repeated blocks"
+        notes.append(f"{spec.family.name}'s transformer cannot be compiled whole: {untraceable}. Compiling its "
+                     "repeated blocks instead.")
     if target == "repeated blocks" and not spec.family.repeated_blocks:
         why = " (forced by offload 'model'; set offload to 'none')" if plan.target != target else ""
         raise CompileError(f"target: SD3's transformer has no repeated blocks to compile{why}. "

@@ -314,7 +314,10 @@ def weight_bytes(spec: PipelineSpec, float_bytes: int) -> dict[str, int]:
     root = Path(spec.model_path)
     index = read_index(root)
     sizes: dict[str, int] = {}
+    modular = spec.family.modular
     for name in listed_components(index):
+        if modular is not None and modular.components and name not in modular.components:
+            continue  # in the folder, not loaded by this workflow (MiniMax H3's ref2va transformer under t2va)
         folder = root / name
         if not folder.is_dir():
             continue

@@ -41,9 +41,6 @@ def choose_offload(spec: PipelineSpec, model: Components | None = None) -> Offlo
     where the caller has read them."""
     if spec.kind == "cpu":
         return OffloadChoice("none", "offload auto → none: on the CPU the weights stay in host memory anyway")
-    if spec.family.modular is not None:
-        return OffloadChoice("none", f"offload auto → none: {spec.family.name} is a diffusers modular pipeline, "
-                                     "which has no CPU offload hooks")
     memory = devices.device_memory_bytes(spec.kind)
     dtype = "bfloat16" if spec.dtype == "auto" else storage.compute_dtype(spec)
     float_bytes = _FLOAT_BYTES[dtype]
@@ -67,6 +64,11 @@ def choose_offload(spec: PipelineSpec, model: Components | None = None) -> Offlo
     what = f"the weights take {format_bytes(total)} in {dtype} ({', '.join(f'{n} {format_bytes(b)}' for n, b in parts.items())})"
     if total <= usable:
         return OffloadChoice("none", f"offload auto → none: {what}, within {room}")
+    if spec.family.modular is not None:
+        fp8 = "" if spec.storage else " Choose dtype float8_e4m3fn (the denoiser in fp8) if that fits, or"
+        raise ModelError(f"offload: auto cannot fit {spec.family.name} on one {spec.kind} device: {what}, more than "
+                         f"{room}, and it is a diffusers modular pipeline, which has no CPU offload hooks to move "
+                         f"parts off the device.{fp8} use a device with more memory.")
     biggest = max(parts, key=lambda n: parts[n])
     if parts[biggest] <= usable:
         return OffloadChoice("model", f"offload auto → model: {what}, more than {room}; the largest part "

@@ -33,7 +33,8 @@ def check(spec: PipelineSpec) -> None:
         fits = sorted({p.name for p in PIPELINES.values() if kind in p.step_caches})
         others = list(spec.family.step_caches)
         instead = f" For {spec.family.name} use {' or '.join(others)}." if others else ""
-        raise ParallelError(f"step_cache: '{kind}' does not suit {spec.family.name} ({spec.class_name}); it suits "
+        why = f" ({spec.family.no_step_cache})" if spec.family.no_step_cache else ""
+        raise ParallelError(f"step_cache: '{kind}' does not suit {spec.family.name} ({spec.class_name}){why}; it suits "
                             f"{', '.join(fits)}.{instead} Otherwise set step_cache to off.")
     if kind == "taylorseer" and threshold:
         raise ParallelError(f"cache_threshold: {threshold:g} means nothing to taylorseer, which computes at a fixed "

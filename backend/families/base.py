@@ -81,6 +81,9 @@ class Modular:
     outputs: tuple[str, ...] = ("images",)
     # guidance is the guider component's guidance_scale (the call takes no guidance argument); False: none
     guider: bool = False
+    # the weighted components its workflow loads, where the folder holds more (MiniMax H3's t2va leaves out
+    # `transformer_ref`, ref2va's transformer): what offload 'auto' counts. (): every one the index lists
+    components: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,15 @@ class Pipeline:
     # diffusers' SEQ_MULTI_OF): compiled whole, every prompt length would be a new graph; its repeated blocks see
     # the padded length. 0: the prompt reaches the denoiser at a fixed or padded length
     prompt_step: int = 0
+    # why torch.compile cannot trace its whole denoiser into one graph (Qwen-Image 2.1's rotary embedding reads the
+    # image mask into Python lists): compiled mode compiles its repeated blocks instead, and says this. "": it can
+    whole_denoiser_untraceable: str = ""
+    # with variable_text: compiled mode pads the prompt to 128-token buckets with an attention mask, which gives the
+    # same pixels (Qwen-Image); False where padding moves the image's rotary positions (Qwen-Image 2.1 counts the
+    # text tokens before the image's): the prompt then runs at its own length, and each new length compiles
+    padded_text_exact: bool = True
+    # why compiled mode cannot run it at all (MiniMax H3: shapes that follow the prompt and the step); "": it can
+    compile_refused: str = ""
     # How it drives its scheduler (Sample's sampler and scheduler: protocol/samplers.py); its image-to-image and
     # inpainting pipelines do the same. sigmas: whether it hands set_timesteps sigmas of its own ("always",
     # "unless flow sigmas", "never"); seeded_steps: it hands scheduler.step the call's generators, so a
@@ -135,6 +147,9 @@ class Pipeline:
     # The modules whose outputs TaylorSeer extrapolates between its full steps (regular expressions on module names,
     # diffusers' `cache_identifiers`); () = diffusers' default, each block's attention
     taylorseer_modules: tuple[str, ...] = ()
+    # why the step caches it lacks do not apply (said when one is asked for): diffusers' hook, or its pipeline's
+    # call, that does not fit this model
+    no_step_cache: str = ""
     # A video pipeline (num_frames in, .frames out): its frame count is 1 + a multiple of this (the VAE's temporal
     # compression, Wan: 4). 0: it makes images.
     frame_step: int = 0

@@ -11,6 +11,10 @@ is passed explicitly (Sample's CONDITIONING arrives padded to the length that gi
 and Qwen-Image (whose prompt embeddings are as long as the prompt) gets its embeddings
 padded, with an attention mask, to 128-token buckets. Z-Image's transformer pads the prompt itself (to 32 tokens,
 without a mask to pad further with): its repeated blocks are compiled, and the padded lengths are the signature.
+Qwen-Image 2.1's prompt cannot be padded without moving the image's rotary positions (`padded_text_exact`): it
+runs at its own length, and each new length is a compile of its own, said as such. The denoisers are every one
+the pipeline holds (spec.DENOISERS: Wan 2.2 A14B's two experts, Ideogram 4's two transformers), a modular
+pipeline's among its components.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..protocol.errors import CompileError
-from ..protocol.spec import CompilePlan, PipelineSpec
+from ..protocol.spec import DENOISERS, CompilePlan, PipelineSpec
+from . import modular
 from .compile_cache import CACHE_INFO
 from .parallel import pad_tokens
 
@@ -50,11 +55,15 @@ class Shape:
     # the ControlNets whose residuals the denoiser takes (their number and depth are shapes; strength, start, end
     # and the control image are not)
     control: str = ""
+    # the prompt reaches the denoiser at its own length, unpadded (Qwen-Image 2.1, where padding would move the
+    # image's rotary positions; its edits, whose references are encoded with the prompt): each new length compiles
+    follows_prompt: bool = False
 
     def label(self) -> str:
         extra = (", CFG" if self.cfg else "") + (f", prompt ≤ {self.text} tokens" if self.variable_text else "")
         extra += f", ControlNet {self.control}" if self.control else ""
         extra += f", negative prompt ≤ {self.negative_text} tokens" if self.negative_text else ""
+        extra += ", prompt at its own length" if self.follows_prompt else ""
         frames = f"x{self.frames} frames" if self.frames else ""
         return f"{self.width}x{self.height}{frames} (batch {self.batch}{extra})"
 
@@ -78,11 +87,23 @@ def denoiser(pipe) -> tuple[str, Any]:
     raise CompileError(f"{type(pipe).__name__} has no transformer or UNet to compile.")
 
 
+def named_experts(pipe) -> dict[str, Any]:
+    """The denoiser, and the second model of a pipeline of two (spec.DENOISERS: Wan 2.2 A14B's `transformer_2`, low
+    noise, which the pipeline switches to below its boundary; Ideogram 4's `unconditional_transformer`, run beside
+    the conditional one every step), by component name: layouts, compiling, fp8 storage and step caching treat
+    them alike."""
+    name, first = denoiser(pipe)
+    out = {name: first}
+    for other in DENOISERS:
+        module = getattr(pipe, other, None) if other != name else None
+        if module is not None and module is not first:
+            out[other] = module
+    return out
+
+
 def experts(pipe) -> tuple[Any, ...]:
-    """The denoiser, and the second expert of a model of two (Wan 2.2 A14B's `transformer_2`, low noise, which the
-    pipeline switches to below its boundary): layouts, compiling and step caching treat both alike."""
-    second = getattr(pipe, "transformer_2", None)
-    return (denoiser(pipe)[1], *((second,) if second is not None else ()))
+    """The modules of `named_experts`, the denoiser first."""
+    return tuple(named_experts(pipe).values())
 
 
 def steps_for_every_expert(pipe, scheduler, steps: int) -> int:
@@ -141,6 +162,13 @@ def _float_timestep(call: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def _default(pipe: Any, spec: PipelineSpec, name: str) -> Any:
+    """The default of the call's argument `name`: its `__call__` signature's, or a modular pipeline's block input's."""
+    if spec.family.modular is None:
+        return inspect.signature(pipe.__call__).parameters[name].default
+    return next(i.default for i in pipe.blocks.inputs if i.name == name)
+
+
 class Call:
     """One pipeline call under way: which shape it compiles, if it compiles one."""
 
@@ -172,14 +200,15 @@ class Compiler:
         reloading anything; returns the warm-up shapes not compiled yet (the runtime runs them and calls
         `warmed_up`)."""
         plan = spec.compile_plan()
-        name, modules = denoiser(pipe)[0], experts(pipe)
+        name, named = denoiser(pipe)[0], named_experts(pipe)
+        modules = tuple(named.values())
         want = None if plan is None else (plan.target, plan.backend, spec.model_path, spec.dtype)
         if modules != self.modules or want != self.applied:
             self._uncompile()
             if plan is not None:
                 for note in plan.notes:
                     self.status(note)
-                for expert, module in zip((name, "transformer_2"), modules, strict=False):
+                for expert, module in named.items():
                     self._compile(expert, module, plan, spec.class_name, contiguous=bool(spec.family.prompt_step))
                 self.modules = modules
             self.applied, self.seen, self.warmed = want, set(), set()
@@ -271,6 +300,12 @@ class Compiler:
             t["compile_s"] = round(t["compile_s"] + seconds, 3)
             disk = " (graphs found in the on-disk cache)" if delta["disk_hits"] else ""
             self.status(f"compiled {shape.label()} in {seconds:.1f} s{disk}")
+        elif graphs and shape.follows_prompt:  # a prompt of another length: a compile of its own, not a surprise
+            entry["compiles"] += 1
+            entry["graphs"] += graphs
+            t["compiles"] += 1
+            t["compile_s"] = round(t["compile_s"] + seconds, 3)
+            self.status(f"compiled {shape.label()} again for a prompt of another length in {seconds:.1f} s")
         else:
             entry["hits"] += 1
             t["hits"] += 1
@@ -292,22 +327,29 @@ class Compiler:
         self.status(f"snapped {w}x{h} to the warmed-up size {sw}x{sh}")
 
     def _fix_shapes(self, pipe, spec: PipelineSpec, kwargs: dict) -> Shape:
-        params = inspect.signature(pipe.__call__).parameters
-        variable = "prompt_embeds_mask" in params  # Qwen-Image: embeddings as long as the prompt
+        params = modular.parameters(pipe, spec.family)
+        # the family's text length follows the prompt (Qwen-Image, Qwen-Image 2.1: embeddings as long as the prompt;
+        # Z-Image pads inside its transformer instead: prompt_step)
+        variable = spec.family.variable_text and not spec.family.prompt_step
         text = 77  # CLIP-only pipelines (SDXL)
         if "max_sequence_length" in params:
-            text = kwargs.setdefault("max_sequence_length", params["max_sequence_length"].default)
+            text = kwargs.setdefault("max_sequence_length", _default(pipe, spec, "max_sequence_length"))
         if "prompt_embeds" in kwargs:  # Sample's CONDITIONING, padded by the controller
             text = kwargs["prompt_embeds"].shape[1]
-        elif variable:
+        follows = (variable and "prompt_embeds" not in kwargs
+                   and ("image" in kwargs or not spec.family.padded_text_exact))
+        if variable and not follows and "prompt_embeds" not in kwargs:
             text = self._pad_prompt(pipe, kwargs, text, spec.cp_degree)
+        elif follows:
+            text = 0
         cfg = spec.family.cfg_doubles_batch and kwargs.get("guidance_scale", 0) > spec.family.cfg_above
         negative = 0
         if spec.family.prompt_step:
             text, negative = self._prompt_steps(pipe, kwargs, spec.family.prompt_step, cfg, text)
         batch = kwargs.get("num_images_per_prompt", kwargs.get("num_videos_per_prompt", 1))
-        return Shape(kwargs["width"], kwargs["height"], batch, cfg, text, variable or bool(spec.family.prompt_step),
-                     negative, kwargs.get("num_frames", 0), " + ".join(c.name for c in spec.controlnets))
+        return Shape(kwargs["width"], kwargs["height"], batch, cfg, text,
+                     (variable and not follows) or bool(spec.family.prompt_step), negative, kwargs.get("num_frames", 0),
+                     " + ".join(c.name for c in spec.controlnets), follows)
 
     @staticmethod
     def _prompt_steps(pipe, kwargs: dict, step: int, cfg: bool, max_len: int) -> tuple[int, int]:

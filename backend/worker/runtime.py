@@ -38,7 +38,7 @@ from . import (
 )
 from .cfg_parallel import CFGParallel, named_branches, two_passes
 from .compile_cache import CACHE_INFO
-from .compiler import Compiler, experts, steps_for_every_expert
+from .compiler import Compiler, experts, named_experts, steps_for_every_expert
 from .latency import Latency
 from .lora import Loras
 from .prompt_cache import PromptCache, text_encoder_state
@@ -121,15 +121,16 @@ class Runtime:
 
     def _experts(self) -> dict[str, dict]:
         """What each denoiser (both experts of a pair) runs under: diffusers' context-parallel config, the CFG
-        split, compiled modules, a step cache hook."""
+        split, compiled modules, a step cache hook, layers kept in fp8 storage."""
         if self.pipe is None:
             return {}
-        names = ("denoiser", "transformer_2")
-        return {name: {"context_parallel": getattr(module, "_parallel_config", None) is not None,
+        named = named_experts(self.pipe)  # the first one as "denoiser", the others by their component name
+        return {("denoiser" if i == 0 else name): {"context_parallel": getattr(module, "_parallel_config", None) is not None,
                        "cfg_split": self.cfg is not None and self.cfg.splits(module),
                        "compiled": sum(getattr(m, "_compiled_call_impl", None) is not None for m in module.modules()),
-                       "step_cache": bool(getattr(module, "is_cache_enabled", False))}
-                for name, module in zip(names, experts(self.pipe), strict=False)}
+                       "step_cache": bool(getattr(module, "is_cache_enabled", False)),
+                       "fp8_layers": sum(storage.compute_dtype_of(m) is not None for m in module.modules())}
+                for i, (name, module) in enumerate(named.items())}
 
     # ---- loading, mode, warm-up
     def prepare(self, spec: PipelineSpec) -> dict:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ..protocol.spec import PipelineSpec
-from .compiler import denoiser
+from .compiler import experts
 
 _CHUNK_ELEMENTS = 32 * 2**20  # tensor elements mapped at once while reading into storage (64 MB in bfloat16)
 
@@ -47,14 +47,14 @@ def cast_layerwise(module: torch.nn.Module, storage: torch.dtype, compute: torch
 
 
 def keep_in_storage_dtype(pipe: Any, spec: PipelineSpec, compute: torch.dtype) -> None:
-    """The denoiser of `pipe` (and its second expert, Wan 2.2 A14B's transformer_2) stored in `spec.storage` (an
+    """The denoiser of `pipe` (and its second model: compiler.experts) stored in `spec.storage` (an
     fp8 dtype) and computed in `compute`; nothing without fp8 storage, or for a denoiser read into storage already
     (load_stored)."""
     if not spec.storage:
         return
     storage = getattr(torch, spec.storage)
-    for module in (denoiser(pipe)[1], getattr(pipe, "transformer_2", None)):
-        if module is None or any(compute_dtype_of(sub) is not None for sub in module.modules()):
+    for module in experts(pipe):
+        if any(compute_dtype_of(sub) is not None for sub in module.modules()):
             continue
         cast_layerwise(module, storage, compute)
         with torch.no_grad():  # the layers left in the compute dtype may still view the loader's mapping of the

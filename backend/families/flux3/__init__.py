@@ -32,14 +32,19 @@ def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
     return _no_files()
 
 
+# diffusers' modular denoise blocks call the transformer outside any cache context, which the cache hooks need
+NO_CACHE = ("diffusers' modular FLUX 3 blocks call the transformer without the cache contexts that diffusers' "
+            "cache hooks keep their state by")
+
 FAMILY = ModelFamily(
     id="flux3", order=25, tiny=("flux3", "flux3-base"), name="FLUX 3 [klein]",
     pipelines=(
         Pipeline("Flux3DistilledModularPipeline", "FLUX 3 [klein]", 2, "guidance_scale", False, references=True,
                  latent_patch=2, modular=Modular("Flux3DistilledAutoBlocks", without=_UPSAMPLER),
-                 check_kind="modular pipeline"),
+                 no_step_cache=NO_CACHE, check_kind="modular pipeline"),
         Pipeline("Flux3ModularPipeline", "FLUX 3 [klein] base", 2, "guidance_scale", False, references=True,
-                 latent_patch=2, modular=Modular("Flux3AutoBlocks", without=_UPSAMPLER, guider=True)),
+                 latent_patch=2, modular=Modular("Flux3AutoBlocks", without=_UPSAMPLER, guider=True),
+                 no_step_cache=NO_CACHE),
     ),
     configs=(),
     # the original (BFL) layout's keys, as diffusers' convert_flux3_transformer_checkpoint_to_diffusers reads them

@@ -30,7 +30,9 @@ FAMILY = ModelFamily(
     pipelines=(Pipeline("Ideogram4Pipeline", "Ideogram 4", 2, "guidance_scale", False, cfg_passes="models",
                         sigmas="always", call_args=(("guidance_schedule", None),),
                         unfit_samplers=("uni_pc", "uni_pc_bh2"),
-                        no_image="diffusers' Ideogram4Pipeline makes images from text only"),),
+                        no_image="diffusers' Ideogram4Pipeline makes images from text only",
+                        no_step_cache="diffusers' Ideogram4Pipeline calls its two transformers without the cache "
+                                      "contexts that diffusers' cache hooks keep their state by"),),
     configs=(),
     denoiser_keys=("embed_image_indicator.weight", "input_proj.weight", "llm_cond_proj.weight"),
     width_key="input_proj.weight", width_agrees=("llm_cond_proj.weight", 0), sizes=unread, text_widths=unread,

@@ -68,7 +68,10 @@ NO_STYLE_REFERENCE = ("diffusers' Krea2Pipeline has no reference images (ComfyUI
 FAMILY = ModelFamily(
     id="krea2", order=65, tiny=("krea2",), name="Krea 2",
     pipelines=(Pipeline("Krea2Pipeline", "Krea 2", 2, "guidance_scale", False, cfg_passes="branches",
-                        unnamed_branches=True, cfg_above=0.0, sigmas="always", no_image=NO_STYLE_REFERENCE),),
+                        unnamed_branches=True, cfg_above=0.0, sigmas="always", no_image=NO_STYLE_REFERENCE,
+                        no_step_cache="diffusers' Krea2Pipeline calls its transformer without the cache contexts "
+                                      "('cond', 'uncond') that diffusers' cache hooks keep their state by, so its two "
+                                      "guidance passes would read each other's cache"),),
     configs=(Configs("krea2", (TextSlot("text_encoder", "qwen3vl"),)),),
     denoiser_keys=("txtfusion.projector.weight", "first.weight", "blocks.0.attn.wq.weight"),
     width_key="first.weight", width_agrees=("blocks.0.attn.wq.weight", 1), sizes=sizes, text_widths=text_widths,

@@ -37,9 +37,18 @@ OFF = (("stg_scale", 0.0), ("modality_scale", 1.0), ("guidance_rescale", 0.0), (
 CP_REFUSED = ("diffusers 0.42.1's context-parallel plan for its transformer splits the rotary embeddings as "
               "[batch, tokens, dims] tensors, and LTX-2's are per head ([batch, heads, tokens, dims]), so the split "
               "attention fails")
+# TaylorSeer extrapolates both streams: each block's self-attention, cross-attention to the prompt, feed-forward
+# (video and audio), and the attention of each stream to the other (diffusers' default, "^transformer_blocks.*attn",
+# would take only the last two: the others are attn1, attn2, ff)
+TAYLORSEER_MODULES = (r"transformer_blocks\.\d+\.(audio_)?(attn1|attn2|ff)",
+                      r"transformer_blocks\.\d+\.(audio_to_video|video_to_audio)_attn")
+NO_CACHE = ("first block: diffusers' FirstBlockCache finds a model's blocks through its TransformerBlockRegistry, "
+            "which has no entry for LTX2VideoTransformerBlock; magcache: diffusers ships magnitude ratios for "
+            "FLUX.1 only")
 _VIDEO = dict(cfg_doubles_batch=True, cfg_passes="batch", cp_refused=CP_REFUSED, frame_step=8, sigmas="always",
               sound=("audio_vae", "vocoder"), sound_rate="vocoder.output_sampling_rate", frame_rate_arg="frame_rate",
-              guidance_also=("audio_guidance_scale",), call_args=OFF, check_kind="video with sound")
+              guidance_also=("audio_guidance_scale",), call_args=OFF, check_kind="video with sound",
+              step_caches=("taylorseer",), taylorseer_modules=TAYLORSEER_MODULES, no_step_cache=NO_CACHE)
 
 
 def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:

@@ -22,6 +22,13 @@ def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
     return _no_files()
 
 
+# seen on tiny-minimax-h3 (diffusers 0.42.1, MiniMaxH3LoopDenoiser): dynamo's recompile guards named
+# `encoder_hidden_states` (size 7 for one prompt, 28 for another) and `timestep` (size 1 at one step, 2 at the next)
+NO_STATIC_SHAPES = ("its transformer reads the prompt's rows inside one packed sequence with no attention mask "
+                    "(their number follows the prompt, and padding them would change the video) and a timestep "
+                    "tensor whose size changes from step to step (the row timestep plan), so a static-shape graph "
+                    "would compile again for every prompt length and at every step")
+
 FAMILY = ModelFamily(
     id="minimax_h3", order=85, tiny=("minimax-h3",), name="MiniMax H3",
     pipelines=(
@@ -32,7 +39,11 @@ FAMILY = ModelFamily(
         Pipeline("MiniMaxH3ModularPipeline", "MiniMax H3", 1, "guidance_scale", False,
                  frame_step=17, frame_first=5, frames_range=(124, 345), sound=("audio_vae",),
                  sound_rate="audio_vae.sampling_rate",
-                 modular=Modular("MiniMaxH3Blocks", workflow="t2va", outputs=("videos", "audio"))),
+                 modular=Modular("MiniMaxH3Blocks", workflow="t2va", outputs=("videos", "audio"),
+                                 components=("text_encoder", "transformer", "vae", "audio_vae")),
+                 compile_refused=NO_STATIC_SHAPES,
+                 no_step_cache="diffusers' modular MiniMax H3 blocks call the transformer without the cache "
+                               "contexts that diffusers' cache hooks keep their state by"),
     ),
     configs=(),
     # ComfyUI's detection keys (comfy/model_detection.py): the video and the audio patch projections

@@ -47,10 +47,22 @@ def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
     return {"qwen3vl": s["txt_in.text_norm.weight"][0]}
 
 
+# diffusers 0.42.1's QwenImage21Rope.forward: `image_pad_mask.tolist()`, then Python loops over it
+UNTRACEABLE = ("its rotary embedding reads the image mask into Python lists (QwenImage21Rope), which torch.compile "
+               "cannot trace")
+
+# TaylorSeer extrapolates each block's attention and feed-forward (its only two)
+TAYLORSEER_MODULES = (r"transformer_blocks\.\d+\.(attn|img_mlp)",)
+NO_CACHE = ("first block: diffusers' FirstBlockCache finds a model's blocks through its TransformerBlockRegistry, "
+            "which has no entry for QwenImage21TransformerBlock; magcache: diffusers ships magnitude ratios for "
+            "FLUX.1 only")
+
 FAMILY = ModelFamily(
     id="qwenimage21", order=55, tiny=("qwenimage21",), name="Qwen-Image 2.1",
     pipelines=(Pipeline("QwenImage21Pipeline", "Qwen-Image 2.1", 2, "true_cfg_scale", True, cfg_passes="branches",
                         variable_text=True, references=True, sigmas="always", alpha=True,
+                        whole_denoiser_untraceable=UNTRACEABLE, padded_text_exact=False,
+                        step_caches=("taylorseer",), taylorseer_modules=TAYLORSEER_MODULES, no_step_cache=NO_CACHE,
                         image_note="Qwen-Image 2.1 resizes each reference to about 1024x1024 pixels (its "
                                    "output_resolution) at its own aspect"),),
     configs=(Configs("qwenimage21", (TextSlot("text_encoder", "qwen3vl"),)),),
