@@ -129,6 +129,9 @@ class Pipeline:
     # stochastic sampler follows the seed.
     sigmas: str = "never"
     seeded_steps: bool = False
+    # its call takes `sigmas=`, a schedule of the artist's own (Sampling Options' sigmas: Qwen-Image 2.1 Turbo's
+    # ManualSigmas), which also sets the step count
+    sigmas_arg: bool = False
     # The step caches (spec.STEP_CACHES) that suit it: diffusers' hooks know its blocks and the pipeline runs its
     # denoiser under cache contexts; MagCache also needs the model's magnitude ratios (diffusers ships FLUX.1's)
     step_caches: tuple[str, ...] = ()
