@@ -172,6 +172,9 @@ class Pipeline:
     latent_patch: int = 1
     # How Sample's positive/negative CONDITIONING maps onto the pipeline (None: it takes none; refused)
     embeddings: Embeddings | None = None
+    # How ComfyUI's templates encode its prompt: (CLIPLoader type, encode node), e.g. ("krea2", "CLIPTextEncode");
+    # the refusal of a CONDITIONING says whether the running ComfyUI has them (0.3.75 has no Qwen3-VL encoder)
+    comfy_encoder: tuple[str, str] = ()
     # FLUX.1 Redux (Apply Redux): the call takes the prompt_embeds and pooled_prompt_embeds diffusers'
     # FluxPriorReduxPipeline makes from reference images
     redux: bool = False

@@ -13,6 +13,7 @@ from ..base import ModelFamily, Modular, Pipeline, Shapes
 # the auto blocks start with a prompt upsampler (Qwen3.5-9B, `prompt_upsampler`): left out, the prompt is encoded
 # as the artist wrote it (ComfyUI's templates run the upsampler as a separate TextGenerate node)
 _UPSAMPLER = ("prompt_upsampler",)
+_ENCODER = ("flux3", "CLIPTextEncode")  # its templates: CLIPLoader type flux3 (Qwen3-VL-4B), CLIP Text Encode
 
 
 def _no_files(*_args: object) -> dict:
@@ -32,9 +33,11 @@ FAMILY = ModelFamily(
     pipelines=(
         Pipeline("Flux3DistilledModularPipeline", "FLUX 3 [klein]", 2, "guidance_scale", False, references=True,
                  latent_patch=2, modular=Modular("Flux3DistilledAutoBlocks", without=_UPSAMPLER),
+                 comfy_encoder=_ENCODER,
                  check_kind="modular pipeline"),
         Pipeline("Flux3ModularPipeline", "FLUX 3 [klein] base", 2, "guidance_scale", False, references=True,
-                 latent_patch=2, modular=Modular("Flux3AutoBlocks", without=_UPSAMPLER, guider=True)),
+                 latent_patch=2, modular=Modular("Flux3AutoBlocks", without=_UPSAMPLER, guider=True),
+                 comfy_encoder=_ENCODER),
     ),
     configs=(),
     # the original (BFL) layout's keys, as diffusers' convert_flux3_transformer_checkpoint_to_diffusers reads them

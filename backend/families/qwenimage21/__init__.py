@@ -27,8 +27,8 @@ from ..base import ModelFamily, Pipeline, unread
 FAMILY = ModelFamily(
     id="qwenimage21", order=55, tiny=("qwenimage21",), name="Qwen-Image 2.1",
     pipelines=(Pipeline("QwenImage21Pipeline", "Qwen-Image 2.1", 2, "true_cfg_scale", True, cfg_passes="branches",
-                        variable_text=True, references=True, sigmas="always", sigmas_arg=True,
-                        alpha=True,
+                        variable_text=True, references=True, sigmas="always", sigmas_arg=True, alpha=True,
+                        comfy_encoder=("qwen_image", "TextEncodeQwenImage21"),
                         image_note="Qwen-Image 2.1 resizes each reference to about 1024x1024 pixels (its "
                                    "output_resolution) at its own aspect"),),
     configs=(),
