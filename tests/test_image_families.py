@@ -21,7 +21,7 @@ from lora_fixtures import fuse, load, make
 from backend.controller import api
 from backend.controller.files import assemble, listing
 from backend.families import FAMILIES, PIPELINES
-from backend.protocol.errors import InputError, ModelError, OptionError, ParallelError
+from backend.protocol.errors import InputError, ModelError, OptionError, ParallelError, SampleError
 from backend.protocol.spec import SampleRequest
 
 FOX, NEG = "a red fox in the snow", "blurry"
@@ -312,6 +312,8 @@ def test_sigmas_are_parsed_as_manual_sigmas_writes_them_and_refused_where_the_ca
     assert turbo.sigmas == sigmas.parse(TURBO_SIGMAS) and "sigmas: 8 steps on your schedule" in text
     prepared = api.prepare_sample(turbo, _request(steps=25))
     assert prepared.req.steps == 8 and "steps follow Sampling Options' sigmas: 8 (not 25)" in prepared.notes
+    with pytest.raises(SampleError, match="denoise: 0.5 starts from an image or latent.*Set denoise to 1"):
+        sigmas.apply(turbo, _request(denoise=0.5), starts_from_image=True)  # (none of these has image to image yet)
     with pytest.raises(OptionError) as e:
         api.sampling_options(_spec(tiny_models, "tiny-ideogram4"), sigmas=TURBO_SIGMAS)
     assert "Ideogram 4 ('tiny-ideogram4') takes no schedule of its own" in str(e.value)
