@@ -504,17 +504,20 @@ def _flux3_klein_t2i() -> dict:
     return _text_to_image(
         title="image_flux3_klein_t2i", model="FLUX-3-Image-Klein-Base", offload="auto", note_height=420,
         prompt=FLUX3_T2I_PROMPT, width=1024, height=1024, steps=50, guidance=3.5, seed=0, seed_control="randomize",
-        sampler="euler", scheduler="simple", prefix="image_flux3_klein_base_t2i",
+        sampler="default", scheduler="default", prefix="image_flux3_klein_base_t2i",
         description="FLUX 3 [klein] base text to image, as ComfyUI's image_flux3_klein_t2i template: Load TPU "
-                    "Pipeline (FLUX-3-Image-Klein-Base) -> Sample (1024x1024, 50 steps, guidance 3.5, euler, simple) "
+                    "Pipeline (FLUX-3-Image-Klein-Base) -> Sample (1024x1024, 50 steps, guidance 3.5, the model's own "
+                    "scheduler: the template's euler, simple) "
                     "-> Save Image. Needs the diffusers folder models/diffusers/FLUX-3-Image-Klein-Base.",
         note=f"""
 ## FLUX 3 [klein] base: text to image
 
-**Load TPU Pipeline** → **Sample** (1024×1024, **50 steps, guidance 3.5, `euler`, `simple`**: the values of
-ComfyUI's `image_flux3_klein_t2i` template) → **Save Image**.
+**Load TPU Pipeline** → **Sample** (1024×1024, **50 steps, guidance 3.5**: the values of ComfyUI's
+`image_flux3_klein_t2i` template) → **Save Image**.
 
-Guidance is the base model's classifier-free guidance (diffusers' guider): two passes per step.
+The template's `euler` / `simple` is the model's own scheduler (flow-matching Euler, shift 6.93): sampler and
+scheduler `default` (diffusers' FLUX 3 blocks make their scheduler themselves; no other is offered). Guidance is
+the base model's classifier-free guidance (diffusers' guider): two passes per step.
 
 {NO_PROMPT_ENHANCER.format(what="on by default in the template", file="qwen3.5_9b_flux3_prompt_upsampler_w4a8")}
 The template's layout boxes (Create Bounding Boxes, Flux3LayoutPrompt) are not carried either.
@@ -529,16 +532,17 @@ def _flux3_klein_edit() -> dict:
     return _one_reference_edit(
         name="image_flux3_klein_image_edit", model="FLUX-3-Image-Klein-Base",
         prompt="Change the dress color to red", prefix="image_flux3_klein_distilled_image_edit",
-        sample={"steps": 50, "guidance": 1.0, "sampler": "euler", "scheduler": "simple"},
+        sample={"steps": 50, "guidance": 1.0, "sampler": "default", "scheduler": "default"},
         description="FLUX 3 [klein] base image edit, as ComfyUI's image_flux3_klein_image_edit template: Load TPU "
                     "Pipeline (FLUX-3-Image-Klein-Base) and Load Image -> Sample (the reference; 1024x1024, 50 steps, "
-                    "guidance 1, euler, simple) -> Save Image. Needs models/diffusers/FLUX-3-Image-Klein-Base.",
+                    "guidance 1, the model's own scheduler: the template's euler, simple) -> Save Image. Needs models/diffusers/FLUX-3-Image-Klein-Base.",
         note=f"""
 ## FLUX 3 [klein] base: edit a picture
 
 **Load Image** → Sample's `image` (the model's reference) with **Load TPU Pipeline** → **Sample** (1024×1024,
-**50 steps, guidance 1, `euler`, `simple`**: the values of ComfyUI's `image_flux3_klein_image_edit` template's
-KSampler; its note says cfg 3.5, which is guidance 3.5 here) → **Save Image**. Say the edit in the prompt.
+**50 steps, guidance 1**: the values of ComfyUI's `image_flux3_klein_image_edit` template's KSampler; its note
+says cfg 3.5, which is guidance 3.5 here) → **Save Image**. Say the edit in the prompt. Its `euler` / `simple`
+is the model's own scheduler: sampler and scheduler `default`.
 
 The template writes the edit with layout boxes (`In <ref_image_0>, change the dress color <obj_1> to red`,
 Create Bounding Boxes, Flux3LayoutPrompt); here it is plain text. More references: batch pictures into
