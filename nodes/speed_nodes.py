@@ -132,13 +132,20 @@ class TPUSamplingOptions:
                                     "tooltip": "How much change a skipped step may hide: higher is faster and "
                                                "further from the uncached image. 0 = the cache's default (first "
                                                "block 0.08, magcache 0.06); taylorseer has none."}),
+                "sigmas": ("STRING", {"default": "", "tooltip":
+                           "A noise schedule of your own, written as ComfyUI's ManualSigmas writes it (e.g. "
+                           "Qwen-Image 2.1 Turbo's '1.0, 0.978453, 0.95418, 0.926626, 0.89508, 0.845148, "
+                           "0.704534, 0.414568, 0'): handed to the pipeline as diffusers' sigmas, and Sample's "
+                           f"steps follow its length. {families.pipeline_names(lambda p: p.sigmas_arg)} only. "
+                           "Empty = the model's own "
+                           "schedule."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def options(self, pipeline, prompt_cache, batched, true_cfg_scale, step_cache="off", cache_threshold=0.0,
-                unique_id=None):
+                sigmas="", unique_id=None):
         spec, text = api.sampling_options(pipeline, prompt_cache, batched, true_cfg_scale, step_cache,
-                                          cache_threshold)
+                                          cache_threshold, sigmas)
         comfy_bridge.send_text(unique_id, text)
         return {"ui": {"text": [text]}, "result": (spec,)}

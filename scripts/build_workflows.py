@@ -427,6 +427,134 @@ template's prompt enhancer (off by default) is left out.
     }
 
 
+QWEN_IMAGE_21_TURBO_SIGMAS = "1.0, 0.978453, 0.95418, 0.926626, 0.89508, 0.845148, 0.704534, 0.414568, 0"
+TURBO_EDIT_PROMPT = (
+    "Relight the scene as a clear moonlit night: the sky seen through the oculus becomes a deep night sky with a "
+    "bright full moon and a few stars, and the tree stays as a dark night silhouette. Soft blue-silver moonlight "
+    "is now the only light source, casting a cool pale pool of light on the circular stone platform and a long "
+    "soft shadow of the dancer. The concrete walls turn cool blue-grey with deep shadows, and the dancer's black "
+    "dress catches a faint silver rim light. Keep her exact pose, the architecture, the framing and the tree "
+    "position unchanged.")
+FLUX3_T2I_PROMPT = (
+    "close up profile of a young male athlete with closed eyes pressing his sweaty forehead against a soccer ball, "
+    "right hand gripping the ball, stark white background, athletic jacket, white ball with jagged red graphic "
+    "patterns, high contrast studio lighting, highly detailed skin texture, sharp focus Absolutely no text, no "
+    "typography, no letters, no words, no numbers, no logos, no watermark, no captions, pure imagery only.")
+NO_PROMPT_ENHANCER = """The template's **prompt enhancer** ({what}: ComfyUI's TextGenerate with `{file}`) is
+not part of this workflow: the pack's nodes encode the prompt as you write it, so write the detailed prompt
+yourself (or run the enhancer in ComfyUI and paste its text). Why: docs/models.md, "Prompt enhancers"."""
+
+
+def _one_reference_edit(*, name: str, model: str, prompt: str, sample: dict, prefix: str, note: str,
+                        description: str, options: dict | None = None) -> dict:
+    """Load TPU Pipeline [-> Sampling Options] and ComfyUI's Load Image -> Sample (the image as the model's
+    reference) -> Save Image, as the single-reference edit templates (Qwen-Image 2.1 Turbo, FLUX 3 [klein]).
+    Node ids: Load 1, Sample 2, Save 3, note 4, Load Image 5, Sampling Options 6."""
+    widgets = {"prompt": prompt, "negative_prompt": "", "width": 1024, "height": 1024, "seed": 0,
+               "control_after_generate": "randomize", "batch_size": 1, "prompt_per_line": False, "denoise": 1.0,
+               "size_from_image": False, **sample}
+    nodes = [
+        {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
+         "widgets": {"model": model, "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}},
+        {"id": 5, "type": "LoadImage", "pos": [40, 360], "size": [330, 380], "widgets": {"image": "example.png"}},
+        {"id": 2, "type": "TPUSample", "pos": [750, 130], "size": [400, 600], "widgets": widgets},
+        {"id": 3, "type": "SaveImage", "pos": [1190, 130], "size": [360, 470], "widgets": {"filename_prefix": prefix}},
+        _note(4, [40, 790], note, size=(1110, 340)),
+    ]
+    links = [[5, "IMAGE", 2, "image"], [2, "images", 3, "images"]]
+    if options is None:
+        links.append([1, "pipeline", 2, "pipeline"])
+    else:
+        nodes.append({"id": 6, "type": "TPUSamplingOptions", "pos": [410, 130], "size": [300, 0], "widgets": options})
+        links += [[1, "pipeline", 6, "pipeline"], [6, "pipeline", 2, "pipeline"]]
+    return {"name": name, "nodes": nodes, "links": links, "extra": {"description": description}}
+
+
+def _qwen_image_21_turbo_edit() -> dict:
+    """ComfyUI's image_qwen_image_2_1_turbo_image_edit template: its ManualSigmas as Sampling Options' sigmas."""
+    return _one_reference_edit(
+        name="image_qwen_image_2_1_turbo_image_edit", model="Qwen-Image-2.1-Turbo", prompt=TURBO_EDIT_PROMPT,
+        sample={"steps": 8, "guidance": 1.0, "sampler": "euler", "scheduler": "default"}, prefix="Qwen_image_2.1",
+        options={"prompt_cache": True, "batched": False, "true_cfg_scale": 1.0, "step_cache": "off",
+                 "cache_threshold": 0.0, "sigmas": QWEN_IMAGE_21_TURBO_SIGMAS},
+        description="Qwen-Image 2.1 Turbo image edit, as ComfyUI's image_qwen_image_2_1_turbo_image_edit "
+                    "template: Load TPU Pipeline (Qwen-Image-2.1-Turbo) -> Sampling Options (the template's 8 "
+                    "ManualSigmas) and Load Image -> Sample (the reference; 1024x1024, 8 steps, guidance 1, euler) "
+                    "-> Save Image. Needs models/diffusers/Qwen-Image-2.1-Turbo.",
+        note=f"""
+## Qwen-Image 2.1 Turbo: edit a picture in 8 steps
+
+**Load TPU Pipeline** → **Sampling Options** (`sigmas`: the template's **ManualSigmas**, `{QWEN_IMAGE_21_TURBO_SIGMAS}`)
+→ **Sample** with **Load Image** as its reference (1024×1024, **8 steps, guidance 1, `euler`**: the values of
+ComfyUI's `image_qwen_image_2_1_turbo_image_edit` template) → **Save Image**.
+
+The sigmas reach diffusers' QwenImage21Pipeline as its `sigmas` (the final 0 is the scheduler's own); Sample's
+steps follow them (8). The pipeline resizes the reference to about 1024×1024 pixels at its aspect (the
+template's resolution 0 keeps its size). Guidance 1: one pass per step. Say the edit in the prompt.
+
+{NO_PROMPT_ENHANCER.format(what="off by default", file="qwen3.5_9b_qwen_image_2.1_pe_i2i")}
+
+**Model**: the diffusers folder `models/diffusers/Qwen-Image-2.1-Turbo`. ComfyUI's `qwen_image_2.1_turbo_*`
+files do not load yet.
+""")
+
+
+def _flux3_klein_t2i() -> dict:
+    """ComfyUI's image_flux3_klein_t2i template (the base model, CFG 3.5, 50 steps)."""
+    return _text_to_image(
+        title="image_flux3_klein_t2i", model="FLUX-3-Image-Klein-Base", offload="auto", note_height=420,
+        prompt=FLUX3_T2I_PROMPT, width=1024, height=1024, steps=50, guidance=3.5, seed=0, seed_control="randomize",
+        sampler="default", scheduler="default", prefix="image_flux3_klein_base_t2i",
+        description="FLUX 3 [klein] base text to image, as ComfyUI's image_flux3_klein_t2i template: Load TPU "
+                    "Pipeline (FLUX-3-Image-Klein-Base) -> Sample (1024x1024, 50 steps, guidance 3.5, the model's own "
+                    "scheduler: the template's euler, simple) "
+                    "-> Save Image. Needs the diffusers folder models/diffusers/FLUX-3-Image-Klein-Base.",
+        note=f"""
+## FLUX 3 [klein] base: text to image
+
+**Load TPU Pipeline** → **Sample** (1024×1024, **50 steps, guidance 3.5**: the values of ComfyUI's
+`image_flux3_klein_t2i` template) → **Save Image**.
+
+The template's `euler` / `simple` is the model's own scheduler (flow-matching Euler, shift 6.93): sampler and
+scheduler `default` (diffusers' FLUX 3 blocks make their scheduler themselves; no other is offered). Guidance is
+the base model's classifier-free guidance (diffusers' guider): two passes per step.
+
+{NO_PROMPT_ENHANCER.format(what="on by default in the template", file="qwen3.5_9b_flux3_prompt_upsampler_w4a8")}
+The template's layout boxes (Create Bounding Boxes, Flux3LayoutPrompt) are not carried either.
+
+**Model**: the diffusers folder `models/diffusers/FLUX-3-Image-Klein-Base` (modular_model_index.json naming
+Flux3ModularPipeline). ComfyUI's `flux3-image-klein-*` files do not load yet.
+""")
+
+
+def _flux3_klein_edit() -> dict:
+    """ComfyUI's image_flux3_klein_image_edit template (the base model, KSampler cfg 1 as saved, 50 steps)."""
+    return _one_reference_edit(
+        name="image_flux3_klein_image_edit", model="FLUX-3-Image-Klein-Base",
+        prompt="Change the dress color to red", prefix="image_flux3_klein_distilled_image_edit",
+        sample={"steps": 50, "guidance": 1.0, "sampler": "default", "scheduler": "default"},
+        description="FLUX 3 [klein] base image edit, as ComfyUI's image_flux3_klein_image_edit template: Load TPU "
+                    "Pipeline (FLUX-3-Image-Klein-Base) and Load Image -> Sample (the reference; 1024x1024, 50 steps, "
+                    "guidance 1, the model's own scheduler: the template's euler, simple) -> Save Image. Needs models/diffusers/FLUX-3-Image-Klein-Base.",
+        note=f"""
+## FLUX 3 [klein] base: edit a picture
+
+**Load Image** → Sample's `image` (the model's reference) with **Load TPU Pipeline** → **Sample** (1024×1024,
+**50 steps, guidance 1**: the values of ComfyUI's `image_flux3_klein_image_edit` template's KSampler; its note
+says cfg 3.5, which is guidance 3.5 here) → **Save Image**. Say the edit in the prompt. Its `euler` / `simple`
+is the model's own scheduler: sampler and scheduler `default`.
+
+The template writes the edit with layout boxes (`In <ref_image_0>, change the dress color <obj_1> to red`,
+Create Bounding Boxes, Flux3LayoutPrompt); here it is plain text. More references: batch pictures into
+`image` (ComfyUI's Batch Images), up to 10.
+
+{NO_PROMPT_ENHANCER.format(what="off by default", file="qwen3.5_9b_flux3_prompt_upsampler_w4a8")}
+
+**Model**: the diffusers folder `models/diffusers/FLUX-3-Image-Klein-Base`. ComfyUI's `flux3-image-klein-*`
+files do not load yet.
+""")
+
+
 def _wan_text_to_video() -> dict:
     return _wan_video(
         name="wan21_t2v", model="Wan2.1-T2V-1.3B-Diffusers",
@@ -1252,16 +1380,17 @@ Krea2Pipeline, `is_distilled`). ComfyUI's `krea2_turbo_*` files do not load yet.
 """),
     "image_ideogram4_t2i": _text_to_image(
         title="image_ideogram4_t2i", model="Ideogram-4", offload="auto", note_height=440,
-        prompt=IDEOGRAM4_PROMPT, width=768, height=1344, steps=20, guidance=7.0, seed=0, seed_control="randomize",
+        prompt=IDEOGRAM4_PROMPT, width=768, height=1376, steps=20, guidance=7.0, seed=0, seed_control="randomize",
         sampler="euler", prefix="Ideogram_4.0",
         description="Ideogram 4 text to image, as ComfyUI's image_ideogram4_t2i template with its Default preset: "
-                    "Load TPU Pipeline (Ideogram-4) -> Sample (768x1344, 20 steps, guidance 7, euler, a JSON "
+                    "Load TPU Pipeline (Ideogram-4) -> Sample (768x1376, 20 steps, guidance 7, euler, a JSON "
                     "caption as the prompt) -> Save Image. Needs the diffusers folder models/diffusers/Ideogram-4.",
         note="""
 ## Ideogram 4: text to image
 
-**Load TPU Pipeline** → **Sample** (768×1344, **20 steps, guidance 7, `euler`**: ComfyUI's
-`image_ideogram4_t2i` template with its **Default** preset, 9:16 at one megapixel) → **Save Image**.
+**Load TPU Pipeline** → **Sample** (768×1376, **20 steps, guidance 7, `euler`**: ComfyUI's
+`image_ideogram4_t2i` template with its **Default** preset; 9:16 at one megapixel is Resolution Selector's
+768×1368, which the template rounds up to a multiple of 16) → **Save Image**.
 
 The prompt is a **structured JSON caption** (the template's): a summary, a style block, and elements with
 boxes and colours. Plain text works too, less predictably.
@@ -1273,6 +1402,9 @@ std 1.75); one guidance number cannot say the first, and the second is diffusers
 **Model**: the diffusers folder in `models/diffusers/Ideogram-4` (Ideogram4Pipeline: `transformer` and
 `unconditional_transformer`). ComfyUI's `ideogram4_*` files do not load yet.
 """),
+    "image_qwen_image_2_1_turbo_image_edit": _qwen_image_21_turbo_edit(),
+    "image_flux3_klein_t2i": _flux3_klein_t2i(),
+    "image_flux3_klein_image_edit": _flux3_klein_edit(),
 })
 
 

@@ -15,7 +15,10 @@ What is proved, and under which conditions:
   with the prompt text (FLUX.1 under Shard TP, SD3 with a negative under CFG Parallel, SDXL with a negative under
   Data Parallel),
   and in compiled mode conditionings of different lengths share one graph.
-- What cannot be mapped is refused before anything runs, naming the input and the fix.
+- What cannot be mapped is refused before anything runs, naming the input and the fix. Qwen-Image 2.1, Krea 2,
+  Ideogram 4 and FLUX 3 [klein] are encoded in ComfyUI's templates by Qwen3-VL encoders (CLIPLoader types krea2,
+  ideogram4, flux3; TextEncodeQwenImage21) that the installed ComfyUI (0.3.75) does not have (read from the real
+  server's /object_info): the refusal says so, naming the families whose CONDITIONING maps.
 """
 
 from __future__ import annotations
@@ -182,3 +185,54 @@ def test_the_pipelines_own_embeddings_give_the_text_paths_pixels_across_layouts(
         conditioned = api.sample(spec, req, positive=positive, negative=negative)
         assert conditioned.shape == text.shape
         assert np.array_equal(conditioned, text), (name, np.abs(conditioned - text).max())
+
+
+# the 2026 image families: ComfyUI's templates encode them with Qwen3-VL encoders, which ComfyUI 0.3.75 lacks
+QWEN3VL = [f"tiny-{f.tiny[0]}" for f in __import__("backend.families", fromlist=["FAMILIES"]).FAMILIES.values()
+           if f.tiny and any(p.comfy_encoder for p in f.pipelines)]
+
+
+def _comfy_nodes(object_info: dict):
+    """A stand-in for ComfyUI's `nodes` module from a real server's /object_info: its node names, and CLIPLoader's
+    inputs as INPUT_TYPES gives them."""
+    import types
+
+    def node(info: dict) -> type:
+        inputs = {section: {k: tuple(v) for k, v in info["input"].get(section, {}).items()}
+                  for section in ("required", "optional")}
+        return type("Node", (), {"INPUT_TYPES": classmethod(lambda cls: inputs)})
+
+    return types.SimpleNamespace(NODE_CLASS_MAPPINGS={name: node(info) for name, info in object_info.items()})
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", QWEN3VL)
+def test_a_conditioning_for_the_qwen3_vl_families_is_refused_naming_their_encoder_and_the_families_that_take_one(
+        tiny_models, name, monkeypatch):
+    """Outside ComfyUI the pack cannot tell whether ComfyUI has the encoder: the templates' encoder is named, and
+    the families whose CONDITIONING maps (from the registry)."""
+    from backend import families
+
+    monkeypatch.delitem(sys.modules, "nodes", raising=False)
+    spec = api.make_spec(name, [str(tiny_models)])
+    clip_type, node = spec.family.comfy_encoder
+    text = _refused(spec, _request(), _cond(16, 32, 32))
+    assert text.startswith(f"positive: {spec.family.name} ('{name}') takes no CONDITIONING")
+    assert f"CLIPLoader type '{clip_type}' and {node}" in text and "not mapped" in text
+    assert f"CONDITIONING works with {families.conditioned_names()}" in text and "Sample's prompt" in text
+
+
+@pytest.mark.server
+def test_the_installed_comfyui_has_no_encoder_for_them_and_the_refusal_says_so(server, tiny_models, monkeypatch):
+    """The real ComfyUI (0.3.75) lists neither CLIPLoader's types for these families nor TextEncodeQwenImage21:
+    their CONDITIONING cannot be made there, and the refusal says that (not "not mapped yet"). When a ComfyUI with
+    them is installed, this fails: map their encodings then (Pipeline.embeddings)."""
+    info = server.get("/object_info").json()
+    monkeypatch.setitem(sys.modules, "nodes", _comfy_nodes(info))
+    clip_types = info["CLIPLoader"]["input"]["required"]["type"][0]
+    for name in QWEN3VL:
+        spec = api.make_spec(name, [str(tiny_models)])
+        clip_type, node = spec.family.comfy_encoder
+        assert not (clip_type in clip_types and node in info), (name, clip_type, node)
+        text = _refused(spec, _request(), _cond(16, 32, 32))
+        assert "this ComfyUI has no text encoder for it" in text and "a later ComfyUI brings" in text, text

@@ -61,6 +61,7 @@ LISTS: dict[str, Callable[[], str]] = {
     "conditioning": families.conditioned_names,
     "no_conditioning": lambda: families.family_names(lambda p: p.embeddings is None, every=True),
     "true_cfg": families.true_cfg_names,
+    "sigmas": lambda: families.pipeline_names(lambda p: p.sigmas_arg),  # Sampling Options' sigmas
     "video": lambda: families.family_names(lambda p: bool(p.frame_step)),
     "step_cache_first_block": lambda: families.step_cache_names("first block"),
     "step_cache_taylorseer": lambda: families.step_cache_names("taylorseer"),

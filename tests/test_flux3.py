@@ -157,3 +157,34 @@ def test_a_workflow_in_comfyui_saves_the_pixels_of_plain_diffusers(server, tiny_
     plain = np.clip(255.0 * _plain(tiny_models / "tiny-flux3", "tiny-flux3", req)[0], 0, 255).astype(np.uint8)
     assert saved.shape == (48, 64, 3)
     assert np.abs(saved - plain.astype(int)).max() <= 1  # float noise at an 8-bit boundary at most
+
+
+@pytest.mark.workers
+def test_latent_out_decodes_to_the_image_and_an_empty_latent_in_sets_size_and_batch(tiny_models):
+    """ComfyUI's LATENT of a modular pipeline, as every image family's (tests/test_latents.py): what the blocks
+    hand the VAE to decode, in FLUX.2's packed layout (FLUX 3 runs on FLUX.2's VAE); Sample Latent never decodes,
+    VAE Decode (TPU) gives the image; an empty latent at denoise 1 is text to image at its size and batch; below 1
+    refused naming the pipelines that can start from a latent."""
+    from backend.families import pipeline_names
+    from backend.protocol.errors import ModelError
+
+    spec = api.make_spec("tiny-flux3", [str(tiny_models)])
+    req = _request(batch_size=2)
+    both = api.run_sample_outputs(api.prepare_sample(spec, SampleRequest(**{**req.to_dict(),
+                                                                            "outputs": "images+latents"})))
+    channels = 4 * spec.component_config("vae")["latent_channels"]
+    assert both["latents"].shape == (2, channels, 3, 4), "2x2 packed: 1/16 of 48x64"
+    assert np.array_equal(both["images"], api.sample(spec, req))
+    decodes = api.worker_info()[0]["vae_decodes"]
+    only = api.run_sample_outputs(api.prepare_sample(spec, SampleRequest(**{**req.to_dict(), "outputs": "latents"})))
+    assert np.array_equal(only["latents"], both["latents"])
+    assert api.worker_info()[0]["vae_decodes"] == decodes, "Sample Latent never runs the VAE's decoder"
+    np.testing.assert_allclose(api.decode(spec, only["latents"]), both["images"], rtol=0, atol=1e-5)
+    latent, width, height, batch = api.latent_input(spec, np.zeros((2, 16, 3, 4), np.float32))  # EmptyLatentImage
+    assert (width, height, batch) == (64, 48, 2)
+    sized = SampleRequest(**{**_request().to_dict(), "width": width, "height": height, "batch_size": batch})
+    assert np.array_equal(api.run_sample(api.prepare_sample(spec, sized, latent=latent)), both["images"])
+    with pytest.raises(ModelError) as e:
+        api.prepare_sample(spec, SampleRequest(**{**sized.to_dict(), "denoise": 0.5}), latent=latent)
+    assert "has no image-to-image pipeline" in str(e.value)
+    assert f"works with {pipeline_names(lambda p: p.img2img is not None)}." in str(e.value)

@@ -21,7 +21,7 @@ from lora_fixtures import fuse, load, make
 from backend.controller import api
 from backend.controller.files import assemble, listing
 from backend.families import FAMILIES, PIPELINES
-from backend.protocol.errors import InputError, ModelError, ParallelError
+from backend.protocol.errors import InputError, ModelError, OptionError, ParallelError, SampleError
 from backend.protocol.spec import SampleRequest
 
 FOX, NEG = "a red fox in the snow", "blurry"
@@ -290,3 +290,57 @@ def test_qwen_image_21_shard_tp_2_equals_one_worker(tiny_models):
     assert "transformer: sharded over 2 chips, 1 of 2 heads per chip" in text
     assert np.abs(api.sample(tp, _request(guidance=4.0)) - one).max() <= TOLERANCE
     assert [w["rank"] for w in api.worker_info()] == [0, 1]
+
+
+# ---- Sampling Options' sigmas (Qwen-Image 2.1 Turbo's ManualSigmas)
+
+TURBO_SIGMAS = "1.0, 0.978453, 0.95418, 0.926626, 0.89508, 0.845148, 0.704534, 0.414568, 0"  # the templates'
+
+
+@pytest.mark.unit
+def test_sigmas_are_parsed_as_manual_sigmas_writes_them_and_refused_where_the_call_takes_none(tiny_models):
+    """ComfyUI's final 0 dropped (diffusers' scheduler appends it); bad text named; a pipeline whose call takes no
+    `sigmas=` refused naming the ones that do (the declaration held to diffusers' signatures)."""
+    import inspect
+
+    import diffusers
+
+    from backend.controller import sigmas
+
+    assert sigmas.parse(TURBO_SIGMAS) == (1.0, 0.978453, 0.95418, 0.926626, 0.89508, 0.845148, 0.704534, 0.414568)
+    assert sigmas.parse("  ") == () and sigmas.parse("1 0.5") == (1.0, 0.5)
+    for bad, why in (("1, a", "not a list of numbers"), ("1, 0, 0.5", "not a positive number"),
+                     ("0.5, 0.9, 0", "does not fall")):
+        with pytest.raises(OptionError, match=f"sigmas: .*{why}"):
+            sigmas.parse(bad)
+    for name, p in PIPELINES.items():
+        if not p.modular:
+            assert p.sigmas_arg <= ("sigmas" in inspect.signature(getattr(diffusers, name).__call__).parameters), name
+    spec = _spec(tiny_models, "tiny-qwenimage21")
+    turbo, text = api.sampling_options(spec, sigmas=TURBO_SIGMAS)
+    assert turbo.sigmas == sigmas.parse(TURBO_SIGMAS) and "sigmas: 8 steps on your schedule" in text
+    prepared = api.prepare_sample(turbo, _request(steps=25))
+    assert prepared.req.steps == 8 and "steps follow Sampling Options' sigmas: 8 (not 25)" in prepared.notes
+    with pytest.raises(SampleError, match="denoise: 0.5 starts from an image or latent.*Set denoise to 1"):
+        sigmas.apply(turbo, _request(denoise=0.5), starts_from_image=True)  # (none of these has image to image yet)
+    with pytest.raises(OptionError) as e:
+        api.sampling_options(_spec(tiny_models, "tiny-ideogram4"), sigmas=TURBO_SIGMAS)
+    assert "Ideogram 4 ('tiny-ideogram4') takes no schedule of its own" in str(e.value)
+    assert f"sigmas work with {sigmas.takes_them()}" in str(e.value) and "Qwen-Image 2.1" in sigmas.takes_them()
+
+
+@pytest.mark.workers
+def test_qwen_image_21_turbo_sigmas_equal_plain_diffusers_called_with_them(tiny_models):
+    """Sampling Options' sigmas (the Turbo templates' ManualSigmas) reach QwenImage21Pipeline as `sigmas=`, its
+    final 0 dropped: the pixels of plain diffusers called with the same sigmas, and not those of its own schedule."""
+    from backend.controller import sigmas
+
+    spec, pipe = _spec(tiny_models, "tiny-qwenimage21"), load(tiny_models, "tiny-qwenimage21")
+    turbo, _ = api.sampling_options(spec, sigmas=TURBO_SIGMAS)
+    ours = api.sample(turbo, _request(guidance=1.0, steps=25))
+    with torch.inference_mode():
+        plain = pipe(prompt=FOX, negative_prompt=NEG, true_cfg_scale=1.0, height=32, width=64,
+                     sigmas=list(sigmas.parse(TURBO_SIGMAS)), output_type="np",
+                     generator=[torch.Generator("cpu").manual_seed(7)]).images
+    assert np.abs(ours - np.asarray(plain)[..., :3]).max() <= TOLERANCE
+    assert np.abs(ours - api.sample(spec, _request(guidance=1.0, steps=8))).max() > 1e-3, "its own 8 steps differ"

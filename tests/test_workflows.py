@@ -50,6 +50,8 @@ TINY = {
     "Wan2.1-I2V-14B-480P-Diffusers": "tiny-wan-i2v",
     "LTX-2": "tiny-ltx2",
     "Qwen-Image-2.1": "tiny-qwenimage21",
+    "Qwen-Image-2.1-Turbo": "tiny-qwenimage21",  # Sampling Options' sigmas give the Turbo schedule
+    "FLUX-3-Image-Klein-Base": "tiny-flux3-base",
     "Krea-2-Turbo": "tiny-krea2",
     "Ideogram-4": "tiny-ideogram4",
     # model files in ComfyUI's folders -> the tiny FLUX.1 files written by ComfyUI's own code (file_fixtures.py)
@@ -267,7 +269,9 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
             "wan21_i2v", "flux1_dev_clip_text_encode", "wan22_5b_t2v_comfyui_files",
             "wan22_14b_i2v_comfyui_files", "flux1_redux", "ltx2_t2v_sound", "image_qwen_image_2_1_t2i",
             "zimage_turbo_int8", "qwen_image_edit_2511_int8", "image_qwen_image_2_1_image_edit",
-            "image_krea2_turbo_t2i", "image_ideogram4_t2i", "video_ltx2_3_i2v"} <= {p.stem for p in FILES}
+            "image_krea2_turbo_t2i", "image_ideogram4_t2i", "video_ltx2_3_i2v",
+            "image_qwen_image_2_1_turbo_image_edit", "image_flux3_klein_t2i",
+            "image_flux3_klein_image_edit"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,10 +61,9 @@ def apply(spec: PipelineSpec, req: SampleRequest, positive: Sequence | None,
     mapping = family.embeddings
     if mapping is None:
         which = "positive" if positive is not None else "negative"
-        raise ModelError(f"{which}: {family.name} ('{spec.name}') takes no CONDITIONING: ComfyUI's encoding for it "
-                         "does not map onto its diffusers pipeline's prompt embeddings here (CONDITIONING works "
-                         f"with {families.conditioned_names()}). Disconnect {which} and write the prompt in "
-                         "Sample's prompt instead.")
+        raise ModelError(f"{which}: {family.name} ('{spec.name}') takes no CONDITIONING: {_unmapped(family)} "
+                         f"(CONDITIONING works with {families.conditioned_names()}). Disconnect {which} and write "
+                         "the prompt in Sample's prompt instead.")
     if positive is None:
         raise SampleError("negative: a negative CONDITIONING needs a positive one; connect CLIP Text Encode to "
                           "positive too (or disconnect negative and use Sample's negative_prompt).")
@@ -110,6 +110,32 @@ def apply(spec: PipelineSpec, req: SampleRequest, positive: Sequence | None,
             arrays[name] = np.pad(a, ((0, 0), (0, length - a.shape[1]), (0, 0)))
     return Conditioned(dataclasses.replace(req, prompt=CONDITIONED, negative_prompt="", guidance=guidance),
                        arrays, tuple(notes))
+
+
+def comfy_encodes(clip_type: str, node: str) -> bool | None:
+    """Whether the running ComfyUI has the encoder: `node` and CLIPLoader's `clip_type`; None outside ComfyUI."""
+    mapping = getattr(sys.modules.get("nodes"), "NODE_CLASS_MAPPINGS", None)
+    if not isinstance(mapping, dict) or "CLIPLoader" not in mapping:
+        return None
+    try:
+        types = mapping["CLIPLoader"].INPUT_TYPES()["required"]["type"][0]
+    except (AttributeError, KeyError, IndexError, TypeError):
+        return None
+    return node in mapping and clip_type in types
+
+
+def _unmapped(family: families.Pipeline) -> str:
+    """Why a family's CONDITIONING is not taken: the running ComfyUI has no encoder for it (0.3.75 has no
+    Qwen3-VL one), or its encoding is not mapped onto the pipeline's prompt embeddings."""
+    if family.comfy_encoder:
+        clip_type, node = family.comfy_encoder
+        how = f"its templates encode with CLIPLoader type '{clip_type}' and {node}"
+        has = comfy_encodes(clip_type, node)
+        if has is False:
+            return (f"this ComfyUI has no text encoder for it ({how}, which a later ComfyUI brings), so no "
+                    "CONDITIONING of it exists here to map")
+        return f"{how}, whose encoding is not mapped onto its diffusers pipeline's prompt embeddings yet"
+    return "ComfyUI's encoding for it does not map onto its diffusers pipeline's prompt embeddings here"
 
 
 def _entry(name: str, conditioning: Sequence, widths: tuple[int, int], spec: PipelineSpec,

@@ -16,6 +16,7 @@ import sys
 
 import numpy as np
 
+from .. import families
 from ..protocol.errors import ModelError
 from ..protocol.spec import PipelineSpec, SampleRequest
 from . import models, pixels
@@ -141,7 +142,8 @@ def check(spec: PipelineSpec, req: SampleRequest, image_connected: bool) -> None
     if req.denoise < 1 and family.img2img is None:
         raise ModelError(f"denoise: {family.name} ('{spec.name}') has no image-to-image pipeline in diffusers, so it "
                          f"cannot start from a latent; set denoise to 1 (it is {req.denoise:g}): the latent then "
-                         "sets only the size and the batch.")
+                         "sets only the size and the batch. Starting from a latent below denoise 1 works with "
+                         f"{families.pipeline_names(lambda p: p.img2img is not None)}.")
 
 
 def describe(spec: PipelineSpec, req: SampleRequest, latent: np.ndarray, asked: tuple[int, int, int]) -> list[str]:

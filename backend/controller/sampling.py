@@ -27,6 +27,7 @@ from . import (
     prompt_weights,
     redux,
     resolve,
+    sigmas,
 )
 from .workers import ProgressFn, group_config, status_adapter
 
@@ -93,7 +94,8 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
     arrays.update(redux.arrays(spec))
     if tiling := pixels.video_tiling(spec, req.width, req.height):
         req = dataclasses.replace(req, tiled_vae=True)
-    said = [samplers.check(spec, req, starts), prompt_weights.note(req), tiling]
+    req, scheduled = sigmas.apply(spec, req, starts)
+    said = [samplers.check(spec, req, starts), prompt_weights.note(req), tiling, scheduled]
     if conditioned is not None:
         arrays, notes = {**arrays, **conditioned.arrays}, [*conditioned.notes, *notes]
     return PreparedSample(spec, req, arrays, tuple(notes + [text for text in said if text]))

@@ -7,16 +7,18 @@ from __future__ import annotations
 from .. import families
 from ..protocol.errors import ParallelError
 from ..protocol.spec import PipelineSpec
+from . import sigmas as schedules
 from . import step_cache as step_caching
 
 
 def plan_sampling(spec: PipelineSpec, prompt_cache: bool, batched: bool, true_cfg_scale: float,
-                  step_cache: str = "off", cache_threshold: float = 0.0) -> tuple[PipelineSpec, str]:
-    """Sampling Options: the prompt-embedding cache, batched calls, FLUX.1's true CFG, step caching; checked, and
-    what they do."""
+                  step_cache: str = "off", cache_threshold: float = 0.0,
+                  sigmas: str = "") -> tuple[PipelineSpec, str]:
+    """Sampling Options: the prompt-embedding cache, batched calls, FLUX.1's true CFG, step caching, a schedule of
+    the artist's own (`sigmas`, ManualSigmas' text); checked, and what they do."""
     spec = spec.with_changes(prompt_cache=bool(prompt_cache), batched=bool(batched),
                              true_cfg_scale=float(true_cfg_scale), step_cache=step_cache,
-                             cache_threshold=float(cache_threshold))
+                             cache_threshold=float(cache_threshold), sigmas=schedules.parse(sigmas))
     check_sampling(spec)
     lines = [("prompt_cache on: a prompt seen before on this model reuses its embeddings (no text encoder run, "
               "none moved to the chip under offload); the same pixels as without it."
@@ -30,6 +32,8 @@ def plan_sampling(spec: PipelineSpec, prompt_cache: bool, batched: bool, true_cf
                      "(two passes per step; CFG Parallel splits them).")
     if cached := step_caching.describe(spec):
         lines.append(cached)
+    if scheduled := schedules.describe(spec):
+        lines.append(scheduled)
     return spec, "\n".join(lines)
 
 
@@ -38,6 +42,7 @@ MAX_TRUE_CFG = 30.0  # Sampling Options' true_cfg_scale widget maximum
 
 def check_sampling(spec: PipelineSpec) -> None:
     step_caching.check(spec)
+    schedules.check(spec)
     scale = spec.true_cfg_scale
     if not (isinstance(scale, (int, float)) and 1 <= scale <= MAX_TRUE_CFG):
         raise ParallelError(f"true_cfg_scale: {scale} is {'not a number' if scale != scale else 'out of range'}; use "

@@ -35,9 +35,9 @@ def context_parallel(spec: PipelineSpec, degree: int, mode: str = "ulysses") -> 
 
 def sampling_options(spec: PipelineSpec, prompt_cache: bool = True, batched: bool = False,
                      true_cfg_scale: float = 1.0, step_cache: str = "off",
-                     cache_threshold: float = 0.0) -> tuple[PipelineSpec, str]:
+                     cache_threshold: float = 0.0, sigmas: str = "") -> tuple[PipelineSpec, str]:
     """`spec` with these sampling options, checked; and what they do, for the node's text."""
-    return plan_sampling(spec, prompt_cache, batched, true_cfg_scale, step_cache, cache_threshold)
+    return plan_sampling(spec, prompt_cache, batched, true_cfg_scale, step_cache, cache_threshold, sigmas)
 
 
 def with_mode(spec: PipelineSpec, mode: str) -> tuple[PipelineSpec, list[str]]:

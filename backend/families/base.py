@@ -141,6 +141,9 @@ class Pipeline:
     # stochastic sampler follows the seed.
     sigmas: str = "never"
     seeded_steps: bool = False
+    # its call takes `sigmas=`, a schedule of the artist's own (Sampling Options' sigmas: Qwen-Image 2.1 Turbo's
+    # ManualSigmas), which also sets the step count
+    sigmas_arg: bool = False
     # The step caches (spec.STEP_CACHES) that suit it: diffusers' hooks know its blocks and the pipeline runs its
     # denoiser under cache contexts; MagCache also needs the model's magnitude ratios (diffusers ships FLUX.1's)
     step_caches: tuple[str, ...] = ()
@@ -184,6 +187,9 @@ class Pipeline:
     latent_patch: int = 1
     # How Sample's positive/negative CONDITIONING maps onto the pipeline (None: it takes none; refused)
     embeddings: Embeddings | None = None
+    # How ComfyUI's templates encode its prompt: (CLIPLoader type, encode node), e.g. ("krea2", "CLIPTextEncode");
+    # the refusal of a CONDITIONING says whether the running ComfyUI has them (0.3.75 has no Qwen3-VL encoder)
+    comfy_encoder: tuple[str, str] = ()
     # FLUX.1 Redux (Apply Redux): the call takes the prompt_embeds and pooled_prompt_embeds diffusers'
     # FluxPriorReduxPipeline makes from reference images
     redux: bool = False

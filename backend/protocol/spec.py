@@ -296,6 +296,9 @@ class PipelineSpec:
     storage: str = ""
     step_cache: str = "off"  # STEP_CACHES (Sampling Options)
     cache_threshold: float = 0.0  # the cache kind's threshold; 0 = its default (Sampling Options)
+    # a noise schedule of the artist's own (Sampling Options' sigmas, ComfyUI's final 0 dropped: diffusers'
+    # `sigmas=`); () = the pipeline's own, from Sample's steps and scheduler
+    sigmas: tuple[float, ...] = ()
     controlnets: tuple[ControlNetRef, ...] = ()  # Apply ControlNet, in the order they were added
     redux: tuple[ReduxRef, ...] = ()  # Apply Redux, in the order they were added
 
@@ -375,6 +378,7 @@ class PipelineSpec:
             source = FileSource.from_dict(source)
         return cls(**{**data, "compile": plan, "source": source,
                       "sharded_encoders": tuple(data.get("sharded_encoders", ())),
+                      "sigmas": tuple(data.get("sigmas", ())),
                       "loras": tuple(LoraRef(**lora) for lora in data.get("loras", ())),
                       "controlnets": tuple(ControlNetRef(**c) for c in data.get("controlnets", ())),
                       "redux": tuple(ReduxRef(**r) for r in data.get("redux", ()))})

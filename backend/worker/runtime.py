@@ -423,6 +423,8 @@ class Runtime:
             "num_images_per_prompt": len(generators), "num_videos_per_prompt": len(generators), "output_type": "np",
             family.guidance_arg: req.guidance,
         }
+        if spec.sigmas:  # Sampling Options' schedule (the controller made req.steps its length)
+            kwargs["sigmas"] = list(spec.sigmas)
         if family.frame_step:
             kwargs["num_frames"] = req.frames
         if family.frame_rate_arg:

@@ -14,6 +14,7 @@ from ..base import ModelFamily, Modular, Pipeline, Shapes
 # the auto blocks start with a prompt upsampler (Qwen3.5-9B, `prompt_upsampler`): left out, the prompt is encoded
 # as the artist wrote it (ComfyUI's templates run the upsampler as a separate TextGenerate node)
 _UPSAMPLER = ("prompt_upsampler",)
+_ENCODER = ("flux3", "CLIPTextEncode")  # its templates: CLIPLoader type flux3 (Qwen3-VL-4B), CLIP Text Encode
 
 
 FILES_REFUSED = ("diffusers runs FLUX 3 [klein] as a modular pipeline only, and ComfyUI-TPU builds only "
@@ -41,10 +42,10 @@ FAMILY = ModelFamily(
     pipelines=(
         Pipeline("Flux3DistilledModularPipeline", "FLUX 3 [klein]", 2, "guidance_scale", False, references=True,
                  latent_patch=2, modular=Modular("Flux3DistilledAutoBlocks", without=_UPSAMPLER),
-                 no_step_cache=NO_CACHE, check_kind="modular pipeline"),
+                 no_step_cache=NO_CACHE, comfy_encoder=_ENCODER, check_kind="modular pipeline"),
         Pipeline("Flux3ModularPipeline", "FLUX 3 [klein] base", 2, "guidance_scale", False, references=True,
                  latent_patch=2, modular=Modular("Flux3AutoBlocks", without=_UPSAMPLER, guider=True),
-                 no_step_cache=NO_CACHE),
+                 no_step_cache=NO_CACHE, comfy_encoder=_ENCODER),
     ),
     configs=(),
     # the original (BFL) layout's keys, as diffusers' convert_flux3_transformer_checkpoint_to_diffusers reads them

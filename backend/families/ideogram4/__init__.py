@@ -28,6 +28,7 @@ FILES_REFUSED = ("diffusers 0.42.1 has no single-file converter for Ideogram4Tra
 FAMILY = ModelFamily(
     id="ideogram4", order=67, tiny=("ideogram4",), name="Ideogram 4",
     pipelines=(Pipeline("Ideogram4Pipeline", "Ideogram 4", 2, "guidance_scale", False, cfg_passes="models",
+                        comfy_encoder=("ideogram4", "CLIPTextEncode"),
                         sigmas="always", call_args=(("guidance_schedule", None),),
                         unfit_samplers=("uni_pc", "uni_pc_bh2"),
                         no_image="diffusers' Ideogram4Pipeline makes images from text only",

@@ -68,7 +68,8 @@ NO_STYLE_REFERENCE = ("diffusers' Krea2Pipeline has no reference images (ComfyUI
 FAMILY = ModelFamily(
     id="krea2", order=65, tiny=("krea2",), name="Krea 2",
     pipelines=(Pipeline("Krea2Pipeline", "Krea 2", 2, "guidance_scale", False, cfg_passes="branches",
-                        unnamed_branches=True, cfg_above=0.0, sigmas="always", no_image=NO_STYLE_REFERENCE,
+                        unnamed_branches=True, cfg_above=0.0, comfy_encoder=("krea2", "CLIPTextEncode"),
+                        sigmas="always", sigmas_arg=True, no_image=NO_STYLE_REFERENCE,
                         no_step_cache="diffusers' Krea2Pipeline calls its transformer without the cache contexts "
                                       "('cond', 'uncond') that diffusers' cache hooks keep their state by, so its two "
                                       "guidance passes would read each other's cache"),),

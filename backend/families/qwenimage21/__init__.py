@@ -60,7 +60,8 @@ NO_CACHE = ("first block: diffusers' FirstBlockCache finds a model's blocks thro
 FAMILY = ModelFamily(
     id="qwenimage21", order=55, tiny=("qwenimage21",), name="Qwen-Image 2.1",
     pipelines=(Pipeline("QwenImage21Pipeline", "Qwen-Image 2.1", 2, "true_cfg_scale", True, cfg_passes="branches",
-                        variable_text=True, references=True, sigmas="always", alpha=True,
+                        variable_text=True, references=True, sigmas="always", sigmas_arg=True, alpha=True,
+                        comfy_encoder=("qwen_image", "TextEncodeQwenImage21"),
                         whole_denoiser_untraceable=UNTRACEABLE, padded_text_exact=False,
                         step_caches=("taylorseer",), taylorseer_modules=TAYLORSEER_MODULES, no_step_cache=NO_CACHE,
                         image_note="Qwen-Image 2.1 resizes each reference to about 1024x1024 pixels (its "
@@ -70,5 +71,4 @@ FAMILY = ModelFamily(
                    "img_in.weight", "proj_out.weight"),
     width_key="img_in.weight", width_agrees=("proj_out.weight", 1), sizes=sizes, text_widths=text_widths,
     vae="vae-qwenimage21", vae_hint="qwen_image_2.1_vae_bf16.safetensors", latent_packing=1,
-
 )
