@@ -154,6 +154,8 @@ class Pipeline:
     # rate is read ("component.config_key"). (): no sound (Sample Video's AUDIO output is None).
     sound: tuple[str, ...] = ()
     sound_rate: str = ""
+    # It takes Sample Video's upscale_model: a two-stage call with an x2 latent upsampler (families/ltx2/two_stage.py)
+    latent_upscale: bool = False
     # the __call__ argument that takes Sample Video's frame rate (LTX-2: frame_rate, which sets the sound's length
     # and the positions of the video tokens in time); "": the model has a fixed rate (Wan: 16 fps), none is passed
     frame_rate_arg: str = ""

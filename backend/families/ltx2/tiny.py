@@ -97,6 +97,29 @@ def _ltx2(seed: Seeder, size: str) -> Any:
                         connectors=connectors, transformer=transformer, vocoder=vocoder)
 
 
+def upsampler(path: Any, seed: int = 0) -> Any:
+    """A tiny x2 spatial latent upsampler for tiny-ltx2's 4 latent channels, written as ComfyUI's
+    latent_upscale_models hold Lightricks' (ltx-2.3-spatial-upscaler-x2-*): one safetensors file, diffusers'
+    LTX2LatentUpsamplerModel keys, its config as JSON in the metadata. mid_channels must be a multiple of 32
+    (GroupNorm(32))."""
+    import json
+    from pathlib import Path
+
+    import torch
+    from diffusers.pipelines.ltx2 import LTX2LatentUpsamplerModel
+    from safetensors.torch import save_file
+
+    config = dict(in_channels=4, mid_channels=32, num_blocks_per_stage=1, dims=3, spatial_upsample=True,
+                  temporal_upsample=False)
+    with torch.random.fork_rng():  # the caller's RNG stays as it was
+        model = Seeder(seed)("latent_upsampler", lambda: LTX2LatentUpsamplerModel(**config))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path),
+              metadata={"config": json.dumps(config)})
+    return path
+
+
 # The builders by tiny name (the family declaration's `tiny`), and the sizes they come in
 BUILDERS = {"ltx2": _ltx2}
 SIZES: tuple[str, ...] = ("tiny",)
