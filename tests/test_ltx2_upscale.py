@@ -135,3 +135,40 @@ def test_two_stages_equal_plain_diffusers(tiny_models, upscaler, cls):
         assert np.abs(out["audio"][video] - plain_audio).max() <= TOLERANCE, f"video {video}'s sound"
     one = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), SampleRequest(**LTX), starts), lambda m: None)
     assert np.abs(one["images"][:9] - frames[:9]).max() > 1e-3, "upscale_model none: one stage, another video"
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("fmt", ["lightricks", "comfy"])
+def test_the_distilled_lora_equals_diffusers_own_load_and_fuse(tiny_models, tmp_path_factory, fmt):
+    """Load LoRA on LTX-2, as the templates put the distilled LoRA on the dev model (strength 0.5): frames and sound
+    equal plain LTX2Pipeline with load_lora_weights + fuse_lora(lora_scale=0.5), in Lightricks' own layout
+    (lora_A/lora_B under diffusion_model.) and in ComfyUI's LoraSave layout (lora_up/lora_down, fp16, zero
+    .diff_b: which diffusers 0.42.1 cannot read, so plain diffusers gets it renamed to lora_A/lora_B here)."""
+    from lora_fixtures import fuse, load, make
+
+    path, _ = make(tiny_models, "tiny-ltx2", fmt, tmp_path_factory.mktemp(f"ltx2-lora-{fmt}"))
+    req = SampleRequest(**{k: v for k, v in LTX.items() if k != "upscale_sigmas"} | dict(width=64, height=64))
+    spec, text = api.with_lora(_spec(tiny_models), str(path), 0.5)
+    assert f"{path.name}: strength 0.5" in text
+    out = api.run_sample_outputs(api.prepare_sample(spec, req, None), lambda m: None)
+    pipe = load(tiny_models, "tiny-ltx2")
+    base = pipe(prompt=FOX, negative_prompt="blurry", height=64, width=64, num_frames=9, frame_rate=25.0,
+                num_inference_steps=2, guidance_scale=3.0, audio_guidance_scale=3.0, output_type="np",
+                generator=[torch.Generator("cpu").manual_seed(11)], **dict(OFF))
+    fuse(pipe, [(str(path) if fmt == "lightricks" else _peft_names(path), 0.5)])
+    with torch.inference_mode():
+        plain = pipe(prompt=FOX, negative_prompt="blurry", height=64, width=64, num_frames=9, frame_rate=25.0,
+                     num_inference_steps=2, guidance_scale=3.0, audio_guidance_scale=3.0, output_type="np",
+                     generator=[torch.Generator("cpu").manual_seed(11)], **dict(OFF))
+    assert np.abs(out["images"] - plain.frames[0]).max() <= TOLERANCE
+    assert np.abs(out["audio"][0] - plain.audio[0].numpy()).max() <= TOLERANCE
+    assert np.abs(base.frames[0] - plain.frames[0]).max() > 1e-3, "the LoRA changes the video"
+
+
+def _peft_names(path) -> dict:
+    """A ComfyUI LoraSave file as diffusers reads LTX-2 LoRAs: lora_down/lora_up as lora_A/lora_B, no .diff_b."""
+    from safetensors.torch import load_file
+
+    names = {".lora_down.weight": ".lora_A.weight", ".lora_up.weight": ".lora_B.weight"}
+    return {k.replace(end, names[end]): v for k, v in load_file(str(path)).items()
+            for end in names if k.endswith(end)}
