@@ -86,18 +86,23 @@ class TPUSampleVideo:
                                    "With upscale_model: the second stage's sigmas, as ComfyUI's ManualSigmas writes "
                                    "them (the templates': 0.85, 0.725, 0.4219; a last 0 may follow). One step each; "
                                    "the upscaled video is re-noised to the first."}),
+                "audio_guidance": ("FLOAT", {"default": -1.0, "min": -1.0, "max": 30.0, "step": 0.1, "round": 0.01,
+                                   "tooltip": "LTX-2: the sound's own CFG, as ComfyUI's LTXV Dual CFG Guider "
+                                              "sets audio_cfg beside video_cfg (guidance). -1: the same as "
+                                              "guidance. Either above 1 runs the negative prompt pass."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, frames, steps, guidance, seed, batch_size=1,
                start_image=None, frame_rate=24.0, upscale_model="none", upscale_sigmas="0.85, 0.725, 0.4219",
-               unique_id=None):
+               audio_guidance=-1.0, unique_id=None):
         started, queued = comfy_bridge.now(), comfy_bridge.queued_at()
         image = start_image.cpu().numpy() if start_image is not None else None
         request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,
                                 steps=steps, guidance=guidance, seed=seed, batch_size=batch_size, frames=frames,
-                                frame_rate=frame_rate, **_upscale(upscale_model, upscale_sigmas))
+                                frame_rate=frame_rate, audio_guidance=audio_guidance,
+                                **_upscale(upscale_model, upscale_sigmas))
         prepared = api.prepare_sample(pipeline, request, image)  # resolved and checked once, here
         if prepared.notes:
             comfy_bridge.send_text(unique_id, "\n".join(prepared.notes))

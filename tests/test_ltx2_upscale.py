@@ -172,3 +172,29 @@ def _peft_names(path) -> dict:
     names = {".lora_down.weight": ".lora_A.weight", ".lora_up.weight": ".lora_B.weight"}
     return {k.replace(end, names[end]): v for k, v in load_file(str(path)).items()
             for end in names if k.endswith(end)}
+
+
+@pytest.mark.workers
+def test_dual_guidance_equals_diffusers_video_and_audio_guidance(tiny_models):
+    """Sample Video's guidance and audio_guidance, as LTXVDualCFGGuider's video_cfg and audio_cfg: plain CFG on
+    each stream (no STG, modality isolation or rescale) = LTX2Pipeline's guidance_scale and audio_guidance_scale."""
+    req = SampleRequest(**{k: v for k, v in LTX.items() if k != "upscale_sigmas"} | dict(width=64, height=64),
+                        audio_guidance=6.0)
+    out = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), req, None), lambda m: None)
+    from lora_fixtures import load
+
+    pipe = load(tiny_models, "tiny-ltx2")
+    results = []
+    for audio in (6.0, 3.0):
+        with torch.inference_mode():
+            results.append(pipe(prompt=FOX, negative_prompt="blurry", height=64, width=64, num_frames=9,
+                                frame_rate=25.0, num_inference_steps=2, output_type="np",
+                                generator=[torch.Generator("cpu").manual_seed(11)],
+                                **dict(OFF, guidance_scale=3.0, audio_guidance_scale=audio)))
+    plain, same = results
+    assert np.abs(out["images"] - plain.frames[0]).max() <= TOLERANCE
+    assert np.abs(out["audio"][0] - plain.audio[0].numpy()).max() <= TOLERANCE
+    assert np.abs(out["audio"][0] - same.audio[0].numpy()).max() > 1e-4, "the sound's own guidance counts"
+    wan = api.make_spec("tiny-wan", [str(tiny_models)])
+    with pytest.raises(SampleError, match=r"audio_guidance: Wan has no guidance of its own for a sound"):
+        api.check_request(wan, SampleRequest(prompt=FOX, width=32, height=32, frames=5, audio_guidance=2.0))

@@ -105,7 +105,10 @@ def _check_values(spec: PipelineSpec, req: SampleRequest) -> None:
 
 def _check_upscale(spec: PipelineSpec, req: SampleRequest) -> None:
     """Sample Video's upscale_model: a model that runs two stages (LTX-2), whose half size still fits its VAE,
-    with stage-2 sigmas."""
+    with stage-2 sigmas; and its audio_guidance: a model with a guidance of its sound."""
+    if req.audio_guidance >= 0 and not spec.family.guidance_also:
+        raise SampleError(f"audio_guidance: {spec.family.name} has no guidance of its own for a sound; leave it at -1 "
+                          "(the same as guidance).")
     if not req.upscale_model:
         return
     if not spec.family.latent_upscale:

@@ -401,6 +401,7 @@ class SampleRequest:
     # stage 2's sigmas
     upscale_model: str = ""
     upscale_sigmas: tuple[float, ...] = ()
+    audio_guidance: float = -1.0  # the sound's own CFG (Pipeline.guidance_also; LTXVDualCFGGuider); < 0: guidance
 
     def to_dict(self) -> dict:
         return asdict(self)

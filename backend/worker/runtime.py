@@ -429,7 +429,8 @@ class Runtime:
             kwargs["num_frames"] = req.frames
         if family.frame_rate_arg:
             kwargs[family.frame_rate_arg] = req.frame_rate
-        kwargs.update({name: req.guidance for name in family.guidance_also}, **dict(family.call_args))
+        also = req.guidance if req.audio_guidance < 0 else req.audio_guidance  # Sample Video's audio_guidance
+        kwargs.update(dict.fromkeys(family.guidance_also, also), **dict(family.call_args))
         if family.guidance_arg != "true_cfg_scale" and "true_cfg_scale" in params:
             kwargs["true_cfg_scale"] = spec.true_cfg_scale  # FLUX.1's true CFG (1 = off, its default)
         true_cfg = family.guidance_arg == "true_cfg_scale" or spec.true_cfg_scale > 1
