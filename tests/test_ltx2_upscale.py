@@ -198,3 +198,27 @@ def test_dual_guidance_equals_diffusers_video_and_audio_guidance(tiny_models):
     wan = api.make_spec("tiny-wan", [str(tiny_models)])
     with pytest.raises(SampleError, match=r"audio_guidance: Wan has no guidance of its own for a sound"):
         api.check_request(wan, SampleRequest(prompt=FOX, width=32, height=32, frames=5, audio_guidance=2.0))
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("cls", ["LTX2Pipeline", "LTX2ImageToVideoPipeline"])
+def test_ltx25_with_gemma4_equals_plain_diffusers(tiny_models, cls):
+    """tiny-ltx25 (LTX-2.5's Gemma 4 text encoder, Gemma4UnifiedForConditionalGeneration; its DiT without
+    feed-forward biases) through the workers equals plain diffusers, text and image to video, frames and sound."""
+    import diffusers
+
+    starts = ((np.random.default_rng(5).integers(0, 256, (1, 64, 64, 3)) / 255).astype(np.float32)
+              if cls == "LTX2ImageToVideoPipeline" else None)
+    spec = api.make_spec("tiny-ltx25", [str(tiny_models)])
+    req = SampleRequest(**{k: v for k, v in LTX.items() if k != "upscale_sigmas"} | dict(width=64, height=64))
+    out = api.run_sample_outputs(api.prepare_sample(spec, req, starts), lambda m: None)
+    pipe = getattr(diffusers, cls).from_pretrained(str(tiny_models / "tiny-ltx25"), dtype=torch.float32,
+                                                   local_files_only=True)
+    assert type(pipe.text_encoder).__name__ == "Gemma4UnifiedForConditionalGeneration"
+    image = {"image": _pil(starts[0])} if starts is not None else {}
+    with torch.inference_mode():
+        plain = pipe(prompt=FOX, negative_prompt="blurry", height=64, width=64, num_frames=9, frame_rate=25.0,
+                     num_inference_steps=2, output_type="np", generator=[torch.Generator("cpu").manual_seed(11)],
+                     **image, **dict(OFF, guidance_scale=3.0, audio_guidance_scale=3.0))
+    assert np.abs(out["images"] - plain.frames[0]).max() <= TOLERANCE
+    assert np.abs(out["audio"][0] - plain.audio[0].numpy()).max() <= TOLERANCE

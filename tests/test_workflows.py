@@ -51,7 +51,7 @@ TINY = {
     "Wan2.1-T2V-1.3B-Diffusers": "tiny-wan",
     "Wan2.1-I2V-14B-480P-Diffusers": "tiny-wan-i2v",
     "LTX-2": "tiny-ltx2",
-    "LTX-2.5": "tiny-ltx2",  # (a Gemma 3 text encoder: LTX-2.5's Gemma 4 has no tiny builder yet)
+    "LTX-2.5": "tiny-ltx25",
     "Qwen-Image-2.1": "tiny-qwenimage21",
     "Krea-2-Turbo": "tiny-krea2",
     "Ideogram-4": "tiny-ideogram4",
@@ -120,6 +120,7 @@ CPU_SETTINGS = {
 # (tiny-ideogram4: its generated tokenizer makes about a token a character, so the template's 3,600-character JSON
 # caption, 933 tokens for Qwen's own BPE (ComfyUI's qwen25_tokenizer), is past the pipeline's 2048: a short one)
 CPU_SETTINGS_OF = {"tiny-ltx2": {"TPUSampleVideo": {"width": 128, "height": 128, "frames": 9}},
+                   "tiny-ltx25": {"TPUSampleVideo": {"width": 128, "height": 128, "frames": 9}},
                    "tiny-ideogram4": {"TPUSample": {"prompt": '{"high_level_description": "a skateboarder mid-air '
                                                               'against a blue sky"}'}}}
 # A saved mp4's sound against its frames: LTX-2's audio VAE makes whole latents of 4 mel frames (100 a second), up

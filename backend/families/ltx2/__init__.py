@@ -53,7 +53,7 @@ def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
 
 
 FAMILY = ModelFamily(
-    id="ltx2", order=80, tiny=("ltx2",), name="LTX-2",
+    id="ltx2", order=80, tiny=("ltx2", "ltx25"), name="LTX-2",
     pipelines=(Pipeline("LTX2Pipeline", "LTX-2", 1, "guidance_scale", False, **_VIDEO,
                         start_image_via="LTX2ImageToVideoPipeline"),
                Pipeline("LTX2ImageToVideoPipeline", "LTX-2", 1, "guidance_scale", False, **_VIDEO,
