@@ -222,3 +222,21 @@ def test_ltx25_with_gemma4_equals_plain_diffusers(tiny_models, cls):
                      **image, **dict(OFF, guidance_scale=3.0, audio_guidance_scale=3.0))
     assert np.abs(out["images"] - plain.frames[0]).max() <= TOLERANCE
     assert np.abs(out["audio"][0] - plain.audio[0].numpy()).max() <= TOLERANCE
+
+
+@pytest.mark.workers
+def test_cfg_parallel_splits_when_only_the_sound_is_guided(tiny_models):
+    """Video CFG 1 with audio CFG 4 still runs the negative prompt pass (diffusers: either above 1), which CFG
+    Parallel splits over its two ranks: frames and sound within 1e-4 of one worker."""
+    from backend.protocol.messages import Status
+
+    req = SampleRequest(**{k: v for k, v in LTX.items() if k != "upscale_sigmas"}
+                        | dict(width=64, height=64, guidance=1.0), audio_guidance=4.0)
+    one = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), req, None), lambda m: None)
+    said = []
+    split = api.cfg_parallel(_spec(tiny_models))[0]
+    out = api.run_sample_outputs(api.prepare_sample(split, req, None),
+                                 lambda m: said.append(m.text) if isinstance(m, Status) else None)
+    assert not [t for t in said if t.startswith("CFG Parallel: this Sample runs one")], "the passes were split"
+    for key in ("images", "audio"):
+        assert np.abs(out[key] - one[key]).max() <= TOLERANCE, key
