@@ -50,28 +50,24 @@ def _config(sd: dict, metadata: dict | None, path: str) -> dict:
 
 
 def upsampler(path: str, dtype: Any, device: Any) -> Any:
-    """The x2 latent upsampler of a diffusers folder (LTX2LatentUpsamplerModel's config.json) or of one of
-    ComfyUI's latent_upscale_models files, on the pipeline's device and dtype; loaded once per worker."""
+    """The x2 latent upsampler of one of ComfyUI's latent_upscale_models files (safetensors), on the pipeline's
+    device and dtype; loaded once per worker."""
     key = (path, str(dtype), str(device))
     if key in _loaded:
         return _loaded[key]
     from diffusers.pipelines.ltx2 import LTX2LatentUpsamplerModel
+    from safetensors import safe_open
+    from safetensors.torch import load_file
 
-    if Path(path).is_dir():
-        model = LTX2LatentUpsamplerModel.from_pretrained(path, local_files_only=True)
-    else:
-        from safetensors import safe_open
-        from safetensors.torch import load_file
-
-        with safe_open(path, "pt") as f:
-            metadata = f.metadata()
-        sd = load_file(path)
-        model = LTX2LatentUpsamplerModel(**_config(sd, metadata, path))
-        missing, unexpected = model.load_state_dict(sd, strict=False)
-        if missing or unexpected:
-            raise ModelError(f"upscale_model: {Path(path).name} does not fit diffusers' LTX2LatentUpsamplerModel "
-                             f"(missing {sorted(missing)[:4]}, unexpected {sorted(unexpected)[:4]}); choose an "
-                             "ltx-2.x-spatial-upscaler-x2 file of latent_upscale_models")
+    with safe_open(path, "pt") as f:
+        metadata = f.metadata()
+    sd = load_file(path)
+    model = LTX2LatentUpsamplerModel(**_config(sd, metadata, path))
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    if missing or unexpected:
+        raise ModelError(f"upscale_model: {Path(path).name} does not fit diffusers' LTX2LatentUpsamplerModel "
+                         f"(missing {sorted(missing)[:4]}, unexpected {sorted(unexpected)[:4]}); choose an "
+                         "ltx-2.x-spatial-upscaler-x2 file of latent_upscale_models")
     _loaded.clear()  # one upsampler at a time
     _loaded[key] = model.to(device=device, dtype=dtype).eval()
     return _loaded[key]
