@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 
 from ..backend.controller import api
+from ..backend.families.ltx2 import two_stage
+from ..backend.protocol.errors import SampleError
 from ..backend.protocol.spec import SampleRequest
 from . import comfy_bridge
 from .pipeline_nodes import CATEGORY
@@ -72,17 +74,35 @@ class TPUSampleVideo:
                                "Frames per second, for models that take it (LTX-2: the sound's length and the "
                                "motion's timing; give Create Video the same fps). Wan makes 16 fps and ignores "
                                "it."}),
+                "upscale_model": (["none", *comfy_bridge.safetensors_files("latent_upscale_models")],
+                                  {"default": "none", "tooltip":
+                                   "LTX-2's two-stage upscale, as ComfyUI's LTX-2.3 / 2.5 templates run it: an x2 "
+                                   "latent upsampler from models/latent_upscale_models (ltx-2.3-spatial-upscaler-"
+                                   "x2-*). The first stage makes the video at half of width × height (steps steps), "
+                                   "the upsampler doubles its latents, a second stage refines them at full size "
+                                   "on upscale_sigmas. width and height: multiples of 64. none: one stage at full "
+                                   "size."}),
+                "upscale_sigmas": ("STRING", {"default": "0.85, 0.725, 0.4219", "tooltip":
+                                   "With upscale_model: the second stage's sigmas, as ComfyUI's ManualSigmas writes "
+                                   "them (the templates': 0.85, 0.725, 0.4219; a last 0 may follow). One step each; "
+                                   "the upscaled video is re-noised to the first."}),
+                "audio_guidance": ("FLOAT", {"default": -1.0, "min": -1.0, "max": 30.0, "step": 0.1, "round": 0.01,
+                                   "tooltip": "LTX-2: the sound's own CFG, as ComfyUI's LTXV Dual CFG Guider "
+                                              "sets audio_cfg beside video_cfg (guidance). -1: the same as "
+                                              "guidance. Either above 1 runs the negative prompt pass."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, frames, steps, guidance, seed, batch_size=1,
-               start_image=None, frame_rate=24.0, unique_id=None):
+               start_image=None, frame_rate=24.0, upscale_model="none", upscale_sigmas="0.85, 0.725, 0.4219",
+               audio_guidance=-1.0, unique_id=None):
         started, queued = comfy_bridge.now(), comfy_bridge.queued_at()
         image = start_image.cpu().numpy() if start_image is not None else None
         request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,
                                 steps=steps, guidance=guidance, seed=seed, batch_size=batch_size, frames=frames,
-                                frame_rate=frame_rate)
+                                frame_rate=frame_rate, audio_guidance=audio_guidance,
+                                **_upscale(upscale_model, upscale_sigmas))
         prepared = api.prepare_sample(pipeline, request, image)  # resolved and checked once, here
         if prepared.notes:
             comfy_bridge.send_text(unique_id, "\n".join(prepared.notes))
@@ -93,3 +113,16 @@ class TPUSampleVideo:
         if "audio" in out:  # ComfyUI's AUDIO: waveform [batch, channels, samples] on the CPU
             audio = {"waveform": torch.from_numpy(out["audio"]), "sample_rate": int(out["audio_rate"][0])}
         return (torch.from_numpy(out["images"]), audio)
+
+
+def _upscale(name: str, sigmas: str) -> dict:
+    """The request's two-stage upscale: the upsampler file's path and stage 2's sigmas (none: one stage)."""
+    if name == "none":
+        return {}
+    if not (path := comfy_bridge.folder_file("latent_upscale_models", name)):
+        raise SampleError(f"upscale_model: {name!r} is not in ComfyUI's latent_upscale_models folders; put the "
+                          "file in models/latent_upscale_models, or choose none.")
+    try:
+        return {"upscale_model": path, "upscale_sigmas": two_stage.parse_sigmas(sigmas)}
+    except ValueError as e:
+        raise SampleError(str(e)) from None

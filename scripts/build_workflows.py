@@ -333,52 +333,115 @@ video.
 
 # The prompts of ComfyUI's templates (comfyui-workflow-templates 0.1.123), as they ship
 LTX23_I2V_PROMPT = 'Egyptian royal in blue-and-gold headdress and high collar, white dress with golden embroidery and armbands, desert, robot soldiers in formation left and right. She walks steadily forward, head held level and gaze fixed ahead—no dipping or lowering of the head. The camera performs a single, smooth push-in only: starting in a wider shot of her, the robots, and the desert, it moves steadily forward until she is in a medium or medium-close frame, then holds. She stops, posture and head still upright, and says: “The old gods are silent. I am not.” Robot soldiers shift or march in place; sand and fabric move with the wind. No pull-back; the only camera move is the continuous push-in.'
+LTX25_T2V_PROMPT = "A close-up of an Arctic hunter's face, his eyes fixed straight ahead, narrowed and locked on something in the far distance directly in front of him, frost dusting his dark beard, one hand slowly reaching toward the rifle slung on his back, his breath quick and shallow, the tension in his jaw visible even through the scarf. The camera slowly pulls back, revealing him crouched at the edge of an ice floe, and ahead of him, in the exact direction of his gaze, a polar bear moves slowly along a distant ice ridge, its pale coat blending into the white haze, facing toward him. The pull-back continues, the hunter in the foreground and the bear far ahead, the two facing each other across the dark lead of water, the ice field and grey sea stretching around them, seabirds wheeling overhead. Midway through the shot, the complete title \"LTX-2.5\" fades in large and centered, plain white sans-serif letters with wide spacing, no glow, no shadow, no ornament, the lettering large enough to dominate the center of the frame, emerging slowly from the mist, resting still and blending into the snowscape, with the hunter and the bear still visible below on either side of the title, staying through the end of the scene. The wind carries the distant sound of shifting ice, a single low growl rolling across the water."
+LTX25_I2V_PROMPT = "Use the provided start image as the first frame. The cybernetic figure slowly turns his head to the right, his glowing blue eyes scanning the horizon, mechanical joints in his neck whirring faintly. The camera follows his gaze, panning across the rooftop to reveal the city beyond: a river of light winding between dark towers, a flying vehicle gliding past between the buildings, its lights streaking. He watches it pass, then his eyes narrow slightly. The camera settles on his profile against the city glow, distant hover traffic humming, wind gusting across the rooftop. No text, no black frames."
 IDEOGRAM4_PROMPT = '{\n    "high_level_description": "A surreal streetwear mixed-media collage poster featuring a relaxed skateboarder mid-air against a vibrant blue sky, backed by giant puffy 3D letters spelling \'COMFY\'. The composition blends retro magazine cutout aesthetics with grunge elements like torn paper banners and distressed red stamps, conveying an effortless, cozy vibe.",\n    "style_description": {\n        "aesthetics": "Retro magazine cutout style, mixed-media digital collage, high-contrast streetwear graphic, featuring rough ripped paper edges and distressed grunge textures.",\n        "lighting": "High-contrast flash mixed with harsh midday sunlight on the skater cutout, contrasting with flat, bright graphic lighting on the 3D typography.",\n        "photo": "Vintage grainy 35mm film with distressed halftone scan textures and subtle light leaks.",\n        "medium": "Mixed-media digital collage",\n        "color_palette": ["#1E73BE", "#FDFDFD", "#C82A2A", "#657C9C", "#EFEFEF"]\n    },\n    "compositional_deconstruction": {\n        "background": "A vibrant, clear blue sky layered with a vintage grainy film texture and subtle halftone dot patterns, transitioning down to an implied pale gray concrete ramp at the very bottom edge.",\n        "elements": [\n            {\n                "type": "obj",\n                "bbox": [128, 149, 354, 810],\n                "desc": "Massive 3D puffy, inflatable white typography spelling \'COMFY\'. The letters stretch across the upper half of the canvas, acting as a surreal, soft cloud-like backdrop.",\n                "color_palette": ["#FDFDFD", "#E0E0E0", "#D3DBE2"]\n            },\n            {\n                "type": "obj",\n                "bbox": [459, 37, 727, 264],\n                "desc": "A cluster of oversized, distressed red stamped circles and dots, applied loosely to the midground like a grunge ink stamp, partially obscuring the bottom left of the text.",\n                "color_palette": ["#C82A2A", "#A11D1D"]\n            },\n            {\n                "type": "obj",\n                "bbox": [23, 366, 153, 666],\n                "desc": "A vertically oriented, torn paper side banner pinned to the left edge. The rough-edged paper displays the bold, stamped text \'STAY COZY\' in high-contrast black ink.",\n                "color_palette": ["#EFEFEF", "#1A1A1A", "#C82A2A"]\n            },\n            {\n                "type": "obj",\n                "bbox": [287, 210, 756, 819],\n                "desc": "A sharp photographic cutout of a skateboarder mid-air in a relaxed pose. He wears loose-fitting washed denim jeans and a plain white tee, appearing to effortlessly float above the concrete ramp. A distinct white cutout border surrounds his silhouette.",\n                "color_palette": ["#FDFDFD", "#657C9C", "#2B2B2B", "#DCA57D"]\n            },\n            {\n                "type": "obj",\n                "bbox": [773, 39, 973, 187],\n                "desc": "A surreal, miniature floating skateboard cutout, positioned playfully in the upper right sky as if defying gravity.",\n                "color_palette": ["#D2A679", "#2B2B2B", "#C82A2A"]\n            },\n            {\n                "type": "obj",\n                "bbox": [105, 830, 905, 980],\n                "desc": "A wide, horizontal strip of heavily textured torn paper spanning the lower third of the composition. It features the bold typographic phrase \'BEYOND THE COMFORT ZONE\' intermixed with \'EFFORTLESS RIDE\' alongside ripped edges that reveal the background.",\n                "color_palette": ["#EFEFEF", "#1A1A1A", "#999999"]\n            }\n        ]\n    }\n}'
 
 
 def _ltx2_image_to_video() -> dict:
-    """ComfyUI's video_ltx2_3_i2v template on the pack: Load Image (the start frame) and Load TPU Pipeline (LTX-2)
-    -> Sample Video (TPU) -> frames and sound into ComfyUI's own Create Video -> Save Video. Node ids: Load 1,
-    Sample Video 2, Create Video 3, the note 4, Save Video 5, Load Image 6."""
-    sample = {"prompt": LTX23_I2V_PROMPT, "negative_prompt": "pc game, console game, video game, cartoon, childish, "
-                                                                "ugly", "width": 1280, "height": 704, "frames": 121,
+    """ComfyUI's video_ltx2_3_i2v template on the pack, in its two stages: Load Image (the start frame) and Load
+    TPU Pipeline (LTX-2.3 dev) -> Load LoRA (TPU) (its distilled LoRA at 0.5) -> Sample Video (TPU) with the x2
+    spatial upscaler -> frames and sound into ComfyUI's own Create Video -> Save Video. Node ids: Load 1, Sample
+    Video 2, Create Video 3, the note 4, Save Video 5, Load Image 6, Load LoRA 7."""
+    return _ltx2_two_stage(
+        name="video_ltx2_3_i2v", model="LTX-2", start_image=True, prompt=LTX23_I2V_PROMPT, frame_rate=25.0,
+        upscaler="ltx-2.3-spatial-upscaler-x2-1.1.safetensors", audio_guidance=-1.0, prefix="video/ltx2-i2v",
+        lora="ltx_2.3_22b_distilled_1.1_lora_dynamic_fro09_avg_rank_111_bf16.safetensors",
+        description="LTX-2.3 image to video with sound, as ComfyUI's video_ltx2_3_i2v template: Load Image (start "
+                    "frame) + Load TPU Pipeline (LTX-2) -> Load LoRA (its distilled LoRA, 0.5) -> Sample Video "
+                    "(1280x704, 121 frames at 25 fps, 8 steps at half size, guidance 1, then the x2 spatial "
+                    "upscaler and 3 steps on 0.85, 0.725, 0.4219) -> frames and audio -> Create Video (25 fps) -> "
+                    "Save Video (mp4 with sound). Needs models/diffusers/LTX-2, the LoRA in models/loras and the "
+                    "upscaler in models/latent_upscale_models.",
+        note="""
+## LTX-2.3 image to video, with sound, in two stages
+
+**Load Image** (the first frame) and **Load TPU Pipeline** (LTX-2.3 dev) → **Load LoRA (TPU)** (the template's
+distilled LoRA at **0.5**) → **Sample Video (TPU)** (`start_image`; 1280×704, 121 frames at **25 fps**, **8
+steps, guidance 1**, `upscale_model` the ×2 spatial upscaler) → **Create Video** (fps 25) → **Save Video**.
+
+As ComfyUI's `video_ltx2_3_i2v` template runs it: 8 distilled steps at half size (640×352), its ×2 latent
+upscaler (`ltx-2.3-spatial-upscaler-x2-1.1` in `models/latent_upscale_models`), then 3 steps at full size on
+the template's ManualSigmas **0.85, 0.725, 0.4219** (`upscale_sigmas`), with the stage-1 sound carried over.
+1280×720 and 126 frames become 1280×704 (two stages: multiples of 64) and 121 frames (8k + 1). The template's
+stage-1 ManualSigmas (the 8 distilled values), its start-frame strength 0.7 and its prompt enhancer (off by
+default) are not carried over: stage 1 runs LTX-2's own schedule for 8 steps, the start frame at full strength.
+
+**Model**: a diffusers folder of LTX-2.3 dev in `models/diffusers/LTX-2`; ComfyUI's
+`ltx-2.3-22b-dev-fp8.safetensors` does not load yet.
+""")
+
+
+def _ltx2_two_stage(*, name: str, model: str, start_image: bool, prompt: str, frame_rate: float, upscaler: str,
+                    audio_guidance: float, prefix: str, description: str, note: str, lora: str = "",
+                    negative: str = "pc game, console game, video game, cartoon, childish, ugly") -> dict:
+    """An LTX-2.3 / 2.5 template on the pack: [Load Image ->] Load TPU Pipeline [-> Load LoRA] -> Sample Video with
+    the x2 upscaler (1280x704, 121 frames, 8 steps, guidance 1; stage 2 on the templates' sigmas) -> Create Video
+    -> Save Video. Node ids: Load 1, Sample Video 2, Create Video 3, the note 4, Save Video 5, Load Image 6, Load
+    LoRA 7."""
+    sample = {"prompt": prompt, "negative_prompt": negative, "width": 1280, "height": 704, "frames": 121,
               "steps": 8, "guidance": 1.0, "seed": 0, "control_after_generate": "randomize", "batch_size": 1,
-              "frame_rate": 25.0}
-    note = """
-## LTX-2 image to video, with sound
+              "frame_rate": frame_rate, "upscale_model": upscaler, "upscale_sigmas": "0.85, 0.7250, 0.4219, 0.0",
+              "audio_guidance": audio_guidance}
+    nodes = [{"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
+              "widgets": {"model": model, "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}},
+             {"id": 2, "type": "TPUSampleVideo", "pos": [410, 130], "size": [400, 640], "widgets": sample},
+             {"id": 3, "type": "CreateVideo", "pos": [850, 130], "size": [300, 120], "widgets": {"fps": frame_rate}},
+             {"id": 5, "type": "SaveVideo", "pos": [1190, 130], "size": [420, 500],
+              "widgets": {"filename_prefix": prefix, "format": "auto", "codec": "auto"}},
+             _note(4, [40, 820], note, size=(770, 400))]
+    links = [[2, "frames", 3, "images"], [2, "audio", 3, "audio"], [3, 0, 5, "video"]]
+    if lora:
+        nodes.append({"id": 7, "type": "TPULoadLoRA", "pos": [40, 340], "size": [330, 130],
+                      "widgets": {"lora_name": lora, "strength": 0.5, "strength_text_encoder": 1.0}})
+        links += [[1, "pipeline", 7, "pipeline"], [7, "pipeline", 2, "pipeline"]]
+    else:
+        links.append([1, "pipeline", 2, "pipeline"])
+    if start_image:
+        nodes.append({"id": 6, "type": "LoadImage", "pos": [40, 500 if lora else 360], "size": [330, 300],
+                      "widgets": {"image": "example.png"}})
+        links.append([6, "IMAGE", 2, "start_image"])
+    return {"name": name, "nodes": nodes, "links": links, "extra": {"description": description}}
 
-**Load Image** (the first frame) and **Load TPU Pipeline** (LTX-2) → **Sample Video (TPU)** (`start_image`;
-1280×704, 121 frames at **25 fps**, **8 steps, guidance 1**) → its **frames** and **audio** into ComfyUI's own
-**Create Video** (fps 25) → **Save Video** (mp4 with sound).
 
-The values of ComfyUI's `video_ltx2_3_i2v` template (1280×720, 5 s at 25 fps) as LTX-2 makes them: 8k + 1
-frames (121, which the template's 126 become in its latent too) and sides of multiples of 32 (704). The template
-runs two passes (8 distilled steps at half size, then its x2 spatial upscaler and 3 more steps), with LTX-2.3 dev
-and its distilled LoRA at 0.5; here one pass of 8 steps at full size on a distilled diffusers folder. Its
-optional prompt enhancer (off by default) is left out.
+_LTX25_NOTE = """
+## LTX-2.5 {what}, with sound, in two stages
 
-**Model**: the diffusers folder `models/diffusers/LTX-2` (as ltx2_t2v_sound). The start image is stretched to
-width × height. Guidance 1: one pass a step, the negative prompt unused.
+{load}**Load TPU Pipeline** (LTX-2.5 distilled) → **Sample Video (TPU)** ({start}1280×704, 121 frames at **24
+fps**, **8 steps, guidance 1, audio_guidance 1**, `upscale_model` its ×2 latent upscaler) → **Create Video**
+(fps 24) → **Save Video** (mp4 with sound).
+
+As ComfyUI's `{name}` template runs it: 8 distilled steps at half size, its ×2 latent upscaler
+(`ltx-2.5-latent-spatial-upscaler-x2-bf16-1.0` in `models/latent_upscale_models`), then 3 steps at full size on
+the template's ManualSigmas **0.85, 0.725, 0.4219**. Its **LTXV Dual CFG Guider** (video_cfg 1, audio_cfg 1) is
+`guidance` and `audio_guidance`: plain CFG on the video and on the sound, one pass a step at 1. 1280×720 becomes
+1280×704 (two stages: multiples of 64); 5 s at 24 fps is 121 frames. Not carried over: the stage-1 ManualSigmas
+(LTX-2's own schedule for 8 steps runs), its `euler_ancestral` sampler (euler here){strength} and the Gemma 4
+prompt enhancer (on in the template).
+
+**Model**: a diffusers folder of LTX-2.5 in `models/diffusers/LTX-2.5` (LTX2Pipeline with its Gemma 4 text
+encoder, as diffusers 0.42.1 loads it); ComfyUI's split `ltx-2.5-*` files do not load yet.
 """
-    return {
-        "name": "video_ltx2_3_i2v",
-        "nodes": [
-            {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
-             "widgets": {"model": "LTX-2", "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}},
-            {"id": 6, "type": "LoadImage", "pos": [40, 360], "size": [330, 380], "widgets": {"image": "example.png"}},
-            {"id": 2, "type": "TPUSampleVideo", "pos": [410, 130], "size": [400, 560], "widgets": sample},
-            {"id": 3, "type": "CreateVideo", "pos": [850, 130], "size": [300, 120], "widgets": {"fps": 25.0}},
-            {"id": 5, "type": "SaveVideo", "pos": [1190, 130], "size": [420, 500],
-             "widgets": {"filename_prefix": "video/ltx2-i2v", "format": "auto", "codec": "auto"}},
-            _note(4, [40, 790], note, size=(770, 340)),
-        ],
-        "links": [[1, "pipeline", 2, "pipeline"], [6, "IMAGE", 2, "start_image"], [2, "frames", 3, "images"],
-                  [2, "audio", 3, "audio"], [3, 0, 5, "video"]],
-        "extra": {"description": "LTX-2 image to video with sound, as ComfyUI's video_ltx2_3_i2v template: Load Image "
-                                 "(start frame) + Load TPU Pipeline (LTX-2) -> Sample Video (1280x704, 121 frames at "
-                                 "25 fps, 8 steps, guidance 1) -> frames and audio -> Create Video (25 fps) -> Save "
-                                 "Video (mp4 with sound). Needs models/diffusers/LTX-2."},
-    }
+
+
+def _ltx25(image: bool) -> dict:
+    """ComfyUI's video_ltx2_5_t2v / video_ltx2_5_i2v templates on the pack (_ltx2_two_stage)."""
+    name = "video_ltx2_5_i2v" if image else "video_ltx2_5_t2v"
+    what = "image to video" if image else "text to video"
+    return _ltx2_two_stage(
+        name=name, model="LTX-2.5", start_image=image, prompt=LTX25_I2V_PROMPT if image else LTX25_T2V_PROMPT,
+        frame_rate=24.0, upscaler="ltx-2.5-latent-spatial-upscaler-x2-bf16-1.0.safetensors", audio_guidance=1.0,
+        prefix=f"video/LTX-2.5_{'i2v' if image else 't2v'}",
+        description=f"LTX-2.5 {what} with sound, as ComfyUI's {name} template: "
+                    + ("Load Image (start frame) + " if image else "")
+                    + "Load TPU Pipeline (LTX-2.5) -> Sample Video (1280x704, 121 frames at 24 fps, 8 steps at half "
+                      "size, guidance 1 and audio_guidance 1 as its dual CFG guider, then the x2 latent upscaler "
+                      "and 3 steps on 0.85, 0.725, 0.4219) -> frames and audio -> Create Video (24 fps) -> Save "
+                      "Video (mp4 with sound). Needs models/diffusers/LTX-2.5 and the upscaler in "
+                      "models/latent_upscale_models.",
+        note=_LTX25_NOTE.format(what=what, name=name, load="**Load Image** (the first frame) and " if image else "",
+                                start="`start_image`; " if image else "",
+                                strength=", its start-frame strength 0.7 in stage 1" if image else ""))
 
 
 def _qwen_image_21_edit() -> dict:
@@ -1348,6 +1411,8 @@ applies it at every step (start 0, end 1) and runs one ControlNet at a time.
     "wan22_14b_i2v_comfyui_files": _wan22_14b_i2v_files(),
     "ltx2_t2v_sound": _ltx2_text_to_video(),
     "video_ltx2_3_i2v": _ltx2_image_to_video(),
+    "video_ltx2_5_t2v": _ltx25(image=False),
+    "video_ltx2_5_i2v": _ltx25(image=True),
     "image_qwen_image_2_1_image_edit": _qwen_image_21_edit(),
     "image_krea2_turbo_t2i": _text_to_image(
         title="image_krea2_turbo_t2i", model="Krea-2-Turbo", offload="auto", note_height=420,

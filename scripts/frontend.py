@@ -46,7 +46,7 @@ MODEL_INPUTS = ("model", "diffusion_model", "text_encoder_1", "text_encoder_2", 
                 "clip_name1", "clip_name2", "diffusion_model_2")
 # Inputs naming files or pictures the user supplies (LoRAs, ControlNets, Redux's files, Load Image's picture):
 # building and exporting a workflow accepts any value there, as for MODEL_INPUTS
-USER_FILE_INPUTS = ("lora_name", "controlnet_name", "image", "style_model_name", "clip_vision_name")
+USER_FILE_INPUTS = ("lora_name", "controlnet_name", "image", "style_model_name", "clip_vision_name", "upscale_model")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-extensions", "--disable-default-apps", "--mute-audio", "--hide-scrollbars",

@@ -6,6 +6,8 @@ encoders where the family has text-encoder LoRAs), and it is written in the form
   with sd-scripts' native (BFL) names, fused qkv and `.alpha` keys.
 - "xlabs": XLabs' FLUX.1 trainer: 'double_blocks.N.processor.qkv_lora1.down/up' (one down for q, k and v),
   projections, no alpha and no text encoder; its own random factors (`_xlabs`).
+- "lightricks": LTX-2's own trainer (the distilled LoRA of the LTX-2.3 templates): native names under
+  'diffusion_model.', peft's 'lora_A/lora_B' (alpha folded in).
 - "comfy": what ComfyUI's LoraSave writes: 'diffusion_model.<native name>.lora_up/lora_down' (fp16, alpha folded
   in: the layers match to fp16 precision only), 'text_encoders.clip_l/clip_g.transformer.…', and zero `.diff_b`
   entries for biases. Native names come from
@@ -38,7 +40,8 @@ TEXT_LORA = {"tiny-flux": ("text_encoder",), "tiny-sd3": ("text_encoder", "text_
 FORMATS = {"tiny-flux": ("diffusers", "kohya", "comfy", "xlabs"), "tiny-flux2": ("diffusers", "comfy"),
            "tiny-sd3": ("diffusers",), "tiny-sdxl": ("diffusers", "kohya", "comfy"),
            "tiny-qwenimage": ("diffusers", "kohya", "comfy"), "tiny-zimage": ("diffusers", "kohya", "comfy"),
-           "tiny-qwenimage21": ("diffusers",), "tiny-krea2": ("diffusers",), "tiny-ideogram4": ("diffusers",)}
+           "tiny-qwenimage21": ("diffusers",), "tiny-krea2": ("diffusers",), "tiny-ideogram4": ("diffusers",),
+           "tiny-ltx2": ("diffusers", "comfy", "lightricks")}
 _SINGLE_LINEAR1 = re.compile(r"^single_transformer_blocks\.\d+\.(attn\.to_[qkv]|proj_mlp)$")
 # What trainers target (sd-scripts: the attention blocks' linears of SDXL); every linear elsewhere.
 _SKIP = {"tiny-sdxl": re.compile(r"^(?!.*attentions\.\d+\.(proj_in|proj_out|transformer_blocks))")}
@@ -147,6 +150,10 @@ def make(models: Path, name: str, fmt: str, out_dir: Path, seed: int = 0, pipe=N
                 key = {"text_encoder": "lora_te1_", "text_encoder_2": "lora_te2_"}[comp] + _text_model(mod).replace(".", "_")
                 out.update({f"{key}.lora_down.weight": down, f"{key}.lora_up.weight": up,
                             f"{key}.alpha": torch.tensor(float(ALPHA))})
+    elif fmt == "lightricks":  # LTX-2's trainer: native names under diffusion_model., peft's lora_A / lora_B
+        for nat, (down, up) in pairs.items():
+            out.update({f"diffusion_model.{nat}.lora_A.weight": down,
+                        f"diffusion_model.{nat}.lora_B.weight": up * SCALE})
     else:  # ComfyUI LoraSave: alpha folded into up, fp16, zero .diff_b for the biases of the touched layers
         for nat, (down, up) in pairs.items():
             out.update({f"diffusion_model.{nat}.lora_up.weight": (up * SCALE).half(),
@@ -237,6 +244,8 @@ def _native_names(name: str, pipe) -> dict[str, tuple[str, tuple[int, int] | Non
         return {m: (m, None, None) for m in _linears(den)}
     if name == "tiny-flux2":
         return _flux2_native_names(den.config)
+    if name == "tiny-ltx2":
+        return _ltx2_native_names(den)
     comfy_utils = _comfy_utils()
     c = den.config
     if name == "tiny-flux":
@@ -295,6 +304,35 @@ def _flux2_native_names(c) -> dict:
                  ("double_stream_modulation_txt.linear", "double_stream_modulation_txt.lin")):
         out[a] = (b, None, None)
     out["norm_out.linear"] = ("final_layer.adaLN_modulation.1", None, swap_scale_shift)  # BFL: (shift, scale)
+    return out
+
+
+# LTX-2's native (ComfyUI, Lightricks) module names against diffusers': the inverse of diffusers' own LoRA converter
+# (_convert_non_diffusers_ltx2_lora_to_diffusers), LTX-2.3's prompt AdaLN included
+_LTX2_NATIVE = (("audio_proj_in", "audio_patchify_proj"), ("proj_in", "patchify_proj"),
+                ("av_cross_attn_video_scale_shift", "av_ca_video_scale_shift_adaln_single"),
+                ("av_cross_attn_video_a2v_gate", "av_ca_a2v_gate_adaln_single"),
+                ("av_cross_attn_audio_scale_shift", "av_ca_audio_scale_shift_adaln_single"),
+                ("av_cross_attn_audio_v2a_gate", "av_ca_v2a_gate_adaln_single"),
+                ("audio_prompt_adaln", "audio_prompt_adaln_single"), ("prompt_adaln", "prompt_adaln_single"))
+
+
+def _ltx2_native_names(den) -> dict:
+    """Each linear of tiny-ltx2's transformer under its native name; diffusers' converter gives it back (checked)."""
+    from diffusers.loaders.lora_conversion_utils import _convert_non_diffusers_ltx2_lora_to_diffusers
+
+    out = {}
+    for mod in _linears(den):
+        nat = mod
+        for ours, theirs in _LTX2_NATIVE:
+            if nat.startswith(ours + ".") or f".{ours}." in nat:
+                nat = nat.replace(ours, theirs, 1)
+                break
+        if nat.startswith(("time_embed.", "audio_time_embed.")):
+            nat = nat.replace("time_embed.", "adaln_single.", 1)
+        back = _convert_non_diffusers_ltx2_lora_to_diffusers({f"diffusion_model.{nat}.w": None})
+        assert list(back) == [f"transformer.{mod}.w"], (mod, nat, list(back))
+        out[mod] = (nat, None, None)
     return out
 
 

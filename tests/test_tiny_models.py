@@ -28,6 +28,7 @@ PIPELINE_CLASSES = {
     "wan-i2v": "WanImageToVideoPipeline",  # its frames against plain diffusers: tests/test_video.py
     "wan22": "WanPipeline",  # Wan 2.2 A14B's two experts: tests/test_video.py
     "ltx2": "LTX2Pipeline",  # its frames and sound against plain diffusers: tests/test_video.py
+    "ltx25": "LTX2Pipeline",  # LTX-2.5's Gemma 4: against plain diffusers in tests/test_ltx2_upscale.py
     "qwenimage21": "QwenImage21Pipeline",  # against the pack: tests/test_image_families.py
     "krea2": "Krea2Pipeline",
     "ideogram4": "Ideogram4Pipeline",
@@ -37,7 +38,7 @@ PIPELINE_CLASSES = {
 }
 # a non-square size each family makes (LTX-2: multiples of 32, at least 2x2 latent pixels; Qwen-Image 2.1's 16x VAE;
 # MiniMax H3: of 32)
-NON_SQUARE = {"ltx2": (64, 96), "qwenimage21": (32, 96), "minimax-h3": (32, 64)}
+NON_SQUARE = {"ltx2": (64, 96), "ltx25": (64, 96), "qwenimage21": (32, 96), "minimax-h3": (32, 64)}
 MAX_FOLDER_BYTES = 8 * 2**20
 
 

@@ -31,6 +31,8 @@ from helpers import device_info
 from lora_fixtures import make
 from PIL import Image
 
+from backend.families.ltx2.tiny import upsampler
+
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / "workflows"
 FILES = workflow_files(WORKFLOWS)
@@ -49,6 +51,7 @@ TINY = {
     "Wan2.1-T2V-1.3B-Diffusers": "tiny-wan",
     "Wan2.1-I2V-14B-480P-Diffusers": "tiny-wan-i2v",
     "LTX-2": "tiny-ltx2",
+    "LTX-2.5": "tiny-ltx25",
     "Qwen-Image-2.1": "tiny-qwenimage21",
     "Qwen-Image-2.1-Turbo": "tiny-qwenimage21",  # Sampling Options' sigmas give the Turbo schedule
     "FLUX-3-Image-Klein-Base": "tiny-flux3-base",
@@ -81,7 +84,11 @@ TINY = {
 # LoRA files the workflows name -> the tiny model whose LoRA (made by peft at test time) stands in for them, and
 # the seed it is made with. Input pictures the workflows name (Load Image) -> their size on the CPU; each is an
 # RGBA picture with a transparent square (Load Image's mask: the part to repaint).
-LORAS = {"flux1_style_lora.safetensors": ("tiny-flux", 0), "flux1_detail_lora.safetensors": ("tiny-flux", 1)}
+LORAS = {"flux1_style_lora.safetensors": ("tiny-flux", 0), "flux1_detail_lora.safetensors": ("tiny-flux", 1),
+         "ltx_2.3_22b_distilled_1.1_lora_dynamic_fro09_avg_rank_111_bf16.safetensors": ("tiny-ltx2", 0)}
+# LTX-2's x2 latent upscalers the workflows name (models/latent_upscale_models) -> the tiny one's seed
+UPSCALERS = {"ltx-2.3-spatial-upscaler-x2-1.1.safetensors": 0,
+             "ltx-2.5-latent-spatial-upscaler-x2-bf16-1.0.safetensors": 1}
 INPUTS = {"example.png": (64, 64), "depth.png": (48, 64), "reference.png": (64, 48)}
 # ControlNet files the workflows name -> the tiny ControlNet (backend.tiny_models.CONTROLNETS) standing in
 CONTROLNETS = {"FLUX.1-dev-ControlNet-Union-Pro.safetensors": "flux-union",
@@ -97,7 +104,7 @@ COMFYUI_FILES = ("flux1", "flux1tools", "flux1redux", "zimage", "zimage-quant", 
 # names the frontend may not find here (not installed where the UI loads)
 ALLOWED = {**{name: set(TINY) for name in MODEL_INPUTS}, "lora_name": set(LORAS), "image": set(INPUTS),
            "controlnet_name": set(CONTROLNETS), "style_model_name": {Path(n).name for n in REDUX if "style" in n},
-           "clip_vision_name": {Path(n).name for n in REDUX if "clip_vision" in n}}
+           "clip_vision_name": {Path(n).name for n in REDUX if "clip_vision" in n}, "upscale_model": set(UPSCALERS)}
 # Real-size settings that would take minutes on the CPU, by node type and input: set in the converted API
 # prompt of every workflow that names a real model (the files keep the real values; tiny_demo runs as
 # shipped). Multi-chip workflows run with world size 2 (two CPU worker processes).
@@ -110,10 +117,12 @@ CPU_SETTINGS = {
     "TPUDataParallel": {"replicas": 2},
     "TPUContextParallel": {"degree": 2},
 }
-# ... and where the tiny model needs more (tiny-ltx2: sides of 32 and a 2x2 latent, 8k + 1 frames)
+# ... and where the tiny model needs more (tiny-ltx2: sides of 32 and a 2x2 latent, 8k + 1 frames; 128: a
+# two-stage upscale's first stage at 64)
 # (tiny-ideogram4: its generated tokenizer makes about a token a character, so the template's 3,600-character JSON
 # caption, 933 tokens for Qwen's own BPE (ComfyUI's qwen25_tokenizer), is past the pipeline's 2048: a short one)
-CPU_SETTINGS_OF = {"tiny-ltx2": {"TPUSampleVideo": {"width": 64, "height": 64, "frames": 9}},
+CPU_SETTINGS_OF = {"tiny-ltx2": {"TPUSampleVideo": {"width": 128, "height": 128, "frames": 9}},
+                   "tiny-ltx25": {"TPUSampleVideo": {"width": 128, "height": 128, "frames": 9}},
                    "tiny-ideogram4": {"TPUSample": {"prompt": '{"high_level_description": "a skateboarder mid-air '
                                                               'against a blue sky"}'}}}
 # A saved mp4's sound against its frames: LTX-2's audio VAE makes whole latents of 4 mel frames (100 a second), up
@@ -221,8 +230,9 @@ def image_size(prompt: dict, node_id: str) -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def workflow_files_on_the_server(server, tiny_models, tiny_controlnets, tiny_files, tmp_path_factory):
-    """The LoRA, ControlNet and Redux files and input pictures the workflows name, in the server's models/loras,
-    models/controlnet, models/style_models, models/clip_vision and input folders."""
+    """The LoRA, ControlNet, Redux and latent upscaler files and input pictures the workflows name, in the server's
+    models/loras, models/controlnet, models/style_models, models/clip_vision, models/latent_upscale_models and
+    input folders."""
     for name, tiny in REDUX.items():
         target = server.work_dir / "models" / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -239,6 +249,10 @@ def workflow_files_on_the_server(server, tiny_models, tiny_controlnets, tiny_fil
     for name, (model, seed) in LORAS.items():
         path, _ = make(tiny_models, model, "diffusers", made / name, seed=seed)
         (loras / name).write_bytes(path.read_bytes())
+    upscalers = server.work_dir / "models" / "latent_upscale_models"
+    for name, seed in UPSCALERS.items():
+        if not (upscalers / name).exists():
+            upsampler(upscalers / name, seed)
     pictures = server.work_dir / "input"
     pictures.mkdir(exist_ok=True)
     for name, (w, h) in INPUTS.items():
@@ -269,8 +283,8 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
             "wan21_i2v", "flux1_dev_clip_text_encode", "wan22_5b_t2v_comfyui_files",
             "wan22_14b_i2v_comfyui_files", "flux1_redux", "ltx2_t2v_sound", "image_qwen_image_2_1_t2i",
             "zimage_turbo_int8", "qwen_image_edit_2511_int8", "image_qwen_image_2_1_image_edit",
-            "image_krea2_turbo_t2i", "image_ideogram4_t2i", "video_ltx2_3_i2v",
-            "image_qwen_image_2_1_turbo_image_edit", "image_flux3_klein_t2i",
+            "image_krea2_turbo_t2i", "image_ideogram4_t2i", "video_ltx2_3_i2v", "video_ltx2_5_t2v",
+            "video_ltx2_5_i2v", "image_qwen_image_2_1_turbo_image_edit", "image_flux3_klein_t2i",
             "image_flux3_klein_image_edit"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)

@@ -88,6 +88,7 @@ def _check_values(spec: PipelineSpec, req: SampleRequest) -> None:
     pixels.check_output(spec, req.width, req.height, len(req.images()), req.frames)
     if req.steps < 1:
         raise SampleError(f"steps: {req.steps} is too small; use at least 1.")
+    _check_upscale(spec, req)
     if req.batch_size < 1:
         raise SampleError(f"batch_size: {req.batch_size} is too small; use at least 1.")
     if not req.prompt.strip():
@@ -100,3 +101,25 @@ def _check_values(spec: PipelineSpec, req: SampleRequest) -> None:
         raise SampleError(f"batch_size: {count} images in one run is too many; use at most {MAX_IMAGES}.")
     if not 0 <= req.seed < 2**64:
         raise SampleError(f"seed: {req.seed} is out of range; use 0 to 2^64-1.")
+
+
+def _check_upscale(spec: PipelineSpec, req: SampleRequest) -> None:
+    """Sample Video's upscale_model: a model that runs two stages (LTX-2), whose half size still fits its VAE,
+    with stage-2 sigmas; and its audio_guidance: a model with a guidance of its sound."""
+    if req.audio_guidance >= 0 and not spec.family.guidance_also:
+        raise SampleError(f"audio_guidance: {spec.family.name} has no guidance of its own for a sound; leave it at -1 "
+                          "(the same as guidance).")
+    if not req.upscale_model:
+        return
+    if not spec.family.latent_upscale:
+        raise SampleError(f"upscale_model: {spec.family.name} has no two-stage latent upscale (LTX-2 has); choose "
+                          "none.")
+    step = 2 * spec.size_factor
+    for name in ("width", "height"):
+        if (value := getattr(req, name)) % step:
+            raise SampleError(f"{name}: {value} is not a multiple of {step}: with upscale_model the first stage runs "
+                              f"at half the size, a multiple of {step // 2}; use {max(step, value // step * step)} "
+                              f"or {value // step * step + step}.")
+    if not req.upscale_sigmas:
+        raise SampleError("upscale_sigmas: none given; the second stage needs its sigmas, e.g. the templates' "
+                          "0.85, 0.725, 0.4219.")

@@ -172,11 +172,13 @@ class Pipeline:
     # rate is read ("component.config_key"). (): no sound (Sample Video's AUDIO output is None).
     sound: tuple[str, ...] = ()
     sound_rate: str = ""
+    # It takes Sample Video's upscale_model: a two-stage call with an x2 latent upsampler (families/ltx2/two_stage.py)
+    latent_upscale: bool = False
     # the __call__ argument that takes Sample Video's frame rate (LTX-2: frame_rate, which sets the sound's length
     # and the positions of the video tokens in time); "": the model has a fixed rate (Wan: 16 fps), none is passed
     frame_rate_arg: str = ""
-    # further __call__ arguments that take Sample's guidance too (LTX-2's audio_guidance_scale: its `or` would
-    # turn 0 into the video's guidance anyway), and fixed ones the pack passes: guidance the pack does not
+    # further __call__ arguments that take Sample's guidance too, or Sample Video's audio_guidance where it is
+    # given (LTX-2's audio_guidance_scale: its `or` would turn 0 into the video's guidance anyway), and fixed ones the pack passes: guidance the pack does not
     # expose, switched off (LTX-2's STG, modality isolation, rescale), so that guidance 1 is one pass per step;
     # Ideogram 4's guidance_schedule=None, so that its guidance_scale applies at every step, whatever the steps
     guidance_also: tuple[str, ...] = ()

@@ -405,6 +405,11 @@ class SampleRequest:
     sampler: str = "default"  # ComfyUI's sampler name (protocol.samplers); default: the pipeline's own scheduler
     scheduler: str = "default"  # ComfyUI's scheduler (schedule) name; default: the pipeline's own schedule
     outputs: str = "images"  # OUTPUTS
+    # LTX-2's two-stage upscale (families/ltx2/two_stage.py): the x2 latent upsampler's path ("": one stage) and
+    # stage 2's sigmas
+    upscale_model: str = ""
+    upscale_sigmas: tuple[float, ...] = ()
+    audio_guidance: float = -1.0  # the sound's own CFG (Pipeline.guidance_also; LTXVDualCFGGuider); < 0: guidance
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -38,8 +38,8 @@ def two_passes(pipe: Any, passes: str, kwargs: dict, cfg_above: float = 1.0,
                distilled_key: str = "is_distilled") -> bool:
     """Whether the pipeline call with `kwargs` runs the denoiser twice per step (as the pipeline decides it:
     guidance above `cfg_above`, and not a model its config's `distilled_key` marks distilled: Pipeline's)."""
-    if passes == "batch":  # SD3, SDXL, Z-Image: do_classifier_free_guidance
-        return kwargs.get("guidance_scale", 0) > cfg_above
+    if passes == "batch":  # SD3, SDXL, Z-Image, LTX-2 (either guidance): do_classifier_free_guidance
+        return max(kwargs.get("guidance_scale", 0), kwargs.get("audio_guidance_scale", 0)) > cfg_above
     if passes != "branches" or not (named_branches(pipe) or _unnamed(pipe)):
         return False  # (FLUX.1's image-to-image and inpainting pipelines run true CFG without naming the branches)
     if "true_cfg_scale" in kwargs:  # FLUX.1, Qwen-Image: true CFG needs a negative prompt (or its embeddings)

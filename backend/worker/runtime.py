@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..families.ltx2 import two_stage
 from ..families.text_encoders import TOKENIZER_LAYOUTS
 from ..protocol import messages, samplers, settings
 from ..protocol.errors import Interrupted, ModelError
@@ -331,7 +332,9 @@ class Runtime:
                         latent_io.enter_context(latents.captured(pipe, taken, decode))
                     if spec.family.frame_step and layout.leader and decode and not spec.family.modular:
                         latent_io.enter_context(images.decode_progress(pipe.vae, self.status, self.channel.interrupt.is_set))
-                    result = modular.call(pipe, spec.family, kwargs) if spec.family.modular else pipe(**kwargs)
+                    result = (modular.call(pipe, spec.family, kwargs) if spec.family.modular else
+                              two_stage.call(pipe, kwargs, req.upscale_model, tuple(req.upscale_sigmas))
+                              if req.upscale_model else pipe(**kwargs))
             if result is None:  # stopped before the VAE: only the latents were asked for
                 self._check_finite(spec, torch.cat(taken), arrays)
             else:
@@ -429,7 +432,8 @@ class Runtime:
             kwargs["num_frames"] = req.frames
         if family.frame_rate_arg:
             kwargs[family.frame_rate_arg] = req.frame_rate
-        kwargs.update({name: req.guidance for name in family.guidance_also}, **dict(family.call_args))
+        also = req.guidance if req.audio_guidance < 0 else req.audio_guidance  # Sample Video's audio_guidance
+        kwargs.update(dict.fromkeys(family.guidance_also, also), **dict(family.call_args))
         if family.guidance_arg != "true_cfg_scale" and "true_cfg_scale" in params:
             kwargs["true_cfg_scale"] = spec.true_cfg_scale  # FLUX.1's true CFG (1 = off, its default)
         true_cfg = family.guidance_arg == "true_cfg_scale" or spec.true_cfg_scale > 1

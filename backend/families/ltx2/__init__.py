@@ -9,6 +9,8 @@ CFG is batched ([negative, positive] in one call on a doubled batch). The pack m
 rescale, whose published defaults (STG 1 on block 28, modality 3, rescale 0.7, audio CFG 7) are the full-guidance
 recipe of LTX-2.3 dev. The templates run the distilled model at CFG 1: one pass per step. Image to video
 (Sample Video's start image) runs LTX2ImageToVideoPipeline, made from the loaded pipeline with from_pipe.
+Sample Video's audio_guidance (LTX-2.5's dual CFG guider) sets audio_guidance_scale apart; its upscale_model runs
+the templates' two stages (two_stage.py). LTX-2.5's Gemma 4 text encoder loads in the same pipeline.
 
 Context Parallel is refused (CP_REFUSED): diffusers ships a plan, which does not fit LTX-2's per-head rotary
 embeddings (and would leave the audio tokens whole on every rank). CFG Parallel splits the doubled batch (both
@@ -48,7 +50,8 @@ NO_CACHE = ("first block: diffusers' FirstBlockCache finds a model's blocks thro
 _VIDEO = dict(cfg_doubles_batch=True, cfg_passes="batch", cp_refused=CP_REFUSED, frame_step=8, sigmas="always",
               sound=("audio_vae", "vocoder"), sound_rate="vocoder.output_sampling_rate", frame_rate_arg="frame_rate",
               guidance_also=("audio_guidance_scale",), call_args=OFF, check_kind="video with sound",
-              step_caches=("taylorseer",), taylorseer_modules=TAYLORSEER_MODULES, no_step_cache=NO_CACHE)
+              step_caches=("taylorseer",), taylorseer_modules=TAYLORSEER_MODULES, no_step_cache=NO_CACHE,
+              latent_upscale=True)
 
 
 def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
@@ -61,7 +64,7 @@ def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
 
 
 FAMILY = ModelFamily(
-    id="ltx2", order=80, tiny=("ltx2",), name="LTX-2",
+    id="ltx2", order=80, tiny=("ltx2", "ltx25"), name="LTX-2",
     pipelines=(Pipeline("LTX2Pipeline", "LTX-2", 1, "guidance_scale", False, **_VIDEO,
                         start_image_via="LTX2ImageToVideoPipeline"),
                Pipeline("LTX2ImageToVideoPipeline", "LTX-2", 1, "guidance_scale", False, **_VIDEO,

@@ -1,4 +1,4 @@
-"""The ltx2 family's tiny random-weight pipeline (backend/tiny_models.py builds it by name): LTX-2.3's layout
+"""The ltx2 family's tiny random-weight pipelines (backend/tiny_models.py builds them by name): LTX-2.3's layout
 (per-modality connector projections, gated attention, cross-attention modulation on both streams) in about a
 megabyte. The smallest size it makes is 64x64 (a 2x2 latent: a 1x1 one breaks the decoder's padding)."""
 
@@ -37,7 +37,29 @@ def _gemma3(seed: Seeder, tok: Any, hidden: int = 32, layers: int = 2) -> Any:
     return seed("text_encoder", lambda: Gemma3ForConditionalGeneration(config))
 
 
-def _ltx2(seed: Seeder, size: str) -> Any:
+def _gemma4(seed: Seeder, tok: Any, hidden: int = 32, layers: int = 2) -> Any:
+    """Gemma4UnifiedForConditionalGeneration (LTX-2.5's text encoder), its text tower only (vision and audio are
+    optional in its config, and the pipeline runs none): 2 layers, the last one full attention."""
+    from transformers import Gemma4UnifiedConfig, Gemma4UnifiedForConditionalGeneration
+    from transformers.models.gemma4_unified.configuration_gemma4_unified import Gemma4UnifiedTextConfig
+
+    text = Gemma4UnifiedTextConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
+                                   num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1,
+                                   head_dim=16, global_head_dim=16, max_position_embeddings=1024, sliding_window=64,
+                                   layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"],
+                                   pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                                   eos_token_id=tok.eos_token_id, use_cache=False)
+    config = Gemma4UnifiedConfig(text_config=text, vision_config=None, audio_config=None)
+    return seed("text_encoder", lambda: Gemma4UnifiedForConditionalGeneration(config))
+
+
+def _ltx25(seed: Seeder, size: str) -> Any:
+    """LTX-2.5-like: tiny-ltx2 with LTX-2.5's Gemma 4 text encoder and its DiT without feed-forward biases
+    (ff_bias False, as LTX-2.5's config); the same text width and layers, so the connectors stay as they are."""
+    return _ltx2(seed, size, text_encoder=_gemma4, ff_bias=False)
+
+
+def _ltx2(seed: Seeder, size: str, text_encoder: Any = None, ff_bias: bool = True) -> Any:
     """LTX-2.3-like text to video with sound: Gemma 3 text encoder, LTX-2's text connectors, a 2-block
     audio-video DiT, the video VAE at the real 32x spatial and 8x temporal compression (a video has 8k + 1
     frames), the audio VAE (16 mel bins) and a vocoder. What must agree: the DiT's audio channels = audio latent
@@ -52,7 +74,7 @@ def _ltx2(seed: Seeder, size: str) -> Any:
     from diffusers.pipelines.ltx2 import LTX2TextConnectors, LTX2Vocoder
 
     tok = gemma_tokenizer()
-    te = _gemma3(seed, tok)
+    te = (text_encoder or _gemma3)(seed, tok)
     hidden, layers = te.config.text_config.hidden_size, te.config.text_config.num_hidden_layers
     heads, head_dim, a_heads, a_head_dim = 2, 8, 2, 4
     inner, a_inner = heads * head_dim, a_heads * a_head_dim
@@ -62,7 +84,7 @@ def _ltx2(seed: Seeder, size: str) -> Any:
         audio_num_attention_heads=a_heads, audio_attention_head_dim=a_head_dim, audio_cross_attention_dim=a_inner,
         num_layers=2, caption_channels=hidden, rope_double_precision=False, rope_type="split",
         use_prompt_embeddings=False, gated_attn=True, cross_attn_mod=True, audio_gated_attn=True,
-        audio_cross_attn_mod=True, vae_scale_factors=(8, 32, 32)))
+        audio_cross_attn_mod=True, vae_scale_factors=(8, 32, 32), ff_bias=ff_bias, audio_ff_bias=ff_bias))
     connectors = seed("connectors", lambda: LTX2TextConnectors(
         caption_channels=hidden, text_proj_in_factor=layers + 1,
         video_connector_num_attention_heads=heads, video_connector_attention_head_dim=head_dim,
@@ -97,6 +119,29 @@ def _ltx2(seed: Seeder, size: str) -> Any:
                         connectors=connectors, transformer=transformer, vocoder=vocoder)
 
 
+def upsampler(path: Any, seed: int = 0) -> Any:
+    """A tiny x2 spatial latent upsampler for tiny-ltx2's 4 latent channels, written as ComfyUI's
+    latent_upscale_models hold Lightricks' (ltx-2.3-spatial-upscaler-x2-*): one safetensors file, diffusers'
+    LTX2LatentUpsamplerModel keys, its config as JSON in the metadata. mid_channels must be a multiple of 32
+    (GroupNorm(32))."""
+    import json
+    from pathlib import Path
+
+    import torch
+    from diffusers.pipelines.ltx2 import LTX2LatentUpsamplerModel
+    from safetensors.torch import save_file
+
+    config = dict(in_channels=4, mid_channels=32, num_blocks_per_stage=1, dims=3, spatial_upsample=True,
+                  temporal_upsample=False)
+    with torch.random.fork_rng():  # the caller's RNG stays as it was
+        model = Seeder(seed)("latent_upsampler", lambda: LTX2LatentUpsamplerModel(**config))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path),
+              metadata={"config": json.dumps(config)})
+    return path
+
+
 # The builders by tiny name (the family declaration's `tiny`), and the sizes they come in
-BUILDERS = {"ltx2": _ltx2}
+BUILDERS = {"ltx2": _ltx2, "ltx25": _ltx25}
 SIZES: tuple[str, ...] = ("tiny",)
