@@ -72,18 +72,24 @@ class TPUSampleVideo:
                                "Frames per second, for models that take it (LTX-2: the sound's length and the "
                                "motion's timing; give Create Video the same fps). Wan makes 16 fps and ignores "
                                "it."}),
+                "audio": ("AUDIO", {"tooltip":
+                          "Image + audio to video (LTX-2): the video's sound, e.g. from Load Audio. The model keeps "
+                          "it and makes frames that go with it (with start_image: from that first frame), so it "
+                          "must last as long as the video (frames / frame_rate seconds; trim a longer one with "
+                          "Trim Audio Duration). Resampled to the model's rate; mono is used on both channels. The "
+                          "audio output gives it back as the model decodes it."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, frames, steps, guidance, seed, batch_size=1,
-               start_image=None, frame_rate=24.0, unique_id=None):
+               start_image=None, frame_rate=24.0, audio=None, unique_id=None):
         started, queued = comfy_bridge.now(), comfy_bridge.queued_at()
         image = start_image.cpu().numpy() if start_image is not None else None
         request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,
                                 steps=steps, guidance=guidance, seed=seed, batch_size=batch_size, frames=frames,
                                 frame_rate=frame_rate)
-        prepared = api.prepare_sample(pipeline, request, image)  # resolved and checked once, here
+        prepared = api.prepare_sample(pipeline, request, image, audio=audio)  # resolved and checked once, here
         if prepared.notes:
             comfy_bridge.send_text(unique_id, "\n".join(prepared.notes))
         out = comfy_bridge.run_cancellable(api.run_sample_outputs, prepared, node_id=unique_id,

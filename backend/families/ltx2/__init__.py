@@ -39,7 +39,8 @@ CP_REFUSED = ("diffusers 0.42.1's context-parallel plan for its transformer spli
               "attention fails")
 _VIDEO = dict(cfg_doubles_batch=True, cfg_passes="batch", cp_refused=CP_REFUSED, frame_step=8, sigmas="always",
               sound=("audio_vae", "vocoder"), sound_rate="vocoder.output_sampling_rate", frame_rate_arg="frame_rate",
-              guidance_also=("audio_guidance_scale",), call_args=OFF, check_kind="video with sound")
+              guidance_also=("audio_guidance_scale",), call_args=OFF, check_kind="video with sound",
+              audio_via="LTX2ConditionPipeline", audio_module="audio")
 
 
 def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
