@@ -62,6 +62,7 @@ LISTS: dict[str, Callable[[], str]] = {
     "no_conditioning": lambda: families.family_names(lambda p: p.embeddings is None, every=True),
     "true_cfg": families.true_cfg_names,
     "video": lambda: families.family_names(lambda p: bool(p.frame_step)),
+    "audio_in": lambda: families.family_names(lambda p: bool(p.audio_via)),
     "step_cache_first_block": lambda: families.step_cache_names("first block"),
     "step_cache_taylorseer": lambda: families.step_cache_names("taylorseer"),
     "step_cache_magcache": lambda: families.step_cache_names("magcache"),

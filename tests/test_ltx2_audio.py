@@ -110,7 +110,10 @@ def test_image_and_audio_to_video_equals_plain_diffusers_and_keeps_the_sound(tin
     assert "audio: decoding the sound (audio VAE)…" in said and "audio: decoding the sound (vocoder stage 2/2)…" in said
 
     # the same sound at 48 kHz is resampled to the VAE's 16 kHz (libswresample), as ComfyUI's encoder does
-    high = api.prepare_sample(_spec(tiny_models), req, starts, audio=_sound(0.36, rate=48000)).arrays["audio"]
+    resampled = api.prepare_sample(_spec(tiny_models), req, starts, audio=_sound(0.36, rate=48000))
+    assert "audio: the video is made to this sound, which it keeps, resampled from 48000 Hz to the model's 16000 " \
+           "Hz." in resampled.notes
+    high = resampled.arrays["audio"]
     assert high.shape == waves.shape and np.abs(high - waves)[:, :, 200:-200].max() < 0.02
     # mono is used on both channels
     mono = api.prepare_sample(_spec(tiny_models), req, starts, audio=_sound(0.36, channels=1)).arrays["audio"]
@@ -156,8 +159,8 @@ def test_bad_audio_is_refused_before_any_worker_naming_the_value_and_the_fix(tin
 @pytest.mark.unit
 def test_audio_into_a_family_without_sound_in_and_a_memory_bomb_are_refused(tiny_models):
     assert sound_input.audio_families() == "LTX-2"
-    with pytest.raises(ModelError, match=r"audio: 'tiny-wan' \(Wan\) takes no sound in; only LTX-2 make a video "
-                                         r"to a given sound.*Disconnect the audio"):
+    with pytest.raises(ModelError, match=r"audio: 'tiny-wan' \(Wan\) takes no sound in \(image \+ audio to "
+                                         r"video\); the families that take one: LTX-2\. Disconnect the audio"):
         api.prepare_sample(_spec(tiny_models, "tiny-wan"), SampleRequest(prompt=FOX, width=32, height=32, frames=5,
                                                                          steps=2), audio=_sound(0.3))
     with pytest.raises(ModelError, match=r"audio: a video of 1 frames at 25 fps is too short to take a sound"):

@@ -95,7 +95,7 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
     arrays.update(redux.arrays(spec))
     if tiling := pixels.video_tiling(spec, req.width, req.height):
         req = dataclasses.replace(req, tiled_vae=True)
-    said = [samplers.check(spec, req, starts), prompt_weights.note(req), tiling]
+    said = [samplers.check(spec, req, starts), prompt_weights.note(req), tiling, sound_input.note(spec, audio)]
     if conditioned is not None:
         arrays, notes = {**arrays, **conditioned.arrays}, [*conditioned.notes, *notes]
     return PreparedSample(spec, req, arrays, tuple(notes + [text for text in said if text]))

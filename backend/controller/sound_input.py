@@ -38,8 +38,8 @@ def arrays(spec: PipelineSpec, req: SampleRequest, audio: dict | None) -> dict[s
         return {}
     family = spec.family
     if not family.audio_via:
-        raise ModelError(f"audio: '{spec.name}' ({family.name}) takes no sound in; only {audio_families()} make a "
-                         "video to a given sound (image + audio to video). Disconnect the audio from Sample Video, "
+        raise ModelError(f"audio: '{spec.name}' ({family.name}) takes no sound in (image + audio to video); the "
+                         f"families that take one: {audio_families()}. Disconnect the audio from Sample Video, "
                          "or load one of those models.")
     wave, rate = _waveform(audio)
     config = spec.component_config("audio_vae")
@@ -64,6 +64,15 @@ def arrays(spec: PipelineSpec, req: SampleRequest, audio: dict | None) -> dict[s
     if wave.shape[2] < needed:  # at most two mel frames short after resampling: silence
         wave = np.pad(wave, ((0, 0), (0, 0), (0, needed - wave.shape[2])))
     return {"audio": np.ascontiguousarray(wave[:, :, :needed], dtype=np.float32)}
+
+
+def note(spec: PipelineSpec, audio: dict | None) -> str | None:
+    """What happens to the sound (for the node's text): kept, and resampled where its rate differs."""
+    if audio is None:
+        return None
+    rate, target = int(audio["sample_rate"]), int(spec.component_config("audio_vae")["sample_rate"])
+    resampled = f", resampled from {rate} Hz to the model's {target} Hz" if rate != target else ""
+    return f"audio: the video is made to this sound, which it keeps{resampled}."
 
 
 def _waveform(audio: dict) -> tuple[np.ndarray, int]:

@@ -8,7 +8,8 @@ CFG is batched ([negative, positive] in one call on a doubled batch). The pack m
 (spatio-temporal guidance, a third pass over perturbed blocks), modality isolation (a fourth) and guidance
 rescale, whose published defaults (STG 1 on block 28, modality 3, rescale 0.7, audio CFG 7) are the full-guidance
 recipe of LTX-2.3 dev. The templates run the distilled model at CFG 1: one pass per step. Image to video
-(Sample Video's start image) runs LTX2ImageToVideoPipeline, made from the loaded pipeline with from_pipe.
+(Sample Video's start image) runs LTX2ImageToVideoPipeline, made from the loaded pipeline with from_pipe;
+image + audio to video (Sample Video's AUDIO, kept as the sound) runs LTX2ConditionPipeline (audio.py).
 
 Context Parallel is refused (CP_REFUSED): diffusers ships a plan, which does not fit LTX-2's per-head rotary
 embeddings (and would leave the audio tokens whole on every rank). CFG Parallel splits the doubled batch (both
