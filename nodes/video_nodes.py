@@ -23,7 +23,8 @@ class TPUSampleVideo:
     DESCRIPTION = ("Generates a video with a video pipeline from Load TPU Pipeline (Wan 2.1 / 2.2, LTX-2 with "
                    "sound; text to video, and image to video from a start image). The frames come out as an image "
                    "batch, one frame after another, for Create Video, Save Animated WEBP or any node that takes "
-                   "frames; LTX-2's sound comes out as audio for Create Video's audio input. The same seed gives "
+                   "frames; LTX-2's sound comes out as audio for Create Video's audio input, and an audio in (Load "
+                   "Audio) makes the video to that sound (image + audio to video). The same seed gives "
                    "the same video. Shows progress with seconds per step and can be cancelled.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("IMAGE", "AUDIO")
