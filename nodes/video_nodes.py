@@ -25,7 +25,8 @@ class TPUSampleVideo:
     DESCRIPTION = ("Generates a video with a video pipeline from Load TPU Pipeline (Wan 2.1 / 2.2, LTX-2 with "
                    "sound; text to video, and image to video from a start image). The frames come out as an image "
                    "batch, one frame after another, for Create Video, Save Animated WEBP or any node that takes "
-                   "frames; LTX-2's sound comes out as audio for Create Video's audio input. The same seed gives "
+                   "frames; LTX-2's sound comes out as audio for Create Video's audio input, and an audio in (Load "
+                   "Audio) makes the video to that sound (image + audio to video). The same seed gives "
                    "the same video. Shows progress with seconds per step and can be cancelled.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("IMAGE", "AUDIO")
@@ -90,20 +91,26 @@ class TPUSampleVideo:
                                    "tooltip": "LTX-2: the sound's own CFG, as ComfyUI's LTXV Dual CFG Guider "
                                               "sets audio_cfg beside video_cfg (guidance). -1: the same as "
                                               "guidance. Either above 1 runs the negative prompt pass."}),
+                "audio": ("AUDIO", {"tooltip":
+                          "Image + audio to video (LTX-2): the video's sound, e.g. from Load Audio. The model keeps "
+                          "it and makes frames that go with it (with start_image: from that first frame), so it "
+                          "must last as long as the video (frames / frame_rate seconds; trim a longer one with "
+                          "Trim Audio Duration). Resampled to the model's rate; mono is used on both channels. The "
+                          "audio output gives it back as the model decodes it."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, frames, steps, guidance, seed, batch_size=1,
                start_image=None, frame_rate=24.0, upscale_model="none", upscale_sigmas="0.85, 0.725, 0.4219",
-               audio_guidance=-1.0, unique_id=None):
+               audio_guidance=-1.0, audio=None, unique_id=None):
         started, queued = comfy_bridge.now(), comfy_bridge.queued_at()
         image = start_image.cpu().numpy() if start_image is not None else None
         request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,
                                 steps=steps, guidance=guidance, seed=seed, batch_size=batch_size, frames=frames,
                                 frame_rate=frame_rate, audio_guidance=audio_guidance,
                                 **_upscale(upscale_model, upscale_sigmas))
-        prepared = api.prepare_sample(pipeline, request, image)  # resolved and checked once, here
+        prepared = api.prepare_sample(pipeline, request, image, audio=audio)  # resolved and checked once, here
         if prepared.notes:
             comfy_bridge.send_text(unique_id, "\n".join(prepared.notes))
         out = comfy_bridge.run_cancellable(api.run_sample_outputs, prepared, node_id=unique_id,

@@ -444,6 +444,60 @@ def _ltx25(image: bool) -> dict:
                                 strength=", its start-frame strength 0.7 in stage 1" if image else ""))
 
 
+LTX23_IA2V_PROMPT = "The fuzzy cactus creature is talking to the viewer as it grips the steering wheel with one hand, the other hand gestures naturally as it speaks. The car is moving, revealing the sunlit coastal background, static camera fixed on character, smooth side-tracking shot matching the car speed\n\nscene: Sunlit coastal road trip, clear coastal background\ncharacter: Fuzzy cactus creature with big square sunglasses and a Hawaiian shirt\naction: One hand grips the steering wheel, the other gestures naturally while talking to the camera\ncamera: Fixed on character, smooth side-tracking shot matching car speed"
+
+
+def _ltx2_image_audio_to_video() -> dict:
+    """ComfyUI's video_ltx2_3_ia2v template on the pack: Load Image (the start frame), Load Audio (the sound) and
+    Load TPU Pipeline (LTX-2) -> Sample Video (TPU) -> frames and sound into ComfyUI's own Create Video -> Save
+    Video. Node ids: Load 1, Sample Video 2, Create Video 3, the note 4, Save Video 5, Load Image 6, Load Audio 7."""
+    sample = {"prompt": LTX23_IA2V_PROMPT, "negative_prompt": "pc game, console game, video game, cartoon, "
+                                                                 "childish, ugly", "width": 1280, "height": 704,
+              "frames": 217, "steps": 8, "guidance": 1.0, "seed": 0, "control_after_generate": "randomize",
+              "batch_size": 1, "frame_rate": 24.0}
+    note = """
+## LTX-2 image + audio to video
+
+**Load Image** (the first frame), **Load Audio** (the sound) and **Load TPU Pipeline** (LTX-2) → **Sample Video
+(TPU)** (`start_image`, `audio`; 1280×704, 217 frames at **24 fps** = 9 s, **8 steps, guidance 1**) → its
+**frames** and **audio** into ComfyUI's own **Create Video** (fps 24) → **Save Video** (mp4 with sound).
+
+The model **keeps the sound** and makes the frames to go with it (a talking or singing character): the
+template's LTXVAudioVAEEncode and SetLatentNoiseMask(0) on the audio. The sound must last as long as the video:
+frames / frame_rate seconds (a longer file: trim it first with Trim Audio Duration, as the template does to its
+9 s). It is resampled to the model's rate.
+
+The values of ComfyUI's `video_ltx2_3_ia2v` template (1280×720, 9 s at 24 fps) as LTX-2 makes them: 217 frames
+and sides of multiples of 32 (704). The template runs two passes (8 distilled steps at half size, its x2 spatial
+upscaler, 3 more steps); here one pass of 8 steps at full size on a distilled diffusers folder.
+
+**Model**: the diffusers folder `models/diffusers/LTX-2` (as ltx2_t2v_sound). Files: the template's
+`cactus_man.png` and `ltx_23_audio.mp3` in ComfyUI's input folder.
+"""
+    return {
+        "name": "video_ltx2_3_ia2v",
+        "nodes": [
+            {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
+             "widgets": {"model": "LTX-2", "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}},
+            {"id": 6, "type": "LoadImage", "pos": [40, 360], "size": [330, 380],
+             "widgets": {"image": "cactus_man.png"}},
+            {"id": 7, "type": "LoadAudio", "pos": [40, 790], "size": [330, 140],
+             "widgets": {"audio": "ltx_23_audio.mp3"}},
+            {"id": 2, "type": "TPUSampleVideo", "pos": [410, 130], "size": [400, 600], "widgets": sample},
+            {"id": 3, "type": "CreateVideo", "pos": [850, 130], "size": [300, 120], "widgets": {"fps": 24.0}},
+            {"id": 5, "type": "SaveVideo", "pos": [1190, 130], "size": [420, 500],
+             "widgets": {"filename_prefix": "video/LTX_2.3_ia2v", "format": "auto", "codec": "auto"}},
+            _note(4, [410, 780], note, size=(740, 420)),
+        ],
+        "links": [[1, "pipeline", 2, "pipeline"], [6, "IMAGE", 2, "start_image"], [7, "AUDIO", 2, "audio"],
+                  [2, "frames", 3, "images"], [2, "audio", 3, "audio"], [3, 0, 5, "video"]],
+        "extra": {"description": "LTX-2 image + audio to video, as ComfyUI's video_ltx2_3_ia2v template: Load Image "
+                                 "(start frame) + Load Audio (the sound, kept) + Load TPU Pipeline (LTX-2) -> Sample "
+                                 "Video (1280x704, 217 frames at 24 fps, 8 steps, guidance 1) -> frames and audio -> "
+                                 "Create Video (24 fps) -> Save Video (mp4 with sound). Needs models/diffusers/LTX-2."},
+    }
+
+
 def _qwen_image_21_edit() -> dict:
     """ComfyUI's image_qwen_image_2_1_image_edit template on the pack: two Load Image, batched by ComfyUI's Batch
     Images, as Qwen-Image 2.1's references -> Sample -> Save Image. Node ids: Load 1, Sample 2, Save 3, the note 4,
@@ -1413,6 +1467,7 @@ applies it at every step (start 0, end 1) and runs one ControlNet at a time.
     "video_ltx2_3_i2v": _ltx2_image_to_video(),
     "video_ltx2_5_t2v": _ltx25(image=False),
     "video_ltx2_5_i2v": _ltx25(image=True),
+    "video_ltx2_3_ia2v": _ltx2_image_audio_to_video(),
     "image_qwen_image_2_1_image_edit": _qwen_image_21_edit(),
     "image_krea2_turbo_t2i": _text_to_image(
         title="image_krea2_turbo_t2i", model="Krea-2-Turbo", offload="auto", note_height=420,

@@ -65,6 +65,9 @@ class ComfyServer:
         link = nodes_dir / "ComfyUI-TPU"
         if not link.exists():
             link.symlink_to(PACK_ROOT, target_is_directory=True)
+        audio = nodes_dir / "comfy_audio_nodes"  # ComfyUI's Load Audio where its audio nodes cannot import
+        if not audio.exists():
+            audio.symlink_to(Path(__file__).resolve().parent / "comfy_audio_nodes", target_is_directory=True)
         config = self.work_dir / "extra_model_paths.yaml"
         config.write_text(json.dumps({"comfyui_tpu": {"base_path": "/", "custom_nodes": str(nodes_dir),
                                                       "diffusers": str(self.models_dir),

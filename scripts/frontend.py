@@ -46,7 +46,8 @@ MODEL_INPUTS = ("model", "diffusion_model", "text_encoder_1", "text_encoder_2", 
                 "clip_name1", "clip_name2", "diffusion_model_2")
 # Inputs naming files or pictures the user supplies (LoRAs, ControlNets, Redux's files, Load Image's picture):
 # building and exporting a workflow accepts any value there, as for MODEL_INPUTS
-USER_FILE_INPUTS = ("lora_name", "controlnet_name", "image", "style_model_name", "clip_vision_name", "upscale_model")
+USER_FILE_INPUTS = ("lora_name", "controlnet_name", "image", "style_model_name", "clip_vision_name", "upscale_model",
+                    "audio")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-extensions", "--disable-default-apps", "--mute-audio", "--hide-scrollbars",
@@ -261,16 +262,20 @@ _LOAD_JS = r"""async (wf, name) => {
     if (!node) { widgetErrors.push(`${where}: not in the loaded graph`); continue; }
     // widgets_values holds every widget that serializes, control_after_generate included (the prompt does not)
     const widgets = (node.widgets || []).filter(w => w.serialize !== false);
-    const values = saved.widgets_values;
+    const reloaded = after.nodes.find(other => other.id === saved.id)?.widgets_values;
+    // a DOM widget that does not serialize its value still takes a slot in widgets_values (Load Audio's player:
+    // null): the frontend's own count of the reloaded node is the right one, and those slots are not compared
+    const slots = Math.max(widgets.length, Array.isArray(reloaded) ? reloaded.length : 0);
+    const values = Array.isArray(saved.widgets_values) && slots > widgets.length
+      ? saved.widgets_values.slice(0, widgets.length) : saved.widgets_values;
     const count = Array.isArray(values) ? values.length : 0;
-    if (count > widgets.length) {
-      widgetErrors.push(`${where}: ${count} saved widget values for ${widgets.length} widgets ` +
+    if (Array.isArray(saved.widgets_values) && saved.widgets_values.length > slots) {
+      widgetErrors.push(`${where}: ${saved.widgets_values.length} saved widget values for ${slots} widgets ` +
                         `(${widgets.map(w => w.name).join(', ')}): the extra ones are lost`);
     } else if (count < widgets.length && Array.isArray(values)) {
       // Saved before the node gained inputs (new inputs only ever go last): they load with their defaults.
       outdated.push(`${where}: saved without ${widgets.slice(count).map(w => w.name).join(', ')} (defaults used)`);
     }
-    const reloaded = after.nodes.find(other => other.id === saved.id)?.widgets_values;
     const kept = Array.isArray(values) && Array.isArray(reloaded) ? reloaded.slice(0, count) : reloaded;
     const none = v => v == null || (Array.isArray(v) && !v.length);  // a node without widgets: [] or absent
     if (!(none(kept) && none(values)) && JSON.stringify(kept ?? null) !== JSON.stringify(values ?? null)) {

@@ -63,6 +63,7 @@ LISTS: dict[str, Callable[[], str]] = {
     "true_cfg": families.true_cfg_names,
     "sigmas": lambda: families.pipeline_names(lambda p: p.sigmas_arg),  # Sampling Options' sigmas
     "video": lambda: families.family_names(lambda p: bool(p.frame_step)),
+    "audio_in": lambda: families.family_names(lambda p: bool(p.audio_via)),
     "step_cache_first_block": lambda: families.step_cache_names("first block"),
     "step_cache_taylorseer": lambda: families.step_cache_names("taylorseer"),
     "step_cache_magcache": lambda: families.step_cache_names("magcache"),

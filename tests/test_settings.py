@@ -94,6 +94,9 @@ def test_every_third_party_import_of_the_pack_is_a_declared_dependency():
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 imported.add(node.module.split(".")[0])
     comfyui = {"comfy", "folder_paths", "server"}  # the host application's own modules
+    # ... and what ComfyUI itself requires (its requirements.txt), imported only in ComfyUI's process: PyAV
+    # (controller/sound_input.py resamples an AUDIO with it, as ComfyUI's audio and video nodes decode with it)
+    comfyui |= {"av"}
     extra = {"torch_tpu"}  # the `tpu` extra
     # Brought by a declared dependency that requires it (checked below), so not listed again.
     transitive = {"PIL": ("diffusers", "pillow"), "tokenizers": ("transformers", "tokenizers")}

@@ -89,7 +89,10 @@ LORAS = {"flux1_style_lora.safetensors": ("tiny-flux", 0), "flux1_detail_lora.sa
 # LTX-2's x2 latent upscalers the workflows name (models/latent_upscale_models) -> the tiny one's seed
 UPSCALERS = {"ltx-2.3-spatial-upscaler-x2-1.1.safetensors": 0,
              "ltx-2.5-latent-spatial-upscaler-x2-bf16-1.0.safetensors": 1}
-INPUTS = {"example.png": (64, 64), "depth.png": (48, 64), "reference.png": (64, 48)}
+INPUTS = {"example.png": (64, 64), "depth.png": (48, 64), "reference.png": (64, 48), "cactus_man.png": (64, 64)}
+# Sounds the workflows name (Load Audio) -> their length in seconds on the CPU: a stereo sine at 44.1 kHz as an mp3
+# (written with PyAV, ComfyUI's own), as long as tiny-ltx2's 9 frames at 24 fps, resampled to its audio VAE's 16 kHz
+SOUNDS = {"ltx_23_audio.mp3": 0.4}
 # ControlNet files the workflows name -> the tiny ControlNet (backend.tiny_models.CONTROLNETS) standing in
 CONTROLNETS = {"FLUX.1-dev-ControlNet-Union-Pro.safetensors": "flux-union",
                "controlnet-canny-sdxl-1.0.safetensors": "sdxl", "controlnet-depth-sdxl-1.0.safetensors": "sdxl",
@@ -103,6 +106,7 @@ SIZE_FACTOR = 16  # of the tiny models the workflows run on (FLUX.1, SD3, FLUX.2
 COMFYUI_FILES = ("flux1", "flux1tools", "flux1redux", "zimage", "zimage-quant", "wan", "qwenimage", "qwenimage-quant")
 # names the frontend may not find here (not installed where the UI loads)
 ALLOWED = {**{name: set(TINY) for name in MODEL_INPUTS}, "lora_name": set(LORAS), "image": set(INPUTS),
+           "audio": set(SOUNDS),
            "controlnet_name": set(CONTROLNETS), "style_model_name": {Path(n).name for n in REDUX if "style" in n},
            "clip_vision_name": {Path(n).name for n in REDUX if "clip_vision" in n}, "upscale_model": set(UPSCALERS)}
 # Real-size settings that would take minutes on the CPU, by node type and input: set in the converted API
@@ -260,6 +264,22 @@ def workflow_files_on_the_server(server, tiny_models, tiny_controlnets, tiny_fil
         rgba[..., 0] = np.linspace(0, 255, w, dtype=np.uint8)[None]
         rgba[h // 4: h // 2, w // 4: w // 2, 3] = 0
         Image.fromarray(rgba, "RGBA").save(pictures / name)
+    for name, seconds in SOUNDS.items():
+        _write_sound(pictures / name, seconds)
+
+
+def _write_sound(path: Path, seconds: float, rate: int = 44100) -> None:
+    """A stereo sine (220 Hz left, 330 Hz right) of `seconds`, encoded as mp3 by PyAV (libmp3lame)."""
+    import av
+
+    t = np.arange(round(rate * seconds)) / rate
+    wave = (0.5 * np.stack([np.sin(2 * np.pi * 220 * t), np.sin(2 * np.pi * 330 * t)])).astype(np.float32)
+    with av.open(str(path), "w", format="mp3") as container:
+        stream = container.add_stream("libmp3lame", rate=rate, layout="stereo")
+        frame = av.AudioFrame.from_ndarray(wave, format="fltp", layout="stereo")
+        frame.sample_rate = rate
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            container.mux(packet)
 
 
 def world_size(prompt: dict) -> int:
@@ -285,7 +305,7 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
             "zimage_turbo_int8", "qwen_image_edit_2511_int8", "image_qwen_image_2_1_image_edit",
             "image_krea2_turbo_t2i", "image_ideogram4_t2i", "video_ltx2_3_i2v", "video_ltx2_5_t2v",
             "video_ltx2_5_i2v", "image_qwen_image_2_1_turbo_image_edit", "image_flux3_klein_t2i",
-            "image_flux3_klein_image_edit"} <= {p.stem for p in FILES}
+            "image_flux3_klein_image_edit", "video_ltx2_3_ia2v"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"

@@ -28,6 +28,7 @@ from . import (
     redux,
     resolve,
     sigmas,
+    sound_input,
 )
 from .workers import ProgressFn, group_config, status_adapter
 
@@ -64,7 +65,7 @@ def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, st
 def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None = None,
                    mask: np.ndarray | None = None, latent: np.ndarray | None = None,
                    asked: tuple[int, int, int] | None = None, positive: Sequence | None = None,
-                   negative: Sequence | None = None) -> PreparedSample:
+                   negative: Sequence | None = None, audio: dict | None = None) -> PreparedSample:
     """Resolves `spec` and checks the request and Sample's image, latent and CONDITIONING inputs (raising an
     InputError naming the input), once: the node shows the notes, then `run_sample` runs exactly this.
 
@@ -76,12 +77,13 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
     take them; with `mask` (MASK [B, H, W], 1 = repaint) it inpaints. `latent` (from `latents.latent_input`, whose size
     and batch `req` has) starts from a LATENT instead; `asked`: the node's own width, height and batch_size.
     `positive` / `negative`: ComfyUI's CONDITIONING (tensors as numpy arrays) replacing the prompt text
-    (controller/conditioning.py)."""
+    (controller/conditioning.py). `audio`: Sample Video's AUDIO, the sound the video is made to (image + audio to
+    video: controller/sound_input.py)."""
     conditioned = conditioning.apply(spec, req, positive, negative)  # CONDITIONING in place of the prompt text
     if conditioned is not None:
         req = conditioned.req
     spec = resolve.resolve(spec, req)  # the planning pass: the pipeline filled in, it and the request checked
-    arrays = images.as_arrays(spec, req, image, mask)
+    arrays = {**images.as_arrays(spec, req, image, mask), **sound_input.arrays(spec, req, audio)}
     if latent is None:
         notes, starts = images.describe(spec, req, arrays), images.starts_from_image(spec, arrays)
         controlnets.check_inputs(spec, starts, "mask" in arrays, req.denoise)
@@ -95,7 +97,7 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
     if tiling := pixels.video_tiling(spec, req.width, req.height):
         req = dataclasses.replace(req, tiled_vae=True)
     req, scheduled = sigmas.apply(spec, req, starts)
-    said = [samplers.check(spec, req, starts), prompt_weights.note(req), tiling, scheduled]
+    said = [samplers.check(spec, req, starts), prompt_weights.note(req), tiling, scheduled, sound_input.note(spec, audio)]
     if conditioned is not None:
         arrays, notes = {**arrays, **conditioned.arrays}, [*conditioned.notes, *notes]
     return PreparedSample(spec, req, arrays, tuple(notes + [text for text in said if text]))

@@ -174,6 +174,12 @@ class Pipeline:
     sound_rate: str = ""
     # It takes Sample Video's upscale_model: a two-stage call with an x2 latent upsampler (families/ltx2/two_stage.py)
     latent_upscale: bool = False
+    # A video pipeline with sound that also takes Sample Video's AUDIO and keeps it as the video's sound (image +
+    # audio to video): the diffusers pipeline that runs it, made with from_pipe (LTX-2: LTX2ConditionPipeline,
+    # the start image as its frame-0 condition), and the family module that encodes it (`<module>.py` in the
+    # family's folder, torch, worker only: waveform -> the audio VAE's latents). "": AUDIO is refused.
+    audio_via: str = ""
+    audio_module: str = ""
     # the __call__ argument that takes Sample Video's frame rate (LTX-2: frame_rate, which sets the sound's length
     # and the positions of the video tokens in time); "": the model has a fixed rate (Wan: 16 fps), none is passed
     frame_rate_arg: str = ""

@@ -25,6 +25,7 @@ from .latents import PLAUSIBLE, _replaced
 # LATENT: image to image from a LATENT (Sample's latent input below denoise 1), run by the image-to-image pipeline
 TEXT, IMG2IMG, INPAINT, REFERENCE, START, LATENT = "text", "img2img", "inpaint", "reference", "start", "latent"
 CONTROL = "control"  # Sample's image as the control image (FLUX.1 Depth/Canny)
+AUDIO = "audio"  # Sample Video's AUDIO kept as the video's sound, with any start image (worker/sound.py)
 
 
 def task(family: Pipeline, arrays: dict, denoise: float = 1.0) -> str:
@@ -32,6 +33,8 @@ def task(family: Pipeline, arrays: dict, denoise: float = 1.0) -> str:
     1 only sets the size: text to image, as KSampler's pure-noise start on flow models."""
     if "latent" in arrays:
         return LATENT if denoise < 1 else TEXT
+    if "audio" in arrays:  # the controller has checked that this model takes one (Pipeline.audio_via)
+        return AUDIO
     if "image" not in arrays:
         return TEXT
     if family.start_image or family.start_image_via:  # the controller has checked this model takes one
@@ -99,7 +102,7 @@ class ImagePipelines:
             self.forget()
             self.pipe = pipe
         name = {IMG2IMG: family.img2img, LATENT: family.img2img, INPAINT: family.inpaint,
-                START: family.start_image_via}.get(kind)
+                START: family.start_image_via, AUDIO: family.audio_via}.get(kind)
         if not name or name == family.class_name:  # the loaded one takes them itself (FLUX.1 Fill)
             return pipe
         if name not in self.derived:

@@ -321,6 +321,7 @@ class Runtime:
                 sampling.enter_context(rng.cpu_draws(self.kind, everything[group[0]][1]))
                 controlnets.add_inputs(spec, kind, kwargs, arrays, group[0])
                 images.add_inputs(pipe, spec.family, kind, kwargs, arrays, group[0], req)
+                sound.add_inputs(pipe, spec.family, kind, kwargs, arrays, group[0], sampling)
                 self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,
                                report=layout.leader, per_step=len(group), steps=req.steps,
                                then=images.decode_note(spec, req) if decode else "")
@@ -332,6 +333,7 @@ class Runtime:
                         latent_io.enter_context(latents.captured(pipe, taken, decode))
                     if spec.family.frame_step and layout.leader and decode and not spec.family.modular:
                         latent_io.enter_context(images.decode_progress(pipe.vae, self.status, self.channel.interrupt.is_set))
+                        latent_io.enter_context(sound.decode_progress(pipe, spec.family, self.status, self.channel.interrupt.is_set))
                     result = (modular.call(pipe, spec.family, kwargs) if spec.family.modular else
                               two_stage.call(pipe, kwargs, req.upscale_model, tuple(req.upscale_sigmas))
                               if req.upscale_model else pipe(**kwargs))

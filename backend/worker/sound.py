@@ -1,14 +1,22 @@
 """The sound of a video pipeline that makes one (Pipeline.sound: LTX-2), handed back beside its frames: the
-waveform [B, channels, samples] float32 and the sample rate its vocoder's config gives (ComfyUI's AUDIO)."""
+waveform [B, channels, samples] float32 and the sample rate its vocoder's config gives (ComfyUI's AUDIO); and
+Sample Video's AUDIO in, kept as the video's sound (Pipeline.audio_via: the family's audio module encodes it),
+with the sound's decode saying how far it is and stopping on Cancel."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from .. import families
 from ..families import Pipeline
 from ..protocol.errors import ModelError
+from . import images
 
 
 def waveform(family: Pipeline, result: Any) -> np.ndarray | None:
@@ -33,3 +41,35 @@ def rate(pipe: Any, family: Pipeline) -> int:
     """Samples per second of the sound, from the component config Pipeline.sound_rate names."""
     component, key = family.sound_rate.split(".", 1)
     return int(getattr(pipe, component).config[key])
+
+
+def _module(family: Pipeline) -> ModuleType | None:
+    """The family's audio module (families/<id>/<audio_module>.py; torch, worker only), None where it has none."""
+    if not family.audio_module:
+        return None
+    return importlib.import_module(f"{families.__name__}.{family.family}.{family.audio_module}")
+
+
+def add_inputs(pipe: Any, family: Pipeline, kind: str, kwargs: dict, arrays: dict, index: int,
+               call: contextlib.ExitStack) -> None:
+    """Image + audio to video: video `index`'s sound (waveform i of the batch, cycling; checked, resampled and cut
+    to the frames by the controller) and start image (if any) into the call, its audio held clean for the call."""
+    if kind != images.AUDIO:
+        return
+    waves, starts = arrays["audio"], arrays.get("image")
+    image = None
+    if starts is not None:
+        image = images.pil(images.fit(starts[index % len(starts)], kwargs["width"], kwargs["height"]))
+    module = _module(family)
+    module.add_inputs(pipe, kwargs, image, waves[index % len(waves)])
+    call.enter_context(module.held(pipe))
+
+
+def decode_progress(pipe: Any, family: Pipeline, say: Callable[[str], None],
+                    stop: Callable[[], bool]) -> contextlib.AbstractContextManager:
+    """The sound's decode (audio VAE, vocoder) in the block says what it does and stops on Cancel between its
+    pieces, for a family whose audio module has the hooks."""
+    module = _module(family)
+    if module is None or not family.sound:
+        return contextlib.nullcontext()
+    return module.decode_progress(pipe, say, stop)

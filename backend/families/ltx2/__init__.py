@@ -8,7 +8,8 @@ CFG is batched ([negative, positive] in one call on a doubled batch). The pack m
 (spatio-temporal guidance, a third pass over perturbed blocks), modality isolation (a fourth) and guidance
 rescale, whose published defaults (STG 1 on block 28, modality 3, rescale 0.7, audio CFG 7) are the full-guidance
 recipe of LTX-2.3 dev. The templates run the distilled model at CFG 1: one pass per step. Image to video
-(Sample Video's start image) runs LTX2ImageToVideoPipeline, made from the loaded pipeline with from_pipe.
+(Sample Video's start image) runs LTX2ImageToVideoPipeline, made from the loaded pipeline with from_pipe;
+image + audio to video (Sample Video's AUDIO, kept as the sound) runs LTX2ConditionPipeline (audio.py).
 Sample Video's audio_guidance (LTX-2.5's dual CFG guider) sets audio_guidance_scale apart; its upscale_model runs
 the templates' two stages (two_stage.py). LTX-2.5's Gemma 4 text encoder loads in the same pipeline.
 
@@ -51,7 +52,7 @@ _VIDEO = dict(cfg_doubles_batch=True, cfg_passes="batch", cp_refused=CP_REFUSED,
               sound=("audio_vae", "vocoder"), sound_rate="vocoder.output_sampling_rate", frame_rate_arg="frame_rate",
               guidance_also=("audio_guidance_scale",), call_args=OFF, check_kind="video with sound",
               step_caches=("taylorseer",), taylorseer_modules=TAYLORSEER_MODULES, no_step_cache=NO_CACHE,
-              latent_upscale=True)
+              latent_upscale=True, audio_via="LTX2ConditionPipeline", audio_module="audio")
 
 
 def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:

@@ -1,0 +1,136 @@
+"""Sample Video's AUDIO input (image + audio to video), checked and fitted before any worker starts (controller
+side, numpy and PyAV, ComfyUI's own dependency for its audio and video nodes).
+
+ComfyUI's AUDIO is {"waveform": [batch, channels, samples], "sample_rate": N}. The model keeps the sound as it is
+and makes frames that go with it, so the sound must last as long as the video: frames / frame_rate seconds. It is
+resampled to the audio VAE's rate where it has another (as ComfyUI's LTXVAudioVAEEncode does, through
+comfy.audio.resample); mono is used on both channels (as ComfyUI's encoder does). A sound shorter than the video,
+or more than LONGER_S longer, is refused with the frames that would fit it; within that, it is cut to exactly the
+audio latents the frames take (the pipeline counts round(seconds × latents per second) of them). Video i takes
+waveform i of the batch (cycling, as start images do).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import families
+from ..protocol.errors import ModelError
+from ..protocol.spec import PipelineSpec, SampleRequest
+
+LONGER_S = 0.5  # a sound may run this much past the video's end (the frames come in steps of 8): the rest is cut
+MEL_PER_LATENT = 4  # the LTX-2 audio VAE's time compression (mel frames per latent; causal: the first 3 are one)
+MIN_LATENTS = 4  # fewer (a video of a few frames) leave the STFT shorter than its own window
+MAX_RATE = 768_000
+
+
+def audio_families() -> str:
+    """'LTX-2': the families whose Sample Video takes an AUDIO (Pipeline.audio_via)."""
+    return families.family_names(lambda p: bool(p.audio_via))
+
+
+def arrays(spec: PipelineSpec, req: SampleRequest, audio: dict | None) -> dict[str, np.ndarray]:
+    """{"audio": [B, C, S] float32 at the audio VAE's rate, cut to the frames' length} (empty without AUDIO); a
+    ModelError naming `audio`, the value and the fix for anything the model cannot take."""
+    if audio is None:
+        return {}
+    family = spec.family
+    if not family.audio_via:
+        raise ModelError(f"audio: '{spec.name}' ({family.name}) takes no sound in (image + audio to video); the "
+                         f"families that take one: {audio_families()}. Disconnect the audio from Sample Video, "
+                         "or load one of those models.")
+    wave, rate = _waveform(audio)
+    config = spec.component_config("audio_vae")
+    target, hop = int(config.get("sample_rate", 0)), int(config.get("mel_hop_length", 0))
+    if target <= 0 or hop <= 0:
+        raise ModelError(f"audio: '{spec.name}' has no audio VAE config with sample_rate and mel_hop_length "
+                         "(audio_vae/config.json), so the sound cannot be encoded; check the model's folder.")
+    latents = round(req.frames / req.frame_rate * target / hop / MEL_PER_LATENT)
+    if latents < MIN_LATENTS:
+        raise ModelError(f"audio: a video of {req.frames} frames at {req.frame_rate:g} fps is too short to take a "
+                         f"sound ({latents} audio latents, at least {MIN_LATENTS}); make more frames (at least "
+                         f"{_frames_for(MIN_LATENTS * MEL_PER_LATENT * hop / target, req, family.frame_step)}).")
+    _check_length(wave.shape[2] / rate, req, family.frame_step, (MEL_PER_LATENT * latents - MEL_PER_LATENT) * hop / target)
+    wave = np.asarray(wave, dtype=np.float32)  # measured first: an hour of sound is refused before it is copied
+    if not np.isfinite(wave).all():
+        raise ModelError("audio: the waveform holds values that are not numbers (NaN or infinity), which the model "
+                         "would turn into noise; check the nodes that made it (a file that decodes wrongly, or "
+                         "audio math).")
+    if rate != target:
+        wave = resample(wave, rate, target)
+    needed = (MEL_PER_LATENT * latents - MEL_PER_LATENT) * hop + 2 * hop  # the middle of the latents' window
+    if wave.shape[2] < needed:  # at most two mel frames short after resampling: silence
+        wave = np.pad(wave, ((0, 0), (0, 0), (0, needed - wave.shape[2])))
+    return {"audio": np.ascontiguousarray(wave[:, :, :needed], dtype=np.float32)}
+
+
+def note(spec: PipelineSpec, audio: dict | None) -> str | None:
+    """What happens to the sound (for the node's text): kept, and resampled where its rate differs."""
+    if audio is None:
+        return None
+    rate, target = int(audio["sample_rate"]), int(spec.component_config("audio_vae")["sample_rate"])
+    resampled = f", resampled from {rate} Hz to the model's {target} Hz" if rate != target else ""
+    return f"audio: the video is made to this sound, which it keeps{resampled}."
+
+
+def _waveform(audio: dict) -> tuple[np.ndarray, int]:
+    """The AUDIO's waveform [B, C, S] (1 or 2 channels) as numpy (a view of the tensor, not yet copied), and its
+    rate; refused where it is not one."""
+    if not isinstance(audio, dict) or "waveform" not in audio or "sample_rate" not in audio:
+        raise ModelError(f"audio: {type(audio).__name__} is not ComfyUI's AUDIO ({{'waveform': [batch, channels, "
+                         "samples], 'sample_rate': N}}); connect Load Audio or another AUDIO output.")
+    rate = audio["sample_rate"]
+    if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or not 0 < int(rate) <= MAX_RATE:
+        raise ModelError(f"audio: sample_rate {rate!r} is not a number of samples a second between 1 and "
+                         f"{MAX_RATE}; check the node that made the audio (Load Audio gives the file's own).")
+    w = audio["waveform"]
+    if hasattr(w, "detach"):  # a torch tensor; half precision has no numpy view
+        w = w.detach().cpu()
+        w = (w.float() if w.is_floating_point() and w.element_size() == 2 else w).numpy()
+    w = np.asarray(w)
+    if w.ndim == 2:
+        w = w[None]
+    if w.ndim != 3 or w.shape[0] < 1 or w.shape[1] not in (1, 2) or w.shape[2] < 1 or w.dtype.kind not in "fiu":
+        raise ModelError(f"audio: a waveform of shape {list(w.shape)} ({w.dtype}) cannot be used; it must be [batch, "
+                         "channels, samples] with 1 (mono) or 2 (stereo) channels and some samples (mix other "
+                         "channel counts down to stereo first).")
+    return w, int(rate)
+
+
+def _check_length(seconds: float, req: SampleRequest, step: int, least: float) -> None:
+    """A sound shorter than the video needs, or more than LONGER_S longer than it, is refused naming the frames
+    that fit it."""
+    video = req.frames / req.frame_rate
+    if least <= seconds <= video + LONGER_S:
+        return
+    fits = _frames_for(seconds, req, step)
+    what = "short" if seconds < least else "long"
+    fix = (f"Trim it to {video:.2f} s (ComfyUI's Trim Audio Duration), or set frames to {fits}" if what == "long"
+           else f"Give a longer sound, or set frames to {fits}")
+    raise ModelError(f"audio: the sound lasts {seconds:.2f} s, too {what} for {req.frames} frames at "
+                     f"{req.frame_rate:g} fps ({video:.2f} s): the model keeps the sound and makes the frames to "
+                     f"go with it, so both must last as long. {fix} (or change frame_rate).")
+
+
+def _frames_for(seconds: float, req: SampleRequest, step: int) -> int:
+    """The largest frame count the model takes (1 + a multiple of `step`) lasting no longer than `seconds`."""
+    step = step or 1
+    return 1 + step * max(0, math.floor((seconds * req.frame_rate - 1) / step))
+
+
+def resample(wave: np.ndarray, rate: int, target: int) -> np.ndarray:
+    """The waveform [B, C, S] at `target` samples a second, by libswresample (PyAV), video by video."""
+    import av
+
+    layout = "mono" if wave.shape[1] == 1 else "stereo"
+    out = []
+    for one in wave:
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(one, dtype=np.float32), format="fltp", layout=layout)
+        frame.sample_rate = rate
+        resampler = av.AudioResampler(format="fltp", layout=layout, rate=target)
+        parts = [f.to_ndarray() for f in resampler.resample(frame)] + [f.to_ndarray() for f in resampler.resample(None)]
+        out.append(np.concatenate(parts, axis=1))
+    length = min(p.shape[1] for p in out)
+    return np.stack([p[:, :length] for p in out])

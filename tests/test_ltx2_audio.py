@@ -1,0 +1,213 @@
+"""LTX-2 image + audio to video through the workers (Sample Video's AUDIO in): frames and waveform equal plain
+diffusers' LTX2ConditionPipeline driven the same way (the start image as the frame-0 condition; the sound's
+log-mel, computed here by transformers' own numpy spectrogram, encoded by the audio VAE as audio_latents, held
+clean by an audio scheduler at timestep 0 and no noise on them), within 1e-4; and the AUDIO checks, each before
+any worker starts: the wrong family, the wrong rate (resampled, as ComfyUI does), too short or too long for the
+frames, not numbers, a memory bomb; and Cancel during the sound's decode, which says what it decodes."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from backend.controller import api, sound_input
+from backend.families.ltx2 import OFF
+from backend.protocol.errors import Interrupted, ModelError
+from backend.protocol.messages import Status
+from backend.protocol.spec import SampleRequest
+
+TOLERANCE = 1e-4
+FOX = "a red fox in the snow"
+# tiny-ltx2's smallest video: 64x64, 9 frames at 25 fps = 0.36 s; its audio VAE works at 16 kHz, hop 160
+LTX = dict(prompt=FOX, negative_prompt="blurry", width=64, height=64, frames=9, steps=2, guidance=3.0, seed=11,
+           frame_rate=25.0)
+RATE, HOP = 16000, 160
+
+
+def _request(**kw) -> SampleRequest:
+    return SampleRequest(**{**LTX, **kw})
+
+
+def _spec(tiny_models, name="tiny-ltx2"):
+    return api.make_spec(name, [str(tiny_models)])
+
+
+def _sound(seconds: float, rate: int = RATE, batch: int = 2, channels: int = 2) -> dict:
+    """ComfyUI's AUDIO: a 220 Hz / 330 Hz sine per video, as Load Audio gives it (float32 [B, C, S])."""
+    t = np.arange(round(seconds * rate)) / rate
+    wave = np.stack([np.stack([np.sin(2 * np.pi * (220 + 110 * b + 55 * c) * t) for c in range(channels)])
+                     for b in range(batch)]).astype(np.float32) * 0.5
+    return {"waveform": torch.from_numpy(wave), "sample_rate": rate}
+
+
+def _start_images() -> np.ndarray:
+    return (np.random.default_rng(5).integers(0, 256, (2, 64, 64, 3)) / 255).astype(np.float32)
+
+
+def _plain(tiny_models, starts: np.ndarray, waves: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Plain diffusers' LTX2ConditionPipeline for seeds 11 and 12, start image i and waveform i (at the VAE's rate,
+    the length the controller cuts it to): each video's frames and waveform."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, LTX2ConditionPipeline
+    from diffusers.pipelines.ltx2 import LTX2VideoCondition
+    from PIL import Image
+    from transformers.audio_utils import mel_filter_bank, spectrogram, window_function
+
+    pipe = LTX2ConditionPipeline.from_pretrained(str(tiny_models / "tiny-ltx2"), dtype=torch.float32,
+                                                 local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+
+    class Held(FlowMatchEulerDiscreteScheduler):  # the audio kept: timesteps 0, step returns the sample
+        def set_timesteps(self, num_inference_steps=None, device=None, sigmas=None, mu=None, timesteps=None):
+            super().set_timesteps(num_inference_steps, device, sigmas, mu, timesteps)
+            self.timesteps, self.sigmas = torch.zeros_like(self.timesteps), torch.ones_like(self.sigmas)
+
+        def step(self, out, t, sample, return_dict=True, **k):
+            return (sample,)
+
+    prepare = pipe.prepare_audio_latents
+    pipe.prepare_audio_latents = lambda *a, **k: prepare(*a, **{**k, "noise_scale": 0.0})
+    n_fft, mels = 1024, pipe.audio_vae.config.mel_bins
+    bank = mel_filter_bank(num_frequency_bins=n_fft // 2 + 1, num_mel_filters=mels, min_frequency=0.0,
+                           max_frequency=RATE / 2, sampling_rate=RATE, norm=None, mel_scale="htk")
+    out = []
+    for i, seed in enumerate((11, 12)):
+        mel = np.stack([spectrogram(ch, window_function(n_fft, "hann"), frame_length=n_fft, hop_length=HOP,
+                                    power=1.0, center=True, pad_mode="reflect", mel_filters=bank, mel_floor=1e-5,
+                                    log_mel=None) for ch in waves[i]])  # [C, mels, T]
+        mel = torch.from_numpy(np.log(np.maximum(mel, 1e-5)).astype(np.float32)).permute(0, 2, 1)[None]
+        pipe.audio_scheduler = Held.from_config(pipe.scheduler.config)
+        image = Image.fromarray((starts[i] * 255).round().astype(np.uint8))
+        with torch.inference_mode():
+            latents = pipe.audio_vae.encode(mel).latent_dist.mode()
+            result = pipe(conditions=[LTX2VideoCondition(frames=image, index=0, strength=1.0)], prompt=FOX,
+                          negative_prompt="blurry", height=64, width=64, num_frames=9, frame_rate=25.0,
+                          num_inference_steps=2, guidance_scale=3.0, output_type="np", audio_latents=latents,
+                          generator=[torch.Generator("cpu").manual_seed(seed)],
+                          **dict(OFF, audio_guidance_scale=3.0))
+            kept = pipe.vocoder(pipe.audio_vae.decode(latents, return_dict=False)[0])  # the sound, decoded as is
+        assert torch.allclose(result.audio, kept, atol=1e-6), "plain diffusers keeps the sound too"
+        out.append((result.frames[0], result.audio[0].numpy()))
+    return out
+
+
+@pytest.mark.workers
+def test_image_and_audio_to_video_equals_plain_diffusers_and_keeps_the_sound(tiny_models):
+    req, starts, audio = _request(batch_size=2), _start_images(), _sound(0.36)
+    prepared = api.prepare_sample(_spec(tiny_models), req, starts, audio=audio)
+    waves = prepared.arrays["audio"]
+    assert waves.shape == (2, 2, (4 * 9 - 4) * HOP + 2 * HOP), "cut to the 9 audio latents 9 frames at 25 fps take"
+    said = []
+    out = api.run_sample_outputs(prepared, lambda m: said.append(m.text) if isinstance(m, Status) else None)
+    assert out["images"].shape == (18, 64, 64, 3) and out["audio"].shape[:2] == (2, 2)
+    for video, (frames, wave) in enumerate(_plain(tiny_models, starts, waves)):
+        assert np.abs(out["images"][9 * video:9 * (video + 1)] - frames).max() <= TOLERANCE, f"video {video}"
+        assert np.abs(out["audio"][video] - wave).max() <= TOLERANCE, f"video {video}'s sound"
+    assert not np.array_equal(out["audio"][0], out["audio"][1]), "each video its own sound"
+    assert "audio: decoding the sound (audio VAE)…" in said and "audio: decoding the sound (vocoder stage 2/2)…" in said
+
+    # the same sound at 48 kHz is resampled to the VAE's 16 kHz (libswresample), as ComfyUI's encoder does
+    resampled = api.prepare_sample(_spec(tiny_models), req, starts, audio=_sound(0.36, rate=48000))
+    assert "audio: the video is made to this sound, which it keeps, resampled from 48000 Hz to the model's 16000 " \
+           "Hz." in resampled.notes
+    high = resampled.arrays["audio"]
+    assert high.shape == waves.shape and np.abs(high - waves)[:, :, 200:-200].max() < 0.02
+    # mono is used on both channels
+    mono = api.prepare_sample(_spec(tiny_models), req, starts, audio=_sound(0.36, channels=1)).arrays["audio"]
+    assert mono.shape == (2, 1, waves.shape[2])
+
+
+@pytest.mark.workers
+def test_cancel_during_the_sounds_decode_ends_within_seconds_and_says_so(tiny_models):
+    spec, stop, said = _spec(tiny_models), threading.Event(), []
+
+    def on_progress(msg):
+        if isinstance(msg, Status):
+            said.append(msg.text)
+            if msg.text.startswith("audio: decoding the sound (audio VAE)"):
+                stop.set()
+
+    started = time.monotonic()
+    with pytest.raises(Interrupted):
+        api.run_sample_outputs(api.prepare_sample(spec, _request(), _start_images()[:1], audio=_sound(0.36, batch=1)),
+                               on_progress, stop.is_set)
+    assert time.monotonic() - started < 30 and said.index("audio: decoding the sound (audio VAE)…") >= 0
+    out = api.run_sample_outputs(api.prepare_sample(spec, _request(), audio=_sound(0.36, batch=1)))
+    assert out["images"].shape == (9, 64, 64, 3), "the next video runs (audio to video without a start image)"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("audio, message", [
+    (_sound(0.2), r"audio: the sound lasts 0\.20 s, too short for 9 frames at 25 fps \(0\.36 s\).*Give a longer "
+                  r"sound, or set frames to 1\b"),
+    (_sound(3.0), r"audio: the sound lasts 3\.00 s, too long for 9 frames at 25 fps \(0\.36 s\).*Trim it to 0\.36 s "
+                  r"\(ComfyUI's Trim Audio Duration\), or set frames to 73 "),
+    ({"waveform": torch.full((1, 2, 6000), float("nan")), "sample_rate": RATE}, r"audio: the waveform holds values "
+                                                                                 r"that are not numbers"),
+    ({"waveform": torch.zeros(1, 6, 6000), "sample_rate": RATE}, r"audio: a waveform of shape \[1, 6, 6000\]"),
+    ({"waveform": torch.zeros(1, 2, 6000), "sample_rate": 0}, r"audio: sample_rate 0 is not a number of samples"),
+    ({"waveform": torch.zeros(1, 2, 6000)}, r"audio: dict is not ComfyUI's AUDIO"),
+])
+def test_bad_audio_is_refused_before_any_worker_naming_the_value_and_the_fix(tiny_models, audio, message):
+    with pytest.raises(ModelError, match=message):
+        api.prepare_sample(_spec(tiny_models), _request(), audio=audio)
+
+
+@pytest.mark.unit
+def test_audio_into_a_family_without_sound_in_and_a_memory_bomb_are_refused(tiny_models):
+    assert sound_input.audio_families() == "LTX-2"
+    with pytest.raises(ModelError, match=r"audio: 'tiny-wan' \(Wan\) takes no sound in \(image \+ audio to "
+                                         r"video\); the families that take one: LTX-2\. Disconnect the audio"):
+        api.prepare_sample(_spec(tiny_models, "tiny-wan"), SampleRequest(prompt=FOX, width=32, height=32, frames=5,
+                                                                         steps=2), audio=_sound(0.3))
+    with pytest.raises(ModelError, match=r"audio: a video of 1 frames at 25 fps is too short to take a sound"):
+        api.prepare_sample(_spec(tiny_models), _request(frames=1), audio=_sound(0.04))
+    api.prepare_sample(_spec(tiny_models), _request(), audio=_sound(0.36))  # (the first call reads the folder)
+    hour = {"waveform": torch.zeros(1, 2, 3600 * 44100), "sample_rate": 44100}
+    started = time.monotonic()
+    with pytest.raises(ModelError, match=r"audio: the sound lasts 3600\.00 s, too long"):
+        api.prepare_sample(_spec(tiny_models), _request(), audio=hour)
+    assert time.monotonic() - started < 2, "an hour of sound is measured, never resampled"
+    # 64 videos of 1017 frames at 1024x1024 with a sound as long: the output bound refuses it, before the sound is
+    # touched
+    started = time.monotonic()
+    with pytest.raises(ModelError, match=r"batch_size, frames, width/height: 64 videos of 1024x1024 × 1017 frames"):
+        api.prepare_sample(_spec(tiny_models), _request(width=1024, height=1024, frames=1017, batch_size=64),
+                           audio={"waveform": torch.zeros(1, 1, 1017 * 320), "sample_rate": 8000})
+    assert time.monotonic() - started < 2
+
+
+@pytest.mark.unit
+def test_the_sounds_decode_says_each_piece_and_stops_between_them(tiny_models):
+    """tiny-ltx2's audio VAE and vocoder in this process, as the worker wraps them: the audio VAE's decode and each
+    vocoder stage are said, Cancel is seen before the next piece, and the sound is the plain decode's."""
+    from types import SimpleNamespace
+
+    from diffusers import AutoencoderKLLTX2Audio
+    from diffusers.pipelines.ltx2 import LTX2Vocoder
+
+    from backend.families.ltx2 import audio
+
+    folder = tiny_models / "tiny-ltx2"
+    pipe = SimpleNamespace(audio_vae=AutoencoderKLLTX2Audio.from_pretrained(str(folder / "audio_vae")).eval(),
+                           vocoder=LTX2Vocoder.from_pretrained(str(folder / "vocoder")).eval())
+    z = torch.randn(1, 2, 9, 4, generator=torch.Generator().manual_seed(0))
+    said: list[str] = []
+
+    def decode() -> torch.Tensor:
+        return pipe.vocoder(pipe.audio_vae.decode(z, return_dict=False)[0])
+
+    with torch.inference_mode():
+        plain = decode()
+        with audio.decode_progress(pipe, said.append, lambda: False):
+            assert torch.equal(decode(), plain)
+        assert said == ["audio: decoding the sound (audio VAE)…", "audio: decoding the sound (vocoder stage 1/2)…",
+                        "audio: decoding the sound (vocoder stage 2/2)…"]
+        said.clear()
+        with audio.decode_progress(pipe, said.append, lambda: bool(said)), pytest.raises(Interrupted):
+            decode()
+        assert said == ["audio: decoding the sound (audio VAE)…"], "Cancel is seen before the vocoder"
+    assert not pipe.vocoder.upsamplers[0]._forward_pre_hooks and not pipe.audio_vae.decoder._forward_pre_hooks
