@@ -22,7 +22,9 @@ FIGURE_IDS = {"controller_memory", "comfyui_throughput", "api_throughput", "nois
               "mfu_eager", "mfu_compiled", "cfg_parallel", "context_parallel", "prompt_cache", "batched",
               "warm_start", "lora_strength_change", "zimage_throughput", "controlnet_throughput",
               "controlnet_recompiles", "wan_context_parallel", "wan_context_parallel_video", "wan_cfg_parallel",
-              "wan_cfg_parallel_video", "wan_throughput"}
+              "wan_cfg_parallel_video", "wan_throughput", "qwenimage21_throughput", "krea2_throughput",
+              "ltx2_throughput", "ltx2_cfg_parallel", "ltx2_context_parallel", "minimax_h3_throughput",
+              "minimax_h3_cfg_parallel", "minimax_h3_context_parallel"}
 
 
 @pytest.mark.minutes(8)  # the longest test of the suite: with xdist it starts first
