@@ -34,6 +34,8 @@ from .common import (
     target,
     two_workers,
 )
+from .figures import _noise_note as twin_note
+from .figures import against_plain
 
 THROUGHPUT_TARGET = target(">=", 0.98)
 CFG_TARGET = target(">=", 1.6)
@@ -110,27 +112,25 @@ def images(ctx: Ctx) -> list[dict]:
     pass), one image per call, each against its plain pipeline and the plain pipeline's twin."""
     from backend.tiny_models import build_all
 
-    from .figures import against_plain
-
     build_all(ctx.models_dir, families=("qwenimage21", "krea2"))
     # (row, folder, side, steps, guidance, the pipeline's name for the guidance); one image takes ~0.8 s and ~1.2 s
     cases = ((QWEN, "tiny-qwenimage21", 512, 4, 1.0, "true_cfg_scale"),
              (KREA, "tiny-krea2", 256, 4, 0.0, "guidance_scale"))
     rows = []
     for ids, model, side, steps, guidance, guidance_arg in cases:
-        if ctx.quick and ids is KREA:  # the smoke test: one family runs this code path (a worker start less)
+        if ctx.quick and ids == KREA:  # the smoke test: one family runs this code path (a worker start less)
             rows.append(not_available(*ids, "--quick runs Qwen-Image 2.1's row only, the same code path",
                                       THROUGHPUT_TARGET))
             continue
         side, steps = (64, 2) if ctx.quick else (side, steps)
-        rows.append(_against_plain_row(ctx, ids, model, against_plain, dict(
+        rows.append(_against_plain_row(ctx, ids, model, dict(
             width=side, height=side, steps=steps, guidance=guidance), {"guidance_arg": guidance_arg},
             f"{model} {side}x{side}, {steps} steps, guidance {guidance:g} (one pass per step)", "s/image"))
     return rows
 
 
-def _against_plain_row(ctx: Ctx, ids: tuple[str, str], model: str, against_plain: Callable, shape: dict,
-                       plain_extra: dict, workload: str, unit: str, **request) -> dict:
+def _against_plain_row(ctx: Ctx, ids: tuple[str, str], model: str, shape: dict, plain_extra: dict, workload: str,
+                       unit: str, **request) -> dict:
     """One `against_plain` row: `shape` (width, height, steps, guidance, frames) and `request` (more of the
     SampleRequest) for ours, the same plus `plain_extra` (the pipeline's own argument names) for plain."""
     from backend.controller import api
@@ -158,10 +158,8 @@ def _plain_args(model: str) -> tuple[str, ...]:
 
 
 def _noise_note(details: dict) -> list[str]:
-    from .figures import _noise_note as note
-
     cpu = details["cpu_s_per_image_median"]
-    return note(details) + [f"CPU seconds per call: ours {cpu['api']:.3f} (controller + worker), plain "
+    return twin_note(details) + [f"CPU seconds per call: ours {cpu['api']:.3f} (controller + worker), plain "
                             f"{cpu['plain']:.3f}" + (f", twin {cpu['twin']:.3f}" if "twin" in cpu else "")]
 
 
@@ -172,8 +170,6 @@ def videos(ctx: Ctx) -> list[dict]:
     """LTX-2 (dit-ltx2: 33 frames of 320x192, 4 steps, guidance 3 with a negative prompt, CFG on a doubled batch)
     and MiniMax H3 (dit-minimax-h3: its shortest video, 124 frames, at 64x64, 4 steps; guidance distilled, one
     pass), each against its plain pipeline, then its layouts against one worker."""
-    from .figures import against_plain
-
     rows: list[dict] = []
     ltx = "tiny-ltx2" if ctx.quick else dit_folder(ctx, "ltx2", "dit-ltx2", _DIT_LTX2)
     mm = "tiny-minimax-h3" if ctx.quick else dit_folder(ctx, "minimax-h3", "dit-minimax-h3", _DIT_MINIMAX)
@@ -185,13 +181,12 @@ def videos(ctx: Ctx) -> list[dict]:
                                                                                     frames=33, steps=4)
     mm_shape = dict(width=32 if ctx.quick else 64, height=32 if ctx.quick else 64, frames=124,
                     steps=2 if ctx.quick else 4)
-    ltx_guided = {**ltx_shape, "guidance": 3.0}
+    ltx_plain = {"frame_rate": 25.0, "extra": {**LTX_OFF, "audio_guidance_scale": 3.0}}  # as the worker passes
     rows.append(_against_plain_row(
-        ctx, LTX, ltx, against_plain, ltx_guided, {"frame_rate": 25.0, "extra": {**LTX_OFF,
-                                                                                  "audio_guidance_scale": 3.0}},
+        ctx, LTX, ltx, {**ltx_shape, "guidance": 3.0}, ltx_plain,
         _video_text(ltx, ltx_shape, "guidance 3 with a negative prompt (CFG: a doubled batch), 25 fps"), "s/video",
         negative_prompt=NEGATIVE, frame_rate=25.0))
-    rows.append(_against_plain_row(ctx, MM, mm, against_plain, {**mm_shape, "guidance": 1.0}, {},
+    rows.append(_against_plain_row(ctx, MM, mm, {**mm_shape, "guidance": 1.0}, {},
                                    _video_text(mm, mm_shape, "guidance distilled (one pass per step), 24 fps"),
                                    "s/video"))
     rows += _layouts(ctx, ltx, ltx_shape, {"negative_prompt": NEGATIVE, "frame_rate": 25.0},
