@@ -53,6 +53,15 @@ def load(args):
     import torch
     from diffusers import DiffusionPipeline
 
+    if args.modular:  # a modular pipeline (MiniMax H3), loaded as diffusers' docs show
+        from diffusers.modular_pipelines import ModularPipeline
+
+        pipe = ModularPipeline.from_pretrained(args.model, workflow=args.modular)
+        pipe.load_components(dtype=_dtype(torch, args.dtype))
+        if args.device != "cpu":
+            pipe.to(_device(torch, args.device))
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
     pipe = DiffusionPipeline.from_pretrained(args.model, dtype=_dtype(torch, args.dtype), local_files_only=True,
                                              use_safetensors=True)
     if args.offload == "model":  # diffusers' own model offload, as a script would write it
@@ -76,12 +85,23 @@ def call(pipe, args, cmd: dict) -> dict:
     import torch
 
     kwargs = {"prompt": cmd.get("prompt", "a red fox in the snow"), "height": cmd["height"], "width": cmd["width"],
-              "num_inference_steps": cmd["steps"], "guidance_scale": cmd.get("guidance", 0.0),
-              "generator": [torch.Generator("cpu").manual_seed(cmd["seed"])], "output_type": "np"}
+              "num_inference_steps": cmd["steps"], "generator": [torch.Generator("cpu").manual_seed(cmd["seed"])],
+              "output_type": "np"}
+    modular = bool(args.modular)  # its blocks take no guidance, negative prompt or count of videos (MiniMax H3)
+    if modular:
+        kwargs["generator"] = kwargs["generator"][0]
+    if not modular:
+        kwargs[cmd.get("guidance_arg", "guidance_scale")] = cmd.get("guidance", 0.0)
     if cmd.get("negative_prompt"):
         kwargs["negative_prompt"] = cmd["negative_prompt"]
     video = cmd.get("frames")
-    kwargs.update({"num_frames": video, "num_videos_per_prompt": 1} if video else {"num_images_per_prompt": 1})
+    if video:
+        kwargs.update({"num_frames": video} if modular else {"num_frames": video, "num_videos_per_prompt": 1})
+    else:
+        kwargs["num_images_per_prompt"] = 1
+    if cmd.get("frame_rate"):
+        kwargs["frame_rate"] = cmd["frame_rate"]
+    kwargs.update(cmd.get("extra", {}))  # the pipeline's own further arguments, as the worker passes them
     if "control" in cmd:  # {"strength", "mode", "seed"}: a ControlNet image drawn from its seed, as the bench's own
         control = cmd["control"]
         kwargs.update(control_image=np.random.default_rng(control["seed"]).random(
@@ -90,7 +110,7 @@ def call(pipe, args, cmd: dict) -> dict:
     t0, cpu0 = time.perf_counter(), time.process_time()
     with torch.inference_mode():
         out = pipe(**kwargs)
-        images = out.frames[0] if video else out.images
+        images = out.get("videos")[0] if modular else out.frames[0] if video else out.images
     images = np.asarray(images, dtype=np.float32)
     _sync(torch, args.device)
     t1, cpu1 = time.perf_counter(), time.process_time()
@@ -106,7 +126,8 @@ def call(pipe, args, cmd: dict) -> dict:
 
 def serve(args) -> None:
     """Commands (one JSON object per line): {"op": "call", width, height, steps, seed, [prompt, guidance,
-    negative_prompt, frames, png_dir, control: {seed, strength, mode} with --controlnet]}; {"op": "compile",
+    guidance_arg (the pipeline's name for it), negative_prompt, frames, frame_rate, extra (more pipeline
+    arguments), png_dir, control: {seed, strength, mode} with --controlnet]}; {"op": "compile",
     "backend": ...} (torch.compile of the transformer, the options the pack uses); {"op": "graphs"} (dynamo's
     unique graphs so far); {"op": "rss"}; {"op": "quit"}."""
     import torch
@@ -223,6 +244,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--offload", default="none", choices=("none", "model"), help="serve, cold: model offload")
     parser.add_argument("--controlnet", default="", help="serve: a FLUX.1 ControlNet folder (FluxControlNetPipeline)")
+    parser.add_argument("--modular", default="", help="serve: the folder is a modular pipeline; run this workflow")
     args = parser.parse_args()
     {"serve": serve, "cold": cold, "transformer": transformer}[args.mode](args)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from backend.protocol import settings
 
-from . import figures, fp8_cache, handback, load_memory, mfu, quantized, speed, video
+from . import families26, figures, fp8_cache, handback, load_memory, mfu, quantized, speed, video
 from .common import (
     ROOT,
     Ctx,
@@ -82,6 +82,8 @@ FIGURES: tuple[Figure, ...] = (
                                            (*quantized.SPEED4, None), (*quantized.AA, None))),
     Figure("video", video.video, ((*video.CP, video.CP_TARGET), (*video.CP_VIDEO, None), (*video.CFG, video.CFG_TARGET),
                                   (*video.CFG_VIDEO, None), (*video.PLAIN, video.PLAIN_TARGET))),
+    Figure("qwen_krea", families26.images, tuple((*ids, tgt) for ids, tgt in families26.IMAGE_ROWS)),
+    Figure("ltx_minimax", families26.videos, tuple((*ids, tgt) for ids, tgt in families26.VIDEO_ROWS)),
     Figure("step_cache", fp8_cache.step_cache, ((*fp8_cache.CACHE_FLUX, fp8_cache.CACHE_TARGET),
                                                 (*fp8_cache.CACHE_QWEN, fp8_cache.CACHE_TARGET))),
 )

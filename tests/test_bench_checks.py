@@ -46,3 +46,17 @@ def test_per_round_ratios_and_the_whole_video_at_a_real_share():
     assert projected(1.6, 0.0) == pytest.approx(1.6)
     assert projected(1.6, 1.0) == pytest.approx(1.0)
     assert projected(2.0, 0.5) == pytest.approx(4 / 3)
+
+
+def test_a_layout_the_pack_refuses_becomes_a_row_with_its_reason(tiny_models):
+    """The 2026 families' layout rows (bench/families26.py): an accepted layout is measured, a refused one gets the
+    pack's own refusal as its reason, checked before any worker starts (LTX-2's Context Parallel: its plan does not
+    fit the rotary embeddings; MiniMax H3's CFG Parallel: guidance distilled, one pass)."""
+    from backend.controller import api
+    from bench.families26 import _layout_spec
+
+    ltx = api.make_spec("tiny-ltx2", [str(tiny_models)])
+    minimax = api.make_spec("tiny-minimax-h3", [str(tiny_models)])
+    assert _layout_spec(ltx, "cfg").world_size == 2
+    assert "rotary embeddings" in _layout_spec(ltx, "cp")
+    assert "guidance distilled" in _layout_spec(minimax, "cfg")
