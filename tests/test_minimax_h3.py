@@ -1,6 +1,7 @@
 """MiniMax H3 (issue 37), diffusers' modular pipeline through the same family declaration as FLUX 3: text to video
-with sound (t2va) through the pack's API, frames and waveform equal to plain diffusers' MiniMaxH3ModularPipeline;
-frame counts it cannot make refused before any worker starts."""
+with sound (t2va), first / last frame (fl2va) and reference images (ref2va) through the pack's API, frames and
+waveform equal to plain diffusers' MiniMaxH3ModularPipeline of each workflow; frame counts it cannot make, and
+images it cannot take, refused before any worker starts."""
 
 from __future__ import annotations
 
@@ -21,24 +22,83 @@ def _request(**kw) -> SampleRequest:
     return SampleRequest(**{**base, **kw})
 
 
-@pytest.mark.workers
-def test_text_to_video_with_sound_equals_plain_diffusers(tiny_models):
+def _picture(seed: int, width: int = 32, height: int = 32) -> np.ndarray:
+    return np.random.default_rng(seed).random((1, height, width, 3), dtype=np.float32)
+
+
+def _pil(image: np.ndarray):
+    import PIL.Image
+
+    return PIL.Image.fromarray((image[0] * 255).round().astype(np.uint8))
+
+
+def _plain(folder, workflow: str, req: SampleRequest, **inputs):
     from diffusers.modular_pipelines import ModularPipeline
 
-    spec = api.make_spec("tiny-minimax-h3", [str(tiny_models)])
-    req = _request()
-    out = api.run_sample_outputs(api.prepare_sample(spec, req))
-    frames, audio = out["images"], out["audio"]
-    assert frames.shape == (FRAMES, 32, 32, 3)
-    pipe = ModularPipeline.from_pretrained(str(tiny_models / "tiny-minimax-h3"), workflow="t2va")
+    pipe = ModularPipeline.from_pretrained(str(folder), workflow=workflow)
     pipe.load_components(dtype=torch.float32)
-    state = pipe(prompt=req.prompt, height=32, width=32, num_frames=FRAMES, num_inference_steps=2,
-                 generator=torch.Generator("cpu").manual_seed(req.seed), output_type="np")
+    return pipe(prompt=req.prompt, height=32, width=32, num_frames=FRAMES, num_inference_steps=2,
+                generator=torch.Generator("cpu").manual_seed(req.seed), output_type="np", **inputs)
+
+
+def _equal(out: dict, state) -> None:
+    frames, audio = out["images"], out["audio"]
     plain_audio = state.get("audio").float().numpy()
+    assert frames.shape == (FRAMES, 32, 32, 3)
     assert np.abs(frames - np.asarray(state.get("videos"), dtype=np.float32)[0]).max() <= 1e-4
     assert audio.shape == plain_audio.shape == (1, 2, 41400)  # 207 audio latents x hop 200
     assert np.abs(audio - plain_audio).max() <= 1e-4
     assert int(out["audio_rate"][0]) == state.get("sampling_rate") == 8000  # the rate Sample Video gives ComfyUI
+
+
+@pytest.mark.workers
+def test_every_workflow_equals_plain_diffusers(tiny_models):
+    """t2va, then fl2va (start and end frame; the end frame alone) on the loaded `transformer`, then ref2va, whose
+    `transformer_ref` the worker loads when the first reference images come; each equal to diffusers' own
+    workflow pipeline given the same pictures."""
+    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ImageReference
+
+    folder = tiny_models / "tiny-minimax-h3"
+    spec = api.make_spec("tiny-minimax-h3", [str(tiny_models)])
+    req = _request()
+    _equal(api.run_sample_outputs(api.prepare_sample(spec, req)), _plain(folder, "t2va", req))
+
+    first, last = _picture(1), _picture(2, 48, 32)  # the end frame of another aspect: diffusers crops it
+    prepared = api.prepare_sample(spec, req, first, end_image=last)
+    assert any("end image (48x32)" in note for note in prepared.notes)
+    _equal(api.run_sample_outputs(prepared), _plain(folder, "fl2va", req, image=_pil(first), last_image=_pil(last)))
+    _equal(api.run_sample_outputs(api.prepare_sample(spec, req, end_image=last)),
+           _plain(folder, "fl2va", req, last_image=_pil(last)))
+
+    refs = np.concatenate([_picture(3, 64, 64), _picture(4, 64, 64)])
+    prepared = api.prepare_sample(spec, req, references=refs)
+    assert any("reference images (2, 64x64)" in note for note in prepared.notes)
+    _equal(api.run_sample_outputs(prepared),
+           _plain(folder, "ref2va", req, references=[MiniMaxH3ImageReference(_pil(r[None])) for r in refs]))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("inputs", "message"), [
+    ({"references": np.zeros((10, 64, 64, 3), np.float32)}, r"reference_images: 10 images, .* at most 9"),
+    ({"references": np.zeros((1, 64, 64, 3), np.float32), "image": np.zeros((1, 32, 32, 3), np.float32)},
+     r"reference_images: MiniMax H3 .* not both"),
+    ({"end_image": np.zeros((2, 3), np.float32)}, r"end_image: an IMAGE of shape \[2, 3\]"),
+])
+def test_images_it_cannot_take_are_refused(tiny_models, inputs, message):
+    spec = api.make_spec("tiny-minimax-h3", [str(tiny_models)])
+    image = inputs.pop("image", None)
+    with pytest.raises(ModelError, match=message):
+        api.prepare_sample(spec, _request(), image, **inputs)
+
+
+@pytest.mark.unit
+def test_a_video_model_without_them_refuses_end_and_reference_images(tiny_models):
+    spec = api.make_spec("tiny-wan", [str(tiny_models)])
+    req = _request(frames=9, width=32, height=32)
+    with pytest.raises(ModelError, match=r"end_image: 'tiny-wan' .* takes no end image"):
+        api.prepare_sample(spec, req, end_image=np.zeros((1, 32, 32, 3), np.float32))
+    with pytest.raises(ModelError, match=r"reference_images: 'tiny-wan' .* takes no reference images"):
+        api.prepare_sample(spec, req, references=np.zeros((1, 32, 32, 3), np.float32))
 
 
 @pytest.mark.unit

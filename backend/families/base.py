@@ -81,6 +81,13 @@ class Modular:
     outputs: tuple[str, ...] = ("images",)
     # guidance is the guider component's guidance_scale (the call takes no guidance argument); False: none
     guider: bool = False
+    # The blocks' workflow of each of the pack's tasks beyond text (worker/images.py: "start", Sample Video's first
+    # or last frame; "reference", its reference images). With tasks the blocks run whole (they pick the workflow on
+    # the call's inputs, as diffusers' auto blocks do), loaded with `workflow`'s components; another task's
+    # components (MiniMax H3's transformer_ref for ref2va) load the first time a request runs it.
+    tasks: tuple[tuple[str, str], ...] = ()
+    # the blocks' class of one reference image, in diffusers.modular_pipelines ("minimax_h3.MiniMaxH3ImageReference")
+    image_reference: str = ""
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,10 @@ class Pipeline:
     # A video pipeline that takes Sample Video's start image as the first frame of each video (image to video:
     # `image=`, a PIL image); with needs_image it makes no video without one.
     start_image: bool = False
+    # ... and its end image as the last frame (`last_image=`, a PIL image: MiniMax H3's fl2va), and at most this many
+    # reference images (`references=`: MiniMax H3's ref2va, 9); 0: none
+    end_image: bool = False
+    video_references: int = 0
     # A text-to-video pipeline whose models also take a start image when their model_index sets `start_image_if`
     # (Wan 2.2 TI2V 5B: expand_timesteps; "": all of them, LTX-2): such a video runs on `start_image_via`, made
     # with from_pipe

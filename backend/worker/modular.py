@@ -21,6 +21,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import torch
+
 from ..families import Pipeline
 from ..protocol.spec import listed_components, read_json
 from ..protocol.units import format_bytes
@@ -39,14 +41,28 @@ def load(model_path: str, family: Pipeline, dtype: Any, status: Callable[[str], 
     guider) come from the blocks' own specs. A component that fails raises an OSError naming it."""
     modular = _declared(family)
     blocks = getattr(importlib.import_module("diffusers.modular_pipelines"), modular.blocks)()
-    if modular.workflow:
+    if modular.workflow and not modular.tasks:
         blocks = blocks.get_workflow(modular.workflow)
     for name in modular.without:
         blocks.sub_blocks.pop(name, None)
     pipe = blocks.init_pipeline(model_path)
-    listed = listed_components(read_json(Path(model_path) / modular.index))
-    names = [n for n, spec in pipe._component_specs.items()
-             if n in listed and spec.default_creation_method == "from_pretrained"]
+    _load(pipe, model_path, family, _components(pipe, modular.workflow if modular.tasks else ""), dtype, status)
+    return pipe
+
+
+def _components(pipe: Any, workflow: str) -> set[str]:
+    """The components the blocks load from the folder: all of them, or those of one workflow."""
+    names = {n for n, spec in pipe._component_specs.items() if spec.default_creation_method == "from_pretrained"}
+    if workflow:
+        names &= {spec.name for spec in pipe.blocks.get_workflow(workflow).expected_components}
+    return names
+
+
+def _load(pipe: Any, model_path: str, family: Pipeline, wanted: set[str], dtype: Any,
+          status: Callable[[str], None]) -> None:
+    """Loads the `wanted` components the folder's index lists, each announced through `status`."""
+    listed = listed_components(read_json(Path(model_path) / _declared(family).index))
+    names = [n for n in pipe._component_specs if n in wanted and n in listed]
     for i, name in enumerate(names, 1):
         folder = Path(model_path) / name
         size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
@@ -56,6 +72,25 @@ def load(model_path: str, family: Pipeline, dtype: Any, status: Callable[[str], 
             pipe.load_components(names=[name], dtype=dtype, pretrained_model_name_or_path=model_path)
         except (OSError, ValueError) as e:
             raise OSError(f"component '{name}': {e}") from e
+
+
+def for_task(pipe: Any, family: Pipeline, kind: str, status: Callable[[str], None]) -> Any:
+    """The pipeline that runs task `kind` (worker/images.py): the loaded one, with the components of the task's
+    workflow that were not loaded yet (MiniMax H3's transformer_ref, the first time a request has reference
+    images) loaded now, in the dtype and on the device of the denoiser it already has."""
+    workflow = dict(_declared(family).tasks).get(kind)
+    if not workflow:
+        return pipe
+    missing = {n for n in _components(pipe, workflow) if getattr(pipe, n, None) is None}
+    if missing:
+        loaded = next(m for m in pipe.components.values() if isinstance(m, torch.nn.Module))
+        dtype, where = getattr(pipe, "transformer", loaded).dtype, getattr(pipe, "transformer", loaded).device
+        status(f"{family.name} {workflow}: loading its own components ({', '.join(sorted(missing))})")
+        _load(pipe, pipe._pretrained_model_name_or_path, family, missing, dtype, status)
+        for name in missing:
+            module = getattr(pipe, name)
+            if isinstance(module, torch.nn.Module):
+                module.requires_grad_(False).to(where)
     return pipe
 
 
@@ -68,6 +103,13 @@ def parameters(pipe: Any, family: Pipeline) -> Collection[str]:
     if family.modular.guider:
         names.add(family.guidance_arg)
     return names
+
+
+def image_references(family: Pipeline, pictures: list) -> list:
+    """PIL images as the blocks' reference inputs: each wrapped in the family's image reference class."""
+    where, _, name = f"diffusers.modular_pipelines.{_declared(family).image_reference}".rpartition(".")
+    wrap = getattr(importlib.import_module(where), name)
+    return [wrap(picture) for picture in pictures]
 
 
 def call(pipe: Any, family: Pipeline, kwargs: dict) -> Any:

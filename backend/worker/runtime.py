@@ -67,7 +67,7 @@ class Runtime:
         self.loras = Loras(self.status)
         self.step_cache = StepCache(self.status)
         self.pass_peers: Any = None  # the ranks of one denoiser pass (TP/context shards), when step caching needs them
-        self.image_pipes = images.ImagePipelines()
+        self.image_pipes = images.ImagePipelines(self.status)
         self.controlnets = controlnets.ControlNetPipelines(self.status)
         self.vote = parallel.StopVote(1)  # replaced at load time when the model is split over ranks
         self.prompts = PromptCache()

@@ -1,7 +1,9 @@
 """MiniMax H3 (MiniMax): video with sound, which diffusers runs only as a modular pipeline
 (`modular_pipelines/minimax_h3`): one folder (modular_model_index.json) serves text to video with audio (t2va),
 first/last frame (fl2va) and reference (ref2va) workflows; joint video and audio latents in one transformer call,
-guidance distilled (one pass per step), 24 fps, 5 to 15 s. Diffusers folders only for now; text to video here."""
+guidance distilled (one pass per step), 24 fps, 5 to 15 s. Diffusers folders only for now. Sample Video's inputs
+pick the workflow: text alone t2va, a start and/or end image fl2va (the `transformer` partition, loaded with the
+pipeline), reference images ref2va (`transformer_ref`, loaded the first time a request has reference images)."""
 
 from __future__ import annotations
 
@@ -31,8 +33,10 @@ FAMILY = ModelFamily(
         # refused until a test runs it (cp_plan=True then)
         Pipeline("MiniMaxH3ModularPipeline", "MiniMax H3", 1, "guidance_scale", False,
                  frame_step=17, frame_first=5, frames_range=(124, 345), sound=("audio_vae",),
-                 sound_rate="audio_vae.sampling_rate",
-                 modular=Modular("MiniMaxH3Blocks", workflow="t2va", outputs=("videos", "audio"))),
+                 sound_rate="audio_vae.sampling_rate", start_image=True, end_image=True, video_references=9,
+                 modular=Modular("MiniMaxH3Blocks", workflow="t2va", outputs=("videos", "audio"),
+                                 tasks=(("start", "fl2va"), ("reference", "ref2va")),
+                                 image_reference="minimax_h3.MiniMaxH3ImageReference")),
     ),
     configs=(),
     # ComfyUI's detection keys (comfy/model_detection.py): the video and the audio patch projections
