@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from backend.controller import api
-from backend.protocol.errors import ModelError
+from backend.protocol.errors import ModelError, ParallelError
 from backend.protocol.spec import SampleRequest
 
 FRAMES = 124  # 17·7 + 5: the shortest video the model makes (5.17 s at 24 fps)
@@ -107,3 +107,24 @@ def test_frame_counts_it_cannot_make_are_refused(tiny_models, frames, fix):
     spec = api.make_spec("tiny-minimax-h3", [str(tiny_models)])
     with pytest.raises(ModelError, match=rf"frames: MiniMax H3 .*{fix}"):
         api.check_request(spec, _request(frames=frames))
+
+
+@pytest.mark.workers
+def test_context_parallel_splits_the_packed_sequence_as_one_chip(tiny_models):
+    """Context Parallel 2 by diffusers' own _cp_plan on two CPU workers (torch.distributed, gloo): the packed rows
+    (11 prompt tokens + 414 sound rows + 37 video rows = 462) split at the first block; the frames and waveform
+    equal plain diffusers within 1e-4, for t2va and for ref2va (its transformer_ref loaded later, split alike).
+    A prompt one token longer makes 463 rows: refused at the first step, naming the rows and the fix."""
+    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ImageReference
+
+    folder = tiny_models / "tiny-minimax-h3"
+    spec, text = api.context_parallel(api.make_spec("tiny-minimax-h3", [str(tiny_models)]), 2)
+    assert "packs the prompt's, the images', the sound's and the video's rows into one sequence" in text
+    req = _request()
+    _equal(api.run_sample_outputs(api.prepare_sample(spec, req)), _plain(folder, "t2va", req))
+    refs = _picture(3, 64, 64)
+    _equal(api.run_sample_outputs(api.prepare_sample(spec, req, references=refs)),
+           _plain(folder, "ref2va", req, references=[MiniMaxH3ImageReference(_pil(refs))]))
+    with pytest.raises(ParallelError, match=r"degree: Context Parallel 2 cannot split the 463 rows of the packed "
+                                            r"sequence .* add or remove a word in the prompt"):
+        api.run_sample_outputs(api.prepare_sample(spec, _request(prompt="a robot dancing!")))

@@ -86,6 +86,9 @@ class Modular:
     # the call's inputs, as diffusers' auto blocks do), loaded with `workflow`'s components; another task's
     # components (MiniMax H3's transformer_ref for ref2va) load the first time a request runs it.
     tasks: tuple[tuple[str, str], ...] = ()
+    # the last sub-block, which decodes, where it refuses output_type "latent" (MiniMax H3's "decode"): a call
+    # that asks for latents runs without it
+    decode: str = ""
     # the blocks' class of one reference image, in diffusers.modular_pipelines ("minimax_h3.MiniMaxH3ImageReference")
     image_reference: str = ""
 
@@ -116,6 +119,11 @@ class Pipeline:
     # in one sequence (MiniMax H3); the checks follow the declaration, with no code of its own.
     text_tokens: int = 512
     cp_tokens: Callable[[int, int], Mapping[str, int]] | None = None
+    # The transformer argument whose first dimension is the one sequence diffusers' plan splits, where the
+    # transformer packs its inputs into one: MiniMax H3 packs the prompt's, the images', the sound's and the video's
+    # rows, described by "position_ids" [rows, 3]. Its length follows the prompt, so the worker checks that it
+    # splits evenly before diffusers does (parallel.check_even_split), naming the fix.
+    cp_packed: str = ""
     variable_text: bool = False  # the text length follows the prompt (Qwen-Image)
     # What an input image on Sample means (diffusers pipelines made from the loaded one with from_pipe):
     img2img: str | None = None  # the image-to-image pipeline class; None: the image is a reference instead

@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import inspect
 import itertools
+import weakref
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,6 +28,9 @@ from ..families import Pipeline
 from ..protocol.spec import listed_components, read_json
 from ..protocol.units import format_bytes
 
+# the from_pretrained arguments each loaded pipeline's components took (load's `extra`), for those loaded later
+_EXTRA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
 
 def _declared(family: Pipeline) -> Any:
     if family.modular is None:
@@ -34,11 +38,14 @@ def _declared(family: Pipeline) -> Any:
     return family.modular
 
 
-def load(model_path: str, family: Pipeline, dtype: Any, status: Callable[[str], None]) -> Any:
+def load(model_path: str, family: Pipeline, dtype: Any, status: Callable[[str], None],
+         extra: dict[str, dict] | None = None) -> Any:
     """The modular pipeline in `model_path`, on the CPU: the family's blocks (its workflow, without the sub-blocks
     it leaves out) made into a pipeline from the folder's index, then each weighted component the index lists
     loaded from its subfolder, announced through `status`. The from_config parts (scheduler, image processor,
-    guider) come from the blocks' own specs. A component that fails raises an OSError naming it."""
+    guider) come from the blocks' own specs. A component that fails raises an OSError naming it. `extra`: further
+    from_pretrained arguments by component (parallel.load_kwargs: Context Parallel's config), kept for the
+    components a later task loads (for_task)."""
     modular = _declared(family)
     blocks = getattr(importlib.import_module("diffusers.modular_pipelines"), modular.blocks)()
     if modular.workflow and not modular.tasks:
@@ -46,6 +53,7 @@ def load(model_path: str, family: Pipeline, dtype: Any, status: Callable[[str], 
     for name in modular.without:
         blocks.sub_blocks.pop(name, None)
     pipe = blocks.init_pipeline(model_path)
+    _EXTRA[pipe] = extra or {}
     _load(pipe, model_path, family, _components(pipe, modular.workflow if modular.tasks else ""), dtype, status)
     return pipe
 
@@ -69,7 +77,8 @@ def _load(pipe: Any, model_path: str, family: Pipeline, wanted: set[str], dtype:
         status(f"loading {name} ({listed[name][1]}, {format_bytes(size)}) · component {i} of {len(names)}")
         try:
             # the folder it is in, whatever folder the index was saved from
-            pipe.load_components(names=[name], dtype=dtype, pretrained_model_name_or_path=model_path)
+            pipe.load_components(names=[name], dtype=dtype, pretrained_model_name_or_path=model_path,
+                                 **_EXTRA.get(pipe, {}).get(name, {}))
         except (OSError, ValueError) as e:
             raise OSError(f"component '{name}': {e}") from e
 
@@ -91,6 +100,11 @@ def for_task(pipe: Any, family: Pipeline, kind: str, status: Callable[[str], Non
             module = getattr(pipe, name)
             if isinstance(module, torch.nn.Module):
                 module.requires_grad_(False).to(where)
+            if (split := _EXTRA.get(pipe, {}).get(name, {}).get("parallel_config")) is not None:
+                from .parallel import check_even_split  # as the load did for the first partition
+
+                cp = split.context_parallel_config
+                check_even_split(module, cp.ulysses_degree * cp.ring_degree, family.cp_packed)
     return pipe
 
 
@@ -116,12 +130,17 @@ def call(pipe: Any, family: Pipeline, kwargs: dict) -> Any:
     """Runs the pipeline with the request's arguments; its outputs as a DiffusionPipeline's would read: `.images`
     (images), or `.frames` (a video's, [B, F, H, W, C]) and `.audio`. The guidance goes to a new guider of the
     loaded one's kind (the loaded one stays as it was). The step callback has no place in a modular call (its
-    blocks take none): dropped."""
+    blocks take none): dropped. Latents asked (`output_type="latent"`: a rank whose peer sends the pixels) of blocks
+    whose decode refuses them (Modular.decode) run without that sub-block and read back as the pixels."""
     modular = _declared(family)
     kwargs = dict(kwargs)
     callback = kwargs.pop("callback_on_step_end", None)
     own = pipe.guider if modular.guider else None
+    undecoded = modular.decode and kwargs.get("output_type") == "latent"
     with contextlib.ExitStack() as restore:
+        if undecoded:
+            kwargs.pop("output_type")
+            restore.enter_context(_without(pipe.blocks, modular.decode))
         if callback is not None:
             restore.enter_context(_after_each_step(pipe, callback))
         if own is not None:
@@ -129,9 +148,19 @@ def call(pipe: Any, family: Pipeline, kwargs: dict) -> Any:
             restore.callback(pipe.update_components, guider=own)
         state = pipe(**kwargs)
     pixels, *rest = modular.outputs
-    out = {"frames" if family.frame_step else "images": state.get(pixels)}
+    out = {"frames" if family.frame_step else "images": state.get("latents" if undecoded else pixels)}
     out.update({name: state.get(name) for name in rest})
     return SimpleNamespace(**out)
+
+
+@contextlib.contextmanager
+def _without(blocks: Any, name: str) -> Iterator[None]:
+    """The sequential blocks without their last sub-block `name` (the decode) for as long as the block runs."""
+    taken = blocks.sub_blocks.pop(name)
+    try:
+        yield
+    finally:
+        blocks.sub_blocks[name] = taken
 
 
 @contextlib.contextmanager

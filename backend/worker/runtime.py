@@ -184,7 +184,7 @@ class Runtime:
         self.prompts.attach(pipe)
         if spec.cp_degree > 1:
             for expert in experts(pipe):
-                parallel.check_even_split(expert, spec.cp_degree)
+                parallel.check_even_split(expert, spec.cp_degree, spec.family.cp_packed)
         if spec.cfg_parallel > 1:
             self.cfg = CFGParallel(experts(pipe), spec.family.cfg_passes, parallel.cfg_group(spec, self.kind),
                                    spec.layout(self.rank).cfg_rank)
@@ -204,7 +204,7 @@ class Runtime:
             if (stored is not None or quantized_file) and self.kind == "cpu":  # both allocate weights per call
                 storage.return_freed_blocks()
             if spec.family.modular is not None:
-                pipe = modular.load(spec.model_path, spec.family, _DTYPES[dtype_name], self.status)
+                pipe = modular.load(spec.model_path, spec.family, _DTYPES[dtype_name], self.status, extra)
             elif spec.source is not None:
                 pipe = loading.load_files(spec.source, _DTYPES[dtype_name], self.status, extra, stored)
             else:
