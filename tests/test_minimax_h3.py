@@ -128,3 +128,53 @@ def test_context_parallel_splits_the_packed_sequence_as_one_chip(tiny_models):
     with pytest.raises(ParallelError, match=r"degree: Context Parallel 2 cannot split the 463 rows of the packed "
                                             r"sequence .* add or remove a word in the prompt"):
         api.run_sample_outputs(api.prepare_sample(spec, _request(prompt="a robot dancing!")))
+
+
+def _comfy_lora(folder, path, seed: int = 0) -> None:
+    """A LoRA in ComfyUI's MiniMax H3 names (the turbo LoRAs' layout: `diffusion_model.blocks.N.attn.qkv_proj`, the
+    fused q, k and v; `attn.out_proj`, `mlp.fc1` / `fc2`), rank 4 with alpha 8 (alpha / rank = 2: a loader that
+    ignores alpha is caught)."""
+    import json
+
+    from safetensors.torch import save_file
+
+    config = json.loads((folder / "transformer" / "config.json").read_text())
+    hidden, ffn, rank = config["hidden_size"], config["ffn_dim"], 4
+    shapes = {"attn.qkv_proj": (3 * hidden, hidden), "attn.out_proj": (hidden, hidden), "mlp.fc1": (2 * ffn, hidden),
+              "mlp.fc2": (hidden, ffn)}
+    g, sd = torch.Generator().manual_seed(seed), {}
+    for block in range(config["num_layers"]):
+        for name, (out, inp) in shapes.items():
+            key = f"diffusion_model.blocks.{block}.{name}"
+            sd[f"{key}.lora_down.weight"] = torch.randn(rank, inp, generator=g) * 0.3
+            sd[f"{key}.lora_up.weight"] = torch.randn(out, rank, generator=g) * 0.3
+            sd[f"{key}.alpha"] = torch.tensor(8.0)
+    save_file(sd, str(path))
+
+
+@pytest.mark.workers
+def test_a_comfyui_lora_equals_diffusers_own_load_and_fuse(tiny_models, tmp_path):
+    """A turbo-style LoRA in ComfyUI's names through Load LoRA's path (api.with_lora: diffusers' own
+    load_lora_weights reads it, the worker writes it into the weights) on first / last frame to video: frames
+    and waveform equal diffusers' MiniMaxH3ModularPipeline after its own load_lora_weights + fuse_lora."""
+    from diffusers.modular_pipelines import ModularPipeline
+
+    folder = tiny_models / "tiny-minimax-h3"
+    lora = tmp_path / "minimax_h3_fl2v_turbo_8step_tiny_comfyui.safetensors"
+    _comfy_lora(folder, lora)
+    spec, _ = api.with_lora(api.make_spec("tiny-minimax-h3", [str(tiny_models)]), str(lora), 0.8)
+    req, first = _request(), _picture(1)
+    out = api.run_sample_outputs(api.prepare_sample(spec, req, first))
+    plain = ModularPipeline.from_pretrained(str(folder), workflow="fl2va")
+    plain.load_components(dtype=torch.float32)
+    plain.load_lora_weights(str(lora))
+    plain.fuse_lora(lora_scale=0.8)
+    state = plain(prompt=req.prompt, height=32, width=32, num_frames=FRAMES, num_inference_steps=2, image=_pil(first),
+                  generator=torch.Generator("cpu").manual_seed(req.seed), output_type="np")
+    _equal(out, state)
+    without = api.run_sample_outputs(api.prepare_sample(api.make_spec("tiny-minimax-h3", [str(tiny_models)]), req,
+                                                        first))
+    assert np.abs(without["images"] - out["images"]).max() > 1e-3  # the LoRA changed the video
+    with pytest.raises(ModelError, match=r"lora_name: 'minimax_h3_fl2v_turbo_8step_tiny_comfyui.safetensors' goes to "
+                                         r"MiniMax H3's text and first / last frame model .* takes no LoRA yet"):
+        api.prepare_sample(spec, req, references=_picture(3, 64, 64))

@@ -179,7 +179,8 @@ def _weightless(module: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
 def skeleton(pipe: Any) -> Any:
     """The same pipeline class with every model replaced by a weightless copy (same module names and shapes,
     unsharded); tokenizers and scheduler are shared. No live module is shared: diffusers' LoRA loader takes
-    offload hooks off the pipeline's modules and puts them back (which would also need an accelerator)."""
+    offload hooks off the pipeline's modules and puts them back (which would also need an accelerator). A modular
+    pipeline (no from_pipe: MiniMax H3) is its blocks made into a new one holding the weightless models alone."""
     weightless = {}
     for name, module in pipe.components.items():
         if not isinstance(module, torch.nn.Module):
@@ -189,6 +190,10 @@ def skeleton(pipe: Any) -> Any:
             copy = type(module)._from_config(module.config) if hasattr(module, "_from_config") else \
                 type(module).from_config(module.config)
         weightless[name] = _weightless(copy, dtype)
+    if not hasattr(type(pipe), "from_pipe"):
+        skel = pipe.blocks.init_pipeline()
+        skel.update_components(**weightless)
+        return skel
     return type(pipe).from_pipe(pipe, **weightless, dtype=pipe.dtype)
 
 
