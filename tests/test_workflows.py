@@ -49,6 +49,7 @@ TINY = {
     "Wan2.1-T2V-1.3B-Diffusers": "tiny-wan",
     "Wan2.1-I2V-14B-480P-Diffusers": "tiny-wan-i2v",
     "LTX-2": "tiny-ltx2",
+    "MiniMax-H3": "tiny-minimax-h3",
     "Qwen-Image-2.1": "tiny-qwenimage21",
     "Krea-2-Turbo": "tiny-krea2",
     "Ideogram-4": "tiny-ideogram4",
@@ -112,6 +113,8 @@ CPU_SETTINGS = {
 # (tiny-ideogram4: its generated tokenizer makes about a token a character, so the template's 3,600-character JSON
 # caption, 933 tokens for Qwen's own BPE (ComfyUI's qwen25_tokenizer), is past the pipeline's 2048: a short one)
 CPU_SETTINGS_OF = {"tiny-ltx2": {"TPUSampleVideo": {"width": 64, "height": 64, "frames": 9}},
+                   # tiny-minimax-h3: sides of 32, and its shortest video (17n + 5 frames, at least 5 s at 24 fps)
+                   "tiny-minimax-h3": {"TPUSampleVideo": {"width": 32, "height": 32, "frames": 124}},
                    "tiny-ideogram4": {"TPUSample": {"prompt": '{"high_level_description": "a skateboarder mid-air '
                                                               'against a blue sky"}'}}}
 # A saved mp4's sound against its frames: LTX-2's audio VAE makes whole latents of 4 mel frames (100 a second), up
@@ -267,7 +270,8 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
             "wan21_i2v", "flux1_dev_clip_text_encode", "wan22_5b_t2v_comfyui_files",
             "wan22_14b_i2v_comfyui_files", "flux1_redux", "ltx2_t2v_sound", "image_qwen_image_2_1_t2i",
             "zimage_turbo_int8", "qwen_image_edit_2511_int8", "image_qwen_image_2_1_image_edit",
-            "image_krea2_turbo_t2i", "image_ideogram4_t2i", "video_ltx2_3_i2v"} <= {p.stem for p in FILES}
+            "image_krea2_turbo_t2i", "image_ideogram4_t2i", "video_ltx2_3_i2v", "video_minimax_h3_t2v",
+            "video_minimax_h3_i2v", "video_minimax_h3_r2v"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"
