@@ -445,7 +445,7 @@ the USA.
                    "widgets": {"image": "reference.png"}},
                   {"id": 8, "type": "ImageBatch", "pos": [410, 790], "size": [300, 0], "widgets": {}}]
         links += [[6, "IMAGE", 8, "image1"], [7, "IMAGE", 8, "image2"], [8, "IMAGE", 2, "reference_images"]]
-    nodes.append(_note(4, [410, 790] if kind == "r2v" else [40, 360 if kind == "t2v" else 790], note,
+    nodes.append(_note(4, [750, 790] if kind == "r2v" else [40, 360 if kind == "t2v" else 790], note,
                        size=(740, 420)))
     return {"name": name, "nodes": nodes, "links": links,
             "extra": {"description": f"MiniMax H3 {what} with sound, as ComfyUI's {name} template: "
