@@ -155,9 +155,11 @@ def _comfy_lora(folder, path, seed: int = 0) -> None:
 @pytest.mark.workers
 def test_a_comfyui_lora_equals_diffusers_own_load_and_fuse(tiny_models, tmp_path):
     """A turbo-style LoRA in ComfyUI's names through Load LoRA's path (api.with_lora: diffusers' own
-    load_lora_weights reads it, the worker writes it into the weights) on first / last frame to video: frames
-    and waveform equal diffusers' MiniMaxH3ModularPipeline after its own load_lora_weights + fuse_lora."""
+    load_lora_weights reads it, the worker writes it into the weights) on first / last frame to video, then on
+    reference images to video: frames and waveform equal diffusers' MiniMaxH3ModularPipeline after its own
+    load_lora_weights + fuse_lora."""
     from diffusers.modular_pipelines import ModularPipeline
+    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ImageReference
 
     folder = tiny_models / "tiny-minimax-h3"
     lora = tmp_path / "minimax_h3_fl2v_turbo_8step_tiny_comfyui.safetensors"
@@ -175,6 +177,14 @@ def test_a_comfyui_lora_equals_diffusers_own_load_and_fuse(tiny_models, tmp_path
     without = api.run_sample_outputs(api.prepare_sample(api.make_spec("tiny-minimax-h3", [str(tiny_models)]), req,
                                                         first))
     assert np.abs(without["images"] - out["images"]).max() > 1e-3  # the LoRA changed the video
-    with pytest.raises(ModelError, match=r"lora_name: 'minimax_h3_fl2v_turbo_8step_tiny_comfyui.safetensors' goes to "
-                                         r"MiniMax H3's text and first / last frame model .* takes no LoRA yet"):
-        api.prepare_sample(spec, req, references=_picture(3, 64, 64))
+    # reference images: the worker loads transformer_ref, and the LoRA goes onto it too (as ComfyUI's Load LoRA onto
+    # the ref2va file), equal to diffusers' load_lora_weights(load_into_transformer_ref=True) + fuse_lora
+    refs = _picture(3, 64, 64)
+    out = api.run_sample_outputs(api.prepare_sample(spec, req, references=refs))
+    plain = ModularPipeline.from_pretrained(str(folder), workflow="ref2va")
+    plain.load_components(dtype=torch.float32)
+    plain.load_lora_weights(str(lora), load_into_transformer_ref=True)
+    plain.fuse_lora(lora_scale=0.8)
+    _equal(out, plain(prompt=req.prompt, height=32, width=32, num_frames=FRAMES, num_inference_steps=2,
+                      references=[MiniMaxH3ImageReference(_pil(refs))],
+                      generator=torch.Generator("cpu").manual_seed(req.seed), output_type="np"))

@@ -11,7 +11,6 @@ each video (image to video). Numpy only: no torch in ComfyUI's process.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 
@@ -119,11 +118,6 @@ def _video_images(spec: PipelineSpec, image: np.ndarray | None, end_image: np.nd
             raise ModelError(f"reference_images: {len(refs)} images, and {family.name} takes at most "
                              f"{family.video_references}; batch fewer (Image Batch of at most "
                              f"{family.video_references}).")
-        if spec.loras:  # diffusers reads them onto `transformer`, and reference images run another partition
-            raise ModelError(f"lora_name: '{Path(spec.loras[0].path).name}' goes to {family.name}'s text and first / "
-                             "last frame model (its `transformer`); reference images run its reference model "
-                             "(`transformer_ref`), which takes no LoRA yet. Remove the LoRA (Load LoRA) or the "
-                             "reference_images.")
         if image is not None or end_image is not None:
             raise ModelError(f"reference_images: {family.name} makes a video from reference images or from a "
                              "start / end image, not both at once; disconnect the start_image and end_image, or "

@@ -301,6 +301,16 @@ def on_experts(layers: Resolved, experts: str) -> Resolved:
     return out
 
 
+def on_partitions(layers: Resolved, pipe: Any) -> Resolved:
+    """A LoRA on MiniMax H3, whose one folder holds two partitions of the same module names: diffusers reads it onto
+    `transformer` (t2va, fl2va); it goes to `transformer_ref` (ref2va) too once that is loaded, as ComfyUI's Load
+    LoRA goes onto whichever of its two model files is loaded (what load_lora_weights(...,
+    load_into_transformer_ref=True) reads for it)."""
+    if getattr(pipe, "transformer_ref", None) is None:
+        return layers
+    return {**layers, **{("transformer_ref", m): layer for (c, m), layer in layers.items() if c == "transformer"}}
+
+
 class Loras:
     """The LoRAs written into one loaded pipeline: resolved files (cached by path, size and mtime), the saved
     originals of every touched weight (host memory), and what is applied now."""
@@ -312,7 +322,7 @@ class Loras:
         self._cache: dict[tuple, Resolved] = {}
         self._originals: dict[tuple[str, str, str], torch.Tensor] = {}  # (component, module, param) -> CPU copy
         self._beside: set[tuple[str, str, str]] = set()  # quantized weights whose LoRA delta is kept beside them
-        self._applied: tuple | None = ()  # (file key, strength, te strength, experts) per LoRA; None: weights unknown
+        self._applied: tuple | None = ()  # (file key, strength, te strength, experts, on transformer_ref) per LoRA; None: unknown
         self._tp: tuple[Any, str, dict] | None = None  # (mesh, component, shard specs) of a sharded denoiser
         self.apply_s: float | None = None  # how long the last rewrite of the weights took
 
@@ -327,9 +337,11 @@ class Loras:
             self.forget()
             self.pipe = pipe
         pair = getattr(pipe, "transformer_2", None) is not None
-        resolved = [(ref, (key, on_experts(layers, ref.experts) if pair else layers))
+        resolved = [(ref, (key, on_partitions(on_experts(layers, ref.experts) if pair else layers, pipe)))
                     for ref in refs for key, layers in [self._resolve(ref, family)]]
-        want = tuple((key, ref.strength, ref.te_strength, ref.experts) for ref, (key, _) in resolved)
+        # with the partitions they go to: a MiniMax H3 transformer_ref loaded later gets them then
+        partitions = getattr(pipe, "transformer_ref", None) is not None
+        want = tuple((key, ref.strength, ref.te_strength, ref.experts, partitions) for ref, (key, _) in resolved)
         if want == self._applied:
             return
         started = time.perf_counter()
@@ -431,6 +443,6 @@ class Loras:
 
     def info(self) -> list[dict]:
         return [{"file": Path(path).name, "strength": s, "te_strength": t, "experts": e}
-                for (path, _, _), s, t, e in self._applied or ()]
+                for (path, _, _), s, t, e, _ in self._applied or ()]
 
 

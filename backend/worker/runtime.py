@@ -279,6 +279,8 @@ class Runtime:
         kind = images.task(spec.family, arrays, req.denoise)
         pipe = (self.controlnets.for_task(self.pipe, spec, kind, self.device)
                 or self.image_pipes.for_task(self.pipe, spec.family, kind))
+        if spec.family.modular is not None:  # a partition its task loaded now (transformer_ref) gets the LoRAs
+            self.loras.apply(self.pipe, spec.loras, spec.family.name)
         device.eager_workarounds(self.kind, pipe)  # TPU: the UNets' time_proj on the CPU (device.py)
         if spec.family.frame_step and req.tiled_vae:  # diffusers' tiled decoding (and start image encoding)
             pipe.vae.enable_tiling()
