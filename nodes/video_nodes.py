@@ -22,8 +22,9 @@ from .pipeline_nodes import CATEGORY
 
 
 class TPUSampleVideo:
-    DESCRIPTION = ("Generates a video with a video pipeline from Load TPU Pipeline (Wan 2.1 / 2.2, LTX-2 with "
-                   "sound; text to video, and image to video from a start image). The frames come out as an image "
+    DESCRIPTION = ("Generates a video with a video pipeline from Load TPU Pipeline (Wan 2.1 / 2.2, LTX-2 and "
+                   "MiniMax H3 with sound; text to video, image to video from a start image, MiniMax H3's first / "
+                   "last frame and reference images to video). The frames come out as an image "
                    "batch, one frame after another, for Create Video, Save Animated WEBP or any node that takes "
                    "frames; LTX-2's sound comes out as audio for Create Video's audio input, and an audio in (Load "
                    "Audio) makes the video to that sound (image + audio to video). The same seed gives "
@@ -97,20 +98,31 @@ class TPUSampleVideo:
                           "must last as long as the video (frames / frame_rate seconds; trim a longer one with "
                           "Trim Audio Duration). Resampled to the model's rate; mono is used on both channels. The "
                           "audio output gives it back as the model decodes it."}),
+                "end_image": ("IMAGE", {"tooltip":
+                              "The last frame of the video, for models that take one (MiniMax H3: first and last "
+                              "frame to video; alone, the video ends on it). Cropped to the video's aspect; video i "
+                              "ends on image i of this batch (cycling)."}),
+                "reference_images": ("IMAGE", {"tooltip":
+                                     "Reference images (subjects, style, scene) for models that take them (MiniMax "
+                                     "H3: up to 9, in batch order; the prompt can name them <Picture 1>, <Picture "
+                                     "2>, ...). Every video sees all of them. Not with a start or end image."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, frames, steps, guidance, seed, batch_size=1,
                start_image=None, frame_rate=24.0, upscale_model="none", upscale_sigmas="0.85, 0.725, 0.4219",
-               audio_guidance=-1.0, audio=None, unique_id=None):
+               audio_guidance=-1.0, audio=None, end_image=None, reference_images=None, unique_id=None):
         started, queued = comfy_bridge.now(), comfy_bridge.queued_at()
         image = start_image.cpu().numpy() if start_image is not None else None
         request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,
                                 steps=steps, guidance=guidance, seed=seed, batch_size=batch_size, frames=frames,
                                 frame_rate=frame_rate, audio_guidance=audio_guidance,
                                 **_upscale(upscale_model, upscale_sigmas))
-        prepared = api.prepare_sample(pipeline, request, image, audio=audio)  # resolved and checked once, here
+        last = end_image.cpu().numpy() if end_image is not None else None
+        refs = reference_images.cpu().numpy() if reference_images is not None else None
+        prepared = api.prepare_sample(pipeline, request, image, audio=audio, end_image=last,  # resolved and checked
+                                      references=refs)  # once, here
         if prepared.notes:
             comfy_bridge.send_text(unique_id, "\n".join(prepared.notes))
         out = comfy_bridge.run_cancellable(api.run_sample_outputs, prepared, node_id=unique_id,

@@ -498,6 +498,80 @@ upscaler, 3 more steps); here one pass of 8 steps at full size on a distilled di
     }
 
 
+def _template_prompt(name: str) -> str:
+    """The prompt a ComfyUI template ships with (comfyui-workflow-templates-json, installed with ComfyUI): its
+    longest text widget outside the notes (MiniMax H3's sit on the subgraph node or a PrimitiveStringMultiline)."""
+    from importlib.resources import files
+
+    wf = json.loads(files("comfyui_workflow_templates_json").joinpath("templates", f"{name}.json").read_text("utf-8"))
+    texts = [v for n in wf["nodes"] if n["type"] not in ("MarkdownNote", "Note")
+             for v in (n.get("widgets_values") or []) if isinstance(v, str)]
+    return max(texts, key=len)
+
+
+def _minimax_h3(name: str) -> dict:
+    """ComfyUI's MiniMax H3 templates on the pack (video_minimax_h3_t2v / _i2v / _r2v): Load TPU Pipeline (the
+    MiniMax H3 diffusers folder) [+ Load Image: the first frame; two Load Image -> Batch Images: the references]
+    -> Sample Video (TPU) -> frames and sound into ComfyUI's own Create Video -> Save Video. Node ids: Load 1,
+    Sample Video 2, Create Video 3, the note 4, Save Video 5, Load Image 6 (and 7), Batch Images 8."""
+    kind = name.rsplit("_", 1)[1]
+    width, height = (640, 640) if kind == "i2v" else (864, 480)  # ResolutionSelector 1:1 / 16:9, 0.4 MP, x32
+    sample = {"prompt": _template_prompt(name), "negative_prompt": "", "width": width, "height": height,
+              "frames": 124, "steps": 20, "guidance": 1.0, "seed": 0, "control_after_generate": "randomize",
+              "batch_size": 1, "frame_rate": 24.0}
+    what = {"t2v": "text to video", "i2v": "first frame to video", "r2v": "reference images to video"}[kind]
+    inputs = {"t2v": "", "i2v": "**Load Image** (the first frame, `start_image`) and ",
+              "r2v": "two **Load Image** → ComfyUI's **Batch Images** (`reference_images`: <Picture 1>, <Picture 2> "
+                     "in batch order) and "}[kind]
+    note = f"""
+## MiniMax H3 {what}, with sound
+
+{inputs}**Load TPU Pipeline** (MiniMax H3) → **Sample Video (TPU)** ({width}×{height}, **124 frames** = 5 s at
+its fixed **24 fps**, **20 steps**) → its **frames** and **audio** into ComfyUI's own **Create Video** (fps 24) →
+**Save Video** (mp4: H.264 and AAC).
+
+The values of ComfyUI's `{name}` template: Resolution Selector at 0.4 MP ({width}×{height}), 5 s (124 frames:
+17n + 5), 20 steps. The model is guidance-distilled (the template's Basic Guider: no CFG, one pass a step), so
+guidance and the negative prompt are unused; the template's res_multistep / simple schedule is MiniMax H3's own
+scheduler here. Its turbo LoRA (off in the template) goes through **Load LoRA (TPU)** with 8 steps (first /
+last frame) or 4 (references).
+
+**Model**: a diffusers folder of MiniMax H3 (modular_model_index.json) in `models/diffusers/MiniMax-H3`; one
+folder serves all three templates (reference images load its `transformer_ref` the first time). ComfyUI's
+pruned int8 files do not load yet. Licence: MiniMax H3 Community License, not valid in the EU, the UK, Korea and
+the USA.
+"""
+    nodes = [
+        {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
+         "widgets": {"model": "MiniMax-H3", "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}},
+        {"id": 2, "type": "TPUSampleVideo", "pos": [410, 130], "size": [400, 600], "widgets": sample},
+        {"id": 3, "type": "CreateVideo", "pos": [850, 130], "size": [300, 120], "widgets": {"fps": 24.0}},
+        {"id": 5, "type": "SaveVideo", "pos": [1190, 130], "size": [420, 500],
+         "widgets": {"filename_prefix": "video/MiniMax_H3", "format": "auto", "codec": "auto"}},
+    ]
+    links = [[1, "pipeline", 2, "pipeline"], [2, "frames", 3, "images"], [2, "audio", 3, "audio"],
+             [3, 0, 5, "video"]]
+    if kind == "i2v":
+        nodes.append({"id": 6, "type": "LoadImage", "pos": [40, 360], "size": [330, 380],
+                      "widgets": {"image": "example.png"}})
+        links.append([6, "IMAGE", 2, "start_image"])
+    if kind == "r2v":
+        nodes += [{"id": 6, "type": "LoadImage", "pos": [40, 360], "size": [330, 380],
+                   "widgets": {"image": "example.png"}},
+                  {"id": 7, "type": "LoadImage", "pos": [40, 790], "size": [330, 380],
+                   "widgets": {"image": "reference.png"}},
+                  {"id": 8, "type": "ImageBatch", "pos": [410, 790], "size": [300, 0], "widgets": {}}]
+        links += [[6, "IMAGE", 8, "image1"], [7, "IMAGE", 8, "image2"], [8, "IMAGE", 2, "reference_images"]]
+    nodes.append(_note(4, [750, 790] if kind == "r2v" else [40, 360 if kind == "t2v" else 790], note,
+                       size=(740, 420)))
+    return {"name": name, "nodes": nodes, "links": links,
+            "extra": {"description": f"MiniMax H3 {what} with sound, as ComfyUI's {name} template: "
+                                     + (f"{inputs.replace('**', '')}" if inputs else "")
+                                     + f"Load TPU Pipeline (MiniMax-H3) -> Sample Video ({width}x{height}, 124 "
+                                     "frames at 24 fps, 20 steps) -> frames and audio -> Create Video (24 fps) -> "
+                                     "Save Video (mp4 with sound). Needs models/diffusers/MiniMax-H3."}}
+
+
 def _qwen_image_21_edit() -> dict:
     """ComfyUI's image_qwen_image_2_1_image_edit template on the pack: two Load Image, batched by ComfyUI's Batch
     Images, as Qwen-Image 2.1's references -> Sample -> Save Image. Node ids: Load 1, Sample 2, Save 3, the note 4,
@@ -1468,6 +1542,7 @@ applies it at every step (start 0, end 1) and runs one ControlNet at a time.
     "video_ltx2_5_t2v": _ltx25(image=False),
     "video_ltx2_5_i2v": _ltx25(image=True),
     "video_ltx2_3_ia2v": _ltx2_image_audio_to_video(),
+    **{name: _minimax_h3(name) for name in ("video_minimax_h3_t2v", "video_minimax_h3_i2v", "video_minimax_h3_r2v")},
     "image_qwen_image_2_1_image_edit": _qwen_image_21_edit(),
     "image_krea2_turbo_t2i": _text_to_image(
         title="image_krea2_turbo_t2i", model="Krea-2-Turbo", offload="auto", note_height=420,

@@ -52,6 +52,7 @@ TINY = {
     "Wan2.1-I2V-14B-480P-Diffusers": "tiny-wan-i2v",
     "LTX-2": "tiny-ltx2",
     "LTX-2.5": "tiny-ltx25",
+    "MiniMax-H3": "tiny-minimax-h3",
     "Qwen-Image-2.1": "tiny-qwenimage21",
     "Qwen-Image-2.1-Turbo": "tiny-qwenimage21",  # Sampling Options' sigmas give the Turbo schedule
     "FLUX-3-Image-Klein-Base": "tiny-flux3-base",
@@ -127,6 +128,8 @@ CPU_SETTINGS = {
 # caption, 933 tokens for Qwen's own BPE (ComfyUI's qwen25_tokenizer), is past the pipeline's 2048: a short one)
 CPU_SETTINGS_OF = {"tiny-ltx2": {"TPUSampleVideo": {"width": 128, "height": 128, "frames": 9}},
                    "tiny-ltx25": {"TPUSampleVideo": {"width": 128, "height": 128, "frames": 9}},
+                   # tiny-minimax-h3: sides of 32, and its shortest video (17n + 5 frames, at least 5 s at 24 fps)
+                   "tiny-minimax-h3": {"TPUSampleVideo": {"width": 32, "height": 32, "frames": 124}},
                    "tiny-ideogram4": {"TPUSample": {"prompt": '{"high_level_description": "a skateboarder mid-air '
                                                               'against a blue sky"}'}}}
 # A saved mp4's sound against its frames: LTX-2's audio VAE makes whole latents of 4 mel frames (100 a second), up
@@ -305,7 +308,8 @@ def test_the_shipped_workflows_are_there_and_explain_themselves():
             "zimage_turbo_int8", "qwen_image_edit_2511_int8", "image_qwen_image_2_1_image_edit",
             "image_krea2_turbo_t2i", "image_ideogram4_t2i", "video_ltx2_3_i2v", "video_ltx2_5_t2v",
             "video_ltx2_5_i2v", "image_qwen_image_2_1_turbo_image_edit", "image_flux3_klein_t2i",
-            "image_flux3_klein_image_edit", "video_ltx2_3_ia2v"} <= {p.stem for p in FILES}
+            "image_flux3_klein_image_edit", "video_ltx2_3_ia2v", "video_minimax_h3_t2v",
+            "video_minimax_h3_i2v", "video_minimax_h3_r2v"} <= {p.stem for p in FILES}
     for path in FILES:
         wf = load_ui_workflow(path)
         assert isinstance(wf.get("nodes"), list) and "links" in wf, f"{path.name} is not a UI-format workflow"

@@ -22,15 +22,17 @@ MIN_REFERENCE_SIDE = 64  # FLUX.2 refuses smaller reference images
 
 
 def as_arrays(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None,
-              mask: np.ndarray | None) -> dict[str, np.ndarray]:
+              mask: np.ndarray | None, end_image: np.ndarray | None = None,
+              references: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The inputs as the worker takes them (image [B, H, W, C] float32, mask [B, H, W] float32), checked against
-    the model and the request; raises ModelError naming the input and the fix."""
+    the model and the request; raises ModelError naming the input and the fix. Sample Video's end image and
+    reference images (MiniMax H3) travel as "last_image" and "references"."""
     family = spec.family
     if not (math.isfinite(req.denoise) and 0 <= req.denoise <= 1):
         raise ModelError(f"denoise: {req.denoise} is not between 0 and 1; use 1 to repaint the whole image, lower "
                          "to keep more of it.")
     if family.frame_step:
-        return _start_image(spec, image, mask)
+        return {**_start_image(spec, image, mask), **_video_images(spec, image, end_image, references)}
     if image is None:
         if mask is not None:
             raise ModelError("mask: a mask needs the image it belongs to; connect that image to Sample's image "
@@ -98,6 +100,31 @@ def _start_image(spec: PipelineSpec, image: np.ndarray | None, mask: np.ndarray 
     return {"image": checked_image(image, "start_image")}
 
 
+def _video_images(spec: PipelineSpec, image: np.ndarray | None, end_image: np.ndarray | None,
+                  references: np.ndarray | None) -> dict[str, np.ndarray]:
+    """Sample Video's end image and reference images, for the models that take them (MiniMax H3)."""
+    family, arrays = spec.family, {}
+    if end_image is not None:
+        if not family.end_image:
+            raise ModelError(f"end_image: '{spec.name}' ({family.name}, {spec.class_name}) takes no end image; "
+                             "disconnect it, or load a model that ends on a given frame (MiniMax H3).")
+        arrays["last_image"] = checked_image(end_image, "end_image")
+    if references is not None:
+        if not family.video_references:
+            raise ModelError(f"reference_images: '{spec.name}' ({family.name}, {spec.class_name}) takes no reference "
+                             "images; disconnect them, or load a model that does (MiniMax H3).")
+        arrays["references"] = refs = checked_image(references, "reference_images")
+        if len(refs) > family.video_references:
+            raise ModelError(f"reference_images: {len(refs)} images, and {family.name} takes at most "
+                             f"{family.video_references}; batch fewer (Image Batch of at most "
+                             f"{family.video_references}).")
+        if image is not None or end_image is not None:
+            raise ModelError(f"reference_images: {family.name} makes a video from reference images or from a "
+                             "start / end image, not both at once; disconnect the start_image and end_image, or "
+                             "the reference_images.")
+    return arrays
+
+
 def starts_from_image(spec: PipelineSpec, arrays: dict[str, np.ndarray]) -> bool:
     """Whether the request runs the family's inpainting or image-to-image pipeline (made from the loaded one),
     rather than the loaded one (text to image, reference images)."""
@@ -149,12 +176,13 @@ def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, st
 
 def describe(spec: PipelineSpec, req: SampleRequest, arrays: dict[str, np.ndarray]) -> list[str]:
     """What will happen to the inputs, in words, for the text next to Sample."""
+    notes = _video_notes(spec, arrays)
     if "image" not in arrays:
-        return [f"denoise {req.denoise:g} is ignored: it applies to an input image or latent, and none is "
-                "connected"] if req.denoise != 1 else []
+        ignored = [f"denoise {req.denoise:g} is ignored: it applies to an input image or latent, and none is "
+                   "connected"] if req.denoise != 1 else []
+        return notes + ignored
     family, image = spec.family, arrays["image"]
     count, inputs = len(req.images()), len(image)
-    notes = []
     if spec.start_image:
         sizes = ", ".join(sorted({f"{i.shape[1]}x{i.shape[0]}" for i in image}))
         notes.append(f"image to video: the start image ({sizes}) is the first frame, stretched to "
@@ -199,6 +227,21 @@ def describe(spec: PipelineSpec, req: SampleRequest, arrays: dict[str, np.ndarra
         notes.append("the image has one channel (grey): used as RGB")
     elif channels == 4:
         notes.append("the image has an alpha channel: it is ignored")
+    return notes
+
+
+def _video_notes(spec: PipelineSpec, arrays: dict[str, np.ndarray]) -> list[str]:
+    """What a video model does with the end image and reference images, in words."""
+    notes = []
+    if "last_image" in arrays:
+        sizes = ", ".join(sorted({f"{i.shape[1]}x{i.shape[0]}" for i in arrays["last_image"]}))
+        notes.append(f"end image ({sizes}): the last frame of each video ({spec.family.name} crops it to the "
+                     "video's aspect, without stretching)")
+    if "references" in arrays:
+        refs = arrays["references"]
+        sizes = ", ".join(sorted({f"{i.shape[1]}x{i.shape[0]}" for i in refs}))
+        notes.append(f"reference images ({len(refs)}, {sizes}), in batch order, given to {spec.family.name} with "
+                     "every video (the prompt can name them: <Picture 1>, <Picture 2>, ...)")
     return notes
 
 

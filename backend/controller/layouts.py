@@ -403,7 +403,11 @@ def plan_cp(spec: PipelineSpec, degree: int, mode: str) -> tuple[PipelineSpec, s
     text = (f"Context Parallel on '{name}': the image and text tokens of every transformer block are split over "
             f"{degree} ranks ({how.format(n=degree)}); text encoders and VAE run on every rank. Pays off on long "
             f"sequences (large images); images match one chip within about 1e-6.")
-    if spec.family.variable_text:
+    if spec.family.cp_packed:
+        text += (f" {spec.family.name} packs the prompt's, the images', the sound's and the video's rows into one "
+                 f"sequence, split as a whole: its length must be a multiple of {degree}, which the workers check "
+                 "at the first step (it follows the prompt: a word more or less changes it).")
+    elif spec.family.variable_text:
         text += (f" {spec.family.name}'s text length follows the prompt: its prompt embeddings are padded with "
                  f"masked tokens to a multiple of {degree}, so every rank gets the same number of tokens.")
     return spec, "\n".join([text, *notes])

@@ -65,7 +65,8 @@ def size_from_image(spec: PipelineSpec, image: np.ndarray) -> tuple[int, int, st
 def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None = None,
                    mask: np.ndarray | None = None, latent: np.ndarray | None = None,
                    asked: tuple[int, int, int] | None = None, positive: Sequence | None = None,
-                   negative: Sequence | None = None, audio: dict | None = None) -> PreparedSample:
+                   negative: Sequence | None = None, audio: dict | None = None, end_image: np.ndarray | None = None,
+                   references: np.ndarray | None = None) -> PreparedSample:
     """Resolves `spec` and checks the request and Sample's image, latent and CONDITIONING inputs (raising an
     InputError naming the input), once: the node shows the notes, then `run_sample` runs exactly this.
 
@@ -78,12 +79,13 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
     and batch `req` has) starts from a LATENT instead; `asked`: the node's own width, height and batch_size.
     `positive` / `negative`: ComfyUI's CONDITIONING (tensors as numpy arrays) replacing the prompt text
     (controller/conditioning.py). `audio`: Sample Video's AUDIO, the sound the video is made to (image + audio to
-    video: controller/sound_input.py)."""
+    video: controller/sound_input.py). `end_image` / `references`: Sample Video's last frame and reference images
+    (IMAGE, MiniMax H3's fl2va and ref2va)."""
     conditioned = conditioning.apply(spec, req, positive, negative)  # CONDITIONING in place of the prompt text
     if conditioned is not None:
         req = conditioned.req
     spec = resolve.resolve(spec, req)  # the planning pass: the pipeline filled in, it and the request checked
-    arrays = {**images.as_arrays(spec, req, image, mask), **sound_input.arrays(spec, req, audio)}
+    arrays = {**images.as_arrays(spec, req, image, mask, end_image, references), **sound_input.arrays(spec, req, audio)}
     if latent is None:
         notes, starts = images.describe(spec, req, arrays), images.starts_from_image(spec, arrays)
         controlnets.check_inputs(spec, starts, "mask" in arrays, req.denoise)

@@ -84,6 +84,16 @@ class Modular:
     # the weighted components its workflow loads, where the folder holds more (MiniMax H3's t2va leaves out
     # `transformer_ref`, ref2va's transformer): what offload 'auto' counts. (): every one the index lists
     components: tuple[str, ...] = ()
+    # The blocks' workflow of each of the pack's tasks beyond text (worker/images.py: "start", Sample Video's first
+    # or last frame; "reference", its reference images). With tasks the blocks run whole (they pick the workflow on
+    # the call's inputs, as diffusers' auto blocks do), loaded with `workflow`'s components; another task's
+    # components (MiniMax H3's transformer_ref for ref2va) load the first time a request runs it.
+    tasks: tuple[tuple[str, str], ...] = ()
+    # the last sub-block, which decodes, where it refuses output_type "latent" (MiniMax H3's "decode"): a call
+    # that asks for latents runs without it
+    decode: str = ""
+    # the blocks' class of one reference image, in diffusers.modular_pipelines ("minimax_h3.MiniMaxH3ImageReference")
+    image_reference: str = ""
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,11 @@ class Pipeline:
     # in one sequence (MiniMax H3); the checks follow the declaration, with no code of its own.
     text_tokens: int = 512
     cp_tokens: Callable[[int, int], Mapping[str, int]] | None = None
+    # The transformer argument whose first dimension is the one sequence diffusers' plan splits, where the
+    # transformer packs its inputs into one: MiniMax H3 packs the prompt's, the images', the sound's and the video's
+    # rows, described by "position_ids" [rows, 3]. Its length follows the prompt, so the worker checks that it
+    # splits evenly before diffusers does (parallel.check_even_split), naming the fix.
+    cp_packed: str = ""
     variable_text: bool = False  # the text length follows the prompt (Qwen-Image)
     # What an input image on Sample means (diffusers pipelines made from the loaded one with from_pipe):
     img2img: str | None = None  # the image-to-image pipeline class; None: the image is a reference instead
@@ -162,6 +177,10 @@ class Pipeline:
     # A video pipeline that takes Sample Video's start image as the first frame of each video (image to video:
     # `image=`, a PIL image); with needs_image it makes no video without one.
     start_image: bool = False
+    # ... and its end image as the last frame (`last_image=`, a PIL image: MiniMax H3's fl2va), and at most this many
+    # reference images (`references=`: MiniMax H3's ref2va, 9); 0: none
+    end_image: bool = False
+    video_references: int = 0
     # A text-to-video pipeline whose models also take a start image when their model_index sets `start_image_if`
     # (Wan 2.2 TI2V 5B: expand_timesteps; "": all of them, LTX-2): such a video runs on `start_image_via`, made
     # with from_pipe

@@ -17,9 +17,9 @@ from ..families import PIPELINES, Pipeline, config_dir
 # float8_e4m3fn: the denoiser's weights stored in fp8 and computed in bfloat16 layer by layer (diffusers'
 # enable_layerwise_casting); appended last, as saved workflows store the choice by value
 # the pipeline components that denoise (transformer_2: Wan 2.2 A14B's low-noise expert; unconditional_transformer:
-# Ideogram 4's second model, run at every step beside the conditional one): fp8 storage, compiling, step caching
-# and a LoRA's model strength apply to them
-DENOISERS = ("transformer", "unet", "transformer_2", "unconditional_transformer")
+# Ideogram 4's second model, run at every step beside the conditional one; transformer_ref: MiniMax H3's ref2va
+# partition): fp8 storage, compiling, step caching and a LoRA's model strength apply to them
+DENOISERS = ("transformer", "unet", "transformer_2", "unconditional_transformer", "transformer_ref")
 DTYPE_CHOICES = ("auto", "bfloat16", "float16", "float32", "float8_e4m3fn")
 FP8_STORAGE = ("float8_e4m3fn", "float8_e5m2")  # storage dtypes kept as they are (spec.storage)
 # Step caching (Sampling Options): diffusers' cache hooks that skip or approximate transformer work on steps

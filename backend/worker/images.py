@@ -35,6 +35,10 @@ def task(family: Pipeline, arrays: dict, denoise: float = 1.0) -> str:
         return LATENT if denoise < 1 else TEXT
     if "audio" in arrays:  # the controller has checked that this model takes one (Pipeline.audio_via)
         return AUDIO
+    if "references" in arrays:  # Sample Video's reference images (MiniMax H3's ref2va)
+        return REFERENCE
+    if "last_image" in arrays:  # an end frame, with or without a start one (MiniMax H3's fl2va)
+        return START
     if "image" not in arrays:
         return TEXT
     if family.start_image or family.start_image_via:  # the controller has checked this model takes one
@@ -89,7 +93,8 @@ def pil(image: np.ndarray) -> Any:
 class ImagePipelines:
     """The image pipelines made from one loaded pipeline (with from_pipe), cached until it is unloaded."""
 
-    def __init__(self):
+    def __init__(self, status: Callable[[str], None] = print):
+        self.status = status
         self.pipe: Any = None
         self.derived: dict[str, Any] = {}
 
@@ -101,6 +106,10 @@ class ImagePipelines:
         if pipe is not self.pipe:
             self.forget()
             self.pipe = pipe
+        if family.modular is not None:  # a modular pipeline's blocks pick the workflow on the inputs
+            from .modular import for_task
+
+            return for_task(pipe, family, kind, self.status)
         name = {IMG2IMG: family.img2img, LATENT: family.img2img, INPAINT: family.inpaint,
                 START: family.start_image_via, AUDIO: family.audio_via}.get(kind)
         if not name or name == family.class_name:  # the loaded one takes them itself (FLUX.1 Fill)
@@ -150,9 +159,15 @@ def add_inputs(pipe: Any, family: Pipeline, kind: str, kwargs: dict, arrays: dic
         kwargs["control_image"] = fit(images[index % len(images)], width, height)[None]
     if "max_area" in params:  # Kontext makes max_area pixels at the aspect of width × height: Sample's size
         kwargs["max_area"] = width * height
-    if kind == START:  # the video's first frame, at its size (the CLIP vision encoder sees its centre square)
+    if kind == START and images is not None:  # the first frame, at its size (CLIP vision sees its centre square)
         kwargs["image"] = pil(fit(images[index % len(images)], width, height))
-    if kind == REFERENCE:
+    if kind == START and "last_image" in arrays:  # the last frame, as it is: the pipeline fits it (MiniMax H3 crops)
+        kwargs["last_image"] = pil(arrays["last_image"][index % len(arrays["last_image"])])
+    if kind == REFERENCE and "references" in arrays:  # every reference image with every video, in batch order
+        from .modular import image_references
+
+        kwargs["references"] = image_references(family, [pil(image) for image in arrays["references"]])
+    elif kind == REFERENCE:
         if family.reference_mode == "kontext":
             kwargs["image"] = kontext_reference(pipe, pil(images[index % len(images)]))
         elif family.reference_mode == "one":

@@ -179,7 +179,8 @@ def _weightless(module: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
 def skeleton(pipe: Any) -> Any:
     """The same pipeline class with every model replaced by a weightless copy (same module names and shapes,
     unsharded); tokenizers and scheduler are shared. No live module is shared: diffusers' LoRA loader takes
-    offload hooks off the pipeline's modules and puts them back (which would also need an accelerator)."""
+    offload hooks off the pipeline's modules and puts them back (which would also need an accelerator). A modular
+    pipeline (no from_pipe: MiniMax H3) is its blocks made into a new one holding the weightless models alone."""
     weightless = {}
     for name, module in pipe.components.items():
         if not isinstance(module, torch.nn.Module):
@@ -189,6 +190,10 @@ def skeleton(pipe: Any) -> Any:
             copy = type(module)._from_config(module.config) if hasattr(module, "_from_config") else \
                 type(module).from_config(module.config)
         weightless[name] = _weightless(copy, dtype)
+    if not hasattr(type(pipe), "from_pipe"):
+        skel = pipe.blocks.init_pipeline()
+        skel.update_components(**weightless)
+        return skel
     return type(pipe).from_pipe(pipe, **weightless, dtype=pipe.dtype)
 
 
@@ -296,6 +301,16 @@ def on_experts(layers: Resolved, experts: str) -> Resolved:
     return out
 
 
+def on_partitions(layers: Resolved, pipe: Any) -> Resolved:
+    """A LoRA on MiniMax H3, whose one folder holds two partitions of the same module names: diffusers reads it onto
+    `transformer` (t2va, fl2va); it goes to `transformer_ref` (ref2va) too once that is loaded, as ComfyUI's Load
+    LoRA goes onto whichever of its two model files is loaded (what load_lora_weights(...,
+    load_into_transformer_ref=True) reads for it)."""
+    if getattr(pipe, "transformer_ref", None) is None:
+        return layers
+    return {**layers, **{("transformer_ref", m): layer for (c, m), layer in layers.items() if c == "transformer"}}
+
+
 class Loras:
     """The LoRAs written into one loaded pipeline: resolved files (cached by path, size and mtime), the saved
     originals of every touched weight (host memory), and what is applied now."""
@@ -307,7 +322,7 @@ class Loras:
         self._cache: dict[tuple, Resolved] = {}
         self._originals: dict[tuple[str, str, str], torch.Tensor] = {}  # (component, module, param) -> CPU copy
         self._beside: set[tuple[str, str, str]] = set()  # quantized weights whose LoRA delta is kept beside them
-        self._applied: tuple | None = ()  # (file key, strength, te strength, experts) per LoRA; None: weights unknown
+        self._applied: tuple | None = ()  # (file key, strength, te strength, experts, on transformer_ref) per LoRA; None: unknown
         self._tp: tuple[Any, str, dict] | None = None  # (mesh, component, shard specs) of a sharded denoiser
         self.apply_s: float | None = None  # how long the last rewrite of the weights took
 
@@ -322,9 +337,11 @@ class Loras:
             self.forget()
             self.pipe = pipe
         pair = getattr(pipe, "transformer_2", None) is not None
-        resolved = [(ref, (key, on_experts(layers, ref.experts) if pair else layers))
+        resolved = [(ref, (key, on_partitions(on_experts(layers, ref.experts) if pair else layers, pipe)))
                     for ref in refs for key, layers in [self._resolve(ref, family)]]
-        want = tuple((key, ref.strength, ref.te_strength, ref.experts) for ref, (key, _) in resolved)
+        # with the partitions they go to: a MiniMax H3 transformer_ref loaded later gets them then
+        partitions = getattr(pipe, "transformer_ref", None) is not None
+        want = tuple((key, ref.strength, ref.te_strength, ref.experts, partitions) for ref, (key, _) in resolved)
         if want == self._applied:
             return
         started = time.perf_counter()
@@ -426,6 +443,6 @@ class Loras:
 
     def info(self) -> list[dict]:
         return [{"file": Path(path).name, "strength": s, "te_strength": t, "experts": e}
-                for (path, _, _), s, t, e in self._applied or ()]
+                for (path, _, _), s, t, e, _ in self._applied or ()]
 
 

@@ -16,14 +16,20 @@ import contextlib
 import importlib
 import inspect
 import itertools
+import weakref
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import torch
+
 from ..families import Pipeline
 from ..protocol.spec import listed_components, read_json
 from ..protocol.units import format_bytes
+
+# the from_pretrained arguments each loaded pipeline's components took (load's `extra`), for those loaded later
+_EXTRA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _declared(family: Pipeline) -> Any:
@@ -32,30 +38,73 @@ def _declared(family: Pipeline) -> Any:
     return family.modular
 
 
-def load(model_path: str, family: Pipeline, dtype: Any, status: Callable[[str], None]) -> Any:
+def load(model_path: str, family: Pipeline, dtype: Any, status: Callable[[str], None],
+         extra: dict[str, dict] | None = None) -> Any:
     """The modular pipeline in `model_path`, on the CPU: the family's blocks (its workflow, without the sub-blocks
     it leaves out) made into a pipeline from the folder's index, then each weighted component the index lists
     loaded from its subfolder, announced through `status`. The from_config parts (scheduler, image processor,
-    guider) come from the blocks' own specs. A component that fails raises an OSError naming it."""
+    guider) come from the blocks' own specs. A component that fails raises an OSError naming it. `extra`: further
+    from_pretrained arguments by component (parallel.load_kwargs: Context Parallel's config), kept for the
+    components a later task loads (for_task)."""
     modular = _declared(family)
     blocks = getattr(importlib.import_module("diffusers.modular_pipelines"), modular.blocks)()
-    if modular.workflow:
+    if modular.workflow and not modular.tasks:
         blocks = blocks.get_workflow(modular.workflow)
     for name in modular.without:
         blocks.sub_blocks.pop(name, None)
     pipe = blocks.init_pipeline(model_path)
-    listed = listed_components(read_json(Path(model_path) / modular.index))
-    names = [n for n, spec in pipe._component_specs.items()
-             if n in listed and spec.default_creation_method == "from_pretrained"]
+    _EXTRA[pipe] = extra or {}
+    _load(pipe, model_path, family, _components(pipe, modular.workflow if modular.tasks else ""), dtype, status)
+    return pipe
+
+
+def _components(pipe: Any, workflow: str) -> set[str]:
+    """The components the blocks load from the folder: all of them, or those of one workflow."""
+    names = {n for n, spec in pipe._component_specs.items() if spec.default_creation_method == "from_pretrained"}
+    if workflow:
+        names &= {spec.name for spec in pipe.blocks.get_workflow(workflow).expected_components}
+    return names
+
+
+def _load(pipe: Any, model_path: str, family: Pipeline, wanted: set[str], dtype: Any,
+          status: Callable[[str], None]) -> None:
+    """Loads the `wanted` components the folder's index lists, each announced through `status`."""
+    listed = listed_components(read_json(Path(model_path) / _declared(family).index))
+    names = [n for n in pipe._component_specs if n in wanted and n in listed]
     for i, name in enumerate(names, 1):
         folder = Path(model_path) / name
         size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
         status(f"loading {name} ({listed[name][1]}, {format_bytes(size)}) · component {i} of {len(names)}")
         try:
             # the folder it is in, whatever folder the index was saved from
-            pipe.load_components(names=[name], dtype=dtype, pretrained_model_name_or_path=model_path)
+            pipe.load_components(names=[name], dtype=dtype, pretrained_model_name_or_path=model_path,
+                                 **_EXTRA.get(pipe, {}).get(name, {}))
         except (OSError, ValueError) as e:
             raise OSError(f"component '{name}': {e}") from e
+
+
+def for_task(pipe: Any, family: Pipeline, kind: str, status: Callable[[str], None]) -> Any:
+    """The pipeline that runs task `kind` (worker/images.py): the loaded one, with the components of the task's
+    workflow that were not loaded yet (MiniMax H3's transformer_ref, the first time a request has reference
+    images) loaded now, in the dtype and on the device of the denoiser it already has."""
+    workflow = dict(_declared(family).tasks).get(kind)
+    if not workflow:
+        return pipe
+    missing = {n for n in _components(pipe, workflow) if getattr(pipe, n, None) is None}
+    if missing:
+        loaded = next(m for m in pipe.components.values() if isinstance(m, torch.nn.Module))
+        dtype, where = getattr(pipe, "transformer", loaded).dtype, getattr(pipe, "transformer", loaded).device
+        status(f"{family.name} {workflow}: loading its own components ({', '.join(sorted(missing))})")
+        _load(pipe, pipe._pretrained_model_name_or_path, family, missing, dtype, status)
+        for name in missing:
+            module = getattr(pipe, name)
+            if isinstance(module, torch.nn.Module):
+                module.requires_grad_(False).to(where)
+            if (split := _EXTRA.get(pipe, {}).get(name, {}).get("parallel_config")) is not None:
+                from .parallel import check_even_split  # as the load did for the first partition
+
+                cp = split.context_parallel_config
+                check_even_split(module, cp.ulysses_degree * cp.ring_degree, family.cp_packed)
     return pipe
 
 
@@ -70,16 +119,28 @@ def parameters(pipe: Any, family: Pipeline) -> Collection[str]:
     return names
 
 
+def image_references(family: Pipeline, pictures: list) -> list:
+    """PIL images as the blocks' reference inputs: each wrapped in the family's image reference class."""
+    where, _, name = f"diffusers.modular_pipelines.{_declared(family).image_reference}".rpartition(".")
+    wrap = getattr(importlib.import_module(where), name)
+    return [wrap(picture) for picture in pictures]
+
+
 def call(pipe: Any, family: Pipeline, kwargs: dict) -> Any:
     """Runs the pipeline with the request's arguments; its outputs as a DiffusionPipeline's would read: `.images`
     (images), or `.frames` (a video's, [B, F, H, W, C]) and `.audio`. The guidance goes to a new guider of the
     loaded one's kind (the loaded one stays as it was). The step callback has no place in a modular call (its
-    blocks take none): dropped."""
+    blocks take none): dropped. Latents asked (`output_type="latent"`: a rank whose peer sends the pixels) of blocks
+    whose decode refuses them (Modular.decode) run without that sub-block and read back as the pixels."""
     modular = _declared(family)
     kwargs = dict(kwargs)
     callback = kwargs.pop("callback_on_step_end", None)
     own = pipe.guider if modular.guider else None
+    undecoded = modular.decode and kwargs.get("output_type") == "latent"
     with contextlib.ExitStack() as restore:
+        if undecoded:
+            kwargs.pop("output_type")
+            restore.enter_context(_without(pipe.blocks, modular.decode))
         if callback is not None:
             restore.enter_context(_after_each_step(pipe, callback))
         if own is not None:
@@ -87,9 +148,19 @@ def call(pipe: Any, family: Pipeline, kwargs: dict) -> Any:
             restore.callback(pipe.update_components, guider=own)
         state = pipe(**kwargs)
     pixels, *rest = modular.outputs
-    out = {"frames" if family.frame_step else "images": state.get(pixels)}
+    out = {"frames" if family.frame_step else "images": state.get("latents" if undecoded else pixels)}
     out.update({name: state.get(name) for name in rest})
     return SimpleNamespace(**out)
+
+
+@contextlib.contextmanager
+def _without(blocks: Any, name: str) -> Iterator[None]:
+    """The sequential blocks without their last sub-block `name` (the decode) for as long as the block runs."""
+    taken = blocks.sub_blocks.pop(name)
+    try:
+        yield
+    finally:
+        blocks.sub_blocks[name] = taken
 
 
 @contextlib.contextmanager

@@ -160,9 +160,10 @@ def load_kwargs(spec: PipelineSpec, kind: str) -> dict[str, dict] | None:
                    {"ulysses_degree": spec.cp_degree})
         # wrapped in ParallelConfig: from_pretrained reads `.tensor_parallel_config` off a bare CP config. Both
         # experts of a pair (Wan 2.2 A14B's transformer_2) get the same layout, each its own config (diffusers
-        # sets a config up on the model it is given); a pipeline without transformer_2 never reads its entry.
+        # sets a config up on the model it is given), and MiniMax H3's ref2va partition (transformer_ref); a
+        # pipeline without one never reads its entry.
         return {name: {"parallel_config": ParallelConfig(context_parallel_config=ContextParallelConfig(
-            **degrees, mesh=mesh))} for name in ("transformer", "transformer_2")}
+            **degrees, mesh=mesh))} for name in ("transformer", "transformer_2", "transformer_ref")}
     extra = {"transformer": {"parallel_config": TensorParallelConfig(tp_degree=spec.tp_degree, mesh=mesh["tp"])}}
     if spec.sharded_encoders:
         from transformers.distributed import DistributedConfig
@@ -215,10 +216,24 @@ def even_text(pipe: Any, spec: PipelineSpec) -> Iterator[None]:
             del pipe.encode_prompt
 
 
-def check_even_split(transformer: Any, degree: int) -> None:
+def check_even_split(transformer: Any, degree: int, packed: str = "") -> None:
     """Refuses, before diffusers splits them, image or text tokens the context ranks cannot share evenly: image
     tokens the controller could not count (reference images of an edit) and text a compiled bucket could not
-    round. Made once per load; the check reads shapes only, so a compiled denoiser traces it away."""
+    round; or the packed sequence whose rows argument `packed` describes (Pipeline.cp_packed). Made once per load;
+    the check reads shapes only, so a compiled denoiser traces it away."""
+
+    def rows(module, args, kwargs):
+        x = kwargs.get(packed)
+        if x is not None and x.shape[0] % degree:
+            raise ParallelError(f"degree: Context Parallel {degree} cannot split the {x.shape[0]} rows of the packed "
+                                "sequence (the prompt's tokens, the start / end / reference images', the sound's and "
+                                "the video's) evenly over its ranks (TorchTPU's all-to-all takes equal splits only); "
+                                f"add or remove a word in the prompt (each token is one row) so that they are a "
+                                f"multiple of {degree}, or use another degree.")
+
+    if packed:
+        transformer.register_forward_pre_hook(rows, with_kwargs=True)
+        return
 
     def check(module, args, kwargs):
         for name, what, fix in (("hidden_states", "image tokens (the image and any reference images)",

@@ -68,7 +68,7 @@ class Runtime:
         self.loras = Loras(self.status)
         self.step_cache = StepCache(self.status)
         self.pass_peers: Any = None  # the ranks of one denoiser pass (TP/context shards), when step caching needs them
-        self.image_pipes = images.ImagePipelines()
+        self.image_pipes = images.ImagePipelines(self.status)
         self.controlnets = controlnets.ControlNetPipelines(self.status)
         self.vote = parallel.StopVote(1)  # replaced at load time when the model is split over ranks
         self.prompts = PromptCache()
@@ -186,7 +186,7 @@ class Runtime:
         self.prompts.attach(pipe)
         if spec.cp_degree > 1:
             for expert in experts(pipe):
-                parallel.check_even_split(expert, spec.cp_degree)
+                parallel.check_even_split(expert, spec.cp_degree, spec.family.cp_packed)
         if spec.cfg_parallel > 1:
             self.cfg = CFGParallel(experts(pipe), spec.family.cfg_passes, parallel.cfg_group(spec, self.kind),
                                    spec.layout(self.rank).cfg_rank)
@@ -206,7 +206,7 @@ class Runtime:
             if (stored is not None or quantized_file) and self.kind == "cpu":  # both allocate weights per call
                 storage.return_freed_blocks()
             if spec.family.modular is not None:
-                pipe = modular.load(spec.model_path, spec.family, _DTYPES[dtype_name], self.status)
+                pipe = modular.load(spec.model_path, spec.family, _DTYPES[dtype_name], self.status, extra)
             elif spec.source is not None:
                 pipe = loading.load_files(spec.source, _DTYPES[dtype_name], self.status, extra, stored)
             else:
@@ -281,6 +281,8 @@ class Runtime:
         kind = images.task(spec.family, arrays, req.denoise)
         pipe = (self.controlnets.for_task(self.pipe, spec, kind, self.device)
                 or self.image_pipes.for_task(self.pipe, spec.family, kind))
+        if spec.family.modular is not None:  # a partition its task loaded now (transformer_ref) gets the LoRAs
+            self.loras.apply(self.pipe, spec.loras, spec.family.name)
         device.eager_workarounds(self.kind, pipe)  # TPU: the UNets' time_proj on the CPU (device.py)
         if spec.family.frame_step and req.tiled_vae:  # diffusers' tiled decoding (and start image encoding)
             pipe.vae.enable_tiling()

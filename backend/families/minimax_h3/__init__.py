@@ -1,7 +1,9 @@
 """MiniMax H3 (MiniMax): video with sound, which diffusers runs only as a modular pipeline
 (`modular_pipelines/minimax_h3`): one folder (modular_model_index.json) serves text to video with audio (t2va),
 first/last frame (fl2va) and reference (ref2va) workflows; joint video and audio latents in one transformer call,
-guidance distilled (one pass per step), 24 fps, 5 to 15 s. Diffusers folders only for now; text to video here."""
+guidance distilled (one pass per step), 24 fps, 5 to 15 s. Diffusers folders only for now. Sample Video's inputs
+pick the workflow: text alone t2va, a start and/or end image fl2va (the `transformer` partition, loaded with the
+pipeline), reference images ref2va (`transformer_ref`, loaded the first time a request has reference images)."""
 
 from __future__ import annotations
 
@@ -29,18 +31,30 @@ NO_STATIC_SHAPES = ("its transformer reads the prompt's rows inside one packed s
                     "tensor whose size changes from step to step (the row timestep plan), so a static-shape graph "
                     "would compile again for every prompt length and at every step")
 
+
+def _packed(frames: int, tokens: int) -> dict[str, int]:
+    """Nothing the controller can count alone: Context Parallel splits one packed sequence whose length follows
+    the prompt (checked in the worker, Pipeline.cp_packed)."""
+    return {}
+
+
 FAMILY = ModelFamily(
     id="minimax_h3", order=85, tiny=("minimax-h3",), name="MiniMax H3",
     pipelines=(
         # x16 VAE, 2x2 patches: sizes are multiples of 32 (the pack reads 2^5 = 32 off the VAE's six blocks, of
         # which two do not downscale: so 1 on top); 17-frame chunks: 17n + 5 frames, 124 to 345 (5-15 s)
-        # its transformer has diffusers' _cp_plan, but Context Parallel has not run through the modular path yet:
-        # refused until a test runs it (cp_plan=True then)
+        # Context Parallel by diffusers' _cp_plan: the packed sequence (prompt, images, sound, video rows) split at
+        # the first block (and its rotary table); its length follows the prompt, so the worker checks it
+        # (cp_packed) and the controller has no text length to check (text_tokens 0)
         Pipeline("MiniMaxH3ModularPipeline", "MiniMax H3", 1, "guidance_scale", False,
                  frame_step=17, frame_first=5, frames_range=(124, 345), sound=("audio_vae",),
-                 sound_rate="audio_vae.sampling_rate",
+                 sound_rate="audio_vae.sampling_rate", start_image=True, end_image=True, video_references=9,
+                 cp_plan=True, cp_packed="position_ids", text_tokens=0,
+                 cp_tokens=_packed,
                  modular=Modular("MiniMaxH3Blocks", workflow="t2va", outputs=("videos", "audio"),
-                                 components=("text_encoder", "transformer", "vae", "audio_vae")),
+                                 components=("text_encoder", "transformer", "vae", "audio_vae"),
+                                 tasks=(("start", "fl2va"), ("reference", "ref2va")),
+                                 image_reference="minimax_h3.MiniMaxH3ImageReference", decode="decode"),
                  compile_refused=NO_STATIC_SHAPES,
                  no_step_cache="diffusers' modular MiniMax H3 blocks call the transformer without the cache "
                                "contexts that diffusers' cache hooks keep their state by"),
