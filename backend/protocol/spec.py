@@ -14,12 +14,11 @@ from typing import Any
 
 from ..families import PIPELINES, Pipeline, config_dir
 
-# float8_e4m3fn: the denoiser's weights stored in fp8 and computed in bfloat16 layer by layer (diffusers'
-# enable_layerwise_casting); appended last, as saved workflows store the choice by value
-# the pipeline components that denoise (transformer_2: Wan 2.2 A14B's low-noise expert; unconditional_transformer:
-# Ideogram 4's second model, run at every step beside the conditional one; transformer_ref: MiniMax H3's ref2va
+# the components that denoise (Wan 2.2 A14B's low-noise expert, Ideogram 4's second model, MiniMax H3's ref2va
 # partition): fp8 storage, compiling, step caching and a LoRA's model strength apply to them
 DENOISERS = ("transformer", "unet", "transformer_2", "unconditional_transformer", "transformer_ref")
+# float8_e4m3fn: the denoiser's weights stored in fp8 and computed in bfloat16 layer by layer (diffusers'
+# enable_layerwise_casting); appended last, as saved workflows store the choice by value
 DTYPE_CHOICES = ("auto", "bfloat16", "float16", "float32", "float8_e4m3fn")
 FP8_STORAGE = ("float8_e4m3fn", "float8_e5m2")  # storage dtypes kept as they are (spec.storage)
 # Step caching (Sampling Options): diffusers' cache hooks that skip or approximate transformer work on steps
@@ -39,9 +38,6 @@ OUTPUTS = ("images", "images+latents", "latents")
 
 
 # ---- diffusers pipeline folders (the controller checks them, the worker loads them)
-
-# Configs of the published models, per pipeline the pack builds from artists' files (model_index.json,
-# scheduler and component configs, tokenizer settings): read by both sides, never imported.
 
 def read_json(path: Path, default: dict | None = None) -> dict:
     """A JSON config file; with `default`, a missing or unreadable file gives `default` instead of raising."""

@@ -267,14 +267,12 @@ class Runtime:
         """This replica's outputs as `req.outputs` asks (None on ranks that do not send them): "images" [B, H, W, C]
         float32 in 0..1, a video pipeline's frames [B·F, H, W, C]; "latents", ComfyUI's LATENT of each image
         (worker/latents.py); a video model's sound "audio" [B, C, S] and its "audio_rate" (worker/sound.py).
-
-        Global image i is drawn from its own generator (seed + i) and with its own pipeline call, so the
-        same seed gives the same pixels whatever the batch size or the number of replicas (batched matmuls
-        differ in the last bits between a batch of 4 and two of 2). Replica r draws a contiguous slice. With
-        input images (`arrays`: image, mask, or latent), image i of the run takes input image i (cycling).
-        With `spec.batched` the images of one prompt go in one call instead (each still with its own
-        generator; text to image without ControlNets only): faster where the chip has room, not bit-identical to one call per image.
-        """
+        Global image i is drawn from its own generator (seed + i) and with its own pipeline call, so the same seed
+        gives the same pixels whatever the batch size or the number of replicas (batched matmuls differ in the
+        last bits between a batch of 4 and two of 2). Replica r draws a contiguous slice. With input images
+        (`arrays`: image, mask, or latent), image i of the run takes input image i (cycling). With `spec.batched`
+        the images of one prompt go in one call instead (each still with its own generator; text to image without
+        ControlNets only): faster where the chip has room, not bit-identical to one call per image."""
         arrays = arrays or {}
         layout = spec.layout(self.rank)
         everything, indices = req.images(), layout.my_share(req)
