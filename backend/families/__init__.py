@@ -56,6 +56,12 @@ def conversions(family_id: str) -> ModuleType | None:
         return None
 
 
+def module(family_id: str, name: str) -> ModuleType:
+    """A module of the family's own folder that its declaration names (Pipeline.audio_module, latent_upscale;
+    torch, worker only), so that the worker's generic code names no family."""
+    return importlib.import_module(next(m for m in _MODULES if m.FAMILY.id == family_id).__name__ + "." + name)
+
+
 def tiny_builders(family_id: str) -> ModuleType:
     """The family's `tiny` module (torch): its tiny random-weight pipelines."""
     return importlib.import_module(next(m for m in _MODULES if m.FAMILY.id == family_id).__name__ + ".tiny")

@@ -191,8 +191,9 @@ class Pipeline:
     # rate is read ("component.config_key"). (): no sound (Sample Video's AUDIO output is None).
     sound: tuple[str, ...] = ()
     sound_rate: str = ""
-    # It takes Sample Video's upscale_model: a two-stage call with an x2 latent upsampler (families/ltx2/two_stage.py)
-    latent_upscale: bool = False
+    # It takes Sample Video's upscale_model: the family module that runs the two-stage call with an x2 latent
+    # upsampler (LTX-2: "two_stage", families/ltx2/two_stage.py); "": refused
+    latent_upscale: str = ""
     # A video pipeline with sound that also takes Sample Video's AUDIO and keeps it as the video's sound (image +
     # audio to video): the diffusers pipeline that runs it, made with from_pipe (LTX-2: LTX2ConditionPipeline,
     # the start image as its frame-0 condition), and the family module that encodes it (`<module>.py` in the

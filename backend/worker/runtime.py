@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..families.ltx2 import two_stage
+from .. import families
 from ..families.text_encoders import TOKENIZER_LAYOUTS
 from ..protocol import messages, samplers, settings
 from ..protocol.errors import Interrupted, ModelError
@@ -52,13 +52,11 @@ _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torc
 
 class Runtime:
     def __init__(self, kind: str, device: Any, rank: int, world_size: int, channel: Any):
-        self.kind, self.device, self.rank, self.world_size = kind, device, rank, world_size
-        self.channel = channel
+        self.kind, self.device, self.rank, self.world_size, self.channel = kind, device, rank, world_size, channel
         self.pipe: Any = None
         self.own_scheduler: Any = None  # the loaded pipeline's scheduler (Sample's sampler 'default')
         self.loaded: PipelineSpec | None = None  # the description the weights in memory were loaded for
-        self.loads = 0
-        self.samples = 0  # Sample requests served (compile warm-ups are not samples)
+        self.loads, self.samples = 0, 0  # samples: Sample requests served (compile warm-ups are not samples)
         self.steps = 0  # denoising steps run, all requests together (ranks of one sharded model agree)
         self.vae_decodes = 0  # runs of the VAE's decoder (Sample Latent never runs it)
         self.mode = "strict eager"
@@ -332,10 +330,12 @@ class Runtime:
                     if keep_latents:
                         latent_io.enter_context(latents.captured(pipe, taken, decode))
                     if spec.family.frame_step and layout.leader and decode and not spec.family.modular:
-                        latent_io.enter_context(images.decode_progress(pipe.vae, self.status, self.channel.interrupt.is_set))
-                        latent_io.enter_context(sound.decode_progress(pipe, spec.family, self.status, self.channel.interrupt.is_set))
+                        stop = self.channel.interrupt.is_set
+                        latent_io.enter_context(images.decode_progress(pipe.vae, self.status, stop))
+                        latent_io.enter_context(sound.decode_progress(pipe, spec.family, self.status, stop))
                     result = (modular.call(pipe, spec.family, kwargs) if spec.family.modular else
-                              two_stage.call(pipe, kwargs, req.upscale_model, tuple(req.upscale_sigmas))
+                              families.module(spec.family.family, spec.family.latent_upscale).call(
+                                  pipe, kwargs, req.upscale_model, tuple(req.upscale_sigmas))
                               if req.upscale_model else pipe(**kwargs))
             if result is None:  # stopped before the VAE: only the latents were asked for
                 self._check_finite(spec, torch.cat(taken), arrays)
@@ -406,10 +406,9 @@ class Runtime:
         family = spec.family
         active = two_passes(pipe, family.cfg_passes, kwargs, family.cfg_above, family.distilled_key)
         if not active and say:
-            self.status(f"CFG Parallel: this Sample runs one denoiser pass per step (guidance ≤ {spec.family.cfg_above:g}, "
-                        "or no true CFG), or its passes cannot be split (FLUX.1 image to image and inpainting), so both ranks "
-                        "compute it whole; raise the guidance (FLUX.1: true_cfg_scale in Sampling Options) to split "
-                        "it.")
+            self.status(f"CFG Parallel: this Sample runs one denoiser pass per step (guidance ≤ {family.cfg_above:g}, or no "
+                        "true CFG), or its passes cannot be split (FLUX.1 image to image and inpainting), so both ranks "
+                        "compute it whole; raise the guidance (FLUX.1: true_cfg_scale in Sampling Options) to split it.")
         return self.cfg.call(active, named=named_branches(pipe))
 
     def should_stop(self) -> bool:
@@ -448,8 +447,7 @@ class Runtime:
         prompt text: the pipeline's own embedding arguments, in the compute dtype on its execution device."""
         if "prompt_embeds" not in arrays:
             return
-        kwargs.pop("prompt", None)
-        kwargs.pop("negative_prompt", None)
+        kwargs.pop("prompt", None), kwargs.pop("negative_prompt", None)
         dtype, where = _DTYPES[self.dtype_name(spec)], pipe._execution_device
         for name in EMBEDDINGS:
             if name in arrays:

@@ -6,7 +6,6 @@ with the sound's decode saying how far it is and stopping on Cancel."""
 from __future__ import annotations
 
 import contextlib
-import importlib
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -47,7 +46,7 @@ def _module(family: Pipeline) -> ModuleType | None:
     """The family's audio module (families/<id>/<audio_module>.py; torch, worker only), None where it has none."""
     if not family.audio_module:
         return None
-    return importlib.import_module(f"{families.__name__}.{family.family}.{family.audio_module}")
+    return families.module(family.family, family.audio_module)
 
 
 def add_inputs(pipe: Any, family: Pipeline, kind: str, kwargs: dict, arrays: dict, index: int,

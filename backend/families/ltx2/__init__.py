@@ -52,7 +52,7 @@ _VIDEO = dict(cfg_doubles_batch=True, cfg_passes="batch", cp_refused=CP_REFUSED,
               sound=("audio_vae", "vocoder"), sound_rate="vocoder.output_sampling_rate", frame_rate_arg="frame_rate",
               guidance_also=("audio_guidance_scale",), call_args=OFF, check_kind="video with sound",
               step_caches=("taylorseer",), taylorseer_modules=TAYLORSEER_MODULES, no_step_cache=NO_CACHE,
-              latent_upscale=True, audio_via="LTX2ConditionPipeline", audio_module="audio")
+              latent_upscale="two_stage", audio_via="LTX2ConditionPipeline", audio_module="audio")
 
 
 def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
