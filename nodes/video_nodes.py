@@ -50,9 +50,10 @@ class TPUSampleVideo:
                           "Frame width in pixels, a multiple of 16 for Wan (832 for 480p, 1280 for 720p), of 32 for LTX-2."}),
                 "height": ("INT", {"default": 480, "min": 16, "max": 8192, "step": 16, "tooltip":
                            "Frame height in pixels, a multiple of 16 for Wan (480 or 720), of 32 for LTX-2."}),
-                "frames": ("INT", {"default": 81, "min": 1, "max": 1021, "step": 4, "tooltip":
+                "frames": ("INT", {"default": 81, "min": 1, "max": 1021, "step": 1, "tooltip":
                            "Frames of the video: 1 + a multiple of 4 for Wan (81 is about 5 s at 16 fps), 1 + a multiple of 8 "
-                           "for LTX-2 (121 is about 5 s at 24 fps). "
+                           "for LTX-2 (121 is about 5 s at 24 fps), 5 + a multiple of 17 for MiniMax H3 (124 to 345, "
+                           "24 fps); another count is refused naming the nearest that fits. "
                            "Time and memory grow with frames × width × height."}),
                 "steps": ("INT", {"default": 30, "min": 1, "max": 1000, "tooltip":
                           "Denoising steps. Wan 2.1: 30-50; LTX-2 distilled: 8."}),
