@@ -288,9 +288,12 @@ class PlainServer:
     def __init__(self, ctx: Ctx, model: str, extra_env: dict[str, str] | None = None, args: tuple[str, ...] = ()):
         self.ctx = ctx
         self.log = open(ctx.work / f"plain-{model}-{time.monotonic_ns()}.log", "ab")
+        # a session of its own, as the pack's workers have (controller/launcher.py): where the kernel groups
+        # processes by session for scheduling (sched_autogroup), both sides then get a group's share under load
+        # (it ends with its stdin: plain.py serve reads it to EOF)
         self.proc = subprocess.Popen([sys.executable, str(PLAIN), "serve", *plain_args(ctx, model), *args],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                     env=plain_env(ctx, extra_env), cwd=str(ctx.work))
+                                     env=plain_env(ctx, extra_env), cwd=str(ctx.work), start_new_session=True)
         self.ready: dict | None = None
 
     def wait_ready(self) -> dict:
@@ -346,7 +349,7 @@ def plain_cold(ctx: Ctx, model: str, width: int | None = None, height: int | Non
     with open(log_file, "ab") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True, env=plain_env(ctx),
-                                cwd=str(ctx.work))
+                                cwd=str(ctx.work), start_new_session=True)  # as PlainServer: the workers' grouping
         line = proc.stdout.readline()
         wall = time.perf_counter() - t0
         proc.wait()
