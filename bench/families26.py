@@ -214,13 +214,13 @@ def _layout_spec(one, layout: str):
 def _even_prompt(groups, shape: dict, request: dict) -> str:
     """The bench's prompt, or it with one more token, whichever Context Parallel 2 splits evenly: MiniMax H3's
     packed sequence holds the prompt's tokens, and the pack refuses an odd count naming this very fix (a word more
-    or less). Probed with one step; every contestant then runs the same prompt."""
+    or less). Probed with two steps (MiniMax H3 takes no fewer); every contestant then runs the same prompt."""
     from backend.protocol.errors import ParallelError
     from backend.protocol.spec import SampleRequest
 
     for prompt in (PROMPT, PROMPT + ",", PROMPT + " at dusk", PROMPT + ", at dusk"):
         try:
-            groups.sample("cp", SampleRequest(prompt=prompt, seed=1, **{**shape, **request, "steps": 1}))
+            groups.sample("cp", SampleRequest(prompt=prompt, seed=1, **{**shape, **request, "steps": 2}))
             return prompt
         except ParallelError:
             continue

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from backend.controller import api
-from backend.protocol.errors import ModelError, ParallelError
+from backend.protocol.errors import ModelError, ParallelError, SampleError
 from backend.protocol.spec import SampleRequest
 
 FRAMES = 124  # 17·7 + 5: the shortest video the model makes (5.17 s at 24 fps)
@@ -107,6 +107,15 @@ def test_frame_counts_it_cannot_make_are_refused(tiny_models, frames, fix):
     spec = api.make_spec("tiny-minimax-h3", [str(tiny_models)])
     with pytest.raises(ModelError, match=rf"frames: MiniMax H3 .*{fix}"):
         api.check_request(spec, _request(frames=frames))
+
+
+@pytest.mark.unit
+def test_one_step_is_refused_naming_its_schedulers_least(tiny_models):
+    """diffusers' MiniMax H3 scheduler raises a bare ValueError below 2 steps; the pack refuses it first."""
+    spec = api.make_spec("tiny-minimax-h3", [str(tiny_models)])
+    with pytest.raises(SampleError, match=r"steps: 1 is too small for MiniMax H3 \(its scheduler takes at least 2\)"):
+        api.check_request(spec, _request(steps=1))
+    api.check_request(spec, _request(steps=2))
 
 
 @pytest.mark.workers

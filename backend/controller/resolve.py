@@ -86,8 +86,9 @@ def _check_values(spec: PipelineSpec, req: SampleRequest) -> None:
                           "use 1 to 240 (the LTX-2 templates use 24 and 25).")
     pixels.check(spec, req.width, req.height, req.batch_size)
     pixels.check_output(spec, req.width, req.height, len(req.images()), req.frames)
-    if req.steps < 1:
-        raise SampleError(f"steps: {req.steps} is too small; use at least 1.")
+    if req.steps < (least := spec.family.min_steps):
+        whose = f" for {spec.family.name} (its scheduler takes at least {least})" if least > 1 else ""
+        raise SampleError(f"steps: {req.steps} is too small{whose}; use at least {least}.")
     _check_upscale(spec, req)
     if req.batch_size < 1:
         raise SampleError(f"batch_size: {req.batch_size} is too small; use at least 1.")

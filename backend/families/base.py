@@ -174,6 +174,8 @@ class Pipeline:
     # ... counted from this many frames (MiniMax H3's 17-frame chunks: 17n + 5), within this range ((1, 0): any)
     frame_first: int = 1
     frames_range: tuple[int, int] = (1, 0)
+    # the fewest steps its scheduler takes (MiniMax H3's: 2; diffusers raises a bare ValueError below)
+    min_steps: int = 1
     # A video pipeline that takes Sample Video's start image as the first frame of each video (image to video:
     # `image=`, a PIL image); with needs_image it makes no video without one.
     start_image: bool = False

@@ -47,7 +47,7 @@ FAMILY = ModelFamily(
         # the first block (and its rotary table); its length follows the prompt, so the worker checks it
         # (cp_packed) and the controller has no text length to check (text_tokens 0)
         Pipeline("MiniMaxH3ModularPipeline", "MiniMax H3", 1, "guidance_scale", False,
-                 frame_step=17, frame_first=5, frames_range=(124, 345), sound=("audio_vae",),
+                 frame_step=17, frame_first=5, frames_range=(124, 345), min_steps=2, sound=("audio_vae",),
                  sound_rate="audio_vae.sampling_rate", start_image=True, end_image=True, video_references=9,
                  cp_plan=True, cp_packed="position_ids", text_tokens=0,
                  cp_tokens=_packed,
