@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..lora_keys import up_down_as_a_b
+
 
 def flux2_native(sd: dict, pipe_cls: Any) -> dict:
     """FLUX.2 files with ComfyUI/BFL names ('diffusion_model.…lora_up/lora_down' with .alpha): diffusers sends
@@ -14,16 +16,7 @@ def flux2_native(sd: dict, pipe_cls: Any) -> dict:
     single-file converter applies. Fold alpha into up, rename, and swap."""
     from diffusers.loaders.lora_conversion_utils import swap_scale_shift
 
-    out = {}
-    for k, v in sd.items():
-        if k.endswith(".lora_down.weight"):
-            base = k[: -len(".lora_down.weight")]
-            alpha = sd.get(base + ".alpha")
-            out[base + ".lora_A.weight"] = v
-            out[base + ".lora_B.weight"] = sd[base + ".lora_up.weight"] * (
-                float(alpha) / v.shape[0] if alpha is not None else 1.0)
-        elif not k.endswith((".lora_up.weight", ".alpha")):
-            out[k] = v
+    out = up_down_as_a_b(sd)
     for k in [k for k in out if "final_layer.adaLN_modulation.1" in k and k.endswith(".lora_B.weight")]:
         out[k] = swap_scale_shift(out[k])
     return out

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..lora_keys import up_down_as_a_b
+
 _NATIVE = ("diffusion_model.", "text_embedding_projection.")
 
 
@@ -19,17 +21,7 @@ def ltx2_up_down(sd: dict, pipe_cls: Any) -> dict:
     """diffusers 0.42.1's LTX-2 converter renames the native module names but keeps 'lora_down/lora_up', which
     its peft loader then finds no rank in (an IndexError in get_peft_kwargs): rename them to lora_A / lora_B, with
     alpha / rank folded into lora_B (what ComfyUI applies), and drop the .alpha entries."""
-    out = {}
-    for k, v in sd.items():
-        if k.endswith(".lora_down.weight"):
-            base = k[: -len(".lora_down.weight")]
-            alpha = sd.get(base + ".alpha")
-            out[base + ".lora_A.weight"] = v
-            out[base + ".lora_B.weight"] = sd[base + ".lora_up.weight"] * (
-                float(alpha) / v.shape[0] if alpha is not None else 1.0)
-        elif not k.endswith((".lora_up.weight", ".alpha")):
-            out[k] = v
-    return out
+    return up_down_as_a_b(sd)
 
 
 # The LoRA layouts diffusers does not read as they are, by name: whether a file's keys are in that layout,
