@@ -19,7 +19,7 @@ predictions, video and audio, are gathered); Data Parallel runs copies. No tenso
 
 Artists' files (ltx-2.3-22b-dev-fp8.safetensors: DiT + VAEs + vocoder in one bundle) are recognised and refused
 for now: diffusers has no converter for the connectors and the vocoder, and 0.42.1's DiT converter misses
-LTX-2.3's prompt AdaLN keys (/work/notes: families_video.md). A diffusers folder loads.
+LTX-2.3's prompt AdaLN keys. A diffusers folder loads.
 """
 
 from __future__ import annotations
