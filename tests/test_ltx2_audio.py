@@ -120,21 +120,46 @@ def test_image_and_audio_to_video_equals_plain_diffusers_and_keeps_the_sound(tin
     assert mono.shape == (2, 1, waves.shape[2])
 
 
+def _wide_vocoder_model(tiny_models, folder):
+    """tiny-ltx2 with a vocoder of a real one's width (1024 channels, LTX-2's; random weights) and four residual
+    blocks a stage: its decode of a 4 s sound takes seconds, as a real one does, where tiny-ltx2's takes
+    milliseconds, so a Cancel can arrive while it runs."""
+    import json
+
+    from diffusers.pipelines.ltx2 import LTX2Vocoder
+
+    model = folder / "tiny-ltx2"
+    model.mkdir()
+    for part in (tiny_models / "tiny-ltx2").iterdir():
+        if part.name != "vocoder":
+            (model / part.name).symlink_to(part)
+    config = json.loads((tiny_models / "tiny-ltx2" / "vocoder" / "config.json").read_text())
+    config = {k: v for k, v in config.items() if not k.startswith("_")}
+    torch.manual_seed(0)
+    LTX2Vocoder(**{**config, "hidden_channels": 1024, "resnet_kernel_sizes": [3] * 4,
+                   "resnet_dilations": [[1, 3, 5]] * 4}).save_pretrained(str(model / "vocoder"))
+    return folder
+
+
 @pytest.mark.workers
-def test_cancel_during_the_sounds_decode_ends_within_seconds_and_says_so(tiny_models):
-    spec, stop, said = _spec(tiny_models), threading.Event(), []
+def test_cancel_during_the_sounds_decode_ends_within_seconds_and_says_so(tiny_models, tmp_path):
+    spec, stop, said = api.make_spec("tiny-ltx2", [str(_wide_vocoder_model(tiny_models, tmp_path))]), \
+        threading.Event(), []
 
     def on_progress(msg):
         if isinstance(msg, Status):
             said.append(msg.text)
-            if msg.text.startswith("audio: decoding the sound (audio VAE)"):
+            if msg.text.startswith("audio: decoding the sound (vocoder stage 1/2)"):
                 stop.set()
 
+    request = _request(frames=97)  # 3.88 s of sound
     started = time.monotonic()
     with pytest.raises(Interrupted):
-        api.run_sample_outputs(api.prepare_sample(spec, _request(), _start_images()[:1], audio=_sound(0.36, batch=1)),
+        api.run_sample_outputs(api.prepare_sample(spec, request, _start_images()[:1], audio=_sound(3.88, batch=1)),
                                on_progress, stop.is_set)
-    assert time.monotonic() - started < 30 and said.index("audio: decoding the sound (audio VAE)…") >= 0
+    assert time.monotonic() - started < 30
+    assert said.index("audio: decoding the sound (audio VAE)…") < said.index(
+        "audio: decoding the sound (vocoder stage 1/2)…")
     out = api.run_sample_outputs(api.prepare_sample(spec, _request(), audio=_sound(0.36, batch=1)))
     assert out["images"].shape == (9, 64, 64, 3), "the next video runs (audio to video without a start image)"
 
@@ -165,6 +190,9 @@ def test_audio_into_a_family_without_sound_in_and_a_memory_bomb_are_refused(tiny
                                                                          steps=2), audio=_sound(0.3))
     with pytest.raises(ModelError, match=r"audio: a video of 1 frames at 25 fps is too short to take a sound"):
         api.prepare_sample(_spec(tiny_models), _request(frames=1), audio=_sound(0.04))
+    with pytest.raises(ModelError, match=r"steps: 1 with an audio input is too few: image \+ audio to video runs "
+                                         r"diffusers' LTX2ConditionPipeline, which takes at least 2 steps"):
+        api.prepare_sample(_spec(tiny_models), _request(steps=1), audio=_sound(0.36))
     api.prepare_sample(_spec(tiny_models), _request(), audio=_sound(0.36))  # (the first call reads the folder)
     hour = {"waveform": torch.zeros(1, 2, 3600 * 44100), "sample_rate": 44100}
     started = time.monotonic()

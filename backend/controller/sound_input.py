@@ -41,6 +41,10 @@ def arrays(spec: PipelineSpec, req: SampleRequest, audio: dict | None) -> dict[s
         raise ModelError(f"audio: '{spec.name}' ({family.name}) takes no sound in (image + audio to video); the "
                          f"families that take one: {audio_families()}. Disconnect the audio from Sample Video, "
                          "or load one of those models.")
+    if req.steps < 2:  # diffusers 0.42.1's LTX2ConditionPipeline finds no step index for 1 step (an IndexError)
+        raise ModelError(f"steps: {req.steps} with an audio input is too few: image + audio to video runs "
+                         f"diffusers' {family.audio_via}, which takes at least 2 steps; set steps to 2 or more, "
+                         "or disconnect the audio.")
     wave, rate = _waveform(audio)
     config = spec.component_config("audio_vae")
     target, hop = int(config.get("sample_rate", 0)), int(config.get("mel_hop_length", 0))

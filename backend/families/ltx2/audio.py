@@ -114,22 +114,25 @@ def held(pipe: Any) -> Iterator[None]:
 @contextlib.contextmanager
 def decode_progress(pipe: Any, say: Callable[[str], None], stop: Callable[[], bool]) -> Iterator[None]:
     """The sound's decode says what it does and stops on Cancel between its pieces: the audio VAE's decoder, then
-    each of the vocoder's upsampling stages (a BWE vocoder's two vocoders, one after the other)."""
-    stages = [up for m in pipe.vocoder.modules() if isinstance(getattr(m, "upsamplers", None), torch.nn.ModuleList)
-              for up in m.upsamplers]
+    each of the vocoder's upsampling stages (a BWE vocoder's two vocoders, one after the other), and, unsaid,
+    before each of a stage's residual blocks: a stage's blocks at the output's rate are most of the decode."""
+    vocoders = [m for m in pipe.vocoder.modules() if isinstance(getattr(m, "upsamplers", None), torch.nn.ModuleList)]
+    stages = [up for m in vocoders for up in m.upsamplers]
     hooks = []
 
-    def saying(text: str) -> Callable[..., None]:
+    def saying(text: str | None) -> Callable[..., None]:
         def before(module: Any, args: Any) -> None:
             if stop():
                 raise Interrupted(Interrupted.DEFAULT)
-            say(text)
+            if text:
+                say(text)
 
         return before
 
     hooks.append(pipe.audio_vae.decoder.register_forward_pre_hook(saying("audio: decoding the sound (audio VAE)…")))
     hooks += [stage.register_forward_pre_hook(saying(f"audio: decoding the sound (vocoder stage {i}/{len(stages)})…"))
               for i, stage in enumerate(stages, 1)]
+    hooks += [block.register_forward_pre_hook(saying(None)) for m in vocoders for block in m.resnets]
     try:
         yield
     finally:
