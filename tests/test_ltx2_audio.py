@@ -120,6 +120,20 @@ def test_image_and_audio_to_video_equals_plain_diffusers_and_keeps_the_sound(tin
     assert mono.shape == (2, 1, waves.shape[2])
 
 
+@pytest.mark.workers
+def test_image_and_audio_to_video_under_context_parallel_equals_one_worker(tiny_models):
+    """Context Parallel 2 (families/ltx2/cp.py's plan) splits the kept sound's latents as it does a made one's, and
+    the video's tokens: 9 frames at 22 fps (10 audio latents, 8 video tokens), frames and waveform within
+    TOLERANCE of one worker (LTX2ConditionPipeline, a timestep per video token)."""
+    req, starts, audio = _request(batch_size=2, frame_rate=22.0), _start_images(), _sound(9 / 22)
+    one = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), req, starts, audio=audio))
+    cp, _ = api.context_parallel(_spec(tiny_models), 2)
+    out = api.run_sample_outputs(api.prepare_sample(cp, req, starts, audio=audio))
+    assert [e["denoiser"]["context_parallel"] for e in (w["experts"] for w in api.worker_info())] == [True] * 2
+    for key in ("images", "audio"):
+        assert out[key].shape == one[key].shape and np.abs(out[key] - one[key]).max() <= TOLERANCE, key
+
+
 def _wide_vocoder_model(tiny_models, folder):
     """tiny-ltx2 with a vocoder of a real one's width (1024 channels, LTX-2's; random weights) and four residual
     blocks a stage: its decode of a 4 s sound takes seconds, as a real one does, where tiny-ltx2's takes

@@ -46,12 +46,11 @@ def arrays(spec: PipelineSpec, req: SampleRequest, audio: dict | None) -> dict[s
                          f"diffusers' {family.audio_via}, which takes at least 2 steps; set steps to 2 or more, "
                          "or disconnect the audio.")
     wave, rate = _waveform(audio)
-    config = spec.component_config("audio_vae")
-    target, hop = int(config.get("sample_rate", 0)), int(config.get("mel_hop_length", 0))
+    target, hop = _rates(spec)
     if target <= 0 or hop <= 0:
         raise ModelError(f"audio: '{spec.name}' has no audio VAE config with sample_rate and mel_hop_length "
                          "(audio_vae/config.json), so the sound cannot be encoded; check the model's folder.")
-    latents = round(req.frames / req.frame_rate * target / hop / MEL_PER_LATENT)
+    latents = audio_latents(spec, req.frames, req.frame_rate)
     if latents < MIN_LATENTS:
         raise ModelError(f"audio: a video of {req.frames} frames at {req.frame_rate:g} fps is too short to take a "
                          f"sound ({latents} audio latents, at least {MIN_LATENTS}); make more frames (at least "
@@ -68,6 +67,22 @@ def arrays(spec: PipelineSpec, req: SampleRequest, audio: dict | None) -> dict[s
     if wave.shape[2] < needed:  # at most two mel frames short after resampling: silence
         wave = np.pad(wave, ((0, 0), (0, 0), (0, needed - wave.shape[2])))
     return {"audio": np.ascontiguousarray(wave[:, :, :needed], dtype=np.float32)}
+
+
+def _rates(spec: PipelineSpec) -> tuple[int, int]:
+    """The audio VAE's sample rate and mel hop (0, 0 where its config has none)."""
+    config = spec.component_config("audio_vae")
+    return int(config.get("sample_rate", 0)), int(config.get("mel_hop_length", 0))
+
+
+def audio_latents(spec: PipelineSpec, frames: int, frame_rate: float) -> int:
+    """The audio latents (the sound's tokens) LTX-2's pipelines make for a video of `frames` at `frame_rate`:
+    round(seconds × latents a second), as diffusers counts them; 0 for a model whose audio VAE config gives no
+    rate (no sound, or another layout)."""
+    target, hop = _rates(spec)
+    if target <= 0 or hop <= 0 or frames <= 0 or frame_rate <= 0:
+        return 0
+    return round(frames / frame_rate * target / hop / MEL_PER_LATENT)
 
 
 def note(spec: PipelineSpec, audio: dict | None) -> str | None:

@@ -113,15 +113,21 @@ class Pipeline:
     # pass: guidance-distilled)
     cfg_passes: str = ""
     cp_plan: bool = False  # diffusers ships a context-parallel plan (_cp_plan) for its transformer
-    # why Context Parallel is refused although diffusers ships a plan (LTX-2's does not fit its rotary embeddings)
-    cp_refused: str = ""
+    # The family module (families/<id>/<module>.py, torch, worker only) whose PLANS replace diffusers' _cp_plan,
+    # by denoiser class, where diffusers' does not fit the model (LTX-2: "cp"; parallel.planned_cp_config); "":
+    # diffusers' own
+    cp_plan_module: str = ""
+    # Context Parallel's ring attention is refused: the split prompt carries a padding mask, which diffusers' ring
+    # applies to every rank's keys as if it were their own (LTX-2's connectors' mask; Qwen-Image's: variable_text)
+    cp_masked_text: bool = False
     # What Context Parallel splits over its ranks, each part evenly (TorchTPU's all-to-all takes equal splits
     # only): the prompt at its padded length (unless variable_text: padded in the worker), and the sequences
-    # (frames, image or video tokens) -> {what: tokens} gives (None: the image or video tokens alone). A video with
-    # sound declares its audio there: {"video": v, "audio": a} split apart, or {"video and audio": v + a} packed
-    # in one sequence (MiniMax H3); the checks follow the declaration, with no code of its own.
+    # (frames, image or video tokens, the sound's latents for frames / frame_rate seconds: 0 without sound) ->
+    # {what: tokens} gives (None: the image or video tokens alone). A video with sound declares its audio there:
+    # {"video": v, "audio": a} split apart (LTX-2), or {"video and audio": v + a} packed in one sequence; the
+    # checks follow the declaration, with no code of its own (controller/cp_sizes.py).
     text_tokens: int = 512
-    cp_tokens: Callable[[int, int], Mapping[str, int]] | None = None
+    cp_tokens: Callable[[int, int, int], Mapping[str, int]] | None = None
     # The transformer argument whose first dimension is the one sequence diffusers' plan splits, where the
     # transformer packs its inputs into one: MiniMax H3 packs the prompt's, the images', the sound's and the video's
     # rows, described by "position_ids" [rows, 3]. Its length follows the prompt, so the worker checks that it

@@ -32,7 +32,7 @@ NO_STATIC_SHAPES = ("its transformer reads the prompt's rows inside one packed s
                     "would compile again for every prompt length and at every step")
 
 
-def _packed(frames: int, tokens: int) -> dict[str, int]:
+def _packed(frames: int, tokens: int, audio: int) -> dict[str, int]:
     """Nothing the controller can count alone: Context Parallel splits one packed sequence whose length follows
     the prompt (checked in the worker, Pipeline.cp_packed)."""
     return {}
