@@ -138,6 +138,20 @@ def test_two_stages_equal_plain_diffusers(tiny_models, upscaler, cls):
 
 
 @pytest.mark.workers
+def test_two_stages_under_context_parallel_equal_one_worker(tiny_models, upscaler):
+    """Context Parallel 2 splits both stages (LTX-2's corrected plan, families/ltx2/cp.py): at 22 fps the sound's 10
+    audio latents and the video's tokens (8 at stage 1's 64x64, 32 at 128x128) split evenly; frames and sound within
+    TOLERANCE of one worker."""
+    req = SampleRequest(**{**LTX, "frame_rate": 22.0}, batch_size=2, upscale_model=upscaler)
+    one = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), req), lambda m: None)
+    cp, _ = api.context_parallel(_spec(tiny_models), 2)
+    out = api.run_sample_outputs(api.prepare_sample(cp, req), lambda m: None)
+    assert [w["experts"]["denoiser"]["context_parallel"] for w in api.worker_info()] == [True] * 2
+    for key in ("images", "audio"):
+        assert out[key].shape == one[key].shape and np.abs(out[key] - one[key]).max() <= TOLERANCE, key
+
+
+@pytest.mark.workers
 @pytest.mark.parametrize("fmt", ["lightricks", "comfy"])
 def test_the_distilled_lora_equals_diffusers_own_load_and_fuse(tiny_models, tmp_path_factory, fmt):
     """Load LoRA on LTX-2, as the templates put the distilled LoRA on the dev model (strength 0.5): frames and sound

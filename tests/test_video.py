@@ -99,6 +99,12 @@ def test_ltx2_sizes_frame_rate_and_sound_components_are_checked_before_any_worke
                                             r"Parallel degree 2 cannot split evenly; .*\(the nearest: width 64 or "
                                             r"128, height 64 or 128, frames 25\)"):  # 9: 9 audio latents at 24 fps
         api.check_request(cp, _request(**{**LTX, "width": 96, "height": 96, "frames": 17, "frame_rate": 24.0}))
+    two_stage = dict(LTX, width=192, height=192, frames=17, frame_rate=24.0, upscale_model="x2.safetensors",
+                     upscale_sigmas=(0.85, 0.725, 0.4219))  # 108 tokens at 192x192, 27 in the first stage's 96x96
+    with pytest.raises(ParallelError, match=r"width/height: 192x192 at 17 frames makes 27 video tokens \(with "
+                                            r"upscale_model its first stage runs at 96x96: .*\(the nearest: width "
+                                            r"128 or 256, height 128 or 256, frames 25\)"):
+        api.check_request(cp, _request(**two_stage))
     with pytest.raises(ParallelError, match=r"mode: 'ring' cannot be used with LTX-2: its prompt is padded to 1024 "
                                             r"tokens with a mask of its padding.*Use 'ulysses'"):
         api.context_parallel(ltx, 2, "ring")

@@ -36,40 +36,50 @@ def cp_sequence(spec: PipelineSpec, width: int, height: int, frames: int = 0,
     return {"video" if family.frame_step else "image": tokens}
 
 
-def check_cp_size(spec: PipelineSpec, width: int, height: int, frames: int = 0, frame_rate: float = 24.0) -> None:
+def check_cp_size(spec: PipelineSpec, width: int, height: int, frames: int = 0, frame_rate: float = 24.0,
+                  upscale: bool = False) -> None:
     """Every sequence Context Parallel splits splits evenly over the context ranks, or a ParallelError names the
-    input, the count and the nearest values at which every sequence splits."""
+    input, the count and the nearest values at which every sequence splits. With `upscale` (LTX-2's two stages,
+    Sample Video's upscale_model) the first stage, at half the width and height, is checked too."""
     degree = spec.cp_degree
     if degree == 1:
         return
-    family, f = spec.family, spec.size_factor
-    for what, tokens in cp_sequence(spec, width, height, frames, frame_rate).items():
-        if tokens % degree == 0:
-            continue
+    halves = (2, 1) if upscale else (1,)  # the stages' sizes: the first at half the width and height
 
-        def fits(w: int = width, h: int = height, n: int = frames, rate: float = frame_rate) -> bool:
-            return all(t % degree == 0 for t in cp_sequence(spec, w, h, n, rate).values())
+    def fits(w: int = width, h: int = height, n: int = frames, rate: float = frame_rate) -> bool:
+        return all(t % degree == 0 for d in halves for t in cp_sequence(spec, w // d, h // d, n, rate).values())
 
-        step = family.frame_step
-        near_frames = _nearest(lambda n: fits(n=n), frames, step, 1) if step and frames else []
-        if what == "audio":  # the sound's latents: frames / frame_rate seconds of them
-            rates = _nearest(lambda r: fits(rate=r), round(frame_rate), 1, 1, MAX_FRAME_RATE)
-            fixes = ([f"frames {or_list(near_frames)} at {frame_rate:g} fps"] if near_frames else []) + (
-                [f"frame_rate {or_list(rates)} at {frames} frames"] if rates else [])
-            raise ParallelError(
-                f"frames: {frames} frames at {frame_rate:g} fps make a sound of {tokens} audio latents (its tokens, "
-                f"as many as the seconds take), which Context Parallel degree {degree} cannot split evenly; use "
-                f"{' or '.join(fixes) or 'another frame count or frame rate'}, or another degree.")
-        latent = (f" × {(frames - 1) // step + 1} latent frames ((frames - 1)/{step} + 1)"
-                  if step and frames > 1 else "")
-        widths = _nearest(lambda w: fits(w=w), width, f, f)
-        heights = _nearest(lambda h: fits(h=h), height, f, f)
-        fixes = [f"width {or_list(widths)}" if widths else "", f"height {or_list(heights)}" if heights else "",
-                 f"frames {or_list(near_frames)}" if near_frames else ""]
-        raise ParallelError(f"width/height: {width}x{height}{f' at {frames} frames' if frames else ''} makes "
-                            f"{tokens} {what} tokens, which Context Parallel degree {degree} cannot split evenly; "
-                            f"choose a size where (width/{f}) × (height/{f}){latent} is a multiple of {degree} "
-                            f"(the nearest: {', '.join(x for x in fixes if x) or 'none near'}), or another degree.")
+    for d in halves:
+        for what, tokens in cp_sequence(spec, width // d, height // d, frames, frame_rate).items():
+            if tokens % degree:
+                _refuse(spec, width, height, frames, frame_rate, what, tokens, d, fits)
+
+
+def _refuse(spec: PipelineSpec, width: int, height: int, frames: int, frame_rate: float, what: str, tokens: int,
+            half: int, fits: Callable[..., bool]) -> None:
+    """The ParallelError for `tokens` of `what` that do not split, with the nearest values that do."""
+    degree, f, step = spec.cp_degree, spec.size_factor, spec.family.frame_step
+    near_frames = _nearest(lambda n: fits(n=n), frames, step, 1) if step and frames else []
+    if what == "audio":  # the sound's latents: frames / frame_rate seconds of them
+        rates = _nearest(lambda r: fits(rate=r), round(frame_rate), 1, 1, MAX_FRAME_RATE)
+        fixes = ([f"frames {or_list(near_frames)} at {frame_rate:g} fps"] if near_frames else []) + (
+            [f"frame_rate {or_list(rates)} at {frames} frames"] if rates else [])
+        raise ParallelError(
+            f"frames: {frames} frames at {frame_rate:g} fps make a sound of {tokens} audio latents (its tokens, "
+            f"as many as the seconds take), which Context Parallel degree {degree} cannot split evenly; use "
+            f"{' or '.join(fixes) or 'another frame count or frame rate'}, or another degree.")
+    latent = f" × {(frames - 1) // step + 1} latent frames ((frames - 1)/{step} + 1)" if step and frames > 1 else ""
+    stage = (f" (with upscale_model its first stage runs at {width // 2}x{height // 2}: (width/{2 * f}) × "
+             f"(height/{2 * f}){latent} tokens)" if half == 2 else "")
+    widths = _nearest(lambda w: fits(w=w), width, half * f, half * f)
+    heights = _nearest(lambda h: fits(h=h), height, half * f, half * f)
+    fixes = [f"width {or_list(widths)}" if widths else "", f"height {or_list(heights)}" if heights else "",
+             f"frames {or_list(near_frames)}" if near_frames else ""]
+    raise ParallelError(f"width/height: {width}x{height}{f' at {frames} frames' if frames else ''} makes "
+                        f"{tokens} {what} tokens{stage}, which Context Parallel degree {degree} cannot split evenly; "
+                        f"choose a size where (width/{half * f}) × (height/{half * f}){latent} is a multiple of "
+                        f"{degree} (the nearest: {', '.join(x for x in fixes if x) or 'none near'}), or another "
+                        "degree.")
 
 
 def _nearest(fits: Callable[[int], bool], value: int, step: int, least: int, most: int | None = None) -> list[int]:

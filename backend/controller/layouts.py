@@ -309,7 +309,8 @@ def resolve_layout(spec: PipelineSpec, cap: Capacity, across: hosts.Span | None,
     if spec.cp_degree != 1:
         check_cp(spec, parts)
     if req is not None:
-        cp_sizes.check_cp_size(spec, req.width, req.height, req.frames, req.frame_rate)
+        cp_sizes.check_cp_size(spec, req.width, req.height, req.frames, req.frame_rate,
+                               bool(req.upscale_model))
     if spec.world_size > 1 or spec.kind == "tpu":
         if spec.tp_degree < 1:
             raise ParallelError(f"degree: {spec.tp_degree} is too small; use at least 1.")
