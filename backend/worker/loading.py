@@ -9,9 +9,9 @@ per-component extras (tensor-parallel configs).
 
 Artists' files (ComfyUI's folders, a `FileSource` in the spec) take the same road: a temporary folder is laid
 out like a diffusers pipeline from the pack's configs (with the sizes the controller read from the files) and
-symlinks to the files that diffusers and transformers read as they are; the files in ComfyUI's own layouts go
-through diffusers' single-file converters (or ComfyUI's key map, where diffusers has none for the file's
-size), and the all-in-one checkpoints of SD3, SDXL and FLUX.1 through the pipeline's single-file loader.
+symlinks to the files that diffusers and transformers read as they are; files in ComfyUI's own layouts go through
+diffusers' single-file converters (or ComfyUI's key map where diffusers has none for their size), all-in-one
+checkpoints (SD3, SDXL, FLUX.1) through the pipeline's single-file loader, a modular pipeline's parts to its blocks.
 
 Runs inside a worker process.
 """
@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..families import FAMILIES, conversions, text_encoders
+from ..families import FAMILIES, PIPELINES, conversions, text_encoders
 from ..protocol import settings
 from ..protocol.spec import CONFIG_FILES, DENOISERS, FileComponent, FileSource, listed_components, read_json
 from ..protocol.units import format_bytes
-from . import quantized
+from . import modular, quantized
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
@@ -155,8 +155,7 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
         loaded: dict[str, Any] = {name: None for name in _absent(index)}
         total = len(ours) + (1 if checkpoint else 0)
         for i, (name, cls, part) in enumerate(ours, 1):
-            status(f"loading {Component(name, cls, part.size_bytes, part.path).describe()} · component {i} of "
-                   f"{total}")
+            status(f"loading {Component(name, cls, part.size_bytes, part.path).describe()} · component {i} of {total}")
             try:
                 extra = (extra_kwargs or {}).get(name, {})
                 loaded[name] = ((_symlinked(part) and _stored(cls, root / name, name, dtype, storage, extra))
@@ -176,6 +175,8 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
                 _shard_after_load(getattr(pipe, name, None), (extra_kwargs or {}).get(name, {}))
             return pipe
         status("loading tokenizers and scheduler, building the pipeline")
+        if (family := PIPELINES.get(index["_class_name"])) is not None and family.modular is not None:
+            return modular.from_files(root, index, family, loaded)  # the family's blocks, given the parts
         return pipeline_class(index).from_pretrained(str(root), **loaded, dtype=dtype, local_files_only=True,
                                                  use_safetensors=True)
 
@@ -191,8 +192,7 @@ def pipeline_class(index: dict) -> type:
 
 def _left_to_checkpoint(part: FileComponent, checkpoint: FileComponent | None) -> bool:
     """A part of the all-in-one checkpoint that the pipeline's single-file loader reads as it is."""
-    return (checkpoint is not None and part.path == checkpoint.path and part.layout in CHECKPOINT_NATIVE
-            and part.quant == "")
+    return checkpoint is not None and part.path == checkpoint.path and part.layout in CHECKPOINT_NATIVE and not part.quant
 
 
 def _absent(index: dict) -> list[str]:
