@@ -357,6 +357,11 @@ def test_flux3_files_make_its_modular_pipelines_with_every_tensor_of_the_folder(
             assert mine.keys() == theirs.keys(), name
             assert all(torch.equal(mine[k], theirs[k]) for k in theirs), name
         assert dict(pipe.scheduler.config) == dict(ref.scheduler.config), "the blocks' own scheduler, as the folder's"
+    # in bfloat16 the QK norms stay float32 (the class's _keep_in_fp32_modules), as from the folder
+    mine = _load(file_spec(files, **FLUX3_BASE), "bfloat16").transformer.state_dict()
+    theirs = modular.load(reference.model_path, reference.family, torch.bfloat16, lambda text: None).transformer
+    assert {k: v.dtype for k, v in mine.items()} == {k: v.dtype for k, v in theirs.state_dict().items()}
+    assert mine["single_transformer_blocks.0.attn.norm_q.weight"].dtype == torch.float32
     renamed = tmp_path / "diffusion_models"
     renamed.mkdir()
     for name, source in (("my-klein.safetensors", FLUX3_BASE), ("flux3-base-distilled.safetensors", FLUX3)):

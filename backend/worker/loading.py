@@ -34,6 +34,7 @@ from ..protocol import settings
 from ..protocol.spec import CONFIG_FILES, DENOISERS, FileComponent, FileSource, listed_components, read_json
 from ..protocol.units import format_bytes
 from . import modular, quantized
+from .storage import keep_float32, load_stored
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
@@ -128,8 +129,6 @@ def _stored(cls: type, folder: Path, name: str, dtype: Any, storage: Any, extra:
     storage, another component, tensor parallel: diffusers reads each rank's slices, pickle weights)."""
     if storage is None or name not in DENOISERS or extra:
         return None
-    from .storage import load_stored
-
     return load_stored(cls, folder, storage, dtype, variant)
 
 
@@ -476,9 +475,10 @@ def vae_converters() -> dict[str, Callable[[dict, dict], dict]]:
 
 
 def _shard_after_load(model: Any, extra: dict) -> Any:
-    """Tensor parallelism for a transformer read whole (through a converter): each rank shards its copy."""
+    """A model read whole (a converter's) with its float32 modules as from_pretrained keeps them (keep_float32),
+    and tensor parallelism for a transformer: each rank shards its copy."""
     config = extra.get("parallel_config")
-    if model is not None and config is not None:
+    if keep_float32(model) is not None and config is not None:
         # from_single_file records the whole model on the CPU as a device map ({"": cpu}); nothing was placed by
         # accelerate (no hooks), but enable_parallelism refuses any device map
         if set(map(str, (getattr(model, "hf_device_map", None) or {"": "cpu"}).values())) == {"cpu"}:
