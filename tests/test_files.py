@@ -1228,6 +1228,27 @@ FLUX1_NODE = {"diffusion_model": "flux1-tiny.safetensors", "text_encoder_1": "cl
 
 
 @pytest.mark.server
+def test_the_files_node_makes_flux3_klein_base_from_its_templates_files_with_the_folders_image(files_server):
+    """Load TPU Pipeline (ComfyUI files) with FLUX 3 [klein] base's files (as its templates name them) runs its
+    modular pipeline in the web server's worker: the saved image is the diffusers folder's, CFG through its guider."""
+    from comfy_server import error_message
+
+    node = {"diffusion_model": FLUX3_BASE["diffusion_model"], "text_encoder_1": FLUX3_BASE["text_encoders"][0],
+            "vae": FLUX3_BASE["vae"]}
+    runs = []
+    for loader in ({"class_type": "LoadTPUPipelineFiles", "inputs": files_prompt(0, **node)["1"]["inputs"]},
+                   {"class_type": "LoadTPUPipeline", "inputs": {"model": "ref-flux3-base", "dtype": "auto",
+                                                                "device": "auto", "offload": "none"}}):
+        wf = files_prompt(78)
+        wf["1"], wf["2"]["inputs"]["guidance"] = loader, 4.0
+        runs.append(files_server.run(wf, timeout=180))
+        assert runs[-1]["status"] == "success", error_message(runs[-1])
+    texts = [m["data"]["text"] for m in runs[0]["messages"] if m["type"] == "progress_text"]
+    assert any(t.startswith("FLUX 3 [klein] base (Flux3ModularPipeline)") for t in texts), texts
+    assert np.array_equal(pixels(runs[0]["images"][0]), pixels(runs[1]["images"][0]))
+
+
+@pytest.mark.server
 def test_the_files_node_lists_by_role_and_makes_the_folders_image(files_server):
     from comfy_server import error_message
 
