@@ -409,6 +409,41 @@ def test_flux3_int8_convrot_file_stays_quantized_and_equals_comfy_kitchens_dequa
         assert torch.equal(ours(**args)[0], theirs(**args)[0])
 
 
+@pytest.mark.unit
+def test_flux3_reads_a_quantized_qwen3vl_4b_with_its_tied_lm_head(files, tmp_path):
+    """The templates' qwen3vl_4b_int8_convrot for FLUX 3 (Qwen3VLForConditionalGeneration, whose lm_head Qwen3-VL-4B
+    ties to the embeddings, which the file does not repeat): quantized by comfy-kitchen (int8 per row: ConvRot's
+    256-wide groups are wider than this tiny model), its layers stay quantized, each equal to the file dequantized,
+    and lm_head is the embeddings again."""
+    import torch
+    from comfy_kitchen.tensor import QuantizedTensor
+    from safetensors.torch import load_file
+
+    from backend.worker import quantized
+
+    models = tmp_path / "models"
+    for sub in listing.ROLE_FOLDERS.values():
+        (models / sub).mkdir(parents=True)
+    shutil.copy(files / "models" / "vae" / FLUX3_BASE["vae"], models / "vae")
+    shutil.copy(files / "models" / "diffusion_models" / FLUX3_BASE["diffusion_model"], models / "diffusion_models")
+    sd = load_file(str(files / "models" / "text_encoders" / FLUX3_BASE["text_encoders"][0]))
+    assert "lm_head.weight" not in sd
+    plan = {k[: -len(".weight")]: "int8_rowwise" for k, v in sd.items()
+            if k.startswith("model.layers.") and k.endswith(".weight") and v.ndim == 2}
+    q, _, deq = file_fixtures.quantize_comfy(sd, plan)
+    file_fixtures._save(q, models / "text_encoders" / "int8-qwen3vl_4b.safetensors")
+    file_fixtures._save(deq, models / "text_encoders" / "deq-qwen3vl_4b.safetensors")
+    where = {role: [str(models / sub)] for role, sub in listing.ROLE_FOLDERS.items()}
+    ours, theirs = (_load(api.make_file_spec(assemble.FileChoice(**dict(
+        FLUX3_BASE, text_encoders=(f"{kind}-qwen3vl_4b.safetensors",))), where)).text_encoder for kind in ("int8", "deq"))
+    assert quantized.count(ours) == len(plan)
+    assert ours.lm_head.weight is ours.model.language_model.embed_tokens.weight
+    mine = ours.state_dict()
+    for key, value in theirs.state_dict().items():
+        got = mine[key].dequantize() if isinstance(mine[key], QuantizedTensor) else mine[key]
+        assert torch.equal(got, value), key
+
+
 KREA2_WRONG = {
     "Qwen3 in place of Qwen3-VL": (dict(KREA2, text_encoders=("qwen_3-tiny.safetensors",)),
                                    ["text_encoder_1: 'qwen_3-tiny.safetensors' is a Qwen3 text encoder",

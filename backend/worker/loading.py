@@ -416,6 +416,7 @@ def _quantized_component(root: Path, name: str, cls: type, part: FileComponent, 
         elif base != "." and not set(sd) & set(model.state_dict()):  # ComfyUI's files keep the "model." prefix
             sd = {k[len(base):] if k.startswith(base) else k: v for k, v in sd.items()}
         model.load_state_dict(sd, strict=False, assign=True)
+        model.tie_weights()  # assigning the embeddings untied a tied lm_head (Qwen3-VL-4B's, FLUX 3 reads it)
         missing = [k for k, t in model.state_dict().items() if t.is_meta]
         if missing:
             raise ValueError(f"the file lacks {len(missing)} tensors of {cls.__name__} (first: '{missing[0]}')")
@@ -475,8 +476,7 @@ def vae_converters() -> dict[str, Callable[[dict, dict], dict]]:
 
 
 def _shard_after_load(model: Any, extra: dict) -> Any:
-    """A model read whole (a converter's) with its float32 modules as from_pretrained keeps them (keep_float32),
-    and tensor parallelism for a transformer: each rank shards its copy."""
+    """A converter's model with its float32 modules as from_pretrained keeps them; TP: each rank shards its copy."""
     config = extra.get("parallel_config")
     if keep_float32(model) is not None and config is not None:
         # from_single_file records the whole model on the CPU as a device map ({"": cpu}); nothing was placed by
