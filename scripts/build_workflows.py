@@ -714,7 +714,8 @@ the base model's classifier-free guidance (diffusers' guider): two passes per st
 The template's layout boxes (Create Bounding Boxes, Flux3LayoutPrompt) are not carried either.
 
 **Model**: the diffusers folder `models/diffusers/FLUX-3-Image-Klein-Base` (modular_model_index.json naming
-Flux3ModularPipeline). ComfyUI's `flux3-image-klein-*` files do not load yet.
+Flux3ModularPipeline). Or the template's own files, through Load TPU Pipeline (ComfyUI files):
+`flux3-image-klein-base-int8-convrot` + `qwen3vl_4b_int8_convrot` + `flux2-vae`.
 """)
 
 
@@ -741,8 +742,8 @@ Create Bounding Boxes, Flux3LayoutPrompt); here it is plain text. More reference
 
 {NO_PROMPT_ENHANCER.format(what="off by default", file="qwen3.5_9b_flux3_prompt_upsampler_w4a8")}
 
-**Model**: the diffusers folder `models/diffusers/FLUX-3-Image-Klein-Base`. ComfyUI's `flux3-image-klein-*`
-files do not load yet.
+**Model**: the diffusers folder `models/diffusers/FLUX-3-Image-Klein-Base`. Or the template's own files, through
+Load TPU Pipeline (ComfyUI files): `flux3-image-klein-base-int8-convrot` + `qwen3vl_4b_int8_convrot` + `flux2-vae`.
 """)
 
 

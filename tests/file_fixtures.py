@@ -32,7 +32,8 @@ from pathlib import Path
 
 # "flux1-3072" (1 GB), "flux1-vae" (170 MB), "flux1tools" and "flux1redux" (the FLUX.1 tools, issue 26) and
 # "zimage-quant" (ComfyUI's quantized files, issue 33) only when asked
-FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan", "krea2", "qwenimage21")
+FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan", "krea2", "qwenimage21",
+            "flux3")
 VERSION = "12"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
@@ -102,6 +103,14 @@ FILES = {
                     "int8_convrot_dequantized": "krea2_turbo-tiny_int8_convrot-dequantized.safetensors"},
     "qwenimage21": {"diffusion_model": "qwen_image_2.1-tiny.safetensors", "qwen3vl": "qwen3vl_8b-tiny.safetensors",
                     "vae": "qwen_image_2.1_vae-tiny.safetensors"},
+    # FLUX 3 [klein] as its templates name the files (after "flux2" and "krea2": it reads Krea 2's Qwen3-VL-4B file
+    # and FLUX.2's VAE file, as both templates name qwen3vl_4b and flux2-vae), step-distilled and base
+    "flux3": {"diffusion_model": "flux3-image-klein-tiny.safetensors",
+              "base": "flux3-image-klein-base-tiny.safetensors", "qwen3vl": "qwen3vl_4b-tiny.safetensors",
+              "vae": "flux2-vae-tiny.safetensors",
+              # the base model in int8 ConvRot as its templates' file (256 wide), beside it dequantized
+              "int8_convrot": "flux3-image-klein-base-int8-convrot-tiny.safetensors",
+              "int8_convrot_dequantized": "flux3-image-klein-base-int8-convrot-tiny-dequantized.safetensors"},
 }
 
 
@@ -832,6 +841,99 @@ def _qwenimage21(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(_qwenimage21_vae_file(comfy, pipe.vae), models / "vae" / names["vae"])
 
 
+# FLUX 3's transformer: diffusers' names -> BFL's (what convert_flux3_transformer_checkpoint_to_diffusers renames)
+FLUX3_PREFIXES = {"x_embedders.": "emb_in.", "context_embedder.": "txt_in.", "mode_blocks.": "content_mode_blocks.",
+                  "single_transformer_blocks.": "single_blocks."}
+FLUX3_SUFFIXES = {"attn.to_q.weight": "q_proj.weight", "attn.to_k.weight": "k_proj.weight",
+                  "attn.to_v.weight": "v_proj.weight", "attn.to_out.0.weight": "attn_out.weight",
+                  "attn.norm_q.weight": "norm.query_norm.scale", "attn.norm_k.weight": "norm.key_norm.scale",
+                  "ff.linear_in.weight": "mlp_in.weight", "ff.linear_out.weight": "mlp_out.weight",
+                  ".linear.weight": ".lin.weight"}
+FLUX3_KEYS = {"timestep_embedder.linear_1.weight": "time_in.in_layer.weight",
+              "timestep_embedder.linear_2.weight": "time_in.out_layer.weight",
+              "target_timestep_embedder.linear_1.weight": "ref_time_in.in_layer.weight",
+              "target_timestep_embedder.linear_2.weight": "ref_time_in.out_layer.weight",
+              "proj_out.weight": "final_layer.image.linear.weight",
+              "norm_out.linear.weight": "final_layer.image.adaLN_modulation.1.weight"}
+
+
+def flux3_transformer_file(transformer) -> dict:
+    """FLUX 3's transformer as its flux3-image-klein-* files hold it: BFL's layout (`content_mode_blocks.image.N`,
+    `emb_in.image`, `single_blocks.N.q_proj`, `final_layer.image` with shift before scale), the layout diffusers'
+    convert_flux3_transformer_checkpoint_to_diffusers reads. ComfyUI 0.3.75 has no FLUX 3 module: the names are
+    that converter's run backwards, and the real converter must give every tensor back exactly."""
+    import torch
+    from diffusers.loaders.single_file_utils import convert_flux3_transformer_checkpoint_to_diffusers
+
+    sd = _sd(transformer)
+    out = {}
+    for key, value in sd.items():
+        if key in FLUX3_KEYS:
+            shift_last = key == "norm_out.linear.weight"  # diffusers' [scale, shift] rows, BFL's [shift, scale]
+            out[FLUX3_KEYS[key]] = torch.cat(value.chunk(2, dim=0)[::-1], dim=0) if shift_last else value
+            continue
+        new = next((bfl + key[len(d):] for d, bfl in FLUX3_PREFIXES.items() if key.startswith(d)), key)
+        new = next((new[: -len(d)] + bfl for d, bfl in FLUX3_SUFFIXES.items() if new.endswith(d)), new)
+        out[new] = value
+    back = convert_flux3_transformer_checkpoint_to_diffusers(dict(out))
+    assert back.keys() == sd.keys() and all(torch.equal(back[k], sd[k]) for k in sd), "not the converter's inverse"
+    return out
+
+
+def flux3_wide(flow_map: bool, seed: int = 93):
+    """A FLUX 3 transformer 256 wide (ConvRot rotates groups of 256 input features), reading the tiny Qwen3-VL's
+    eight stacked hidden states (8 x 32) and the tiny FLUX.2 VAE's 4 channels (2x2 packed: 16)."""
+    from diffusers.models.transformers.transformer_flux3 import Flux3Transformer2DModel
+
+    return _seeded(seed, lambda: Flux3Transformer2DModel(
+        in_channels=16, cond_in_channels=16, num_layers=1, num_single_layers=1, attention_head_dim=16,
+        num_attention_heads=16, joint_attention_dim=256, timestep_channels=32, mlp_ratio=3.0,
+        axes_dims_rope=(4, 4, 4, 4), flow_map=flow_map))
+
+
+def _flux3(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """FLUX 3 [klein]: tiny-flux3's (step-distilled) and tiny-flux3-base's transformers as their files, beside
+    reference modular folders of the same transformers with Krea 2's tiny Qwen3-VL-4B (its file is theirs too; as
+    Qwen3VLForConditionalGeneration, lm_head tied as published), ComfyUI's Qwen vocabulary in a Qwen3VLProcessor
+    with the pack's settings (as the worker lays it out), and FLUX.2's tiny VAE (its file flux2-vae-tiny); and a
+    256-wide base model's int8 ConvRot file, quantized by comfy-kitchen, beside it dequantized."""
+    import diffusers.modular_pipelines as modular
+    from diffusers import AutoencoderKLFlux2
+    from diffusers.models.transformers.transformer_flux3 import Flux3Transformer2DModel
+    from transformers import Qwen3VLForConditionalGeneration, Qwen3VLModel, Qwen3VLProcessor
+
+    from backend.tiny_models import save_pipeline
+
+    refs = out / "diffusers"
+    assert (refs / "ref-krea2").is_dir() and (refs / "ref-flux2").is_dir(), "FLUX 3's files come after krea2, flux2"
+    folder = out / "tokenizers" / "flux3-processor"
+    folder.mkdir(parents=True, exist_ok=True)
+    for file in (Path(comfyui_dir) / "comfy" / "text_encoders" / "qwen25_tokenizer").iterdir():
+        shutil.copy(file, folder / file.name)
+    for file in (_config_dir("flux3") / "tokenizer").iterdir():
+        shutil.copy(file, folder / file.name)
+    processor = Qwen3VLProcessor.from_pretrained(str(folder))
+    qwen = Qwen3VLModel.from_pretrained(str(refs / "ref-krea2" / "text_encoder"))
+    text_encoder = _seeded(0, lambda: Qwen3VLForConditionalGeneration(qwen.config))
+    text_encoder.model.load_state_dict(qwen.state_dict(), strict=True)
+    assert text_encoder.lm_head.weight is text_encoder.model.language_model.embed_tokens.weight, "tied"
+    vae = AutoencoderKLFlux2.from_pretrained(str(refs / "ref-flux2" / "vae"))
+    names = FILES["flux3"]
+    for model, blocks, file in (("flux3", "Flux3DistilledAutoBlocks", "diffusion_model"),
+                                ("flux3-base", "Flux3AutoBlocks", "base")):
+        transformer = Flux3Transformer2DModel.from_pretrained(str(tiny / f"tiny-{model}" / "transformer"))
+        pipe = getattr(modular, blocks)().init_pipeline()
+        pipe.update_components(text_encoder=text_encoder, tokenizer=processor, transformer=transformer, vae=vae)
+        save_pipeline(pipe, refs / f"ref-{model}")
+        _save(flux3_transformer_file(transformer), out / "models" / "diffusion_models" / names[file])
+    sd = flux3_transformer_file(flux3_wide(flow_map=False))
+    plan = {k[: -len(".weight")]: "int8_convrot" for k, v in sd.items() if v.ndim == 2 and k.endswith(
+        ("q_proj.weight", "k_proj.weight", "v_proj.weight", "attn_out.weight", "mlp_in.weight", "mlp_out.weight"))}
+    quantized, _, dequantized = quantize_comfy(sd, plan)  # every block's attention and feed-forward
+    _save(quantized, out / "models" / "diffusion_models" / names["int8_convrot"])
+    _save(dequantized, out / "models" / "diffusion_models" / names["int8_convrot_dequantized"])
+
+
 def _zimage_transformer_file(comfy, transformer) -> dict:
     """Z-Image's transformer in ComfyUI's layout (its Lumina 2 `NextDiT` with Z-Image's modulation; fused qkv,
     `final_layer.`, `x_embedder.`): the exact inverse of diffusers' convert_z_image_transformer_checkpoint_to_
@@ -1325,7 +1427,7 @@ BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3
             "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072,
             "flux1-vae": _flux1_vae, "flux1tools": _flux1tools, "flux1redux": _flux1redux,
             "zimage-quant": _zimage_quant, "qwenimage-quant": _qwenimage_quant, "krea2": _krea2,
-            "qwenimage21": _qwenimage21, "krea2-quant": _krea2_quant}
+            "qwenimage21": _qwenimage21, "krea2-quant": _krea2_quant, "flux3": _flux3}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

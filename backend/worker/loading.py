@@ -9,9 +9,9 @@ per-component extras (tensor-parallel configs).
 
 Artists' files (ComfyUI's folders, a `FileSource` in the spec) take the same road: a temporary folder is laid
 out like a diffusers pipeline from the pack's configs (with the sizes the controller read from the files) and
-symlinks to the files that diffusers and transformers read as they are; the files in ComfyUI's own layouts go
-through diffusers' single-file converters (or ComfyUI's key map, where diffusers has none for the file's
-size), and the all-in-one checkpoints of SD3, SDXL and FLUX.1 through the pipeline's single-file loader.
+symlinks to the files that diffusers and transformers read as they are; files in ComfyUI's own layouts go through
+diffusers' single-file converters (or ComfyUI's key map where diffusers has none for their size), all-in-one
+checkpoints (SD3, SDXL, FLUX.1) through the pipeline's single-file loader, a modular pipeline's parts to its blocks.
 
 Runs inside a worker process.
 """
@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..families import FAMILIES, conversions, text_encoders
+from ..families import FAMILIES, PIPELINES, conversions, text_encoders
 from ..protocol import settings
 from ..protocol.spec import CONFIG_FILES, DENOISERS, FileComponent, FileSource, listed_components, read_json
 from ..protocol.units import format_bytes
-from . import quantized
+from . import modular, quantized
+from .storage import keep_float32, load_stored
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
@@ -128,8 +129,6 @@ def _stored(cls: type, folder: Path, name: str, dtype: Any, storage: Any, extra:
     storage, another component, tensor parallel: diffusers reads each rank's slices, pickle weights)."""
     if storage is None or name not in DENOISERS or extra:
         return None
-    from .storage import load_stored
-
     return load_stored(cls, folder, storage, dtype, variant)
 
 
@@ -155,8 +154,7 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
         loaded: dict[str, Any] = {name: None for name in _absent(index)}
         total = len(ours) + (1 if checkpoint else 0)
         for i, (name, cls, part) in enumerate(ours, 1):
-            status(f"loading {Component(name, cls, part.size_bytes, part.path).describe()} · component {i} of "
-                   f"{total}")
+            status(f"loading {Component(name, cls, part.size_bytes, part.path).describe()} · component {i} of {total}")
             try:
                 extra = (extra_kwargs or {}).get(name, {})
                 loaded[name] = ((_symlinked(part) and _stored(cls, root / name, name, dtype, storage, extra))
@@ -176,6 +174,8 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
                 _shard_after_load(getattr(pipe, name, None), (extra_kwargs or {}).get(name, {}))
             return pipe
         status("loading tokenizers and scheduler, building the pipeline")
+        if (family := PIPELINES.get(index["_class_name"])) is not None and family.modular is not None:
+            return modular.from_files(root, index, family, loaded)  # the family's blocks, given the parts
         return pipeline_class(index).from_pretrained(str(root), **loaded, dtype=dtype, local_files_only=True,
                                                  use_safetensors=True)
 
@@ -191,8 +191,7 @@ def pipeline_class(index: dict) -> type:
 
 def _left_to_checkpoint(part: FileComponent, checkpoint: FileComponent | None) -> bool:
     """A part of the all-in-one checkpoint that the pipeline's single-file loader reads as it is."""
-    return (checkpoint is not None and part.path == checkpoint.path and part.layout in CHECKPOINT_NATIVE
-            and part.quant == "")
+    return checkpoint is not None and part.path == checkpoint.path and part.layout in CHECKPOINT_NATIVE and not part.quant
 
 
 def _absent(index: dict) -> list[str]:
@@ -417,6 +416,7 @@ def _quantized_component(root: Path, name: str, cls: type, part: FileComponent, 
         elif base != "." and not set(sd) & set(model.state_dict()):  # ComfyUI's files keep the "model." prefix
             sd = {k[len(base):] if k.startswith(base) else k: v for k, v in sd.items()}
         model.load_state_dict(sd, strict=False, assign=True)
+        model.tie_weights()  # assigning the embeddings untied a tied lm_head (Qwen3-VL-4B's, FLUX 3 reads it)
         missing = [k for k, t in model.state_dict().items() if t.is_meta]
         if missing:
             raise ValueError(f"the file lacks {len(missing)} tensors of {cls.__name__} (first: '{missing[0]}')")
@@ -476,9 +476,9 @@ def vae_converters() -> dict[str, Callable[[dict, dict], dict]]:
 
 
 def _shard_after_load(model: Any, extra: dict) -> Any:
-    """Tensor parallelism for a transformer read whole (through a converter): each rank shards its copy."""
+    """A converter's model with its float32 modules as from_pretrained keeps them; TP: each rank shards its copy."""
     config = extra.get("parallel_config")
-    if model is not None and config is not None:
+    if keep_float32(model) is not None and config is not None:
         # from_single_file records the whole model on the CPU as a device map ({"": cpu}); nothing was placed by
         # accelerate (no hooks), but enable_parallelism refuses any device map
         if set(map(str, (getattr(model, "hf_device_map", None) or {"": "cpu"}).values())) == {"cpu"}:
