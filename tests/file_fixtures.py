@@ -110,6 +110,13 @@ FILES = {
                   "fp8_scaled": "ideogram4-tiny_fp8_scaled.safetensors",
                   "unconditional_fp8_scaled": "ideogram4_unconditional-tiny_fp8_scaled.safetensors",
                   "qwen3vl": "qwen3vl_8b-36layers-tiny.safetensors", "vae": "flux2-vae-tiny.safetensors"},
+    # Ideogram 4's int8 ConvRot pair as its template names the files (only when asked, after "ideogram4", whose
+    # Qwen3-VL and VAE files they read), each beside the same file dequantized by comfy-kitchen
+    "ideogram4-quant": {"int8_convrot": "ideogram4-tiny_int8_convrot.safetensors",
+                        "unconditional_int8_convrot": "ideogram4_unconditional-tiny_int8_convrot.safetensors",
+                        "int8_convrot_dequantized": "ideogram4-tiny_int8_convrot-dequantized.safetensors",
+                        "unconditional_int8_convrot_dequantized":
+                            "ideogram4_unconditional-tiny_int8_convrot-dequantized.safetensors"},
 }
 
 
@@ -922,6 +929,26 @@ def _ideogram4(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(comfy.diffusers_convert.convert_vae_state_dict(_sd(pipe.vae)), models / "vae" / names["vae"])
 
 
+def _ideogram4_quant(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """Ideogram 4's int8 ConvRot files (ideogram4_int8_convrot, ideogram4_unconditional_int8_convrot): two
+    256-wide tiny transformers (ConvRot rotates groups of 256 input features; 16-wide heads, so the rotary split
+    the pack derives, [2, 1, 1]) reading the tiny Qwen3-VL (13 layers of 32) and VAE (4 channels), every block's
+    matrices quantized by comfy-kitchen (ConvRot where the input features allow, else int8 per row); and each file
+    dequantized."""
+    from diffusers import Ideogram4Transformer2DModel
+
+    names, models = FILES["ideogram4-quant"], out / "models" / "diffusion_models"
+    for seed, name in ((111, "int8_convrot"), (112, "unconditional_int8_convrot")):
+        sd = ideogram4_transformer_file(_seeded(seed, lambda: Ideogram4Transformer2DModel(
+            in_channels=16, num_layers=2, attention_head_dim=16, num_attention_heads=16, intermediate_size=256,
+            adaln_dim=256, llm_features_dim=13 * 32, rope_theta=5_000_000, mrope_section=(2, 1, 1))))
+        plan = {k[: -len(".weight")]: "int8_convrot" if fits("int8_convrot", v.shape) else "int8_rowwise"
+                for k, v in sd.items() if k.startswith("layers.") and k.endswith(".weight") and v.ndim == 2}
+        quantized, _, dequantized = quantize_comfy(sd, plan)
+        _save(quantized, models / names[name])
+        _save(dequantized, models / names[f"{name}_dequantized"])
+
+
 def _zimage_transformer_file(comfy, transformer) -> dict:
     """Z-Image's transformer in ComfyUI's layout (its Lumina 2 `NextDiT` with Z-Image's modulation; fused qkv,
     `final_layer.`, `x_embedder.`): the exact inverse of diffusers' convert_z_image_transformer_checkpoint_to_
@@ -1415,7 +1442,8 @@ BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3
             "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072,
             "flux1-vae": _flux1_vae, "flux1tools": _flux1tools, "flux1redux": _flux1redux,
             "zimage-quant": _zimage_quant, "qwenimage-quant": _qwenimage_quant, "krea2": _krea2,
-            "qwenimage21": _qwenimage21, "krea2-quant": _krea2_quant, "ideogram4": _ideogram4}
+            "qwenimage21": _qwenimage21, "krea2-quant": _krea2_quant, "ideogram4": _ideogram4,
+            "ideogram4-quant": _ideogram4_quant}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

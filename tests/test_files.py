@@ -363,10 +363,9 @@ def test_ideogram4_files_load_as_the_folder_both_transformers_through_the_family
 
 @pytest.mark.unit
 def test_quantized_ideogram4_files_stay_quantized_through_the_familys_converter(files, tmp_path):
-    """Both of Ideogram 4's transformers in ComfyUI's quantized layout (int8 per row, quantized by comfy-kitchen;
-    its template's files are int8 ConvRot, whose 256-wide groups these 32-wide models cannot take): the fused qkv
-    rows are split still quantized by the family's converter, and every weight equals the same files dequantized
-    by comfy-kitchen."""
+    """Both of Ideogram 4's tiny transformers in ComfyUI's quantized layout, int8 per row (quantized by
+    comfy-kitchen; ConvRot's 256-wide groups: the test below): the fused qkv rows are split still quantized by the
+    family's converter, and every weight equals the same files dequantized by comfy-kitchen."""
     import torch
     from comfy_kitchen.tensor import QuantizedTensor
     from safetensors.torch import load_file
@@ -414,6 +413,51 @@ def test_ideogram4_scaled_fp8_files_load_within_fp8s_rounding(files):
             error = float((mine[key] - value).abs().max() / value.abs().max())
             assert error < 1 / 16, (name, key, error)
         assert not (mine["layers.0.attention.to_k.weight"] == theirs["layers.0.attention.to_k.weight"]).all(), "fp8"
+
+
+
+@pytest.fixture(scope="module")
+def ideogram4_quant(comfyui_files, comfyui_dir, monkeypatch_module):
+    """Ideogram 4's int8 ConvRot pair and the pair dequantized (a folder of their own: the role lists of the other
+    tests do not see them)."""
+    monkeypatch_module.syspath_prepend(str(comfyui_dir))
+    return comfyui_files("ideogram4", "ideogram4-quant", folder="comfyui-ideogram4-quant")
+
+
+@pytest.mark.unit
+def test_ideogram4_int8_convrot_files_stay_quantized_and_equal_comfy_kitchens_dequantized_files(ideogram4_quant):
+    """ideogram4_int8_convrot and ideogram4_unconditional_int8_convrot (its template's files, on 256-wide tiny
+    transformers): every block's matrices kept as comfy-kitchen QuantizedTensors in ConvRot through the family's
+    converter (the fused qkv split still quantized), each equal to the dequantized file's weight, and each
+    transformer's output equal to the dequantized one's."""
+    import torch
+    from comfy_kitchen.tensor import QuantizedTensor
+
+    from backend.worker import quantized
+
+    names = file_fixtures.FILES["ideogram4-quant"]
+    specs = [file_spec(ideogram4_quant, **dict(IDEOGRAM4, diffusion_model=names[n],
+                                               diffusion_model_2=names[f"unconditional_{n}"]))
+             for n in ("int8_convrot", "int8_convrot_dequantized")]
+    assert [c.quant for c in specs[0].source.components[:2]] == ["comfy-quant"] * 2
+    assert [c.quant for c in specs[1].source.components[:2]] == [""] * 2
+    ours, theirs = (_load(s) for s in specs)
+    g = torch.Generator().manual_seed(0)
+    args = dict(hidden_states=torch.randn(1, 8, 16, generator=g), timestep=torch.tensor([0.5]),
+                encoder_hidden_states=torch.randn(1, 8, 13 * 32, generator=g),
+                position_ids=torch.arange(8).reshape(1, 8, 1).expand(1, 8, 3), segment_ids=torch.ones(1, 8).long(),
+                indicator=torch.tensor([[3, 3, 3, 3, 2, 2, 2, 2]]), return_dict=False)
+    for name in ("transformer", "unconditional_transformer"):
+        mine, deq = getattr(ours, name), getattr(theirs, name)
+        layers = [m for m in mine.modules() if isinstance(m, quantized.DequantLinear)]
+        assert len(layers) == 2 * 8 and all(isinstance(m.weight, QuantizedTensor) for m in layers), name
+        assert mine.layers[0].attention.to_v.weight._params.convrot, "ConvRot, split still quantized"
+        state = mine.state_dict()
+        for key, value in deq.state_dict().items():
+            got = state[key].dequantize() if isinstance(state[key], QuantizedTensor) else state[key]
+            assert torch.equal(got, value), (name, key)
+        with torch.no_grad():
+            assert torch.equal(mine(**args)[0], deq(**args)[0]), name
 
 
 IDEOGRAM4_WRONG = {
