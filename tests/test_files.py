@@ -466,6 +466,10 @@ IDEOGRAM4_WRONG = {
         "(diffusion_model) and the unconditional transformer (diffusion_model_2, "
         "ideogram4_unconditional_*.safetensors); only 'ideogram4-tiny.safetensors' was chosen. Choose the "
         "unconditional transformer in diffusion_model_2."]),
+    "the unconditional transformer alone": (dict(IDEOGRAM4, diffusion_model=IDEOGRAM4["diffusion_model_2"],
+                                                 diffusion_model_2=NONE), [
+        "only 'ideogram4_unconditional-tiny.safetensors' was chosen. Choose the conditional transformer in "
+        "diffusion_model, and 'ideogram4_unconditional-tiny.safetensors' in diffusion_model_2."]),
     "the two swapped": (dict(IDEOGRAM4, diffusion_model=IDEOGRAM4["diffusion_model_2"],
                              diffusion_model_2=IDEOGRAM4["diffusion_model"]), [
         "diffusion_model, diffusion_model_2: 'ideogram4_unconditional-tiny.safetensors' and "

@@ -57,8 +57,9 @@ def check_pair(family: ModelFamily, main: Path, second: Path | None, contents: C
     both = (f"{family.name} runs two transformers every step, {pair.first} (diffusion_model) and {pair.second} "
             f"(diffusion_model_2, {pair.hint})")
     if second is None:
-        raise ModelError(f"diffusion_model_2: {both}; only '{a}' was chosen. Choose {pair.second} in "
-                         "diffusion_model_2.")
+        fix = (f"Choose {pair.first} in diffusion_model, and '{a}' in diffusion_model_2" if pair.marker in a.lower()
+               else f"Choose {pair.second} in diffusion_model_2")
+        raise ModelError(f"diffusion_model_2: {both}; only '{a}' was chosen. {fix}.")
     b = second.name
     if contents is None or contents.denoiser is None or contents.denoiser.kind != family.id:
         what = contents.describe() if contents is not None else "it holds no diffusion model"
