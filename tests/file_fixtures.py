@@ -926,7 +926,15 @@ def _ideogram4(tiny: Path, comfyui_dir: str, out: Path) -> None:
         _save(_scaled_fp8(comfy, sd, linear),
               models / "diffusion_models" / names["_".join(filter(None, (name, "fp8_scaled")))])
     _save(qwen3vl_file(pipe.text_encoder), models / "text_encoders" / names["qwen3vl"])
-    _save(comfy.diffusers_convert.convert_vae_state_dict(_sd(pipe.vae)), models / "vae" / names["vae"])
+    vae, path = comfy.diffusers_convert.convert_vae_state_dict(_sd(pipe.vae)), models / "vae" / names["vae"]
+    if path.exists():  # FLUX.2's, built before: it must hold these weights
+        import torch
+        from safetensors.torch import load_file
+
+        held = load_file(str(path))
+        assert held.keys() == vae.keys() and all(torch.equal(held[k], vae[k]) for k in vae), "not FLUX.2's VAE"
+    else:
+        _save(vae, path)
 
 
 def _ideogram4_quant(tiny: Path, comfyui_dir: str, out: Path) -> None:
