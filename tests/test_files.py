@@ -1306,6 +1306,30 @@ def test_the_files_node_lists_by_role_and_makes_the_folders_image(files_server):
     assert np.array_equal(pixels(from_files["images"][0]), pixels(from_folder["images"][0]))
 
 
+
+@pytest.mark.server
+def test_the_files_node_makes_ideogram4s_image_from_its_two_transformer_files(files_server):
+    """Ideogram 4 as its template loads it, through a real ComfyUI: the conditional file in diffusion_model, the
+    unconditional one in the node's diffusion_model_2, Qwen3-VL-8B and FLUX.2's VAE; the same pixels as its
+    diffusers folder with both transformers running (guidance 3)."""
+    from comfy_server import error_message
+
+    node = {"diffusion_model": IDEOGRAM4["diffusion_model"], "diffusion_model_2": IDEOGRAM4["diffusion_model_2"],
+            "text_encoder_1": IDEOGRAM4["text_encoders"][0], "vae": IDEOGRAM4["vae"]}
+    prompts = [files_prompt(78, **node), files_prompt(78)]
+    prompts[1]["1"] = {"class_type": "LoadTPUPipeline", "inputs": {"model": "ref-ideogram4", "dtype": "auto",
+                                                                   "device": "auto", "offload": "none"}}
+    for prompt in prompts:
+        prompt["2"]["inputs"]["guidance"] = 3.0
+    from_files, from_folder = (files_server.run(prompt, timeout=300) for prompt in prompts)
+    assert from_files["status"] == "success", error_message(from_files)
+    assert from_folder["status"] == "success", error_message(from_folder)
+    texts = [m["data"]["text"] for m in from_files["messages"] if m["type"] == "progress_text"]
+    assert any(t.startswith("Ideogram 4 (Ideogram4Pipeline)") and IDEOGRAM4["diffusion_model_2"] in t
+               for t in texts), texts
+    assert np.array_equal(pixels(from_files["images"][0]), pixels(from_folder["images"][0]))
+
+
 @pytest.mark.server
 def test_object_info_answers_beside_a_huge_header_and_a_symlink_loop(files_server):
     """ComfyUI's `GET /object_info` (every node's lists) answers within the client's 30 s with a `loop -> .`
