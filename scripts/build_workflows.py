@@ -1596,7 +1596,8 @@ negative prompt. The template lowers it to 3 for the last 30 % of the steps and 
 std 1.75); one guidance number cannot say the first, and the second is diffusers' own schedule (std 1.5).
 
 **Model**: the diffusers folder in `models/diffusers/Ideogram-4` (Ideogram4Pipeline: `transformer` and
-`unconditional_transformer`). ComfyUI's `ideogram4_*` files do not load yet.
+`unconditional_transformer`). ComfyUI's files load too, in Load TPU Pipeline (ComfyUI files): `ideogram4_*`
+in diffusion_model, `ideogram4_unconditional_*` in diffusion_model_2, `qwen3vl_8b_*`, `flux2-vae`.
 """),
     "image_qwen_image_2_1_turbo_image_edit": _qwen_image_21_turbo_edit(),
     "image_flux3_klein_t2i": _flux3_klein_t2i(),

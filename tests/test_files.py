@@ -71,6 +71,11 @@ CASES = {
     "qwenimage21-true-cfg": ("ref-qwenimage21", dict(diffusion_model="qwen_image_2.1-tiny.safetensors",
                                                      text_encoders=("qwen3vl_8b-tiny.safetensors",),
                                                      vae="qwen_image_2.1_vae-tiny.safetensors"), 4.0),
+    # Ideogram 4's two transformers, conditional and unconditional, in two files (both run every step)
+    "ideogram4-split": ("ref-ideogram4", dict(diffusion_model="ideogram4-tiny.safetensors",
+                                              diffusion_model_2="ideogram4_unconditional-tiny.safetensors",
+                                              text_encoders=("qwen3vl_8b-36layers-tiny.safetensors",),
+                                              vae="flux2-vae-tiny.safetensors"), 3.0),
     "krea2-turbo-guided": ("ref-krea2", dict(diffusion_model="krea2_turbo-tiny.safetensors", text_encoders=(
         "qwen3vl_4b-tiny.safetensors",), vae="qwen_image_vae-krea2-tiny.safetensors"), 3.5),
     # FLUX 3 [klein] as its templates name the files (Krea 2's Qwen3-VL-4B file, FLUX.2's VAE file), made into its
@@ -159,7 +164,8 @@ SIZES = {"num_layers", "num_single_layers", "attention_head_dim", "num_attention
          "transformer_layers_per_block", "projection_class_embeddings_input_dim", "addition_time_embed_dim",
          "base_dim", "z_dim", "axes_dims_rope", "norm_num_groups", "head_dim", "num_key_value_heads",
          "timestep_guidance_channels", "mlp_ratio", "projection_dim", "dual_attention_layers", "qk_norm", "dim",
-         "n_layers", "n_refiner_layers", "n_heads", "n_kv_heads", "cap_feat_dim", "axes_dims", "axes_lens"}
+         "n_layers", "n_refiner_layers", "n_heads", "n_kv_heads", "cap_feat_dim", "axes_dims", "axes_lens",
+         "adaln_dim", "llm_features_dim", "mrope_section"}
 
 
 @pytest.mark.unit
@@ -169,7 +175,8 @@ def test_each_family_and_layout_is_recognised_with_sizes_from_its_tensors(files,
     spec = file_spec(files, **choice)
     reference = api.make_spec(folder, [str(files / "diffusers")])
     assert spec.class_name == reference.class_name and spec.size_factor == reference.size_factor
-    for name in ("transformer", "unet", "vae", "text_encoder", "text_encoder_2", "text_encoder_3"):
+    for name in ("transformer", "unconditional_transformer", "unet", "vae", "text_encoder", "text_encoder_2",
+                 "text_encoder_3"):
         mine, theirs = spec.component_config(name), reference.component_config(name)
         if not theirs:
             assert not mine, name
@@ -211,6 +218,7 @@ def test_files_read_without_a_converter_for_their_size_say_how_they_load(files):
 QWEN = CASES["qwenimage-split"][1]
 KREA2 = CASES["krea2-turbo-split"][1]
 QWEN21 = CASES["qwenimage21-split"][1]
+IDEOGRAM4 = CASES["ideogram4-split"][1]
 
 
 @pytest.mark.unit
@@ -442,6 +450,169 @@ def test_flux3_reads_a_quantized_qwen3vl_4b_with_its_tied_lm_head(files, tmp_pat
     for key, value in theirs.state_dict().items():
         got = mine[key].dequantize() if isinstance(mine[key], QuantizedTensor) else mine[key]
         assert torch.equal(got, value), key
+
+
+@pytest.mark.unit
+def test_ideogram4_files_load_as_the_folder_both_transformers_through_the_familys_converter(files, tmp_path):
+    """Ideogram 4's two files (its template's ideogram4_* and ideogram4_unconditional_*, ComfyUI's layout: fused
+    attention.qkv, attention.o) through the family's converter (diffusers 0.42.1 has none), Qwen3-VL-8B renamed to
+    Qwen3VLModel's names: every tensor the reference folder's, exactly. The files are told by their headers, so
+    renamed ones load the same (which one is which is then the inputs' order: their keys are the same)."""
+    import torch
+
+    spec = file_spec(files, **IDEOGRAM4)
+    assert [(c.name, c.layout) for c in spec.source.components if c.name != "tokenizer"] == [
+        ("transformer", "ideogram4"), ("unconditional_transformer", "ideogram4"), ("vae", "flux2-vae"),
+        ("text_encoder", "qwen3vl-comfy")]
+    pipe, ref = _load(spec), _reference(files, "ref-ideogram4")
+    for name in ("transformer", "unconditional_transformer", "text_encoder", "vae"):
+        mine, theirs = getattr(pipe, name).state_dict(), getattr(ref, name).state_dict()
+        assert mine.keys() == theirs.keys(), name
+        assert all(torch.equal(mine[k], theirs[k]) for k in theirs), name
+    assert not torch.equal(pipe.transformer.layers[0].attention.to_q.weight,
+                           pipe.unconditional_transformer.layers[0].attention.to_q.weight), "two models"
+    dm = tmp_path / "diffusion_models"
+    dm.mkdir()
+    for name, new in ((IDEOGRAM4["diffusion_model"], "a.safetensors"), (IDEOGRAM4["diffusion_model_2"], "b.sft")):
+        shutil.copy(files / "models" / "diffusion_models" / name, dm / new)
+    where = {**roots(files), "diffusion_model": [str(dm)]}
+    renamed = api.make_file_spec(assemble.FileChoice(**dict(IDEOGRAM4, diffusion_model="a.safetensors",
+                                                            diffusion_model_2="b.sft")), where)
+    assert renamed.class_name == "Ideogram4Pipeline"
+    assert [(c.name, Path(c.path).name) for c in renamed.source.components][:2] == [
+        ("transformer", "a.safetensors"), ("unconditional_transformer", "b.sft")]
+
+
+@pytest.mark.unit
+def test_quantized_ideogram4_files_stay_quantized_through_the_familys_converter(files, tmp_path):
+    """Both of Ideogram 4's tiny transformers in ComfyUI's quantized layout, int8 per row (quantized by
+    comfy-kitchen; ConvRot's 256-wide groups: the test below): the fused qkv rows are split still quantized by the
+    family's converter, and every weight equals the same files dequantized by comfy-kitchen."""
+    import torch
+    from comfy_kitchen.tensor import QuantizedTensor
+    from safetensors.torch import load_file
+
+    from backend.worker import quantized
+
+    dm = tmp_path / "diffusion_models"
+    dm.mkdir()
+    for name in (IDEOGRAM4["diffusion_model"], IDEOGRAM4["diffusion_model_2"]):
+        sd = load_file(str(files / "models" / "diffusion_models" / name))
+        plan = {k[: -len(".weight")]: "int8_rowwise" for k, v in sd.items()
+                if k.startswith("layers.") and k.endswith(".weight") and v.ndim == 2}
+        q, _, deq = file_fixtures.quantize_comfy(sd, plan)
+        file_fixtures._save(q, dm / f"int8-{name}")
+        file_fixtures._save(deq, dm / f"deq-{name}")
+    where = {**roots(files), "diffusion_model": [str(dm)]}
+    ours, theirs = (_load(api.make_file_spec(assemble.FileChoice(**dict(
+        IDEOGRAM4, diffusion_model=f"{kind}-{IDEOGRAM4['diffusion_model']}",
+        diffusion_model_2=f"{kind}-{IDEOGRAM4['diffusion_model_2']}")), where)) for kind in ("int8", "deq"))
+    for name in ("transformer", "unconditional_transformer"):
+        model = getattr(ours, name)
+        assert quantized.count(model) == 2 * 8, name  # per block: to_q, to_k, to_v, to_out, w1-w3, adaLN
+        assert isinstance(model.layers[0].attention.to_k.weight, QuantizedTensor), "split still quantized"
+        mine = model.state_dict()
+        for key, value in getattr(theirs, name).state_dict().items():
+            got = mine[key].dequantize() if isinstance(mine[key], QuantizedTensor) else mine[key]
+            assert torch.equal(got, value), (name, key)
+
+
+
+@pytest.mark.unit
+def test_ideogram4_scaled_fp8_files_load_within_fp8s_rounding(files):
+    """The template's files are ComfyUI's scaled fp8 (ideogram4_fp8_scaled, ideogram4_unconditional_fp8_scaled):
+    dequantized with their scales before the family's converter splits the fused qkv, so every weight of both
+    transformers is within fp8's rounding of the reference (at most 1/16 of the layer's largest value)."""
+    names = file_fixtures.FILES["ideogram4"]
+    spec = file_spec(files, **dict(IDEOGRAM4, diffusion_model=names["fp8_scaled"],
+                                   diffusion_model_2=names["unconditional_fp8_scaled"]))
+    assert [spec.source.component(n).quant for n in ("transformer", "unconditional_transformer")] == ["scaled-fp8"] * 2
+    pipe, ref = _load(spec), _reference(files, "ref-ideogram4")
+    for name in ("transformer", "unconditional_transformer"):
+        mine, theirs = getattr(pipe, name).state_dict(), getattr(ref, name).state_dict()
+        assert mine.keys() == theirs.keys(), name
+        for key, value in theirs.items():
+            error = float((mine[key] - value).abs().max() / value.abs().max())
+            assert error < 1 / 16, (name, key, error)
+        assert not (mine["layers.0.attention.to_k.weight"] == theirs["layers.0.attention.to_k.weight"]).all(), "fp8"
+
+
+
+@pytest.fixture(scope="module")
+def ideogram4_quant(comfyui_files, comfyui_dir, monkeypatch_module):
+    """Ideogram 4's int8 ConvRot pair and the pair dequantized (a folder of their own: the role lists of the other
+    tests do not see them)."""
+    monkeypatch_module.syspath_prepend(str(comfyui_dir))
+    return comfyui_files("ideogram4", "ideogram4-quant", folder="comfyui-ideogram4-quant")
+
+
+@pytest.mark.unit
+def test_ideogram4_int8_convrot_files_stay_quantized_and_equal_comfy_kitchens_dequantized_files(ideogram4_quant):
+    """ideogram4_int8_convrot and ideogram4_unconditional_int8_convrot (its template's files, on 256-wide tiny
+    transformers): every block's matrices kept as comfy-kitchen QuantizedTensors in ConvRot through the family's
+    converter (the fused qkv split still quantized), each equal to the dequantized file's weight, and each
+    transformer's output equal to the dequantized one's."""
+    import torch
+    from comfy_kitchen.tensor import QuantizedTensor
+
+    from backend.worker import quantized
+
+    names = file_fixtures.FILES["ideogram4-quant"]
+    specs = [file_spec(ideogram4_quant, **dict(IDEOGRAM4, diffusion_model=names[n],
+                                               diffusion_model_2=names[f"unconditional_{n}"]))
+             for n in ("int8_convrot", "int8_convrot_dequantized")]
+    assert [c.quant for c in specs[0].source.components[:2]] == ["comfy-quant"] * 2
+    assert [c.quant for c in specs[1].source.components[:2]] == [""] * 2
+    ours, theirs = (_load(s) for s in specs)
+    g = torch.Generator().manual_seed(0)
+    args = dict(hidden_states=torch.randn(1, 8, 16, generator=g), timestep=torch.tensor([0.5]),
+                encoder_hidden_states=torch.randn(1, 8, 13 * 32, generator=g),
+                position_ids=torch.arange(8).reshape(1, 8, 1).expand(1, 8, 3), segment_ids=torch.ones(1, 8).long(),
+                indicator=torch.tensor([[3, 3, 3, 3, 2, 2, 2, 2]]), return_dict=False)
+    for name in ("transformer", "unconditional_transformer"):
+        mine, deq = getattr(ours, name), getattr(theirs, name)
+        layers = [m for m in mine.modules() if isinstance(m, quantized.DequantLinear)]
+        assert len(layers) == 2 * 8 and all(isinstance(m.weight, QuantizedTensor) for m in layers), name
+        assert mine.layers[0].attention.to_v.weight._params.convrot, "ConvRot, split still quantized"
+        state = mine.state_dict()
+        for key, value in deq.state_dict().items():
+            got = state[key].dequantize() if isinstance(state[key], QuantizedTensor) else state[key]
+            assert torch.equal(got, value), (name, key)
+        with torch.no_grad():
+            assert torch.equal(mine(**args)[0], deq(**args)[0]), name
+
+
+IDEOGRAM4_WRONG = {
+    "no unconditional transformer": (dict(IDEOGRAM4, diffusion_model_2=NONE), [
+        "diffusion_model_2: Ideogram 4 runs two transformers every step, the conditional transformer "
+        "(diffusion_model) and the unconditional transformer (diffusion_model_2, "
+        "ideogram4_unconditional_*.safetensors); only 'ideogram4-tiny.safetensors' was chosen. Choose the "
+        "unconditional transformer in diffusion_model_2."]),
+    "the unconditional transformer alone": (dict(IDEOGRAM4, diffusion_model=IDEOGRAM4["diffusion_model_2"],
+                                                 diffusion_model_2=NONE), [
+        "only 'ideogram4_unconditional-tiny.safetensors' was chosen. Choose the conditional transformer in "
+        "diffusion_model, and 'ideogram4_unconditional-tiny.safetensors' in diffusion_model_2."]),
+    "the two swapped": (dict(IDEOGRAM4, diffusion_model=IDEOGRAM4["diffusion_model_2"],
+                             diffusion_model_2=IDEOGRAM4["diffusion_model"]), [
+        "diffusion_model, diffusion_model_2: 'ideogram4_unconditional-tiny.safetensors' and "
+        "'ideogram4-tiny.safetensors' are in each other's place", "Swap them."]),
+    "one file twice": (dict(IDEOGRAM4, diffusion_model_2=IDEOGRAM4["diffusion_model"]), [
+        "diffusion_model_2: 'ideogram4-tiny.safetensors' holds the same weights as diffusion_model"]),
+    "another model second": (dict(IDEOGRAM4, diffusion_model_2="krea2_turbo-tiny.safetensors"), [
+        "diffusion_model_2: 'krea2_turbo-tiny.safetensors' is not the unconditional transformer of Ideogram 4 "
+        "(it holds a Krea 2 diffusion model)"]),
+    "Qwen-Image's VAE": (dict(IDEOGRAM4, vae="qwen_image_vae-tiny.safetensors"), [
+        "vae: 'qwen_image_vae-tiny.safetensors'", "of another kind", "this Ideogram 4 model "
+        "('ideogram4-tiny.safetensors') needs flux2-vae.safetensors (4 channels). Choose the matching VAE."]),
+    "no text encoder": (dict(IDEOGRAM4, text_encoders=()), ["Ideogram 4 needs Qwen3-VL", "is missing"]),
+}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("case", sorted(IDEOGRAM4_WRONG))
+def test_ideogram4_files_that_do_not_make_its_pipeline_are_named_with_the_fix(files, case):
+    choice, words = IDEOGRAM4_WRONG[case]
+    assert_error(words, file_spec, files, **choice)
 
 
 KREA2_WRONG = {
@@ -1301,6 +1472,30 @@ def test_the_files_node_lists_by_role_and_makes_the_folders_image(files_server):
                                                               "device": "auto", "offload": "none"}}
     from_folder = files_server.run(folder, timeout=180)
     assert from_folder["status"] == "success", error_message(from_folder)
+    assert np.array_equal(pixels(from_files["images"][0]), pixels(from_folder["images"][0]))
+
+
+
+@pytest.mark.server
+def test_the_files_node_makes_ideogram4s_image_from_its_two_transformer_files(files_server):
+    """Ideogram 4 as its template loads it, through a real ComfyUI: the conditional file in diffusion_model, the
+    unconditional one in the node's diffusion_model_2, Qwen3-VL-8B and FLUX.2's VAE; the same pixels as its
+    diffusers folder with both transformers running (guidance 3)."""
+    from comfy_server import error_message
+
+    node = {"diffusion_model": IDEOGRAM4["diffusion_model"], "diffusion_model_2": IDEOGRAM4["diffusion_model_2"],
+            "text_encoder_1": IDEOGRAM4["text_encoders"][0], "vae": IDEOGRAM4["vae"]}
+    prompts = [files_prompt(78, **node), files_prompt(78)]
+    prompts[1]["1"] = {"class_type": "LoadTPUPipeline", "inputs": {"model": "ref-ideogram4", "dtype": "auto",
+                                                                   "device": "auto", "offload": "none"}}
+    for prompt in prompts:
+        prompt["2"]["inputs"]["guidance"] = 3.0
+    from_files, from_folder = (files_server.run(prompt, timeout=300) for prompt in prompts)
+    assert from_files["status"] == "success", error_message(from_files)
+    assert from_folder["status"] == "success", error_message(from_folder)
+    texts = [m["data"]["text"] for m in from_files["messages"] if m["type"] == "progress_text"]
+    assert any(t.startswith("Ideogram 4 (Ideogram4Pipeline)") and IDEOGRAM4["diffusion_model_2"] in t
+               for t in texts), texts
     assert np.array_equal(pixels(from_files["images"][0]), pixels(from_folder["images"][0]))
 
 

@@ -281,6 +281,20 @@ class Configs:
 
 
 @dataclass(frozen=True)
+class Pair:
+    """Two denoisers of one shape that always run together, each from a file of its own (Ideogram 4's conditional
+    and unconditional transformers, as ComfyUI's template loads them with two UNETLoaders): the first in the
+    loader's diffusion_model, the second in diffusion_model_2. Their keys are the same, so which is which is told
+    where the file names say (`marker`, in the second's name only) and by their bytes (one file twice)."""
+
+    component: str  # the second's pipeline component ("unconditional_transformer")
+    first: str  # what messages call the first ("the conditional transformer")
+    second: str  # ... and the second ("the unconditional transformer")
+    marker: str  # the word only the second's file name carries ("unconditional")
+    hint: str  # the second's file as the templates name it ("ideogram4_unconditional_*.safetensors")
+
+
+@dataclass(frozen=True)
 class ModelFamily:
     """One family: its pipelines, and what its artists' files (ComfyUI's folders) hold and how they load."""
 
@@ -318,6 +332,7 @@ class ModelFamily:
     # model makes, by the folder of the configs the first file has alone (what configs_for says); the second
     # becomes `<denoiser>_2`. A configs that maps to itself is only ever a pair. Empty: one denoiser each
     experts: Mapping[str, Configs] = field(default_factory=dict)
+    pair: Pair | None = None  # its two denoisers that always run together (Ideogram 4), from two files
     # (denoiser sizes, file name, configs, the loader's flux_kontext choice) -> (config overrides by component,
     # "" for model_index: its _class_name where the files make another pipeline; notes)
     variant: Callable[[dict, str, Configs, str], tuple[dict[str, dict], tuple[str, ...]]] | None = None

@@ -109,7 +109,9 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
     texts = _text_encoders(family, chosen)
     second = chosen.get("diffusion_model_2")
     configs = family.published(denoiser.shapes, frozenset(texts))
-    if second:
+    if family.pair and main.input == "diffusion_model":  # its two transformers, from two files
+        experts.check_pair(family, main.path, second and second.path, second and second.contents, denoiser.shapes)
+    elif second:
         configs = _experts(family, main, second, configs)
     elif family.experts.get(configs.folder) is configs:
         raise ModelError(f"diffusion_model_2: '{main.path.name}' is one of the two experts of {configs.name}, which "
@@ -132,7 +134,7 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
     _check_fit(draft)
     _add_denoiser(draft, main, family.denoiser)
     if second:
-        _add_denoiser(draft, second, f"{family.denoiser}_2")
+        _add_denoiser(draft, second, family.pair.component if family.pair else f"{family.denoiser}_2")
     _add_vae(draft)
     for slot in configs.text_encoders:
         _add_text_encoder(draft, slot.component, slot.kind)
@@ -149,7 +151,8 @@ def _experts(family: ModelFamily, main: _Chosen, second: _Chosen, alone: Configs
     name = f"diffusion_model_2: '{second.path.name}'"
     if not family.experts or main.input != "diffusion_model":
         raise ModelError(f"{name} was chosen as a second diffusion model, which only Wan 2.2 A14B's two experts "
-                         f"use; {family.name} has one ('{main.path.name}'). Set diffusion_model_2 to '{NONE}'.")
+                         f"and Ideogram 4's two transformers use; {family.name} has one ('{main.path.name}'). Set "
+                         f"diffusion_model_2 to '{NONE}'.")
     part = second.contents.denoiser
     if part is None or part.kind != family.id:
         raise ModelError(_not_a(second, f"{family.name} diffusion model",
