@@ -120,6 +120,79 @@ def test_image_and_audio_to_video_equals_plain_diffusers_and_keeps_the_sound(tin
     assert mono.shape == (2, 1, waves.shape[2])
 
 
+@pytest.mark.workers
+def test_image_and_audio_to_video_under_cfg_parallel_and_model_offload_equals_one_worker(tiny_models):
+    """CFG Parallel (2 ranks) splits the negative and positive passes of LTX2ConditionPipeline (its transformer is
+    the loaded one's, shared by from_pipe); offload 'model' moves the audio VAE onto the device for the sound's
+    encode through diffusers' own hook on encode: frames and sound within 1e-4 of one worker without offload."""
+    req, starts, audio = _request(), _start_images()[:1], _sound(0.36, batch=1)
+    one = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), req, starts, audio=audio))
+    said = []
+    split = api.cfg_parallel(_spec(tiny_models))[0]
+    out = api.run_sample_outputs(api.prepare_sample(split, req, starts, audio=audio),
+                                 lambda m: said.append(m.text) if isinstance(m, Status) else None)
+    assert not [t for t in said if t.startswith("CFG Parallel: this Sample runs one")], "the passes were split"
+    assert all(w["cfg_exchanges"] > 0 for w in api.worker_info()), "both ranks exchanged their halves"
+    offloaded = api.make_spec("tiny-ltx2", [str(tiny_models)], offload="model")
+    moved = api.run_sample_outputs(api.prepare_sample(offloaded, req, starts, audio=audio))
+    assert api.worker_info()[0]["offload"] == "model"
+    for key in ("images", "audio"):
+        assert np.abs(out[key] - one[key]).max() <= TOLERANCE, f"CFG Parallel: {key}"
+        assert np.abs(moved[key] - one[key]).max() <= TOLERANCE, f"offload model: {key}"
+
+
+@pytest.mark.workers
+def test_compiled_start_image_and_image_and_audio_compile_once_and_never_again(tiny_models):
+    """The text-to-video warm-up does not build the graphs of a start image (LTX2ImageToVideoPipeline) or of image +
+    audio (LTX2ConditionPipeline): their denoiser sees a timestep per token. Each compiles once, announced, and
+    other seeds, prompts and steps reuse it (0 unexpected recompiles); the frames and sound are the eager ones."""
+    from backend.protocol.messages import Step
+
+    spec, _ = api.with_compile(_spec(tiny_models), "whole denoiser", "eager", "64x64x9f", False)
+    warm = api.load(spec)["compile"]
+    assert warm["unexpected_recompiles"] == 0
+    starts, audio = _start_images()[:1], _sound(0.36, batch=1)
+    for sound, task in ((None, "start image"), (audio, "image + audio")):
+        said = []
+        api.run_sample_outputs(api.prepare_sample(spec, _request(), starts, audio=sound),
+                               lambda m, said=said: said.append(m.text) if isinstance(m, Status) else None)
+        assert f"compiling 64x64x9 frames (batch 1, CFG, {task}) for the first time…" in said, said
+        first = api.compile_stats()
+        assert first["unexpected_recompiles"] == 0, said
+        for change in (dict(seed=4, steps=3), dict(prompt="a lighthouse on a cliff at dusk, oil painting", seed=2)):
+            steps = []
+            last = api.run_sample_outputs(api.prepare_sample(spec, _request(**change), starts, audio=sound),
+                                          lambda m, steps=steps: steps.append(m) if isinstance(m, Step) else None)
+            assert [m.step for m in steps] == list(range(1, change.get("steps", 2) + 1))
+        stats = api.compile_stats()
+        assert (stats["compiles"], stats["graphs"], stats["unexpected_recompiles"]) == (
+            first["compiles"], first["graphs"], 0), task
+        eager = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), _request(**change), starts, audio=sound))
+        for key in ("images", "audio"):
+            assert np.abs(last[key] - eager[key]).max() <= TOLERANCE, f"{task}: {key}"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name, encoder", [("tiny-ltx2", "gemma3"), ("tiny-ltx25", "gemma4_unified")])
+def test_sequential_offload_is_refused_before_any_worker_naming_the_gemma_text_encoder(tiny_models, monkeypatch,
+                                                                                       name, encoder):
+    """accelerate's layer hooks fail on the Gemma text encoders' tied embeddings (plain diffusers too): chosen, or
+    picked by offload 'auto' on a device too small even for the transformer, it is refused with the way out."""
+    from backend.controller import offload
+
+    message = (rf"offload: sequential offload cannot run LTX-2's {encoder} text encoder: .*tied embedding weights.*"
+               r"Choose offload 'model'.*float8_e4m3fn")
+    with pytest.raises(ModelError, match=message):
+        api.prepare_sample(api.make_spec(name, [str(tiny_models)], offload="sequential"), _request(),
+                           _start_images()[:1], audio=_sound(0.36, batch=1))
+    auto = api.make_spec(name, [str(tiny_models)], offload="auto").with_changes(kind="tpu")
+    monkeypatch.setattr(offload.devices, "device_memory_bytes", lambda kind: 1024)
+    assert offload.choose_offload(auto).mode == "sequential"
+    with pytest.raises(ModelError, match=message):
+        offload.resolve_offload(auto)
+    assert api.make_spec(name, [str(tiny_models)], offload="model").offload == "model"
+
+
 def _wide_vocoder_model(tiny_models, folder):
     """tiny-ltx2 with a vocoder of a real one's width (1024 channels, LTX-2's; random weights) and four residual
     blocks a stage: its decode of a 4 s sound takes seconds, as a real one does, where tiny-ltx2's takes

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..protocol import samplers
 from ..protocol.errors import ModelError
-from ..protocol.messages import Status, Step
+from ..protocol.messages import Status, Step, steps_per_image
 from ..protocol.spec import PipelineSpec, SampleRequest
 from . import (
     conditioning,
@@ -184,7 +184,7 @@ def _group_progress(spec: PipelineSpec, req: SampleRequest, on_progress: Progres
     """One progress bar for the whole group: completed steps of all replicas over the steps of all images."""
     if on_progress is None:
         return None
-    total = len(req.images()) * req.steps
+    total = len(req.images()) * steps_per_image(req)  # both stages' with upscale_model
     done: dict[int, int] = {}
 
     def aggregate(msg: Status | Step) -> None:
