@@ -48,12 +48,11 @@ def _start_images() -> np.ndarray:
     return (np.random.default_rng(5).integers(0, 256, (2, 64, 64, 3)) / 255).astype(np.float32)
 
 
-def _plain(tiny_models, starts: np.ndarray, waves: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Plain diffusers' LTX2ConditionPipeline for seeds 11 and 12, start image i and waveform i (at the VAE's rate,
-    the length the controller cuts it to): each video's frames and waveform."""
+def _held_pipe(tiny_models):
+    """Plain diffusers' LTX2ConditionPipeline driven to keep a sound (its audio latents get no noise; an audio
+    scheduler at timestep 0 whose step returns the sample), and the sound's latents as ComfyUI encodes them (the
+    log-mel by transformers' own numpy spectrogram, the audio VAE's posterior mode)."""
     from diffusers import FlowMatchEulerDiscreteScheduler, LTX2ConditionPipeline
-    from diffusers.pipelines.ltx2 import LTX2VideoCondition
-    from PIL import Image
     from transformers.audio_utils import mel_filter_bank, spectrogram, window_function
 
     pipe = LTX2ConditionPipeline.from_pretrained(str(tiny_models / "tiny-ltx2"), dtype=torch.float32,
@@ -70,19 +69,34 @@ def _plain(tiny_models, starts: np.ndarray, waves: np.ndarray) -> list[tuple[np.
 
     prepare = pipe.prepare_audio_latents
     pipe.prepare_audio_latents = lambda *a, **k: prepare(*a, **{**k, "noise_scale": 0.0})
+    pipe.audio_scheduler = Held.from_config(pipe.scheduler.config)
     n_fft, mels = 1024, pipe.audio_vae.config.mel_bins
     bank = mel_filter_bank(num_frequency_bins=n_fft // 2 + 1, num_mel_filters=mels, min_frequency=0.0,
                            max_frequency=RATE / 2, sampling_rate=RATE, norm=None, mel_scale="htk")
-    out = []
-    for i, seed in enumerate((11, 12)):
+
+    def encode(wave: np.ndarray) -> torch.Tensor:
         mel = np.stack([spectrogram(ch, window_function(n_fft, "hann"), frame_length=n_fft, hop_length=HOP,
                                     power=1.0, center=True, pad_mode="reflect", mel_filters=bank, mel_floor=1e-5,
-                                    log_mel=None) for ch in waves[i]])  # [C, mels, T]
+                                    log_mel=None) for ch in wave])  # [C, mels, T]
         mel = torch.from_numpy(np.log(np.maximum(mel, 1e-5)).astype(np.float32)).permute(0, 2, 1)[None]
-        pipe.audio_scheduler = Held.from_config(pipe.scheduler.config)
-        image = Image.fromarray((starts[i] * 255).round().astype(np.uint8))
         with torch.inference_mode():
-            latents = pipe.audio_vae.encode(mel).latent_dist.mode()
+            return pipe.audio_vae.encode(mel).latent_dist.mode()
+
+    return pipe, encode
+
+
+def _plain(tiny_models, starts: np.ndarray, waves: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Plain diffusers' LTX2ConditionPipeline for seeds 11 and 12, start image i and waveform i (at the VAE's rate,
+    the length the controller cuts it to): each video's frames and waveform."""
+    from diffusers.pipelines.ltx2 import LTX2VideoCondition
+    from PIL import Image
+
+    pipe, encode = _held_pipe(tiny_models)
+    out = []
+    for i, seed in enumerate((11, 12)):
+        image = Image.fromarray((starts[i] * 255).round().astype(np.uint8))
+        latents = encode(waves[i])
+        with torch.inference_mode():
             result = pipe(conditions=[LTX2VideoCondition(frames=image, index=0, strength=1.0)], prompt=FOX,
                           negative_prompt="blurry", height=64, width=64, num_frames=9, frame_rate=25.0,
                           num_inference_steps=2, guidance_scale=3.0, output_type="np", audio_latents=latents,
@@ -191,6 +205,63 @@ def test_sequential_offload_is_refused_before_any_worker_naming_the_gemma_text_e
     with pytest.raises(ModelError, match=message):
         offload.resolve_offload(auto)
     assert api.make_spec(name, [str(tiny_models)], offload="model").offload == "model"
+
+
+@pytest.mark.workers
+def test_image_and_audio_to_video_in_two_stages_equals_plain_diffusers(tiny_models, tmp_path):
+    """The ia2v template's two stages with the sound kept: LTX2ConditionPipeline at half size (the start image as
+    its frame-0 condition, the held sound), LTX2LatentUpsamplePipeline, then the same pipeline at full size on
+    the stage-2 sigmas with stage 1's (still the input's) audio latents; frames and sound within 1e-4 of plain
+    diffusers run so, and the sound is the one-stage run's (the input's, decoded)."""
+    import json
+
+    from diffusers import FlowMatchEulerDiscreteScheduler
+    from diffusers.pipelines.ltx2 import (
+        LTX2LatentUpsamplePipeline,
+        LTX2LatentUpsamplerModel,
+        LTX2VideoCondition,
+    )
+    from PIL import Image
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from backend.families.ltx2 import two_stage
+    from backend.families.ltx2.tiny import upsampler
+
+    path = str(upsampler(tmp_path / "ltx-2.3-spatial-upscaler-x2-tiny.safetensors"))
+    sigmas, starts = two_stage.TEMPLATE_SIGMAS, (np.random.default_rng(5).integers(0, 256, (1, 128, 128, 3)) / 255
+                                                 ).astype(np.float32)
+    req = _request(width=128, height=128, upscale_model=path, upscale_sigmas=sigmas)
+    prepared = api.prepare_sample(_spec(tiny_models), req, starts, audio=_sound(0.36, batch=1))
+    out = api.run_sample_outputs(prepared)
+    assert out["images"].shape == (9, 128, 128, 3)
+
+    pipe, encode = _held_pipe(tiny_models)
+    with safe_open(path, "pt") as f:
+        model = LTX2LatentUpsamplerModel(**json.loads(f.metadata()["config"]))
+    model.load_state_dict(load_file(path))
+    up = LTX2LatentUpsamplePipeline(vae=pipe.vae, latent_upsampler=model.eval())
+    conditions = [LTX2VideoCondition(frames=Image.fromarray((starts[0] * 255).round().astype(np.uint8)), index=0,
+                                     strength=1.0)]
+    call = dict(OFF, prompt=FOX, negative_prompt="blurry", num_frames=9, frame_rate=25.0, guidance_scale=3.0,
+                audio_guidance_scale=3.0, conditions=conditions)
+    generator = [torch.Generator("cpu").manual_seed(11)]
+    with torch.inference_mode():
+        latents = encode(prepared.arrays["audio"][0])
+        first = pipe(height=64, width=64, num_inference_steps=2, output_type="latent", audio_latents=latents,
+                     generator=generator, **call)
+        video = up(latents=first.frames, height=64, width=64, num_frames=9, output_type="latent",
+                   return_dict=False)[0]
+        pipe.scheduler = FlowMatchEulerDiscreteScheduler.from_config(pipe.scheduler.config,
+                                                                     use_dynamic_shifting=False, shift_terminal=None)
+        plain = pipe(height=128, width=128, latents=video, audio_latents=first.audio, sigmas=list(sigmas),
+                     num_inference_steps=len(sigmas), noise_scale=sigmas[0], output_type="np", generator=generator,
+                     **call)
+    assert np.abs(out["images"] - plain.frames[0]).max() <= TOLERANCE
+    assert np.abs(out["audio"][0] - plain.audio[0].numpy()).max() <= TOLERANCE
+    one = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), _request(), starts[:, ::2, ::2],
+                                                    audio=_sound(0.36, batch=1)))
+    assert np.abs(out["audio"] - one["audio"]).max() <= TOLERANCE, "the input's sound, kept through both stages"
 
 
 def _wide_vocoder_model(tiny_models, folder):
