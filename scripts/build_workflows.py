@@ -523,6 +523,9 @@ def _minimax_h3(name: str) -> dict:
     inputs = {"t2v": "", "i2v": "**Load Image** (the first frame, `start_image`) and ",
               "r2v": "two **Load Image** → ComfyUI's **Batch Images** (`reference_images`: <Picture 1>, <Picture 2> "
                      "in batch order) and "}[kind]
+    audio = ("" if kind != "r2v" else "\n\nThe prompt's `<Audio 1>` is a reference sound (a voice, music), which the "
+             "template leaves unconnected; connect a **Load Audio** to Sample Video's `reference_audio` (up to 3 "
+             "sounds, cut to the video's 5 s).")
     note = f"""
 ## MiniMax H3 {what}, with sound
 
@@ -534,7 +537,7 @@ The values of ComfyUI's `{name}` template: Resolution Selector at 0.4 MP ({width
 17n + 5), 20 steps. The model is guidance-distilled (the template's Basic Guider: no CFG, one pass a step), so
 guidance and the negative prompt are unused; the template's res_multistep / simple schedule is MiniMax H3's own
 scheduler here. Its turbo LoRA (off in the template) goes through **Load LoRA (TPU)** with 8 steps (first /
-last frame) or 4 (references).
+last frame) or 4 (references).{audio}
 
 **Model**: a diffusers folder of MiniMax H3 (modular_model_index.json) in `models/diffusers/MiniMax-H3`; one
 folder serves all three templates (reference images load its `transformer_ref` the first time). ComfyUI's

@@ -357,3 +357,25 @@ def test_qwen_image_21_turbo_sigmas_equal_plain_diffusers_called_with_them(tiny_
                      generator=[torch.Generator("cpu").manual_seed(7)]).images
     assert np.abs(ours - np.asarray(plain)[..., :3]).max() <= TOLERANCE
     assert np.abs(ours - api.sample(spec, _request(guidance=1.0, steps=8))).max() > 1e-3, "its own 8 steps differ"
+
+
+KREA_SIGMAS = "1.0, 0.92, 0.8, 0.6, 0.3, 0"  # a ManualSigmas list (Krea 2's Turbo template runs KSampler's own)
+
+
+@pytest.mark.workers
+def test_krea_2_sigmas_equal_plain_diffusers_called_with_them(tiny_models):
+    """Sampling Options' sigmas reach Krea2Pipeline as `sigmas=`, the final 0 dropped, with CFG (guidance 2, two
+    passes): the pixels of plain diffusers called with the same sigmas, and not those of its own 5-step schedule."""
+    from backend.controller import sigmas
+
+    spec, pipe = _spec(tiny_models, "tiny-krea2"), load(tiny_models, "tiny-krea2")
+    manual, text = api.sampling_options(spec, sigmas=KREA_SIGMAS)
+    assert "sigmas: 5 steps on your schedule" in text
+    ours = api.sample(manual, _request(guidance=2.0, steps=20))
+    with torch.inference_mode():
+        plain = pipe(prompt=FOX, negative_prompt=NEG, guidance_scale=2.0, height=32, width=64,
+                     sigmas=list(sigmas.parse(KREA_SIGMAS)), output_type="np",
+                     generator=[torch.Generator("cpu").manual_seed(7)]).images
+    assert len(pipe.scheduler.sigmas) == 6, "5 steps and the final 0 (shifted as the scheduler config says)"
+    assert np.abs(ours - np.asarray(plain)[..., :3]).max() <= TOLERANCE
+    assert np.abs(ours - api.sample(spec, _request(guidance=2.0, steps=5))).max() > 1e-3, "its own 5 steps differ"

@@ -147,6 +147,15 @@ def image_references(family: Pipeline, pictures: list) -> list:
     return [wrap(picture) for picture in pictures]
 
 
+def audio_references(family: Pipeline, waves: Any) -> list:
+    """Waveforms [C, S] at the audio VAE's rate (the controller resampled them) as the blocks' reference sounds."""
+    if not len(waves):
+        return []
+    where, _, name = f"diffusers.modular_pipelines.{_declared(family).audio_reference}".rpartition(".")
+    wrap = getattr(importlib.import_module(where), name)
+    return [wrap(audio=torch.from_numpy(wave.copy())) for wave in waves]
+
+
 def call(pipe: Any, family: Pipeline, kwargs: dict) -> Any:
     """Runs the pipeline with the request's arguments; its outputs as a DiffusionPipeline's would read: `.images`
     (images), or `.frames` (a video's, [B, F, H, W, C]) and `.audio`. The guidance goes to a new guider of the
