@@ -14,6 +14,7 @@ with how it runs (what `PipelineSpec.family` gives).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable
@@ -54,6 +55,14 @@ def conversions(family_id: str) -> ModuleType | None:
         if e.name != module:
             raise
         return None
+
+
+@functools.cache
+def family_table(name: str) -> dict[str, Callable]:
+    """Every family's table `name` of its convert.py (torch; worker only), by loader layout: VAE_CONVERTERS
+    ("wan22-vae": Wan's), RENAMES (names diffusers' single-file converter misses), TOKENIZERS (made from a tensor
+    of the text encoder's file)."""
+    return {layout: fn for f in FAMILIES.values() for layout, fn in getattr(conversions(f.id), name, {}).items()}
 
 
 def module(family_id: str, name: str) -> ModuleType:
@@ -168,7 +177,7 @@ def text_encoders_needed() -> str:
         for f in FROM_FILES for c in f.configs)
 
 
-__all__ = ["CONFIGS", "FAMILIES", "FROM_FILES", "PIPELINES", "Configs", "config_dir", "conversions", "tiny_builders", "ControlNets", "Embeddings", "ModelFamily", "Modular", "Pipeline", "TextSlot", "conditioned_names", "family_of", "names",
+__all__ = ["CONFIGS", "FAMILIES", "FROM_FILES", "PIPELINES", "Configs", "config_dir", "conversions", "family_table", "tiny_builders", "ControlNets", "Embeddings", "ModelFamily", "Modular", "Pipeline", "TextSlot", "conditioned_names", "family_of", "names",
            "recognise", "single_file_names", "true_cfg_names", "text_encoders_needed", "pipeline_names", "family_names",
            "inpainting_names", "reference_names", "cfg_parallel_names", "context_parallel_names", "shard_tp_names",
            "controlnet_names", "step_cache_names"]

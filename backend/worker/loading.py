@@ -18,7 +18,6 @@ Runs inside a worker process.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import json
 import os
@@ -29,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..families import FAMILIES, conversions, text_encoders
+from ..families import FAMILIES, family_table, text_encoders
 from ..protocol import settings
 from ..protocol.spec import CONFIG_FILES, DENOISERS, FileComponent, FileSource, listed_components, read_json
 from ..protocol.units import format_bytes
@@ -74,13 +73,15 @@ class Component:
         return f"{self.name} ({self.cls.__name__}, {format_bytes(self.size_bytes)}{where})"
 
 
-def _weighted(index: dict) -> list[tuple[str, type]]:
-    """(name, torch module class) of the components of a model_index.json that hold weights, in its order."""
+def _weighted(index: dict, own: bool = False) -> list[tuple[str, type]]:
+    """(name, torch module class) of the components of a model_index.json that hold weights, in its order; with
+    `own`, a pipeline's own modules too (LTX-2's connectors and vocoder: library "ltx2", diffusers.pipelines.ltx2)."""
     import torch
 
     found = []
     for name, (library, class_name) in listed_components(index).items():
-        cls = getattr(importlib.import_module(library), class_name, None) if library in _WEIGHT_LIBRARIES else None
+        module = library if library in _WEIGHT_LIBRARIES else f"diffusers.pipelines.{library}" if own else None
+        cls = getattr(importlib.import_module(module), class_name, None) if module else None
         if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
             found.append((name, cls))  # tokenizers, schedulers, processors: diffusers loads those
     return found
@@ -150,7 +151,7 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
         root = _lay_out(source, Path(tmp))
         index = read_json(root / "model_index.json")
         checkpoint = source.component("checkpoint")
-        parts = [(name, cls, source.component(name)) for name, cls in _weighted(index)]
+        parts = [(name, cls, source.component(name)) for name, cls in _weighted(index, own=True)]
         ours = [(n, c, f) for n, c, f in parts if f is not None and not _left_to_checkpoint(f, checkpoint)]
         loaded: dict[str, Any] = {name: None for name in _absent(index)}
         total = len(ours) + (1 if checkpoint else 0)
@@ -219,6 +220,8 @@ def _lay_out(source: FileSource, root: Path) -> Path:
             _tekken_tokenizer(Path(part.path), configs / part.name, root / part.name)
         elif part.layout == "spiece":
             _spiece_tokenizer(Path(part.path), configs / part.name, root / part.name)
+        elif part.layout in family_table("TOKENIZERS"):  # a family's own (LTX-2's Gemma, from its spiece_model)
+            family_table("TOKENIZERS")[part.layout](Path(part.path), configs / part.name, root / part.name)
         elif _symlinked(part):
             name = "diffusion_pytorch_model.safetensors" if part.layout == "diffusers" else "model.safetensors"
             (root / part.name).mkdir(exist_ok=True)
@@ -313,16 +316,17 @@ def protobuf_field(message: bytes, number: int) -> bytes | None:
 
 
 def _state_dict(part: FileComponent, dtype: Any, cls: type | None = None) -> dict:
-    """The tensors of `part` (under its prefix, the prefix removed), ComfyUI's scaled fp8 and quantized layers
-    dequantized (comfy-kitchen's dequantize: what the parts that keep no quantized layer read); ComfyUI's names
-    as class `cls` names them where its layout says (RENAMED)."""
+    """The tensors of `part` (under its prefix, the prefix removed; under any of several "a|b" prefixes, the names
+    kept whole), ComfyUI's scaled fp8 and quantized layers dequantized (comfy-kitchen's dequantize: what the parts
+    that keep no quantized layer read); ComfyUI's names as class `cls` names them where its layout says (RENAMED)."""
     from safetensors import safe_open
 
     if part.quant == "comfy-quant":
         sd = quantized.dequantized(*quantized.state_dict(part.path, part.prefix, dtype))
     else:
+        prefixes, strip = tuple(part.prefix.split("|")), 0 if "|" in part.prefix else len(part.prefix)
         with safe_open(part.path, "pt") as f:
-            sd = {k[len(part.prefix):]: f.get_tensor(k) for k in f.keys() if k.startswith(part.prefix)}
+            sd = {k[strip:]: f.get_tensor(k) for k in f.keys() if k.startswith(prefixes)}
     if part.quant == "scaled-fp8":
         sd = dequantize_scaled_fp8(sd, dtype)
     return RENAMED[part.layout](sd, cls.__name__) if cls is not None and part.layout in RENAMED else sd
@@ -372,15 +376,15 @@ def _load_file_component(root: Path, name: str, cls: type, part: FileComponent, 
     if _symlinked(part):  # from_pretrained reads it through the folder (tensor parallel: each rank its slices)
         model = cls.from_pretrained(str(root), subfolder=name, use_safetensors=True, **file_args, **extra)
         return _finish_text_encoder(model, part)
-    if part.quant == "comfy-quant" and (part.layout in HF_LAYOUTS or part.layout not in vae_converters()):
+    if part.quant == "comfy-quant" and (part.layout in HF_LAYOUTS or part.layout not in family_table("VAE_CONVERTERS")):
         return _quantized_component(root, name, cls, part, dtype, extra)
     if part.layout in HF_LAYOUTS or part.layout in RENAMED:  # in a checkpoint, scaled fp8, ComfyUI's names
         config = cls.config_class.from_dict(read_json(root / name / "config.json"))
         model = cls.from_pretrained(None, config=config, state_dict=_state_dict(part, dtype, cls),
                                     use_safetensors=True, **file_args)
         return _finish_text_encoder(model, part)
-    if part.layout in vae_converters():
-        return _converted_vae(root, cls, part, dtype)
+    if part.layout in family_table("VAE_CONVERTERS"):
+        return _converted_vae(root, name, cls, part, dtype)
     if part.quant == "gguf":
         from diffusers import GGUFQuantizationConfig
 
@@ -392,6 +396,7 @@ def _load_file_component(root: Path, name: str, cls: type, part: FileComponent, 
         sd = invert_key_map(sd, part.key_map)
     elif part.layout == "sdxl":  # diffusers' UNet converter looks for the checkpoint prefix
         sd = {f"model.diffusion_model.{k}": v for k, v in sd.items()}
+    sd = family_table("RENAMES").get(part.layout, dict)(sd)  # names diffusers' converter misses (LTX-2.3's)
     model = cls.from_single_file(sd, config=str(root), subfolder=name, **file_args)
     return _shard_after_load(model, extra)
 
@@ -424,6 +429,7 @@ def _quantized_component(root: Path, name: str, cls: type, part: FileComponent, 
     else:
         if part.layout == "flux1-comfy-map":
             sd = invert_key_map(sd, part.key_map)
+        sd = family_table("RENAMES").get(part.layout, dict)(sd)
         with quantized.RowSplitMode():
             model = cls.from_single_file(sd, config=str(root), subfolder=name, dtype=dtype, local_files_only=True)
         model = _shard_after_load(model, extra)
@@ -454,25 +460,19 @@ def _has_key(part: FileComponent, key: str) -> bool:
         return part.prefix + key in set(f.keys())
 
 
-def _converted_vae(root: Path, cls: type, part: FileComponent, dtype: Any) -> Any:
-    """A VAE whose layout diffusers' single-file loader does not map (FLUX.2's, Qwen-Image's and Wan's): the
-    converter of the family that owns the layout (its convert.VAE_CONVERTERS), then a strict load."""
+def _converted_vae(root: Path, name: str, cls: type, part: FileComponent, dtype: Any) -> Any:
+    """A VAE (or LTX-2's connectors and vocoder) whose layout diffusers' single-file loader does not map (FLUX.2's,
+    Qwen-Image's and Wan's): the converter of the family that owns the layout (convert.VAE_CONVERTERS), then a
+    strict load."""
     import torch
 
     sd = {k: v.to(torch.float32) for k, v in _state_dict(part, torch.float32).items()}
-    config = cls.load_config(str(root), subfolder="vae")
-    converted = vae_converters()[part.layout](sd, config)
+    config = cls.load_config(str(root), subfolder=name)
+    converted = family_table("VAE_CONVERTERS")[part.layout](sd, config)
     with torch.device("meta"):
         model = cls.from_config(config)
     model.load_state_dict(converted, strict=True, assign=True)
     return model.to(dtype).eval()
-
-
-@functools.cache
-def vae_converters() -> dict[str, Callable[[dict, dict], dict]]:
-    """Every family's VAE converters by loader layout ("wan22-vae": Wan's convert.py)."""
-    return {layout: fn for f in FAMILIES.values() for layout, fn in
-            getattr(conversions(f.id), "VAE_CONVERTERS", {}).items()}
 
 
 def _shard_after_load(model: Any, extra: dict) -> Any:

@@ -134,6 +134,7 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
     if second:
         _add_denoiser(draft, second, f"{family.denoiser}_2")
     _add_vae(draft)
+    _add_family_parts(draft, chosen)
     for slot in configs.text_encoders:
         _add_text_encoder(draft, slot.component, slot.kind)
     _add_image_encoder(draft, chosen.get("clip_vision"))
@@ -345,6 +346,34 @@ def _add_vae(p: _Draft) -> None:
                                  _quant(vae_file.contents.header, vae.prefix), vae_file.contents.header.size))
 
 
+def _add_family_parts(p: _Draft, chosen: dict[str, _Chosen]) -> None:
+    """The components the family reads from its files beyond the denoiser, VAE and text encoders
+    (ModelFamily.file_parts: LTX-2's text connectors, audio VAE and vocoder), each from the first chosen file that
+    holds it (the main file first); one that no chosen file holds is refused, naming the file that has it."""
+    family = p.family
+    if family.file_parts is None:
+        return
+    shapes = {"denoiser": p.denoiser.shapes, **{kind: part.shapes for kind, (part, _) in p.texts.items()}}
+    found: dict[str, tuple[_Chosen, tuple[str, str, dict]]] = {}
+    for c in sorted(chosen.values(), key=lambda c: c is not p.main):
+        try:
+            held = family.file_parts(c.contents.header.logical, lambda n: read_json(p.folder / n / "config.json"), shapes)
+        except ValueError as e:
+            raise ModelError(f"{c.input}: '{c.path.name}' cannot be read: {e}.") from None
+        for name, part in held.items():
+            found.setdefault(name, (c, part))
+    missing = [n for n in family.file_parts_needed if n not in found]
+    if missing:
+        raise ModelError(f"{p.main.input}: {family.name} also needs its {', '.join(missing)}, which none of the "
+                         f"chosen files holds ('{p.main.path.name}' is its diffusion model alone). Choose "
+                         f"{family.file_parts_hint}.")
+    for name, (c, (prefix, layout, sizes)) in found.items():
+        p.override(name, sizes)
+        _unsupported_quant(c)
+        p.parts.append(FileComponent(name, str(c.path), layout, prefix, _quant(c.contents.header, prefix.split("|")[0]),
+                                     c.contents.header.size))
+
+
 def _add_image_encoder(p: _Draft, c: _Chosen | None) -> None:
     """The CLIP vision encoder (`image_encoder`, transformers' layout read as it is) and its image processor
     (the pack's settings at the encoder's image size) of a model that reads the start image through one."""
@@ -408,7 +437,8 @@ def _tokenizer(tok_name: str, kind: str, c: _Chosen) -> FileComponent:
         if tensor not in c.contents.header.shapes:
             raise ModelError(f"{c.input}: '{c.path.name}' carries no tokenizer (the '{tensor}' tensor that "
                              f"Comfy-Org's {short_name(kind)} files hold); use one of those files.")
-        return FileComponent(tok_name, str(c.path), text_encoders.FILE_TOKENIZERS[tensor])
+        layout = text_encoders.KINDS[kind].tokenizer_layout or text_encoders.FILE_TOKENIZERS[tensor]
+        return FileComponent(tok_name, str(c.path), layout)
     comfy = comfy_package_dir()
     if comfy is None:
         raise ModelError("ComfyUI's bundled tokenizers (its comfy package) were not found: files from "
