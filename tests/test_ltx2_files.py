@@ -84,6 +84,7 @@ def test_the_checkpoint_and_gemma_make_ltx2_with_the_sizes_of_their_tensors(file
 
 @pytest.mark.unit
 def test_a_checkpoint_without_its_audio_vae_and_a_wrong_text_encoder_are_refused_naming_the_fix(files, tmp_path):
+    """Each refused before any worker starts, naming the input, the file and the fix."""
     import torch
     from safetensors.torch import save_file
 
@@ -109,7 +110,31 @@ def test_a_checkpoint_without_its_audio_vae_and_a_wrong_text_encoder_are_refused
                            _roots(models))
     assert str(e.value) == ("text_encoder_1: 'qwen_3_4b.safetensors' is a Qwen3 text encoder, which LTX-2 does not "
                             "use; it needs Gemma 3 12B (gemma_3_12B_it*.safetensors).")
-    assert folder.is_dir()
+    # LTX-2.5's Gemma 4 (its text projection beside it, K and V shared in its global layers): named, not read
+    gemma = headers.read_header(folder / NAMES["gemma3"])
+    gemma4 = {k: torch.zeros(v) for k, v in gemma.shapes.items() if k.startswith("model.")}
+    gemma4["text_embedding_projection.video_aggregate_embed.weight"] = torch.zeros(16, 96)
+    save_file(gemma4, str(models / "text_encoders" / "gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors"))
+    with pytest.raises(ModelError) as e:
+        api.make_file_spec(assemble.FileChoice(checkpoint=NAMES["checkpoint"], text_encoders=(
+            "gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors",)), _roots(models))
+    assert str(e.value) == ("text_encoder_1: 'gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors' is a "
+                            "Gemma 4 text encoder, which LTX-2 does not use; it needs Gemma 3 12B "
+                            "(gemma_3_12B_it*.safetensors).")
+    # a vocoder with bandwidth extension (LTX-2.3's published one may be): refused saying so
+    from safetensors import safe_open
+
+    with safe_open(str(folder.parent / "checkpoints" / NAMES["checkpoint"]), "pt") as f:
+        bwe = {k: f.get_tensor(k) for k in f.keys()}
+    bwe.update({k.replace("vocoder.", "vocoder.bwe_generator.", 1): v.clone() for k, v in bwe.items()
+                if k.startswith("vocoder.")})
+    save_file(bwe, str(models / "checkpoints" / "ltx-2.3-bwe.safetensors"))
+    with pytest.raises(ModelError) as e:
+        api.make_file_spec(assemble.FileChoice(checkpoint="ltx-2.3-bwe.safetensors", text_encoders=(NAMES["gemma3"],)),
+                           _roots(models))
+    assert str(e.value) == ("checkpoint: 'ltx-2.3-bwe.safetensors' cannot be read: its vocoder has LTX-2.3's "
+                            "bandwidth extension (bwe_generator.*: diffusers' LTX2VocoderWithBWE), whose layout "
+                            "ComfyUI-TPU does not read from files yet.")
 
 
 def _videos(spec: api.PipelineSpec, starts: np.ndarray | None) -> dict:

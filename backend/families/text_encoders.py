@@ -42,6 +42,9 @@ KINDS = {k.id: k for k in (
                     "spiece_model"),
     # LTX-2.3's: a SentencePiece BPE model in the file too, read as Gemma's (families/ltx2/convert.py)
     TextEncoderKind("gemma3", "Gemma 3 12B (gemma_3_12B_it*.safetensors)", "", "spiece_model", "gemma-spiece"),
+    # LTX-2.5's (gemma4-12b-with-proj-ltx-2.5-*: its text projection beside it): recognised, read by no family yet
+    TextEncoderKind("gemma4", "Gemma 4 (LTX-2.5's gemma4-12b-with-proj-*, not read from files yet: load LTX-2.5 "
+                              "from its diffusers folder)", ""),
 )}
 
 # the tensors of text-encoder files that hold their tokenizer -> how the worker reads it (loader layout)
@@ -74,13 +77,20 @@ def recognise(s: Shapes) -> str | None:
         return "t5"
     if "model.layers.0.self_attn.q_proj.weight" in s and "model.embed_tokens.weight" in s:
         if "model.layers.0.pre_feedforward_layernorm.weight" in s:  # Gemma's norms around each MLP
-            return "gemma3"
+            return "gemma4" if _gemma4(s) else "gemma3"
         if "model.layers.0.self_attn.q_norm.weight" in s:
             return "qwen3vl" if QWEN3VL_VISION in s else "qwen3"
         if "model.layers.0.self_attn.q_proj.bias" in s:
             return "qwen25vl" if any(k.startswith("visual.") for k in s) else "qwen25"
         return "mistral"
     return None
+
+
+def _gemma4(s: Shapes) -> bool:
+    """Gemma 4 rather than Gemma 3: its global layers share K and V (no v_proj), or the file carries LTX-2.5's
+    text projection beside it (`…-with-proj-…`)."""
+    return any(k.startswith("text_embedding_projection.") for k in s) or any(
+        f"model.layers.{i}.self_attn.v_proj.weight" not in s for i in range(count(s, "model.layers.")))
 
 
 def width(s: Shapes) -> int:
