@@ -106,7 +106,10 @@ FILES = {
     # vocoder; fp8 as published), its Gemma 3 text encoder (the tokenizer inside), and the checkpoint without its
     # audio VAE (refused)
     "ltx2": {"checkpoint": "ltx-2.3-22b-dev-fp8.safetensors", "gemma3": "gemma_3_12B_it-tiny.safetensors",
-             "no_audio_vae": "ltx-2.3-tiny-no-audio-vae.safetensors"},
+             "no_audio_vae": "ltx-2.3-tiny-no-audio-vae.safetensors",
+             # as its templates name it: ComfyUI's fp4 mixed (nvfp4 + fp8), beside it dequantized by comfy-kitchen
+             "gemma3_fp4_mixed": "gemma_3_12B_it_fp4_mixed.safetensors",
+             "gemma3_fp4_mixed_dequantized": "gemma_3_12B_it_fp4_mixed-dequantized.safetensors"},
 }
 
 
@@ -1434,6 +1437,14 @@ def _ltx2(tiny: Path, comfyui_dir: str, out: Path) -> None:
     gemma_sd = {f"model.{k}": v for k, v in gemma.model.state_dict().items()}
     gemma_sd["spiece_model"] = torch.frombuffer(bytearray(spm.getvalue()), dtype=torch.uint8)
     gemma_file = _save(gemma_sd, models / "text_encoders" / names["gemma3"])
+    # fp4 mixed as _zimage_quant writes Qwen3's: the MLP in nvfp4, attention in fp8, the embedding in int8, layer 0 left
+    plan = {k[: -len(".weight")]: ("nvfp4" if ".mlp." in k and fits("nvfp4", v.shape) else "fp8")
+            for k, v in gemma_sd.items() if k.endswith("_proj.weight") and not k.startswith("model.layers.0.")}
+    plan["model.embed_tokens"] = "int8_rowwise"
+    quant, meta, deq = quantize_comfy({k: v.to(torch.bfloat16) if v.is_floating_point() else v
+                                       for k, v in gemma_sd.items()}, plan, markers="metadata")
+    _save(quant, models / "text_encoders" / names["gemma3_fp4_mixed"], meta)
+    _save(deq, models / "text_encoders" / names["gemma3_fp4_mixed_dequantized"])
     folder = out / "tokenizers" / "ltx2-gemma"
     gemma_tokenizer(gemma_file, _config_dir("ltx-2.3") / "tokenizer", folder)
     pipe.tokenizer, pipe.text_encoder = GemmaTokenizer.from_pretrained(str(folder)), gemma

@@ -161,3 +161,18 @@ def test_frames_and_sound_from_the_files_equal_the_diffusers_folder(files, mode)
     assert np.abs(mine["audio"] - theirs["audio"]).max() <= TOLERANCE
     assert np.abs(mine["audio"]).max() > 0 and not np.array_equal(mine["images"][:9], mine["images"][9:])
     assert int(mine["audio_rate"][0]) == int(theirs["audio_rate"][0]) == 8000
+
+
+@pytest.mark.workers
+def test_the_templates_gemma_in_fp4_mixed_gives_the_videos_of_it_dequantized_by_comfy_kitchen(files):
+    """gemma_3_12B_it_fp4_mixed (as the templates name it: nvfp4 MLP, fp8 attention, int8 embedding, ComfyUI's
+    markers in the metadata), kept quantized in the worker, against the same file dequantized by comfy-kitchen;
+    its tokenizer from the quantized file too."""
+    quant = _spec(files, checkpoint=NAMES["checkpoint"], text_encoders=(NAMES["gemma3_fp4_mixed"],))
+    text_encoder = quant.source.component("text_encoder")
+    assert (text_encoder.quant, quant.source.component("tokenizer").layout) == ("comfy-quant", "gemma-spiece")
+    deq = _spec(files, checkpoint=NAMES["checkpoint"], text_encoders=(NAMES["gemma3_fp4_mixed_dequantized"],))
+    mine, theirs = _videos(quant, None), _videos(deq, None)
+    assert mine["images"].shape == (18, 64, 64, 3) and mine["images"].std() > 0
+    assert np.abs(mine["images"] - theirs["images"]).max() <= TOLERANCE
+    assert np.abs(mine["audio"] - theirs["audio"]).max() <= TOLERANCE

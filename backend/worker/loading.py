@@ -422,6 +422,7 @@ def _quantized_component(root: Path, name: str, cls: type, part: FileComponent, 
         elif base != "." and not set(sd) & set(model.state_dict()):  # ComfyUI's files keep the "model." prefix
             sd = {k[len(base):] if k.startswith(base) else k: v for k, v in sd.items()}
         model.load_state_dict(sd, strict=False, assign=True)
+        model.tie_weights()  # an output head tied to the embedding (Gemma's: ComfyUI's files hold no lm_head)
         missing = [k for k, t in model.state_dict().items() if t.is_meta]
         if missing:
             raise ValueError(f"the file lacks {len(missing)} tensors of {cls.__name__} (first: '{missing[0]}')")
@@ -461,9 +462,8 @@ def _has_key(part: FileComponent, key: str) -> bool:
 
 
 def _converted_vae(root: Path, name: str, cls: type, part: FileComponent, dtype: Any) -> Any:
-    """A VAE (or LTX-2's connectors and vocoder) whose layout diffusers' single-file loader does not map (FLUX.2's,
-    Qwen-Image's and Wan's): the converter of the family that owns the layout (convert.VAE_CONVERTERS), then a
-    strict load."""
+    """A VAE (LTX-2's connectors, vocoder) whose layout diffusers' single-file loader does not map: the converter
+    of the family that owns the layout (convert.VAE_CONVERTERS: FLUX.2's, Qwen-Image's, Wan's), then a strict load."""
     import torch
 
     sd = {k: v.to(torch.float32) for k, v in _state_dict(part, torch.float32).items()}
