@@ -107,6 +107,8 @@ FILES = {
     # audio VAE (refused)
     "ltx2": {"checkpoint": "ltx-2.3-22b-dev-fp8.safetensors", "gemma3": "gemma_3_12B_it-tiny.safetensors",
              "no_audio_vae": "ltx-2.3-tiny-no-audio-vae.safetensors",
+             # with LTX-2.3's vocoder with bandwidth extension (ComfyUI's VocoderWithBWE), beside ref-ltx2-bwe
+             "bwe": "ltx-2.3-tiny-bwe.safetensors",
              # as its templates name it: ComfyUI's fp4 mixed (nvfp4 + fp8), beside it dequantized by comfy-kitchen
              "gemma3_fp4_mixed": "gemma_3_12B_it_fp4_mixed.safetensors",
              "gemma3_fp4_mixed_dequantized": "gemma_3_12B_it_fp4_mixed-dequantized.safetensors"},
@@ -1479,6 +1481,33 @@ def _ltx2(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(_fp8(checkpoint, torch.float8_e4m3fn), models / "checkpoints" / names["checkpoint"])
     _save(_fp8({k: v for k, v in checkpoint.items() if not k.startswith("audio_vae.")}, torch.float8_e4m3fn),
           models / "checkpoints" / names["no_audio_vae"])
+    pipe.vocoder = bwe = _fp8_rounded(_ltx2_bwe())
+    pipe.save_pretrained(str(out / "diffusers" / "ref-ltx2-bwe"), safe_serialization=True)
+    native = _ltx2_native(_sd(bwe), top=(), inner=(
+        ("conv_in.", "conv_pre."), ("conv_out.", "conv_post."), ("upsamplers.", "ups."), ("resnets.", "resblocks."),
+        ("act_out.", "act_post."), (".downsample.filter", ".downsample.lowpass.filter")))
+    assert set(vocoder(native, {})) == set(_sd(bwe))
+    checkpoint = {**{k: v for k, v in checkpoint.items() if not k.startswith("vocoder.")},
+                  **{f"vocoder.{k}": v for k, v in native.items()}}
+    _save(_fp8(checkpoint, torch.float8_e4m3fn), models / "checkpoints" / names["bwe"])
+
+
+def _ltx2_bwe():
+    """A tiny LTX2VocoderWithBWE for tiny-ltx2's audio VAE (2 channels of 16 mel bins, 100 mel frames a second):
+    diffusers' defaults (LTX-2.3's) where no tensor holds them (its mel hop, 80; the rates follow: a first stage of
+    160x to 16 kHz, an extension of 240x per hop to 48 kHz), strides half the kernels (the pack's rule for kernels
+    other than the published ones)."""
+    from diffusers.pipelines.ltx2 import LTX2VocoderWithBWE
+
+    from backend.families.ltx2.files import BWE
+
+    return _seeded(61, lambda: LTX2VocoderWithBWE(**{
+        **BWE, "in_channels": 32, "hidden_channels": 16, "out_channels": 2, "upsample_kernel_sizes": [20, 32],
+        "upsample_factors": [10, 16], "resnet_kernel_sizes": [3], "resnet_dilations": [[1, 3, 5]],
+        "final_bias": False, "bwe_in_channels": 32, "bwe_hidden_channels": 16, "bwe_out_channels": 2,
+        "bwe_upsample_kernel_sizes": [24, 40], "bwe_upsample_factors": [12, 20], "bwe_resnet_kernel_sizes": [3],
+        "bwe_resnet_dilations": [[1, 3, 5]], "bwe_final_bias": False, "filter_length": 64, "window_length": 64,
+        "num_mel_channels": 16}))
 
 
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,

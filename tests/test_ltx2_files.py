@@ -121,20 +121,6 @@ def test_a_checkpoint_without_its_audio_vae_and_a_wrong_text_encoder_are_refused
     assert str(e.value) == ("text_encoder_1: 'gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors' is a "
                             "Gemma 4 text encoder, which LTX-2 does not use; it needs Gemma 3 12B "
                             "(gemma_3_12B_it*.safetensors).")
-    # a vocoder with bandwidth extension (LTX-2.3's published one may be): refused saying so
-    from safetensors import safe_open
-
-    with safe_open(str(folder.parent / "checkpoints" / NAMES["checkpoint"]), "pt") as f:
-        bwe = {k: f.get_tensor(k) for k in f.keys()}
-    bwe.update({k.replace("vocoder.", "vocoder.bwe_generator.", 1): v.clone() for k, v in bwe.items()
-                if k.startswith("vocoder.")})
-    save_file(bwe, str(models / "checkpoints" / "ltx-2.3-bwe.safetensors"))
-    with pytest.raises(ModelError) as e:
-        api.make_file_spec(assemble.FileChoice(checkpoint="ltx-2.3-bwe.safetensors", text_encoders=(NAMES["gemma3"],)),
-                           _roots(models))
-    assert str(e.value) == ("checkpoint: 'ltx-2.3-bwe.safetensors' cannot be read: its vocoder has LTX-2.3's "
-                            "bandwidth extension (bwe_generator.*: diffusers' LTX2VocoderWithBWE), whose layout "
-                            "ComfyUI-TPU does not read from files yet.")
 
 
 def _videos(spec: api.PipelineSpec, starts: np.ndarray | None) -> dict:
@@ -161,6 +147,22 @@ def test_frames_and_sound_from_the_files_equal_the_diffusers_folder(files, mode)
     assert np.abs(mine["audio"] - theirs["audio"]).max() <= TOLERANCE
     assert np.abs(mine["audio"]).max() > 0 and not np.array_equal(mine["images"][:9], mine["images"][9:])
     assert int(mine["audio_rate"][0]) == int(theirs["audio_rate"][0]) == 8000
+
+
+@pytest.mark.workers
+def test_a_vocoder_with_bandwidth_extension_loads_and_gives_the_folders_sound(files):
+    """LTX-2.3's vocoder with bandwidth extension (ComfyUI's VocoderWithBWE: a HiFi-GAN, a second one over its mel
+    transform, anti-aliased snake activations) read as diffusers' LTX2VocoderWithBWE, its sizes from the tensors:
+    frames and 48 kHz sound equal the same model as a diffusers folder."""
+    spec = api.make_file_spec(assemble.FileChoice(checkpoint=NAMES["bwe"], text_encoders=(NAMES["gemma3"],)),
+                              _roots(files / "models"), "float32")
+    assert spec.model_index()["vocoder"][1] == "LTX2VocoderWithBWE"
+    mine = _videos(spec, None)
+    theirs = _videos(api.make_spec("ref-ltx2-bwe", [str(files / "diffusers")], "float32"), None)
+    assert np.abs(mine["images"] - theirs["images"]).max() <= TOLERANCE
+    assert mine["audio"].shape == theirs["audio"].shape and np.abs(mine["audio"]).max() > 0
+    assert np.abs(mine["audio"] - theirs["audio"]).max() <= TOLERANCE
+    assert int(mine["audio_rate"][0]) == int(theirs["audio_rate"][0]) == 48000
 
 
 @pytest.mark.workers

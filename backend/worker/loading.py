@@ -74,8 +74,7 @@ class Component:
 
 
 def _weighted(index: dict, own: bool = False) -> list[tuple[str, type]]:
-    """(name, torch module class) of the components of a model_index.json that hold weights, in its order; with
-    `own`, a pipeline's own modules too (LTX-2's connectors and vocoder: library "ltx2", diffusers.pipelines.ltx2)."""
+    """(name, torch module class) of a model_index's weighted components in order; `own`: LTX-2's "ltx2" ones too."""
     import torch
 
     found = []
@@ -462,8 +461,7 @@ def _has_key(part: FileComponent, key: str) -> bool:
 
 
 def _converted_vae(root: Path, name: str, cls: type, part: FileComponent, dtype: Any) -> Any:
-    """A VAE (LTX-2's connectors, vocoder) whose layout diffusers' single-file loader does not map: the converter
-    of the family that owns the layout (convert.VAE_CONVERTERS: FLUX.2's, Qwen-Image's, Wan's), then a strict load."""
+    """A VAE, LTX-2's connectors or vocoder: its family's converter (convert.VAE_CONVERTERS), a strict load."""
     import torch
 
     sd = {k: v.to(torch.float32) for k, v in _state_dict(part, torch.float32).items()}
@@ -472,6 +470,8 @@ def _converted_vae(root: Path, name: str, cls: type, part: FileComponent, dtype:
     with torch.device("meta"):
         model = cls.from_config(config)
     model.load_state_dict(converted, strict=True, assign=True)
+    if any(b.is_meta for b in model.buffers()):  # buffers it computes and does not save (a BWE vocoder's resampler)
+        (model := cls.from_config(config)).load_state_dict(converted, strict=True)
     return model.to(dtype).eval()
 
 

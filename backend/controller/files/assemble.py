@@ -350,28 +350,28 @@ def _add_family_parts(p: _Draft, chosen: dict[str, _Chosen]) -> None:
     """The components the family reads from its files beyond the denoiser, VAE and text encoders
     (ModelFamily.file_parts: LTX-2's text connectors, audio VAE and vocoder), each from the first chosen file that
     holds it (the main file first); one that no chosen file holds is refused, naming the file that has it."""
-    family = p.family
-    if family.file_parts is None:
+    if (family := p.family).file_parts is None:
         return
     shapes = {"denoiser": p.denoiser.shapes, **{kind: part.shapes for kind, (part, _) in p.texts.items()}}
     found: dict[str, tuple[_Chosen, tuple[str, str, dict]]] = {}
     for c in sorted(chosen.values(), key=lambda c: c is not p.main):
         try:
-            held = family.file_parts(c.contents.header.logical, lambda n: read_json(p.folder / n / "config.json"), shapes)
+            for name, part in family.file_parts(c.contents.header.logical, lambda n: read_json(
+                    p.folder / n / "config.json"), shapes).items():
+                found.setdefault(name, (c, part))
         except ValueError as e:
             raise ModelError(f"{c.input}: '{c.path.name}' cannot be read: {e}.") from None
-        for name, part in held.items():
-            found.setdefault(name, (c, part))
     missing = [n for n in family.file_parts_needed if n not in found]
     if missing:
         raise ModelError(f"{p.main.input}: {family.name} also needs its {', '.join(missing)}, which none of the "
                          f"chosen files holds ('{p.main.path.name}' is its diffusion model alone). Choose "
                          f"{family.file_parts_hint}.")
-    for name, (c, (prefix, layout, sizes)) in found.items():
-        p.override(name, sizes)
+    for name, (c, (prefix, layout, sizes)) in found.items():  # a "_class_name" among the sizes: another class
+        p.override(name, {k: v for k, v in sizes.items() if k != "_class_name"})
+        if "_class_name" in sizes:
+            p.override("", {name: [p.index()[name][0], sizes["_class_name"]]})
         _unsupported_quant(c)
-        p.parts.append(FileComponent(name, str(c.path), layout, prefix, _quant(c.contents.header, prefix.split("|")[0]),
-                                     c.contents.header.size))
+        p.parts.append(FileComponent(name, str(c.path), layout, prefix, _quant(c.contents.header, prefix.split("|")[0]), c.contents.header.size))
 
 
 def _add_image_encoder(p: _Draft, c: _Chosen | None) -> None:

@@ -22,7 +22,8 @@ with its text connectors, the video VAE, the audio VAE and the vocoder) with Com
 (gemma_3_12B_it*.safetensors in models/text_encoders, its tokenizer inside) load: diffusers' single-file converters
 read the DiT (LTX-2.3's prompt AdaLN renamed first: 0.42.1's converter misses it) and both VAEs, the family's own
 renaming (convert.py) the connectors and the vocoder, which diffusers has no converter for; sizes from the tensors
-(files.py, vaes.py). LTX-2.5's split files and the vocoder with bandwidth extension are not read yet.
+(files.py, vaes.py); LTX-2.3's vocoder with bandwidth extension as diffusers' LTX2VocoderWithBWE. LTX-2.5's split
+files are not read yet (its Gemma 4 is refused by name).
 """
 
 from __future__ import annotations

@@ -47,7 +47,10 @@ _CONNECTORS = (("model.diffusion_model.video_embeddings_connector.", "video_conn
                ("text_embedding_projection.aggregate_embed.", "text_proj_in."),
                (".transformer_1d_blocks.", ".transformer_blocks."), (".q_norm.", ".norm_q."), (".k_norm.", ".norm_k."))
 # ... and of the vocoder (HiFi-GAN's names, ComfyUI's Vocoder) -> diffusers' LTX2Vocoder's, as that script renames
-_VOCODER = (("conv_pre.", "conv_in."), ("conv_post.", "conv_out."), ("ups.", "upsamplers."), ("resblocks.", "resnets."))
+# them, and of LTX-2.3's with bandwidth extension (ComfyUI's VocoderWithBWE: `vocoder.`, `bwe_generator.`, `mel_stft.`
+# as diffusers' LTX2VocoderWithBWE names them; its anti-aliased activations: `act_post`, `downsample.lowpass`)
+_VOCODER = (("conv_pre.", "conv_in."), ("conv_post.", "conv_out."), ("ups.", "upsamplers."), ("resblocks.", "resnets."),
+            ("act_post.", "act_out."), (".downsample.lowpass.", ".downsample."))
 
 
 def _renamed(sd: dict, pairs: tuple[tuple[str, str], ...]) -> dict:
@@ -75,7 +78,8 @@ def connectors(sd: dict, config: dict) -> dict:
 
 
 def vocoder(sd: dict, config: dict) -> dict:
-    """LTX-2's vocoder (ComfyUI's Vocoder: HiFi-GAN's names) in LTX2Vocoder's names."""
+    """LTX-2's vocoder (ComfyUI's Vocoder: HiFi-GAN's names; VocoderWithBWE: two of them and the mel transform)
+    in LTX2Vocoder's (LTX2VocoderWithBWE's) names."""
     return _renamed(sd, _VOCODER)
 
 

@@ -22,8 +22,6 @@ _VIDEO = "model.diffusion_model.video_embeddings_connector."
 _AUDIO = "model.diffusion_model.audio_embeddings_connector."
 _PROJECTION = "text_embedding_projection."
 PARTS = ("connectors", "audio_vae", "vocoder")  # what the pipeline needs beyond the DiT, the VAE and Gemma
-BWE = ("its vocoder has LTX-2.3's bandwidth extension (bwe_generator.*: diffusers' LTX2VocoderWithBWE), whose "
-       "layout ComfyUI-TPU does not read from files yet")
 
 
 def _heads(s: Shapes, attention: str, width: int, published_head: int) -> int:
@@ -103,22 +101,50 @@ def _audio_vae(s: Shapes, published: dict, dit: Shapes) -> dict:
                 mel_bins=dit["audio_patchify_proj.weight"][1] // latent * 2 ** (levels - 1))
 
 
-def _vocoder(s: Shapes, published: dict, audio: dict) -> dict:
-    """LTX2Vocoder's sizes (HiFi-GAN). Its strides are in no tensor: the published ones where the kernels are the
-    published kernels, else half of each kernel (HiFi-GAN's rule); its rate follows from them and the audio VAE's."""
-    if any(k.startswith("bwe_generator.") for k in s):
-        raise ValueError(BWE)
+# diffusers 0.42.1's LTX2VocoderWithBWE defaults (LTX-2.3's published vocoder with bandwidth extension): what its
+# tensors do not say (strides where the kernels are the published ones, the mel hop, the rates, activations)
+BWE = dict(upsample_kernel_sizes=[11, 4, 4, 4, 4, 4], upsample_factors=[5, 2, 2, 2, 2, 2],
+           resnet_dilations=[[1, 3, 5]] * 3, act_fn="snakebeta", antialias=True, antialias_ratio=2, final_act_fn=None,
+           bwe_upsample_kernel_sizes=[12, 11, 4, 4, 4], bwe_upsample_factors=[6, 5, 2, 2, 2],
+           bwe_resnet_dilations=[[1, 3, 5]] * 3, bwe_act_fn="snakebeta", bwe_antialias=True, bwe_antialias_ratio=2,
+           bwe_final_act_fn=None, hop_length=80, input_sampling_rate=16000, output_sampling_rate=48000)
+
+
+def _stage(s: Shapes, published: dict, pre: str = "") -> dict:
+    """One HiFi-GAN stage's sizes (a vocoder, or the bandwidth extension's generator: `pre` "bwe_"). Its strides are
+    in no tensor: the published ones where the kernels are the published kernels, else half of each kernel
+    (HiFi-GAN's rule)."""
     ups = count(s, "ups.")
     kernels = [s[f"ups.{i}.weight"][2] for i in range(ups)]
-    factors = published["upsample_factors"] if kernels == published["upsample_kernel_sizes"] else [k // 2 for k in kernels]
+    factors = published[pre + "upsample_factors"] if kernels == published[pre + "upsample_kernel_sizes"] \
+        else [k // 2 for k in kernels]
     per = count(s, "resblocks.") // ups
-    dilations = published["resnet_dilations"]
-    return dict(in_channels=s["conv_pre.weight"][1], hidden_channels=s["conv_pre.weight"][0],
-                out_channels=s["conv_post.weight"][0], upsample_kernel_sizes=kernels, upsample_factors=factors,
-                resnet_kernel_sizes=[s[f"resblocks.{j}.convs1.0.weight"][2] for j in range(per)],
-                resnet_dilations=dilations if len(dilations) == per else [dilations[0]] * per,
-                final_bias="conv_post.bias" in s,
-                output_sampling_rate=audio["sample_rate"] * math.prod(factors) // audio["mel_hop_length"])
+    dilations = published[pre + "resnet_dilations"]
+    act = "resblocks.0.acts1.0."
+    out = dict(in_channels=s["conv_pre.weight"][1], hidden_channels=s["conv_pre.weight"][0],
+               out_channels=s["conv_post.weight"][0], upsample_kernel_sizes=kernels, upsample_factors=factors,
+               resnet_kernel_sizes=[s[f"resblocks.{j}.convs1.0.weight"][2] for j in range(per)],
+               resnet_dilations=dilations if len(dilations) == per else [dilations[0]] * per,
+               final_bias="conv_post.bias" in s, antialias=act + "upsample.filter" in s,
+               act_fn="snakebeta" if act + "act.beta" in s else "snake" if act + "act.alpha" in s else "leaky_relu")
+    if out["antialias"]:
+        out["antialias_kernel_size"] = s[act + "upsample.filter"][2]
+    return {pre + k: v for k, v in out.items()}
+
+
+def _vocoder(s: Shapes, published: dict, audio: dict) -> dict:
+    """LTX2Vocoder's sizes, or LTX2VocoderWithBWE's (a `bwe_generator`: LTX-2.3's bandwidth extension, with its
+    `_class_name`); the rates follow from the strides and the audio VAE's mel hop."""
+    if not any(k.startswith("bwe_generator.") for k in s):
+        out = _stage(s, published)
+        return {**out, "output_sampling_rate": audio["sample_rate"] * math.prod(out["upsample_factors"])
+                // audio["mel_hop_length"]}
+    first, extension = _stage(_under(s, "vocoder."), BWE), _stage(_under(s, "bwe_generator."), BWE, "bwe_")
+    rate = audio["sample_rate"] * math.prod(first["upsample_factors"]) // audio["mel_hop_length"]
+    basis = s["mel_stft.stft_fn.forward_basis"][2]
+    return {"_class_name": "LTX2VocoderWithBWE", **BWE, **first, **extension, "filter_length": basis,
+            "window_length": basis, "num_mel_channels": s["mel_stft.mel_basis"][0], "input_sampling_rate": rate,
+            "output_sampling_rate": rate * math.prod(extension["bwe_upsample_factors"]) // BWE["hop_length"]}
 
 
 def parts(s: Shapes, published: Callable[[str], dict], chosen: Mapping[str, Shapes]) -> dict[str, tuple[str, str, dict]]:
