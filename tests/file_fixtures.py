@@ -109,6 +109,10 @@ FILES = {
              "no_audio_vae": "ltx-2.3-tiny-no-audio-vae.safetensors",
              # with LTX-2.3's vocoder with bandwidth extension (ComfyUI's VocoderWithBWE), beside ref-ltx2-bwe
              "bwe": "ltx-2.3-tiny-bwe.safetensors",
+             # the DiT's and the connectors' blocks in ComfyUI's fp8 (comfy-kitchen, markers in the metadata), beside
+             # the same checkpoint dequantized by comfy-kitchen
+             "fp8_quant": "ltx-2.3-tiny-fp8-comfy-quant.safetensors",
+             "fp8_quant_dequantized": "ltx-2.3-tiny-fp8-comfy-quant-dequantized.safetensors",
              # as its templates name it: ComfyUI's fp4 mixed (nvfp4 + fp8), beside it dequantized by comfy-kitchen
              "gemma3_fp4_mixed": "gemma_3_12B_it_fp4_mixed.safetensors",
              "gemma3_fp4_mixed_dequantized": "gemma_3_12B_it_fp4_mixed-dequantized.safetensors"},
@@ -1481,6 +1485,11 @@ def _ltx2(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(_fp8(checkpoint, torch.float8_e4m3fn), models / "checkpoints" / names["checkpoint"])
     _save(_fp8({k: v for k, v in checkpoint.items() if not k.startswith("audio_vae.")}, torch.float8_e4m3fn),
           models / "checkpoints" / names["no_audio_vae"])
+    plan = {k[: -len(".weight")]: "fp8" for k, v in checkpoint.items() if v.ndim == 2 and k.endswith(".weight") and (
+        ".transformer_blocks." in k or ".transformer_1d_blocks." in k)}
+    quant, meta, deq = quantize_comfy(checkpoint, plan, markers="metadata")
+    _save(quant, models / "checkpoints" / names["fp8_quant"], meta)
+    _save(deq, models / "checkpoints" / names["fp8_quant_dequantized"])
     pipe.vocoder = bwe = _fp8_rounded(_ltx2_bwe())
     pipe.save_pretrained(str(out / "diffusers" / "ref-ltx2-bwe"), safe_serialization=True)
     native = _ltx2_native(_sd(bwe), top=(), inner=(

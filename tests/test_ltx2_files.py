@@ -166,6 +166,21 @@ def test_a_vocoder_with_bandwidth_extension_loads_and_gives_the_folders_sound(fi
 
 
 @pytest.mark.workers
+def test_a_checkpoint_in_comfyuis_fp8_layers_gives_the_videos_of_it_dequantized_by_comfy_kitchen(files):
+    """The DiT's and the text connectors' blocks in ComfyUI's quantized fp8 (comfy-kitchen, the markers in the
+    metadata): the DiT kept quantized, the connectors (read under both their prefixes) dequantized at load;
+    frames and sound equal the same checkpoint dequantized by comfy-kitchen."""
+    quant = _spec(files, checkpoint=NAMES["fp8_quant"], text_encoders=(NAMES["gemma3"],))
+    assert {c.name: c.quant for c in quant.source.components if c.name in ("transformer", "connectors", "vae")} == {
+        "transformer": "comfy-quant", "connectors": "comfy-quant", "vae": ""}
+    deq = _spec(files, checkpoint=NAMES["fp8_quant_dequantized"], text_encoders=(NAMES["gemma3"],))
+    mine, theirs = _videos(quant, None), _videos(deq, None)
+    assert mine["images"].shape == (18, 64, 64, 3) and mine["images"].std() > 0
+    assert np.abs(mine["images"] - theirs["images"]).max() <= TOLERANCE
+    assert np.abs(mine["audio"] - theirs["audio"]).max() <= TOLERANCE
+
+
+@pytest.mark.workers
 def test_the_templates_gemma_in_fp4_mixed_gives_the_videos_of_it_dequantized_by_comfy_kitchen(files):
     """gemma_3_12B_it_fp4_mixed (as the templates name it: nvfp4 MLP, fp8 attention, int8 embedding, ComfyUI's
     markers in the metadata), kept quantized in the worker, against the same file dequantized by comfy-kitchen;

@@ -44,16 +44,18 @@ def _qt_type() -> type:
 
 
 def state_dict(path: str, prefix: str, dtype: torch.dtype) -> tuple[dict, dict]:
-    """The tensors under `prefix` (removed), each quantized layer one QuantizedTensor computing in `dtype`, and
-    {layer: {"pre_quant_scale": t}} of the layers that smooth their input."""
+    """The tensors under `prefix` (removed; under any of several "a|b" prefixes, the names kept whole), each
+    quantized layer one QuantizedTensor computing in `dtype`, and {layer: {"pre_quant_scale": t}} of the layers that
+    smooth their input."""
     from safetensors import safe_open
 
+    prefixes, strip = tuple(prefix.split("|")), 0 if "|" in prefix else len(prefix)
     with safe_open(path, "pt") as f:  # own copies: a view of the file's mapping would keep all its pages resident
-        sd = {k[len(prefix):]: f.get_tensor(k).clone() for k in f.keys() if k.startswith(prefix)}
+        sd = {k[strip:]: f.get_tensor(k).clone() for k in f.keys() if k.startswith(prefixes)}
         metadata = f.metadata() or {}
     listed = json.loads(metadata.get("_quantization_metadata", "{}") or "{}").get("layers", {})
-    confs = {k[len(prefix):]: ({"format": v} if isinstance(v, str) else v) for k, v in listed.items()
-             if k.startswith(prefix)}
+    confs = {k[strip:]: ({"format": v} if isinstance(v, str) else v) for k, v in listed.items()
+             if k.startswith(prefixes)}
     for key in [k for k in sd if k.endswith(MARKER)]:
         confs[key[:-len(MARKER)]] = json.loads(sd.pop(key).numpy().tobytes())
     for key in [k for k in sd if k.endswith(".comfy_attention.config")]:

@@ -277,7 +277,7 @@ def _check_own_shapes(p: _Draft) -> None:
 # ---- how each file is read
 
 
-def _quant(header: Header, prefix: str = "") -> str:
+def _quant(header: Header, prefix: str | tuple[str, ...] = "") -> str:
     """How the part under `prefix` stores its weights: "gguf", "comfy-quant" (ComfyUI's quantized layers,
     marked by comfy_quant tensors or _quantization_metadata: backend/protocol/quantized.py), "scaled-fp8"
     (ComfyUI's older fp8 with per-layer scales), or "" (plain floats, fp8 included: upcast on load)."""
@@ -371,7 +371,7 @@ def _add_family_parts(p: _Draft, chosen: dict[str, _Chosen]) -> None:
         if "_class_name" in sizes:
             p.override("", {name: [p.index()[name][0], sizes["_class_name"]]})
         _unsupported_quant(c)
-        p.parts.append(FileComponent(name, str(c.path), layout, prefix, _quant(c.contents.header, prefix.split("|")[0]), c.contents.header.size))
+        p.parts.append(FileComponent(name, str(c.path), layout, prefix, _quant(c.contents.header, tuple(prefix.split("|"))), c.contents.header.size))
 
 
 def _add_image_encoder(p: _Draft, c: _Chosen | None) -> None:
