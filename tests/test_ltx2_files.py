@@ -1,7 +1,7 @@
 """LTX-2.3 from ComfyUI's files (Load TPU Pipeline (ComfyUI files)): its all-in-one checkpoint as the templates
 name it (ltx-2.3-22b-dev-fp8.safetensors: the DiT with its text connectors, the video VAE, the audio VAE and the
 vocoder, in Lightricks' names, fp8) and ComfyUI's Gemma 3 file (its tokenizer inside) make the pipeline the same
-tiny model makes as a diffusers folder: frames and sound equal, text to video and image to video. The files are
+tiny model makes as a diffusers folder: frames and sound equal, text, image, and image + audio to video. The files are
 tests/file_fixtures.py's (`_ltx2`)."""
 
 from __future__ import annotations
@@ -123,24 +123,36 @@ def test_a_checkpoint_without_its_audio_vae_and_a_wrong_text_encoder_are_refused
                             "(gemma_3_12B_it*.safetensors).")
 
 
-def _videos(spec: api.PipelineSpec, starts: np.ndarray | None) -> dict:
-    return api.run_sample_outputs(api.prepare_sample(spec, SampleRequest(**LTX), starts), lambda m: None)
+def _videos(spec: api.PipelineSpec, starts: np.ndarray | None, audio: dict | None = None) -> dict:
+    return api.run_sample_outputs(api.prepare_sample(spec, SampleRequest(**LTX), starts, audio=audio), lambda m: None)
+
+
+def _sound() -> dict:
+    """ComfyUI's AUDIO as Load Audio gives it: a 220 Hz / 330 Hz stereo sine per video, 0.36 s (9 frames at 25 fps)
+    at the audio VAE's 16 kHz."""
+    import torch
+
+    t = np.arange(round(0.36 * 16000)) / 16000
+    wave = np.stack([np.stack([np.sin(2 * np.pi * (220 + 110 * b + 55 * c) * t) for c in range(2)]) for b in range(2)])
+    return {"waveform": torch.from_numpy(wave.astype(np.float32) * 0.5), "sample_rate": 16000}
 
 
 @pytest.mark.workers
-@pytest.mark.parametrize("mode", ["text to video", "image to video"])
+@pytest.mark.parametrize("mode", ["text to video", "image to video", "image + audio to video"])
 def test_frames_and_sound_from_the_files_equal_the_diffusers_folder(files, mode):
-    """Two videos (seeds 11, 12; start images 0 and 1 for image to video) from the files and from the same tiny
+    """Two videos (seeds 11, 12; start images 0 and 1 for image to video; with sounds 0 and 1 too, kept as the
+    videos' sound, for image + audio to video: LTX2ConditionPipeline) from the files and from the same tiny
     model as a diffusers folder (the reference: fp8-rounded weights as the checkpoint stores them, the tokenizer
     the pack makes of Gemma's file) through the workers, in float32 (dtype auto would keep the DiT in fp8 storage,
     rounding its biases too): the frames and the waveforms agree."""
     starts = (np.random.default_rng(5).integers(0, 256, (2, 64, 64, 3)) / 255).astype(np.float32) \
-        if mode == "image to video" else None
+        if mode != "text to video" else None
+    audio = _sound() if mode == "image + audio to video" else None
     auto = _spec(files, **CASES["ltx2-checkpoint"])
     assert auto.storage == "float8_e4m3fn", "dtype auto keeps the file's fp8 matrices in fp8 (layerwise casting)"
     spec = api.make_file_spec(assemble.FileChoice(**CASES["ltx2-checkpoint"]), _roots(files / "models"), "float32")
-    mine = _videos(spec, starts)
-    theirs = _videos(api.make_spec("ref-ltx2", [str(files / "diffusers")], "float32"), starts)
+    mine = _videos(spec, starts, audio)
+    theirs = _videos(api.make_spec("ref-ltx2", [str(files / "diffusers")], "float32"), starts, audio)
     assert mine["images"].shape == theirs["images"].shape == (18, 64, 64, 3)
     assert np.abs(mine["images"] - theirs["images"]).max() <= TOLERANCE
     assert mine["audio"].shape == theirs["audio"].shape and mine["audio"].shape[:2] == (2, 2)
