@@ -453,10 +453,10 @@ def _described(p: _Draft) -> tuple[str, str, FileSource]:
                                      denoiser.size_bytes))
     if any(part.quant == "scaled-fp8" for part in p.parts):
         p.notes.append("scaled fp8 weights are dequantized once while loading")
-    for part in p.parts:
-        q = read_header(Path(part.path)).quantized if part.quant == "comfy-quant" else None
+    for path in dict.fromkeys(part.path for part in p.parts if part.quant == "comfy-quant"):  # each file once
+        q = read_header(Path(path)).quantized
         if q is not None:
-            p.notes.append(f"{Path(part.path).name}: {q.describe()}, kept quantized and dequantized layer by "
+            p.notes.append(f"{Path(path).name}: {q.describe()}, kept quantized and dequantized layer by "
                            "layer as they run (docs/quantized.md says which formats a TPU dequantizes at load)")
     overrides = {k: v for k, v in p.overrides.items() if v}
     source = FileSource(configs=p.configs.folder, components=tuple(p.parts),
