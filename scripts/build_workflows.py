@@ -305,8 +305,9 @@ H.264 and AAC).
 
 **Model**: a diffusers folder of LTX-2 (model_index.json naming LTX2Pipeline, with its `audio_vae` and `vocoder`)
 in `models/diffusers/LTX-2`. The templates' distilled model runs at guidance 1 (one pass a step); the dev model
-takes guidance 3-4 (CFG: two passes, which CFG Parallel splits over two chips). ComfyUI's single files
-(ltx-2.3-22b-dev-fp8.safetensors) do not load yet.
+takes guidance 3-4 (CFG: two passes, which CFG Parallel splits over two chips). ComfyUI's own files load too, in
+Load TPU Pipeline (ComfyUI files): ltx-2.3-22b-dev-fp8.safetensors in checkpoint, gemma_3_12B_it_fp4_mixed in
+text_encoder_1.
 
 A video has 1 + a multiple of 8 frames, sides multiples of 32. Give Create Video the frame_rate of Sample
 Video: the sound lasts frames / frame_rate seconds. A start image (Load Image into start_image) makes it image to
@@ -367,8 +368,9 @@ the template's ManualSigmas **0.85, 0.725, 0.4219** (`upscale_sigmas`), with the
 stage-1 ManualSigmas (the 8 distilled values), its start-frame strength 0.7 and its prompt enhancer (off by
 default) are not carried over: stage 1 runs LTX-2's own schedule for 8 steps, the start frame at full strength.
 
-**Model**: a diffusers folder of LTX-2.3 dev in `models/diffusers/LTX-2`; ComfyUI's
-`ltx-2.3-22b-dev-fp8.safetensors` does not load yet.
+**Model**: a diffusers folder of LTX-2.3 dev in `models/diffusers/LTX-2`, or ComfyUI's own files in Load TPU
+Pipeline (ComfyUI files): `ltx-2.3-22b-dev-fp8.safetensors` in checkpoint, `gemma_3_12B_it_fp4_mixed` in
+text_encoder_1.
 """)
 
 

@@ -33,8 +33,8 @@ from pathlib import Path
 # "flux1-3072" (1 GB), "flux1-vae" (170 MB), "flux1tools" and "flux1redux" (the FLUX.1 tools, issue 26) and
 # "zimage-quant" (ComfyUI's quantized files, issue 33) only when asked
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan", "krea2", "qwenimage21",
-            "flux3", "ideogram4")
-VERSION = "13"  # bump to rebuild cached fixtures after changing this file
+            "flux3", "ideogram4", "ltx2")
+VERSION = "14"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
 FILES = {
@@ -125,6 +125,20 @@ FILES = {
                         "int8_convrot_dequantized": "ideogram4-tiny_int8_convrot-dequantized.safetensors",
                         "unconditional_int8_convrot_dequantized":
                             "ideogram4_unconditional-tiny_int8_convrot-dequantized.safetensors"},
+    # LTX-2.3's all-in-one checkpoint as its templates name it (DiT with its text connectors, both VAEs, the
+    # vocoder; fp8 as published), its Gemma 3 text encoder (the tokenizer inside), and the checkpoint without its
+    # audio VAE (refused)
+    "ltx2": {"checkpoint": "ltx-2.3-22b-dev-fp8.safetensors", "gemma3": "gemma_3_12B_it-tiny.safetensors",
+             "no_audio_vae": "ltx-2.3-tiny-no-audio-vae.safetensors",
+             # with LTX-2.3's vocoder with bandwidth extension (ComfyUI's VocoderWithBWE), beside ref-ltx2-bwe
+             "bwe": "ltx-2.3-tiny-bwe.safetensors",
+             # the DiT's and the connectors' blocks in ComfyUI's fp8 (comfy-kitchen, markers in the metadata), beside
+             # the same checkpoint dequantized by comfy-kitchen
+             "fp8_quant": "ltx-2.3-tiny-fp8-comfy-quant.safetensors",
+             "fp8_quant_dequantized": "ltx-2.3-tiny-fp8-comfy-quant-dequantized.safetensors",
+             # as its templates name it: ComfyUI's fp4 mixed (nvfp4 + fp8), beside it dequantized by comfy-kitchen
+             "gemma3_fp4_mixed": "gemma_3_12B_it_fp4_mixed.safetensors",
+             "gemma3_fp4_mixed_dequantized": "gemma_3_12B_it_fp4_mixed-dequantized.safetensors"},
 }
 
 
@@ -1547,12 +1561,196 @@ def _flux1_vae(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save({k: v.to(torch.bfloat16) for k, v in sd.items()}, out / "models" / "vae" / FILES["flux1-vae"]["vae"])
 
 
+# ---- LTX-2.3: Lightricks' names (ComfyUI keeps them), from diffusers' by the inverse of diffusers' renames
+# (loaders/single_file_utils.py's LTX-2 converters, scripts/convert_ltx2_to_diffusers.py's connector and vocoder
+# tables); the builder checks diffusers' converters give the diffusers names back, and each name against ComfyUI's
+# modules as read (comfy/ldm/lightricks/av_model.py: patchify_proj, adaln_single, prompt_adaln_single,
+# av_ca_*_adaln_single, scale_shift_table_a2v_ca_*, q_norm/k_norm, video_embeddings_connector (Embeddings1DConnector:
+# transformer_1d_blocks), text_encoders/lt.py: text_embedding_projection, vocoders/vocoder.py: conv_pre, ups,
+# resblocks, conv_post); diffusers' own detection of an LTX-2 checkpoint (CHECKPOINT_KEY_NAMES["ltx2"]) is checked
+# on the file in tests/test_ltx2_files.py
+
+_LTX2_TOP = (("audio_proj_in.", "audio_patchify_proj."), ("proj_in.", "patchify_proj."),
+             ("audio_time_embed.", "audio_adaln_single."), ("time_embed.", "adaln_single."),
+             ("audio_prompt_adaln.", "audio_prompt_adaln_single."), ("prompt_adaln.", "prompt_adaln_single."),
+             ("av_cross_attn_video_scale_shift.", "av_ca_video_scale_shift_adaln_single."),
+             ("av_cross_attn_video_a2v_gate.", "av_ca_a2v_gate_adaln_single."),
+             ("av_cross_attn_audio_scale_shift.", "av_ca_audio_scale_shift_adaln_single."),
+             ("av_cross_attn_audio_v2a_gate.", "av_ca_v2a_gate_adaln_single."))
+_LTX2_INNER = ((".video_a2v_cross_attn_scale_shift_table", ".scale_shift_table_a2v_ca_video"),
+               (".audio_a2v_cross_attn_scale_shift_table", ".scale_shift_table_a2v_ca_audio"),
+               (".norm_q.", ".q_norm."), (".norm_k.", ".k_norm."))
+
+
+def _ltx2_native(sd: dict, top=_LTX2_TOP, inner=_LTX2_INNER) -> dict:
+    """diffusers' names -> Lightricks': `top` by prefix, `inner` anywhere."""
+    out = {}
+    for key, value in sd.items():
+        key = next((new + key[len(old):] for old, new in top if key.startswith(old)), key)
+        for old, new in inner:
+            key = key.replace(old, new)
+        out[key] = value
+    return out
+
+
+def _ltx2_vae_native(sd: dict) -> dict:
+    import re
+
+    def stage(m):
+        side, kind, i, rest = m.group(1), m.group(2), int(m.group(3)), m.group(4)
+        if kind == "down":
+            index = 2 * i + 1 if rest.startswith("downsamplers.0.") else 2 * i
+        else:
+            index = 2 * i + 1 if rest.startswith("upsamplers.0.") else 2 * i + 2
+        rest = rest.replace("downsamplers.0.", "").replace("upsamplers.0.", "")
+        return f"{side}.{kind}_blocks.{index}.{rest}"
+
+    out = {}
+    for key, value in sd.items():
+        key = re.sub(r"^(encoder|decoder)\.(down|up)_blocks\.(\d+)\.(.*)$", stage, key)
+        key = key.replace("encoder.mid_block.", "encoder.down_blocks.8.").replace("decoder.mid_block.", "decoder.up_blocks.0.")
+        key = key.replace(".resnets.", ".res_blocks.").replace("latents_mean", "per_channel_statistics.mean-of-means")
+        out[key.replace("latents_std", "per_channel_statistics.std-of-means")] = value
+    return out
+
+
+def _fp8_rounded(module):
+    """`module` with its matrices and convolutions rounded through float8_e4m3fn, as the fp8 file stores them."""
+    import torch
+
+    with torch.no_grad():
+        for value in module.state_dict().values():
+            if value.is_floating_point() and value.ndim >= 2:
+                value.copy_(value.to(torch.float8_e4m3fn).to(value.dtype))
+    return module
+
+
+def _ltx2(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """LTX-2.3 as its templates load it: tiny-ltx2 with LTX-2.3's published values that change no tensor
+    (double-precision rotary, the connectors' rotary length, the decoder's residual
+    upsampling, the audio VAE's resolution; Gemma 3's attention scale and window) and its weights rounded through
+    fp8 as the checkpoint stores them; Gemma 3 as ComfyUI's file holds it (transformers' Gemma3ForCausalLM names,
+    without lm_head, and its SentencePiece model in `spiece_model`), its tokenizer the one the pack makes of it."""
+    import io
+
+    import sentencepiece
+    import torch
+    from diffusers import LTX2Pipeline
+    from diffusers.loaders.single_file_utils import (
+        convert_ltx2_audio_vae_to_diffusers,
+        convert_ltx2_transformer_to_diffusers,
+        convert_ltx2_vae_to_diffusers,
+    )
+    from transformers import Gemma3ForCausalLM, GemmaTokenizer
+
+    from backend.families.ltx2.convert import connectors, gemma_tokenizer, prompt_adaln, vocoder
+    from backend.families.tiny_parts import WORDS as _WORDS
+
+    pipe = LTX2Pipeline.from_pretrained(str(tiny / "tiny-ltx2"), local_files_only=True)
+    names, models = FILES["ltx2"], out / "models"
+    pipe.transformer = _fp8_rounded(_reconfigured(pipe.transformer, rope_double_precision=True))
+    pipe.connectors = _fp8_rounded(_reconfigured(pipe.connectors, rope_double_precision=True,
+                                                 connector_rope_base_seq_len=4096))
+    pipe.vae = _fp8_rounded(_reconfigured(pipe.vae, upsample_residual=[True, True, True]))
+    pipe.audio_vae = _fp8_rounded(_reconfigured(pipe.audio_vae, resolution=256))
+    pipe.vocoder = _fp8_rounded(pipe.vocoder)
+    text = pipe.text_encoder.config.text_config.to_dict()
+    text.update(query_pre_attn_scalar=256, sliding_window=1024, max_position_embeddings=131072, architectures=None)
+    gemma = Gemma3ForCausalLM(type(pipe.text_encoder.config.text_config).from_dict(text)).eval()
+    language = pipe.text_encoder.model.language_model.state_dict()
+    gemma.model.load_state_dict(language, strict=True)
+    gemma.tie_weights()
+    spm = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter([" ".join(_WORDS) + " fox snow blurry"] * 20), model_writer=spm, vocab_size=320,
+        model_type="bpe", pad_id=0, eos_id=1, bos_id=2, unk_id=3, pad_piece="<pad>", eos_piece="<eos>",
+        bos_piece="<bos>", unk_piece="<unk>", byte_fallback=True, hard_vocab_limit=False, num_threads=1,
+        minloglevel=2)
+    gemma_sd = {f"model.{k}": v for k, v in gemma.model.state_dict().items()}
+    gemma_sd["spiece_model"] = torch.frombuffer(bytearray(spm.getvalue()), dtype=torch.uint8)
+    gemma_file = _save(gemma_sd, models / "text_encoders" / names["gemma3"])
+    # fp4 mixed as _zimage_quant writes Qwen3's: the MLP in nvfp4, attention in fp8, the embedding in int8, layer 0 left
+    plan = {k[: -len(".weight")]: ("nvfp4" if ".mlp." in k and fits("nvfp4", v.shape) else "fp8")
+            for k, v in gemma_sd.items() if k.endswith("_proj.weight") and not k.startswith("model.layers.0.")}
+    plan["model.embed_tokens"] = "int8_rowwise"
+    quant, meta, deq = quantize_comfy({k: v.to(torch.bfloat16) if v.is_floating_point() else v
+                                       for k, v in gemma_sd.items()}, plan, markers="metadata")
+    _save(quant, models / "text_encoders" / names["gemma3_fp4_mixed"], meta)
+    _save(deq, models / "text_encoders" / names["gemma3_fp4_mixed_dequantized"])
+    folder = out / "tokenizers" / "ltx2-gemma"
+    gemma_tokenizer(gemma_file, _config_dir("ltx-2.3") / "tokenizer", folder)
+    pipe.tokenizer, pipe.text_encoder = GemmaTokenizer.from_pretrained(str(folder)), gemma
+    assert len(pipe.tokenizer) <= gemma.config.vocab_size
+    pipe.save_pretrained(str(out / "diffusers" / "ref-ltx2"), safe_serialization=True)
+
+    transformer, vae, audio_vae = _sd(pipe.transformer), _sd(pipe.vae), _sd(pipe.audio_vae)
+    native = {"transformer": _ltx2_native(transformer), "vae": _ltx2_vae_native(vae),
+              "audio_vae": _ltx2_vae_native(audio_vae), "vocoder": _ltx2_native(_sd(pipe.vocoder), top=(), inner=(
+                  ("conv_in.", "conv_pre."), ("conv_out.", "conv_post."), ("upsamplers.", "ups."),
+                  ("resnets.", "resblocks.")))}
+    links = {}
+    for key, value in _sd(pipe.connectors).items():
+        for old, new in (("video_connector.", "model.diffusion_model.video_embeddings_connector."),
+                         ("audio_connector.", "model.diffusion_model.audio_embeddings_connector."),
+                         ("video_text_proj_in.", "text_embedding_projection.video_aggregate_embed."),
+                         ("audio_text_proj_in.", "text_embedding_projection.audio_aggregate_embed.")):
+            if key.startswith(old):
+                links[new + _ltx2_native({key[len(old):]: None}, top=()).popitem()[0].replace(
+                    "transformer_blocks.", "transformer_1d_blocks.", 1)] = value
+    # diffusers' own converters (and the pack's, where diffusers has none) give the diffusers names back
+    assert set(convert_ltx2_transformer_to_diffusers(prompt_adaln(dict(native["transformer"])))) == set(transformer)
+    assert set(convert_ltx2_vae_to_diffusers(dict(native["vae"]))) == set(vae)
+    assert set(convert_ltx2_audio_vae_to_diffusers(dict(native["audio_vae"]))) == set(audio_vae)
+    assert set(vocoder(native["vocoder"], {})) == set(_sd(pipe.vocoder))
+    assert set(connectors(links, {})) == set(_sd(pipe.connectors))
+    checkpoint = {**{f"model.diffusion_model.{k}": v for k, v in native["transformer"].items()}, **links,
+                  **{f"vae.{k}": v for k, v in native["vae"].items()},
+                  "vae.per_channel_statistics.mean-of-stds": torch.ones_like(vae["latents_std"]),
+                  **{f"audio_vae.{k}": v for k, v in native["audio_vae"].items()},
+                  **{f"vocoder.{k}": v for k, v in native["vocoder"].items()}}
+    _save(_fp8(checkpoint, torch.float8_e4m3fn), models / "checkpoints" / names["checkpoint"])
+    _save(_fp8({k: v for k, v in checkpoint.items() if not k.startswith("audio_vae.")}, torch.float8_e4m3fn),
+          models / "checkpoints" / names["no_audio_vae"])
+    plan = {k[: -len(".weight")]: "fp8" for k, v in checkpoint.items() if v.ndim == 2 and k.endswith(".weight") and (
+        ".transformer_blocks." in k or ".transformer_1d_blocks." in k)}
+    quant, meta, deq = quantize_comfy(checkpoint, plan, markers="metadata")
+    _save(quant, models / "checkpoints" / names["fp8_quant"], meta)
+    _save(deq, models / "checkpoints" / names["fp8_quant_dequantized"])
+    pipe.vocoder = bwe = _fp8_rounded(_ltx2_bwe())
+    pipe.save_pretrained(str(out / "diffusers" / "ref-ltx2-bwe"), safe_serialization=True)
+    native = _ltx2_native(_sd(bwe), top=(), inner=(
+        ("conv_in.", "conv_pre."), ("conv_out.", "conv_post."), ("upsamplers.", "ups."), ("resnets.", "resblocks."),
+        ("act_out.", "act_post."), (".downsample.filter", ".downsample.lowpass.filter")))
+    assert set(vocoder(native, {})) == set(_sd(bwe))
+    checkpoint = {**{k: v for k, v in checkpoint.items() if not k.startswith("vocoder.")},
+                  **{f"vocoder.{k}": v for k, v in native.items()}}
+    _save(_fp8(checkpoint, torch.float8_e4m3fn), models / "checkpoints" / names["bwe"])
+
+
+def _ltx2_bwe():
+    """A tiny LTX2VocoderWithBWE for tiny-ltx2's audio VAE (2 channels of 16 mel bins, 100 mel frames a second):
+    diffusers' defaults (LTX-2.3's) where no tensor holds them (its mel hop, 80; the rates follow: a first stage of
+    160x to 16 kHz, an extension of 240x per hop to 48 kHz), strides half the kernels (the pack's rule for kernels
+    other than the published ones)."""
+    from diffusers.pipelines.ltx2 import LTX2VocoderWithBWE
+
+    from backend.families.ltx2.files import BWE
+
+    return _seeded(61, lambda: LTX2VocoderWithBWE(**{
+        **BWE, "in_channels": 32, "hidden_channels": 16, "out_channels": 2, "upsample_kernel_sizes": [20, 32],
+        "upsample_factors": [10, 16], "resnet_kernel_sizes": [3], "resnet_dilations": [[1, 3, 5]],
+        "final_bias": False, "bwe_in_channels": 32, "bwe_hidden_channels": 16, "bwe_out_channels": 2,
+        "bwe_upsample_kernel_sizes": [24, 40], "bwe_upsample_factors": [12, 20], "bwe_resnet_kernel_sizes": [3],
+        "bwe_resnet_dilations": [[1, 3, 5]], "bwe_final_bias": False, "filter_length": 64, "window_length": 64,
+        "num_mel_channels": 16}))
+
+
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
             "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072,
             "flux1-vae": _flux1_vae, "flux1tools": _flux1tools, "flux1redux": _flux1redux,
             "zimage-quant": _zimage_quant, "qwenimage-quant": _qwenimage_quant, "krea2": _krea2,
             "qwenimage21": _qwenimage21, "krea2-quant": _krea2_quant, "flux3": _flux3, "ideogram4": _ideogram4,
-            "ideogram4-quant": _ideogram4_quant}
+            "ideogram4-quant": _ideogram4_quant, "ltx2": _ltx2}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

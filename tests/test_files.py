@@ -19,6 +19,7 @@ from pathlib import Path
 import file_fixtures
 import numpy as np
 import pytest
+import test_ltx2_files
 from helpers import pixels
 from lora_fixtures import make
 
@@ -191,10 +192,11 @@ def test_each_family_and_layout_is_recognised_with_sizes_from_its_tensors(files,
 @pytest.mark.parametrize("family", [f.id for f in FROM_FILES])
 def test_each_family_that_loads_from_files_has_its_tiny_files_and_cases(family):
     """Each family of the registry whose artists' files load (FROM_FILES) has its tiny files (tests/
-    file_fixtures.py) and its cases in the per-family tests here (CASES, or Wan's WAN_CASES): a new family folder
+    file_fixtures.py) and its cases in the per-family tests (CASES, Wan's WAN_CASES, LTX-2's): a new family folder
     fails this until they are written, rather than passing untested."""
     assert family in file_fixtures.FAMILIES, f"tests/file_fixtures.py builds no files of {family!r}"
-    assert any(case.startswith(family) for case in [*CASES, *WAN_CASES]), f"no case of {family!r} in CASES"
+    ltx2 = test_ltx2_files.CASES  # LTX-2's video with sound: tests/test_ltx2_files.py
+    assert any(case.startswith(family) for case in [*CASES, *WAN_CASES, *ltx2]), f"no case of {family!r} in CASES"
 
 
 @pytest.mark.unit

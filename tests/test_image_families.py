@@ -71,9 +71,9 @@ def test_each_family_says_what_diffusers_has(class_name):
         from diffusers.loaders.single_file_model import SINGLE_FILE_LOADABLE_CLASSES
         from diffusers.pipelines.ideogram4.pipeline_ideogram4 import QWEN3_VL_ACTIVATION_LAYERS
 
-        from backend.families import converters, ideogram4
+        from backend.families import family_table, ideogram4
 
-        assert NEW[class_name][1] not in SINGLE_FILE_LOADABLE_CLASSES and "ideogram4" in converters("DENOISER")
+        assert NEW[class_name][1] not in SINGLE_FILE_LOADABLE_CLASSES and "ideogram4" in family_table("DENOISER_CONVERTERS")
         assert ideogram4.TAPPED_LAYERS == len(QWEN3_VL_ACTIVATION_LAYERS)
 
 

@@ -58,11 +58,11 @@ def conversions(family_id: str) -> ModuleType | None:
 
 
 @functools.cache
-def converters(kind: str) -> dict[str, Callable[[dict, dict], dict]]:
-    """Every family's converters of `kind` ("VAE", "DENOISER": its convert.<kind>_CONVERTERS; torch, worker only)
-    by loader layout ("wan22-vae": Wan's VAE; "ideogram4": Ideogram 4's transformer)."""
-    return {layout: fn for f in FAMILIES.values() for layout, fn in
-            getattr(conversions(f.id), f"{kind}_CONVERTERS", {}).items()}
+def family_table(name: str) -> dict[str, Callable]:
+    """Every family's table `name` of its convert.py (torch; worker only), by loader layout: VAE_CONVERTERS
+    ("wan22-vae": Wan's), DENOISER_CONVERTERS ("ideogram4": where diffusers has none), RENAMES (names diffusers'
+    single-file converter misses), TOKENIZERS (made from a tensor of the text encoder's file)."""
+    return {layout: fn for f in FAMILIES.values() for layout, fn in getattr(conversions(f.id), name, {}).items()}
 
 
 def module(family_id: str, name: str) -> ModuleType:
@@ -177,7 +177,7 @@ def text_encoders_needed() -> str:
         for f in FROM_FILES for c in f.configs)
 
 
-__all__ = ["CONFIGS", "FAMILIES", "FROM_FILES", "PIPELINES", "Configs", "config_dir", "conversions", "tiny_builders", "ControlNets", "Embeddings", "ModelFamily", "Modular", "Pipeline", "TextSlot", "conditioned_names", "family_of", "names",
+__all__ = ["CONFIGS", "FAMILIES", "FROM_FILES", "PIPELINES", "Configs", "config_dir", "conversions", "family_table", "tiny_builders", "ControlNets", "Embeddings", "ModelFamily", "Modular", "Pipeline", "TextSlot", "conditioned_names", "family_of", "names",
            "recognise", "single_file_names", "true_cfg_names", "text_encoders_needed", "pipeline_names", "family_names",
            "inpainting_names", "reference_names", "cfg_parallel_names", "context_parallel_names", "shard_tp_names",
            "controlnet_names", "step_cache_names"]

@@ -350,6 +350,14 @@ class ModelFamily:
     # the tiny random-weight pipelines its folder's tiny.py builds, by name (the test folders are tiny-<name>;
     # "flux" for FLUX.1: saved workflows name tiny-flux)
     tiny: tuple[str, ...] = ()
+    # The components its pipeline needs beyond the denoiser, the VAE and the text encoders, read from the chosen
+    # files (LTX-2's text connectors, audio VAE and vocoder, in its checkpoint): (a file's shapes, every key; the
+    # published config of a component by name; the denoiser's shapes as "denoiser" and the text encoders' by kind)
+    # -> {component: (key prefix, loader layout, config sizes)} of those the file holds; ValueError says what does
+    # not fit. `file_parts_hint` names the file that holds them, for the refusal when no chosen file does.
+    file_parts: Callable[[Shapes, Callable[[str], dict], Mapping[str, Shapes]], dict[str, tuple[str, str, dict]]] | None = None
+    file_parts_needed: tuple[str, ...] = ()
+    file_parts_hint: str = ""
     # the Load TPU Pipeline (ComfyUI files) input that chooses among its variants where the file cannot tell
     # ("flux_kontext": whether a FLUX.1 [dev]-shaped file is Kontext); "" where it has none
     variant_input: str = ""

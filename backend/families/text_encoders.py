@@ -18,6 +18,7 @@ class TextEncoderKind:
     wanted: str  # what artists call the file, for messages
     tokenizer: str  # ComfyUI's bundled tokenizer folder (relative to its comfy package); "": the file holds one
     tokenizer_tensor: str = ""  # the tensor of the file that holds its tokenizer (as ComfyUI reads it)
+    tokenizer_layout: str = ""  # how the worker makes a tokenizer of that tensor, where not FILE_TOKENIZERS' way
 
     @property
     def short(self) -> str:
@@ -39,11 +40,17 @@ KINDS = {k.id: k for k in (
     # a SentencePiece model (its serialized bytes), as ComfyUI's Wan text encoder reads it
     TextEncoderKind("umt5", "UMT5-XXL (umt5_xxl_fp16.safetensors or umt5_xxl_fp8_e4m3fn_scaled.safetensors)", "",
                     "spiece_model"),
+    # LTX-2.3's: a SentencePiece BPE model in the file too, read as Gemma's (families/ltx2/convert.py)
+    TextEncoderKind("gemma3", "Gemma 3 12B (gemma_3_12B_it*.safetensors)", "", "spiece_model", "gemma-spiece"),
+    # LTX-2.5's (gemma4-12b-with-proj-ltx-2.5-*: its text projection beside it): recognised, read by no family yet
+    TextEncoderKind("gemma4", "Gemma 4 (LTX-2.5's gemma4-12b-with-proj-*, not read from files yet: load LTX-2.5 "
+                              "from its diffusers folder)", ""),
 )}
 
 # the tensors of text-encoder files that hold their tokenizer -> how the worker reads it (loader layout)
 FILE_TOKENIZERS = {"tekken_model": "tekken", "spiece_model": "spiece"}
-TOKENIZER_LAYOUTS = ("tokenizer", *FILE_TOKENIZERS.values())  # ComfyUI's bundled folders, and those
+TOKENIZER_LAYOUTS = ("tokenizer", *FILE_TOKENIZERS.values(), *(k.tokenizer_layout for k in KINDS.values()
+                                                               if k.tokenizer_layout))  # ComfyUI's bundled folders, and those
 
 # text encoders inside all-in-one checkpoints: SD3 and FLUX.1 as ComfyUI saves them, SDXL as Stability does
 CHECKPOINT_PREFIXES = {
@@ -69,12 +76,21 @@ def recognise(s: Shapes) -> str | None:
             return "umt5"  # Wan's UMT5
         return "t5"
     if "model.layers.0.self_attn.q_proj.weight" in s and "model.embed_tokens.weight" in s:
+        if "model.layers.0.pre_feedforward_layernorm.weight" in s:  # Gemma's norms around each MLP
+            return "gemma4" if _gemma4(s) else "gemma3"
         if "model.layers.0.self_attn.q_norm.weight" in s:
             return "qwen3vl" if QWEN3VL_VISION in s else "qwen3"
         if "model.layers.0.self_attn.q_proj.bias" in s:
             return "qwen25vl" if any(k.startswith("visual.") for k in s) else "qwen25"
         return "mistral"
     return None
+
+
+def _gemma4(s: Shapes) -> bool:
+    """Gemma 4 rather than Gemma 3: its global layers share K and V (no v_proj), or the file carries LTX-2.5's
+    text projection beside it (`…-with-proj-…`)."""
+    return any(k.startswith("text_embedding_projection.") for k in s) or any(
+        f"model.layers.{i}.self_attn.v_proj.weight" not in s for i in range(count(s, "model.layers.")))
 
 
 def width(s: Shapes) -> int:

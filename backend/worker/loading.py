@@ -1,20 +1,16 @@
-"""Loads a diffusers pipeline one component at a time, so the UI can say which part is loading.
+"""Loads a diffusers pipeline one component at a time, so the UI can say which part is loading (in a worker).
 
-`DiffusionPipeline.from_pretrained` loads every component in one call and offers no per-component hook.
-Its public way to take over is to pass components already loaded: the weighted ones (torch modules from
-diffusers or transformers: transformer, text encoders, VAE) are loaded here one by one, each announced
-with its size on disk, and `from_pretrained` then adds the light parts (tokenizers, scheduler, processors)
-and builds the pipeline. Each component gets the same arguments diffusers would give it, plus any
-per-component extras (tensor-parallel configs).
+`DiffusionPipeline.from_pretrained` loads every component in one call and offers no per-component hook. Its
+public way to take over is to pass components already loaded: the weighted ones (transformer, text encoders,
+VAE) are loaded here one by one, each announced with its size on disk, with the arguments diffusers would give
+them plus per-component extras (tensor-parallel configs); `from_pretrained` then adds the light parts.
 
 Artists' files (ComfyUI's folders, a `FileSource` in the spec) take the same road: a temporary folder is laid
 out like a diffusers pipeline from the pack's configs (with the sizes the controller read from the files) and
 symlinks to the files that diffusers and transformers read as they are; the files in ComfyUI's own layouts go
 through diffusers' single-file converters (or ComfyUI's key map, or the family's converter, where diffusers has
-none for the file), the all-in-one checkpoints of SD3, SDXL and FLUX.1 through the pipeline's single-file loader,
-and a modular pipeline's parts to its blocks.
-
-Runs inside a worker process.
+none for the file), the all-in-one checkpoints (SD3, SDXL, FLUX.1, LTX-2.3) through the pipeline's single-file
+loader or the family's parts, and a modular pipeline's parts to its blocks.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..families import FAMILIES, PIPELINES, converters, text_encoders
+from ..families import FAMILIES, PIPELINES, family_table, text_encoders
 from ..protocol import settings
 from ..protocol.spec import CONFIG_FILES, DENOISERS, FileComponent, FileSource, listed_components, read_json
 from ..protocol.units import format_bytes
@@ -75,13 +71,14 @@ class Component:
         return f"{self.name} ({self.cls.__name__}, {format_bytes(self.size_bytes)}{where})"
 
 
-def _weighted(index: dict) -> list[tuple[str, type]]:
-    """(name, torch module class) of the components of a model_index.json that hold weights, in its order."""
+def _weighted(index: dict, own: bool = False) -> list[tuple[str, type]]:
+    """(name, torch module class) of a model_index's weighted components in order; `own`: LTX-2's "ltx2" ones too."""
     import torch
 
     found = []
     for name, (library, class_name) in listed_components(index).items():
-        cls = getattr(importlib.import_module(library), class_name, None) if library in _WEIGHT_LIBRARIES else None
+        module = library if library in _WEIGHT_LIBRARIES else f"diffusers.pipelines.{library}" if own else None
+        cls = getattr(importlib.import_module(module), class_name, None) if module else None
         if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
             found.append((name, cls))  # tokenizers, schedulers, processors: diffusers loads those
     return found
@@ -149,7 +146,7 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
         root = _lay_out(source, Path(tmp))
         index = read_json(root / "model_index.json")
         checkpoint = source.component("checkpoint")
-        parts = [(name, cls, source.component(name)) for name, cls in _weighted(index)]
+        parts = [(name, cls, source.component(name)) for name, cls in _weighted(index, own=True)]
         ours = [(n, c, f) for n, c, f in parts if f is not None and not _left_to_checkpoint(f, checkpoint)]
         loaded: dict[str, Any] = {name: None for name in _absent(index)}
         total = len(ours) + (1 if checkpoint else 0)
@@ -218,6 +215,8 @@ def _lay_out(source: FileSource, root: Path) -> Path:
             _tekken_tokenizer(Path(part.path), configs / part.name, root / part.name)
         elif part.layout == "spiece":
             _spiece_tokenizer(Path(part.path), configs / part.name, root / part.name)
+        elif part.layout in family_table("TOKENIZERS"):  # a family's own (LTX-2's Gemma, from its spiece_model)
+            family_table("TOKENIZERS")[part.layout](Path(part.path), configs / part.name, root / part.name)
         elif _symlinked(part):
             name = "diffusion_pytorch_model.safetensors" if part.layout == "diffusers" else "model.safetensors"
             (root / part.name).mkdir(exist_ok=True)
@@ -312,16 +311,17 @@ def protobuf_field(message: bytes, number: int) -> bytes | None:
 
 
 def _state_dict(part: FileComponent, dtype: Any, cls: type | None = None) -> dict:
-    """The tensors of `part` (under its prefix, the prefix removed), ComfyUI's scaled fp8 and quantized layers
-    dequantized (comfy-kitchen's dequantize: what the parts that keep no quantized layer read); ComfyUI's names
-    as class `cls` names them where its layout says (RENAMED)."""
+    """The tensors of `part` (under its prefix, the prefix removed; under any of several "a|b" prefixes, the names
+    kept whole), ComfyUI's scaled fp8 and quantized layers dequantized (comfy-kitchen's dequantize: what the parts
+    that keep no quantized layer read); ComfyUI's names as class `cls` names them where its layout says (RENAMED)."""
     from safetensors import safe_open
 
     if part.quant == "comfy-quant":
         sd = quantized.dequantized(*quantized.state_dict(part.path, part.prefix, dtype))
     else:
+        prefixes, strip = tuple(part.prefix.split("|")), 0 if "|" in part.prefix else len(part.prefix)
         with safe_open(part.path, "pt") as f:
-            sd = {k[len(part.prefix):]: f.get_tensor(k) for k in f.keys() if k.startswith(part.prefix)}
+            sd = {k[strip:]: f.get_tensor(k) for k in f.keys() if k.startswith(prefixes)}
     if part.quant == "scaled-fp8":
         sd = dequantize_scaled_fp8(sd, dtype)
     return RENAMED[part.layout](sd, cls.__name__) if cls is not None and part.layout in RENAMED else sd
@@ -371,17 +371,17 @@ def _load_file_component(root: Path, name: str, cls: type, part: FileComponent, 
     if _symlinked(part):  # from_pretrained reads it through the folder (tensor parallel: each rank its slices)
         model = cls.from_pretrained(str(root), subfolder=name, use_safetensors=True, **file_args, **extra)
         return _finish_text_encoder(model, part)
-    if part.quant == "comfy-quant" and (part.layout in HF_LAYOUTS or part.layout not in converters("VAE")):
+    if part.quant == "comfy-quant" and (part.layout in HF_LAYOUTS or part.layout not in family_table("VAE_CONVERTERS")):
         return _quantized_component(root, name, cls, part, dtype, extra)
     if part.layout in HF_LAYOUTS or part.layout in RENAMED:  # in a checkpoint, scaled fp8, ComfyUI's names
         config = cls.config_class.from_dict(read_json(root / name / "config.json"))
         model = cls.from_pretrained(None, config=config, state_dict=_state_dict(part, dtype, cls),
                                     use_safetensors=True, **file_args)
         return _finish_text_encoder(model, part)
-    if part.layout in converters("VAE"):  # converted in float32, then cast
+    if part.layout in family_table("VAE_CONVERTERS"):  # converted in float32, then cast
         import torch
         sd = {k: v.to(torch.float32) for k, v in _state_dict(part, torch.float32).items()}
-        return _converted(root, name, cls, sd, dtype, converters("VAE")[part.layout])
+        return _converted(root, name, cls, sd, dtype, family_table("VAE_CONVERTERS")[part.layout])
     if part.quant == "gguf":
         from diffusers import GGUFQuantizationConfig
 
@@ -393,7 +393,8 @@ def _load_file_component(root: Path, name: str, cls: type, part: FileComponent, 
         sd = invert_key_map(sd, part.key_map)
     elif part.layout == "sdxl":  # diffusers' UNet converter looks for the checkpoint prefix
         sd = {f"model.diffusion_model.{k}": v for k, v in sd.items()}
-    convert = converters("DENOISER").get(part.layout)  # the family's own, where diffusers has none
+    sd = family_table("RENAMES").get(part.layout, dict)(sd)  # names diffusers' converter misses (LTX-2.3's)
+    convert = family_table("DENOISER_CONVERTERS").get(part.layout)  # the family's own, where diffusers has none
     model = (_converted(root, name, cls, sd, dtype, convert) if convert
              else cls.from_single_file(sd, config=str(root), subfolder=name, **file_args))
     return _shard_after_load(model, extra)
@@ -420,7 +421,7 @@ def _quantized_component(root: Path, name: str, cls: type, part: FileComponent, 
         elif base != "." and not set(sd) & set(model.state_dict()):  # ComfyUI's files keep the "model." prefix
             sd = {k[len(base):] if k.startswith(base) else k: v for k, v in sd.items()}
         model.load_state_dict(sd, strict=False, assign=True)
-        model.tie_weights()  # assigning the embeddings untied a tied lm_head (Qwen3-VL-4B's, FLUX 3 reads it)
+        model.tie_weights()  # a tied lm_head, absent from ComfyUI's files (Gemma's, Qwen3-VL-4B's)
         missing = [k for k, t in model.state_dict().items() if t.is_meta]
         if missing:
             raise ValueError(f"the file lacks {len(missing)} tensors of {cls.__name__} (first: '{missing[0]}')")
@@ -428,9 +429,10 @@ def _quantized_component(root: Path, name: str, cls: type, part: FileComponent, 
     else:
         if part.layout == "flux1-comfy-map":
             sd = invert_key_map(sd, part.key_map)
+        sd = family_table("RENAMES").get(part.layout, dict)(sd)
         with quantized.RowSplitMode():
-            model = (_converted(root, name, cls, sd, dtype, converters("DENOISER")[part.layout])
-                     if part.layout in converters("DENOISER") else
+            model = (_converted(root, name, cls, sd, dtype, family_table("DENOISER_CONVERTERS")[part.layout])
+                     if part.layout in family_table("DENOISER_CONVERTERS") else
                      cls.from_single_file(sd, config=str(root), subfolder=name, dtype=dtype, local_files_only=True))
         model = _shard_after_load(model, extra)
     with torch.no_grad():
@@ -462,7 +464,7 @@ def _has_key(part: FileComponent, key: str) -> bool:
 
 def _converted(root: Path, name: str, cls: type, sd: dict, dtype: Any, convert: Callable[[dict, dict], dict]) -> Any:
     """Component `name` from a layout diffusers' single-file loader does not map (FLUX.2's, Qwen-Image's and Wan's
-    VAEs, Ideogram 4's transformer): `convert`, the converter of the family that owns the layout, then a strict
+    VAEs, LTX-2's connectors and vocoder, Ideogram 4's transformer): `convert`, the converter of the family that owns the layout, then a strict
     load into the class built from the folder's config (computed buffers real), cast as from_single_file casts."""
     from accelerate import init_empty_weights
 

@@ -44,16 +44,18 @@ def _qt_type() -> type:
 
 
 def state_dict(path: str, prefix: str, dtype: torch.dtype) -> tuple[dict, dict]:
-    """The tensors under `prefix` (removed), each quantized layer one QuantizedTensor computing in `dtype`, and
-    {layer: {"pre_quant_scale": t}} of the layers that smooth their input."""
+    """The tensors under `prefix` (removed; under any of several "a|b" prefixes, the names kept whole), each
+    quantized layer one QuantizedTensor computing in `dtype`, and {layer: {"pre_quant_scale": t}} of the layers that
+    smooth their input."""
     from safetensors import safe_open
 
+    prefixes, strip = tuple(prefix.split("|")), 0 if "|" in prefix else len(prefix)
     with safe_open(path, "pt") as f:  # own copies: a view of the file's mapping would keep all its pages resident
-        sd = {k[len(prefix):]: f.get_tensor(k).clone() for k in f.keys() if k.startswith(prefix)}
+        sd = {k[strip:]: f.get_tensor(k).clone() for k in f.keys() if k.startswith(prefixes)}
         metadata = f.metadata() or {}
     listed = json.loads(metadata.get("_quantization_metadata", "{}") or "{}").get("layers", {})
-    confs = {k[len(prefix):]: ({"format": v} if isinstance(v, str) else v) for k, v in listed.items()
-             if k.startswith(prefix)}
+    confs = {k[strip:]: ({"format": v} if isinstance(v, str) else v) for k, v in listed.items()
+             if k.startswith(prefixes)}
     for key in [k for k in sd if k.endswith(MARKER)]:
         confs[key[:-len(MARKER)]] = json.loads(sd.pop(key).numpy().tobytes())
     for key in [k for k in sd if k.endswith(".comfy_attention.config")]:
@@ -285,8 +287,18 @@ class DequantEmbedding(torch.nn.Embedding):
     """An nn.Embedding with a quantized table (ComfyUI quantizes text encoders' embeddings in fp8 and int8):
     the table is dequantized as it is read."""
 
+    plain = torch.nn.Embedding  # the class it was (dequant_embedding: a subclass of nn.Embedding)
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.weight.dequantize(), self.padding_idx)
+
+
+def dequant_embedding(cls: type) -> type:
+    """DequantEmbedding for an nn.Embedding; for a subclass with its own forward around the table's read (Gemma's
+    scaled embedding, `super().forward(ids) * embed_scale`), the subclass over DequantEmbedding's read."""
+    if cls is torch.nn.Embedding:
+        return DequantEmbedding
+    return type(f"Dequant{cls.__name__}", (cls, DequantEmbedding), {"plain": cls})
 
 
 def finish(model: torch.nn.Module, extras: dict) -> int:
@@ -298,8 +310,8 @@ def finish(model: torch.nn.Module, extras: dict) -> int:
             if type(m) is torch.nn.Linear:
                 m.__class__ = DequantLinear
                 m.pre_quant_scale = extras.get(name, {}).get("pre_quant_scale")
-            elif type(m) is torch.nn.Embedding:
-                m.__class__ = DequantEmbedding
+            elif isinstance(m, torch.nn.Embedding):
+                m.__class__ = dequant_embedding(type(m))
             else:
                 raise ValueError(f"layer '{name}' ({type(m).__name__}) is quantized in the file; ComfyUI quantizes "
                                  "Linear and Embedding layers only")
@@ -396,14 +408,14 @@ def for_device(model: torch.nn.Module, kind: str, dtype: torch.dtype, status: Ca
             plain = scalar_or_rows and kept(fmt_of[layout], kind) and getattr(child, "pre_quant_scale", None) is None
             if plain and isinstance(child, DequantLinear):
                 setattr(parent, child_name, PlainQuantLinear.of(child))
-            elif plain:  # an int8 or fp8 embedding table (ComfyUI's text encoders)
+            elif plain and type(child) is DequantEmbedding:  # an int8 or fp8 embedding table (ComfyUI's text encoders)
                 setattr(parent, child_name, PlainQuantEmbedding(PlainQuantLinear.of(child), child.padding_idx, dtype))
             else:
                 w = child.weight.dequantize().float()
                 if (s := getattr(child, "pre_quant_scale", None)) is not None:  # AWQ smoothing, folded in
                     w = w * s.float().reshape(1, -1)
                 w = w.to(dtype)
-                child.__class__ = torch.nn.Linear if isinstance(child, DequantLinear) else torch.nn.Embedding
+                child.__class__ = torch.nn.Linear if isinstance(child, DequantLinear) else child.plain
                 child.weight = torch.nn.Parameter(w, requires_grad=False)
                 dequant += 1
     if dequant:

@@ -136,6 +136,7 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
     if second:
         _add_denoiser(draft, second, family.pair.component if family.pair else f"{family.denoiser}_2")
     _add_vae(draft)
+    _add_family_parts(draft, chosen)
     for slot in configs.text_encoders:
         _add_text_encoder(draft, slot.component, slot.kind)
     _add_image_encoder(draft, chosen.get("clip_vision"))
@@ -279,7 +280,7 @@ def _check_own_shapes(p: _Draft) -> None:
 # ---- how each file is read
 
 
-def _quant(header: Header, prefix: str = "") -> str:
+def _quant(header: Header, prefix: str | tuple[str, ...] = "") -> str:
     """How the part under `prefix` stores its weights: "gguf", "comfy-quant" (ComfyUI's quantized layers,
     marked by comfy_quant tensors or _quantization_metadata: backend/protocol/quantized.py), "scaled-fp8"
     (ComfyUI's older fp8 with per-layer scales), or "" (plain floats, fp8 included: upcast on load)."""
@@ -348,6 +349,34 @@ def _add_vae(p: _Draft) -> None:
                                  _quant(vae_file.contents.header, vae.prefix), vae_file.contents.header.size))
 
 
+def _add_family_parts(p: _Draft, chosen: dict[str, _Chosen]) -> None:
+    """The components the family reads from its files beyond the denoiser, VAE and text encoders
+    (ModelFamily.file_parts: LTX-2's text connectors, audio VAE and vocoder), each from the first chosen file that
+    holds it (the main file first); one that no chosen file holds is refused, naming the file that has it."""
+    if (family := p.family).file_parts is None:
+        return
+    shapes = {"denoiser": p.denoiser.shapes, **{kind: part.shapes for kind, (part, _) in p.texts.items()}}
+    found: dict[str, tuple[_Chosen, tuple[str, str, dict]]] = {}
+    for c in sorted(chosen.values(), key=lambda c: c is not p.main):
+        try:
+            for name, part in family.file_parts(c.contents.header.logical, lambda n: read_json(
+                    p.folder / n / "config.json"), shapes).items():
+                found.setdefault(name, (c, part))
+        except ValueError as e:
+            raise ModelError(f"{c.input}: '{c.path.name}' cannot be read: {e}.") from None
+    missing = [n for n in family.file_parts_needed if n not in found]
+    if missing:
+        raise ModelError(f"{p.main.input}: {family.name} also needs its {', '.join(missing)}, which none of the "
+                         f"chosen files holds ('{p.main.path.name}' is its diffusion model alone). Choose "
+                         f"{family.file_parts_hint}.")
+    for name, (c, (prefix, layout, sizes)) in found.items():  # a "_class_name" among the sizes: another class
+        p.override(name, {k: v for k, v in sizes.items() if k != "_class_name"})
+        if "_class_name" in sizes:
+            p.override("", {name: [p.index()[name][0], sizes["_class_name"]]})
+        _unsupported_quant(c)
+        p.parts.append(FileComponent(name, str(c.path), layout, prefix, _quant(c.contents.header, tuple(prefix.split("|"))), c.contents.header.size))
+
+
 def _add_image_encoder(p: _Draft, c: _Chosen | None) -> None:
     """The CLIP vision encoder (`image_encoder`, transformers' layout read as it is) and its image processor
     (the pack's settings at the encoder's image size) of a model that reads the start image through one."""
@@ -411,7 +440,8 @@ def _tokenizer(tok_name: str, kind: str, c: _Chosen) -> FileComponent:
         if tensor not in c.contents.header.shapes:
             raise ModelError(f"{c.input}: '{c.path.name}' carries no tokenizer (the '{tensor}' tensor that "
                              f"Comfy-Org's {short_name(kind)} files hold); use one of those files.")
-        return FileComponent(tok_name, str(c.path), text_encoders.FILE_TOKENIZERS[tensor])
+        layout = text_encoders.KINDS[kind].tokenizer_layout or text_encoders.FILE_TOKENIZERS[tensor]
+        return FileComponent(tok_name, str(c.path), layout)
     comfy = comfy_package_dir()
     if comfy is None:
         raise ModelError("ComfyUI's bundled tokenizers (its comfy package) were not found: files from "
@@ -426,10 +456,10 @@ def _described(p: _Draft) -> tuple[str, str, FileSource]:
                                      denoiser.size_bytes))
     if any(part.quant == "scaled-fp8" for part in p.parts):
         p.notes.append("scaled fp8 weights are dequantized once while loading")
-    for part in p.parts:
-        q = read_header(Path(part.path)).quantized if part.quant == "comfy-quant" else None
+    for path in dict.fromkeys(part.path for part in p.parts if part.quant == "comfy-quant"):  # each file once
+        q = read_header(Path(path)).quantized
         if q is not None:
-            p.notes.append(f"{Path(part.path).name}: {q.describe()}, kept quantized and dequantized layer by "
+            p.notes.append(f"{Path(path).name}: {q.describe()}, kept quantized and dequantized layer by "
                            "layer as they run (docs/quantized.md says which formats a TPU dequantizes at load)")
     overrides = {k: v for k, v in p.overrides.items() if v}
     source = FileSource(configs=p.configs.folder, components=tuple(p.parts),

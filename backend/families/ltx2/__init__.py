@@ -19,16 +19,19 @@ evenly (the sound's follows frames / frame_rate), checked before any worker star
 the split prompt's mask wrongly). CFG Parallel splits the doubled batch (both predictions, video and audio, are
 gathered); Data Parallel runs copies. No tensor-parallel plan.
 
-Artists' files (ltx-2.3-22b-dev-fp8.safetensors: DiT + VAEs + vocoder in one bundle) are recognised and refused
-for now: diffusers has no converter for the connectors and the vocoder, and 0.42.1's DiT converter misses
-LTX-2.3's prompt AdaLN keys. A diffusers folder loads.
+Artists' files: LTX-2.3's all-in-one checkpoint (ltx-2.3-22b-dev-fp8.safetensors in models/checkpoints: the DiT
+with its text connectors, the video VAE, the audio VAE and the vocoder) with ComfyUI's Gemma 3 file
+(gemma_3_12B_it*.safetensors in models/text_encoders, its tokenizer inside) load: diffusers' single-file converters
+read the DiT (LTX-2.3's prompt AdaLN renamed first: 0.42.1's converter misses it) and both VAEs, the family's own
+renaming (convert.py) the connectors and the vocoder, which diffusers has no converter for; sizes from the tensors
+(files.py, vaes.py); LTX-2.3's vocoder with bandwidth extension as diffusers' LTX2VocoderWithBWE. LTX-2.5's split
+files are not read yet (its Gemma 4 is refused by name).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from ..base import ModelFamily, Pipeline, Shapes
+from ..base import Configs, ModelFamily, Pipeline, Shapes, TextSlot
+from . import files
 
 # Guidance the pack does not expose, switched off: STG 0 with no perturbed blocks (STG > 0 without blocks
 # raises), modality isolation 1 (no extra pass), no rescale, for video and audio. The audio values are passed
@@ -59,12 +62,8 @@ _VIDEO = dict(cfg_doubles_batch=True, cfg_passes="batch", cp_plan=True, cp_plan_
               latent_upscale="two_stage", audio_via="LTX2ConditionPipeline", audio_module="audio")
 
 
-def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
-    """Not read: LTX-2's files are refused (files=False) before their sizes matter."""
-    return {}
-
-
 def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
+    """None from the DiT: its connectors read the text encoder's stacked layers (checked in files.parts)."""
     return {}
 
 
@@ -74,10 +73,12 @@ FAMILY = ModelFamily(
                         start_image_via="LTX2ImageToVideoPipeline"),
                Pipeline("LTX2ImageToVideoPipeline", "LTX-2", 1, "guidance_scale", False, **_VIDEO,
                         start_image=True, needs_image=True)),
-    configs=(),
+    configs=(Configs("ltx-2.3", (TextSlot("text_encoder", "gemma3"),), name="LTX-2.3"),),
     # ComfyUI's layout of an LTX-AV (LTX-2.x) DiT: LTX's timestep AdaLN plus the audio stream's
     denoiser_keys=("adaln_single.emb.timestep_embedder.linear_1.bias", "audio_adaln_single.linear.weight"),
     width_key="patchify_proj.weight", width_agrees=("adaln_single.emb.timestep_embedder.linear_1.weight", 0),
-    sizes=sizes, text_widths=text_widths, vae="vae-ltx2", vae_hint="the LTX-2 checkpoint's own VAE",
-    latent_packing=1, files=False,
+    sizes=files.transformer_sizes, text_widths=text_widths, vae="vae-ltx2", vae_hint="the LTX-2 checkpoint's own VAE",
+    latent_packing=1, file_parts=files.parts, file_parts_needed=files.PARTS,
+    file_parts_hint="LTX-2.3's all-in-one checkpoint (ltx-2.3-22b-dev-fp8.safetensors, in models/checkpoints) in "
+                    "checkpoint, which holds them",
 )

@@ -1,0 +1,207 @@
+"""LTX-2.3 from ComfyUI's files (Load TPU Pipeline (ComfyUI files)): its all-in-one checkpoint as the templates
+name it (ltx-2.3-22b-dev-fp8.safetensors: the DiT with its text connectors, the video VAE, the audio VAE and the
+vocoder, in Lightricks' names, fp8) and ComfyUI's Gemma 3 file (its tokenizer inside) make the pipeline the same
+tiny model makes as a diffusers folder: frames and sound equal, text, image, and image + audio to video. The files are
+tests/file_fixtures.py's (`_ltx2`)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import file_fixtures
+import numpy as np
+import pytest
+
+from backend.controller import api
+from backend.controller.files import assemble, headers, listing
+from backend.protocol.errors import ModelError
+from backend.protocol.spec import SampleRequest, read_json
+
+NAMES = file_fixtures.FILES["ltx2"]
+# the cases of the per-family file tests (test_files.py's check that every family whose files load has some)
+CASES = {"ltx2-checkpoint": dict(checkpoint=NAMES["checkpoint"], text_encoders=(NAMES["gemma3"],))}
+FOX = "a red fox in the snow"
+# tiny-ltx2's smallest video: 64x64 (2x2 latent pixels), 9 frames, CFG 3 (batched), 25 fps
+LTX = dict(prompt=FOX, negative_prompt="blurry", width=64, height=64, frames=9, steps=2, guidance=3.0, seed=11,
+           frame_rate=25.0, batch_size=2)
+TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def files(comfyui_files):
+    return comfyui_files("ltx2")
+
+
+def _roots(models: Path) -> dict[str, list[str]]:
+    return {role: [str(models / folder)] for role, folder in listing.ROLE_FOLDERS.items()}
+
+
+def _spec(files: Path, **choice) -> api.PipelineSpec:
+    return api.make_file_spec(assemble.FileChoice(**choice), _roots(files / "models"))
+
+
+@pytest.mark.unit
+def test_the_checkpoint_and_gemma_make_ltx2_with_the_sizes_of_their_tensors(files, tmp_path):
+    """Each part read as its layout says (diffusers' converters for the DiT and both VAEs, the family's renaming
+    for the connectors and the vocoder, Gemma in transformers' names with its tokenizer from the file), every size
+    the reference folder's; the file holds the keys diffusers tells LTX-2 checkpoints by; a renamed copy is
+    recognised by its header."""
+    from diffusers.loaders.single_file_utils import CHECKPOINT_KEY_NAMES
+
+    spec = _spec(files, **CASES["ltx2-checkpoint"])
+    assert spec.class_name == "LTX2Pipeline" and spec.start_image and spec.source.configs == "ltx-2.3"
+    layouts = {c.name: (c.layout, c.prefix, Path(c.path).name) for c in spec.source.components}
+    checkpoint = NAMES["checkpoint"]
+    assert layouts == {
+        "transformer": ("ltx2", "model.diffusion_model.", checkpoint), "vae": ("ltx2-vae", "vae.", checkpoint),
+        "connectors": ("ltx2-connectors", "model.diffusion_model.|text_embedding_projection.", checkpoint),
+        "audio_vae": ("ltx2-audio-vae", "audio_vae.", checkpoint), "vocoder": ("ltx2-vocoder", "vocoder.", checkpoint),
+        "text_encoder": ("hf", "", NAMES["gemma3"]), "tokenizer": ("gemma-spiece", "", NAMES["gemma3"])}
+    reference = files / "diffusers" / "ref-ltx2"
+    for name in ("transformer", "connectors", "vae", "audio_vae", "vocoder", "text_encoder"):
+        mine, theirs = spec.component_config(name), read_json(reference / name / "config.json")
+        keys = {k for k in theirs if not k.startswith("_")} - {"downsample_type", "rope_parameters", "architectures",
+                                                                "layer_types", "dtype", "transformers_version"}
+        differ = {k: (mine.get(k), theirs[k]) for k in keys if mine.get(k) != theirs[k]}
+        assert not differ, (name, differ)
+    # the 4th encoder level has no downsampler (its type is never read); Gemma's full-attention rotary and layer
+    # types (from its window pattern) are the published ones: the tiny Gemma has no full-attention layer
+    assert spec.component_config("vae")["downsample_type"][:3] == read_json(reference / "vae" / "config.json")[
+        "downsample_type"][:3]
+    header = headers.read_header(files / "models" / "checkpoints" / checkpoint)
+    assert set(CHECKPOINT_KEY_NAMES["ltx2"]) <= set(header.shapes), "the keys diffusers tells an LTX-2 checkpoint by"
+    models = tmp_path / "models"
+    for folder in listing.ROLE_FOLDERS.values():
+        (models / folder).mkdir(parents=True)
+    shutil.copy(files / "models" / "checkpoints" / checkpoint, models / "checkpoints" / "my-ltx.safetensors")
+    shutil.copy(files / "models" / "text_encoders" / NAMES["gemma3"], models / "text_encoders" / "words.safetensors")
+    assert listing.list_files(_roots(models))["checkpoint"] == ["my-ltx.safetensors"]
+    renamed = api.make_file_spec(assemble.FileChoice(checkpoint="my-ltx.safetensors",
+                                                     text_encoders=("words.safetensors",)), _roots(models))
+    assert {c.name: c.layout for c in renamed.source.components} == {k: v[0] for k, v in layouts.items()}
+
+
+@pytest.mark.unit
+def test_a_checkpoint_without_its_audio_vae_and_a_wrong_text_encoder_are_refused_naming_the_fix(files, tmp_path):
+    """Each refused before any worker starts, naming the input, the file and the fix."""
+    import torch
+    from safetensors.torch import save_file
+
+    with pytest.raises(ModelError) as e:
+        _spec(files, checkpoint=NAMES["no_audio_vae"], text_encoders=(NAMES["gemma3"],))
+    assert str(e.value) == (
+        f"checkpoint: LTX-2 also needs its audio_vae, which none of the chosen files holds ('{NAMES['no_audio_vae']}' "
+        "is its diffusion model alone). Choose LTX-2.3's all-in-one checkpoint (ltx-2.3-22b-dev-fp8.safetensors, in "
+        "models/checkpoints) in checkpoint, which holds them.")
+    with pytest.raises(ModelError) as e:
+        _spec(files, checkpoint=NAMES["checkpoint"])
+    assert str(e.value).startswith("text_encoder: LTX-2 needs Gemma 3 12B (gemma_3_12B_it*.safetensors); Gemma 3 12B "
+                                   "(gemma_3_12B_it*.safetensors) is missing (chosen: none).")
+    folder = files / "models" / "text_encoders"
+    qwen = {f"model.layers.0.self_attn.{p}_proj.weight": torch.zeros(8, 8) for p in "qkv"}
+    qwen.update({"model.layers.0.self_attn.q_norm.weight": torch.zeros(4), "model.embed_tokens.weight": torch.zeros(9, 8)})
+    save_file(qwen, str(tmp_path / "qwen_3_4b.safetensors"))
+    models = tmp_path / "models"
+    shutil.copytree(files / "models", models)
+    shutil.copy(tmp_path / "qwen_3_4b.safetensors", models / "text_encoders")
+    with pytest.raises(ModelError) as e:
+        api.make_file_spec(assemble.FileChoice(checkpoint=NAMES["checkpoint"], text_encoders=("qwen_3_4b.safetensors",)),
+                           _roots(models))
+    assert str(e.value) == ("text_encoder_1: 'qwen_3_4b.safetensors' is a Qwen3 text encoder, which LTX-2 does not "
+                            "use; it needs Gemma 3 12B (gemma_3_12B_it*.safetensors).")
+    # LTX-2.5's Gemma 4 (its text projection beside it, K and V shared in its global layers): named, not read
+    gemma = headers.read_header(folder / NAMES["gemma3"])
+    gemma4 = {k: torch.zeros(v) for k, v in gemma.shapes.items() if k.startswith("model.")}
+    gemma4["text_embedding_projection.video_aggregate_embed.weight"] = torch.zeros(16, 96)
+    save_file(gemma4, str(models / "text_encoders" / "gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors"))
+    with pytest.raises(ModelError) as e:
+        api.make_file_spec(assemble.FileChoice(checkpoint=NAMES["checkpoint"], text_encoders=(
+            "gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors",)), _roots(models))
+    assert str(e.value) == ("text_encoder_1: 'gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors' is a "
+                            "Gemma 4 text encoder, which LTX-2 does not use; it needs Gemma 3 12B "
+                            "(gemma_3_12B_it*.safetensors).")
+
+
+def _videos(spec: api.PipelineSpec, starts: np.ndarray | None, audio: dict | None = None) -> dict:
+    return api.run_sample_outputs(api.prepare_sample(spec, SampleRequest(**LTX), starts, audio=audio), lambda m: None)
+
+
+def _sound() -> dict:
+    """ComfyUI's AUDIO as Load Audio gives it: a 220 Hz / 330 Hz stereo sine per video, 0.36 s (9 frames at 25 fps)
+    at the audio VAE's 16 kHz."""
+    import torch
+
+    t = np.arange(round(0.36 * 16000)) / 16000
+    wave = np.stack([np.stack([np.sin(2 * np.pi * (220 + 110 * b + 55 * c) * t) for c in range(2)]) for b in range(2)])
+    return {"waveform": torch.from_numpy(wave.astype(np.float32) * 0.5), "sample_rate": 16000}
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("mode", ["text to video", "image to video", "image + audio to video"])
+def test_frames_and_sound_from_the_files_equal_the_diffusers_folder(files, mode):
+    """Two videos (seeds 11, 12; start images 0 and 1 for image to video; with sounds 0 and 1 too, kept as the
+    videos' sound, for image + audio to video: LTX2ConditionPipeline) from the files and from the same tiny
+    model as a diffusers folder (the reference: fp8-rounded weights as the checkpoint stores them, the tokenizer
+    the pack makes of Gemma's file) through the workers, in float32 (dtype auto would keep the DiT in fp8 storage,
+    rounding its biases too): the frames and the waveforms agree."""
+    starts = (np.random.default_rng(5).integers(0, 256, (2, 64, 64, 3)) / 255).astype(np.float32) \
+        if mode != "text to video" else None
+    audio = _sound() if mode == "image + audio to video" else None
+    auto = _spec(files, **CASES["ltx2-checkpoint"])
+    assert auto.storage == "float8_e4m3fn", "dtype auto keeps the file's fp8 matrices in fp8 (layerwise casting)"
+    spec = api.make_file_spec(assemble.FileChoice(**CASES["ltx2-checkpoint"]), _roots(files / "models"), "float32")
+    mine = _videos(spec, starts, audio)
+    theirs = _videos(api.make_spec("ref-ltx2", [str(files / "diffusers")], "float32"), starts, audio)
+    assert mine["images"].shape == theirs["images"].shape == (18, 64, 64, 3)
+    assert np.abs(mine["images"] - theirs["images"]).max() <= TOLERANCE
+    assert mine["audio"].shape == theirs["audio"].shape and mine["audio"].shape[:2] == (2, 2)
+    assert np.abs(mine["audio"] - theirs["audio"]).max() <= TOLERANCE
+    assert np.abs(mine["audio"]).max() > 0 and not np.array_equal(mine["images"][:9], mine["images"][9:])
+    assert int(mine["audio_rate"][0]) == int(theirs["audio_rate"][0]) == 8000
+
+
+@pytest.mark.workers
+def test_a_vocoder_with_bandwidth_extension_loads_and_gives_the_folders_sound(files):
+    """LTX-2.3's vocoder with bandwidth extension (ComfyUI's VocoderWithBWE: a HiFi-GAN, a second one over its mel
+    transform, anti-aliased snake activations) read as diffusers' LTX2VocoderWithBWE, its sizes from the tensors:
+    frames and 48 kHz sound equal the same model as a diffusers folder."""
+    spec = api.make_file_spec(assemble.FileChoice(checkpoint=NAMES["bwe"], text_encoders=(NAMES["gemma3"],)),
+                              _roots(files / "models"), "float32")
+    assert spec.model_index()["vocoder"][1] == "LTX2VocoderWithBWE"
+    mine = _videos(spec, None)
+    theirs = _videos(api.make_spec("ref-ltx2-bwe", [str(files / "diffusers")], "float32"), None)
+    assert np.abs(mine["images"] - theirs["images"]).max() <= TOLERANCE
+    assert mine["audio"].shape == theirs["audio"].shape and np.abs(mine["audio"]).max() > 0
+    assert np.abs(mine["audio"] - theirs["audio"]).max() <= TOLERANCE
+    assert int(mine["audio_rate"][0]) == int(theirs["audio_rate"][0]) == 48000
+
+
+@pytest.mark.workers
+def test_a_checkpoint_in_comfyuis_fp8_layers_gives_the_videos_of_it_dequantized_by_comfy_kitchen(files):
+    """The DiT's and the text connectors' blocks in ComfyUI's quantized fp8 (comfy-kitchen, the markers in the
+    metadata): the DiT kept quantized, the connectors (read under both their prefixes) dequantized at load;
+    frames and sound equal the same checkpoint dequantized by comfy-kitchen."""
+    quant = _spec(files, checkpoint=NAMES["fp8_quant"], text_encoders=(NAMES["gemma3"],))
+    assert {c.name: c.quant for c in quant.source.components if c.name in ("transformer", "connectors", "vae")} == {
+        "transformer": "comfy-quant", "connectors": "comfy-quant", "vae": ""}
+    deq = _spec(files, checkpoint=NAMES["fp8_quant_dequantized"], text_encoders=(NAMES["gemma3"],))
+    mine, theirs = _videos(quant, None), _videos(deq, None)
+    assert mine["images"].shape == (18, 64, 64, 3) and mine["images"].std() > 0
+    assert np.abs(mine["images"] - theirs["images"]).max() <= TOLERANCE
+    assert np.abs(mine["audio"] - theirs["audio"]).max() <= TOLERANCE
+
+
+@pytest.mark.workers
+def test_the_templates_gemma_in_fp4_mixed_gives_the_videos_of_it_dequantized_by_comfy_kitchen(files):
+    """gemma_3_12B_it_fp4_mixed (as the templates name it: nvfp4 MLP, fp8 attention, int8 embedding, ComfyUI's
+    markers in the metadata), kept quantized in the worker, against the same file dequantized by comfy-kitchen;
+    its tokenizer from the quantized file too."""
+    quant = _spec(files, checkpoint=NAMES["checkpoint"], text_encoders=(NAMES["gemma3_fp4_mixed"],))
+    text_encoder = quant.source.component("text_encoder")
+    assert (text_encoder.quant, quant.source.component("tokenizer").layout) == ("comfy-quant", "gemma-spiece")
+    deq = _spec(files, checkpoint=NAMES["checkpoint"], text_encoders=(NAMES["gemma3_fp4_mixed_dequantized"],))
+    mine, theirs = _videos(quant, None), _videos(deq, None)
+    assert mine["images"].shape == (18, 64, 64, 3) and mine["images"].std() > 0
+    assert np.abs(mine["images"] - theirs["images"]).max() <= TOLERANCE
+    assert np.abs(mine["audio"] - theirs["audio"]).max() <= TOLERANCE
