@@ -341,23 +341,26 @@ IDEOGRAM4_PROMPT = '{\n    "high_level_description": "A surreal streetwear mixed
 
 def _ltx2_image_to_video() -> dict:
     """ComfyUI's video_ltx2_3_i2v template on the pack, in its two stages: Load Image (the start frame) and Load
-    TPU Pipeline (LTX-2.3 dev) -> Load LoRA (TPU) (its distilled LoRA at 0.5) -> Sample Video (TPU) with the x2
+    TPU Pipeline (ComfyUI files: its LTX-2.3 dev checkpoint and Gemma 3) -> Load LoRA (TPU) (its distilled LoRA at 0.5) -> Sample Video (TPU) with the x2
     spatial upscaler -> frames and sound into ComfyUI's own Create Video -> Save Video. Node ids: Load 1, Sample
     Video 2, Create Video 3, the note 4, Save Video 5, Load Image 6, Load LoRA 7."""
     return _ltx2_two_stage(
-        name="video_ltx2_3_i2v", model="LTX-2", start_image=True, prompt=LTX23_I2V_PROMPT, frame_rate=25.0,
+        name="video_ltx2_3_i2v", model="", files=LTX23_FILES, start_image=True, prompt=LTX23_I2V_PROMPT,
+        frame_rate=25.0,
         upscaler="ltx-2.3-spatial-upscaler-x2-1.1.safetensors", audio_guidance=-1.0, prefix="video/ltx2-i2v",
         lora="ltx_2.3_22b_distilled_1.1_lora_dynamic_fro09_avg_rank_111_bf16.safetensors",
         description="LTX-2.3 image to video with sound, as ComfyUI's video_ltx2_3_i2v template: Load Image (start "
-                    "frame) + Load TPU Pipeline (LTX-2) -> Load LoRA (its distilled LoRA, 0.5) -> Sample Video "
+                    "frame) + Load TPU Pipeline (ComfyUI files: ltx-2.3-22b-dev-fp8, gemma_3_12B_it_fp4_mixed) -> "
+                    "Load LoRA (its distilled LoRA, 0.5) -> Sample Video "
                     "(1280x704, 121 frames at 25 fps, 8 steps at half size, guidance 1, then the x2 spatial "
                     "upscaler and 3 steps on 0.85, 0.725, 0.4219) -> frames and audio -> Create Video (25 fps) -> "
-                    "Save Video (mp4 with sound). Needs models/diffusers/LTX-2, the LoRA in models/loras and the "
-                    "upscaler in models/latent_upscale_models.",
+                    "Save Video (mp4 with sound). Needs the template's files: the checkpoint in models/checkpoints, "
+                    "Gemma in models/text_encoders, the LoRA in models/loras and the upscaler in "
+                    "models/latent_upscale_models.",
         note="""
 ## LTX-2.3 image to video, with sound, in two stages
 
-**Load Image** (the first frame) and **Load TPU Pipeline** (LTX-2.3 dev) → **Load LoRA (TPU)** (the template's
+**Load Image** (the first frame) and **Load TPU Pipeline (ComfyUI files)** (LTX-2.3 dev) → **Load LoRA (TPU)** (the template's
 distilled LoRA at **0.5**) → **Sample Video (TPU)** (`start_image`; 1280×704, 121 frames at **25 fps**, **8
 steps, guidance 1**, `upscale_model` the ×2 spatial upscaler) → **Create Video** (fps 25) → **Save Video**.
 
@@ -368,41 +371,59 @@ the template's ManualSigmas **0.85, 0.725, 0.4219** (`upscale_sigmas`), with the
 stage-1 ManualSigmas (the 8 distilled values), its start-frame strength 0.7 and its prompt enhancer (off by
 default) are not carried over: stage 1 runs LTX-2's own schedule for 8 steps, the start frame at full strength.
 
-**Model**: a diffusers folder of LTX-2.3 dev in `models/diffusers/LTX-2`, or ComfyUI's own files in Load TPU
-Pipeline (ComfyUI files): `ltx-2.3-22b-dev-fp8.safetensors` in checkpoint, `gemma_3_12B_it_fp4_mixed` in
-text_encoder_1.
+**Files**: the template's own: `models/checkpoints/ltx-2.3-22b-dev-fp8.safetensors` (the DiT, both VAEs, the
+vocoder) and `models/text_encoders/gemma_3_12B_it_fp4_mixed.safetensors` (kept quantized). A diffusers folder of
+LTX-2.3 dev loads too, in Load TPU Pipeline (`LTX-2`). The template's Gemma LoRA (abliterated, on the text
+encoder) is not carried over.
 """)
+
+
+# LTX-2.3's files as its templates name them (Load TPU Pipeline (ComfyUI files): the all-in-one checkpoint and Gemma 3)
+LTX23_FILES = {"diffusion_model": "(none)", "text_encoder_1": "gemma_3_12B_it_fp4_mixed.safetensors",
+               "text_encoder_2": "(none)", "text_encoder_3": "(none)", "vae": "(none)",
+               "checkpoint": "ltx-2.3-22b-dev-fp8.safetensors"}
 
 
 def _ltx2_two_stage(*, name: str, model: str, start_image: bool, prompt: str, frame_rate: float, upscaler: str,
                     audio_guidance: float, prefix: str, description: str, note: str, lora: str = "",
-                    negative: str = "pc game, console game, video game, cartoon, childish, ugly") -> dict:
-    """An LTX-2.3 / 2.5 template on the pack: [Load Image ->] Load TPU Pipeline [-> Load LoRA] -> Sample Video with
-    the x2 upscaler (1280x704, 121 frames, 8 steps, guidance 1; stage 2 on the templates' sigmas) -> Create Video
-    -> Save Video. Node ids: Load 1, Sample Video 2, Create Video 3, the note 4, Save Video 5, Load Image 6, Load
-    LoRA 7."""
-    sample = {"prompt": prompt, "negative_prompt": negative, "width": 1280, "height": 704, "frames": 121,
+                    negative: str = "pc game, console game, video game, cartoon, childish, ugly",
+                    files: dict | None = None, frames: int = 121, image: str = "example.png",
+                    audio: str = "") -> dict:
+    """An LTX-2.3 / 2.5 template on the pack: [Load Image ->] Load TPU Pipeline (with `files`: Load TPU Pipeline
+    (ComfyUI files)) [-> Load LoRA] [and Load Audio, the sound kept] -> Sample Video with the x2 upscaler
+    (1280x704, 121 frames, 8 steps, guidance 1; stage 2 on the templates' sigmas) -> Create Video -> Save Video.
+    Node ids: Load 1, Sample Video 2, Create Video 3, the note 4, Save Video 5, Load Image 6, Load LoRA 7, Load
+    Audio 8."""
+    sample = {"prompt": prompt, "negative_prompt": negative, "width": 1280, "height": 704, "frames": frames,
               "steps": 8, "guidance": 1.0, "seed": 0, "control_after_generate": "randomize", "batch_size": 1,
               "frame_rate": frame_rate, "upscale_model": upscaler, "upscale_sigmas": "0.85, 0.7250, 0.4219, 0.0",
               "audio_guidance": audio_guidance}
+    below = 130 if files is None else 160  # the files loader is taller
     nodes = [{"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
-              "widgets": {"model": model, "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}},
+              "widgets": {"model": model, "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}}
+             if files is None else
+             {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 330],
+              "widgets": {**files, "dtype": "auto", "device": "auto", "offload": "auto"}},
              {"id": 2, "type": "TPUSampleVideo", "pos": [410, 130], "size": [400, 640], "widgets": sample},
              {"id": 3, "type": "CreateVideo", "pos": [850, 130], "size": [300, 120], "widgets": {"fps": frame_rate}},
              {"id": 5, "type": "SaveVideo", "pos": [1190, 130], "size": [420, 500],
               "widgets": {"filename_prefix": prefix, "format": "auto", "codec": "auto"}},
-             _note(4, [40, 820], note, size=(770, 400))]
+             _note(4, [40, 820] if files is None else [410, 820], note, size=(770, 400))]
     links = [[2, "frames", 3, "images"], [2, "audio", 3, "audio"], [3, 0, 5, "video"]]
     if lora:
-        nodes.append({"id": 7, "type": "TPULoadLoRA", "pos": [40, 340], "size": [330, 130],
+        nodes.append({"id": 7, "type": "TPULoadLoRA", "pos": [40, below + 210], "size": [330, 130],
                       "widgets": {"lora_name": lora, "strength": 0.5, "strength_text_encoder": 1.0}})
         links += [[1, "pipeline", 7, "pipeline"], [7, "pipeline", 2, "pipeline"]]
     else:
         links.append([1, "pipeline", 2, "pipeline"])
     if start_image:
-        nodes.append({"id": 6, "type": "LoadImage", "pos": [40, 500 if lora else 360], "size": [330, 300],
-                      "widgets": {"image": "example.png"}})
+        nodes.append({"id": 6, "type": "LoadImage", "pos": [40, below + (370 if lora else 230)], "size": [330, 300],
+                      "widgets": {"image": image}})
         links.append([6, "IMAGE", 2, "start_image"])
+    if audio:
+        nodes.append({"id": 8, "type": "LoadAudio", "pos": [40, below + 720], "size": [330, 140],
+                      "widgets": {"audio": audio}})
+        links.append([8, "AUDIO", 2, "audio"])
     return {"name": name, "nodes": nodes, "links": links, "extra": {"description": description}}
 
 
@@ -450,54 +471,46 @@ LTX23_IA2V_PROMPT = "The fuzzy cactus creature is talking to the viewer as it gr
 
 
 def _ltx2_image_audio_to_video() -> dict:
-    """ComfyUI's video_ltx2_3_ia2v template on the pack: Load Image (the start frame), Load Audio (the sound) and
-    Load TPU Pipeline (LTX-2) -> Sample Video (TPU) -> frames and sound into ComfyUI's own Create Video -> Save
-    Video. Node ids: Load 1, Sample Video 2, Create Video 3, the note 4, Save Video 5, Load Image 6, Load Audio 7."""
-    sample = {"prompt": LTX23_IA2V_PROMPT, "negative_prompt": "pc game, console game, video game, cartoon, "
-                                                                 "childish, ugly", "width": 1280, "height": 704,
-              "frames": 217, "steps": 8, "guidance": 1.0, "seed": 0, "control_after_generate": "randomize",
-              "batch_size": 1, "frame_rate": 24.0}
+    """ComfyUI's video_ltx2_3_ia2v template on the pack, in its two stages (_ltx2_two_stage): Load Image (the start
+    frame), Load Audio (the sound, kept) and Load TPU Pipeline (ComfyUI files: its LTX-2.3 dev checkpoint and Gemma
+    3) -> Load LoRA (its distilled LoRA at 0.5) -> Sample Video with the x2 spatial upscaler -> frames and sound into
+    ComfyUI's own Create Video -> Save Video."""
     note = """
-## LTX-2 image + audio to video
+## LTX-2.3 image + audio to video, in two stages
 
-**Load Image** (the first frame), **Load Audio** (the sound) and **Load TPU Pipeline** (LTX-2) → **Sample Video
-(TPU)** (`start_image`, `audio`; 1280×704, 217 frames at **24 fps** = 9 s, **8 steps, guidance 1**) → its
-**frames** and **audio** into ComfyUI's own **Create Video** (fps 24) → **Save Video** (mp4 with sound).
+**Load Image** (the first frame), **Load Audio** (the sound) and **Load TPU Pipeline (ComfyUI files)** (LTX-2.3
+dev) → **Load LoRA (TPU)** (the template's distilled LoRA at **0.5**) → **Sample Video (TPU)** (`start_image`,
+`audio`; 1280×704, 217 frames at **24 fps** = 9 s, **8 steps, guidance 1**, `upscale_model` the ×2 spatial
+upscaler) → **Create Video** (fps 24) → **Save Video** (mp4 with sound).
 
 The model **keeps the sound** and makes the frames to go with it (a talking or singing character): the
 template's LTXVAudioVAEEncode and SetLatentNoiseMask(0) on the audio. The sound must last as long as the video:
 frames / frame_rate seconds (a longer file: trim it first with Trim Audio Duration, as the template does to its
 9 s). It is resampled to the model's rate.
 
-The values of ComfyUI's `video_ltx2_3_ia2v` template (1280×720, 9 s at 24 fps) as LTX-2 makes them: 217 frames
-and sides of multiples of 32 (704). The template runs two passes (8 distilled steps at half size, its x2 spatial
-upscaler, 3 more steps); here one pass of 8 steps at full size on a distilled diffusers folder.
+As ComfyUI's `video_ltx2_3_ia2v` template runs it: 8 distilled steps at half size (640×352), its ×2 latent
+upscaler (`ltx-2.3-spatial-upscaler-x2-1.1` in `models/latent_upscale_models`), then 3 steps at full size on
+the template's ManualSigmas **0.85, 0.725, 0.4219** (`upscale_sigmas`), the sound kept in both. 1280×720 and
+9 s become 1280×704 (two stages: multiples of 64) and 217 frames (8k + 1). Not carried over: the stage-1
+ManualSigmas (LTX-2's own schedule for 8 steps runs), the start-frame strength 0.7, the Gemma LoRA and the
+prompt enhancer (off by default).
 
-**Model**: the diffusers folder `models/diffusers/LTX-2` (as ltx2_t2v_sound). Files: the template's
-`cactus_man.png` and `ltx_23_audio.mp3` in ComfyUI's input folder.
+**Files**: the template's own: `models/checkpoints/ltx-2.3-22b-dev-fp8.safetensors`,
+`models/text_encoders/gemma_3_12B_it_fp4_mixed.safetensors`, and its `cactus_man.png` and `ltx_23_audio.mp3`
+in ComfyUI's input folder.
 """
-    return {
-        "name": "video_ltx2_3_ia2v",
-        "nodes": [
-            {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
-             "widgets": {"model": "LTX-2", "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}},
-            {"id": 6, "type": "LoadImage", "pos": [40, 360], "size": [330, 380],
-             "widgets": {"image": "cactus_man.png"}},
-            {"id": 7, "type": "LoadAudio", "pos": [40, 790], "size": [330, 140],
-             "widgets": {"audio": "ltx_23_audio.mp3"}},
-            {"id": 2, "type": "TPUSampleVideo", "pos": [410, 130], "size": [400, 600], "widgets": sample},
-            {"id": 3, "type": "CreateVideo", "pos": [850, 130], "size": [300, 120], "widgets": {"fps": 24.0}},
-            {"id": 5, "type": "SaveVideo", "pos": [1190, 130], "size": [420, 500],
-             "widgets": {"filename_prefix": "video/LTX_2.3_ia2v", "format": "auto", "codec": "auto"}},
-            _note(4, [410, 780], note, size=(740, 420)),
-        ],
-        "links": [[1, "pipeline", 2, "pipeline"], [6, "IMAGE", 2, "start_image"], [7, "AUDIO", 2, "audio"],
-                  [2, "frames", 3, "images"], [2, "audio", 3, "audio"], [3, 0, 5, "video"]],
-        "extra": {"description": "LTX-2 image + audio to video, as ComfyUI's video_ltx2_3_ia2v template: Load Image "
-                                 "(start frame) + Load Audio (the sound, kept) + Load TPU Pipeline (LTX-2) -> Sample "
-                                 "Video (1280x704, 217 frames at 24 fps, 8 steps, guidance 1) -> frames and audio -> "
-                                 "Create Video (24 fps) -> Save Video (mp4 with sound). Needs models/diffusers/LTX-2."},
-    }
+    return _ltx2_two_stage(
+        name="video_ltx2_3_ia2v", model="", files=LTX23_FILES, start_image=True, image="cactus_man.png",
+        audio="ltx_23_audio.mp3", prompt=LTX23_IA2V_PROMPT, frame_rate=24.0, frames=217,
+        upscaler="ltx-2.3-spatial-upscaler-x2-1.1.safetensors", audio_guidance=-1.0, prefix="video/LTX_2.3_ia2v",
+        lora="ltx_2.3_22b_distilled_1.1_lora_dynamic_fro09_avg_rank_111_bf16.safetensors", note=note,
+        description="LTX-2.3 image + audio to video in two stages, as ComfyUI's video_ltx2_3_ia2v template: Load "
+                    "Image (start frame) + Load Audio (the sound, kept) + Load TPU Pipeline (ComfyUI files: "
+                    "ltx-2.3-22b-dev-fp8, gemma_3_12B_it_fp4_mixed) -> Load LoRA (its distilled LoRA, 0.5) -> Sample "
+                    "Video (1280x704, 217 frames at 24 fps, 8 steps at half size, guidance 1, then the x2 spatial "
+                    "upscaler and 3 steps on 0.85, 0.725, 0.4219) -> frames and audio -> Create Video (24 fps) -> "
+                    "Save Video (mp4 with sound). Needs the template's files, the LoRA in models/loras and the "
+                    "upscaler in models/latent_upscale_models.")
 
 
 def _template_prompt(name: str) -> str:
@@ -578,9 +591,9 @@ the USA.
 
 
 def _qwen_image_21_edit() -> dict:
-    """ComfyUI's image_qwen_image_2_1_image_edit template on the pack: two Load Image, batched by ComfyUI's Batch
-    Images, as Qwen-Image 2.1's references -> Sample -> Save Image. Node ids: Load 1, Sample 2, Save 3, the note 4,
-    Load Image 5 and 6, Batch Images 7."""
+    """ComfyUI's image_qwen_image_2_1_image_edit template on the pack: Load TPU Pipeline (ComfyUI files: the
+    template's) and two Load Image, batched by ComfyUI's Batch Images, as Qwen-Image 2.1's references -> Sample ->
+    Save Image. Node ids: Load 1, Sample 2, Save 3, the note 4, Load Image 5 and 6, Batch Images 7."""
     sample = {"prompt": "Replace costumes for the character", "negative_prompt": "", "width": 1024, "height": 1024,
               "steps": 25, "guidance": 1.0, "seed": 0, "control_after_generate": "randomize", "batch_size": 1,
               "prompt_per_line": False, "denoise": 1.0, "size_from_image": False, "sampler": "euler",
@@ -597,32 +610,43 @@ As in the template, the first picture is the person, the second what to put on t
 Images fits the second picture to the first's size. More references: chain more Batch Images (up to 10).
 `size_from_image` is off: the result is width × height, as the template's 1024×1024 latent.
 
-**Model**: the diffusers folder `models/diffusers/Qwen-Image-2.1`. Guidance 1: one pass per step. The
-template's prompt enhancer (off by default) is left out.
+**Files**: the template's own, in Load TPU Pipeline (ComfyUI files): `qwen_image_2.1_int8_convrot` (kept
+quantized), `qwen3vl_8b_int8_convrot`, `qwen_image_2.1_vae_bf16`. The diffusers folder `Qwen-Image-2.1` loads
+too, in Load TPU Pipeline. Guidance 1: one pass per step. The template's prompt enhancer (off by default) is
+left out.
 """
     return {
         "name": "image_qwen_image_2_1_image_edit",
         "nodes": [
-            {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
-             "widgets": {"model": "Qwen-Image-2.1", "dtype": "auto", "device": "auto", "offload": "auto",
-                         "model_path": ""}},
-            {"id": 5, "type": "LoadImage", "pos": [40, 360], "size": [330, 380], "widgets": {"image": "example.png"}},
-            {"id": 6, "type": "LoadImage", "pos": [40, 790], "size": [330, 380],
+            {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 300],
+             "widgets": {**QWEN_IMAGE_21_FILES, "dtype": "auto", "device": "auto", "offload": "auto"}},
+            {"id": 5, "type": "LoadImage", "pos": [40, 480], "size": [330, 380], "widgets": {"image": "example.png"}},
+            {"id": 6, "type": "LoadImage", "pos": [40, 910], "size": [330, 380],
              "widgets": {"image": "reference.png"}},
-            {"id": 7, "type": "ImageBatch", "pos": [410, 360], "size": [300, 0], "widgets": {}},
+            {"id": 7, "type": "ImageBatch", "pos": [410, 480], "size": [300, 0], "widgets": {}},
             {"id": 2, "type": "TPUSample", "pos": [750, 130], "size": [400, 600], "widgets": sample},
             {"id": 3, "type": "SaveImage", "pos": [1190, 130], "size": [360, 470],
              "widgets": {"filename_prefix": "qwen-image-2.1-edit"}},
-            _note(4, [410, 790], note, size=(740, 380)),
+            _note(4, [410, 910], note, size=(740, 380)),
         ],
         "links": [[1, "pipeline", 2, "pipeline"], [5, "IMAGE", 7, "image1"], [6, "IMAGE", 7, "image2"],
                   [7, "IMAGE", 2, "image"], [2, "images", 3, "images"]],
         "extra": {"description": "Qwen-Image 2.1 image edit, as ComfyUI's image_qwen_image_2_1_image_edit template: "
-                                 "two Load Image -> Batch Images -> Sample (the references; 1024x1024, 25 steps, "
-                                 "guidance 1, euler, simple) -> Save Image. Needs models/diffusers/Qwen-Image-2.1."},
+                                 "Load TPU Pipeline (ComfyUI files: qwen_image_2.1_int8_convrot, "
+                                 "qwen3vl_8b_int8_convrot, qwen_image_2.1_vae_bf16) and two Load Image -> Batch "
+                                 "Images -> Sample (the references; 1024x1024, 25 steps, guidance 1, euler, simple) "
+                                 "-> Save Image."},
     }
 
 
+# The templates' files (comfyui-workflow-templates 0.1.123), for Load TPU Pipeline (ComfyUI files)
+NO_FILE = {"text_encoder_2": "(none)", "text_encoder_3": "(none)", "checkpoint": "(none)"}
+QWEN_IMAGE_21_FILES = {"diffusion_model": "qwen_image_2.1_int8_convrot.safetensors",
+                       "text_encoder_1": "qwen3vl_8b_int8_convrot.safetensors",
+                       "vae": "qwen_image_2.1_vae_bf16.safetensors", **NO_FILE}
+FLUX3_KLEIN_BASE_FILES = {"diffusion_model": "flux3-image-klein-base-int8-convrot.safetensors",
+                          "text_encoder_1": "qwen3vl_4b_int8_convrot.safetensors", "vae": "flux2-vae.safetensors",
+                          **NO_FILE}
 QWEN_IMAGE_21_TURBO_SIGMAS = "1.0, 0.978453, 0.95418, 0.926626, 0.89508, 0.845148, 0.704534, 0.414568, 0"
 TURBO_EDIT_PROMPT = (
     "Relight the scene as a clear moonlit night: the sky seen through the oculus becomes a deep night sky with a "
@@ -641,21 +665,21 @@ not part of this workflow: the pack's nodes encode the prompt as you write it, s
 yourself (or run the enhancer in ComfyUI and paste its text). Why: docs/models.md, "Prompt enhancers"."""
 
 
-def _one_reference_edit(*, name: str, model: str, prompt: str, sample: dict, prefix: str, note: str,
+def _one_reference_edit(*, name: str, files: dict, prompt: str, sample: dict, prefix: str, note: str,
                         description: str, options: dict | None = None) -> dict:
-    """Load TPU Pipeline [-> Sampling Options] and ComfyUI's Load Image -> Sample (the image as the model's
-    reference) -> Save Image, as the single-reference edit templates (Qwen-Image 2.1 Turbo, FLUX 3 [klein]).
-    Node ids: Load 1, Sample 2, Save 3, note 4, Load Image 5, Sampling Options 6."""
+    """Load TPU Pipeline (ComfyUI files: `files`) [-> Sampling Options] and ComfyUI's Load Image -> Sample (the
+    image as the model's reference) -> Save Image, as the single-reference edit templates (Qwen-Image 2.1 Turbo,
+    FLUX 3 [klein]). Node ids: Load 1, Sample 2, Save 3, note 4, Load Image 5, Sampling Options 6."""
     widgets = {"prompt": prompt, "negative_prompt": "", "width": 1024, "height": 1024, "seed": 0,
                "control_after_generate": "randomize", "batch_size": 1, "prompt_per_line": False, "denoise": 1.0,
                "size_from_image": False, **sample}
     nodes = [
-        {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
-         "widgets": {"model": model, "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}},
-        {"id": 5, "type": "LoadImage", "pos": [40, 360], "size": [330, 380], "widgets": {"image": "example.png"}},
+        {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 300],
+         "widgets": {**files, "dtype": "auto", "device": "auto", "offload": "auto"}},
+        {"id": 5, "type": "LoadImage", "pos": [40, 480], "size": [330, 380], "widgets": {"image": "example.png"}},
         {"id": 2, "type": "TPUSample", "pos": [750, 130], "size": [400, 600], "widgets": widgets},
         {"id": 3, "type": "SaveImage", "pos": [1190, 130], "size": [360, 470], "widgets": {"filename_prefix": prefix}},
-        _note(4, [40, 790], note, size=(1110, 340)),
+        _note(4, [410, 760], note, size=(1140, 380)),
     ]
     links = [[5, "IMAGE", 2, "image"], [2, "images", 3, "images"]]
     if options is None:
@@ -669,18 +693,21 @@ def _one_reference_edit(*, name: str, model: str, prompt: str, sample: dict, pre
 def _qwen_image_21_turbo_edit() -> dict:
     """ComfyUI's image_qwen_image_2_1_turbo_image_edit template: its ManualSigmas as Sampling Options' sigmas."""
     return _one_reference_edit(
-        name="image_qwen_image_2_1_turbo_image_edit", model="Qwen-Image-2.1-Turbo", prompt=TURBO_EDIT_PROMPT,
+        name="image_qwen_image_2_1_turbo_image_edit", prompt=TURBO_EDIT_PROMPT,
+        files={**QWEN_IMAGE_21_FILES, "diffusion_model": "qwen_image_2.1_turbo_int8_convrot.safetensors"},
         sample={"steps": 8, "guidance": 1.0, "sampler": "euler", "scheduler": "default"}, prefix="Qwen_image_2.1",
         options={"prompt_cache": True, "batched": False, "true_cfg_scale": 1.0, "step_cache": "off",
                  "cache_threshold": 0.0, "sigmas": QWEN_IMAGE_21_TURBO_SIGMAS},
         description="Qwen-Image 2.1 Turbo image edit, as ComfyUI's image_qwen_image_2_1_turbo_image_edit "
-                    "template: Load TPU Pipeline (Qwen-Image-2.1-Turbo) -> Sampling Options (the template's 8 "
+                    "template: Load TPU Pipeline (ComfyUI files: qwen_image_2.1_turbo_int8_convrot, "
+                    "qwen3vl_8b_int8_convrot, qwen_image_2.1_vae_bf16) -> Sampling Options (the template's 8 "
                     "ManualSigmas) and Load Image -> Sample (the reference; 1024x1024, 8 steps, guidance 1, euler) "
-                    "-> Save Image. Needs models/diffusers/Qwen-Image-2.1-Turbo.",
+                    "-> Save Image.",
         note=f"""
 ## Qwen-Image 2.1 Turbo: edit a picture in 8 steps
 
-**Load TPU Pipeline** → **Sampling Options** (`sigmas`: the template's **ManualSigmas**, `{QWEN_IMAGE_21_TURBO_SIGMAS}`)
+**Load TPU Pipeline (ComfyUI files)** → **Sampling Options** (`sigmas`: the template's **ManualSigmas**,
+`{QWEN_IMAGE_21_TURBO_SIGMAS}`)
 → **Sample** with **Load Image** as its reference (1024×1024, **8 steps, guidance 1, `euler`**: the values of
 ComfyUI's `image_qwen_image_2_1_turbo_image_edit` template) → **Save Image**.
 
@@ -690,26 +717,27 @@ template's resolution 0 keeps its size). Guidance 1: one pass per step. Say the 
 
 {NO_PROMPT_ENHANCER.format(what="off by default", file="qwen3.5_9b_qwen_image_2.1_pe_i2i")}
 
-**Model**: the diffusers folder `models/diffusers/Qwen-Image-2.1-Turbo`. ComfyUI's `qwen_image_2.1_turbo_*`
-files do not load yet.
+**Files**: the template's own: `qwen_image_2.1_turbo_int8_convrot` (kept quantized), `qwen3vl_8b_int8_convrot`,
+`qwen_image_2.1_vae_bf16`. The file loads with the base model's configs; Turbo's schedule is the sigmas above.
+The diffusers folder `Qwen-Image-2.1-Turbo` loads too, in Load TPU Pipeline.
 """)
 
 
 def _flux3_klein_t2i() -> dict:
     """ComfyUI's image_flux3_klein_t2i template (the base model, CFG 3.5, 50 steps)."""
     return _text_to_image(
-        title="image_flux3_klein_t2i", model="FLUX-3-Image-Klein-Base", offload="auto", note_height=420,
+        title="image_flux3_klein_t2i", model="", files=FLUX3_KLEIN_BASE_FILES, offload="auto", note_height=420,
         prompt=FLUX3_T2I_PROMPT, width=1024, height=1024, steps=50, guidance=3.5, seed=0, seed_control="randomize",
         sampler="default", scheduler="default", prefix="image_flux3_klein_base_t2i",
         description="FLUX 3 [klein] base text to image, as ComfyUI's image_flux3_klein_t2i template: Load TPU "
-                    "Pipeline (FLUX-3-Image-Klein-Base) -> Sample (1024x1024, 50 steps, guidance 3.5, the model's own "
-                    "scheduler: the template's euler, simple) "
-                    "-> Save Image. Needs the diffusers folder models/diffusers/FLUX-3-Image-Klein-Base.",
+                    "Pipeline (ComfyUI files: flux3-image-klein-base-int8-convrot, qwen3vl_4b_int8_convrot, "
+                    "flux2-vae) -> Sample (1024x1024, 50 steps, guidance 3.5, the model's own scheduler: the "
+                    "template's euler, simple) -> Save Image.",
         note=f"""
 ## FLUX 3 [klein] base: text to image
 
-**Load TPU Pipeline** → **Sample** (1024×1024, **50 steps, guidance 3.5**: the values of ComfyUI's
-`image_flux3_klein_t2i` template) → **Save Image**.
+**Load TPU Pipeline (ComfyUI files)** → **Sample** (1024×1024, **50 steps, guidance 3.5**: the values of
+ComfyUI's `image_flux3_klein_t2i` template) → **Save Image**.
 
 The template's `euler` / `simple` is the model's own scheduler (flow-matching Euler, shift 6.93): sampler and
 scheduler `default` (diffusers' FLUX 3 blocks make their scheduler themselves; no other is offered). Guidance is
@@ -718,25 +746,27 @@ the base model's classifier-free guidance (diffusers' guider): two passes per st
 {NO_PROMPT_ENHANCER.format(what="on by default in the template", file="qwen3.5_9b_flux3_prompt_upsampler_w4a8")}
 The template's layout boxes (Create Bounding Boxes, Flux3LayoutPrompt) are not carried either.
 
-**Model**: the diffusers folder `models/diffusers/FLUX-3-Image-Klein-Base` (modular_model_index.json naming
-Flux3ModularPipeline). Or the template's own files, through Load TPU Pipeline (ComfyUI files):
-`flux3-image-klein-base-int8-convrot` + `qwen3vl_4b_int8_convrot` + `flux2-vae`.
+**Files**: the template's own: `flux3-image-klein-base-int8-convrot` (kept quantized) +
+`qwen3vl_4b_int8_convrot` + `flux2-vae`. The diffusers folder `FLUX-3-Image-Klein-Base`
+(modular_model_index.json naming Flux3ModularPipeline) loads too, in Load TPU Pipeline.
 """)
 
 
 def _flux3_klein_edit() -> dict:
     """ComfyUI's image_flux3_klein_image_edit template (the base model, KSampler cfg 1 as saved, 50 steps)."""
     return _one_reference_edit(
-        name="image_flux3_klein_image_edit", model="FLUX-3-Image-Klein-Base",
+        name="image_flux3_klein_image_edit", files=FLUX3_KLEIN_BASE_FILES,
         prompt="Change the dress color to red", prefix="image_flux3_klein_distilled_image_edit",
         sample={"steps": 50, "guidance": 1.0, "sampler": "default", "scheduler": "default"},
         description="FLUX 3 [klein] base image edit, as ComfyUI's image_flux3_klein_image_edit template: Load TPU "
-                    "Pipeline (FLUX-3-Image-Klein-Base) and Load Image -> Sample (the reference; 1024x1024, 50 steps, "
-                    "guidance 1, the model's own scheduler: the template's euler, simple) -> Save Image. Needs models/diffusers/FLUX-3-Image-Klein-Base.",
+                    "Pipeline (ComfyUI files: flux3-image-klein-base-int8-convrot, qwen3vl_4b_int8_convrot, "
+                    "flux2-vae) and Load Image -> Sample (the reference; 1024x1024, 50 steps, guidance 1, the "
+                    "model's own scheduler: the template's euler, simple) -> Save Image.",
         note=f"""
 ## FLUX 3 [klein] base: edit a picture
 
-**Load Image** → Sample's `image` (the model's reference) with **Load TPU Pipeline** → **Sample** (1024×1024,
+**Load Image** → Sample's `image` (the model's reference) with **Load TPU Pipeline (ComfyUI files)** →
+**Sample** (1024×1024,
 **50 steps, guidance 1**: the values of ComfyUI's `image_flux3_klein_image_edit` template's KSampler; its note
 says cfg 3.5, which is guidance 3.5 here) → **Save Image**. Say the edit in the prompt. Its `euler` / `simple`
 is the model's own scheduler: sampler and scheduler `default`.
@@ -747,8 +777,9 @@ Create Bounding Boxes, Flux3LayoutPrompt); here it is plain text. More reference
 
 {NO_PROMPT_ENHANCER.format(what="off by default", file="qwen3.5_9b_flux3_prompt_upsampler_w4a8")}
 
-**Model**: the diffusers folder `models/diffusers/FLUX-3-Image-Klein-Base`. Or the template's own files, through
-Load TPU Pipeline (ComfyUI files): `flux3-image-klein-base-int8-convrot` + `qwen3vl_4b_int8_convrot` + `flux2-vae`.
+**Files**: the template's own: `flux3-image-klein-base-int8-convrot` (kept quantized) +
+`qwen3vl_4b_int8_convrot` + `flux2-vae`. The diffusers folder `FLUX-3-Image-Klein-Base` loads too, in Load TPU
+Pipeline.
 """)
 
 
@@ -1207,23 +1238,24 @@ Changing them **never reloads the weights or recompiles**. A choice the model ca
 anything runs, naming the ones it can (FLUX, SD3 and Qwen-Image take the flow-matching ones).
 """),
     "image_qwen_image_2_1_t2i": _text_to_image(
-        title="image_qwen_image_2_1_t2i", model="Qwen-Image-2.1", offload="auto", note_height=400,
+        title="image_qwen_image_2_1_t2i", model="", files=QWEN_IMAGE_21_FILES, offload="auto", note_height=400,
         prompt="a cozy bookshop on a rainy evening, warm light through the window, a cat asleep on a stack of "
                "books, detailed, soft colours",
         negative_prompt="", width=1024, height=1024, steps=25, guidance=1.0, seed=0, seed_control="randomize",
         sampler="euler", scheduler="simple", prefix="qwen-image-2.1",
         description="Qwen-Image 2.1 text to image, as ComfyUI's image_qwen_image_2_1_t2i template: Load TPU "
-                    "Pipeline -> Sample (1024x1024, 25 steps, guidance 1, euler, simple) -> Save Image. Needs the "
-                    "diffusers folder models/diffusers/Qwen-Image-2.1.",
+                    "Pipeline (ComfyUI files: qwen_image_2.1_int8_convrot, qwen3vl_8b_int8_convrot, "
+                    "qwen_image_2.1_vae_bf16) -> Sample (1024x1024, 25 steps, guidance 1, euler, simple) -> Save "
+                    "Image.",
         note="""
 ## Qwen-Image 2.1: text to image
 
-**Load TPU Pipeline** → **Sample** (1024×1024, **25 steps, guidance 1, `euler`, `simple`**: the values of
-ComfyUI's `image_qwen_image_2_1_t2i` template) → **Save Image**.
+**Load TPU Pipeline (ComfyUI files)** → **Sample** (1024×1024, **25 steps, guidance 1, `euler`, `simple`**:
+the values of ComfyUI's `image_qwen_image_2_1_t2i` template) → **Save Image**.
 
-**Model**: the diffusers folder of Qwen-Image 2.1 in `models/diffusers/Qwen-Image-2.1` (diffusers'
-`QwenImage21Pipeline`). ComfyUI's split files (`qwen_image_2.1_*`) are recognised but do not load yet: Load TPU
-Pipeline (ComfyUI files) says so and names this folder.
+**Files**: the template's own: `qwen_image_2.1_int8_convrot` (kept quantized) + `qwen3vl_8b_int8_convrot` +
+`qwen_image_2.1_vae_bf16`, made into diffusers' `QwenImage21Pipeline`. The diffusers folder `Qwen-Image-2.1`
+loads too, in Load TPU Pipeline.
 
 Guidance is the **true CFG scale**: at 1 (the template's) one pass per step and the negative prompt is not used;
 above 1 with a negative prompt, two passes (CFG Parallel splits them). The template's prompt enhancer
@@ -1551,7 +1583,9 @@ applies it at every step (start 0, end 1) and runs one ControlNet at a time.
     **{name: _minimax_h3(name) for name in ("video_minimax_h3_t2v", "video_minimax_h3_i2v", "video_minimax_h3_r2v")},
     "image_qwen_image_2_1_image_edit": _qwen_image_21_edit(),
     "image_krea2_turbo_t2i": _text_to_image(
-        title="image_krea2_turbo_t2i", model="Krea-2-Turbo", offload="auto", note_height=420,
+        title="image_krea2_turbo_t2i", model="", offload="auto", note_height=420,
+        files={"diffusion_model": "krea2_turbo_fp8_scaled.safetensors",
+               "text_encoder_1": "qwen3vl_4b_fp8_scaled.safetensors", "vae": "qwen_image_vae.safetensors", **NO_FILE},
         prompt="A high-resolution, surreal digital illustration showing a human hand holding a martini glass. The "
                "image is overlaid with whimsical, expressive ink-style doodles, including a cartoon figure inside "
                "the glass, a drawn citrus wedge on the rim, and various abstract sketches and faces surrounding the "
@@ -1560,13 +1594,13 @@ applies it at every step (start 0, end 1) and runs one ControlNet at a time.
         width=1024, height=1024, steps=8, guidance=0.0, seed=0, seed_control="randomize", sampler="euler",
         scheduler="simple", prefix="Krea2_turbo",
         description="Krea 2 Turbo text to image, as ComfyUI's image_krea2_turbo_t2i template: Load TPU Pipeline "
-                    "(Krea-2-Turbo) -> Sample (1024x1024, 8 steps, guidance 0 = ComfyUI's cfg 1, euler, simple) -> "
-                    "Save Image. Needs the diffusers folder models/diffusers/Krea-2-Turbo.",
+                    "(ComfyUI files: krea2_turbo_fp8_scaled, qwen3vl_4b_fp8_scaled, qwen_image_vae) -> Sample "
+                    "(1024x1024, 8 steps, guidance 0 = ComfyUI's cfg 1, euler, simple) -> Save Image.",
         note="""
 ## Krea 2 Turbo: text to image
 
-**Load TPU Pipeline** → **Sample** (1024×1024, **8 steps, guidance 0, `euler`, `simple`**: the values of
-ComfyUI's `image_krea2_turbo_t2i` template) → **Save Image**.
+**Load TPU Pipeline (ComfyUI files)** → **Sample** (1024×1024, **8 steps, guidance 0, `euler`, `simple`**:
+the values of ComfyUI's `image_krea2_turbo_t2i` template) → **Save Image**.
 
 **Guidance 0** is the template's cfg 1: here guidance is diffusers' Krea `guidance_scale` (ComfyUI's cfg is it
 + 1), so Turbo runs one pass per step and the negative prompt is not used.
@@ -1576,20 +1610,25 @@ style*) sits behind a switch that is off by default. To use it, put it in `model
 (TPU)** between Load and Sample (strength 0.8) and end the prompt with the trigger. The prompt enhancer (on in
 the template, an LLM pass) is not part of this workflow.
 
-**Model**: the diffusers folder of Krea 2 Turbo in `models/diffusers/Krea-2-Turbo` (model_index.json naming
-Krea2Pipeline, `is_distilled`). ComfyUI's `krea2_turbo_*` files do not load yet.
+**Files**: the template's own: `krea2_turbo_fp8_scaled` (Turbo: the name says `turbo`) +
+`qwen3vl_4b_fp8_scaled` + `qwen_image_vae`, made into diffusers' `Krea2Pipeline`. The diffusers folder
+`Krea-2-Turbo` loads too, in Load TPU Pipeline.
 """),
     "image_ideogram4_t2i": _text_to_image(
-        title="image_ideogram4_t2i", model="Ideogram-4", offload="auto", note_height=440,
+        title="image_ideogram4_t2i", model="", offload="auto", note_height=440,
+        files={"diffusion_model": "ideogram4_fp8_scaled.safetensors",
+               "diffusion_model_2": "ideogram4_unconditional_fp8_scaled.safetensors",
+               "text_encoder_1": "qwen3vl_8b_fp8_scaled.safetensors", "vae": "flux2-vae.safetensors", **NO_FILE},
         prompt=IDEOGRAM4_PROMPT, width=768, height=1376, steps=20, guidance=7.0, seed=0, seed_control="randomize",
         sampler="euler", prefix="Ideogram_4.0",
         description="Ideogram 4 text to image, as ComfyUI's image_ideogram4_t2i template with its Default preset: "
-                    "Load TPU Pipeline (Ideogram-4) -> Sample (768x1376, 20 steps, guidance 7, euler, a JSON "
-                    "caption as the prompt) -> Save Image. Needs the diffusers folder models/diffusers/Ideogram-4.",
+                    "Load TPU Pipeline (ComfyUI files: ideogram4_fp8_scaled, ideogram4_unconditional_fp8_scaled, "
+                    "qwen3vl_8b_fp8_scaled, flux2-vae) -> Sample (768x1376, 20 steps, guidance 7, euler, a JSON "
+                    "caption as the prompt) -> Save Image.",
         note="""
 ## Ideogram 4: text to image
 
-**Load TPU Pipeline** → **Sample** (768×1376, **20 steps, guidance 7, `euler`**: ComfyUI's
+**Load TPU Pipeline (ComfyUI files)** → **Sample** (768×1376, **20 steps, guidance 7, `euler`**: ComfyUI's
 `image_ideogram4_t2i` template with its **Default** preset; 9:16 at one megapixel is Resolution Selector's
 768×1368, which the template rounds up to a multiple of 16) → **Save Image**.
 
@@ -1600,9 +1639,10 @@ Guidance blends the model's two transformers (conditional and unconditional) at 
 negative prompt. The template lowers it to 3 for the last 30 % of the steps and sets the preset's sigmas (mu 0,
 std 1.75); one guidance number cannot say the first, and the second is diffusers' own schedule (std 1.5).
 
-**Model**: the diffusers folder in `models/diffusers/Ideogram-4` (Ideogram4Pipeline: `transformer` and
-`unconditional_transformer`). ComfyUI's files load too, in Load TPU Pipeline (ComfyUI files): `ideogram4_*`
-in diffusion_model, `ideogram4_unconditional_*` in diffusion_model_2, `qwen3vl_8b_*`, `flux2-vae`.
+**Files**: the template's own: `ideogram4_fp8_scaled` in diffusion_model, `ideogram4_unconditional_fp8_scaled`
+in diffusion_model_2, `qwen3vl_8b_fp8_scaled`, `flux2-vae`, made into diffusers' `Ideogram4Pipeline`
+(`transformer` and `unconditional_transformer`). The diffusers folder `Ideogram-4` loads too, in Load TPU
+Pipeline.
 """),
     "image_qwen_image_2_1_turbo_image_edit": _qwen_image_21_turbo_edit(),
     "image_flux3_klein_t2i": _flux3_klein_t2i(),

@@ -53,11 +53,6 @@ TINY = {
     "LTX-2": "tiny-ltx2",
     "LTX-2.5": "tiny-ltx25",
     "MiniMax-H3": "tiny-minimax-h3",
-    "Qwen-Image-2.1": "tiny-qwenimage21",
-    "Qwen-Image-2.1-Turbo": "tiny-qwenimage21",  # Sampling Options' sigmas give the Turbo schedule
-    "FLUX-3-Image-Klein-Base": "tiny-flux3-base",
-    "Krea-2-Turbo": "tiny-krea2",
-    "Ideogram-4": "tiny-ideogram4",
     # model files in ComfyUI's folders -> the tiny FLUX.1 files written by ComfyUI's own code (file_fixtures.py)
     "flux1-dev.safetensors": "flux1-tiny.safetensors",
     "flux1-dev-fp8-e4m3fn.safetensors": "flux1-tiny-fp8-e5m2.safetensors",  # a plain fp8 transformer file
@@ -80,8 +75,33 @@ TINY = {
     "wan2.2_i2v_high_noise_14B_fp8_scaled.safetensors": "wan2.2_i2v_high_noise-tiny.safetensors",
     "wan2.2_i2v_low_noise_14B_fp8_scaled.safetensors": "wan2.2_i2v_low_noise-tiny.safetensors",
     "wan_2.1_vae.safetensors": "wan_2.1_vae-tiny.safetensors",
+    # the 2026 image templates' files (tests/file_fixtures.py qwenimage21, krea2, krea2-quant, flux3, ideogram4).
+    # Qwen-Image 2.1: no int8 ConvRot fixture of its transformer or Qwen3-VL-8B exists, so the plain tiny files
+    # stand in for the template's int8 ones (tests/test_files.py quantizes both on the fly); the Turbo file loads
+    # with the base model's configs (Sampling Options' sigmas give the Turbo schedule), so the same file
+    "qwen_image_2.1_int8_convrot.safetensors": "qwen_image_2.1-tiny.safetensors",  # plain: no int8 fixture
+    "qwen_image_2.1_turbo_int8_convrot.safetensors": "qwen_image_2.1-tiny.safetensors",  # plain: no int8 fixture
+    "qwen3vl_8b_int8_convrot.safetensors": "qwen3vl_8b-tiny.safetensors",  # plain: no int8 fixture
+    "qwen_image_2.1_vae_bf16.safetensors": "qwen_image_2.1_vae-tiny.safetensors",
+    # Krea 2 Turbo's scaled fp8 transformer: no scaled-fp8 Krea fixture exists, so its int8 ConvRot one (quantized,
+    # kept so in the worker) stands in; Qwen3-VL-4B in scaled fp8: plain, no quantized fixture of it
+    "krea2_turbo_fp8_scaled.safetensors": "krea2_turbo-tiny_int8_convrot.safetensors",  # int8 for scaled fp8
+    "qwen3vl_4b_fp8_scaled.safetensors": "qwen3vl_4b-tiny.safetensors",  # plain: no quantized fixture
+    # FLUX 3 [klein] base in int8 ConvRot as the template's (256 wide); its int8 Qwen3-VL-4B: plain, no fixture
+    "flux3-image-klein-base-int8-convrot.safetensors": "flux3-image-klein-base-int8-convrot-tiny.safetensors",
+    "qwen3vl_4b_int8_convrot.safetensors": "qwen3vl_4b-tiny.safetensors",  # plain: no int8 fixture
+    "flux2-vae.safetensors": "flux2-vae-tiny.safetensors",
+    # Ideogram 4's two transformers in ComfyUI's scaled fp8, as the template's; its scaled-fp8 Qwen3-VL-8B: plain
+    "ideogram4_fp8_scaled.safetensors": "ideogram4-tiny_fp8_scaled.safetensors",
+    "ideogram4_unconditional_fp8_scaled.safetensors": "ideogram4_unconditional-tiny_fp8_scaled.safetensors",
+    "qwen3vl_8b_fp8_scaled.safetensors": "qwen3vl_8b-36layers-tiny.safetensors",  # plain: no quantized fixture
+    # LTX-2.3's checkpoint (fp8, as published) and Gemma 3 in fp4 mixed (nvfp4 + fp8), named as the templates name them
+    "ltx-2.3-22b-dev-fp8.safetensors": "ltx-2.3-22b-dev-fp8.safetensors",
+    "gemma_3_12B_it_fp4_mixed.safetensors": "gemma_3_12B_it_fp4_mixed.safetensors",
     "(none)": "(none)",
 }
+# ... and where one workflow's file needs another tiny stand-in than TINY's: Krea 2's tiny VAE is not Qwen-Image's
+TINY_OF = {"image_krea2_turbo_t2i": {"qwen_image_vae.safetensors": "qwen_image_vae-krea2-tiny.safetensors"}}
 # LoRA files the workflows name -> the tiny model whose LoRA (made by peft at test time) stands in for them, and
 # the seed it is made with. Input pictures the workflows name (Load Image) -> their size on the CPU; each is an
 # RGBA picture with a transparent square (Load Image's mask: the part to repaint).
@@ -104,7 +124,8 @@ REDUX = {"style_models/flux1-redux-dev.safetensors": "style_models/flux1-redux-t
          "clip_vision/sigclip_vision_patch14_384.safetensors": "clip_vision/sigclip_vision_patch14_384-tiny.safetensors"}
 SIZE_FACTOR = 16  # of the tiny models the workflows run on (FLUX.1, SD3, FLUX.2, Z-Image, Wan)
 # the families whose tiny files the workflows use (comfyui_files' families, built from the start: conftest)
-COMFYUI_FILES = ("flux1", "flux1tools", "flux1redux", "zimage", "zimage-quant", "wan", "qwenimage", "qwenimage-quant")
+COMFYUI_FILES = ("flux1", "flux1tools", "flux1redux", "zimage", "zimage-quant", "wan", "qwenimage", "qwenimage-quant",
+                 "flux2", "krea2", "krea2-quant", "qwenimage21", "flux3", "ideogram4", "ltx2")
 # names the frontend may not find here (not installed where the UI loads)
 ALLOWED = {**{name: set(TINY) for name in MODEL_INPUTS}, "lora_name": set(LORAS), "image": set(INPUTS),
            "audio": set(SOUNDS),
@@ -124,14 +145,11 @@ CPU_SETTINGS = {
 }
 # ... and where the tiny model needs more (tiny-ltx2: sides of 32 and a 2x2 latent, 8k + 1 frames; 128: a
 # two-stage upscale's first stage at 64)
-# (tiny-ideogram4: its generated tokenizer makes about a token a character, so the template's 3,600-character JSON
-# caption, 933 tokens for Qwen's own BPE (ComfyUI's qwen25_tokenizer), is past the pipeline's 2048: a short one)
 CPU_SETTINGS_OF = {"tiny-ltx2": {"TPUSampleVideo": {"width": 128, "height": 128, "frames": 9}},
+                   "ltx-2.3-22b-dev-fp8.safetensors": {"TPUSampleVideo": {"width": 128, "height": 128, "frames": 9}},
                    "tiny-ltx25": {"TPUSampleVideo": {"width": 128, "height": 128, "frames": 9}},
                    # tiny-minimax-h3: sides of 32, and its shortest video (17n + 5 frames, at least 5 s at 24 fps)
-                   "tiny-minimax-h3": {"TPUSampleVideo": {"width": 32, "height": 32, "frames": 124}},
-                   "tiny-ideogram4": {"TPUSample": {"prompt": '{"high_level_description": "a skateboarder mid-air '
-                                                              'against a blue sky"}'}}}
+                   "tiny-minimax-h3": {"TPUSampleVideo": {"width": 32, "height": 32, "frames": 124}}}
 # A saved mp4's sound against its frames: LTX-2's audio VAE makes whole latents of 4 mel frames (100 a second), up
 # to 2 mel frames either side of frames / fps, and is causal (3 mel frames short); AAC pads to 1024-sample frames,
 # with one frame of priming
@@ -182,9 +200,10 @@ def converted(ui: Frontend, path: Path) -> Conversion:
     return _CONVERSIONS[path]
 
 
-def for_the_cpu(prompt: dict) -> dict:
-    """An API prompt with tiny models (TINY) and, where it named real ones, the CPU settings."""
-    tiny = substitute_models(prompt, TINY)
+def for_the_cpu(prompt: dict, name: str = "") -> dict:
+    """An API prompt (of workflow `name`) with tiny models (TINY, TINY_OF) and, where it named real ones, the CPU
+    settings."""
+    tiny = substitute_models(prompt, {**TINY, **TINY_OF.get(name, {})})
     if tiny != prompt:
         named = {v["inputs"].get(name) for v in tiny.values() for name in MODEL_INPUTS}
         for node in tiny.values():
@@ -334,7 +353,7 @@ def test_workflow_loads_converts_and_runs(ui, server, path, workflow_files_on_th
               if v["class_type"].startswith("LoadTPUPipeline") and name in v["inputs"]}
     assert models <= set(TINY), f"add a tiny stand-in for {models - set(TINY)} to TINY"
     started = time.perf_counter()
-    runnable = for_the_cpu(prompt)
+    runnable = for_the_cpu(prompt, path.stem)
     result = run_workflow(server, runnable, timeout=300)
     if loaders := {v["class_type"] for v in runnable.values()} & COMFY_CLIP_LOADERS:
         failed = next(m["data"] for m in result["messages"] if m["type"] == "execution_error")
