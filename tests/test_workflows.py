@@ -100,6 +100,7 @@ TINY = {
     "gemma_3_12B_it_fp4_mixed.safetensors": "gemma_3_12B_it_fp4_mixed.safetensors",
     "(none)": "(none)",
 }
+REAL_NAMES = {name for name in TINY if not name.startswith("tiny-")} - {"(none)"}  # tiny_demo runs as shipped
 # ... and where one workflow's file needs another tiny stand-in than TINY's: Krea 2's tiny VAE is not Qwen-Image's
 TINY_OF = {"image_krea2_turbo_t2i": {"qwen_image_vae.safetensors": "qwen_image_vae-krea2-tiny.safetensors"}}
 # LoRA files the workflows name -> the tiny model whose LoRA (made by peft at test time) stands in for them, and
@@ -204,8 +205,9 @@ def for_the_cpu(prompt: dict, name: str = "") -> dict:
     """An API prompt (of workflow `name`) with tiny models (TINY, TINY_OF) and, where it named real ones, the CPU
     settings."""
     tiny = substitute_models(prompt, {**TINY, **TINY_OF.get(name, {})})
-    if tiny != prompt:
-        named = {v["inputs"].get(name) for v in tiny.values() for name in MODEL_INPUTS}
+    # (a real name, even where its tiny stand-in has the same name: LTX-2.3's files)
+    if {v["inputs"].get(n) for v in prompt.values() for n in MODEL_INPUTS} & REAL_NAMES:
+        named = {v["inputs"].get(n) for v in tiny.values() for n in MODEL_INPUTS}
         for node in tiny.values():
             node["inputs"].update(CPU_SETTINGS.get(node["class_type"], {}))
             for model in named & set(CPU_SETTINGS_OF):
