@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 # "flux1-3072" (1 GB), "flux1-vae" (170 MB), "flux1tools" and "flux1redux" (the FLUX.1 tools, issue 26) and
-# "zimage-quant" (ComfyUI's quantized files, issue 33) only when asked
+# "zimage-quant" (ComfyUI's quantized files, issue 33) and "ltx25" (LTX-2.5's split files) only when asked
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan", "krea2", "qwenimage21",
             "flux3", "ideogram4", "ltx2")
 VERSION = "14"  # bump to rebuild cached fixtures after changing this file
@@ -139,6 +139,12 @@ FILES = {
              # as its templates name it: ComfyUI's fp4 mixed (nvfp4 + fp8), beside it dequantized by comfy-kitchen
              "gemma3_fp4_mixed": "gemma_3_12B_it_fp4_mixed.safetensors",
              "gemma3_fp4_mixed_dequantized": "gemma_3_12B_it_fp4_mixed-dequantized.safetensors"},
+    # LTX-2.5's split files as its templates (video_ltx2_5_t2v, _i2v) name them, in a folder of their own (not read
+    # from files yet: refused naming them): the DiT with its connectors (int8 ConvRot), Gemma 4 with the connectors'
+    # text projection beside it (int8 ConvRot), the video VAE, the audio VAE with its vocoder
+    "ltx25": {"dit": "ltx-2.5-22b-distilled-transformer-comfy-int8-convrot.safetensors",
+              "gemma4": "gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors",
+              "vae": "ltx-2.5-video-vae-bf16.safetensors", "audio_vae": "ltx-2.5-audio-vae-bf16.safetensors"},
 }
 
 
@@ -1745,12 +1751,59 @@ def _ltx2_bwe():
         "num_mel_channels": 16}))
 
 
+def _ltx25(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """LTX-2.5's split files of tiny-ltx25 (ComfyUI's loaders: UNETLoader, CLIPLoader "ltxv", two VAELoaders). The
+    DiT in Lightricks' names under `model.diffusion_model.` with its two connectors (as LTX-2.3's checkpoint holds
+    them); Gemma 4 as ComfyUI's Gemma4Transformer names it (comfy/text_encoders/gemma4.py: `model.` + transformers'
+    language-model names, checked below) with the connectors' `text_embedding_projection.` beside it; the video VAE
+    unprefixed (comfy/sd.py's LTX VAE keys); the audio VAE under `audio_vae.` with its vocoder under `vocoder.`
+    (comfy/sd.py's "LTX Audio" branch: a vocoder key, `audio_vae.` read as its autoencoder). The DiT's and
+    Gemma's block matrices quantized by comfy-kitchen (int8 ConvRot where 256 input features fit, else int8 per
+    row: tiny-ltx25 is too narrow for ConvRot's groups, so int8 per row throughout)."""
+    import torch
+    from diffusers import LTX2Pipeline
+
+    pipe = LTX2Pipeline.from_pretrained(str(tiny / "tiny-ltx25"), local_files_only=True)
+    names, models = FILES["ltx25"], out / "models"
+    links = {}
+    for key, value in _sd(pipe.connectors).items():
+        for old, new in (("video_connector.", "model.diffusion_model.video_embeddings_connector."),
+                         ("audio_connector.", "model.diffusion_model.audio_embeddings_connector."),
+                         ("video_text_proj_in.", "text_embedding_projection.video_aggregate_embed."),
+                         ("audio_text_proj_in.", "text_embedding_projection.audio_aggregate_embed.")):
+            if key.startswith(old):
+                links[new + _ltx2_native({key[len(old):]: None}, top=()).popitem()[0].replace(
+                    "transformer_blocks.", "transformer_1d_blocks.", 1)] = value
+    dit = {**{f"model.diffusion_model.{k}": v for k, v in _ltx2_native(_sd(pipe.transformer)).items()},
+           **{k: v for k, v in links.items() if k.startswith("model.diffusion_model.")}}
+    language = pipe.text_encoder.model.language_model.state_dict()
+    gemma = {**{f"model.{k}": v for k, v in language.items()},
+             **{k: v for k, v in links.items() if k.startswith("text_embedding_projection.")}}
+    assert {f"model.language_model.{k[len('model.'):]}" for k in gemma if k.startswith("model.")} == set(
+        pipe.text_encoder.state_dict()) - {"lm_head.weight"}, "ComfyUI's Gemma 4 names are transformers' under model."
+    for sd, name, inside in ((dit, "dit", (".transformer_blocks.", ".transformer_1d_blocks.")),
+                             (gemma, "gemma4", ("model.layers.",))):
+        plan = {k[: -len(".weight")]: "int8_convrot" if fits("int8_convrot", v.shape) else "int8_rowwise"
+                for k, v in sd.items() if k.endswith(".weight") and v.ndim == 2 and any(i in k for i in inside)}
+        folder = "diffusion_models" if name == "dit" else "text_encoders"
+        _save(quantize_comfy(sd, plan)[0], models / folder / names[name])
+
+    def bf16(sd: dict) -> dict:  # as the files' names say
+        return {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in sd.items()}
+
+    _save(bf16(_ltx2_vae_native(_sd(pipe.vae))), models / "vae" / names["vae"])
+    _save(bf16({**{f"audio_vae.{k}": v for k, v in _ltx2_vae_native(_sd(pipe.audio_vae)).items()},
+                **{f"vocoder.{k}": v for k, v in _ltx2_native(_sd(pipe.vocoder), top=(), inner=(
+                    ("conv_in.", "conv_pre."), ("conv_out.", "conv_post."), ("upsamplers.", "ups."),
+                    ("resnets.", "resblocks."))).items()}}), models / "vae" / names["audio_vae"])
+
+
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
             "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072,
             "flux1-vae": _flux1_vae, "flux1tools": _flux1tools, "flux1redux": _flux1redux,
             "zimage-quant": _zimage_quant, "qwenimage-quant": _qwenimage_quant, "krea2": _krea2,
             "qwenimage21": _qwenimage21, "krea2-quant": _krea2_quant, "flux3": _flux3, "ideogram4": _ideogram4,
-            "ideogram4-quant": _ideogram4_quant, "ltx2": _ltx2}
+            "ideogram4-quant": _ideogram4_quant, "ltx2": _ltx2, "ltx25": _ltx25}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

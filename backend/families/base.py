@@ -328,6 +328,9 @@ class ModelFamily:
     single_file: bool = False  # diffusers' pipeline loader reads its all-in-one checkpoints
     files: bool = True  # its artists' files load (False: they are recognised, and refused naming the way that works)
     files_refused: str = ""  # why they do not load (files=False), said in the refusal
+    # denoiser shapes -> what a variant whose files do not load yet is, and the way that works (said in the refusal,
+    # before the other files are asked for: LTX-2.5's split DiT); "" for the variants that load
+    variant_refused: Callable[[Shapes], str] | None = None
     # (denoiser shapes, CLIP-L shapes, CLIP-G shapes) -> None when the CLIP pair fits, else the width it reads
     clip_pair: Callable[[Shapes, Shapes, Shapes], int | None] | None = None
     # (denoiser shapes, text kinds chosen) -> the published model the files are (default: the first configs)

@@ -19,6 +19,7 @@ class TextEncoderKind:
     tokenizer: str  # ComfyUI's bundled tokenizer folder (relative to its comfy package); "": the file holds one
     tokenizer_tensor: str = ""  # the tensor of the file that holds its tokenizer (as ComfyUI reads it)
     tokenizer_layout: str = ""  # how the worker makes a tokenizer of that tensor, where not FILE_TOKENIZERS' way
+    unread: str = ""  # recognised, read by no family from files yet: why, and the way round (for the refusal)
 
     @property
     def short(self) -> str:
@@ -43,8 +44,9 @@ KINDS = {k.id: k for k in (
     # LTX-2.3's: a SentencePiece BPE model in the file too, read as Gemma's (families/ltx2/convert.py)
     TextEncoderKind("gemma3", "Gemma 3 12B (gemma_3_12B_it*.safetensors)", "", "spiece_model", "gemma-spiece"),
     # LTX-2.5's (gemma4-12b-with-proj-ltx-2.5-*: its text projection beside it): recognised, read by no family yet
-    TextEncoderKind("gemma4", "Gemma 4 (LTX-2.5's gemma4-12b-with-proj-*, not read from files yet: load LTX-2.5 "
-                              "from its diffusers folder)", ""),
+    TextEncoderKind("gemma4", "Gemma 4 (gemma4-12b-with-proj-ltx-2.5-*.safetensors)", "",
+                    unread="LTX-2.5's, whose split files are not read from files yet: load LTX-2.5 from its diffusers "
+                           "folder in Load TPU Pipeline"),
 )}
 
 # the tensors of text-encoder files that hold their tokenizer -> how the worker reads it (loader layout)

@@ -106,6 +106,8 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
         raise ModelError(f"diffusion_model: '{main.path.name}' is {article} {family.name} model, which ComfyUI-TPU loads from "
                          f"a diffusers folder only so far{why}: put the diffusers version of the model in "
                          "models/diffusers and choose it in Load TPU Pipeline.")
+    if family.variant_refused and (why := family.variant_refused(denoiser.shapes)):
+        raise ModelError(f"{main.input}: '{main.path.name}' is {why}.")
     texts = _text_encoders(family, chosen)
     second = chosen.get("diffusion_model_2")
     configs = family.published(denoiser.shapes, frozenset(texts))
@@ -227,9 +229,10 @@ def _text_encoders(family: ModelFamily, chosen: dict[str, _Chosen]) -> dict[str,
         found["clip-g" if "clip-g" in wanted and clips[0][0].width >= 1024 else "clip-l"] = clips[0]
     for kind, (_, c) in found.items():
         if kind not in wanted and c.input != "checkpoint":
+            unread = text_encoders.KINDS[kind].unread if kind in text_encoders.KINDS else ""
             raise ModelError(
                 f"{c.input}: '{c.path.name}' is a {short_name(kind)} text encoder, which {family.name} does not "
-                f"use; it needs {' and '.join(map(_wanted, wanted))}.")
+                f"use{f' from files ({unread})' if unread else ''}; it needs {' and '.join(map(_wanted, wanted))}.")
     return found
 
 

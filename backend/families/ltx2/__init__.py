@@ -79,6 +79,5 @@ FAMILY = ModelFamily(
     width_key="patchify_proj.weight", width_agrees=("adaln_single.emb.timestep_embedder.linear_1.weight", 0),
     sizes=files.transformer_sizes, text_widths=text_widths, vae="vae-ltx2", vae_hint="the LTX-2 checkpoint's own VAE",
     latent_packing=1, file_parts=files.parts, file_parts_needed=files.PARTS,
-    file_parts_hint="LTX-2.3's all-in-one checkpoint (ltx-2.3-22b-dev-fp8.safetensors, in models/checkpoints) in "
-                    "checkpoint, which holds them",
+    file_parts_hint=f"{files.LTX23_CHECKPOINT} in checkpoint, which holds them", variant_refused=files.refused,
 )
