@@ -134,6 +134,10 @@ class Pipeline:
     # checks follow the declaration, with no code of its own (controller/cp_sizes.py).
     text_tokens: int = 512
     cp_tokens: Callable[[int, int, int], Mapping[str, int]] | None = None
+    # The sequences of cp_tokens that the plan leaves whole on every rank where they do not split evenly, instead
+    # of refusing the size (LTX-2's "audio": its sound at 25 fps has as many latents as the frames, always odd;
+    # its cp.py's whole_sound), which the Sample's notes say
+    cp_whole_if_uneven: tuple[str, ...] = ()
     # The transformer argument whose first dimension is the one sequence diffusers' plan splits, where the
     # transformer packs its inputs into one: MiniMax H3 packs the prompt's, the images', the sound's and the video's
     # rows, described by "position_ids" [rows, 3]. Its length follows the prompt, so the worker checks that it
