@@ -1,0 +1,108 @@
+"""MiniMax H3 from ComfyUI's own files (issue 37, "Files"): the fl2va transformer (full and "pruned", ComfyUI's curve
+form), the video and audio VAEs in ComfyUI's layouts and Qwen3-VL in ComfyUI's names (tests/file_fixtures.py
+writes them from tiny-minimax-h3), read by the family's converters (backend/families/minimax_h3/convert.py) into
+diffusers' MiniMaxH3ModularPipeline: its frames and waveform equal the diffusers folder's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from backend.families.minimax_h3 import convert
+from backend.families.text_encoders import qwen3vl_keys
+
+COMFYUI_FILES = ("minimax-h3",)
+FRAMES = 124  # the shortest video the model makes (17·7 + 5)
+
+
+@pytest.fixture(scope="module")
+def files(comfyui_files):
+    import file_fixtures
+
+    return comfyui_files(*COMFYUI_FILES) / "models", file_fixtures.FILES["minimax-h3"]
+
+
+def _t2va(folder, **components):
+    from diffusers.modular_pipelines import ModularPipeline
+
+    pipe = ModularPipeline.from_pretrained(str(folder), workflow="t2va")
+    pipe.load_components(dtype=torch.float32)
+    if components:
+        pipe.update_components(**components)
+    state = pipe(prompt="a robot dancing", height=32, width=32, num_frames=FRAMES, num_inference_steps=2,
+                 generator=torch.Generator("cpu").manual_seed(5), output_type="np")
+    return np.asarray(state.get("videos"), dtype=np.float32), state.get("audio").float().numpy()
+
+
+def _from_files(pipe_configs: dict, models, names: dict, transformer: str) -> dict:
+    """Each component read from its ComfyUI file by the family's converters, under the folder's configs."""
+    from diffusers import AutoencoderKLMiniMaxH3, AutoencoderKLMiniMaxH3Audio, MiniMaxH3Transformer3DModel
+    from safetensors.torch import load_file
+    from transformers import Qwen3VLForConditionalGeneration
+
+    out = {"transformer": convert.load_transformer(MiniMaxH3Transformer3DModel, load_file(
+        models / "diffusion_models" / names[transformer]), dict(pipe_configs["transformer"]), torch.float32)}
+    for name, cls, fn in (("vae", AutoencoderKLMiniMaxH3, convert.video_vae),
+                          ("audio_vae", AutoencoderKLMiniMaxH3Audio, convert.audio_vae)):
+        sd, config = load_file(models / "vae" / names[name]), dict(pipe_configs[name])
+        converted = fn(sd, config)
+        model = cls.from_config({**config, **convert.latent_statistics(sd)})
+        model.load_state_dict(converted, strict=True)
+        out[name] = model.eval()
+    te = Qwen3VLForConditionalGeneration(pipe_configs["text_encoder"])
+    te.load_state_dict(qwen3vl_keys(load_file(models / "text_encoders" / names["qwen3vl"]), type(te).__name__),
+                       strict=True)
+    out["text_encoder"] = te.eval()
+    return out
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("transformer", ["diffusion_model", "pruned"])
+def test_comfyui_files_make_the_diffusers_folders_video_and_sound(tiny_models, files, transformer):
+    """t2va with every component read from ComfyUI's files equals the folder's (≤ 1e-4): the full transformer
+    through diffusers' converter, the pruned one (its curve table in the time embedder's place, AdaLN without the
+    SiLU) within the curve's linear interpolation between its 1025 points (measured: 2e-7)."""
+    from diffusers.modular_pipelines import ModularPipeline
+
+    folder = tiny_models / "tiny-minimax-h3"
+    pipe = ModularPipeline.from_pretrained(str(folder), workflow="t2va")
+    pipe.load_components(dtype=torch.float32)
+    configs = {n: getattr(pipe, n).config for n in ("transformer", "vae", "audio_vae", "text_encoder")}
+    models, names = files
+    frames, audio = _t2va(folder)
+    got_frames, got_audio = _t2va(folder, **_from_files(configs, models, names, transformer))
+    assert got_frames.shape == frames.shape == (1, FRAMES, 32, 32, 3)
+    assert got_audio.shape == audio.shape
+    assert np.abs(got_frames - frames).max() <= 1e-4
+    assert np.abs(got_audio - audio).max() <= 1e-4
+
+
+@pytest.mark.unit
+def test_a_pruned_files_curve_table_is_what_its_transformer_runs(tiny_models, files):
+    """The pruned transformer reads its adaln_t_table (a zeroed table changes its velocity), and equals the
+    full file's transformer at timesteps between the table's grid points."""
+    from diffusers import MiniMaxH3Transformer3DModel
+    from safetensors.torch import load_file
+
+    models, names = files
+    config = dict(MiniMaxH3Transformer3DModel.load_config(str(tiny_models / "tiny-minimax-h3"), subfolder="transformer"))
+    pruned_sd = load_file(models / "diffusion_models" / names["pruned"])
+    assert convert.CURVE_TABLE in pruned_sd and not any(k.startswith("time_embedder.") for k in pruned_sd)
+    full = convert.load_transformer(MiniMaxH3Transformer3DModel, load_file(
+        models / "diffusion_models" / names["diffusion_model"]), config, torch.float32)
+    pruned = convert.load_transformer(MiniMaxH3Transformer3DModel, pruned_sd, config, torch.float32)
+    zeroed = convert.load_transformer(MiniMaxH3Transformer3DModel,
+                                      {**pruned_sd, convert.CURVE_TABLE: torch.zeros_like(pruned_sd[convert.CURVE_TABLE])},
+                                      config, torch.float32)
+    g = torch.Generator().manual_seed(0)
+    rows = 3 + 8 + 6  # text, video, audio
+    args = dict(hidden_states=torch.randn(1, 8, 16, generator=g), audio_hidden_states=torch.randn(1, 6, 4, generator=g),
+                encoder_hidden_states=torch.randn(1, 3, 16, generator=g), timestep=torch.tensor([0.3137, 0.7712]),
+                timestep_indices=torch.tensor([0] * 11 + [1] * 6), token_tags=torch.tensor([1] * 3 + [0] * 8 + [2] * 6),
+                position_ids=torch.randn(rows, 3, generator=g), video_indices=torch.arange(3, 11),
+                audio_indices=torch.arange(11, 17), text_indices=torch.arange(3), return_dict=False)
+    with torch.no_grad():
+        want, got, off = full(**args), pruned(**args), zeroed(**args)
+    assert (got[0] - want[0]).abs().max() <= 1e-5 and (got[1] - want[1]).abs().max() <= 1e-5
+    assert (off[0] - want[0]).abs().max() > 1e-2
