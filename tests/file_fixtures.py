@@ -1447,11 +1447,30 @@ def _minimax_h3(tiny: Path, comfyui_dir: str, out: Path) -> None:
     """MiniMax H3's files from tiny-minimax-h3 (the reference is that folder itself): the fl2va transformer
     (the `transformer` partition, which t2va and fl2va run) full and pruned, Qwen3-VL in ComfyUI's names, both
     VAEs in ComfyUI's layouts."""
+    import tempfile
+
     import torch
     from diffusers.modular_pipelines import ModularPipeline
+    from transformers import Qwen2Tokenizer, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
 
-    pipe = ModularPipeline.from_pretrained(str(tiny / "tiny-minimax-h3"), workflow="t2va")
+    pipe = ModularPipeline.from_pretrained(str(tiny / "tiny-minimax-h3"))
     pipe.load_components(dtype=torch.float32)
+    # the reference (diffusers/ref-minimax-h3): the folder with ComfyUI's vocabulary (the text encoder rebuilt for
+    # it), the pack's processor settings, and the values no tensor holds as the pack derives them for these widths
+    # (the VAE decoder's and the audio VAE's one head, the VAE's 8 groups)
+    tokenizer = Qwen2Tokenizer.from_pretrained(str(_comfy_tokenizers(comfyui_dir) / "text_encoders" / "qwen25_tokenizer"))
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save_pretrained(tmp)
+        for f in (_config_dir("minimax_h3") / "processor").iterdir():
+            shutil.copy(f, Path(tmp) / f.name)
+        processor = Qwen3VLProcessor.from_pretrained(tmp)
+    pipe.update_components(
+        tokenizer=tokenizer, processor=processor,
+        text_encoder=_qwen3vl(Qwen3VLForConditionalGeneration, tokenizer, "minimax_h3", pipe.text_encoder.config, 82,
+                              vision_heads=4, tied=False),
+        vae=_reconfigured(pipe.vae, decoder_num_attention_heads=1, decoder_attention_head_dim=16, norm_num_groups=8),
+        audio_vae=_reconfigured(pipe.audio_vae, num_attention_heads=1))
+    pipe.save_pretrained(str(out / "diffusers" / "ref-minimax-h3"))
     names, models = FILES["minimax-h3"], out / "models"
     comfy_sd = minimax_h3_transformer_file(pipe.transformer)
     _save(comfy_sd, models / "diffusion_models" / names["diffusion_model"])

@@ -1,7 +1,9 @@
 """MiniMax H3 from ComfyUI's own files (issue 37, "Files"): the fl2va transformer (full and "pruned", ComfyUI's curve
 form), the video and audio VAEs in ComfyUI's layouts and Qwen3-VL in ComfyUI's names (tests/file_fixtures.py
-writes them from tiny-minimax-h3), read by the family's converters (backend/families/minimax_h3/convert.py) into
-diffusers' MiniMaxH3ModularPipeline: its frames and waveform equal the diffusers folder's."""
+writes them from tiny-minimax-h3 with ComfyUI's vocabulary: the reference folder diffusers/ref-minimax-h3), read by
+the family's converters (backend/families/minimax_h3/convert.py) into diffusers' MiniMaxH3ModularPipeline: its
+frames and waveform equal the reference folder's, in diffusers alone and through Load TPU Pipeline (ComfyUI
+files)'s path (the pack's API, a worker); the files are told by their headers; a missing audio VAE is refused."""
 
 from __future__ import annotations
 
@@ -9,18 +11,36 @@ import numpy as np
 import pytest
 import torch
 
+from backend.controller import api
+from backend.controller.files import assemble, listing
 from backend.families.minimax_h3 import convert
 from backend.families.text_encoders import qwen3vl_keys
+from backend.protocol.errors import ModelError
+from backend.protocol.spec import SampleRequest
 
 COMFYUI_FILES = ("minimax-h3",)
 FRAMES = 124  # the shortest video the model makes (17·7 + 5)
 
 
 @pytest.fixture(scope="module")
-def files(comfyui_files):
+def built(comfyui_files):
+    return comfyui_files(*COMFYUI_FILES)
+
+
+@pytest.fixture(scope="module")
+def files(built):
     import file_fixtures
 
-    return comfyui_files(*COMFYUI_FILES) / "models", file_fixtures.FILES["minimax-h3"]
+    return built / "models", file_fixtures.FILES["minimax-h3"]
+
+
+def _roots(models) -> dict[str, list[str]]:
+    return {role: [str(models / folder)] for role, folder in listing.ROLE_FOLDERS.items()}
+
+
+def _choice(names: dict, transformer: str = "diffusion_model", **changes) -> assemble.FileChoice:
+    return assemble.FileChoice(**{"diffusion_model": names[transformer], "text_encoders": (names["qwen3vl"],),
+                                  "vae": names["vae"], "audio_vae": names["audio_vae"], **changes})
 
 
 def _t2va(folder, **components):
@@ -59,13 +79,13 @@ def _from_files(pipe_configs: dict, models, names: dict, transformer: str) -> di
 
 @pytest.mark.unit
 @pytest.mark.parametrize("transformer", ["diffusion_model", "pruned"])
-def test_comfyui_files_make_the_diffusers_folders_video_and_sound(tiny_models, files, transformer):
+def test_comfyui_files_make_the_diffusers_folders_video_and_sound(built, files, transformer):
     """t2va with every component read from ComfyUI's files equals the folder's (≤ 1e-4): the full transformer
     through diffusers' converter, the pruned one (its curve table in the time embedder's place, AdaLN without the
     SiLU) within the curve's linear interpolation between its 1025 points (measured: 2e-7)."""
     from diffusers.modular_pipelines import ModularPipeline
 
-    folder = tiny_models / "tiny-minimax-h3"
+    folder = built / "diffusers" / "ref-minimax-h3"
     pipe = ModularPipeline.from_pretrained(str(folder), workflow="t2va")
     pipe.load_components(dtype=torch.float32)
     configs = {n: getattr(pipe, n).config for n in ("transformer", "vae", "audio_vae", "text_encoder")}
@@ -106,3 +126,67 @@ def test_a_pruned_files_curve_table_is_what_its_transformer_runs(tiny_models, fi
         want, got, off = full(**args), pruned(**args), zeroed(**args)
     assert (got[0] - want[0]).abs().max() <= 1e-5 and (got[1] - want[1]).abs().max() <= 1e-5
     assert (off[0] - want[0]).abs().max() > 1e-2
+
+
+@pytest.mark.workers
+def test_load_tpu_pipeline_files_makes_the_reference_video_and_sound(built, files, comfyui_dir, monkeypatch):
+    """Load TPU Pipeline (ComfyUI files)'s path: the four files described from their headers (the configs of the
+    published model with the files' sizes over them), loaded in a worker into the modular pipeline; t2va with the
+    full and then the pruned transformer equals the reference folder's frames and waveform (≤ 1e-4)."""
+    monkeypatch.syspath_prepend(str(comfyui_dir))  # ComfyUI's bundled tokenizers, as in ComfyUI's process
+    models, names = files
+    want_frames, want_audio = _t2va(built / "diffusers" / "ref-minimax-h3")
+    req = SampleRequest(prompt="a robot dancing", width=32, height=32, frames=FRAMES, steps=2, guidance=1.0, seed=5,
+                        batch_size=1)
+    for transformer in ("diffusion_model", "pruned"):
+        spec = api.make_file_spec(_choice(names, transformer), _roots(models), "float32", "cpu")
+        assert spec.class_name == "MiniMaxH3ModularPipeline"
+        assert spec.component_config("transformer")["num_layers"] == 2
+        assert spec.component_config("audio_vae")["sampling_rate"] == 8000  # 40 latents a second, hop 200
+        out = api.run_sample_outputs(api.prepare_sample(spec, req))
+        assert out["images"].shape == (FRAMES, 32, 32, 3)
+        assert np.abs(out["images"] - want_frames[0]).max() <= 1e-4
+        assert out["audio"].shape == want_audio.shape
+        assert np.abs(out["audio"] - want_audio).max() <= 1e-4
+        assert int(out["audio_rate"][0]) == 8000
+
+
+@pytest.mark.unit
+def test_renamed_files_are_told_by_their_headers(files, tmp_path, comfyui_dir, monkeypatch):
+    """Each file under a name that says nothing is recognised from its tensors: the transformer (full or pruned)
+    as MiniMax H3's, the two VAEs apart, the text encoder as Qwen3-VL; listed in the right dropdowns."""
+    import shutil
+
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+    renamed = {}
+    for key, role in (("diffusion_model", "diffusion_models"), ("pruned", "diffusion_models"), ("vae", "vae"),
+                      ("audio_vae", "vae"), ("qwen3vl", "text_encoders")):
+        (tmp_path / role).mkdir(exist_ok=True)
+        renamed[key] = f"model_{key}.safetensors"
+        shutil.copy(models / role / names[key], tmp_path / role / renamed[key])
+    listed = listing.list_files(_roots(tmp_path))
+    assert {renamed["diffusion_model"], renamed["pruned"]} <= set(listed["diffusion_model"])
+    assert {renamed["vae"], renamed["audio_vae"]} <= set(listed["vae"])
+    assert renamed["qwen3vl"] in listed["text_encoder"]
+    spec = api.make_file_spec(_choice(renamed, "pruned"), _roots(tmp_path), "float32", "cpu")
+    assert spec.family.name == "MiniMax H3"
+    assert {c.name: c.layout for c in spec.source.components}["audio_vae"] == "minimax-h3-audio-vae"
+    assert spec.component_config("transformer")["time_embed_dim"] == 16  # the curve's width
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"audio_vae": None}, r"audio_vae: MiniMax H3 .* none was chosen\. Put minimax_h3_audio_vae_fp32\.safetensors "
+                          r"in ComfyUI's models/vae folder and choose it in audio_vae"),
+    ({"audio_vae": "vae"}, r"audio_vae: 'minimax_h3_video_vae-tiny\.safetensors' is not a audio VAE .* choose "
+                           r"MiniMax H3's audio VAE"),
+    ({"vae": "audio_vae"}, r"vae: 'minimax_h3_audio_vae-tiny_fp32\.safetensors' is a VAE with 4 latent channels of "
+                           r"another kind; .*minimax_h3_video_vae"),
+])
+def test_a_missing_or_misplaced_vae_is_refused_naming_the_fix(files, comfyui_dir, monkeypatch, changes, message):
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+    changes = {k: names[v] if v else None for k, v in changes.items()}
+    with pytest.raises(ModelError, match=message):
+        api.make_file_spec(_choice(names, **changes), _roots(models), "float32", "cpu")

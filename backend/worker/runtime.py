@@ -204,7 +204,7 @@ class Runtime:
             if (stored is not None or quantized_file) and self.kind == "cpu":  # both allocate weights per call
                 storage.return_freed_blocks()
             if spec.family.modular is not None:
-                pipe = modular.load(spec.model_path, spec.family, _DTYPES[dtype_name], self.status, extra)
+                pipe = modular.load(spec.model_path, spec.family, _DTYPES[dtype_name], self.status, extra, spec.source)
             elif spec.source is not None:
                 pipe = loading.load_files(spec.source, _DTYPES[dtype_name], self.status, extra, stored)
             else:

@@ -20,7 +20,7 @@ from ...families.base import count
 from ...families.flux1 import KONTEXT_CHOICES
 from ...protocol import quantized
 from ...protocol.errors import ModelError
-from ...protocol.spec import FileComponent, FileSource, read_json
+from ...protocol.spec import FileComponent, FileSource, read_index, read_json
 from . import experts
 from .headers import FLOAT_DTYPES, GGUF, Header, read_header
 from .listing import NONE, resolve_file
@@ -38,6 +38,7 @@ class FileChoice:
     flux_kontext: str = "auto"  # flux1.KONTEXT_CHOICES: whether a FLUX.1 [dev]-shaped file is Kontext
     diffusion_model_2: str | None = None  # the second expert of a two-expert model (Wan 2.2 A14B's low noise)
     clip_vision: str | None = None  # a CLIP vision encoder (models/clip_vision: Wan 2.1 I2V's clip_vision_h)
+    audio_vae: str | None = None  # the sound's VAE of a model that makes sound (models/vae: MiniMax H3's audio VAE)
 
     def chosen(self, value: str | None) -> bool:
         return bool(value) and value.strip() != NONE
@@ -72,8 +73,9 @@ class _Draft:
         return config_dir(self.configs.folder)
 
     def index(self) -> dict:
-        """The model_index the pipeline loads with: the published one, with the family's variant over it."""
-        return {**read_json(self.folder / "model_index.json"), **self.overrides.get("", {})}
+        """The index the pipeline loads with (model_index.json, a modular pipeline's modular_model_index.json): the
+        published one, with the family's variant over it."""
+        return {**read_index(self.folder), **self.overrides.get("", {})}
 
     def override(self, component: str, values: dict) -> None:
         self.overrides[component] = {**self.overrides.get(component, {}), **values}
@@ -134,6 +136,7 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
     if second:
         _add_denoiser(draft, second, f"{family.denoiser}_2")
     _add_vae(draft)
+    _add_audio_vae(draft, chosen.get("audio_vae"))
     for slot in configs.text_encoders:
         _add_text_encoder(draft, slot.component, slot.kind)
     _add_image_encoder(draft, chosen.get("clip_vision"))
@@ -176,7 +179,7 @@ def _read_choice(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> dict
     inputs = [("checkpoint", "checkpoint", choice.checkpoint), ("diffusion_model", "diffusion_model",
                                                                  choice.diffusion_model),
               ("diffusion_model_2", "diffusion_model", choice.diffusion_model_2), ("vae", "vae", choice.vae),
-              ("clip_vision", "clip_vision", choice.clip_vision)]
+              ("clip_vision", "clip_vision", choice.clip_vision), ("audio_vae", "vae", choice.audio_vae)]
     inputs += [(f"text_encoder_{i}", "text_encoder", v) for i, v in enumerate(choice.text_encoders, 1)]
     for name, role, value in inputs:
         if not choice.chosen(value):
@@ -343,6 +346,32 @@ def _add_vae(p: _Draft) -> None:
     _unsupported_quant(vae_file)
     p.parts.append(FileComponent("vae", str(vae_file.path), vaes.layout(vae.kind, vae.shapes), vae.prefix,
                                  _quant(vae_file.contents.header, vae.prefix), vae_file.contents.header.size))
+
+
+def _add_audio_vae(p: _Draft, c: _Chosen | None) -> None:
+    """The sound's VAE (`audio_vae`) of a family that makes sound from files (ModelFamily.audio_vae: MiniMax H3's
+    audio VAE), checked against the denoiser's sound channels; refused for a family that has none."""
+    model = f"{p.family.name} ('{p.main.path.name}')"
+    if not p.family.audio_vae:
+        if c is not None:
+            raise ModelError(f"audio_vae: '{c.path.name}' was chosen, but {model} reads no audio VAE from files. "
+                             f"Set audio_vae to '{NONE}'.")
+        return
+    kind, wanted = p.family.audio_vae
+    if c is None:
+        raise ModelError(f"audio_vae: {model} makes its video with sound, which its audio VAE decodes; none was "
+                         f"chosen. Put {wanted} in ComfyUI's models/vae folder and choose it in audio_vae.")
+    vae = c.contents.vae
+    if vae is None or vae.kind != kind:
+        raise ModelError(_not_a(c, "audio VAE", f"{p.family.name}'s audio VAE ({wanted})"))
+    channels = p.overrides.get(p.family.denoiser, {}).get("audio_in_channels")
+    if vae.width != channels:
+        raise ModelError(f"audio_vae: '{c.path.name}' is an audio VAE with {vae.width} latent channels; {model} "
+                         f"reads {channels}. Choose its audio VAE ({wanted}).")
+    _unsupported_quant(c)
+    p.override("audio_vae", vaes.sizes(kind, vae.shapes, read_json(p.folder / "audio_vae" / "config.json")))
+    p.parts.append(FileComponent("audio_vae", str(c.path), vaes.layout(kind, vae.shapes), vae.prefix,
+                                 _quant(c.contents.header, vae.prefix), c.contents.header.size))
 
 
 def _add_image_encoder(p: _Draft, c: _Chosen | None) -> None:

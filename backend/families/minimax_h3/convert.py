@@ -12,7 +12,7 @@ ComfyUI's files (comfy/ldm/minimax/) in the names of diffusers' classes.
 - The audio VAE (minimax_h3_audio_vae_*): diffusers' names already, with ComfyUI's weight norms folded into plain
   `.weight` tensors (comfy/ldm/minimax/audio_vae.py): unfolded back into `weight_g` / `weight_v`.
 Both VAE files carry their latent statistics as tensors (`latents_mean`, `latents_std`), which diffusers keeps in
-the config: `latent_statistics` reads them, the converters drop them.
+the config: the converters move them into the config they are given (`latent_statistics`).
 """
 
 from __future__ import annotations
@@ -124,8 +124,9 @@ def video_vae(sd: dict, config: dict) -> dict:
     encoder's `down.{i}.block.{j}` as `down_blocks.{i}.resnets.{j}` (`nin_shortcut` as `conv_shortcut`,
     `downsample` as `downsamplers.0`), the ViT decoder's `x_embedder` as `proj_in`, its fused per-head `to_qkv`
     split, `to_out` as `to_out.0`, the gated feed-forward's `w1` ([gate; up]) as `ff.net.0.proj` ([up; gate]) and
-    `w2` as `ff.net.2`; the unused `mask_token` and the latent statistics dropped."""
+    `w2` as `ff.net.2`; the unused `mask_token` dropped, the latent statistics moved into `config`."""
     heads = config["decoder_num_attention_heads"]
+    config.update(latent_statistics(sd))
     out = {}
     for key, value in sd.items():
         if key in LATENT_STATISTICS or key == "decoder.mask_token":
@@ -151,7 +152,8 @@ def audio_vae(sd: dict, config: dict) -> dict:
     """MiniMax H3's audio VAE (ComfyUI's layout) in diffusers' AutoencoderKLMiniMaxH3Audio names: every
     convolution of its encoder and decoder (3D weights there) back as torch's weight norm (`weight_v` the
     folded weight, `weight_g` its norm over all but the first axis: the same weight), the latent statistics
-    dropped."""
+    moved into `config`."""
+    config.update(latent_statistics(sd))
     out = {}
     for key, value in sd.items():
         if key in LATENT_STATISTICS:
