@@ -43,15 +43,15 @@ def _choice(names: dict, transformer: str = "diffusion_model", **changes) -> ass
                                   "vae": names["vae"], "audio_vae": names["audio_vae"], **changes})
 
 
-def _t2va(folder, **components):
+def _t2va(folder, workflow: str = "t2va", inputs: dict | None = None, **components):
     from diffusers.modular_pipelines import ModularPipeline
 
-    pipe = ModularPipeline.from_pretrained(str(folder), workflow="t2va")
+    pipe = ModularPipeline.from_pretrained(str(folder), workflow=workflow)
     pipe.load_components(dtype=torch.float32)
     if components:
         pipe.update_components(**components)
     state = pipe(prompt="a robot dancing", height=32, width=32, num_frames=FRAMES, num_inference_steps=2,
-                 generator=torch.Generator("cpu").manual_seed(5), output_type="np")
+                 generator=torch.Generator("cpu").manual_seed(5), output_type="np", **(inputs or {}))
     return np.asarray(state.get("videos"), dtype=np.float32), state.get("audio").float().numpy()
 
 
@@ -132,7 +132,10 @@ def test_a_pruned_files_curve_table_is_what_its_transformer_runs(tiny_models, fi
 def test_load_tpu_pipeline_files_makes_the_reference_video_and_sound(built, files, comfyui_dir, monkeypatch):
     """Load TPU Pipeline (ComfyUI files)'s path: the four files described from their headers (the configs of the
     published model with the files' sizes over them), loaded in a worker into the modular pipeline; t2va with the
-    full and then the pruned transformer equals the reference folder's frames and waveform (≤ 1e-4)."""
+    full and then the pruned transformer, and fl2va (a start frame) with the pruned one (the released file is
+    the fl2va transformer), equal the reference folder's frames and waveform (≤ 1e-4)."""
+    import PIL.Image
+
     monkeypatch.syspath_prepend(str(comfyui_dir))  # ComfyUI's bundled tokenizers, as in ComfyUI's process
     models, names = files
     want_frames, want_audio = _t2va(built / "diffusers" / "ref-minimax-h3")
@@ -149,6 +152,12 @@ def test_load_tpu_pipeline_files_makes_the_reference_video_and_sound(built, file
         assert out["audio"].shape == want_audio.shape
         assert np.abs(out["audio"] - want_audio).max() <= 1e-4
         assert int(out["audio_rate"][0]) == 8000
+    first = np.random.default_rng(1).random((1, 32, 32, 3), dtype=np.float32)
+    want_frames, want_audio = _t2va(built / "diffusers" / "ref-minimax-h3", "fl2va",
+                                    {"image": PIL.Image.fromarray((first[0] * 255).round().astype(np.uint8))})
+    out = api.run_sample_outputs(api.prepare_sample(spec, req, first))
+    assert np.abs(out["images"] - want_frames[0]).max() <= 1e-4
+    assert np.abs(out["audio"] - want_audio).max() <= 1e-4
 
 
 @pytest.mark.unit
@@ -190,3 +199,17 @@ def test_a_missing_or_misplaced_vae_is_refused_naming_the_fix(files, comfyui_dir
     changes = {k: names[v] if v else None for k, v in changes.items()}
     with pytest.raises(ModelError, match=message):
         api.make_file_spec(_choice(names, **changes), _roots(models), "float32", "cpu")
+
+
+@pytest.mark.unit
+def test_reference_images_are_refused_for_files_naming_the_folder_that_takes_them(files, comfyui_dir, monkeypatch):
+    """The files give the fl2va transformer; ref2va's is another file the loader does not read: refused before
+    any worker starts, naming the way that works."""
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+    spec = api.make_file_spec(_choice(names), _roots(models), "float32", "cpu")
+    req = SampleRequest(prompt="a robot", width=32, height=32, frames=FRAMES, steps=2, guidance=1.0, seed=5,
+                        batch_size=1)
+    with pytest.raises(ModelError, match=r"reference_images: .* ComfyUI's files, .* ref2va transformer, which Load "
+                                         r"TPU Pipeline \(ComfyUI files\) does not read yet\. .* diffusers folder"):
+        api.prepare_sample(spec, req, references=np.zeros((1, 64, 64, 3), np.float32))
