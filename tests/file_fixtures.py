@@ -32,7 +32,8 @@ from pathlib import Path
 
 # "flux1-3072" (1 GB), "flux1-vae" (170 MB), "flux1tools" and "flux1redux" (the FLUX.1 tools, issue 26) and
 # "zimage-quant" (ComfyUI's quantized files, issue 33) only when asked
-FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan", "krea2", "qwenimage21")
+FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan", "krea2", "qwenimage21",
+            "minimax_h3")
 VERSION = "12"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
@@ -100,12 +101,20 @@ FILES = {
     # VAE files it reads), beside the same file dequantized by comfy-kitchen
     "krea2-quant": {"int8_convrot": "krea2_turbo-tiny_int8_convrot.safetensors",
                     "int8_convrot_dequantized": "krea2_turbo-tiny_int8_convrot-dequantized.safetensors"},
-    # MiniMax H3 (issue 37) as its templates name the files (only when asked): the fl2va transformer full and
-    # pruned (ComfyUI's curve form), Qwen3-VL, both VAEs; and the diffusers folder they were written from
-    "minimax-h3": {"diffusion_model": "minimax_h3_fl2va-tiny_bf16.safetensors",
+    # MiniMax H3 (issue 37) as its templates name the files: the fl2va transformer full and pruned (ComfyUI's curve
+    # form), Qwen3-VL, both VAEs; and the diffusers folder they were written from (ref-minimax-h3)
+    # as the templates' quantized ones (comfy-kitchen's quantize: the pruned transformer's and the VAE decoder's
+    # Linear layers int8 ConvRot, Qwen3-VL's nvfp4 with AWQ smoothing), each beside itself dequantized
+    "minimax_h3": {"diffusion_model": "minimax_h3_fl2va-tiny_bf16.safetensors",
                    "pruned": "minimax_h3_fl2va_pruned-tiny.safetensors",
                    "qwen3vl": "qwen3vl_32b_minimax_h3-tiny.safetensors",
-                   "vae": "minimax_h3_video_vae-tiny.safetensors", "audio_vae": "minimax_h3_audio_vae-tiny_fp32.safetensors"},
+                   "vae": "minimax_h3_video_vae-tiny.safetensors", "audio_vae": "minimax_h3_audio_vae-tiny_fp32.safetensors",
+                   "int8": "minimax_h3_fl2va_pruned-tiny_int8_convrot.safetensors",
+                   "int8_dequantized": "minimax_h3_fl2va_pruned-tiny_int8_convrot-dequantized.safetensors",
+                   "vae_int8": "minimax_h3_video_vae-tiny_int8_convrot.safetensors",
+                   "vae_int8_dequantized": "minimax_h3_video_vae-tiny_int8_convrot-dequantized.safetensors",
+                   "qwen3vl_nvfp4": "qwen3vl_32b_minimax_h3-tiny_nvfp4_awq.safetensors",
+                   "qwen3vl_nvfp4_dequantized": "qwen3vl_32b_minimax_h3-tiny_nvfp4_awq-dequantized.safetensors"},
     "qwenimage21": {"diffusion_model": "qwen_image_2.1-tiny.safetensors", "qwen3vl": "qwen3vl_8b-tiny.safetensors",
                     "vae": "qwen_image_2.1_vae-tiny.safetensors"},
 }
@@ -910,6 +919,11 @@ QUANT_SPECS = {
                      {"convrot": True, "convrot_groupsize": 256}),
     "nvfp4": ("nvfp4", "TensorCoreNVFP4Layout", {}, {}),
     "fp8": ("float8_e4m3fn", "TensorCoreFP8Layout", {}, {}),
+    # ConvRot over groups of 16 (a power of 4, as comfy-kitchen's Hadamard needs): the tiny MiniMax H3's layers
+    # are 16 to 64 wide, where the released files rotate groups of 64
+    "int8_convrot_16": ("int8_tensorwise", "TensorWiseINT8Layout",
+                        {"per_channel": True, "convrot": True, "convrot_groupsize": 16},
+                        {"convrot": True, "convrot_groupsize": 16}),
 }
 
 
@@ -1471,20 +1485,54 @@ def _minimax_h3(tiny: Path, comfyui_dir: str, out: Path) -> None:
         vae=_reconfigured(pipe.vae, decoder_num_attention_heads=1, decoder_attention_head_dim=16, norm_num_groups=8),
         audio_vae=_reconfigured(pipe.audio_vae, num_attention_heads=1))
     pipe.save_pretrained(str(out / "diffusers" / "ref-minimax-h3"))
-    names, models = FILES["minimax-h3"], out / "models"
+    names, models = FILES["minimax_h3"], out / "models"
     comfy_sd = minimax_h3_transformer_file(pipe.transformer)
     _save(comfy_sd, models / "diffusion_models" / names["diffusion_model"])
     _save(minimax_h3_pruned(pipe.transformer, comfy_sd), models / "diffusion_models" / names["pruned"])
     _save(qwen3vl_file(pipe.text_encoder), models / "text_encoders" / names["qwen3vl"])
     _save(minimax_h3_video_vae_file(pipe.vae), models / "vae" / names["vae"])
     _save(minimax_h3_audio_vae_file(pipe.audio_vae), models / "vae" / names["audio_vae"])
+    _minimax_h3_quantized(minimax_h3_pruned(pipe.transformer, comfy_sd), minimax_h3_video_vae_file(pipe.vae),
+                          qwen3vl_file(pipe.text_encoder), names, models)
+
+
+def _minimax_h3_quantized(pruned: dict, vae: dict, text: dict, names: dict, models: Path) -> None:
+    """The quantized files as Comfy-Org's MiniMax H3 templates hold them, written by comfy-kitchen: the pruned
+    transformer's block Linear layers (attention qkv and out, feed-forward fc1 and fc2: 4 of each block) and the
+    video VAE decoder's (to_qkv, to_out, w1, w2) int8 ConvRot; Qwen3-VL's language-model Linear layers nvfp4 where
+    their sizes take it, AWQ-smoothed (the weight stored divided by a per-column `pre_quant_scale` the input is
+    multiplied by); each beside the same file dequantized by comfy-kitchen (the smoothing folded back)."""
+    import torch
+
+    def plan(sd: dict, prefix: str, layers: tuple[str, ...], spec: str) -> dict[str, str]:
+        return {k[: -len(".weight")]: spec for k, v in sd.items()
+                if k.startswith(prefix) and k.endswith(layers) and fits(spec, tuple(v.shape))}
+
+    for sd, prefix, layers, name in (
+            (pruned, "blocks.", (".attn.qkv_proj.weight", ".attn.out_proj.weight", ".mlp.fc1.weight",
+                                 ".mlp.fc2.weight"), "int8"),
+            (vae, "decoder.transformer_blocks.", (".attn.to_qkv.weight", ".attn.to_out.weight", ".ff.w1.weight",
+                                                  ".ff.w2.weight"), "vae_int8")):
+        tensors, metadata, deq = quantize_comfy(sd, plan(sd, prefix, layers, "int8_convrot_16"))
+        role = "diffusion_models" if name == "int8" else "vae"
+        _save(tensors, models / role / names[name], metadata)
+        _save(deq, models / role / names[f"{name}_dequantized"])
+    layers = plan(text, "model.layers.", tuple(f".{p}_proj.weight" for p in ("q", "o", "gate", "up", "down")), "nvfp4")
+    scales = {layer: torch.rand(text[f"{layer}.weight"].shape[1], generator=torch.Generator().manual_seed(83 + i)) + 0.5
+              for i, layer in enumerate(sorted(layers))}
+    smoothed = {**text, **{f"{layer}.weight": text[f"{layer}.weight"] / s for layer, s in scales.items()}}
+    tensors, metadata, deq = quantize_comfy(smoothed, layers)
+    _save({**tensors, **{f"{layer}.pre_quant_scale": s for layer, s in scales.items()}},
+          models / "text_encoders" / names["qwen3vl_nvfp4"], metadata)
+    _save({**deq, **{f"{layer}.weight": deq[f"{layer}.weight"] * s for layer, s in scales.items()}},
+          models / "text_encoders" / names["qwen3vl_nvfp4_dequantized"])
 
 
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
             "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072,
             "flux1-vae": _flux1_vae, "flux1tools": _flux1tools, "flux1redux": _flux1redux,
             "zimage-quant": _zimage_quant, "qwenimage-quant": _qwenimage_quant, "krea2": _krea2,
-            "qwenimage21": _qwenimage21, "krea2-quant": _krea2_quant, "minimax-h3": _minimax_h3}
+            "qwenimage21": _qwenimage21, "krea2-quant": _krea2_quant, "minimax_h3": _minimax_h3}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

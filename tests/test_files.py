@@ -73,6 +73,11 @@ CASES = {
                                                      vae="qwen_image_2.1_vae-tiny.safetensors"), 4.0),
     "krea2-turbo-guided": ("ref-krea2", dict(diffusion_model="krea2_turbo-tiny.safetensors", text_encoders=(
         "qwen3vl_4b-tiny.safetensors",), vae="qwen_image_vae-krea2-tiny.safetensors"), 3.5),
+    # MiniMax H3 as its templates name the files (the fl2va transformer, Qwen3-VL-32B, the video and audio VAEs;
+    # frames and sound from them: tests/test_minimax_h3_files.py)
+    "minimax_h3-split": ("ref-minimax-h3", dict(diffusion_model="minimax_h3_fl2va-tiny_bf16.safetensors", text_encoders=(
+        "qwen3vl_32b_minimax_h3-tiny.safetensors",), vae="minimax_h3_video_vae-tiny.safetensors",
+        audio_vae="minimax_h3_audio_vae-tiny_fp32.safetensors"), 1.0),
 }
 FLUX1 = CASES["flux1-split"][1]
 COMFYUI_FILES = (*file_fixtures.FAMILIES, "flux1-3072")  # comfyui_files' families, built from the start (conftest)
@@ -129,7 +134,10 @@ def test_each_dropdown_lists_only_the_files_that_fit_its_role(files, tmp_path):
     assert set(listed["vae"]) == {"ae-tiny.safetensors", "flux2-vae-tiny.safetensors", "sd3-vae-tiny.safetensors",
                                   "qwen_image_vae-tiny.safetensors", "wan_2.1_vae-tiny.safetensors",
                                   "wan2.2_vae-tiny.safetensors", "qwen_image_vae-krea2-tiny.safetensors",
-                                  "qwen_image_2.1_vae-tiny.safetensors"}
+                                  "qwen_image_2.1_vae-tiny.safetensors", "minimax_h3_video_vae-tiny.safetensors",
+                                  "minimax_h3_audio_vae-tiny_fp32.safetensors",
+                                  "minimax_h3_video_vae-tiny_int8_convrot.safetensors",
+                                  "minimax_h3_video_vae-tiny_int8_convrot-dequantized.safetensors"}
     assert listed["clip_vision"] == ["clip_vision_h-tiny.safetensors"]
     assert {"sdxl-tiny.safetensors", "sd3-tiny-noT5.safetensors"} <= set(listed["checkpoint"])
     assert not set(listed["vae"]) & (set(listed["text_encoder"]) | set(listed["diffusion_model"]))

@@ -18,7 +18,7 @@ from backend.families.text_encoders import qwen3vl_keys
 from backend.protocol.errors import ModelError
 from backend.protocol.spec import SampleRequest
 
-COMFYUI_FILES = ("minimax-h3",)
+COMFYUI_FILES = ("minimax_h3",)
 FRAMES = 124  # the shortest video the model makes (17·7 + 5)
 
 
@@ -31,7 +31,7 @@ def built(comfyui_files):
 def files(built):
     import file_fixtures
 
-    return built / "models", file_fixtures.FILES["minimax-h3"]
+    return built / "models", file_fixtures.FILES["minimax_h3"]
 
 
 def _roots(models) -> dict[str, list[str]]:
@@ -62,7 +62,7 @@ def _from_files(pipe_configs: dict, models, names: dict, transformer: str) -> di
     from transformers import Qwen3VLForConditionalGeneration
 
     out = {"transformer": convert.load_transformer(MiniMaxH3Transformer3DModel, load_file(
-        models / "diffusion_models" / names[transformer]), dict(pipe_configs["transformer"]), torch.float32)}
+        models / "diffusion_models" / names[transformer]), dict(pipe_configs["transformer"]))}
     for name, cls, fn in (("vae", AutoencoderKLMiniMaxH3, convert.video_vae),
                           ("audio_vae", AutoencoderKLMiniMaxH3Audio, convert.audio_vae)):
         sd, config = load_file(models / "vae" / names[name]), dict(pipe_configs[name])
@@ -110,11 +110,11 @@ def test_a_pruned_files_curve_table_is_what_its_transformer_runs(tiny_models, fi
     pruned_sd = load_file(models / "diffusion_models" / names["pruned"])
     assert convert.CURVE_TABLE in pruned_sd and not any(k.startswith("time_embedder.") for k in pruned_sd)
     full = convert.load_transformer(MiniMaxH3Transformer3DModel, load_file(
-        models / "diffusion_models" / names["diffusion_model"]), config, torch.float32)
-    pruned = convert.load_transformer(MiniMaxH3Transformer3DModel, pruned_sd, config, torch.float32)
+        models / "diffusion_models" / names["diffusion_model"]), config)
+    pruned = convert.load_transformer(MiniMaxH3Transformer3DModel, pruned_sd, config)
     zeroed = convert.load_transformer(MiniMaxH3Transformer3DModel,
                                       {**pruned_sd, convert.CURVE_TABLE: torch.zeros_like(pruned_sd[convert.CURVE_TABLE])},
-                                      config, torch.float32)
+                                      config)
     g = torch.Generator().manual_seed(0)
     rows = 3 + 8 + 6  # text, video, audio
     args = dict(hidden_states=torch.randn(1, 8, 16, generator=g), audio_hidden_states=torch.randn(1, 6, 4, generator=g),
@@ -213,3 +213,28 @@ def test_reference_images_are_refused_for_files_naming_the_folder_that_takes_the
     with pytest.raises(ModelError, match=r"reference_images: .* ComfyUI's files, .* ref2va transformer, which Load "
                                          r"TPU Pipeline \(ComfyUI files\) does not read yet\. .* diffusers folder"):
         api.prepare_sample(spec, req, references=np.zeros((1, 64, 64, 3), np.float32))
+
+
+@pytest.mark.workers
+def test_the_templates_quantized_files_equal_themselves_dequantized(built, files, comfyui_dir, monkeypatch):
+    """The templates' layout: the pruned int8 ConvRot transformer, the int8 ConvRot video VAE and the nvfp4 AWQ
+    Qwen3-VL (comfy-kitchen's own quantize), read through comfy-kitchen (the transformer's and the text encoder's
+    layers kept quantized, each dequantized as it runs; the VAE dequantized at load): t2va equals the same files
+    dequantized by comfy-kitchen, loaded the same way (≤ 1e-3: the AWQ smoothing multiplies the input where the
+    dequantized file has it folded into the weight, a float32 rounding apart through 51 layers; measured 1.0e-4)."""
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+    req = SampleRequest(prompt="a robot dancing", width=32, height=32, frames=FRAMES, steps=2, guidance=1.0, seed=5,
+                        batch_size=1)
+    outs = {}
+    for case, suffix in (("quantized", ""), ("dequantized", "_dequantized")):
+        choice = _choice(names, f"int8{suffix}", vae=names[f"vae_int8{suffix}"],
+                         text_encoders=(names[f"qwen3vl_nvfp4{suffix}"],))
+        spec = api.make_file_spec(choice, _roots(models), "float32", "cpu")
+        quant = {c.name: c.quant for c in spec.source.components}
+        assert (quant["transformer"], quant["vae"], quant["text_encoder"]) == (
+            ("comfy-quant",) * 3 if case == "quantized" else ("",) * 3)
+        outs[case] = api.run_sample_outputs(api.prepare_sample(spec, req))
+    want, got = outs["dequantized"], outs["quantized"]
+    assert np.abs(got["images"] - want["images"]).max() <= 1e-3
+    assert np.abs(got["audio"] - want["audio"]).max() <= 1e-3

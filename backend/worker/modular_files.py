@@ -5,7 +5,8 @@ pack's configs with the files' sizes, ComfyUI's tokenizers, the index under the 
 components (tokenizer, processor, schedulers) load from it, and each weighted one from its file:
 
 - a denoiser in its family's layout through the family's `load_transformer` (convert.py: MiniMax H3's full and
-  pruned files), tensor parallelism or Context Parallel set up after, as for any converted denoiser;
+  pruned files), ComfyUI's quantized layers kept quantized (worker/quantized.py), tensor parallelism or Context
+  Parallel set up after, as for any converted denoiser;
 - a VAE through its family's VAE converter (convert.VAE_CONVERTERS), its config completed from the file;
 - a text encoder as worker/loading.py reads it (ComfyUI's Qwen3-VL names, its quantized layers).
 
@@ -27,7 +28,7 @@ from ..families import FAMILIES, Pipeline, conversions
 from ..families.text_encoders import TOKENIZER_LAYOUTS
 from ..protocol.spec import FileComponent, FileSource
 from ..protocol.units import format_bytes
-from . import loading, modular
+from . import loading, modular, quantized
 
 
 def load_files(source: FileSource, family: Pipeline, dtype: Any, status: Callable[[str], None],
@@ -60,6 +61,8 @@ def load_files(source: FileSource, family: Pipeline, dtype: Any, status: Callabl
                    f"component {i} of {len(weighted)}")
             try:
                 loaded[name] = _component(root, name, cls, part, dtype, (extra or {}).get(name, {}))
+                if part.quant == "comfy-quant" and (n := quantized.count(loaded[name])):
+                    status(f"{name}: {n} layers kept quantized (comfy-kitchen), each dequantized as it runs")
             except (OSError, ValueError, KeyError, RuntimeError) as e:
                 raise OSError(f"component '{name}' from '{Path(part.path).name}': {type(e).__name__}: {e}") from e
         status(f"loading {', '.join(light)}")
@@ -77,10 +80,28 @@ def _component(root: Path, name: str, cls: type, part: FileComponent, dtype: Any
         converted = converters[part.layout](sd, config)  # a VAE's converter completes its config from the file
         model = cls.from_config(config)
         model.load_state_dict(converted, strict=True)
-        return model.to(dtype).eval()
+        return _in_dtype(model, dtype)
     family = conversions(part.layout) if part.layout in FAMILIES else None
     if family is not None and hasattr(family, "load_transformer"):
         config = dict(cls.load_config(str(root), subfolder=name))
-        model = family.load_transformer(cls, loading._state_dict(part, dtype), config, dtype)
-        return loading._shard_after_load(model, extra)
+        if part.quant == "comfy-quant" and not quantized.sharded(extra):  # kept quantized, as worker/loading.py
+            sd, extras = quantized.state_dict(part.path, part.prefix, dtype)
+            with quantized.RowSplitMode():  # diffusers' converter splits the fused qkv and swaps fc1's halves
+                model = family.load_transformer(cls, sd, config)
+            with torch.no_grad():
+                quantized.finish(model, extras)
+        else:
+            model = family.load_transformer(cls, loading._state_dict(part, dtype), config)
+        return loading._shard_after_load(_in_dtype(model, dtype), extra)  # quantized layers as they are
     return loading._load_file_component(root, name, cls, part, dtype, extra)
+
+
+def _in_dtype(model: Any, dtype: Any) -> Any:
+    """`model` computing in `dtype`, its `_keep_in_fp32_modules` in float32 as diffusers' from_pretrained keeps them
+    (matched on the parts of the names, as diffusers matches them: MiniMax H3's patch projections, time embedder,
+    output heads, most of its audio VAE); comfy-kitchen's quantized weights as they are."""
+    keep = set(getattr(model, "_keep_in_fp32_modules", None) or ())
+    for name, param in model.named_parameters():
+        if type(param.data).__name__ != "QuantizedTensor" and param.is_floating_point():
+            param.data = param.data.to(torch.float32 if keep & set(name.split(".")) else dtype)
+    return model.eval()

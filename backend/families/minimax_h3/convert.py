@@ -87,9 +87,9 @@ def curve_form(model: Any, table: torch.Tensor) -> Any:
     return model
 
 
-def load_transformer(cls: type, sd: dict, config: dict, dtype: torch.dtype) -> Any:
-    """A MiniMaxH3Transformer3DModel from ComfyUI's tensors (full or pruned), loaded strictly, in `dtype` (its
-    float32 parts kept so, as diffusers keeps them)."""
+def load_transformer(cls: type, sd: dict, config: dict) -> Any:
+    """A MiniMaxH3Transformer3DModel from ComfyUI's tensors (full or pruned; comfy-kitchen QuantizedTensors kept
+    as they are), loaded strictly, its tensors as the file (or comfy-kitchen) gives them."""
     from accelerate import init_empty_weights
 
     converted, table = transformer(sd, config)
@@ -101,10 +101,6 @@ def load_transformer(cls: type, sd: dict, config: dict, dtype: torch.dtype) -> A
         curve_form(model, table)
         converted = {**converted, "time_embedder.table": table.to(torch.float32)}
     model.load_state_dict(converted, strict=True, assign=True)
-    keep = tuple(getattr(model, "_keep_in_fp32_modules", None) or ())
-    for name, param in model.named_parameters():
-        if param.is_floating_point() and not any(k in name for k in keep):
-            param.data = param.data.to(dtype)
     return model.eval()
 
 
