@@ -1405,6 +1405,18 @@ def _seeded_randn(seed: int, shape: tuple):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
+def minimax_h3_qwen3vl_file(model) -> dict:
+    """Qwen3-VL as ComfyUI's qwen3vl_32b_minimax_h3 file holds it (comfy/text_encoders/llama.py Qwen3VL_32BConfig,
+    comfy/sd.py's detection by `model.layers.49.`): cut after layer 50 (of the tiny's 51, as of the published 64),
+    without the final norm and lm_head; ComfyUI's names (qwen3vl_file)."""
+    last = f"model.layers.{MINIMAX_H3_TEXT_LAYER}."
+    return {k: v for k, v in qwen3vl_file(model).items()
+            if not k.startswith(last) and k not in ("model.norm.weight", "lm_head.weight")}
+
+
+MINIMAX_H3_TEXT_LAYER = 50  # MiniMax H3 reads hidden_states[50]: the output of layer 50, the input of layer 51
+
+
 def minimax_h3_video_vae_file(vae) -> dict:
     """MiniMax H3's video VAE in ComfyUI's layout (comfy/ldm/minimax/vae.py, MiniMax's own names): the encoder's
     `down.{i}.block.{j}` / `downsample.conv`, the ViT decoder's `x_embedder`, fused per-head `attn.to_qkv`,
@@ -1489,11 +1501,11 @@ def _minimax_h3(tiny: Path, comfyui_dir: str, out: Path) -> None:
     comfy_sd = minimax_h3_transformer_file(pipe.transformer)
     _save(comfy_sd, models / "diffusion_models" / names["diffusion_model"])
     _save(minimax_h3_pruned(pipe.transformer, comfy_sd), models / "diffusion_models" / names["pruned"])
-    _save(qwen3vl_file(pipe.text_encoder), models / "text_encoders" / names["qwen3vl"])
+    _save(minimax_h3_qwen3vl_file(pipe.text_encoder), models / "text_encoders" / names["qwen3vl"])
     _save(minimax_h3_video_vae_file(pipe.vae), models / "vae" / names["vae"])
     _save(minimax_h3_audio_vae_file(pipe.audio_vae), models / "vae" / names["audio_vae"])
     _minimax_h3_quantized(minimax_h3_pruned(pipe.transformer, comfy_sd), minimax_h3_video_vae_file(pipe.vae),
-                          qwen3vl_file(pipe.text_encoder), names, models)
+                          minimax_h3_qwen3vl_file(pipe.text_encoder), names, models)
 
 
 def _minimax_h3_quantized(pruned: dict, vae: dict, text: dict, names: dict, models: Path) -> None:

@@ -7,12 +7,15 @@ files)'s path (the pack's API, a worker); the files are told by their headers; a
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 
 from backend.controller import api
 from backend.controller.files import assemble, listing
+from backend.families import text_encoders
 from backend.families.minimax_h3 import convert
 from backend.families.text_encoders import qwen3vl_keys
 from backend.protocol.errors import ModelError
@@ -70,10 +73,13 @@ def _from_files(pipe_configs: dict, models, names: dict, transformer: str) -> di
         model = cls.from_config({**config, **convert.latent_statistics(sd)})
         model.load_state_dict(converted, strict=True)
         out[name] = model.eval()
-    te = Qwen3VLForConditionalGeneration(pipe_configs["text_encoder"])
-    te.load_state_dict(qwen3vl_keys(load_file(models / "text_encoders" / names["qwen3vl"]), type(te).__name__),
-                       strict=True)
-    out["text_encoder"] = te.eval()
+    config = copy.deepcopy(pipe_configs["text_encoder"])
+    config.text_config.num_hidden_layers = 50  # ComfyUI's file: cut after layer 50, no final norm, no lm_head
+    te = Qwen3VLForConditionalGeneration(config)
+    missing, unexpected = te.load_state_dict(qwen3vl_keys(load_file(models / "text_encoders" / names["qwen3vl"]),
+                                                          type(te).__name__), strict=False)
+    assert not unexpected and sorted(missing) == ["lm_head.weight", "model.language_model.norm.weight"]
+    out["text_encoder"] = convert.text_encoder(text_encoders.without_final_norm(te.eval(), "qwen3vl-comfy-truncated"))
     return out
 
 
@@ -180,7 +186,10 @@ def test_renamed_files_are_told_by_their_headers(files, tmp_path, comfyui_dir, m
     assert renamed["qwen3vl"] in listed["text_encoder"]
     spec = api.make_file_spec(_choice(renamed, "pruned"), _roots(tmp_path), "float32", "cpu")
     assert spec.family.name == "MiniMax H3"
-    assert {c.name: c.layout for c in spec.source.components}["audio_vae"] == "minimax-h3-audio-vae"
+    layouts = {c.name: c.layout for c in spec.source.components}
+    assert (layouts["audio_vae"], layouts["vae"], layouts["text_encoder"]) == (
+        "minimax-h3-audio-vae", "minimax-h3-vae", "qwen3vl-comfy-truncated")
+    assert spec.component_config("text_encoder")["text_config"]["num_hidden_layers"] == 50
     assert spec.component_config("transformer")["time_embed_dim"] == 16  # the curve's width
 
 

@@ -54,6 +54,8 @@ def load_files(source: FileSource, family: Pipeline, dtype: Any, status: Callabl
         files = {n: p for n in names if (p := source.component(n)) is not None and p.layout not in TOKENIZER_LAYOUTS}
         light = [n for n in names if n not in files]  # from the folder: tokenizers, processor, schedulers
         weighted = list(files.items())
+        denoiser = next((p.layout for p in source.components if p.layout in FAMILIES), None)
+        finish = getattr(conversions(denoiser), "FINISH", {}) if denoiser else {}  # the family's after-load steps
         loaded = {}
         for i, (name, part) in enumerate(weighted, 1):
             cls = pipe._component_specs[name].type_hint
@@ -61,6 +63,7 @@ def load_files(source: FileSource, family: Pipeline, dtype: Any, status: Callabl
                    f"component {i} of {len(weighted)}")
             try:
                 loaded[name] = _component(root, name, cls, part, dtype, (extra or {}).get(name, {}))
+                loaded[name] = finish[name](loaded[name]) if name in finish else loaded[name]
                 if part.quant == "comfy-quant" and (n := quantized.count(loaded[name])):
                     status(f"{name}: {n} layers kept quantized (comfy-kitchen), each dequantized as it runs")
             except (OSError, ValueError, KeyError, RuntimeError) as e:

@@ -163,6 +163,21 @@ def audio_vae(sd: dict, config: dict) -> dict:
     return out
 
 
+def text_encoder(model: Any) -> Any:
+    """The Qwen3-VL of ComfyUI's qwen3vl_32b_minimax_h3 file: the published 64-layer model cut after layer 50,
+    without its final norm (worker/loading.py reads it so: text_encoders.without_final_norm), whose last hidden
+    state is then the published model's hidden_states[50], what MiniMax H3 reads. diffusers' text step reads
+    hidden_states[50] too and refuses a text encoder whose config counts 50 layers or fewer (for a full model the
+    last one would be post-norm): the config counts one more, the layer whose input that state is."""
+    text = getattr(model, "model", model).language_model
+    if isinstance(text.norm, nn.Identity) and model.config.text_config.num_hidden_layers == len(text.layers):
+        model.config.text_config.num_hidden_layers += 1
+    return model
+
+
+# What the worker does to a component after loading it from a file, by component (worker/modular_files.py)
+FINISH: dict[str, Callable[[Any], Any]] = {"text_encoder": text_encoder}
+
 # The VAE layouts (families/vaes.py) this family's converters read, by loader layout
 VAE_CONVERTERS: dict[str, Callable[[dict, dict], dict]] = {"minimax-h3-vae": video_vae,
                                                           "minimax-h3-audio-vae": audio_vae}
