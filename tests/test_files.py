@@ -176,9 +176,15 @@ def test_each_family_and_layout_is_recognised_with_sizes_from_its_tensors(files,
             assert not mine, name
             continue
         mine, theirs = {**mine, **mine.get("text_config", {})}, {**theirs, **theirs.get("text_config", {})}
+        theirs.update(CUT_SHORT.get((case, name), {}))
         keys = SIZES & set(mine) & set(theirs)  # every size the reference has is the one read from the files
         assert keys, name
         assert {k: mine[k] for k in keys} == {k: theirs[k] for k in keys}, name
+
+
+# files that hold less than their reference: MiniMax H3's Qwen3-VL is cut after layer 50 as ComfyUI ships it (its
+# reference keeps the tiny's 51 layers; the pipeline reads the output of layer 50 either way)
+CUT_SHORT = {("minimax_h3-split", "text_encoder"): {"num_hidden_layers": 50}}
 
 
 @pytest.mark.unit
