@@ -247,3 +247,22 @@ def test_the_templates_quantized_files_equal_themselves_dequantized(built, files
     want, got = outs["dequantized"], outs["quantized"]
     assert np.abs(got["images"] - want["images"]).max() <= 1e-3
     assert np.abs(got["audio"] - want["audio"]).max() <= 1e-3
+
+
+@pytest.mark.unit
+def test_the_ref2va_file_is_refused_by_its_name(files, tmp_path, comfyui_dir, monkeypatch):
+    """The ref2va transformer holds the same tensors as the fl2va one; its name tells it, and it is refused rather
+    than run as the other."""
+    import shutil
+
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+    for role in ("diffusion_models", "vae", "text_encoders"):
+        shutil.copytree(models / role, tmp_path / role)
+    shutil.copy(models / "diffusion_models" / names["int8"],
+                tmp_path / "diffusion_models" / "minimax_h3_ref2va_pruned_int8_convrot.safetensors")
+    with pytest.raises(ModelError, match=r"diffusion_model: 'minimax_h3_ref2va_pruned_int8_convrot\.safetensors' is "
+                                         r"MiniMax H3's reference-to-video \(ref2va\) transformer, .* Choose "
+                                         r"minimax_h3_fl2va_\*"):
+        api.make_file_spec(_choice({**names, "int8": "minimax_h3_ref2va_pruned_int8_convrot.safetensors"}, "int8"),
+                           _roots(tmp_path), "float32", "cpu")

@@ -36,6 +36,20 @@ def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
     return {"qwen3vl": s["condition_proj.weight"][1]}
 
 
+def variant(sizes: dict, file_name: str, configs: Configs, kontext: str) -> tuple[dict[str, dict], tuple[str, ...]]:
+    """The fl2va transformer (text, first / last frame: `transformer`). The ref2va one holds the same tensors (only
+    its name tells it: minimax_h3_ref2va_*) and runs as the `transformer_ref` partition, which the files path does not
+    build yet: refused rather than run as the other."""
+    if "ref2v" in file_name.lower():
+        from ...protocol.errors import ModelError
+
+        raise ModelError(f"diffusion_model: '{file_name}' is MiniMax H3's reference-to-video (ref2va) transformer, "
+                         "which Load TPU Pipeline (ComfyUI files) does not load yet (its files give the fl2va "
+                         "transformer: text, first / last frame to video). Choose minimax_h3_fl2va_*, or load the "
+                         "diffusers folder in Load TPU Pipeline for reference images.")
+    return {}, ()
+
+
 # seen on tiny-minimax-h3 (diffusers 0.42.1, MiniMaxH3LoopDenoiser): dynamo's recompile guards named
 # `encoder_hidden_states` (size 7 for one prompt, 28 for another) and `timestep` (size 1 at one step, 2 at the next)
 NO_STATIC_SHAPES = ("its transformer reads the prompt's rows inside one packed sequence with no attention mask "
@@ -75,6 +89,6 @@ FAMILY = ModelFamily(
     # ComfyUI's detection keys (comfy/model_detection.py): the video and the audio patch projections
     denoiser_keys=("video_patch_proj.weight", "audio_patch_proj.weight"),
     width_key="video_patch_proj.weight", width_agrees=("condition_proj.weight", 0), sizes=sizes,
-    text_widths=text_widths, vae="vae-minimax-h3", vae_hint="MiniMax H3's minimax_h3_video_vae",
+    text_widths=text_widths, variant=variant, vae="vae-minimax-h3", vae_hint="MiniMax H3's minimax_h3_video_vae",
     audio_vae=("vae-minimax-h3-audio", "minimax_h3_audio_vae_fp32.safetensors"),
 )
