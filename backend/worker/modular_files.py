@@ -89,6 +89,7 @@ def _component(root: Path, name: str, cls: type, part: FileComponent, dtype: Any
         config = dict(cls.load_config(str(root), subfolder=name))
         if part.quant == "comfy-quant" and not quantized.sharded(extra):  # kept quantized, as worker/loading.py
             sd, extras = quantized.state_dict(part.path, part.prefix, dtype)
+            sd.update(_float32_as_stored(part, sd))
             with quantized.RowSplitMode():  # diffusers' converter splits the fused qkv and swaps fc1's halves
                 model = family.load_transformer(cls, sd, config)
             with torch.no_grad():
@@ -108,3 +109,15 @@ def _in_dtype(model: Any, dtype: Any) -> Any:
         if type(param.data).__name__ != "QuantizedTensor" and param.is_floating_point():
             param.data = param.data.to(torch.float32 if keep & set(name.split(".")) else dtype)
     return model.eval()
+
+
+def _float32_as_stored(part: FileComponent, sd: dict) -> dict:
+    """The file's float32 tensors that quantized.state_dict gave in the compute dtype, read again as stored: the
+    parts diffusers and ComfyUI keep in float32 (MiniMax H3's patch projections, output heads, a pruned file's curve
+    table) keep their precision; _in_dtype casts the rest."""
+    from safetensors import safe_open
+
+    with safe_open(part.path, "pt") as f:
+        return {k[len(part.prefix):]: f.get_tensor(k) for k in f.keys() if k.startswith(part.prefix)
+                and not isinstance(sd.get(k[len(part.prefix):]), quantized._qt_type())
+                and k[len(part.prefix):] in sd and f.get_slice(k).get_dtype() == "F32"}
