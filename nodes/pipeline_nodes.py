@@ -93,7 +93,9 @@ FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/fami
            + ". Leave '(none)' to use the checkpoint's own VAE.",
     "diffusion_model_2": "Only for models of two experts (Wan 2.2 A14B, text or image to video): the low-noise "
                          "expert (…_low_noise_14B_….safetensors), with the high-noise one in diffusion_model; the high-noise "
-                         "expert runs the first steps, the low-noise one the rest. Leave '(none)' for every other model.",
+                         "expert runs the first steps, the low-noise one the rest. And for Ideogram 4: its unconditional "
+                         "transformer (ideogram4_unconditional_….safetensors), with the conditional one (ideogram4_…) in "
+                         "diffusion_model; both run every step. Leave '(none)' for every other model.",
     "clip_vision": "Only for Wan 2.1 image to video: clip_vision_h.safetensors (models/clip_vision, what ComfyUI's "
                    "Load CLIP Vision reads), the CLIP vision encoder that reads the start image. Leave '(none)' "
                    "for every other model (Wan 2.2's image-to-video models read the start image through the VAE "
@@ -111,7 +113,7 @@ class LoadTPUPipelineFiles:
     DESCRIPTION = ("Builds a pipeline from the model files you already have in ComfyUI's folders, as its own loaders "
                    "read them, for " + families.names(families.FROM_FILES, " and ") + ": a diffusion model with its "
                    "text encoders and VAE (the split layout of ComfyUI's guides and templates; Wan 2.2 A14B's two "
-                   "experts in diffusion_model and diffusion_model_2), or an all-in-one checkpoint ("
+                   "experts, and Ideogram 4's two transformers, in diffusion_model and diffusion_model_2), or an all-in-one checkpoint ("
                    + families.single_file_names() + "); which files each model takes is on this node's help page. "
                    "The files "
                    "are checked here (family, sizes, that they fit together) without reading their weights; "

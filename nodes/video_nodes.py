@@ -16,6 +16,7 @@ import torch
 from ..backend.controller import api
 from ..backend.families.ltx2 import two_stage
 from ..backend.protocol.errors import SampleError
+from ..backend.protocol.messages import steps_per_image
 from ..backend.protocol.spec import SampleRequest
 from . import comfy_bridge
 from .pipeline_nodes import CATEGORY
@@ -24,7 +25,7 @@ from .pipeline_nodes import CATEGORY
 class TPUSampleVideo:
     DESCRIPTION = ("Generates a video with a video pipeline from Load TPU Pipeline (Wan 2.1 / 2.2, LTX-2 and "
                    "MiniMax H3 with sound; text to video, image to video from a start image, MiniMax H3's first / "
-                   "last frame and reference images to video). The frames come out as an image "
+                   "last frame and reference images, with reference sounds, to video). The frames come out as an image "
                    "batch, one frame after another, for Create Video, Save Animated WEBP or any node that takes "
                    "frames; LTX-2's sound comes out as audio for Create Video's audio input, and an audio in (Load "
                    "Audio) makes the video to that sound (image + audio to video). The same seed gives "
@@ -107,13 +108,19 @@ class TPUSampleVideo:
                                      "Reference images (subjects, style, scene) for models that take them (MiniMax "
                                      "H3: up to 9, in batch order; the prompt can name them <Picture 1>, <Picture "
                                      "2>, ...). Every video sees all of them. Not with a start or end image."}),
+                "reference_audio": ("AUDIO", {"tooltip":
+                                    "Reference sounds (a voice, music) for models that take them (MiniMax H3's "
+                                    "reference to video, beside reference_images: up to 3, in batch order; the "
+                                    "prompt names them <Audio 1>, <Audio 2>, ...), e.g. from Load Audio. Cut to the "
+                                    "video's length and resampled to the model's rate."}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, frames, steps, guidance, seed, batch_size=1,
                start_image=None, frame_rate=24.0, upscale_model="none", upscale_sigmas="0.85, 0.725, 0.4219",
-               audio_guidance=-1.0, audio=None, end_image=None, reference_images=None, unique_id=None):
+               audio_guidance=-1.0, audio=None, end_image=None, reference_images=None, reference_audio=None,
+               unique_id=None):
         started, queued = comfy_bridge.now(), comfy_bridge.queued_at()
         image = start_image.cpu().numpy() if start_image is not None else None
         request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,
@@ -123,11 +130,12 @@ class TPUSampleVideo:
         last = end_image.cpu().numpy() if end_image is not None else None
         refs = reference_images.cpu().numpy() if reference_images is not None else None
         prepared = api.prepare_sample(pipeline, request, image, audio=audio, end_image=last,  # resolved and checked
-                                      references=refs)  # once, here
+                                      references=refs, reference_audio=reference_audio)  # once, here
         if prepared.notes:
             comfy_bridge.send_text(unique_id, "\n".join(prepared.notes))
         out = comfy_bridge.run_cancellable(api.run_sample_outputs, prepared, node_id=unique_id,
-                                           total=steps * batch_size, after=" + the VAE decode")
+                                           total=steps_per_image(prepared.req) * batch_size,  # both stages'
+                                           after=" + the VAE decode")
         comfy_bridge.show_latency(unique_id, queued, started, list(prepared.notes))
         audio = None
         if "audio" in out:  # ComfyUI's AUDIO: waveform [batch, channels, samples] on the CPU

@@ -523,6 +523,9 @@ def _minimax_h3(name: str) -> dict:
     inputs = {"t2v": "", "i2v": "**Load Image** (the first frame, `start_image`) and ",
               "r2v": "two **Load Image** → ComfyUI's **Batch Images** (`reference_images`: <Picture 1>, <Picture 2> "
                      "in batch order) and "}[kind]
+    audio = ("" if kind != "r2v" else "\n\nThe prompt's `<Audio 1>` is a reference sound (a voice, music), which the "
+             "template leaves unconnected; connect a **Load Audio** to Sample Video's `reference_audio` (up to 3 "
+             "sounds, cut to the video's 5 s).")
     note = f"""
 ## MiniMax H3 {what}, with sound
 
@@ -534,7 +537,7 @@ The values of ComfyUI's `{name}` template: Resolution Selector at 0.4 MP ({width
 17n + 5), 20 steps. The model is guidance-distilled (the template's Basic Guider: no CFG, one pass a step), so
 guidance and the negative prompt are unused; the template's res_multistep / simple schedule is MiniMax H3's own
 scheduler here. Its turbo LoRA (off in the template) goes through **Load LoRA (TPU)** with 8 steps (first /
-last frame) or 4 (references).
+last frame) or 4 (references).{audio}
 
 **Model**: a diffusers folder of MiniMax H3 (modular_model_index.json) in `models/diffusers/MiniMax-H3`; one
 folder serves all three templates (reference images load its `transformer_ref` the first time). ComfyUI's
@@ -714,7 +717,8 @@ the base model's classifier-free guidance (diffusers' guider): two passes per st
 The template's layout boxes (Create Bounding Boxes, Flux3LayoutPrompt) are not carried either.
 
 **Model**: the diffusers folder `models/diffusers/FLUX-3-Image-Klein-Base` (modular_model_index.json naming
-Flux3ModularPipeline). ComfyUI's `flux3-image-klein-*` files do not load yet.
+Flux3ModularPipeline). Or the template's own files, through Load TPU Pipeline (ComfyUI files):
+`flux3-image-klein-base-int8-convrot` + `qwen3vl_4b_int8_convrot` + `flux2-vae`.
 """)
 
 
@@ -741,8 +745,8 @@ Create Bounding Boxes, Flux3LayoutPrompt); here it is plain text. More reference
 
 {NO_PROMPT_ENHANCER.format(what="off by default", file="qwen3.5_9b_flux3_prompt_upsampler_w4a8")}
 
-**Model**: the diffusers folder `models/diffusers/FLUX-3-Image-Klein-Base`. ComfyUI's `flux3-image-klein-*`
-files do not load yet.
+**Model**: the diffusers folder `models/diffusers/FLUX-3-Image-Klein-Base`. Or the template's own files, through
+Load TPU Pipeline (ComfyUI files): `flux3-image-klein-base-int8-convrot` + `qwen3vl_4b_int8_convrot` + `flux2-vae`.
 """)
 
 
@@ -1595,7 +1599,8 @@ negative prompt. The template lowers it to 3 for the last 30 % of the steps and 
 std 1.75); one guidance number cannot say the first, and the second is diffusers' own schedule (std 1.5).
 
 **Model**: the diffusers folder in `models/diffusers/Ideogram-4` (Ideogram4Pipeline: `transformer` and
-`unconditional_transformer`). ComfyUI's `ideogram4_*` files do not load yet.
+`unconditional_transformer`). ComfyUI's files load too, in Load TPU Pipeline (ComfyUI files): `ideogram4_*`
+in diffusion_model, `ideogram4_unconditional_*` in diffusion_model_2, `qwen3vl_8b_*`, `flux2-vae`.
 """),
     "image_qwen_image_2_1_turbo_image_edit": _qwen_image_21_turbo_edit(),
     "image_flux3_klein_t2i": _flux3_klein_t2i(),

@@ -33,8 +33,8 @@ from pathlib import Path
 # "flux1-3072" (1 GB), "flux1-vae" (170 MB), "flux1tools" and "flux1redux" (the FLUX.1 tools, issue 26) and
 # "zimage-quant" (ComfyUI's quantized files, issue 33) only when asked
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan", "krea2", "qwenimage21",
-            "minimax_h3")
-VERSION = "12"  # bump to rebuild cached fixtures after changing this file
+            "flux3", "ideogram4", "minimax_h3")
+VERSION = "13"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
 FILES = {
@@ -117,6 +117,28 @@ FILES = {
                    "qwen3vl_nvfp4_dequantized": "qwen3vl_32b_minimax_h3-tiny_nvfp4_awq-dequantized.safetensors"},
     "qwenimage21": {"diffusion_model": "qwen_image_2.1-tiny.safetensors", "qwen3vl": "qwen3vl_8b-tiny.safetensors",
                     "vae": "qwen_image_2.1_vae-tiny.safetensors"},
+    # FLUX 3 [klein] as its templates name the files (after "flux2" and "krea2": it reads Krea 2's Qwen3-VL-4B file
+    # and FLUX.2's VAE file, as both templates name qwen3vl_4b and flux2-vae), step-distilled and base
+    "flux3": {"diffusion_model": "flux3-image-klein-tiny.safetensors",
+              "base": "flux3-image-klein-base-tiny.safetensors", "qwen3vl": "qwen3vl_4b-tiny.safetensors",
+              "vae": "flux2-vae-tiny.safetensors",
+              # the base model in int8 ConvRot as its templates' file (256 wide), beside it dequantized
+              "int8_convrot": "flux3-image-klein-base-int8-convrot-tiny.safetensors",
+              "int8_convrot_dequantized": "flux3-image-klein-base-int8-convrot-tiny-dequantized.safetensors"},
+    # Ideogram 4 as its template names the files: the conditional and the unconditional transformer (plain, and in
+    # ComfyUI's scaled fp8 as the template's), Qwen3-VL-8B (36 thin layers: the pipeline taps layer 35), FLUX.2's VAE
+    "ideogram4": {"diffusion_model": "ideogram4-tiny.safetensors",
+                  "unconditional": "ideogram4_unconditional-tiny.safetensors",
+                  "fp8_scaled": "ideogram4-tiny_fp8_scaled.safetensors",
+                  "unconditional_fp8_scaled": "ideogram4_unconditional-tiny_fp8_scaled.safetensors",
+                  "qwen3vl": "qwen3vl_8b-36layers-tiny.safetensors", "vae": "flux2-vae-tiny.safetensors"},
+    # Ideogram 4's int8 ConvRot pair as its template names the files (only when asked, after "ideogram4", whose
+    # Qwen3-VL and VAE files they read), each beside the same file dequantized by comfy-kitchen
+    "ideogram4-quant": {"int8_convrot": "ideogram4-tiny_int8_convrot.safetensors",
+                        "unconditional_int8_convrot": "ideogram4_unconditional-tiny_int8_convrot.safetensors",
+                        "int8_convrot_dequantized": "ideogram4-tiny_int8_convrot-dequantized.safetensors",
+                        "unconditional_int8_convrot_dequantized":
+                            "ideogram4_unconditional-tiny_int8_convrot-dequantized.safetensors"},
 }
 
 
@@ -847,6 +869,209 @@ def _qwenimage21(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(_qwenimage21_vae_file(comfy, pipe.vae), models / "vae" / names["vae"])
 
 
+# FLUX 3's transformer: diffusers' names -> BFL's (what convert_flux3_transformer_checkpoint_to_diffusers renames)
+FLUX3_PREFIXES = {"x_embedders.": "emb_in.", "context_embedder.": "txt_in.", "mode_blocks.": "content_mode_blocks.",
+                  "single_transformer_blocks.": "single_blocks."}
+FLUX3_SUFFIXES = {"attn.to_q.weight": "q_proj.weight", "attn.to_k.weight": "k_proj.weight",
+                  "attn.to_v.weight": "v_proj.weight", "attn.to_out.0.weight": "attn_out.weight",
+                  "attn.norm_q.weight": "norm.query_norm.scale", "attn.norm_k.weight": "norm.key_norm.scale",
+                  "ff.linear_in.weight": "mlp_in.weight", "ff.linear_out.weight": "mlp_out.weight",
+                  ".linear.weight": ".lin.weight"}
+FLUX3_KEYS = {"timestep_embedder.linear_1.weight": "time_in.in_layer.weight",
+              "timestep_embedder.linear_2.weight": "time_in.out_layer.weight",
+              "target_timestep_embedder.linear_1.weight": "ref_time_in.in_layer.weight",
+              "target_timestep_embedder.linear_2.weight": "ref_time_in.out_layer.weight",
+              "proj_out.weight": "final_layer.image.linear.weight",
+              "norm_out.linear.weight": "final_layer.image.adaLN_modulation.1.weight"}
+
+
+def flux3_transformer_file(transformer) -> dict:
+    """FLUX 3's transformer as its flux3-image-klein-* files hold it: BFL's layout (`content_mode_blocks.image.N`,
+    `emb_in.image`, `single_blocks.N.q_proj`, `final_layer.image` with shift before scale), the layout diffusers'
+    convert_flux3_transformer_checkpoint_to_diffusers reads. ComfyUI 0.3.75 has no FLUX 3 module: the names are
+    that converter's run backwards, and the real converter must give every tensor back exactly."""
+    import torch
+    from diffusers.loaders.single_file_utils import convert_flux3_transformer_checkpoint_to_diffusers
+
+    sd = _sd(transformer)
+    out = {}
+    for key, value in sd.items():
+        if key in FLUX3_KEYS:
+            shift_last = key == "norm_out.linear.weight"  # diffusers' [scale, shift] rows, BFL's [shift, scale]
+            out[FLUX3_KEYS[key]] = torch.cat(value.chunk(2, dim=0)[::-1], dim=0) if shift_last else value
+            continue
+        new = next((bfl + key[len(d):] for d, bfl in FLUX3_PREFIXES.items() if key.startswith(d)), key)
+        new = next((new[: -len(d)] + bfl for d, bfl in FLUX3_SUFFIXES.items() if new.endswith(d)), new)
+        out[new] = value
+    back = convert_flux3_transformer_checkpoint_to_diffusers(dict(out))
+    assert back.keys() == sd.keys() and all(torch.equal(back[k], sd[k]) for k in sd), "not the converter's inverse"
+    return out
+
+
+# ComfyUI's Ideogram 4 transformer (comfy/ldm/ideogram4/model.py, read through the search tool: ComfyUI 0.3.75 has
+# no Ideogram 4 module to load into), by its modules: Ideogram4Transformer's input_proj, llm_cond_norm,
+# llm_cond_proj, t_embedding (Ideogram4EmbedScalar: mlp_in, mlp_out), adaln_proj, embed_image_indicator and
+# final_layer (Ideogram4FinalLayer: norm_final without weights, linear, adaln_modulation); each of its `layers`
+# an Ideogram4TransformerBlock: attention (Ideogram4Attention: qkv and o without bias, norm_q, norm_k), feed_forward
+# (Lumina's FeedForward: w1, w2, w3 without bias), four RMSNorms and adaln_modulation
+IDEOGRAM4_GLOBAL_KEYS = ("input_proj.weight", "input_proj.bias", "llm_cond_norm.weight", "llm_cond_proj.weight",
+                         "llm_cond_proj.bias", "t_embedding.mlp_in.weight", "t_embedding.mlp_in.bias",
+                         "t_embedding.mlp_out.weight", "t_embedding.mlp_out.bias", "adaln_proj.weight",
+                         "adaln_proj.bias", "embed_image_indicator.weight", "final_layer.linear.weight",
+                         "final_layer.linear.bias", "final_layer.adaln_modulation.weight",
+                         "final_layer.adaln_modulation.bias")
+IDEOGRAM4_BLOCK_KEYS = ("attention.qkv.weight", "attention.norm_q.weight", "attention.norm_k.weight",
+                        "attention.o.weight", "feed_forward.w1.weight", "feed_forward.w2.weight",
+                        "feed_forward.w3.weight", "attention_norm1.weight", "ffn_norm1.weight", "attention_norm2.weight",
+                        "ffn_norm2.weight", "adaln_modulation.weight", "adaln_modulation.bias")
+
+
+def ideogram4_transformer_file(transformer) -> dict:
+    """An Ideogram 4 transformer as ComfyUI's ideogram4_* files hold it (ComfyUI keeps no converter for it: its
+    module loads the file as it is): ComfyUI's Ideogram4Attention computes q, k and v with one Linear `qkv` whose
+    output it views as [3, heads, head size], so its rows are diffusers' to_q, to_k and to_v in that order, and
+    calls the output `o`. Checked against ComfyUI's names above (every key, no other) and the shapes its modules
+    give them, and the family's converter must give every diffusers tensor back exactly."""
+    import torch
+
+    from backend.families.ideogram4.convert import ideogram4_transformer
+
+    sd, c = _sd(transformer), transformer.config
+    hidden = c.num_attention_heads * c.attention_head_dim
+    out = {}
+    for key, value in sd.items():
+        if ".attention.to_q." in key:
+            out[key.replace(".to_q.", ".qkv.")] = torch.cat([sd[key.replace("to_q", n)] for n in ("to_q", "to_k", "to_v")])
+        elif ".attention.to_k." not in key and ".attention.to_v." not in key:
+            out[key.replace(".attention.to_out.0.", ".attention.o.")] = value
+    assert set(out) == {*IDEOGRAM4_GLOBAL_KEYS, *(f"layers.{i}.{k}" for i in range(c.num_layers)
+                                                 for k in IDEOGRAM4_BLOCK_KEYS)}, "not ComfyUI's names"
+    assert out["layers.0.attention.qkv.weight"].shape == (3 * hidden, hidden)  # Linear(hidden, hidden * 3)
+    assert out["layers.0.attention.o.weight"].shape == (hidden, hidden)
+    back = ideogram4_transformer(dict(out), {})
+    assert back.keys() == sd.keys() and all(torch.equal(back[k], sd[k]) for k in sd), "not the converter's inverse"
+    return out
+
+
+def flux3_wide(flow_map: bool, seed: int = 93):
+    """A FLUX 3 transformer 256 wide (ConvRot rotates groups of 256 input features), reading the tiny Qwen3-VL's
+    eight stacked hidden states (8 x 32) and the tiny FLUX.2 VAE's 4 channels (2x2 packed: 16)."""
+    from diffusers.models.transformers.transformer_flux3 import Flux3Transformer2DModel
+
+    return _seeded(seed, lambda: Flux3Transformer2DModel(
+        in_channels=16, cond_in_channels=16, num_layers=1, num_single_layers=1, attention_head_dim=16,
+        num_attention_heads=16, joint_attention_dim=256, timestep_channels=32, mlp_ratio=3.0,
+        axes_dims_rope=(4, 4, 4, 4), flow_map=flow_map))
+
+
+def _flux3(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """FLUX 3 [klein]: tiny-flux3's (step-distilled) and tiny-flux3-base's transformers as their files, beside
+    reference modular folders of the same transformers with Krea 2's tiny Qwen3-VL-4B (its file is theirs too; as
+    Qwen3VLForConditionalGeneration, lm_head tied as published), ComfyUI's Qwen vocabulary in a Qwen3VLProcessor
+    with the pack's settings (as the worker lays it out), and FLUX.2's tiny VAE (its file flux2-vae-tiny); and a
+    256-wide base model's int8 ConvRot file, quantized by comfy-kitchen, beside it dequantized."""
+    import diffusers.modular_pipelines as modular
+    from diffusers import AutoencoderKLFlux2
+    from diffusers.models.transformers.transformer_flux3 import Flux3Transformer2DModel
+    from transformers import Qwen3VLForConditionalGeneration, Qwen3VLModel, Qwen3VLProcessor
+
+    from backend.tiny_models import save_pipeline
+
+    refs = out / "diffusers"
+    assert (refs / "ref-krea2").is_dir() and (refs / "ref-flux2").is_dir(), "FLUX 3's files come after krea2, flux2"
+    folder = out / "tokenizers" / "flux3-processor"
+    folder.mkdir(parents=True, exist_ok=True)
+    for file in (Path(comfyui_dir) / "comfy" / "text_encoders" / "qwen25_tokenizer").iterdir():
+        shutil.copy(file, folder / file.name)
+    for file in (_config_dir("flux3") / "tokenizer").iterdir():
+        shutil.copy(file, folder / file.name)
+    processor = Qwen3VLProcessor.from_pretrained(str(folder))
+    qwen = Qwen3VLModel.from_pretrained(str(refs / "ref-krea2" / "text_encoder"))
+    text_encoder = _seeded(0, lambda: Qwen3VLForConditionalGeneration(qwen.config))
+    text_encoder.model.load_state_dict(qwen.state_dict(), strict=True)
+    assert text_encoder.lm_head.weight is text_encoder.model.language_model.embed_tokens.weight, "tied"
+    vae = AutoencoderKLFlux2.from_pretrained(str(refs / "ref-flux2" / "vae"))
+    names = FILES["flux3"]
+    for model, blocks, file in (("flux3", "Flux3DistilledAutoBlocks", "diffusion_model"),
+                                ("flux3-base", "Flux3AutoBlocks", "base")):
+        transformer = Flux3Transformer2DModel.from_pretrained(str(tiny / f"tiny-{model}" / "transformer"))
+        pipe = getattr(modular, blocks)().init_pipeline()
+        pipe.update_components(text_encoder=text_encoder, tokenizer=processor, transformer=transformer, vae=vae)
+        save_pipeline(pipe, refs / f"ref-{model}")
+        _save(flux3_transformer_file(transformer), out / "models" / "diffusion_models" / names[file])
+    sd = flux3_transformer_file(flux3_wide(flow_map=False))
+    plan = {k[: -len(".weight")]: "int8_convrot" for k, v in sd.items() if v.ndim == 2 and k.endswith(
+        ("q_proj.weight", "k_proj.weight", "v_proj.weight", "attn_out.weight", "mlp_in.weight", "mlp_out.weight"))}
+    quantized, _, dequantized = quantize_comfy(sd, plan)  # every block's attention and feed-forward
+    _save(quantized, out / "models" / "diffusion_models" / names["int8_convrot"])
+    _save(dequantized, out / "models" / "diffusion_models" / names["int8_convrot_dequantized"])
+
+
+def _ideogram4(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """Ideogram 4: the tiny pipeline with ComfyUI's Qwen vocabulary and the pack's tokenizer settings (as the worker
+    lays the tokenizer out), Qwen3-VL-8B in ComfyUI's names (36 thin layers, as the tiny one), the rotary split the
+    pack derives for 16-wide heads ([2, 1, 1]: the published [24, 20, 20] of 256-wide heads, in proportion),
+    FLUX.2's VAE with the GroupNorm groups the pack derives (8), written by ComfyUI's own VAE converter (the tiny
+    FLUX.2 and Ideogram 4 VAEs are the same weights, so this is FLUX.2's flux2-vae file, as artists share it); the two
+    transformers in ComfyUI's layout, each in its own file as the template loads them, plain and in scaled fp8 (every
+    block's matrices, by ComfyUI's own fp8 quantizer)."""
+    from diffusers import Ideogram4Pipeline
+    from transformers import Qwen2Tokenizer, Qwen3VLModel
+
+    comfy = import_comfy(comfyui_dir)
+    folder = out / "tokenizers" / "ideogram4-tokenizer"  # ComfyUI's vocabulary, the pack's files over it
+    folder.mkdir(parents=True, exist_ok=True)
+    for file in (Path(comfyui_dir) / "comfy" / "text_encoders" / "qwen25_tokenizer").iterdir():
+        shutil.copy(file, folder / file.name)
+    for file in (_config_dir("ideogram4") / "tokenizer").iterdir():
+        shutil.copy(file, folder / file.name)
+    pipe = Ideogram4Pipeline.from_pretrained(str(tiny / "tiny-ideogram4"), local_files_only=True)
+    pipe.tokenizer = Qwen2Tokenizer.from_pretrained(str(folder))
+    pipe.text_encoder = _qwen3vl(Qwen3VLModel, pipe.tokenizer, "ideogram4", pipe.text_encoder.config, 101,
+                                 vision_heads=4, tied=False)
+    pipe.transformer = _reconfigured(pipe.transformer, mrope_section=[2, 1, 1])
+    pipe.unconditional_transformer = _reconfigured(pipe.unconditional_transformer, mrope_section=[2, 1, 1])
+    pipe.vae = _reconfigured(pipe.vae, norm_num_groups=8)
+    pipe.save_pretrained(str(out / "diffusers" / "ref-ideogram4"), safe_serialization=True)
+    names, models = FILES["ideogram4"], out / "models"
+    for module, name in ((pipe.transformer, ""), (pipe.unconditional_transformer, "unconditional")):
+        sd = ideogram4_transformer_file(module)
+        _save(sd, models / "diffusion_models" / names[name or "diffusion_model"])
+        linear = [k for k, v in sd.items() if k.startswith("layers.") and k.endswith(".weight") and v.ndim == 2]
+        _save(_scaled_fp8(comfy, sd, linear),
+              models / "diffusion_models" / names["_".join(filter(None, (name, "fp8_scaled")))])
+    _save(qwen3vl_file(pipe.text_encoder), models / "text_encoders" / names["qwen3vl"])
+    vae, path = comfy.diffusers_convert.convert_vae_state_dict(_sd(pipe.vae)), models / "vae" / names["vae"]
+    if path.exists():  # FLUX.2's, built before: it must hold these weights
+        import torch
+        from safetensors.torch import load_file
+
+        held = load_file(str(path))
+        assert held.keys() == vae.keys() and all(torch.equal(held[k], vae[k]) for k in vae), "not FLUX.2's VAE"
+    else:
+        _save(vae, path)
+
+
+def _ideogram4_quant(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """Ideogram 4's int8 ConvRot files (ideogram4_int8_convrot, ideogram4_unconditional_int8_convrot): two
+    256-wide tiny transformers (ConvRot rotates groups of 256 input features; 16-wide heads, so the rotary split
+    the pack derives, [2, 1, 1]) reading the tiny Qwen3-VL (13 layers of 32) and VAE (4 channels), every block's
+    matrices quantized by comfy-kitchen (ConvRot where the input features allow, else int8 per row); and each file
+    dequantized."""
+    from diffusers import Ideogram4Transformer2DModel
+
+    names, models = FILES["ideogram4-quant"], out / "models" / "diffusion_models"
+    for seed, name in ((111, "int8_convrot"), (112, "unconditional_int8_convrot")):
+        sd = ideogram4_transformer_file(_seeded(seed, lambda: Ideogram4Transformer2DModel(
+            in_channels=16, num_layers=2, attention_head_dim=16, num_attention_heads=16, intermediate_size=256,
+            adaln_dim=256, llm_features_dim=13 * 32, rope_theta=5_000_000, mrope_section=(2, 1, 1))))
+        plan = {k[: -len(".weight")]: "int8_convrot" if fits("int8_convrot", v.shape) else "int8_rowwise"
+                for k, v in sd.items() if k.startswith("layers.") and k.endswith(".weight") and v.ndim == 2}
+        quantized, _, dequantized = quantize_comfy(sd, plan)
+        _save(quantized, models / names[name])
+        _save(dequantized, models / names[f"{name}_dequantized"])
+
+
 def _zimage_transformer_file(comfy, transformer) -> dict:
     """Z-Image's transformer in ComfyUI's layout (its Lumina 2 `NextDiT` with Z-Image's modulation; fused qkv,
     `final_layer.`, `x_embedder.`): the exact inverse of diffusers' convert_z_image_transformer_checkpoint_to_
@@ -1544,7 +1769,8 @@ BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3
             "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072,
             "flux1-vae": _flux1_vae, "flux1tools": _flux1tools, "flux1redux": _flux1redux,
             "zimage-quant": _zimage_quant, "qwenimage-quant": _qwenimage_quant, "krea2": _krea2,
-            "qwenimage21": _qwenimage21, "krea2-quant": _krea2_quant, "minimax_h3": _minimax_h3}
+            "qwenimage21": _qwenimage21, "krea2-quant": _krea2_quant, "flux3": _flux3, "ideogram4": _ideogram4,
+            "ideogram4-quant": _ideogram4_quant, "minimax_h3": _minimax_h3}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

@@ -50,13 +50,17 @@ def test_per_round_ratios_and_the_whole_video_at_a_real_share():
 
 def test_a_layout_the_pack_refuses_becomes_a_row_with_its_reason(tiny_models):
     """The 2026 families' layout rows (bench/families26.py): an accepted layout is measured, a refused one gets the
-    pack's own refusal as its reason, checked before any worker starts (LTX-2's Context Parallel: its plan does not
-    fit the rotary embeddings; MiniMax H3's CFG Parallel: guidance distilled, one pass)."""
+    pack's own refusal as its reason, checked before any worker starts (MiniMax H3's CFG Parallel: guidance
+    distilled, one pass); LTX-2's Context Parallel is accepted (its own plan), at the layouts' 22 fps sizes."""
     from backend.controller import api
+    from backend.protocol.spec import SampleRequest
     from bench.families26 import _layout_spec
 
     ltx = api.make_spec("tiny-ltx2", [str(tiny_models)])
     minimax = api.make_spec("tiny-minimax-h3", [str(tiny_models)])
     assert _layout_spec(ltx, "cfg").world_size == 2
-    assert "rotary embeddings" in _layout_spec(ltx, "cp")
+    cp = _layout_spec(ltx, "cp")
+    assert cp.world_size == 2
+    for shape in (dict(width=64, height=64, frames=9), dict(width=320, height=192, frames=33)):  # quick, full
+        api.check_request(cp, SampleRequest(prompt="a fox", frame_rate=22.0, **shape))
     assert "guidance distilled" in _layout_spec(minimax, "cfg")

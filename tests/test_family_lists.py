@@ -107,7 +107,7 @@ def test_the_helpers_see_what_the_declarations_say():
     assert "Z-Image" in families.inpainting_names() and "Z-Image" in families.cfg_parallel_names()
     assert "Wan" in families.cfg_parallel_names() and "Wan" not in families.shard_tp_names()
     assert families.context_parallel_names(split=False) == (
-        "FLUX 3 [klein], SD3/SD3.5, SDXL, Qwen-Image 2.1, Z-Image, Krea 2, Ideogram 4 and LTX-2")
+        "FLUX 3 [klein], SD3/SD3.5, SDXL, Qwen-Image 2.1, Z-Image, Krea 2 and Ideogram 4")
 
 
 def _strings(path: Path):

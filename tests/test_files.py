@@ -71,8 +71,20 @@ CASES = {
     "qwenimage21-true-cfg": ("ref-qwenimage21", dict(diffusion_model="qwen_image_2.1-tiny.safetensors",
                                                      text_encoders=("qwen3vl_8b-tiny.safetensors",),
                                                      vae="qwen_image_2.1_vae-tiny.safetensors"), 4.0),
+    # Ideogram 4's two transformers, conditional and unconditional, in two files (both run every step)
+    "ideogram4-split": ("ref-ideogram4", dict(diffusion_model="ideogram4-tiny.safetensors",
+                                              diffusion_model_2="ideogram4_unconditional-tiny.safetensors",
+                                              text_encoders=("qwen3vl_8b-36layers-tiny.safetensors",),
+                                              vae="flux2-vae-tiny.safetensors"), 3.0),
     "krea2-turbo-guided": ("ref-krea2", dict(diffusion_model="krea2_turbo-tiny.safetensors", text_encoders=(
         "qwen3vl_4b-tiny.safetensors",), vae="qwen_image_vae-krea2-tiny.safetensors"), 3.5),
+    # FLUX 3 [klein] as its templates name the files (Krea 2's Qwen3-VL-4B file, FLUX.2's VAE file), made into its
+    # modular pipelines: step-distilled (one pass) and base (CFG through its guider)
+    "flux3-klein-split": ("ref-flux3", dict(diffusion_model="flux3-image-klein-tiny.safetensors", text_encoders=(
+        "qwen3vl_4b-tiny.safetensors",), vae="flux2-vae-tiny.safetensors"), 1.0),
+    "flux3-klein-base-split": ("ref-flux3-base", dict(diffusion_model="flux3-image-klein-base-tiny.safetensors",
+                                                      text_encoders=("qwen3vl_4b-tiny.safetensors",),
+                                                      vae="flux2-vae-tiny.safetensors"), 4.0),
     # MiniMax H3 as its templates name the files (the fl2va transformer, Qwen3-VL-32B, the video and audio VAEs;
     # frames and sound from them: tests/test_minimax_h3_files.py)
     "minimax_h3-split": ("ref-minimax-h3", dict(diffusion_model="minimax_h3_fl2va-tiny_bf16.safetensors", text_encoders=(
@@ -160,7 +172,8 @@ SIZES = {"num_layers", "num_single_layers", "attention_head_dim", "num_attention
          "transformer_layers_per_block", "projection_class_embeddings_input_dim", "addition_time_embed_dim",
          "base_dim", "z_dim", "axes_dims_rope", "norm_num_groups", "head_dim", "num_key_value_heads",
          "timestep_guidance_channels", "mlp_ratio", "projection_dim", "dual_attention_layers", "qk_norm", "dim",
-         "n_layers", "n_refiner_layers", "n_heads", "n_kv_heads", "cap_feat_dim", "axes_dims", "axes_lens"}
+         "n_layers", "n_refiner_layers", "n_heads", "n_kv_heads", "cap_feat_dim", "axes_dims", "axes_lens",
+         "adaln_dim", "llm_features_dim", "mrope_section"}
 
 
 @pytest.mark.unit
@@ -170,7 +183,8 @@ def test_each_family_and_layout_is_recognised_with_sizes_from_its_tensors(files,
     spec = file_spec(files, **choice)
     reference = api.make_spec(folder, [str(files / "diffusers")])
     assert spec.class_name == reference.class_name and spec.size_factor == reference.size_factor
-    for name in ("transformer", "unet", "vae", "text_encoder", "text_encoder_2", "text_encoder_3"):
+    for name in ("transformer", "unconditional_transformer", "unet", "vae", "text_encoder", "text_encoder_2",
+                 "text_encoder_3"):
         mine, theirs = spec.component_config(name), reference.component_config(name)
         if not theirs:
             assert not mine, name
@@ -219,6 +233,7 @@ def test_files_read_without_a_converter_for_their_size_say_how_they_load(files):
 QWEN = CASES["qwenimage-split"][1]
 KREA2 = CASES["krea2-turbo-split"][1]
 QWEN21 = CASES["qwenimage21-split"][1]
+IDEOGRAM4 = CASES["ideogram4-split"][1]
 
 
 @pytest.mark.unit
@@ -336,6 +351,285 @@ def test_quantized_qwen_image_21_and_qwen3vl_files_stay_quantized_through_their_
             assert torch.equal(got, value), (name, key)
 
 
+FLUX3 = CASES["flux3-klein-split"][1]
+FLUX3_BASE = CASES["flux3-klein-base-split"][1]
+
+
+@pytest.mark.unit
+def test_flux3_files_make_its_modular_pipelines_with_every_tensor_of_the_folder(files, tmp_path):
+    """FLUX 3 [klein]'s files, the transformer through diffusers' converter (BFL's layout), Qwen3-VL-4B renamed to
+    Qwen3VLForConditionalGeneration's names, FLUX.2's VAE: the family's modular pipeline (its blocks given the
+    parts), every tensor the reference folder's, exactly. Step-distilled or base is told by the file's tensors (the
+    flow map's ref_time_in), so a renamed file is what its header says."""
+    import torch
+
+    from backend.worker import modular
+
+    for choice, folder, class_name in ((FLUX3, "ref-flux3", "Flux3DistilledModularPipeline"),
+                                       (FLUX3_BASE, "ref-flux3-base", "Flux3ModularPipeline")):
+        spec = file_spec(files, **choice)
+        assert spec.class_name == class_name and spec.family.modular is not None
+        assert [(c.name, c.layout) for c in spec.source.components if c.name != "tokenizer"] == [
+            ("transformer", "flux3"), ("vae", "flux2-vae"), ("text_encoder", "qwen3vl-comfy")]
+        pipe = _load(spec)
+        reference = api.make_spec(folder, [str(files / "diffusers")])
+        ref = modular.load(reference.model_path, reference.family, torch.float32, lambda text: None)
+        assert type(pipe) is type(ref) and type(pipe.tokenizer).__name__ == "Qwen3VLProcessor"
+        for name in ("transformer", "text_encoder", "vae"):
+            mine, theirs = getattr(pipe, name).state_dict(), getattr(ref, name).state_dict()
+            assert mine.keys() == theirs.keys(), name
+            assert all(torch.equal(mine[k], theirs[k]) for k in theirs), name
+        assert dict(pipe.scheduler.config) == dict(ref.scheduler.config), "the blocks' own scheduler, as the folder's"
+    # in bfloat16 the QK norms stay float32 (the class's _keep_in_fp32_modules), as from the folder
+    mine = _load(file_spec(files, **FLUX3_BASE), "bfloat16").transformer.state_dict()
+    theirs = modular.load(reference.model_path, reference.family, torch.bfloat16, lambda text: None).transformer
+    assert {k: v.dtype for k, v in mine.items()} == {k: v.dtype for k, v in theirs.state_dict().items()}
+    assert mine["single_transformer_blocks.0.attn.norm_q.weight"].dtype == torch.float32
+    renamed = tmp_path / "diffusion_models"
+    renamed.mkdir()
+    for name, source in (("my-klein.safetensors", FLUX3_BASE), ("flux3-base-distilled.safetensors", FLUX3)):
+        (renamed / name).symlink_to(files / "models" / "diffusion_models" / source["diffusion_model"])
+    where = {**roots(files), "diffusion_model": [str(renamed)]}
+    assert api.make_file_spec(assemble.FileChoice(**dict(FLUX3_BASE, diffusion_model="my-klein.safetensors")),
+                              where).class_name == "Flux3ModularPipeline"
+    spec = api.make_file_spec(assemble.FileChoice(**dict(FLUX3, diffusion_model="flux3-base-distilled.safetensors")),
+                              where)
+    assert spec.class_name == "Flux3DistilledModularPipeline", "the tensors tell it, not the name"
+    assert "the file holds the flow map's ref_time_in" in api.describe_files(spec)
+    with pytest.raises(InputError, match=r"offload: 'model' is not available for FLUX 3 \[klein\].*modular"):
+        api.make_file_spec(assemble.FileChoice(**FLUX3), roots(files), offload="model")
+
+
+@pytest.mark.unit
+def test_flux3_int8_convrot_file_stays_quantized_and_equals_comfy_kitchens_dequantized_file(files):
+    """flux3-image-klein-base-int8-convrot (its templates' file): every block's attention and feed-forward layers
+    kept as comfy-kitchen QuantizedTensors through diffusers' FLUX 3 converter, each equal to the dequantized file's
+    weight, and the transformer's output equal to the dequantized one's."""
+    import torch
+    from comfy_kitchen.tensor import QuantizedTensor
+
+    from backend.worker import quantized
+
+    names = file_fixtures.FILES["flux3"]
+    specs = [file_spec(files, **dict(FLUX3_BASE, diffusion_model=names[n]))
+             for n in ("int8_convrot", "int8_convrot_dequantized")]
+    assert [s.source.component("transformer").quant for s in specs] == ["comfy-quant", ""]
+    assert specs[0].class_name == "Flux3ModularPipeline" and specs[0].component_config("transformer")[
+        "num_attention_heads"] * specs[0].component_config("transformer")["attention_head_dim"] == 256
+    ours, theirs = (_load(s).transformer for s in specs)
+    layers = [m for m in ours.modules() if isinstance(m, quantized.DequantLinear)]
+    assert len(layers) == 4 * 6 and all(isinstance(m.weight, QuantizedTensor) for m in layers)
+    mine = ours.state_dict()
+    for key, value in theirs.state_dict().items():
+        got = mine[key].dequantize() if isinstance(mine[key], QuantizedTensor) else mine[key]
+        assert torch.equal(got, value), key
+    g = torch.Generator().manual_seed(0)
+    ids = torch.zeros(16, 4, dtype=torch.long)
+    args = dict(hidden_states=torch.randn(1, 16, 16, generator=g), encoder_hidden_states=torch.randn(
+        1, 7, 256, generator=g), timestep=torch.tensor([0.5]), img_ids=ids, txt_ids=torch.zeros(7, 4, dtype=torch.long),
+        return_dict=False)
+    with torch.no_grad():
+        assert torch.equal(ours(**args)[0], theirs(**args)[0])
+
+
+@pytest.mark.unit
+def test_flux3_reads_a_quantized_qwen3vl_4b_with_its_tied_lm_head(files, tmp_path):
+    """The templates' qwen3vl_4b_int8_convrot for FLUX 3 (Qwen3VLForConditionalGeneration, whose lm_head Qwen3-VL-4B
+    ties to the embeddings, which the file does not repeat): quantized by comfy-kitchen (int8 per row: ConvRot's
+    256-wide groups are wider than this tiny model), its layers stay quantized, each equal to the file dequantized,
+    and lm_head is the embeddings again."""
+    import torch
+    from comfy_kitchen.tensor import QuantizedTensor
+    from safetensors.torch import load_file
+
+    from backend.worker import quantized
+
+    models = tmp_path / "models"
+    for sub in listing.ROLE_FOLDERS.values():
+        (models / sub).mkdir(parents=True)
+    shutil.copy(files / "models" / "vae" / FLUX3_BASE["vae"], models / "vae")
+    shutil.copy(files / "models" / "diffusion_models" / FLUX3_BASE["diffusion_model"], models / "diffusion_models")
+    sd = load_file(str(files / "models" / "text_encoders" / FLUX3_BASE["text_encoders"][0]))
+    assert "lm_head.weight" not in sd
+    plan = {k[: -len(".weight")]: "int8_rowwise" for k, v in sd.items()
+            if k.startswith("model.layers.") and k.endswith(".weight") and v.ndim == 2}
+    q, _, deq = file_fixtures.quantize_comfy(sd, plan)
+    file_fixtures._save(q, models / "text_encoders" / "int8-qwen3vl_4b.safetensors")
+    file_fixtures._save(deq, models / "text_encoders" / "deq-qwen3vl_4b.safetensors")
+    where = {role: [str(models / sub)] for role, sub in listing.ROLE_FOLDERS.items()}
+    ours, theirs = (_load(api.make_file_spec(assemble.FileChoice(**dict(
+        FLUX3_BASE, text_encoders=(f"{kind}-qwen3vl_4b.safetensors",))), where)).text_encoder for kind in ("int8", "deq"))
+    assert quantized.count(ours) == len(plan)
+    assert ours.lm_head.weight is ours.model.language_model.embed_tokens.weight
+    mine = ours.state_dict()
+    for key, value in theirs.state_dict().items():
+        got = mine[key].dequantize() if isinstance(mine[key], QuantizedTensor) else mine[key]
+        assert torch.equal(got, value), key
+
+
+@pytest.mark.unit
+def test_ideogram4_files_load_as_the_folder_both_transformers_through_the_familys_converter(files, tmp_path):
+    """Ideogram 4's two files (its template's ideogram4_* and ideogram4_unconditional_*, ComfyUI's layout: fused
+    attention.qkv, attention.o) through the family's converter (diffusers 0.42.1 has none), Qwen3-VL-8B renamed to
+    Qwen3VLModel's names: every tensor the reference folder's, exactly. The files are told by their headers, so
+    renamed ones load the same (which one is which is then the inputs' order: their keys are the same)."""
+    import torch
+
+    spec = file_spec(files, **IDEOGRAM4)
+    assert [(c.name, c.layout) for c in spec.source.components if c.name != "tokenizer"] == [
+        ("transformer", "ideogram4"), ("unconditional_transformer", "ideogram4"), ("vae", "flux2-vae"),
+        ("text_encoder", "qwen3vl-comfy")]
+    pipe, ref = _load(spec), _reference(files, "ref-ideogram4")
+    for name in ("transformer", "unconditional_transformer", "text_encoder", "vae"):
+        mine, theirs = getattr(pipe, name).state_dict(), getattr(ref, name).state_dict()
+        assert mine.keys() == theirs.keys(), name
+        assert all(torch.equal(mine[k], theirs[k]) for k in theirs), name
+    assert not torch.equal(pipe.transformer.layers[0].attention.to_q.weight,
+                           pipe.unconditional_transformer.layers[0].attention.to_q.weight), "two models"
+    dm = tmp_path / "diffusion_models"
+    dm.mkdir()
+    for name, new in ((IDEOGRAM4["diffusion_model"], "a.safetensors"), (IDEOGRAM4["diffusion_model_2"], "b.sft")):
+        shutil.copy(files / "models" / "diffusion_models" / name, dm / new)
+    where = {**roots(files), "diffusion_model": [str(dm)]}
+    renamed = api.make_file_spec(assemble.FileChoice(**dict(IDEOGRAM4, diffusion_model="a.safetensors",
+                                                            diffusion_model_2="b.sft")), where)
+    assert renamed.class_name == "Ideogram4Pipeline"
+    assert [(c.name, Path(c.path).name) for c in renamed.source.components][:2] == [
+        ("transformer", "a.safetensors"), ("unconditional_transformer", "b.sft")]
+
+
+@pytest.mark.unit
+def test_quantized_ideogram4_files_stay_quantized_through_the_familys_converter(files, tmp_path):
+    """Both of Ideogram 4's tiny transformers in ComfyUI's quantized layout, int8 per row (quantized by
+    comfy-kitchen; ConvRot's 256-wide groups: the test below): the fused qkv rows are split still quantized by the
+    family's converter, and every weight equals the same files dequantized by comfy-kitchen."""
+    import torch
+    from comfy_kitchen.tensor import QuantizedTensor
+    from safetensors.torch import load_file
+
+    from backend.worker import quantized
+
+    dm = tmp_path / "diffusion_models"
+    dm.mkdir()
+    for name in (IDEOGRAM4["diffusion_model"], IDEOGRAM4["diffusion_model_2"]):
+        sd = load_file(str(files / "models" / "diffusion_models" / name))
+        plan = {k[: -len(".weight")]: "int8_rowwise" for k, v in sd.items()
+                if k.startswith("layers.") and k.endswith(".weight") and v.ndim == 2}
+        q, _, deq = file_fixtures.quantize_comfy(sd, plan)
+        file_fixtures._save(q, dm / f"int8-{name}")
+        file_fixtures._save(deq, dm / f"deq-{name}")
+    where = {**roots(files), "diffusion_model": [str(dm)]}
+    ours, theirs = (_load(api.make_file_spec(assemble.FileChoice(**dict(
+        IDEOGRAM4, diffusion_model=f"{kind}-{IDEOGRAM4['diffusion_model']}",
+        diffusion_model_2=f"{kind}-{IDEOGRAM4['diffusion_model_2']}")), where)) for kind in ("int8", "deq"))
+    for name in ("transformer", "unconditional_transformer"):
+        model = getattr(ours, name)
+        assert quantized.count(model) == 2 * 8, name  # per block: to_q, to_k, to_v, to_out, w1-w3, adaLN
+        assert isinstance(model.layers[0].attention.to_k.weight, QuantizedTensor), "split still quantized"
+        mine = model.state_dict()
+        for key, value in getattr(theirs, name).state_dict().items():
+            got = mine[key].dequantize() if isinstance(mine[key], QuantizedTensor) else mine[key]
+            assert torch.equal(got, value), (name, key)
+
+
+
+@pytest.mark.unit
+def test_ideogram4_scaled_fp8_files_load_within_fp8s_rounding(files):
+    """The template's files are ComfyUI's scaled fp8 (ideogram4_fp8_scaled, ideogram4_unconditional_fp8_scaled):
+    dequantized with their scales before the family's converter splits the fused qkv, so every weight of both
+    transformers is within fp8's rounding of the reference (at most 1/16 of the layer's largest value)."""
+    names = file_fixtures.FILES["ideogram4"]
+    spec = file_spec(files, **dict(IDEOGRAM4, diffusion_model=names["fp8_scaled"],
+                                   diffusion_model_2=names["unconditional_fp8_scaled"]))
+    assert [spec.source.component(n).quant for n in ("transformer", "unconditional_transformer")] == ["scaled-fp8"] * 2
+    pipe, ref = _load(spec), _reference(files, "ref-ideogram4")
+    for name in ("transformer", "unconditional_transformer"):
+        mine, theirs = getattr(pipe, name).state_dict(), getattr(ref, name).state_dict()
+        assert mine.keys() == theirs.keys(), name
+        for key, value in theirs.items():
+            error = float((mine[key] - value).abs().max() / value.abs().max())
+            assert error < 1 / 16, (name, key, error)
+        assert not (mine["layers.0.attention.to_k.weight"] == theirs["layers.0.attention.to_k.weight"]).all(), "fp8"
+
+
+
+@pytest.fixture(scope="module")
+def ideogram4_quant(comfyui_files, comfyui_dir, monkeypatch_module):
+    """Ideogram 4's int8 ConvRot pair and the pair dequantized (a folder of their own: the role lists of the other
+    tests do not see them)."""
+    monkeypatch_module.syspath_prepend(str(comfyui_dir))
+    return comfyui_files("ideogram4", "ideogram4-quant", folder="comfyui-ideogram4-quant")
+
+
+@pytest.mark.unit
+def test_ideogram4_int8_convrot_files_stay_quantized_and_equal_comfy_kitchens_dequantized_files(ideogram4_quant):
+    """ideogram4_int8_convrot and ideogram4_unconditional_int8_convrot (its template's files, on 256-wide tiny
+    transformers): every block's matrices kept as comfy-kitchen QuantizedTensors in ConvRot through the family's
+    converter (the fused qkv split still quantized), each equal to the dequantized file's weight, and each
+    transformer's output equal to the dequantized one's."""
+    import torch
+    from comfy_kitchen.tensor import QuantizedTensor
+
+    from backend.worker import quantized
+
+    names = file_fixtures.FILES["ideogram4-quant"]
+    specs = [file_spec(ideogram4_quant, **dict(IDEOGRAM4, diffusion_model=names[n],
+                                               diffusion_model_2=names[f"unconditional_{n}"]))
+             for n in ("int8_convrot", "int8_convrot_dequantized")]
+    assert [c.quant for c in specs[0].source.components[:2]] == ["comfy-quant"] * 2
+    assert [c.quant for c in specs[1].source.components[:2]] == [""] * 2
+    ours, theirs = (_load(s) for s in specs)
+    g = torch.Generator().manual_seed(0)
+    args = dict(hidden_states=torch.randn(1, 8, 16, generator=g), timestep=torch.tensor([0.5]),
+                encoder_hidden_states=torch.randn(1, 8, 13 * 32, generator=g),
+                position_ids=torch.arange(8).reshape(1, 8, 1).expand(1, 8, 3), segment_ids=torch.ones(1, 8).long(),
+                indicator=torch.tensor([[3, 3, 3, 3, 2, 2, 2, 2]]), return_dict=False)
+    for name in ("transformer", "unconditional_transformer"):
+        mine, deq = getattr(ours, name), getattr(theirs, name)
+        layers = [m for m in mine.modules() if isinstance(m, quantized.DequantLinear)]
+        assert len(layers) == 2 * 8 and all(isinstance(m.weight, QuantizedTensor) for m in layers), name
+        assert mine.layers[0].attention.to_v.weight._params.convrot, "ConvRot, split still quantized"
+        state = mine.state_dict()
+        for key, value in deq.state_dict().items():
+            got = state[key].dequantize() if isinstance(state[key], QuantizedTensor) else state[key]
+            assert torch.equal(got, value), (name, key)
+        with torch.no_grad():
+            assert torch.equal(mine(**args)[0], deq(**args)[0]), name
+
+
+IDEOGRAM4_WRONG = {
+    "no unconditional transformer": (dict(IDEOGRAM4, diffusion_model_2=NONE), [
+        "diffusion_model_2: Ideogram 4 runs two transformers every step, the conditional transformer "
+        "(diffusion_model) and the unconditional transformer (diffusion_model_2, "
+        "ideogram4_unconditional_*.safetensors); only 'ideogram4-tiny.safetensors' was chosen. Choose the "
+        "unconditional transformer in diffusion_model_2."]),
+    "the unconditional transformer alone": (dict(IDEOGRAM4, diffusion_model=IDEOGRAM4["diffusion_model_2"],
+                                                 diffusion_model_2=NONE), [
+        "only 'ideogram4_unconditional-tiny.safetensors' was chosen. Choose the conditional transformer in "
+        "diffusion_model, and 'ideogram4_unconditional-tiny.safetensors' in diffusion_model_2."]),
+    "the two swapped": (dict(IDEOGRAM4, diffusion_model=IDEOGRAM4["diffusion_model_2"],
+                             diffusion_model_2=IDEOGRAM4["diffusion_model"]), [
+        "diffusion_model, diffusion_model_2: 'ideogram4_unconditional-tiny.safetensors' and "
+        "'ideogram4-tiny.safetensors' are in each other's place", "Swap them."]),
+    "one file twice": (dict(IDEOGRAM4, diffusion_model_2=IDEOGRAM4["diffusion_model"]), [
+        "diffusion_model_2: 'ideogram4-tiny.safetensors' holds the same weights as diffusion_model"]),
+    "another model second": (dict(IDEOGRAM4, diffusion_model_2="krea2_turbo-tiny.safetensors"), [
+        "diffusion_model_2: 'krea2_turbo-tiny.safetensors' is not the unconditional transformer of Ideogram 4 "
+        "(it holds a Krea 2 diffusion model)"]),
+    "Qwen-Image's VAE": (dict(IDEOGRAM4, vae="qwen_image_vae-tiny.safetensors"), [
+        "vae: 'qwen_image_vae-tiny.safetensors'", "of another kind", "this Ideogram 4 model "
+        "('ideogram4-tiny.safetensors') needs flux2-vae.safetensors (4 channels). Choose the matching VAE."]),
+    "no text encoder": (dict(IDEOGRAM4, text_encoders=()), ["Ideogram 4 needs Qwen3-VL", "is missing"]),
+}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("case", sorted(IDEOGRAM4_WRONG))
+def test_ideogram4_files_that_do_not_make_its_pipeline_are_named_with_the_fix(files, case):
+    choice, words = IDEOGRAM4_WRONG[case]
+    assert_error(words, file_spec, files, **choice)
+
+
 KREA2_WRONG = {
     "Qwen3 in place of Qwen3-VL": (dict(KREA2, text_encoders=("qwen_3-tiny.safetensors",)),
                                    ["text_encoder_1: 'qwen_3-tiny.safetensors' is a Qwen3 text encoder",
@@ -344,6 +638,13 @@ KREA2_WRONG = {
                      ["vae: 'flux2-vae-tiny.safetensors'", "of another kind", "Krea 2 model",
                       "'krea2_turbo-tiny.safetensors'", "qwen_image_vae.safetensors"]),
     "no text encoder": (dict(KREA2, text_encoders=()), ["Krea 2 needs Qwen3-VL", "is missing"]),
+    "Qwen-Image's VAE for FLUX 3": (dict(FLUX3_BASE, vae="qwen_image_vae-tiny.safetensors"),
+                                    ["vae: 'qwen_image_vae-tiny.safetensors'", "of another kind",
+                                     "FLUX 3 [klein] model ('flux3-image-klein-base-tiny.safetensors')",
+                                     "FLUX.2's flux2-vae.safetensors", "Choose the matching VAE"]),
+    "Qwen3 for FLUX 3": (dict(FLUX3, text_encoders=("qwen_3-tiny.safetensors",)),
+                         ["text_encoder_1: 'qwen_3-tiny.safetensors' is a Qwen3 text encoder",
+                          "FLUX 3 [klein] does not use", "Qwen3-VL (qwen3vl_4b_*.safetensors"]),
     "Qwen-Image's VAE for Qwen-Image 2.1": (dict(QWEN21, vae="qwen_image_vae-tiny.safetensors"),
                                              ["vae: 'qwen_image_vae-tiny.safetensors'", "of another kind",
                                               "Qwen-Image 2.1 model", "qwen_image_2.1_vae_bf16.safetensors"]),
@@ -358,7 +659,7 @@ KREA2_WRONG = {
 
 @pytest.mark.unit
 @pytest.mark.parametrize("case", sorted(KREA2_WRONG))
-def test_krea2_files_that_do_not_make_its_pipeline_are_named_with_the_fix(files, case):
+def test_qwen3vl_families_files_that_do_not_make_their_pipeline_are_named_with_the_fix(files, case):
     choice, words = KREA2_WRONG[case]
     assert_error(words, file_spec, files, **choice)
 
@@ -942,6 +1243,25 @@ def test_same_seed_same_image_from_the_files_as_from_the_folder(files, case):
     assert np.array_equal(from_files, from_folder), float(np.abs(from_files - from_folder).max())
 
 
+@pytest.mark.workers
+def test_flux3_edit_and_its_int8_convrot_file_from_its_files_equal_the_folder_and_the_dequantized_file(files):
+    """FLUX 3 [klein] editing from its files, as its image_edit template runs it (one reference image), gives the
+    folder's pixels, step-distilled and base (through its guider); the base model's int8 ConvRot file draws the
+    image of the same file dequantized by comfy-kitchen."""
+    reference = np.linspace(0, 1, 64 * 80 * 3, dtype=np.float32).reshape(1, 64, 80, 3)
+    for choice, folder, guidance in ((FLUX3, "ref-flux3", 1.0), (FLUX3_BASE, "ref-flux3-base", 4.0)):
+        req = request(guidance)
+        ours = api.sample(file_spec(files, **choice), req, image=reference)
+        theirs = api.sample(api.make_spec(folder, [str(files / "diffusers")]), req, image=reference)
+        assert ours.shape == (1, 64, 64, 3) and ours.std() > 0
+        assert np.array_equal(ours, theirs), (folder, float(np.abs(ours - theirs).max()))
+        assert np.abs(ours - api.sample(file_spec(files, **choice), req)).max() > 1e-3, "the reference counts"
+    names = file_fixtures.FILES["flux3"]
+    quant, deq = (api.sample(file_spec(files, **dict(FLUX3_BASE, diffusion_model=names[n])), request(4.0))
+                  for n in ("int8_convrot", "int8_convrot_dequantized"))
+    assert quant.std() > 0 and np.array_equal(quant, deq), float(np.abs(quant - deq).max())
+
+
 def plain_wan(pipeline_class: type, folder: Path, steps: int, **inputs) -> tuple[np.ndarray, bool]:
     """Plain diffusers' frames for the Wan tests' request (FOX, 32x32, 5 frames, guidance 5, seed 3) from a
     reference folder, and whether the low-noise expert (transformer_2, where there is one) ran."""
@@ -1129,6 +1449,27 @@ FLUX1_NODE = {"diffusion_model": "flux1-tiny.safetensors", "text_encoder_1": "cl
 
 
 @pytest.mark.server
+def test_the_files_node_makes_flux3_klein_base_from_its_templates_files_with_the_folders_image(files_server):
+    """Load TPU Pipeline (ComfyUI files) with FLUX 3 [klein] base's files (as its templates name them) runs its
+    modular pipeline in the web server's worker: the saved image is the diffusers folder's, CFG through its guider."""
+    from comfy_server import error_message
+
+    node = {"diffusion_model": FLUX3_BASE["diffusion_model"], "text_encoder_1": FLUX3_BASE["text_encoders"][0],
+            "vae": FLUX3_BASE["vae"]}
+    runs = []
+    for loader in ({"class_type": "LoadTPUPipelineFiles", "inputs": files_prompt(0, **node)["1"]["inputs"]},
+                   {"class_type": "LoadTPUPipeline", "inputs": {"model": "ref-flux3-base", "dtype": "auto",
+                                                                "device": "auto", "offload": "none"}}):
+        wf = files_prompt(78)
+        wf["1"], wf["2"]["inputs"]["guidance"] = loader, 4.0
+        runs.append(files_server.run(wf, timeout=180))
+        assert runs[-1]["status"] == "success", error_message(runs[-1])
+    texts = [m["data"]["text"] for m in runs[0]["messages"] if m["type"] == "progress_text"]
+    assert any(t.startswith("FLUX 3 [klein] base (Flux3ModularPipeline)") for t in texts), texts
+    assert np.array_equal(pixels(runs[0]["images"][0]), pixels(runs[1]["images"][0]))
+
+
+@pytest.mark.server
 def test_the_files_node_lists_by_role_and_makes_the_folders_image(files_server):
     from comfy_server import error_message
 
@@ -1146,6 +1487,30 @@ def test_the_files_node_lists_by_role_and_makes_the_folders_image(files_server):
                                                               "device": "auto", "offload": "none"}}
     from_folder = files_server.run(folder, timeout=180)
     assert from_folder["status"] == "success", error_message(from_folder)
+    assert np.array_equal(pixels(from_files["images"][0]), pixels(from_folder["images"][0]))
+
+
+
+@pytest.mark.server
+def test_the_files_node_makes_ideogram4s_image_from_its_two_transformer_files(files_server):
+    """Ideogram 4 as its template loads it, through a real ComfyUI: the conditional file in diffusion_model, the
+    unconditional one in the node's diffusion_model_2, Qwen3-VL-8B and FLUX.2's VAE; the same pixels as its
+    diffusers folder with both transformers running (guidance 3)."""
+    from comfy_server import error_message
+
+    node = {"diffusion_model": IDEOGRAM4["diffusion_model"], "diffusion_model_2": IDEOGRAM4["diffusion_model_2"],
+            "text_encoder_1": IDEOGRAM4["text_encoders"][0], "vae": IDEOGRAM4["vae"]}
+    prompts = [files_prompt(78, **node), files_prompt(78)]
+    prompts[1]["1"] = {"class_type": "LoadTPUPipeline", "inputs": {"model": "ref-ideogram4", "dtype": "auto",
+                                                                   "device": "auto", "offload": "none"}}
+    for prompt in prompts:
+        prompt["2"]["inputs"]["guidance"] = 3.0
+    from_files, from_folder = (files_server.run(prompt, timeout=300) for prompt in prompts)
+    assert from_files["status"] == "success", error_message(from_files)
+    assert from_folder["status"] == "success", error_message(from_folder)
+    texts = [m["data"]["text"] for m in from_files["messages"] if m["type"] == "progress_text"]
+    assert any(t.startswith("Ideogram 4 (Ideogram4Pipeline)") and IDEOGRAM4["diffusion_model_2"] in t
+               for t in texts), texts
     assert np.array_equal(pixels(from_files["images"][0]), pixels(from_folder["images"][0]))
 
 

@@ -1,6 +1,7 @@
 """FLUX 3 [klein], diffusers' modular pipelines (issue 36): through the pack's API, the pixels of plain diffusers'
-Flux3DistilledModularPipeline and Flux3ModularPipeline (text to image, and edit with one reference image), and
-the layouts its declaration allows or refuses."""
+Flux3DistilledModularPipeline and Flux3ModularPipeline (text to image, and edit with one reference image), the
+layouts its declaration allows or refuses, and its ComfyUI diffusion model recognised (its files load in
+tests/test_files.py)."""
 
 from __future__ import annotations
 
@@ -188,3 +189,35 @@ def test_latent_out_decodes_to_the_image_and_an_empty_latent_in_sets_size_and_ba
         api.prepare_sample(spec, SampleRequest(**{**sized.to_dict(), "denoise": 0.5}), latent=latent)
     assert "has no image-to-image pipeline" in str(e.value)
     assert f"works with {pipeline_names(lambda p: p.img2img is not None)}." in str(e.value)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", sorted(BLOCKS))
+def test_its_comfyui_diffusion_model_is_recognised_by_its_keys_and_asks_for_its_text_encoder(tiny_models, tmp_path,
+                                                                                          name):
+    """The tiny transformer in BFL's layout (what diffusers' FLUX 3 converter reads; under ComfyUI's
+    model.diffusion_model prefix, as its model save writes it) is recognised as FLUX 3 [klein], step-distilled or
+    base by its tensors, and alone the loader asks for its Qwen3-VL text encoder (tests/test_files.py loads the
+    whole set)."""
+    from diffusers.models.transformers.transformer_flux3 import Flux3Transformer2DModel
+    from file_fixtures import flux3_transformer_file
+    from safetensors.torch import save_file
+
+    from backend.controller.files import assemble, listing, recognise
+    from backend.protocol.errors import ModelError
+
+    models = tmp_path / "models"
+    for sub in listing.ROLE_FOLDERS.values():
+        (models / sub).mkdir(parents=True, exist_ok=True)
+    transformer = Flux3Transformer2DModel.from_pretrained(str(tiny_models / name / "transformer"))
+    path = models / "diffusion_models" / "tiny-comfy.safetensors"
+    save_file({f"model.diffusion_model.{k}": v.contiguous() for k, v in flux3_transformer_file(transformer).items()},
+              str(path))
+    part = recognise.file_contents(path, "diffusion_model").denoiser
+    assert (part.kind, part.prefix) == ("flux3", "model.diffusion_model.")
+    assert ("ref_time_in.in_layer.weight" in part.shapes) is (name == "tiny-flux3")
+    roots = {role: [str(models / sub)] for role, sub in listing.ROLE_FOLDERS.items()}
+    with pytest.raises(ModelError) as e:
+        api.make_file_spec(assemble.FileChoice(diffusion_model=path.name), roots)
+    assert "text_encoder: FLUX 3 [klein] needs Qwen3-VL (qwen3vl_4b_*.safetensors" in str(e.value)
+    assert "is missing" in str(e.value)

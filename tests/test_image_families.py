@@ -54,7 +54,9 @@ def _plain(pipe, seed: int, **kw) -> np.ndarray:
 @pytest.mark.unit
 @pytest.mark.parametrize("class_name", sorted(NEW))
 def test_each_family_says_what_diffusers_has(class_name):
-    """Plans, repeated blocks and LoRA as diffusers' classes have them; ComfyUI files not loaded yet."""
+    """Plans, repeated blocks and LoRA as diffusers' classes have them; ComfyUI's files load (tests/test_files.py);
+    Ideogram 4's through the family's own converter, which diffusers 0.42.1 lacks (its single-file loader has no
+    entry for Ideogram4Transformer2DModel), the tapped Qwen3-VL layers diffusers' own."""
     import diffusers
     from diffusers.models import transformers
 
@@ -64,7 +66,15 @@ def test_each_family_says_what_diffusers_has(class_name):
     assert family.cp_plan is bool(getattr(cls, "_cp_plan", None)), class_name
     assert family.repeated_blocks is bool(cls._repeated_blocks), class_name
     assert hasattr(getattr(diffusers, class_name), "load_lora_weights"), class_name
-    assert FAMILIES[family.family].files is (class_name != "Ideogram4Pipeline")  # Ideogram 4: refused (below)
+    assert FAMILIES[family.family].files
+    if class_name == "Ideogram4Pipeline":
+        from diffusers.loaders.single_file_model import SINGLE_FILE_LOADABLE_CLASSES
+        from diffusers.pipelines.ideogram4.pipeline_ideogram4 import QWEN3_VL_ACTIVATION_LAYERS
+
+        from backend.families import converters, ideogram4
+
+        assert NEW[class_name][1] not in SINGLE_FILE_LOADABLE_CLASSES and "ideogram4" in converters("DENOISER")
+        assert ideogram4.TAPPED_LAYERS == len(QWEN3_VL_ACTIVATION_LAYERS)
 
 
 @pytest.mark.unit
@@ -120,8 +130,9 @@ def test_layouts_follow_the_declarations(tiny_models, class_name):
 
 
 def _comfy_layout(class_name: str, sd: dict) -> dict:
-    """The tiny transformer's weights in ComfyUI's layout (what its converters undo, notes/families_image.md §6):
-    Qwen-Image 2.1's fused gate_up, Krea 2's own names, Ideogram 4's fused qkv; under model.diffusion_model."""
+    """The tiny transformer's weights in ComfyUI's layout (what its converters undo): Qwen-Image 2.1's fused
+    gate_up, Krea 2's own names, Ideogram 4's fused qkv and `o` (file_fixtures.ideogram4_transformer_file checks
+    those against ComfyUI's module names); under model.diffusion_model."""
     out = {}
     for key, value in sd.items():
         if class_name == "QwenImage21Pipeline" and key.endswith("img_mlp.gate_layer.weight"):
@@ -133,6 +144,8 @@ def _comfy_layout(class_name: str, sd: dict) -> dict:
             key, value = key.replace("to_q", "qkv"), torch.cat(parts)
         elif class_name == "Ideogram4Pipeline" and (".attention.to_k." in key or ".attention.to_v." in key):
             continue
+        elif class_name == "Ideogram4Pipeline":
+            key = key.replace(".attention.to_out.0.", ".attention.o.")
         elif class_name == "Krea2Pipeline":
             for old, new in (("img_in.", "first."), ("text_fusion.", "txtfusion."), ("transformer_blocks.", "blocks."),
                              (".attn.to_q.", ".attn.wq."), (".attn.to_k.", ".attn.wk."), (".attn.to_v.", ".attn.wv."),
@@ -145,9 +158,9 @@ def _comfy_layout(class_name: str, sd: dict) -> dict:
 @pytest.mark.unit
 @pytest.mark.parametrize("class_name", sorted(NEW))
 def test_comfyui_files_are_recognised_and_load_or_are_refused_naming_why(tiny_models, tmp_path, class_name):
-    """Qwen-Image 2.1's and Krea 2's diffusion models are recognised and load (alone, the loader asks for their
-    Qwen3-VL text encoder: tests/test_files.py loads them whole); Ideogram 4's are refused, saying why and the
-    way that works."""
+    """Each family's diffusion model is recognised under ComfyUI's checkpoint prefix and loads: alone, the loader
+    asks for its Qwen3-VL text encoder, and Ideogram 4's conditional transformer first for its unconditional one
+    (tests/test_files.py loads them whole)."""
     from safetensors.torch import load_file, save_file
 
     folder = tiny_models / NEW[class_name][0] / "transformer"
@@ -162,10 +175,10 @@ def test_comfyui_files_are_recognised_and_load_or_are_refused_naming_why(tiny_mo
         api.make_file_spec(assemble.FileChoice(diffusion_model="tiny-comfy.safetensors"), roots)
     if class_name == "Ideogram4Pipeline":
         assert str(e.value) == (
-            "diffusion_model: 'tiny-comfy.safetensors' is an Ideogram 4 model, which ComfyUI-TPU loads from a diffusers "
-            "folder only so far (diffusers 0.42.1 has no single-file converter for Ideogram4Transformer2DModel, and "
-            "its two files, ideogram4_* and ideogram4_unconditional_*, hold the same keys, told apart by their names "
-            "only): put the diffusers version of the model in models/diffusers and choose it in Load TPU Pipeline.")
+            "diffusion_model_2: Ideogram 4 runs two transformers every step, the conditional transformer "
+            "(diffusion_model) and the unconditional transformer (diffusion_model_2, "
+            "ideogram4_unconditional_*.safetensors); only 'tiny-comfy.safetensors' was chosen. Choose the "
+            "unconditional transformer in diffusion_model_2.")
     else:
         assert f"text_encoder: {name} needs Qwen3-VL" in str(e.value) and "is missing" in str(e.value)
 
@@ -344,3 +357,25 @@ def test_qwen_image_21_turbo_sigmas_equal_plain_diffusers_called_with_them(tiny_
                      generator=[torch.Generator("cpu").manual_seed(7)]).images
     assert np.abs(ours - np.asarray(plain)[..., :3]).max() <= TOLERANCE
     assert np.abs(ours - api.sample(spec, _request(guidance=1.0, steps=8))).max() > 1e-3, "its own 8 steps differ"
+
+
+KREA_SIGMAS = "1.0, 0.92, 0.8, 0.6, 0.3, 0"  # a ManualSigmas list (Krea 2's Turbo template runs KSampler's own)
+
+
+@pytest.mark.workers
+def test_krea_2_sigmas_equal_plain_diffusers_called_with_them(tiny_models):
+    """Sampling Options' sigmas reach Krea2Pipeline as `sigmas=`, the final 0 dropped, with CFG (guidance 2, two
+    passes): the pixels of plain diffusers called with the same sigmas, and not those of its own 5-step schedule."""
+    from backend.controller import sigmas
+
+    spec, pipe = _spec(tiny_models, "tiny-krea2"), load(tiny_models, "tiny-krea2")
+    manual, text = api.sampling_options(spec, sigmas=KREA_SIGMAS)
+    assert "sigmas: 5 steps on your schedule" in text
+    ours = api.sample(manual, _request(guidance=2.0, steps=20))
+    with torch.inference_mode():
+        plain = pipe(prompt=FOX, negative_prompt=NEG, guidance_scale=2.0, height=32, width=64,
+                     sigmas=list(sigmas.parse(KREA_SIGMAS)), output_type="np",
+                     generator=[torch.Generator("cpu").manual_seed(7)]).images
+    assert len(pipe.scheduler.sigmas) == 6, "5 steps and the final 0 (shifted as the scheduler config says)"
+    assert np.abs(ours - np.asarray(plain)[..., :3]).max() <= TOLERANCE
+    assert np.abs(ours - api.sample(spec, _request(guidance=2.0, steps=5))).max() > 1e-3, "its own 5 steps differ"

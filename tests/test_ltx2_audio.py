@@ -48,12 +48,11 @@ def _start_images() -> np.ndarray:
     return (np.random.default_rng(5).integers(0, 256, (2, 64, 64, 3)) / 255).astype(np.float32)
 
 
-def _plain(tiny_models, starts: np.ndarray, waves: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Plain diffusers' LTX2ConditionPipeline for seeds 11 and 12, start image i and waveform i (at the VAE's rate,
-    the length the controller cuts it to): each video's frames and waveform."""
+def _held_pipe(tiny_models):
+    """Plain diffusers' LTX2ConditionPipeline driven to keep a sound (its audio latents get no noise; an audio
+    scheduler at timestep 0 whose step returns the sample), and the sound's latents as ComfyUI encodes them (the
+    log-mel by transformers' own numpy spectrogram, the audio VAE's posterior mode)."""
     from diffusers import FlowMatchEulerDiscreteScheduler, LTX2ConditionPipeline
-    from diffusers.pipelines.ltx2 import LTX2VideoCondition
-    from PIL import Image
     from transformers.audio_utils import mel_filter_bank, spectrogram, window_function
 
     pipe = LTX2ConditionPipeline.from_pretrained(str(tiny_models / "tiny-ltx2"), dtype=torch.float32,
@@ -70,19 +69,34 @@ def _plain(tiny_models, starts: np.ndarray, waves: np.ndarray) -> list[tuple[np.
 
     prepare = pipe.prepare_audio_latents
     pipe.prepare_audio_latents = lambda *a, **k: prepare(*a, **{**k, "noise_scale": 0.0})
+    pipe.audio_scheduler = Held.from_config(pipe.scheduler.config)
     n_fft, mels = 1024, pipe.audio_vae.config.mel_bins
     bank = mel_filter_bank(num_frequency_bins=n_fft // 2 + 1, num_mel_filters=mels, min_frequency=0.0,
                            max_frequency=RATE / 2, sampling_rate=RATE, norm=None, mel_scale="htk")
-    out = []
-    for i, seed in enumerate((11, 12)):
+
+    def encode(wave: np.ndarray) -> torch.Tensor:
         mel = np.stack([spectrogram(ch, window_function(n_fft, "hann"), frame_length=n_fft, hop_length=HOP,
                                     power=1.0, center=True, pad_mode="reflect", mel_filters=bank, mel_floor=1e-5,
-                                    log_mel=None) for ch in waves[i]])  # [C, mels, T]
+                                    log_mel=None) for ch in wave])  # [C, mels, T]
         mel = torch.from_numpy(np.log(np.maximum(mel, 1e-5)).astype(np.float32)).permute(0, 2, 1)[None]
-        pipe.audio_scheduler = Held.from_config(pipe.scheduler.config)
-        image = Image.fromarray((starts[i] * 255).round().astype(np.uint8))
         with torch.inference_mode():
-            latents = pipe.audio_vae.encode(mel).latent_dist.mode()
+            return pipe.audio_vae.encode(mel).latent_dist.mode()
+
+    return pipe, encode
+
+
+def _plain(tiny_models, starts: np.ndarray, waves: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Plain diffusers' LTX2ConditionPipeline for seeds 11 and 12, start image i and waveform i (at the VAE's rate,
+    the length the controller cuts it to): each video's frames and waveform."""
+    from diffusers.pipelines.ltx2 import LTX2VideoCondition
+    from PIL import Image
+
+    pipe, encode = _held_pipe(tiny_models)
+    out = []
+    for i, seed in enumerate((11, 12)):
+        image = Image.fromarray((starts[i] * 255).round().astype(np.uint8))
+        latents = encode(waves[i])
+        with torch.inference_mode():
             result = pipe(conditions=[LTX2VideoCondition(frames=image, index=0, strength=1.0)], prompt=FOX,
                           negative_prompt="blurry", height=64, width=64, num_frames=9, frame_rate=25.0,
                           num_inference_steps=2, guidance_scale=3.0, output_type="np", audio_latents=latents,
@@ -118,6 +132,150 @@ def test_image_and_audio_to_video_equals_plain_diffusers_and_keeps_the_sound(tin
     # mono is used on both channels
     mono = api.prepare_sample(_spec(tiny_models), req, starts, audio=_sound(0.36, channels=1)).arrays["audio"]
     assert mono.shape == (2, 1, waves.shape[2])
+
+
+@pytest.mark.workers
+def test_image_and_audio_to_video_under_context_parallel_equals_one_worker(tiny_models):
+    """Context Parallel 2 (families/ltx2/cp.py's plan) splits the kept sound's latents as it does a made one's, and
+    the video's tokens: 9 frames at 22 fps (10 audio latents, 8 video tokens), frames and waveform within
+    TOLERANCE of one worker (LTX2ConditionPipeline, a timestep per video token)."""
+    req, starts, audio = _request(batch_size=2, frame_rate=22.0), _start_images(), _sound(9 / 22)
+    one = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), req, starts, audio=audio))
+    cp, _ = api.context_parallel(_spec(tiny_models), 2)
+    out = api.run_sample_outputs(api.prepare_sample(cp, req, starts, audio=audio))
+    assert [e["denoiser"]["context_parallel"] for e in (w["experts"] for w in api.worker_info())] == [True] * 2
+    for key in ("images", "audio"):
+        assert out[key].shape == one[key].shape and np.abs(out[key] - one[key]).max() <= TOLERANCE, key
+
+
+@pytest.mark.workers
+def test_image_and_audio_to_video_under_cfg_parallel_and_model_offload_equals_one_worker(tiny_models):
+    """CFG Parallel (2 ranks) splits the negative and positive passes of LTX2ConditionPipeline (its transformer is
+    the loaded one's, shared by from_pipe); offload 'model' moves the audio VAE onto the device for the sound's
+    encode through diffusers' own hook on encode: frames and sound within 1e-4 of one worker without offload."""
+    req, starts, audio = _request(), _start_images()[:1], _sound(0.36, batch=1)
+    one = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), req, starts, audio=audio))
+    said = []
+    split = api.cfg_parallel(_spec(tiny_models))[0]
+    out = api.run_sample_outputs(api.prepare_sample(split, req, starts, audio=audio),
+                                 lambda m: said.append(m.text) if isinstance(m, Status) else None)
+    assert not [t for t in said if t.startswith("CFG Parallel: this Sample runs one")], "the passes were split"
+    assert all(w["cfg_exchanges"] > 0 for w in api.worker_info()), "both ranks exchanged their halves"
+    offloaded = api.make_spec("tiny-ltx2", [str(tiny_models)], offload="model")
+    moved = api.run_sample_outputs(api.prepare_sample(offloaded, req, starts, audio=audio))
+    assert api.worker_info()[0]["offload"] == "model"
+    for key in ("images", "audio"):
+        assert np.abs(out[key] - one[key]).max() <= TOLERANCE, f"CFG Parallel: {key}"
+        assert np.abs(moved[key] - one[key]).max() <= TOLERANCE, f"offload model: {key}"
+
+
+@pytest.mark.workers
+def test_compiled_start_image_and_image_and_audio_compile_once_and_never_again(tiny_models):
+    """The text-to-video warm-up does not build the graphs of a start image (LTX2ImageToVideoPipeline) or of image +
+    audio (LTX2ConditionPipeline): their denoiser sees a timestep per token. Each compiles once, announced, and
+    other seeds, prompts and steps reuse it (0 unexpected recompiles); the frames and sound are the eager ones."""
+    from backend.protocol.messages import Step
+
+    spec, _ = api.with_compile(_spec(tiny_models), "whole denoiser", "eager", "64x64x9f", False)
+    warm = api.load(spec)["compile"]
+    assert warm["unexpected_recompiles"] == 0
+    starts, audio = _start_images()[:1], _sound(0.36, batch=1)
+    for sound, task in ((None, "start image"), (audio, "image + audio")):
+        said = []
+        api.run_sample_outputs(api.prepare_sample(spec, _request(), starts, audio=sound),
+                               lambda m, said=said: said.append(m.text) if isinstance(m, Status) else None)
+        assert f"compiling 64x64x9 frames (batch 1, CFG, {task}) for the first time…" in said, said
+        first = api.compile_stats()
+        assert first["unexpected_recompiles"] == 0, said
+        for change in (dict(seed=4, steps=3), dict(prompt="a lighthouse on a cliff at dusk, oil painting", seed=2)):
+            steps = []
+            last = api.run_sample_outputs(api.prepare_sample(spec, _request(**change), starts, audio=sound),
+                                          lambda m, steps=steps: steps.append(m) if isinstance(m, Step) else None)
+            assert [m.step for m in steps] == list(range(1, change.get("steps", 2) + 1))
+        stats = api.compile_stats()
+        assert (stats["compiles"], stats["graphs"], stats["unexpected_recompiles"]) == (
+            first["compiles"], first["graphs"], 0), task
+        eager = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), _request(**change), starts, audio=sound))
+        for key in ("images", "audio"):
+            assert np.abs(last[key] - eager[key]).max() <= TOLERANCE, f"{task}: {key}"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name, encoder", [("tiny-ltx2", "gemma3"), ("tiny-ltx25", "gemma4_unified")])
+def test_sequential_offload_is_refused_before_any_worker_naming_the_gemma_text_encoder(tiny_models, monkeypatch,
+                                                                                       name, encoder):
+    """accelerate's layer hooks fail on the Gemma text encoders' tied embeddings (plain diffusers too): chosen, or
+    picked by offload 'auto' on a device too small even for the transformer, it is refused with the way out."""
+    from backend.controller import offload
+
+    message = (rf"offload: sequential offload cannot run LTX-2's {encoder} text encoder: .*tied embedding weights.*"
+               r"Choose offload 'model'.*float8_e4m3fn")
+    with pytest.raises(ModelError, match=message):
+        api.prepare_sample(api.make_spec(name, [str(tiny_models)], offload="sequential"), _request(),
+                           _start_images()[:1], audio=_sound(0.36, batch=1))
+    auto = api.make_spec(name, [str(tiny_models)], offload="auto").with_changes(kind="tpu")
+    monkeypatch.setattr(offload.devices, "device_memory_bytes", lambda kind: 1024)
+    assert offload.choose_offload(auto).mode == "sequential"
+    with pytest.raises(ModelError, match=message):
+        offload.resolve_offload(auto)
+    assert api.make_spec(name, [str(tiny_models)], offload="model").offload == "model"
+
+
+@pytest.mark.workers
+def test_image_and_audio_to_video_in_two_stages_equals_plain_diffusers(tiny_models, tmp_path):
+    """The ia2v template's two stages with the sound kept: LTX2ConditionPipeline at half size (the start image as
+    its frame-0 condition, the held sound), LTX2LatentUpsamplePipeline, then the same pipeline at full size on
+    the stage-2 sigmas with stage 1's (still the input's) audio latents; frames and sound within 1e-4 of plain
+    diffusers run so, and the sound is the one-stage run's (the input's, decoded)."""
+    import json
+
+    from diffusers import FlowMatchEulerDiscreteScheduler
+    from diffusers.pipelines.ltx2 import (
+        LTX2LatentUpsamplePipeline,
+        LTX2LatentUpsamplerModel,
+        LTX2VideoCondition,
+    )
+    from PIL import Image
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from backend.families.ltx2 import two_stage
+    from backend.families.ltx2.tiny import upsampler
+
+    path = str(upsampler(tmp_path / "ltx-2.3-spatial-upscaler-x2-tiny.safetensors"))
+    sigmas, starts = two_stage.TEMPLATE_SIGMAS, (np.random.default_rng(5).integers(0, 256, (1, 128, 128, 3)) / 255
+                                                 ).astype(np.float32)
+    req = _request(width=128, height=128, upscale_model=path, upscale_sigmas=sigmas)
+    prepared = api.prepare_sample(_spec(tiny_models), req, starts, audio=_sound(0.36, batch=1))
+    out = api.run_sample_outputs(prepared)
+    assert out["images"].shape == (9, 128, 128, 3)
+
+    pipe, encode = _held_pipe(tiny_models)
+    with safe_open(path, "pt") as f:
+        model = LTX2LatentUpsamplerModel(**json.loads(f.metadata()["config"]))
+    model.load_state_dict(load_file(path))
+    up = LTX2LatentUpsamplePipeline(vae=pipe.vae, latent_upsampler=model.eval())
+    conditions = [LTX2VideoCondition(frames=Image.fromarray((starts[0] * 255).round().astype(np.uint8)), index=0,
+                                     strength=1.0)]
+    call = dict(OFF, prompt=FOX, negative_prompt="blurry", num_frames=9, frame_rate=25.0, guidance_scale=3.0,
+                audio_guidance_scale=3.0, conditions=conditions)
+    generator = [torch.Generator("cpu").manual_seed(11)]
+    with torch.inference_mode():
+        latents = encode(prepared.arrays["audio"][0])
+        first = pipe(height=64, width=64, num_inference_steps=2, output_type="latent", audio_latents=latents,
+                     generator=generator, **call)
+        video = up(latents=first.frames, height=64, width=64, num_frames=9, output_type="latent",
+                   return_dict=False)[0]
+        pipe.scheduler = FlowMatchEulerDiscreteScheduler.from_config(pipe.scheduler.config,
+                                                                     use_dynamic_shifting=False, shift_terminal=None)
+        plain = pipe(height=128, width=128, latents=video, audio_latents=first.audio, sigmas=list(sigmas),
+                     num_inference_steps=len(sigmas), noise_scale=sigmas[0], output_type="np", generator=generator,
+                     **call)
+    assert np.abs(out["images"] - plain.frames[0]).max() <= TOLERANCE
+    assert np.abs(out["audio"][0] - plain.audio[0].numpy()).max() <= TOLERANCE
+    one = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), _request(), starts[:, ::2, ::2],
+                                                    audio=_sound(0.36, batch=1)))
+    assert np.abs(out["audio"] - one["audio"]).max() <= TOLERANCE, "the input's sound, kept through both stages"
 
 
 def _wide_vocoder_model(tiny_models, folder):

@@ -16,6 +16,7 @@ from backend.controller import api
 from backend.families.ltx2 import OFF, two_stage
 from backend.families.ltx2.tiny import upsampler
 from backend.protocol.errors import ModelError, SampleError
+from backend.protocol.messages import Status
 from backend.protocol.spec import SampleRequest
 
 TOLERANCE = 1e-4
@@ -123,11 +124,16 @@ def _pil(image: np.ndarray):
 @pytest.mark.workers
 @pytest.mark.parametrize("cls", ["LTX2Pipeline", "LTX2ImageToVideoPipeline"])
 def test_two_stages_equal_plain_diffusers(tiny_models, upscaler, cls):
-    """Videos i (seed 11 + i, start image i) at full size, and their sound, equal plain diffusers' two stages."""
+    """Videos i (seed 11 + i, start image i) at full size, and their sound, equal plain diffusers' two stages; the
+    progress counts both stages' steps (2 + 3 a video)."""
+    from backend.protocol.messages import Step
+
     starts = ((np.random.default_rng(5).integers(0, 256, (2, 128, 128, 3)) / 255).astype(np.float32)
               if cls == "LTX2ImageToVideoPipeline" else None)
-    req = SampleRequest(**LTX, batch_size=2, upscale_model=upscaler)
-    out = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), req, starts), lambda m: None)
+    req, steps = SampleRequest(**LTX, batch_size=2, upscale_model=upscaler), []
+    out = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), req, starts),
+                                 lambda m: steps.append(m) if isinstance(m, Step) else None)
+    assert [(m.step, m.total) for m in steps] == [(i, 10) for i in range(1, 11)], "stage 1's 2 steps, then stage 2's 3"
     frames = out["images"]
     assert frames.shape == (18, 128, 128, 3), "full size: stage 1 ran at half, the upsampler doubled it"
     for video, (plain_frames, plain_audio) in enumerate(_plain(tiny_models, upscaler, cls, starts)):
@@ -135,6 +141,61 @@ def test_two_stages_equal_plain_diffusers(tiny_models, upscaler, cls):
         assert np.abs(out["audio"][video] - plain_audio).max() <= TOLERANCE, f"video {video}'s sound"
     one = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), SampleRequest(**LTX), starts), lambda m: None)
     assert np.abs(one["images"][:9] - frames[:9]).max() > 1e-3, "upscale_model none: one stage, another video"
+
+
+@pytest.mark.workers
+def test_two_stages_under_context_parallel_equal_one_worker(tiny_models, upscaler):
+    """Context Parallel 2 splits both stages (LTX-2's corrected plan, families/ltx2/cp.py): at 22 fps the sound's 10
+    audio latents and the video's tokens (8 at stage 1's 64x64, 32 at 128x128) split evenly; frames and sound within
+    TOLERANCE of one worker."""
+    req = SampleRequest(**{**LTX, "frame_rate": 22.0}, batch_size=2, upscale_model=upscaler)
+    one = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), req), lambda m: None)
+    cp, _ = api.context_parallel(_spec(tiny_models), 2)
+    out = api.run_sample_outputs(api.prepare_sample(cp, req), lambda m: None)
+    assert [w["experts"]["denoiser"]["context_parallel"] for w in api.worker_info()] == [True] * 2
+    for key in ("images", "audio"):
+        assert out[key].shape == one[key].shape and np.abs(out[key] - one[key]).max() <= TOLERANCE, key
+
+
+@pytest.mark.workers
+def test_compiled_two_stages_compile_once_and_never_again(tiny_models, upscaler):
+    """A full-size warm-up does not build stage 1's half-size graph: the first two-stage video compiles it, once and
+    announced; other seeds, prompts and steps reuse both (0 unexpected recompiles), and the frames and sound are
+    the eager two stages'."""
+    spec, _ = api.with_compile(_spec(tiny_models), "whole denoiser", "eager", "128x128x9f", False)
+    assert api.load(spec)["compile"]["unexpected_recompiles"] == 0
+    said = []
+    api.run_sample_outputs(api.prepare_sample(spec, SampleRequest(**LTX, upscale_model=upscaler), None),
+                           lambda m: said.append(m.text) if isinstance(m, Status) else None)
+    assert "compiling 128x128x9 frames (batch 1, CFG, two stages) for the first time…" in said, said
+    first = api.compile_stats()
+    assert first["unexpected_recompiles"] == 0, said
+    for change in (dict(seed=4, steps=3), dict(prompt="a lighthouse on a cliff at dusk, oil painting", seed=2)):
+        last = api.run_sample_outputs(api.prepare_sample(spec, SampleRequest(**{**LTX, **change},
+                                                                             upscale_model=upscaler), None))
+    stats = api.compile_stats()
+    assert (stats["compiles"], stats["graphs"], stats["unexpected_recompiles"]) == (first["compiles"],
+                                                                                    first["graphs"], 0)
+    eager = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), SampleRequest(
+        **{**LTX, **change}, upscale_model=upscaler), None))
+    for key in ("images", "audio"):
+        assert np.abs(last[key] - eager[key]).max() <= TOLERANCE, key
+
+
+@pytest.mark.unit
+def test_a_new_shape_whose_graphs_were_built_already_is_seen_once_not_announced_forever():
+    """Both of a two-stage call's sizes warmed up: its first call builds no graph; it counts as a hit, and the next
+    call is no longer a first compile."""
+    from backend.worker.compiler import Compiler, Shape
+
+    said = []
+    compiler, shape = Compiler(said.append), Shape(128, 128, 1, True, 128, frames=9, task="two stages")
+    nothing = {"graphs": 0, "seconds": 0.0, "disk_hits": 0, "disk_misses": 0}
+    compiler._record(shape, True, {"hits": 0}, nothing, 0.1, ended=False)
+    assert shape not in compiler.seen, "stopped before the denoiser ran: still a first compile"
+    entry = {"hits": 0, "unexpected_recompiles": 0}
+    compiler._record(shape, True, entry, nothing, 0.1)
+    assert shape in compiler.seen and entry["hits"] == 1 and compiler.totals["compiles"] == 0 and not said
 
 
 @pytest.mark.workers
@@ -228,8 +289,6 @@ def test_ltx25_with_gemma4_equals_plain_diffusers(tiny_models, cls):
 def test_cfg_parallel_splits_when_only_the_sound_is_guided(tiny_models):
     """Video CFG 1 with audio CFG 4 still runs the negative prompt pass (diffusers: either above 1), which CFG
     Parallel splits over its two ranks: frames and sound within 1e-4 of one worker."""
-    from backend.protocol.messages import Status
-
     req = SampleRequest(**{k: v for k, v in LTX.items() if k != "upscale_sigmas"}
                         | dict(width=64, height=64, guidance=1.0), audio_guidance=4.0)
     one = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), req, None), lambda m: None)

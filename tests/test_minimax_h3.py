@@ -77,6 +77,56 @@ def test_every_workflow_equals_plain_diffusers(tiny_models):
            _plain(folder, "ref2va", req, references=[MiniMaxH3ImageReference(_pil(r[None])) for r in refs]))
 
 
+def _voice(seconds: float, rate: int = 8000, batch: int = 1) -> dict:
+    """ComfyUI's AUDIO: a stereo 300 Hz / 450 Hz sine per sound (float32 [B, 2, S])."""
+    t = np.arange(round(seconds * rate)) / rate
+    wave = np.stack([np.stack([np.sin(2 * np.pi * (300 + 150 * c + 40 * b) * t) for c in range(2)])
+                     for b in range(batch)]).astype(np.float32) * 0.4
+    return {"waveform": torch.from_numpy(wave), "sample_rate": rate}
+
+
+@pytest.mark.workers
+def test_reference_audio_equals_plain_diffusers_audio_reference(tiny_models):
+    """The prompt's <Audio 1>: Sample Video's reference_audio after its reference images, as diffusers' ref2va takes
+    a MiniMaxH3AudioReference (a waveform at the audio VAE's rate: tiny-minimax-h3's 8 kHz), equal within 1e-4;
+    the sound changes the video."""
+    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3AudioReference, MiniMaxH3ImageReference
+
+    folder, spec = tiny_models / "tiny-minimax-h3", api.make_spec("tiny-minimax-h3", [str(tiny_models)])
+    req, refs, voice = _request(prompt="<Picture 1> sings <Audio 1>"), _picture(3, 64, 64), _voice(1.0)
+    prepared = api.prepare_sample(spec, req, references=refs, reference_audio=voice)
+    assert "reference_audio: 1 sound (1.00 s) for <Audio 1>." in prepared.notes
+    out = api.run_sample_outputs(prepared)
+    _equal(out, _plain(folder, "ref2va", req, references=[
+        MiniMaxH3ImageReference(_pil(refs)), MiniMaxH3AudioReference(audio=voice["waveform"][0])]))
+    without = api.run_sample_outputs(api.prepare_sample(spec, req, references=refs))
+    # beyond the equality tolerance (the tiny model's sound changes by about 7e-4)
+    assert np.abs(without["audio"] - out["audio"]).max() > 1e-4, "the reference sound changes the video's sound"
+
+
+@pytest.mark.unit
+def test_reference_audio_is_cut_resampled_or_refused_before_any_worker(tiny_models):
+    spec = api.make_spec("tiny-minimax-h3", [str(tiny_models)])
+    req, refs = _request(), _picture(3, 64, 64)
+    long = api.prepare_sample(spec, req, references=refs, reference_audio=_voice(9.0, rate=16000, batch=2))
+    assert ("reference_audio: 2 sounds (9.00 s) for <Audio 1>, <Audio 2>, cut to the video's 5.17 s, resampled "
+            "from 16000 Hz to the model's 8000 Hz.") in long.notes
+    assert long.arrays["reference_audio"].shape == (2, 2, 41334), "5.17 s at 8 kHz, resampled after the cut"
+    for audio, refs_in, message in (
+            (_voice(1.0), None, r"reference_audio: MiniMax H3 takes a reference sound only beside reference images"),
+            (_voice(1.0, batch=4), refs, r"reference_audio: 4 sounds in its batch; MiniMax H3 takes at most 3"),
+            ({"waveform": torch.full((1, 2, 800), float("nan")), "sample_rate": 8000}, refs,
+             r"reference_audio: the waveform holds values that are not numbers"),
+            ({"waveform": torch.zeros(1, 5, 800), "sample_rate": 8000}, refs,
+             r"reference_audio: a waveform of shape \[1, 5, 800\]")):
+        with pytest.raises(ModelError, match=message):
+            api.prepare_sample(spec, req, references=refs_in, reference_audio=audio)
+    with pytest.raises(ModelError, match=r"reference_audio: 'tiny-ltx2' \(LTX-2\) takes no reference sound; the "
+                                         r"families that take one: MiniMax H3"):
+        api.prepare_sample(api.make_spec("tiny-ltx2", [str(tiny_models)]),
+                           _request(frames=9, width=64, height=64), reference_audio=_voice(0.4))
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize(("inputs", "message"), [
     ({"references": np.zeros((10, 64, 64, 3), np.float32)}, r"reference_images: 10 images, .* at most 9"),

@@ -154,6 +154,43 @@ def test_wan22_a14b_counts_both_experts_and_fp8_storage_halves_them(monkeypatch,
     assert ("transformer_2 13.3 GiB" if fp8 else "transformer_2 26.6 GiB") in choice.reason
 
 
+# LTX-2.3 and MiniMax H3 from docs/tpu.md's parameter counts (billions of parameters): each text encoder as the
+# bf16 folders hold it (Gemma 3 12B, Qwen3-VL 32B), the denoiser, connectors, VAEs and vocoder
+LTX23 = {"text_encoder": 12.2e9, "connectors": 1.87e9, "transformer": 18.99e9, "vae": 1.22e9, "audio_vae": 0.05e9,
+         "vocoder": 0.06e9}
+MINIMAX_H3 = {"text_encoder": 33.35e9, "transformer": 33.12e9, "vae": 2.60e9, "audio_vae": 0.15e9}
+
+
+@pytest.mark.parametrize("name, parts, gen, fp8, outcome", [
+    ("tiny-ltx2", LTX23, "v5e", True, "offload: sequential offload cannot run LTX-2's gemma3 text encoder"),
+    ("tiny-ltx2", LTX23, "v6e", False, "offload: sequential offload cannot run LTX-2's gemma3 text encoder"),
+    ("tiny-ltx2", LTX23, "v6e", True, "model"),
+    ("tiny-ltx2", LTX23, "v7x", False, "none"),
+    ("tiny-minimax-h3", MINIMAX_H3, "v6e", True, "offload: auto cannot fit MiniMax H3 on one tpu device"),
+    ("tiny-minimax-h3", MINIMAX_H3, "v7x", True, "offload: auto cannot fit MiniMax H3 on one tpu device"),
+])
+def test_the_video_families_text_encoders_per_chip_generation_as_docs_tpu_says(monkeypatch, tiny_models, name,
+                                                                               parts, gen, fp8, outcome):
+    """docs/tpu.md's text-encoder answer, held to the code: neither family can be sharded (no TP plan for its
+    transformer, so no shard_text_encoders either); LTX-2's Gemma runs alone on the chip under offload model,
+    which needs a v6e and the denoiser in fp8 storage (its 24.4 GB is the largest part then), and never layer by
+    layer; MiniMax H3 (a modular pipeline: no offload) fits no single device, a v7x's 96 GiB included."""
+    from backend.protocol.errors import ModelError
+
+    memory, _ = HOSTS[gen]
+    monkeypatch.setattr(offload.devices, "device_memory_bytes", lambda kind: memory)
+    monkeypatch.setattr(offload.models, "weight_bytes",
+                        lambda spec, float_bytes: {n: int(p * float_bytes) for n, p in parts.items()})
+    spec = _spec(tiny_models, name, offload="auto").with_changes(kind="tpu", storage="float8_e4m3fn" if fp8 else "")
+    if outcome in ("model", "none"):
+        assert offload.resolve_offload(spec).offload == outcome
+    else:
+        with pytest.raises(ModelError, match=outcome):
+            offload.resolve_offload(spec)
+    with pytest.raises(ParallelError, match=r"has no tensor-parallel plan in diffusers, so it cannot be sharded"):
+        layouts.plan_tp(_spec(tiny_models, name), 2, shard_text_encoders=True)
+
+
 # ---- the 2026 families, from the tiny models' own headers: the components each loads (MiniMax H3's t2va leaves
 # its folder's ref2va transformer out), both of Ideogram 4's transformers as denoisers, LTX-2's sound components
 NEW_FAMILIES = {

@@ -83,7 +83,7 @@ def test_cfg_parallel_applies_to_two_pass_families_only(tiny_models):
 def test_context_parallel_is_checked(tiny_models, monkeypatch):
     monkeypatch.setattr(capacity.os, "cpu_count", lambda: 8)
     for name in ("tiny-sd3", "tiny-sdxl"):
-        with pytest.raises(ParallelError, match=r"no context-parallel plan.*FLUX.1, FLUX.1 Depth/Canny, FLUX.1 Fill, FLUX.1 Kontext, FLUX.2, FLUX.2 \[klein\], MiniMax H3, Qwen-Image.*CFG Parallel"):
+        with pytest.raises(ParallelError, match=r"no context-parallel plan.*FLUX.1, FLUX.1 Depth/Canny, FLUX.1 Fill, FLUX.1 Kontext, FLUX.2, FLUX.2 \[klein\], LTX-2, MiniMax H3, Qwen-Image.*CFG Parallel"):
             api.context_parallel(_spec(tiny_models, name), 2)
     spec, text = api.context_parallel(_spec(tiny_models), 2, "ring")
     assert (spec.cp_degree, spec.cp_mode, spec.world_size) == (2, "ring", 2) and "ring" in text

@@ -97,7 +97,7 @@ def test_every_context_parallel_size_the_pack_allows_splits_evenly(family_id):
     """For each pipeline of the family with a context-parallel plan, each degree 2..8 and every size (and video
     frame count) on a grid: accepted exactly when every sequence the declaration says is split (image or video
     tokens, audio, the padded prompt) divides the degree; refused naming width/height (or the degree) otherwise."""
-    from backend.controller import layouts
+    from backend.controller import cp_sizes
 
     classes = [c for c in CP_PIPELINES if PIPELINES[c].family == family_id]
     if not classes:
@@ -110,10 +110,10 @@ def test_every_context_parallel_size_the_pack_allows_splits_evenly(family_id):
             spec = _spec(class_name, degree)
             for side in SIDES:
                 for n in frames:
-                    parts = layouts.cp_sequence(spec, side, side + 16, n)
+                    parts = cp_sizes.cp_sequence(spec, side, side + 16, n)
                     even = all(t % degree == 0 for t in parts.values())
                     try:
-                        layouts.check_cp_size(spec, side, side + 16, n)
+                        cp_sizes.check_cp_size(spec, side, side + 16, n)
                         accepted = True
                     except ParallelError as e:
                         accepted = False
@@ -124,26 +124,27 @@ def test_every_context_parallel_size_the_pack_allows_splits_evenly(family_id):
 def test_a_video_with_sound_declares_its_audio_tokens_and_the_checks_follow(monkeypatch):
     """A family that declares audio in its split sequence (split apart, or packed after the video's) gets the
     same check with no code of its own: stand-in declarations on the first video pipeline with a plan."""
-    from backend.controller import layouts
+    from backend.controller import cp_sizes
 
     video = next(c for c in CP_PIPELINES if PIPELINES[c].frame_step)
     frames = 1 + 2 * PIPELINES[video].frame_step  # odd: 3 audio tokens a frame make an odd count
     spec = _spec(video, 2)
     size = 16 * spec.size_factor  # 256 tokens a latent frame: the video's split is even
     latent = 3 * 256
-    monkeypatch.setitem(PIPELINES, video, replace(PIPELINES[video], cp_tokens=lambda n, v: {"video": v,
-                                                                                              "audio": 2 * n}))
-    layouts.check_cp_size(spec, size, size, frames)
-    assert layouts.cp_sequence(spec, size, size, frames) == {"video": latent, "audio": 2 * frames}
-    monkeypatch.setitem(PIPELINES, video, replace(PIPELINES[video], cp_tokens=lambda n, v: {"video": v,
-                                                                                              "audio": 3 * n}))
-    with pytest.raises(ParallelError, match=rf"at {frames} frames makes {3 * frames} audio tokens.*degree 2.*"
-                                            "change frames"):
-        layouts.check_cp_size(spec, size, size, frames)
-    monkeypatch.setitem(PIPELINES, video, replace(PIPELINES[video], cp_tokens=lambda n, v: {
+    monkeypatch.setitem(PIPELINES, video, replace(PIPELINES[video], cp_tokens=lambda n, v, a: {"video": v,
+                                                                                                 "audio": 2 * n}))
+    cp_sizes.check_cp_size(spec, size, size, frames)
+    assert cp_sizes.cp_sequence(spec, size, size, frames) == {"video": latent, "audio": 2 * frames}
+    monkeypatch.setitem(PIPELINES, video, replace(PIPELINES[video], cp_tokens=lambda n, v, a: {"video": v,
+                                                                                                 "audio": 3 * n}))
+    with pytest.raises(ParallelError, match=rf"frames: {frames} frames at 24 fps make a sound of {3 * frames} "
+                                            r"audio latents .*degree 2 cannot split evenly; use another frame "
+                                            "count or frame rate"):
+        cp_sizes.check_cp_size(spec, size, size, frames)
+    monkeypatch.setitem(PIPELINES, video, replace(PIPELINES[video], cp_tokens=lambda n, v, a: {
         "video and audio": v + 3 * n}))
     with pytest.raises(ParallelError, match=rf"makes {latent + 3 * frames} video and audio tokens.*degree 2"):
-        layouts.check_cp_size(spec, size, size, frames)
+        cp_sizes.check_cp_size(spec, size, size, frames)
 
 
 @pytest.mark.parametrize("family_id", sorted(FAMILIES))

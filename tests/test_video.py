@@ -78,8 +78,9 @@ def test_wan_video_tokens_and_images_are_checked_before_any_worker(tiny_models):
 
 @pytest.mark.unit
 def test_ltx2_sizes_frame_rate_and_sound_components_are_checked_before_any_worker(tiny_models, tmp_path):
-    """Sides of 32 (its VAE's 32x packing), a frame rate in range, and a folder that holds the audio VAE and the
-    vocoder (the sound's parts): each refused naming the input, the value and the fix."""
+    """Sides of 32 (its VAE's 32x packing), a frame rate in range, a folder that holds the audio VAE and the
+    vocoder (the sound's parts), and under Context Parallel video tokens and audio latents that split evenly (no
+    plan pads them) with Ulysses: each refused naming the input, the value and the fix (the nearest values)."""
     ltx = _spec(tiny_models, "tiny-ltx2")
     assert ltx.size_factor == 32 and ltx.start_image, "LTX-2 takes a start image (LTX2ImageToVideoPipeline)"
     api.check_request(ltx, _request(**LTX))
@@ -87,10 +88,26 @@ def test_ltx2_sizes_frame_rate_and_sound_components_are_checked_before_any_worke
         api.check_request(ltx, _request(**{**LTX, "width": 48}))
     with pytest.raises(SampleError, match=r"frame_rate: 0.5 frames per second is out of range for LTX-2; use 1 to 240"):
         api.check_request(ltx, _request(**{**LTX, "frame_rate": 0.5}))
-    with pytest.raises(ParallelError, match=r"pipeline: 'tiny-ltx2' is a LTX-2 model \(LTX2Pipeline\), whose "
-                                            r"sequence cannot be split: diffusers 0.42.1's context-parallel plan .* "
-                                            r"per head .*Remove Context Parallel; CFG Parallel splits"):
-        api.context_parallel(ltx, 2)
+    cp, text = api.context_parallel(ltx, 2)
+    assert "LTX-2's sound is split too: its audio latents" in text
+    api.check_request(cp, _request(**{**LTX, "frame_rate": 22.0}))  # 8 video tokens, 10 audio latents
+    with pytest.raises(ParallelError, match=r"frames: 9 frames at 25 fps make a sound of 9 audio latents .*Context "
+                                            r"Parallel degree 2 cannot split evenly; use frame_rate 23 or 27 at 9 "
+                                            r"frames, or another degree"):  # at 25 fps every 8k + 1 frames is odd
+        api.check_request(cp, _request(**LTX))
+    with pytest.raises(ParallelError, match=r"width/height: 96x96 at 17 frames makes 27 video tokens, which Context "
+                                            r"Parallel degree 2 cannot split evenly; .*\(the nearest: width 64 or "
+                                            r"128, height 64 or 128, frames 25\)"):  # 9: 9 audio latents at 24 fps
+        api.check_request(cp, _request(**{**LTX, "width": 96, "height": 96, "frames": 17, "frame_rate": 24.0}))
+    two_stage = dict(LTX, width=192, height=192, frames=17, frame_rate=24.0, upscale_model="x2.safetensors",
+                     upscale_sigmas=(0.85, 0.725, 0.4219))  # 108 tokens at 192x192, 27 in the first stage's 96x96
+    with pytest.raises(ParallelError, match=r"width/height: 192x192 at 17 frames makes 27 video tokens \(with "
+                                            r"upscale_model its first stage runs at 96x96: .*\(the nearest: width "
+                                            r"128 or 256, height 128 or 256, frames 25\)"):
+        api.check_request(cp, _request(**two_stage))
+    with pytest.raises(ParallelError, match=r"mode: 'ring' cannot be used with LTX-2: its prompt is padded to 1024 "
+                                            r"tokens with a mask of its padding.*Use 'ulysses'"):
+        api.context_parallel(ltx, 2, "ring")
     folder = tmp_path / "no-vocoder"
     shutil.copytree(tiny_models / "tiny-ltx2", folder)
     index = json.loads((folder / "model_index.json").read_text())
@@ -451,40 +468,84 @@ def test_both_experts_compile_and_prompts_seeds_steps_never_recompile(tiny_model
 
 # ---- two ranks (last: the tests above run on one worker, so the group is started once for them)
 
+# LTX-2's videos for the layouts: 9 frames at 22 fps, whose sound (round(9 / 22 × 25) = 10 audio latents) splits
+# over 2 context ranks as its video does (2 latent frames × 2 × 2 = 8 tokens); at 25 fps it is 9, refused
+LTX_SPLIT = {**LTX, "frame_rate": 22.0}
+LTX_MODES = ("text to video", "image to video")
+
+
 @pytest.fixture(scope="module")
-def ltx_one_worker(tiny_models) -> dict[str, np.ndarray]:
-    """Two LTX-2 videos with sound (seeds 11, 12) from one worker, with CFG (guidance 3, batched)."""
-    return api.run_sample_outputs(api.prepare_sample(_spec(tiny_models, "tiny-ltx2"), _request(batch_size=2, **LTX)))
+def ltx_one_worker(tiny_models) -> dict[tuple[str, str], dict[str, np.ndarray]]:
+    """Two videos with sound (seeds 11, 12) from one worker, with CFG (guidance 3, batched), by model (LTX-2,
+    LTX-2.5) and mode (text to video; image to video from two start images: a timestep per video token)."""
+    req = _request(batch_size=2, **LTX_SPLIT)
+    return {(name, mode): api.run_sample_outputs(api.prepare_sample(
+        _spec(tiny_models, name), req, _start_images(req.width) if mode == "image to video" else None))
+        for name in ("tiny-ltx2", "tiny-ltx25") for mode in LTX_MODES}
 
 
 @pytest.mark.workers
 @pytest.mark.parametrize("name, layout", [("tiny-wan", "context"), ("tiny-wan", "cfg"), ("tiny-wan", "data"),
-                                          ("tiny-ltx2", "cfg"), ("tiny-ltx2", "data")])
+                                          ("tiny-ltx2", "context"), ("tiny-ltx25", "context"), ("tiny-ltx2", "cfg"),
+                                          ("tiny-ltx2", "data")])
 def test_layouts_of_two_ranks_equal_one_worker(tiny_models, one_worker, ltx_one_worker, name, layout):
-    """LTX-2's CFG Parallel splits its doubled batch and gathers both predictions (video and sound): frames and
-    sound within CP_TOLERANCE of one worker (its Context Parallel is refused: the unit tests)."""
+    """LTX-2's Context Parallel splits the video's tokens and the sound's (and every rotary table) over the ranks
+    by the family's corrected plan (families/ltx2/cp.py), gathering both outputs; its CFG Parallel splits its
+    doubled batch and gathers both predictions: frames and sound within CP_TOLERANCE of one worker, in text and
+    image to video (LTX-2 and LTX-2.5 under Context Parallel)."""
     spec = _spec(tiny_models, name)
     spec = {"context": lambda: api.context_parallel(spec, 2)[0], "cfg": lambda: api.cfg_parallel(spec)[0],
             "data": lambda: layouts.plan_dp(spec, 2)[0]}[layout]()
     assert spec.world_size == 2
     api.load(spec)
     before = [w["steps"] for w in api.worker_info()]
-    said = []
-    req = _request(batch_size=2, **(LTX if name == "tiny-ltx2" else {}))
-    out = api.run_sample_outputs(api.prepare_sample(spec, req), lambda m: said.append(m.text)
-                                 if isinstance(m, Status) else None)
-    one = ltx_one_worker if name == "tiny-ltx2" else {"images": one_worker}
-    assert out.keys() == one.keys() and out["images"].shape == one["images"].shape
-    assert not [t for t in said if t.startswith("CFG Parallel: this Sample runs one")], "CFG Parallel split the passes"
+    ltx = name.startswith("tiny-ltx")
+    req = _request(batch_size=2, **(LTX_SPLIT if ltx else {}))
     # CFG Parallel of a doubled batch (LTX-2) runs half batches, not bit-identical to the whole one (cfg_parallel.py)
     exact = layout == "data" or (layout == "cfg" and spec.family.cfg_passes == "branches")
-    for key in ("images", "audio") if name == "tiny-ltx2" else ("images",):
-        if exact:
-            assert np.array_equal(out[key], one[key]), key
-        else:
-            assert np.abs(out[key] - one[key]).max() <= CP_TOLERANCE, key
+    for mode in LTX_MODES if ltx else LTX_MODES[:1]:
+        said: list[str] = []
+        image = _start_images(req.width) if mode == "image to video" else None
+        out = api.run_sample_outputs(api.prepare_sample(spec, req, image), lambda m, said=said: said.append(m.text)
+                                     if isinstance(m, Status) else None)
+        one = ltx_one_worker[name, mode] if ltx else {"images": one_worker}
+        assert out.keys() == one.keys() and out["images"].shape == one["images"].shape, mode
+        assert not [t for t in said if t.startswith("CFG Parallel: this Sample runs one")], "CFG Parallel split"
+        for key in ("images", "audio") if ltx else ("images",):
+            if exact:
+                assert np.array_equal(out[key], one[key]), (mode, key)
+            else:
+                assert np.abs(out[key] - one[key]).max() <= CP_TOLERANCE, (mode, key)
+    if ltx:
+        assert not np.array_equal(ltx_one_worker[name, LTX_MODES[0]]["images"],
+                                  ltx_one_worker[name, LTX_MODES[1]]["images"]), "the start images count"
     steps = [w["steps"] - b for w, b in zip(api.worker_info(), before, strict=True)]
-    assert steps == ([2, 2] if layout == "data" else [4, 4]), "data: a video each; split models: both, every step"
+    runs = len(LTX_MODES) if ltx else 1
+    assert steps == [runs * (2 if layout == "data" else 4)] * 2, "data: a video each; split models: both, every step"
+    assert [e["denoiser"]["context_parallel"] for e in (w["experts"] for w in api.worker_info())] == [
+        layout == "context"] * 2
+
+
+@pytest.mark.workers
+def test_ltx2_context_parallel_with_interleaved_rotary_embeddings_equals_one_worker(tiny_models, ltx_one_worker,
+                                                                                    tmp_path):
+    """The plan follows the transformer's rope_type: LTX-2's interleaved rotary tables ([batch, tokens, dims], the
+    config's default; the published models use split ones, per head) are split on their token dimension too.
+    tiny-ltx2 with rope_type "interleaved" (rotary tables have no weights): frames and sound under Context
+    Parallel 2 within CP_TOLERANCE of one worker."""
+    folder = tmp_path / "tiny-ltx2-interleaved"
+    shutil.copytree(tiny_models / "tiny-ltx2", folder)
+    config = json.loads((folder / "transformer" / "config.json").read_text())
+    (folder / "transformer" / "config.json").write_text(json.dumps({**config, "rope_type": "interleaved"}))
+    one = api.make_spec(folder.name, [str(tmp_path)])
+    req = _request(batch_size=2, **LTX_SPLIT)
+    ref = api.run_sample_outputs(api.prepare_sample(one, req))
+    out = api.run_sample_outputs(api.prepare_sample(api.context_parallel(one, 2)[0], req))
+    assert [e["denoiser"]["context_parallel"] for e in (w["experts"] for w in api.worker_info())] == [True] * 2
+    for key in ("images", "audio"):
+        assert out[key].shape == ref[key].shape and np.abs(out[key] - ref[key]).max() <= CP_TOLERANCE, key
+    split = ltx_one_worker["tiny-ltx2", "text to video"]["images"]
+    assert np.abs(ref["images"] - split).max() > 100 * CP_TOLERANCE, "another rotary layout: other frames"
 
 
 @pytest.mark.workers

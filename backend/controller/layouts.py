@@ -18,7 +18,7 @@ from ..protocol import settings
 from ..protocol.errors import ParallelError
 from ..protocol.spec import CP_MODES, PipelineSpec, SampleRequest
 from ..protocol.units import or_list
-from . import capacity, hosts, offload
+from . import capacity, cp_sizes, hosts, offload
 from .capacity import Capacity
 from .components import Components
 
@@ -309,7 +309,8 @@ def resolve_layout(spec: PipelineSpec, cap: Capacity, across: hosts.Span | None,
     if spec.cp_degree != 1:
         check_cp(spec, parts)
     if req is not None:
-        check_cp_size(spec, req.width, req.height, req.frames)
+        cp_sizes.check_cp_size(spec, req.width, req.height, req.frames, req.frame_rate,
+                               bool(req.upscale_model))
     if spec.world_size > 1 or spec.kind == "tpu":
         if spec.tp_degree < 1:
             raise ParallelError(f"degree: {spec.tp_degree} is too small; use at least 1.")
@@ -407,6 +408,10 @@ def plan_cp(spec: PipelineSpec, degree: int, mode: str) -> tuple[PipelineSpec, s
         text += (f" {spec.family.name} packs the prompt's, the images', the sound's and the video's rows into one "
                  f"sequence, split as a whole: its length must be a multiple of {degree}, which the workers check "
                  "at the first step (it follows the prompt: a word more or less changes it).")
+    elif spec.family.sound and spec.family.cp_tokens is not None:
+        text += (f" {spec.family.name}'s sound is split too: its audio latents (as many as frames / frame_rate "
+                 f"seconds take) must be a multiple of {degree}, as the video's tokens, checked before any worker "
+                 "starts.")
     elif spec.family.variable_text:
         text += (f" {spec.family.name}'s text length follows the prompt: its prompt embeddings are padded with "
                  f"masked tokens to a multiple of {degree}, so every rank gets the same number of tokens.")
@@ -421,10 +426,6 @@ def check_cp(spec: PipelineSpec, parts: Components) -> None:
         raise ParallelError(f"mode: '{spec.cp_mode}' is not one of {', '.join(CP_MODES)}.")
     if degree == 1:
         return
-    if family.cp_refused:
-        raise ParallelError(f"pipeline: '{name}' is a {family.name} model ({spec.class_name}), whose sequence cannot "
-                            f"be split: {family.cp_refused}. Remove Context Parallel; CFG Parallel splits its CFG "
-                            "passes (guidance above 1), Data Parallel runs whole copies.")
     if not family.cp_plan:
         raise ParallelError(
             f"pipeline: '{name}' is a {family.name} model ({spec.class_name}), whose transformer has no "
@@ -444,10 +445,11 @@ def check_cp(spec: PipelineSpec, parts: Components) -> None:
         raise ParallelError(f"mode: 'ring' needs an attention kernel that returns its log-sum-exp; diffusers' "
                             f"default one does not, and the pack provides one only on the CPU. Use 'ulysses' on "
                             f"{spec.kind}.")
-    if spec.cp_mode == "ring" and family.variable_text:
-        raise ParallelError(f"mode: 'ring' cannot be used with {family.name}: its prompt is padded with masked "
-                            "tokens so the ranks split it evenly, and diffusers' ring attention applies each rank's "
-                            "mask to every other rank's keys. Use 'ulysses'.")
+    if spec.cp_mode == "ring" and (family.variable_text or family.cp_masked_text):
+        why = ("padded with masked tokens so the ranks split it evenly" if family.variable_text else
+               f"padded to {family.text_tokens} tokens with a mask of its padding, which the ranks split")
+        raise ParallelError(f"mode: 'ring' cannot be used with {family.name}: its prompt is {why}, and diffusers' "
+                            "ring attention applies each rank's mask to every other rank's keys. Use 'ulysses'.")
     heads = parts.heads
     if spec.cp_mode == "ulysses" and heads is not None and heads % degree:
         good = [d for d in range(2, heads + 1) if heads % d == 0]
@@ -458,35 +460,3 @@ def check_cp(spec: PipelineSpec, parts: Components) -> None:
         good = [d for d in range(2, 9) if family.text_tokens % d == 0]
         raise ParallelError(f"degree: {family.name} pads its prompt to {family.text_tokens} tokens, which {degree} "
                             f"ranks cannot split evenly; use {or_list(good)}.")
-
-
-def cp_sequence(spec: PipelineSpec, width: int, height: int, frames: int = 0) -> dict[str, int]:
-    """The token counts Context Parallel splits for this size, by what they are, as the pipeline declares them
-    (`Pipeline.cp_tokens`): the image's tokens, a video's (its latent frames × the image's), and any audio."""
-    family = spec.family
-    latent_frames = (frames - 1) // family.frame_step + 1 if family.frame_step and frames else 1
-    tokens = latent_frames * (width // spec.size_factor) * (height // spec.size_factor)
-    if family.cp_tokens is not None:
-        return dict(family.cp_tokens(frames, tokens))
-    return {"video" if family.frame_step else "image": tokens}
-
-
-def check_cp_size(spec: PipelineSpec, width: int, height: int, frames: int = 0) -> None:
-    """Every sequence Context Parallel splits must split evenly over the context ranks: TorchTPU's all-to-all takes
-    equal splits only (prompt-length text is padded to a multiple of the degree in the worker, `parallel.even_text`;
-    reference images' tokens are checked there too). What the sequences hold comes from the declaration
-    (`cp_sequence`): image tokens, a video's latent frames × the image's, and a video's audio."""
-    degree = spec.cp_degree
-    if degree == 1:
-        return
-    family = spec.family
-    for what, tokens in cp_sequence(spec, width, height, frames).items():
-        if tokens % degree == 0:
-            continue
-        latent = (f" × {(frames - 1) // family.frame_step + 1} latent frames ((frames - 1)/{family.frame_step} + 1)"
-                  if family.frame_step and frames > 1 else "")
-        audio = ("; the audio tokens follow the frame count: change frames" if "audio" in what else "")
-        raise ParallelError(f"width/height: {width}x{height}{f' at {frames} frames' if frames else ''} makes "
-                            f"{tokens} {what} tokens, which Context Parallel degree {degree} cannot split evenly; "
-                            f"choose a size where (width/{spec.size_factor}) × (height/{spec.size_factor}){latent} "
-                            f"is a multiple of {degree}{audio}, or another degree.")

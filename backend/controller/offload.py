@@ -81,9 +81,20 @@ def choose_offload(spec: PipelineSpec, model: Components | None = None) -> Offlo
 
 def _check_sequential(spec: PipelineSpec, mode: str) -> None:
     """Sequential offload moves each layer's weights around its call, which comfy-kitchen's quantized tensors are
-    not tested under: refused for ComfyUI's quantized files, with the way out."""
+    not tested under: refused for ComfyUI's quantized files, with the way out. And for a Gemma text encoder
+    (LTX-2's Gemma 3 and Gemma 4): accelerate 1.15's layer hooks fail on its tied embedding weights (their input
+    embedding's weight comes back a plain tensor; plain diffusers' enable_sequential_cpu_offload fails the same)."""
+    if mode != "sequential":
+        return
+    encoder = str(spec.component_config("text_encoder").get("model_type", ""))
+    if encoder.startswith("gemma"):
+        raise ModelError(f"offload: sequential offload cannot run {spec.family.name}'s {encoder} text encoder: "
+                         "accelerate's layer-by-layer hooks fail on its tied embedding weights (a TypeError in its "
+                         "first layer, plain diffusers' enable_sequential_cpu_offload included). Choose offload "
+                         "'model' (each part moves onto the device while it runs), with dtype float8_e4m3fn where "
+                         "the transformer does not fit in bfloat16, or a device with more memory.")
     quantized = spec.source.quantized() if spec.source else None
-    if mode == "sequential" and quantized is not None:
+    if quantized is not None:
         raise ModelError(f"offload: sequential offload cannot run '{Path(quantized.path).name}', one of ComfyUI's "
                          "quantized files (its layers stay quantized and are dequantized as they run). Choose offload "
                          "'model' or 'none' (the file already takes about half of bfloat16's memory), or Shard TP "

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..families import Pipeline
 from ..families.text_encoders import TOKENIZER_LAYOUTS
 from ..protocol.errors import ModelError, OptionError
 from ..protocol.spec import DTYPE_CHOICES, OFFLOAD_CHOICES, PipelineSpec
@@ -30,16 +31,21 @@ def _check_choices(dtype: str, device_choice: str, offload: str) -> str:
     return kind
 
 
+def _check_modular_offload(family: Pipeline, offload: str, name: str) -> None:
+    """CPU offload refused for a modular pipeline (from its folder or its files), naming what works."""
+    if family.modular is not None and offload in ("model", "sequential"):
+        raise OptionError(f"offload: '{offload}' is not available for {family.name} ('{name}'): diffusers' "
+                          "modular pipelines have no CPU offload hooks (no enable_model_cpu_offload). Use offload "
+                          "'none' (or 'auto', which keeps the weights on the device), or Data Parallel on more chips.")
+
+
 def make_spec(model: str, roots: Iterable[str], dtype: str = "auto", device_choice: str = "auto",
               offload: str = "none", allow_pickle: bool = False) -> PipelineSpec:
     """Checks the user's choices and the model folder (no weights read) and describes the pipeline."""
     kind = _check_choices(dtype, device_choice, offload)
     path = models.resolve_model_path(model, roots)
     info = models.inspect_model(path, allow_pickle=allow_pickle)
-    if info.family.modular is not None and offload in ("model", "sequential"):
-        raise OptionError(f"offload: '{offload}' is not available for {info.family.name} ('{path.name}'): diffusers' "
-                          "modular pipelines have no CPU offload hooks (no enable_model_cpu_offload). Use offload "
-                          "'none' (or 'auto', which keeps the weights on the device), or Data Parallel on more chips.")
+    _check_modular_offload(info.family, offload, path.name)
     return storage.resolve_storage(PipelineSpec(
         model_path=info.path, class_name=info.class_name, size_factor=info.size_factor, dtype=dtype,
         device=device_choice, offload=offload, kind=kind, variant=info.variant))
@@ -58,6 +64,7 @@ def make_file_spec(choice: assemble.FileChoice, roots: Mapping[str, Iterable[str
                          ".safetensors version (bf16, fp16 or fp8: fp8 is upcast on load).")
     spec = PipelineSpec(model_path=main, class_name=class_name, size_factor=0, dtype=dtype, device=device_choice,
                         offload=offload, kind=kind, source=source)
+    _check_modular_offload(spec.family, offload, Path(main).name)
     factor = models.vae_scale(spec.component_config("vae")) * spec.family.size_multiple_of_vae
     return storage.resolve_storage(spec.with_changes(size_factor=factor))
 

@@ -20,6 +20,7 @@ from . import (
     capacity,
     compile_plan,
     controlnets,
+    cp_sizes,
     devices,
     layouts,
     loras,
@@ -65,7 +66,7 @@ def check_request(spec: PipelineSpec, req: SampleRequest) -> None:
     """Rejects a sample request before any worker sees it, naming the input and the fix (for scripts: `resolve`
     with a request asks the same, the tokens' split with the rest of the layout)."""
     _check_values(spec, req)
-    layouts.check_cp_size(spec, req.width, req.height, req.frames)
+    cp_sizes.check_cp_size(spec, req.width, req.height, req.frames, req.frame_rate, bool(req.upscale_model))
 
 
 def _check_finite(req: SampleRequest) -> None:

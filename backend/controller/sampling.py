@@ -13,7 +13,7 @@ import numpy as np
 
 from ..protocol import samplers
 from ..protocol.errors import ModelError
-from ..protocol.messages import Status, Step
+from ..protocol.messages import Status, Step, steps_per_image
 from ..protocol.spec import PipelineSpec, SampleRequest
 from . import (
     conditioning,
@@ -66,7 +66,7 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
                    mask: np.ndarray | None = None, latent: np.ndarray | None = None,
                    asked: tuple[int, int, int] | None = None, positive: Sequence | None = None,
                    negative: Sequence | None = None, audio: dict | None = None, end_image: np.ndarray | None = None,
-                   references: np.ndarray | None = None) -> PreparedSample:
+                   references: np.ndarray | None = None, reference_audio: dict | None = None) -> PreparedSample:
     """Resolves `spec` and checks the request and Sample's image, latent and CONDITIONING inputs (raising an
     InputError naming the input), once: the node shows the notes, then `run_sample` runs exactly this.
 
@@ -80,12 +80,13 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
     `positive` / `negative`: ComfyUI's CONDITIONING (tensors as numpy arrays) replacing the prompt text
     (controller/conditioning.py). `audio`: Sample Video's AUDIO, the sound the video is made to (image + audio to
     video: controller/sound_input.py). `end_image` / `references`: Sample Video's last frame and reference images
-    (IMAGE, MiniMax H3's fl2va and ref2va)."""
+    (IMAGE, MiniMax H3's fl2va and ref2va); `reference_audio`: its reference sounds (AUDIO, MiniMax H3's ref2va)."""
     conditioned = conditioning.apply(spec, req, positive, negative)  # CONDITIONING in place of the prompt text
     if conditioned is not None:
         req = conditioned.req
     spec = resolve.resolve(spec, req)  # the planning pass: the pipeline filled in, it and the request checked
-    arrays = {**images.as_arrays(spec, req, image, mask, end_image, references), **sound_input.arrays(spec, req, audio)}
+    arrays = {**images.as_arrays(spec, req, image, mask, end_image, references), **sound_input.arrays(spec, req, audio),
+              **sound_input.reference_arrays(spec, req, reference_audio, references)}
     if latent is None:
         notes, starts = images.describe(spec, req, arrays), images.starts_from_image(spec, arrays)
         controlnets.check_inputs(spec, starts, "mask" in arrays, req.denoise)
@@ -99,7 +100,8 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
     if tiling := pixels.video_tiling(spec, req.width, req.height):
         req = dataclasses.replace(req, tiled_vae=True)
     req, scheduled = sigmas.apply(spec, req, starts)
-    said = [samplers.check(spec, req, starts), prompt_weights.note(req), tiling, scheduled, sound_input.note(spec, audio)]
+    said = [samplers.check(spec, req, starts), prompt_weights.note(req), tiling, scheduled, sound_input.note(spec, audio),
+            sound_input.reference_note(spec, req, reference_audio)]
     if conditioned is not None:
         arrays, notes = {**arrays, **conditioned.arrays}, [*conditioned.notes, *notes]
     return PreparedSample(spec, req, arrays, tuple(notes + [text for text in said if text]))
@@ -184,7 +186,7 @@ def _group_progress(spec: PipelineSpec, req: SampleRequest, on_progress: Progres
     """One progress bar for the whole group: completed steps of all replicas over the steps of all images."""
     if on_progress is None:
         return None
-    total = len(req.images()) * req.steps
+    total = len(req.images()) * steps_per_image(req)  # both stages' with upscale_model
     done: dict[int, int] = {}
 
     def aggregate(msg: Status | Step) -> None:

@@ -1,5 +1,6 @@
 """Sample Video's AUDIO input (image + audio to video), checked and fitted before any worker starts (controller
-side, numpy and PyAV, ComfyUI's own dependency for its audio and video nodes).
+side, numpy and PyAV, ComfyUI's own dependency for its audio and video nodes); and its reference_audio (MiniMax
+H3's reference sounds, `reference_arrays`).
 
 ComfyUI's AUDIO is {"waveform": [batch, channels, samples], "sample_rate": N}. The model keeps the sound as it is
 and makes frames that go with it, so the sound must last as long as the video: frames / frame_rate seconds. It is
@@ -46,12 +47,11 @@ def arrays(spec: PipelineSpec, req: SampleRequest, audio: dict | None) -> dict[s
                          f"diffusers' {family.audio_via}, which takes at least 2 steps; set steps to 2 or more, "
                          "or disconnect the audio.")
     wave, rate = _waveform(audio)
-    config = spec.component_config("audio_vae")
-    target, hop = int(config.get("sample_rate", 0)), int(config.get("mel_hop_length", 0))
+    target, hop = _rates(spec)
     if target <= 0 or hop <= 0:
         raise ModelError(f"audio: '{spec.name}' has no audio VAE config with sample_rate and mel_hop_length "
                          "(audio_vae/config.json), so the sound cannot be encoded; check the model's folder.")
-    latents = round(req.frames / req.frame_rate * target / hop / MEL_PER_LATENT)
+    latents = audio_latents(spec, req.frames, req.frame_rate)
     if latents < MIN_LATENTS:
         raise ModelError(f"audio: a video of {req.frames} frames at {req.frame_rate:g} fps is too short to take a "
                          f"sound ({latents} audio latents, at least {MIN_LATENTS}); make more frames (at least "
@@ -70,6 +70,22 @@ def arrays(spec: PipelineSpec, req: SampleRequest, audio: dict | None) -> dict[s
     return {"audio": np.ascontiguousarray(wave[:, :, :needed], dtype=np.float32)}
 
 
+def _rates(spec: PipelineSpec) -> tuple[int, int]:
+    """The audio VAE's sample rate and mel hop (0, 0 where its config has none)."""
+    config = spec.component_config("audio_vae")
+    return int(config.get("sample_rate", 0)), int(config.get("mel_hop_length", 0))
+
+
+def audio_latents(spec: PipelineSpec, frames: int, frame_rate: float) -> int:
+    """The audio latents (the sound's tokens) LTX-2's pipelines make for a video of `frames` at `frame_rate`:
+    round(seconds × latents a second), as diffusers counts them; 0 for a model whose audio VAE config gives no
+    rate (no sound, or another layout)."""
+    target, hop = _rates(spec)
+    if target <= 0 or hop <= 0 or frames <= 0 or frame_rate <= 0:
+        return 0
+    return round(frames / frame_rate * target / hop / MEL_PER_LATENT)
+
+
 def note(spec: PipelineSpec, audio: dict | None) -> str | None:
     """What happens to the sound (for the node's text): kept, and resampled where its rate differs."""
     if audio is None:
@@ -79,15 +95,65 @@ def note(spec: PipelineSpec, audio: dict | None) -> str | None:
     return f"audio: the video is made to this sound, which it keeps{resampled}."
 
 
-def _waveform(audio: dict) -> tuple[np.ndarray, int]:
+def reference_families() -> str:
+    """'MiniMax H3': the families whose Sample Video takes a reference_audio (Modular.audio_reference)."""
+    return families.family_names(lambda p: bool(p.modular and p.modular.audio_reference))
+
+
+def reference_arrays(spec: PipelineSpec, req: SampleRequest, audio: dict | None,
+                     references: np.ndarray | None) -> dict[str, np.ndarray]:
+    """Sample Video's reference_audio (MiniMax H3's ref2va: the prompt's <Audio 1>, <Audio 2>, ... in batch order):
+    {"reference_audio": [N, C, S] float32 at the audio VAE's rate, cut to the video's length (diffusers' ref2va
+    reads no more)}; a ModelError naming the input, the value and the fix for what the blocks cannot take. The
+    sound is resampled here (diffusers would need torchaudio, which is not installed beside it)."""
+    if audio is None:
+        return {}
+    family, modular = spec.family, spec.family.modular
+    if modular is None or not modular.audio_reference:
+        raise ModelError(f"reference_audio: '{spec.name}' ({family.name}) takes no reference sound; the families "
+                         f"that take one: {reference_families()} (reference to video). Disconnect the "
+                         "reference_audio from Sample Video, or load one of those models.")
+    if references is None:
+        raise ModelError(f"reference_audio: {family.name} takes a reference sound only beside reference images "
+                         "(diffusers' ref2va: an audio reference has to be paired with an image reference); "
+                         "connect reference_images too, or disconnect the reference_audio.")
+    wave, rate = _waveform(audio, "reference_audio")
+    if len(wave) > modular.audio_references:
+        raise ModelError(f"reference_audio: {len(wave)} sounds in its batch; {family.name} takes at most "
+                         f"{modular.audio_references} (<Audio 1> to <Audio {modular.audio_references}>); give fewer.")
+    wave = np.asarray(wave[:, :, :math.ceil(req.frames / modular.fps * rate)], dtype=np.float32)  # cut, then copied
+    if not np.isfinite(wave).all():
+        raise ModelError("reference_audio: the waveform holds values that are not numbers (NaN or infinity); check "
+                         "the nodes that made it (a file that decodes wrongly, or audio math).")
+    target = int(spec.component_config("audio_vae").get("sampling_rate", 0))
+    if target <= 0:
+        raise ModelError(f"reference_audio: '{spec.name}' has no audio VAE config with a sampling_rate "
+                         "(audio_vae/config.json), so the sound cannot be encoded; check the model's folder.")
+    return {"reference_audio": np.ascontiguousarray(resample(wave, rate, target) if rate != target else wave)}
+
+
+def reference_note(spec: PipelineSpec, req: SampleRequest, audio: dict | None) -> str | None:
+    """What happens to the reference sounds (for the node's text)."""
+    if audio is None:
+        return None
+    wave, rate = _waveform(audio, "reference_audio")
+    seconds, video = wave.shape[2] / rate, req.frames / spec.family.modular.fps
+    target = int(spec.component_config("audio_vae")["sampling_rate"])
+    tags = ", ".join(f"<Audio {i}>" for i in range(1, len(wave) + 1))
+    cut = f", cut to the video's {video:.2f} s" if seconds > video else ""
+    resampled = f", resampled from {rate} Hz to the model's {target} Hz" if rate != target else ""
+    return f"reference_audio: {len(wave)} sound{'s' if len(wave) > 1 else ''} ({seconds:.2f} s) for {tags}{cut}{resampled}."
+
+
+def _waveform(audio: dict, name: str = "audio") -> tuple[np.ndarray, int]:
     """The AUDIO's waveform [B, C, S] (1 or 2 channels) as numpy (a view of the tensor, not yet copied), and its
     rate; refused where it is not one."""
     if not isinstance(audio, dict) or "waveform" not in audio or "sample_rate" not in audio:
-        raise ModelError(f"audio: {type(audio).__name__} is not ComfyUI's AUDIO ({{'waveform': [batch, channels, "
+        raise ModelError(f"{name}: {type(audio).__name__} is not ComfyUI's AUDIO ({{'waveform': [batch, channels, "
                          "samples], 'sample_rate': N}}); connect Load Audio or another AUDIO output.")
     rate = audio["sample_rate"]
     if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or not 0 < int(rate) <= MAX_RATE:
-        raise ModelError(f"audio: sample_rate {rate!r} is not a number of samples a second between 1 and "
+        raise ModelError(f"{name}: sample_rate {rate!r} is not a number of samples a second between 1 and "
                          f"{MAX_RATE}; check the node that made the audio (Load Audio gives the file's own).")
     w = audio["waveform"]
     if hasattr(w, "detach"):  # a torch tensor; half precision has no numpy view
@@ -97,7 +163,7 @@ def _waveform(audio: dict) -> tuple[np.ndarray, int]:
     if w.ndim == 2:
         w = w[None]
     if w.ndim != 3 or w.shape[0] < 1 or w.shape[1] not in (1, 2) or w.shape[2] < 1 or w.dtype.kind not in "fiu":
-        raise ModelError(f"audio: a waveform of shape {list(w.shape)} ({w.dtype}) cannot be used; it must be [batch, "
+        raise ModelError(f"{name}: a waveform of shape {list(w.shape)} ({w.dtype}) cannot be used; it must be [batch, "
                          "channels, samples] with 1 (mono) or 2 (stereo) channels and some samples (mix other "
                          "channel counts down to stereo first).")
     return w, int(rate)

@@ -14,6 +14,7 @@ with how it runs (what `PipelineSpec.family` gives).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable
@@ -54,6 +55,14 @@ def conversions(family_id: str) -> ModuleType | None:
         if e.name != module:
             raise
         return None
+
+
+@functools.cache
+def converters(kind: str) -> dict[str, Callable[[dict, dict], dict]]:
+    """Every family's converters of `kind` ("VAE", "DENOISER": its convert.<kind>_CONVERTERS; torch, worker only)
+    by loader layout ("wan22-vae": Wan's VAE; "ideogram4": Ideogram 4's transformer)."""
+    return {layout: fn for f in FAMILIES.values() for layout, fn in
+            getattr(conversions(f.id), f"{kind}_CONVERTERS", {}).items()}
 
 
 def module(family_id: str, name: str) -> ModuleType:

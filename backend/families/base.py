@@ -94,6 +94,12 @@ class Modular:
     decode: str = ""
     # the blocks' class of one reference image, in diffusers.modular_pipelines ("minimax_h3.MiniMaxH3ImageReference")
     image_reference: str = ""
+    # the blocks' class of one reference sound (MiniMax H3's ref2va: "minimax_h3.MiniMaxH3AudioReference", the
+    # prompt's <Audio 1>, ...): Sample Video's reference_audio, at most `audio_references` of them, beside reference
+    # images, read for `fps`-frame-a-second videos (the rest is cut); "": reference_audio is refused
+    audio_reference: str = ""
+    audio_references: int = 0
+    fps: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -113,15 +119,21 @@ class Pipeline:
     # pass: guidance-distilled)
     cfg_passes: str = ""
     cp_plan: bool = False  # diffusers ships a context-parallel plan (_cp_plan) for its transformer
-    # why Context Parallel is refused although diffusers ships a plan (LTX-2's does not fit its rotary embeddings)
-    cp_refused: str = ""
+    # The family module (families/<id>/<module>.py, torch, worker only) whose PLANS replace diffusers' _cp_plan,
+    # by denoiser class, where diffusers' does not fit the model (LTX-2: "cp"; parallel.planned_cp_config); "":
+    # diffusers' own
+    cp_plan_module: str = ""
+    # Context Parallel's ring attention is refused: the split prompt carries a padding mask, which diffusers' ring
+    # applies to every rank's keys as if it were their own (LTX-2's connectors' mask; Qwen-Image's: variable_text)
+    cp_masked_text: bool = False
     # What Context Parallel splits over its ranks, each part evenly (TorchTPU's all-to-all takes equal splits
     # only): the prompt at its padded length (unless variable_text: padded in the worker), and the sequences
-    # (frames, image or video tokens) -> {what: tokens} gives (None: the image or video tokens alone). A video with
-    # sound declares its audio there: {"video": v, "audio": a} split apart, or {"video and audio": v + a} packed
-    # in one sequence (MiniMax H3); the checks follow the declaration, with no code of its own.
+    # (frames, image or video tokens, the sound's latents for frames / frame_rate seconds: 0 without sound) ->
+    # {what: tokens} gives (None: the image or video tokens alone). A video with sound declares its audio there:
+    # {"video": v, "audio": a} split apart (LTX-2), or {"video and audio": v + a} packed in one sequence; the
+    # checks follow the declaration, with no code of its own (controller/cp_sizes.py).
     text_tokens: int = 512
-    cp_tokens: Callable[[int, int], Mapping[str, int]] | None = None
+    cp_tokens: Callable[[int, int, int], Mapping[str, int]] | None = None
     # The transformer argument whose first dimension is the one sequence diffusers' plan splits, where the
     # transformer packs its inputs into one: MiniMax H3 packs the prompt's, the images', the sound's and the video's
     # rows, described by "position_ids" [rows, 3]. Its length follows the prompt, so the worker checks that it
@@ -275,6 +287,20 @@ class Configs:
 
 
 @dataclass(frozen=True)
+class Pair:
+    """Two denoisers of one shape that always run together, each from a file of its own (Ideogram 4's conditional
+    and unconditional transformers, as ComfyUI's template loads them with two UNETLoaders): the first in the
+    loader's diffusion_model, the second in diffusion_model_2. Their keys are the same, so which is which is told
+    where the file names say (`marker`, in the second's name only) and by their bytes (one file twice)."""
+
+    component: str  # the second's pipeline component ("unconditional_transformer")
+    first: str  # what messages call the first ("the conditional transformer")
+    second: str  # ... and the second ("the unconditional transformer")
+    marker: str  # the word only the second's file name carries ("unconditional")
+    hint: str  # the second's file as the templates name it ("ideogram4_unconditional_*.safetensors")
+
+
+@dataclass(frozen=True)
 class ModelFamily:
     """One family: its pipelines, and what its artists' files (ComfyUI's folders) hold and how they load."""
 
@@ -315,6 +341,7 @@ class ModelFamily:
     # model makes, by the folder of the configs the first file has alone (what configs_for says); the second
     # becomes `<denoiser>_2`. A configs that maps to itself is only ever a pair. Empty: one denoiser each
     experts: Mapping[str, Configs] = field(default_factory=dict)
+    pair: Pair | None = None  # its two denoisers that always run together (Ideogram 4), from two files
     # (denoiser sizes, file name, configs, the loader's flux_kontext choice) -> (config overrides by component,
     # "" for model_index: its _class_name where the files make another pipeline; notes)
     variant: Callable[[dict, str, Configs, str], tuple[dict[str, dict], tuple[str, ...]]] | None = None

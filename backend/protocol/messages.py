@@ -99,6 +99,12 @@ class Step:
     rank: int = 0
 
 
+def steps_per_image(req: SampleRequest) -> int:
+    """The denoising steps each image (video) of `req` takes, as Step messages count them: with LTX-2's two-stage
+    upscale (upscale_model) stage 1's steps, then one per stage-2 sigma."""
+    return req.steps + (len(req.upscale_sigmas) if req.upscale_model else 0)
+
+
 @dataclass(frozen=True)
 class Heartbeat:
     """A busy rank is alive (sent every HEARTBEAT_S while it serves a request)."""

@@ -25,7 +25,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..protocol.errors import CompileError
@@ -58,9 +58,14 @@ class Shape:
     # the prompt reaches the denoiser at its own length, unpadded (Qwen-Image 2.1, where padding would move the
     # image's rotary positions; its edits, whose references are encoded with the prompt): each new length compiles
     follows_prompt: bool = False
+    # a video the loaded text-to-video pipeline makes through another one (LTX-2's start image and image + audio,
+    # whose denoiser sees a timestep per token), or in two stages (LTX-2's upscale: a half-size graph too): a
+    # graph the text-to-video warm-up does not build, compiled once and announced ("": none of these)
+    task: str = ""
 
     def label(self) -> str:
         extra = (", CFG" if self.cfg else "") + (f", prompt ≤ {self.text} tokens" if self.variable_text else "")
+        extra += f", {self.task}" if self.task else ""
         extra += f", ControlNet {self.control}" if self.control else ""
         extra += f", negative prompt ≤ {self.negative_text} tokens" if self.negative_text else ""
         extra += ", prompt at its own length" if self.follows_prompt else ""
@@ -259,14 +264,19 @@ class Compiler:
 
     # ---- around one pipeline call
     @contextlib.contextmanager
-    def sampling(self, pipe: Any, spec: PipelineSpec, kwargs: dict) -> Iterator[Call]:
-        """Wraps one pipeline call: fixes shapes (text length, optional snapping), announces a first compile,
-        then counts it (or the hit) from dynamo's counters. Edits `kwargs` in place."""
+    def sampling(self, pipe: Any, spec: PipelineSpec, kwargs: dict, two_stages: bool = False) -> Iterator[Call]:
+        """Wraps one pipeline call (`two_stages`: LTX-2's upscale, two calls of `pipe`): fixes shapes (text length,
+        optional snapping), announces a first compile, then counts it (or the hit) from dynamo's counters. Edits
+        `kwargs` in place."""
         if self.plan is None:
             yield Call()
             return
         self._snap(kwargs)
         shape = self._fix_shapes(pipe, spec, kwargs)
+        via = {spec.family.start_image_via: "start image", spec.family.audio_via: "image + audio"}
+        task = ", ".join(t for t in (via.get(type(pipe).__name__, "") if spec.family.frame_step else "",
+                                     "two stages" if two_stages else "") if t)
+        shape = replace(shape, task=task)
         new = shape not in self.seen
         key = f"{self._component} {shape.label()}"
         entry = self.shapes.setdefault(key, {"component": self._component, "shape": shape.label(), "compiles": 0,
@@ -274,19 +284,23 @@ class Compiler:
                                              "unexpected_recompiles": 0, "from_disk": False})
         if new:
             self.status(f"compiling {shape.label()} for the first time…")
-        before, started = _dynamo_counts(), time.perf_counter()
+        before, started, ended = _dynamo_counts(), time.perf_counter(), False
         try:
             yield Call(shape.label() if new else None)
+            ended = True
         finally:
             delta = {k: v - before[k] for k, v in _dynamo_counts().items()}
-            self._record(shape, new, entry, delta, time.perf_counter() - started)
+            self._record(shape, new, entry, delta, time.perf_counter() - started, ended)
 
-    def _record(self, shape: Shape, new: bool, entry: dict, delta: dict, call_s: float) -> None:
+    def _record(self, shape: Shape, new: bool, entry: dict, delta: dict, call_s: float, ended: bool = True) -> None:
         graphs, seconds = int(delta["graphs"]), round(delta["seconds"], 3)
         t = self.totals
         t["graphs"] += graphs
         t["disk_hits"] += int(delta["disk_hits"])
         t["disk_misses"] += int(delta["disk_misses"])
+        if new and not graphs and ended:  # its graphs were built already (a two-stage call's sizes both warmed up)
+            self.seen.add(shape)
+            new = False
         if new:
             if not graphs:
                 return  # stopped before the denoiser ran: still unseen

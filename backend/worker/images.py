@@ -164,9 +164,11 @@ def add_inputs(pipe: Any, family: Pipeline, kind: str, kwargs: dict, arrays: dic
     if kind == START and "last_image" in arrays:  # the last frame, as it is: the pipeline fits it (MiniMax H3 crops)
         kwargs["last_image"] = pil(arrays["last_image"][index % len(arrays["last_image"])])
     if kind == REFERENCE and "references" in arrays:  # every reference image with every video, in batch order
-        from .modular import image_references
+        from .modular import audio_references, image_references
 
-        kwargs["references"] = image_references(family, [pil(image) for image in arrays["references"]])
+        # then the reference sounds (MiniMax H3: <Audio 1>, ...), as ComfyUI's node orders its sockets
+        kwargs["references"] = (image_references(family, [pil(image) for image in arrays["references"]])
+                                + audio_references(family, arrays.get("reference_audio", ())))
     elif kind == REFERENCE:
         if family.reference_mode == "kontext":
             kwargs["image"] = kontext_reference(pipe, pil(images[index % len(images)]))

@@ -10,15 +10,15 @@ per-component extras (tensor-parallel configs).
 Artists' files (ComfyUI's folders, a `FileSource` in the spec) take the same road: a temporary folder is laid
 out like a diffusers pipeline from the pack's configs (with the sizes the controller read from the files) and
 symlinks to the files that diffusers and transformers read as they are; the files in ComfyUI's own layouts go
-through diffusers' single-file converters (or ComfyUI's key map, where diffusers has none for the file's
-size), and the all-in-one checkpoints of SD3, SDXL and FLUX.1 through the pipeline's single-file loader.
+through diffusers' single-file converters (or ComfyUI's key map, or the family's converter, where diffusers has
+none for the file), the all-in-one checkpoints of SD3, SDXL and FLUX.1 through the pipeline's single-file loader,
+and a modular pipeline's parts to its blocks.
 
 Runs inside a worker process.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 import json
 import os
@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..families import FAMILIES, conversions, text_encoders
+from ..families import FAMILIES, PIPELINES, converters, text_encoders
 from ..protocol import settings
 from ..protocol.spec import CONFIG_FILES, DENOISERS, FileComponent, FileSource, listed_components, read_json
 from ..protocol.units import format_bytes
-from . import quantized
+from . import modular, quantized
+from .storage import keep_float32, load_stored
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
@@ -129,8 +130,6 @@ def _stored(cls: type, folder: Path, name: str, dtype: Any, storage: Any, extra:
     storage, another component, tensor parallel: diffusers reads each rank's slices, pickle weights)."""
     if storage is None or name not in DENOISERS or extra:
         return None
-    from .storage import load_stored
-
     return load_stored(cls, folder, storage, dtype, variant)
 
 
@@ -156,8 +155,7 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
         loaded: dict[str, Any] = {name: None for name in _absent(index)}
         total = len(ours) + (1 if checkpoint else 0)
         for i, (name, cls, part) in enumerate(ours, 1):
-            status(f"loading {Component(name, cls, part.size_bytes, part.path).describe()} · component {i} of "
-                   f"{total}")
+            status(f"loading {Component(name, cls, part.size_bytes, part.path).describe()} · component {i} of {total}")
             try:
                 extra = (extra_kwargs or {}).get(name, {})
                 loaded[name] = ((_symlinked(part) and _stored(cls, root / name, name, dtype, storage, extra))
@@ -177,6 +175,8 @@ def load_files(source: FileSource, dtype: Any, status: Callable[[str], None],
                 _shard_after_load(getattr(pipe, name, None), (extra_kwargs or {}).get(name, {}))
             return pipe
         status("loading tokenizers and scheduler, building the pipeline")
+        if (family := PIPELINES.get(index["_class_name"])) is not None and family.modular is not None:
+            return modular.from_files(root, index, family, loaded)  # the family's blocks, given the parts
         return pipeline_class(index).from_pretrained(str(root), **loaded, dtype=dtype, local_files_only=True,
                                                  use_safetensors=True)
 
@@ -192,8 +192,7 @@ def pipeline_class(index: dict) -> type:
 
 def _left_to_checkpoint(part: FileComponent, checkpoint: FileComponent | None) -> bool:
     """A part of the all-in-one checkpoint that the pipeline's single-file loader reads as it is."""
-    return (checkpoint is not None and part.path == checkpoint.path and part.layout in CHECKPOINT_NATIVE
-            and part.quant == "")
+    return checkpoint is not None and part.path == checkpoint.path and part.layout in CHECKPOINT_NATIVE and not part.quant
 
 
 def _absent(index: dict) -> list[str]:
@@ -373,15 +372,17 @@ def _load_file_component(root: Path, name: str, cls: type, part: FileComponent, 
     if _symlinked(part):  # from_pretrained reads it through the folder (tensor parallel: each rank its slices)
         model = cls.from_pretrained(str(root), subfolder=name, use_safetensors=True, **file_args, **extra)
         return _finish_text_encoder(model, part)
-    if part.quant == "comfy-quant" and (part.layout in HF_LAYOUTS or part.layout not in vae_converters()):
+    if part.quant == "comfy-quant" and (part.layout in HF_LAYOUTS or part.layout not in converters("VAE")):
         return _quantized_component(root, name, cls, part, dtype, extra)
     if part.layout in HF_LAYOUTS or part.layout in RENAMED:  # in a checkpoint, scaled fp8, ComfyUI's names
         config = cls.config_class.from_dict(read_json(root / name / "config.json"))
         model = cls.from_pretrained(None, config=config, state_dict=_state_dict(part, dtype, cls),
                                     use_safetensors=True, **file_args)
         return _finish_text_encoder(model, part)
-    if part.layout in vae_converters():
-        return _converted_vae(root, cls, part, dtype)
+    if part.layout in converters("VAE"):  # converted in float32, then cast
+        import torch
+        sd = {k: v.to(torch.float32) for k, v in _state_dict(part, torch.float32).items()}
+        return _converted(root, name, cls, sd, dtype, converters("VAE")[part.layout])
     if part.quant == "gguf":
         from diffusers import GGUFQuantizationConfig
 
@@ -393,7 +394,9 @@ def _load_file_component(root: Path, name: str, cls: type, part: FileComponent, 
         sd = invert_key_map(sd, part.key_map)
     elif part.layout == "sdxl":  # diffusers' UNet converter looks for the checkpoint prefix
         sd = {f"model.diffusion_model.{k}": v for k, v in sd.items()}
-    model = cls.from_single_file(sd, config=str(root), subfolder=name, **file_args)
+    convert = converters("DENOISER").get(part.layout)  # the family's own, where diffusers has none
+    model = (_converted(root, name, cls, sd, dtype, convert) if convert
+             else cls.from_single_file(sd, config=str(root), subfolder=name, **file_args))
     return _shard_after_load(model, extra)
 
 
@@ -418,6 +421,7 @@ def _quantized_component(root: Path, name: str, cls: type, part: FileComponent, 
         elif base != "." and not set(sd) & set(model.state_dict()):  # ComfyUI's files keep the "model." prefix
             sd = {k[len(base):] if k.startswith(base) else k: v for k, v in sd.items()}
         model.load_state_dict(sd, strict=False, assign=True)
+        model.tie_weights()  # assigning the embeddings untied a tied lm_head (Qwen3-VL-4B's, FLUX 3 reads it)
         missing = [k for k, t in model.state_dict().items() if t.is_meta and not text_encoders.may_lack(part.layout, k)]
         if missing:
             raise ValueError(f"the file lacks {len(missing)} tensors of {cls.__name__} (first: '{missing[0]}')")
@@ -426,7 +430,9 @@ def _quantized_component(root: Path, name: str, cls: type, part: FileComponent, 
         if part.layout == "flux1-comfy-map":
             sd = invert_key_map(sd, part.key_map)
         with quantized.RowSplitMode():
-            model = cls.from_single_file(sd, config=str(root), subfolder=name, dtype=dtype, local_files_only=True)
+            model = (_converted(root, name, cls, sd, dtype, converters("DENOISER")[part.layout])
+                     if part.layout in converters("DENOISER") else
+                     cls.from_single_file(sd, config=str(root), subfolder=name, dtype=dtype, local_files_only=True))
         model = _shard_after_load(model, extra)
     with torch.no_grad():
         quantized.finish(model, extras)
@@ -453,31 +459,23 @@ def _has_key(part: FileComponent, key: str) -> bool:
         return part.prefix + key in set(f.keys())
 
 
-def _converted_vae(root: Path, cls: type, part: FileComponent, dtype: Any) -> Any:
-    """A VAE whose layout diffusers' single-file loader does not map (FLUX.2's, Qwen-Image's and Wan's): the
-    converter of the family that owns the layout (its convert.VAE_CONVERTERS), then a strict load."""
-    import torch
+def _converted(root: Path, name: str, cls: type, sd: dict, dtype: Any, convert: Callable[[dict, dict], dict]) -> Any:
+    """Component `name` from a layout diffusers' single-file loader does not map (FLUX.2's, Qwen-Image's and Wan's
+    VAEs, Ideogram 4's transformer): `convert`, the converter of the family that owns the layout, then a strict
+    load into the class built from the folder's config (computed buffers real), cast as from_single_file casts."""
+    from accelerate import init_empty_weights
 
-    sd = {k: v.to(torch.float32) for k, v in _state_dict(part, torch.float32).items()}
-    config = cls.load_config(str(root), subfolder="vae")
-    converted = vae_converters()[part.layout](sd, config)
-    with torch.device("meta"):
+    config = cls.load_config(str(root), subfolder=name)
+    with init_empty_weights(include_buffers=False):
         model = cls.from_config(config)
-    model.load_state_dict(converted, strict=True, assign=True)
+    model.load_state_dict(convert(sd, config), strict=True, assign=True)
     return model.to(dtype).eval()
 
 
-@functools.cache
-def vae_converters() -> dict[str, Callable[[dict, dict], dict]]:
-    """Every family's VAE converters by loader layout ("wan22-vae": Wan's convert.py)."""
-    return {layout: fn for f in FAMILIES.values() for layout, fn in
-            getattr(conversions(f.id), "VAE_CONVERTERS", {}).items()}
-
-
 def _shard_after_load(model: Any, extra: dict) -> Any:
-    """Tensor parallelism for a transformer read whole (through a converter): each rank shards its copy."""
+    """A converter's model with its float32 modules as from_pretrained keeps them; TP: each rank shards its copy."""
     config = extra.get("parallel_config")
-    if model is not None and config is not None:
+    if keep_float32(model) is not None and config is not None:
         # from_single_file records the whole model on the CPU as a device map ({"": cpu}); nothing was placed by
         # accelerate (no hooks), but enable_parallelism refuses any device map
         if set(map(str, (getattr(model, "hf_device_map", None) or {"": "cpu"}).values())) == {"cpu"}:

@@ -3,7 +3,8 @@
 A family declares one with `Pipeline.modular` (backend/families/base.py: its blocks class, index file, workflow,
 the sub-blocks it leaves out, the state values it returns, whether guidance lives in a guider). This module is all
 that differs for the worker: how such a folder loads (the declared blocks made into a pipeline from the folder's
-modular_model_index.json, each weighted component announced as it loads), which arguments the call takes (the
+modular_model_index.json, each weighted component announced as it loads) and how artists' files become one (the
+components loading.load_files read from them, handed to the same blocks), which arguments the call takes (the
 blocks' inputs, not a `__call__` signature), and how its outputs read (`state.values`, turned into the
 `.images` / `.frames` / `.audio` that the rest of the worker reads of a DiffusionPipeline's output).
 
@@ -52,14 +53,41 @@ def load(model_path: str, family: Pipeline, dtype: Any, status: Callable[[str], 
 
         return load_files(source, family, dtype, status, extra)
     modular = _declared(family)
+    pipe = _blocks(modular).init_pipeline(model_path)
+    _EXTRA[pipe] = extra or {}
+    _load(pipe, model_path, family, _components(pipe, modular.workflow if modular.tasks else ""), dtype, status)
+    return pipe
+
+
+def _blocks(modular: Any) -> Any:
+    """The family's blocks: its workflow of them (unless its tasks pick one per call), without those it leaves out."""
     blocks = getattr(importlib.import_module("diffusers.modular_pipelines"), modular.blocks)()
     if modular.workflow and not modular.tasks:
         blocks = blocks.get_workflow(modular.workflow)
     for name in modular.without:
         blocks.sub_blocks.pop(name, None)
-    pipe = blocks.init_pipeline(model_path)
-    _EXTRA[pipe] = extra or {}
-    _load(pipe, model_path, family, _components(pipe, modular.workflow if modular.tasks else ""), dtype, status)
+    return blocks
+
+
+def own_files(source: Any) -> bool:
+    """Whether artists' files (a FileSource) make a modular pipeline from a configs folder that is itself modular
+    (modular_model_index.json: MiniMax H3, worker/modular_files.py: `load` with `source`), rather than from a
+    model_index.json naming the modular class (FLUX 3: worker/loading.py's load_files, then `from_files`)."""
+    return source is not None and not (source.config_dir / "model_index.json").is_file()
+
+
+def from_files(root: Path, index: dict, family: Pipeline, loaded: dict[str, Any]) -> Any:
+    """The modular pipeline that artists' files make (loading.load_files): the family's blocks made into a pipeline
+    without a folder index, given the weighted components read from the files (`loaded`), and the light ones the
+    pack's index lists (a tokenizer or processor: ComfyUI's vocabulary with the pack's settings) read by their class
+    from the laid-out folder `root`. The from_config parts (scheduler, image processor, guider) are the blocks'
+    own, as for a diffusers folder, whose index lists none of them."""
+    pipe = _blocks(_declared(family)).init_pipeline()
+    light = {}
+    for name, (library, class_name) in listed_components(index).items():
+        if name not in loaded:
+            light[name] = getattr(importlib.import_module(library), class_name).from_pretrained(str(root / name))
+    pipe.update_components(**{k: v for k, v in loaded.items() if v is not None}, **light)
     return pipe
 
 
@@ -129,6 +157,15 @@ def image_references(family: Pipeline, pictures: list) -> list:
     where, _, name = f"diffusers.modular_pipelines.{_declared(family).image_reference}".rpartition(".")
     wrap = getattr(importlib.import_module(where), name)
     return [wrap(picture) for picture in pictures]
+
+
+def audio_references(family: Pipeline, waves: Any) -> list:
+    """Waveforms [C, S] at the audio VAE's rate (the controller resampled them) as the blocks' reference sounds."""
+    if not len(waves):
+        return []
+    where, _, name = f"diffusers.modular_pipelines.{_declared(family).audio_reference}".rpartition(".")
+    wrap = getattr(importlib.import_module(where), name)
+    return [wrap(audio=torch.from_numpy(wave.copy())) for wave in waves]
 
 
 def call(pipe: Any, family: Pipeline, kwargs: dict) -> Any:

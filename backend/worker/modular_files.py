@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from .. import families
 from ..families import FAMILIES, Pipeline, conversions
 from ..families.text_encoders import TOKENIZER_LAYOUTS
 from ..protocol.spec import FileComponent, FileSource
@@ -76,7 +77,7 @@ def load_files(source: FileSource, family: Pipeline, dtype: Any, status: Callabl
 
 def _component(root: Path, name: str, cls: type, part: FileComponent, dtype: Any, extra: dict) -> Any:
     """One weighted component from its file (see the module's docstring)."""
-    converters = loading.vae_converters()
+    converters = families.converters("VAE")
     if part.layout in converters:
         sd = {k: v.to(torch.float32) for k, v in loading._state_dict(part, torch.float32).items()}
         config = dict(cls.load_config(str(root), subfolder=name))

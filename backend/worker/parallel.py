@@ -147,7 +147,7 @@ def load_kwargs(spec: PipelineSpec, kind: str) -> dict[str, dict] | None:
     """
     if spec.tp_degree == 1 and spec.cp_degree == 1:
         return None
-    from diffusers import ContextParallelConfig, ParallelConfig, TensorParallelConfig
+    from diffusers import ParallelConfig, TensorParallelConfig
 
     if kind in ("cpu", "tpu"):
         patch_diffusers_parallel_device(kind)
@@ -162,8 +162,11 @@ def load_kwargs(spec: PipelineSpec, kind: str) -> dict[str, dict] | None:
         # experts of a pair (Wan 2.2 A14B's transformer_2) get the same layout, each its own config (diffusers
         # sets a config up on the model it is given), and MiniMax H3's ref2va partition (transformer_ref); a
         # pipeline without one never reads its entry.
-        return {name: {"parallel_config": ParallelConfig(context_parallel_config=ContextParallelConfig(
-            **degrees, mesh=mesh))} for name in ("transformer", "transformer_2", "transformer_ref")}
+        # The family's plan where it declares one in place of diffusers' (`planned_cp_config`).
+        _patch_ulysses_mask_heads()
+        make = planned_cp_config(spec)
+        return {name: {"parallel_config": ParallelConfig(context_parallel_config=make(**degrees, mesh=mesh))}
+                for name in ("transformer", "transformer_2", "transformer_ref")}
     extra = {"transformer": {"parallel_config": TensorParallelConfig(tp_degree=spec.tp_degree, mesh=mesh["tp"])}}
     if spec.sharded_encoders:
         from transformers.distributed import DistributedConfig
@@ -171,6 +174,74 @@ def load_kwargs(spec: PipelineSpec, kind: str) -> dict[str, dict] | None:
         for name in spec.sharded_encoders:
             extra[name] = {"distributed_config": DistributedConfig(tp_size=spec.tp_degree)}
     return extra
+
+
+def planned_cp_config(spec: PipelineSpec) -> Callable[..., Any]:
+    """diffusers' ContextParallelConfig, made to carry the plans the family declares in place of diffusers' own
+    `_cp_plan` (Pipeline.cp_plan_module: that module's PLANS, by denoiser class; LTX-2's does not fit its rotary
+    embeddings). This is the one place a family's plan is applied: diffusers' enable_parallelism, which every
+    context-parallel load reaches (from_pretrained's parallel_config, a converted or modular denoiser), takes
+    the plan for the model's class and config (`_use_family_plans`). A family without one keeps diffusers'."""
+    from diffusers import ContextParallelConfig
+
+    module = spec.family.cp_plan_module
+    if not module:
+        return ContextParallelConfig
+    from .. import families
+
+    plans = families.module(spec.family.family, module).PLANS
+    _use_family_plans()
+
+    def config(**kwargs: Any) -> Any:
+        made = ContextParallelConfig(**kwargs)
+        made.family_plans = plans  # read by _use_family_plans; diffusers reads its own fields only
+        return made
+
+    return config
+
+
+def _use_family_plans() -> None:
+    """diffusers' enable_parallelism given the family's plan for this model (`planned_cp_config`) where the
+    context-parallel config carries one and the caller passed none; idempotent."""
+    from diffusers.models.modeling_utils import ModelMixin
+
+    original = ModelMixin.enable_parallelism
+    if getattr(original, "_family_plans", False):
+        return
+
+    def enable_parallelism(self, *, config, cp_plan=None):
+        cp = getattr(config, "context_parallel_config", config)
+        make = getattr(cp, "family_plans", {}).get(type(self).__name__)
+        if cp_plan is None and make is not None:
+            cp_plan = make(self.config)
+        return original(self, config=config, cp_plan=cp_plan)
+
+    enable_parallelism._family_plans = True
+    ModelMixin.enable_parallelism = enable_parallelism
+
+
+def _patch_ulysses_mask_heads() -> None:
+    """diffusers 0.42.1's Ulysses attention gives each rank 1/n of the heads but keeps a per-head attention mask
+    ([batch, heads, queries, keys]: LTX-2's prompt mask, repeated over the heads by its attention processor) at
+    all the heads, which the attention op then cannot broadcast. The mask is cut to this rank's heads, the ones
+    its all-to-all brings it (a mask of one head, or none, is left as it is); idempotent."""
+    import diffusers.models.attention_dispatch as dispatch
+
+    ulysses = dispatch.TemplatedUlyssesAttention
+    original = ulysses.forward
+    if getattr(original, "_mask_heads", False):
+        return
+
+    def forward(ctx, query, key, value, attn_mask, *args):
+        heads = query.shape[2]
+        if attn_mask is not None and attn_mask.ndim == 4 and attn_mask.shape[1] == heads > 1:
+            cp = args[-1].context_parallel_config  # _parallel_config, the last argument
+            local = heads // cp.ulysses_degree
+            attn_mask = attn_mask[:, cp._ulysses_local_rank * local:(cp._ulysses_local_rank + 1) * local]
+        return original(ctx, query, key, value, attn_mask, *args)
+
+    forward._mask_heads = True
+    ulysses.forward = staticmethod(forward)
 
 
 def pad_tokens(embeds: Any, mask: Any, length: int) -> tuple[Any, Any]:

@@ -203,10 +203,10 @@ class Runtime:
             quantized_file = spec.source is not None and spec.source.quantized() is not None
             if (stored is not None or quantized_file) and self.kind == "cpu":  # both allocate weights per call
                 storage.return_freed_blocks()
-            if spec.family.modular is not None:
-                pipe = modular.load(spec.model_path, spec.family, _DTYPES[dtype_name], self.status, extra, spec.source)
-            elif spec.source is not None:
+            if spec.source is not None and not modular.own_files(spec.source):  # artists' files (FLUX 3's too)
                 pipe = loading.load_files(spec.source, _DTYPES[dtype_name], self.status, extra, stored)
+            elif spec.family.modular is not None:  # a folder, or files of a modular configs folder (MiniMax H3)
+                pipe = modular.load(spec.model_path, spec.family, _DTYPES[dtype_name], self.status, extra, spec.source)
             else:
                 pipe = loading.load_pipeline(spec.model_path, _DTYPES[dtype_name], self.status, extra, spec.variant,
                                              stored)
@@ -314,14 +314,15 @@ class Runtime:
                   self.step_cache.call(pipe, spec, req.steps, self.pass_peers), parallel.even_text(pipe, spec),
                   contextlib.ExitStack() as sampling):
                 self.redux.add_inputs(prior, spec, kwargs, arrays)  # before the compiler reads the text length
-                call = sampling.enter_context(self.compiler.sampling(pipe, spec, kwargs))
+                call = sampling.enter_context(self.compiler.sampling(pipe, spec, kwargs, bool(req.upscale_model)))
                 sampling.enter_context(controlnets.seeded(spec, everything[group[0]][1]))
                 sampling.enter_context(rng.cpu_draws(self.kind, everything[group[0]][1]))
                 controlnets.add_inputs(spec, kind, kwargs, arrays, group[0])
                 images.add_inputs(pipe, spec.family, kind, kwargs, arrays, group[0], req)
                 sound.add_inputs(pipe, spec.family, kind, kwargs, arrays, group[0], sampling)
-                self._on_steps(pipe, kwargs, call, done=done * req.steps, total=len(indices) * req.steps,
-                               report=layout.leader, per_step=len(group), steps=req.steps,
+                each = messages.steps_per_image(req)  # both stages' with upscale_model (two_stage.call)
+                self._on_steps(pipe, kwargs, call, done=done * each, total=len(indices) * each,
+                               report=layout.leader, per_step=len(group), steps=each,
                                then=images.decode_note(spec, req) if decode else "")
                 result, taken = None, []
                 with contextlib.ExitStack() as latent_io:

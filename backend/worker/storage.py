@@ -38,6 +38,18 @@ def skip_patterns(module: torch.nn.Module) -> tuple[str, ...]:
     return tuple(sorted({p for p in found if p != "norm"}))
 
 
+def keep_float32(model: Any) -> Any:
+    """`model` (a module, or None) with the parameters of the modules its class keeps in float32
+    (`_keep_in_fp32_modules`: FLUX 3's QK norms) in float32, as diffusers' from_pretrained keeps them in any compute
+    dtype; its from_single_file (0.42.1) keeps them only in float16, so a converted file would run them in bfloat16
+    where the diffusers folder runs them in float32. Quantized and GGUF tensors are left as they are."""
+    keep32 = set(getattr(model, "_keep_in_fp32_modules", None) or ())
+    for name, param in model.named_parameters() if keep32 else ():
+        if keep32 & set(name.split(".")) and type(param.data) is torch.Tensor and param.is_floating_point():
+            param.data = param.data.to(torch.float32)
+    return model
+
+
 def cast_layerwise(module: torch.nn.Module, storage: torch.dtype, compute: torch.dtype) -> None:
     """diffusers' layerwise casting of `module` with the pack's skip patterns (what every fp8 denoiser gets)."""
     from diffusers.hooks import apply_layerwise_casting

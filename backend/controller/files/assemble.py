@@ -111,7 +111,9 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
     texts = _text_encoders(family, chosen)
     second = chosen.get("diffusion_model_2")
     configs = family.published(denoiser.shapes, frozenset(texts))
-    if second:
+    if family.pair and main.input == "diffusion_model":  # its two transformers, from two files
+        experts.check_pair(family, main.path, second and second.path, second and second.contents, denoiser.shapes)
+    elif second:
         configs = _experts(family, main, second, configs)
     elif family.experts.get(configs.folder) is configs:
         raise ModelError(f"diffusion_model_2: '{main.path.name}' is one of the two experts of {configs.name}, which "
@@ -134,7 +136,7 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
     _check_fit(draft)
     _add_denoiser(draft, main, family.denoiser)
     if second:
-        _add_denoiser(draft, second, f"{family.denoiser}_2")
+        _add_denoiser(draft, second, family.pair.component if family.pair else f"{family.denoiser}_2")
     _add_vae(draft)
     _add_audio_vae(draft, chosen.get("audio_vae"))
     for slot in configs.text_encoders:
@@ -152,7 +154,8 @@ def _experts(family: ModelFamily, main: _Chosen, second: _Chosen, alone: Configs
     name = f"diffusion_model_2: '{second.path.name}'"
     if not family.experts or main.input != "diffusion_model":
         raise ModelError(f"{name} was chosen as a second diffusion model, which only Wan 2.2 A14B's two experts "
-                         f"use; {family.name} has one ('{main.path.name}'). Set diffusion_model_2 to '{NONE}'.")
+                         f"and Ideogram 4's two transformers use; {family.name} has one ('{main.path.name}'). Set "
+                         f"diffusion_model_2 to '{NONE}'.")
     part = second.contents.denoiser
     if part is None or part.kind != family.id:
         raise ModelError(_not_a(second, f"{family.name} diffusion model",
@@ -349,8 +352,7 @@ def _add_vae(p: _Draft) -> None:
 
 
 def _add_audio_vae(p: _Draft, c: _Chosen | None) -> None:
-    """The sound's VAE (`audio_vae`) of a family that makes sound from files (ModelFamily.audio_vae: MiniMax H3's
-    audio VAE), checked against the denoiser's sound channels; refused for a family that has none."""
+    """The sound's VAE (ModelFamily.audio_vae: MiniMax H3's), fitting the denoiser's sound; refused where none is."""
     model = f"{p.family.name} ('{p.main.path.name}')"
     if not p.family.audio_vae:
         if c is not None:
@@ -364,8 +366,7 @@ def _add_audio_vae(p: _Draft, c: _Chosen | None) -> None:
     vae = c.contents.vae
     if vae is None or vae.kind != kind:
         raise ModelError(_not_a(c, "audio VAE", f"{p.family.name}'s audio VAE ({wanted})"))
-    channels = p.overrides.get(p.family.denoiser, {}).get("audio_in_channels")
-    if vae.width != channels:
+    if vae.width != (channels := p.overrides.get(p.family.denoiser, {}).get("audio_in_channels")):
         raise ModelError(f"audio_vae: '{c.path.name}' is an audio VAE with {vae.width} latent channels; {model} "
                          f"reads {channels}. Choose its audio VAE ({wanted}).")
     _unsupported_quant(c)

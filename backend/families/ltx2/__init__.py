@@ -13,9 +13,11 @@ image + audio to video (Sample Video's AUDIO, kept as the sound) runs LTX2Condit
 Sample Video's audio_guidance (LTX-2.5's dual CFG guider) sets audio_guidance_scale apart; its upscale_model runs
 the templates' two stages (two_stage.py). LTX-2.5's Gemma 4 text encoder loads in the same pipeline.
 
-Context Parallel is refused (CP_REFUSED): diffusers ships a plan, which does not fit LTX-2's per-head rotary
-embeddings (and would leave the audio tokens whole on every rank). CFG Parallel splits the doubled batch (both
-predictions, video and audio, are gathered); Data Parallel runs copies. No tensor-parallel plan.
+Context Parallel splits the video's tokens and the sound's by diffusers' plan, corrected in cp.py (diffusers'
+does not fit LTX-2's per-head rotary embeddings and leaves the sound whole on every rank); both counts must split
+evenly (the sound's follows frames / frame_rate), checked before any worker starts; Ulysses only (ring applies
+the split prompt's mask wrongly). CFG Parallel splits the doubled batch (both predictions, video and audio, are
+gathered); Data Parallel runs copies. No tensor-parallel plan.
 
 Artists' files (ltx-2.3-22b-dev-fp8.safetensors: DiT + VAEs + vocoder in one bundle) are recognised and refused
 for now: diffusers has no converter for the connectors and the vocoder, and 0.42.1's DiT converter misses
@@ -33,13 +35,6 @@ from ..base import ModelFamily, Pipeline, Shapes
 # explicitly: the pipeline reads `audio_x or x`, so a 0 would silently take the video's value.
 OFF = (("stg_scale", 0.0), ("modality_scale", 1.0), ("guidance_rescale", 0.0), ("audio_stg_scale", 0.0),
        ("audio_modality_scale", 1.0), ("audio_guidance_rescale", 0.0), ("spatio_temporal_guidance_blocks", None))
-# diffusers 0.42.1's _cp_plan for LTX2VideoTransformer3DModel splits the rotary embeddings as 3-D [batch, tokens,
-# dims] tensors; LTX-2's split rotary embeddings (rope_type "split", as published) are 4-D, per head, so the split
-# attention fails (tested on tiny-ltx2: a shape mismatch in apply_split_rotary_emb); the plan also leaves the audio
-# tokens whole on every rank
-CP_REFUSED = ("diffusers 0.42.1's context-parallel plan for its transformer splits the rotary embeddings as "
-              "[batch, tokens, dims] tensors, and LTX-2's are per head ([batch, heads, tokens, dims]), so the split "
-              "attention fails")
 # TaylorSeer extrapolates both streams: each block's self-attention, cross-attention to the prompt, feed-forward
 # (video and audio), and the attention of each stream to the other (diffusers' default, "^transformer_blocks.*attn",
 # would take only the last two: the others are attn1, attn2, ff)
@@ -48,7 +43,16 @@ TAYLORSEER_MODULES = (r"transformer_blocks\.\d+\.(audio_)?(attn1|attn2|ff)",
 NO_CACHE = ("first block: diffusers' FirstBlockCache finds a model's blocks through its TransformerBlockRegistry, "
             "which has no entry for LTX2VideoTransformerBlock; magcache: diffusers ships magnitude ratios for "
             "FLUX.1 only")
-_VIDEO = dict(cfg_doubles_batch=True, cfg_passes="batch", cp_refused=CP_REFUSED, frame_step=8, sigmas="always",
+
+
+def _cp_tokens(frames: int, video: int, audio: int) -> dict[str, int]:
+    """Context Parallel splits the video's tokens and the sound's (its audio latents) apart (cp.py's plan)."""
+    return {"video": video, "audio": audio}
+
+
+_VIDEO = dict(cfg_doubles_batch=True, cfg_passes="batch", cp_plan=True, cp_plan_module="cp", cp_masked_text=True,
+              text_tokens=1024, cp_tokens=_cp_tokens,
+              frame_step=8, sigmas="always",
               sound=("audio_vae", "vocoder"), sound_rate="vocoder.output_sampling_rate", frame_rate_arg="frame_rate",
               guidance_also=("audio_guidance_scale",), call_args=OFF, check_kind="video with sound",
               step_caches=("taylorseer",), taylorseer_modules=TAYLORSEER_MODULES, no_step_cache=NO_CACHE,

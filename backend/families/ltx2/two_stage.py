@@ -89,13 +89,27 @@ def parse_sigmas(text: str) -> tuple[float, ...]:
     return tuple(values)
 
 
+def continued(callback: Any, offset: int) -> Any:
+    """Stage 2's step callback: the call's own, told step `offset + i` for stage 2's step i, so that the progress
+    counts on after stage 1's steps (`offset`: stage 1's model calls, steps × the scheduler's order)."""
+    if callback is None:
+        return None
+
+    def on_step_end(pipe: Any, step: int, timestep: Any, callback_kwargs: dict) -> Any:
+        return callback(pipe, offset + step, timestep, callback_kwargs)
+
+    return on_step_end
+
+
 def call(pipe: Any, kwargs: dict, path: str, sigmas: tuple[float, ...]) -> Any:
     """Both stages of one pipeline call: `kwargs` as for one stage at the final size (its output_type and step
-    callback kept for stage 2; the callback also sees stage 1's steps, so Cancel works in both)."""
+    callback kept for stage 2; the callback sees stage 1's steps, then stage 2's after them: the progress counts
+    both, and Cancel works in both)."""
     from diffusers.pipelines.ltx2 import LTX2LatentUpsamplePipeline
 
     height, width = kwargs["height"] // 2, kwargs["width"] // 2
     first = pipe(**{**kwargs, "height": height, "width": width, "output_type": "latent"})
+    offset = kwargs["num_inference_steps"] * getattr(pipe.scheduler, "order", 1)
     model = upsampler(path, pipe.transformer.dtype, pipe._execution_device)
     up = LTX2LatentUpsamplePipeline(vae=pipe.vae, latent_upsampler=model)
     up.set_progress_bar_config(disable=True)
@@ -105,6 +119,7 @@ def call(pipe: Any, kwargs: dict, path: str, sigmas: tuple[float, ...]) -> Any:
     pipe.scheduler = type(own).from_config(own.config, use_dynamic_shifting=False, shift_terminal=None)
     try:
         return pipe(**{**kwargs, "latents": video, "audio_latents": first.audio, "sigmas": list(sigmas),
-                       "num_inference_steps": len(sigmas), "noise_scale": sigmas[0]})
+                       "num_inference_steps": len(sigmas), "noise_scale": sigmas[0],
+                       "callback_on_step_end": continued(kwargs.get("callback_on_step_end"), offset)})
     finally:
         pipe.scheduler = own

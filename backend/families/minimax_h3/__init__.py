@@ -58,7 +58,7 @@ NO_STATIC_SHAPES = ("its transformer reads the prompt's rows inside one packed s
                     "would compile again for every prompt length and at every step")
 
 
-def _packed(frames: int, tokens: int) -> dict[str, int]:
+def _packed(frames: int, tokens: int, audio: int) -> dict[str, int]:
     """Nothing the controller can count alone: Context Parallel splits one packed sequence whose length follows
     the prompt (checked in the worker, Pipeline.cp_packed)."""
     return {}
@@ -80,7 +80,10 @@ FAMILY = ModelFamily(
                  modular=Modular("MiniMaxH3Blocks", workflow="t2va", outputs=("videos", "audio"),
                                  components=("text_encoder", "transformer", "vae", "audio_vae"),
                                  tasks=(("start", "fl2va"), ("reference", "ref2va")),
-                                 image_reference="minimax_h3.MiniMaxH3ImageReference", decode="decode"),
+                                 image_reference="minimax_h3.MiniMaxH3ImageReference", decode="decode",
+                                 # diffusers' ref2va: at most 3 reference sounds, cut to the video's length at its
+                                 # 24 fps (MINIMAX_H3_FPS)
+                                 audio_reference="minimax_h3.MiniMaxH3AudioReference", audio_references=3, fps=24.0),
                  compile_refused=NO_STATIC_SHAPES,
                  no_step_cache="diffusers' modular MiniMax H3 blocks call the transformer without the cache "
                                "contexts that diffusers' cache hooks keep their state by"),
