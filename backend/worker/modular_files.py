@@ -7,7 +7,8 @@ components (tokenizer, processor, schedulers) load from it, and each weighted on
 - a denoiser in its family's layout through the family's `load_transformer` (convert.py: MiniMax H3's full and
   pruned files), ComfyUI's quantized layers kept quantized (worker/quantized.py), tensor parallelism or Context
   Parallel set up after, as for any converted denoiser;
-- a VAE through its family's VAE converter (convert.VAE_CONVERTERS), its config completed from the file;
+- a VAE through its family's VAE converter (convert.VAE_CONVERTERS; quantized layers dequantized at load), its
+  config completed from the file;
 - a text encoder as worker/loading.py reads it (ComfyUI's Qwen3-VL names, its quantized layers).
 
 Runs inside a worker process.
