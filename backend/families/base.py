@@ -332,6 +332,9 @@ class ModelFamily:
     single_file: bool = False  # diffusers' pipeline loader reads its all-in-one checkpoints
     files: bool = True  # its artists' files load (False: they are recognised, and refused naming the way that works)
     files_refused: str = ""  # why they do not load (files=False), said in the refusal
+    # its sound's VAE from files (Load TPU Pipeline's audio_vae input): (VAE kind of families/vaes.py, what artists
+    # call the file); (): it makes no sound, or reads none from files
+    audio_vae: tuple[str, str] = ()
     # (denoiser shapes, CLIP-L shapes, CLIP-G shapes) -> None when the CLIP pair fits, else the width it reads
     clip_pair: Callable[[Shapes, Shapes, Shapes], int | None] | None = None
     # (denoiser shapes, text kinds chosen) -> the published model the files are (default: the first configs)
