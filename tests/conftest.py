@@ -104,18 +104,23 @@ def _shared_dir(tmp_path_factory, name: str) -> Path:
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory, request) -> Path:
     """A diffusers models folder holding tiny-flux, tiny-sd3, tiny-sdxl, ... (random weights, built here, once
-    per run: the xdist workers share it).
+    per run: the xdist workers share it). Each family under a lock of its own, each xdist worker starting at its
+    own place in the list, so that on a fresh clone the workers build different families at once.
 
     Then it starts the builder of comfyui_files' folder in the background, for the families that the modules of
     the selected tests that use comfyui_files declare (COMFYUI_FILES = (...)): one builder process for all of
     them (each start imports torch, diffusers and ComfyUI: ~5 s of CPU), and it runs on the second core while
-    the first tests run. It
-    holds the folder's lock until it is done; where another xdist worker's builder holds it, none starts."""
-    from backend.tiny_models import build_all
+    the first tests run. It holds the folder's lock until it is done; where another xdist worker's builder holds
+    it, none starts."""
+    from backend.tiny_models import FAMILIES, MORE, build_all
 
     root = Path(os.environ.get("COMFYUI_TPU_TEST_MODELS") or _shared_dir(tmp_path_factory, "models"))
-    with building(root):
-        build_all(root)
+    names = FAMILIES + MORE
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    start = len(names) * int(worker.removeprefix("gw") or 0) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    for family in names[start:] + names[:start]:
+        with building(root.parent / f".{root.name}-locks" / f"tiny-{family}"):  # the locks beside the folder
+            build_all(root, families=[family])
     modules = dict.fromkeys(getattr(item, "module", None) for item in request.session.items
                             if "comfyui_files" in item.fixturenames)  # not a module's tests that never read them
     families = tuple(dict.fromkeys(f for module in modules for f in getattr(module, "COMFYUI_FILES", ())))
