@@ -11,9 +11,9 @@
 # Chromium), soak. A unit test may not use comfyui_files (tests/conftest.py says so at collection).
 # The tests run on one xdist worker per CPU core (-n auto --dist loadgroup): each module's tests on one worker,
 # the tests of the one shared ComfyUI server and browser together on one (tests/xdist_groups.py); the unit tier
-# too. `-n 0` (or any -n) as an extra argument overrides it. The unit tier on this 2-core machine (309 tests,
-# shared with other jobs): -n 2 26 s warm, 47 s on a fresh clone (tiny models built first); -n 0 27 s of CPU
-# warm, 29 s cold.
+# too. `-n 0` (or any -n) as an extra argument overrides it. The unit tier (309 tests) measured on a 2-core
+# machine while other jobs used about one of its cores: -n 2 35 s (37 s of CPU), 38 s on a fresh clone (41 s of
+# CPU: the tiny models are built first); -n 0 27 s of CPU, 29 s on a fresh clone.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 eval "$(bash scripts/bootstrap.sh)"
