@@ -8,6 +8,7 @@ Several families share a kind (T5-XXL: FLUX.1 and SD3), so kinds live here and a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .base import Shapes, count, head_dim, scaled
 
@@ -121,9 +122,33 @@ def layout(kind: str, s: Shapes, sizes: dict, published: dict) -> str:
         return "openclip"
     if kind == "mistral" and sizes["num_hidden_layers"] < published["num_hidden_layers"]:
         return "hf-no-final-norm"
-    if kind == "qwen3vl":
-        return "qwen3vl-comfy"
+    if kind == "qwen3vl":  # MiniMax H3's (qwen3vl_32b_minimax_h3): 50 of the 64 layers, no final norm, no lm_head
+        return "qwen3vl-comfy" if "model.norm.weight" in s else "qwen3vl-comfy-truncated"
     return "hf"
+
+
+TRUNCATED_LACKS = ("language_model.norm.weight", "lm_head.weight")  # what a cut-short Qwen3-VL file does not hold
+
+
+def may_lack(layout: str, key: str) -> bool:
+    """Whether a text encoder of loader layout `layout` is whole without tensor `key` of its class (a cut-short
+    Qwen3-VL: its final norm and lm_head, which without_final_norm replaces)."""
+    return layout == "qwen3vl-comfy-truncated" and key.endswith(TRUNCATED_LACKS)
+
+
+def without_final_norm(model: Any, layout: str) -> Any:
+    """A text encoder of a file cut short, as ComfyUI runs it: without the final norm (its last hidden state is
+    the last layer's output); a Qwen3-VL also without its lm_head, which nothing reads."""
+    import torch
+
+    if layout == "hf-no-final-norm":
+        model.model.norm = torch.nn.Identity()
+    elif layout == "qwen3vl-comfy-truncated":
+        text = getattr(model, "model", model).language_model  # ForConditionalGeneration's, or the bare model's
+        text.norm = torch.nn.Identity()
+        if hasattr(model, "lm_head"):
+            model.lm_head = torch.nn.Identity()
+    return model
 
 
 def qwen3vl_keys(sd: dict, class_name: str) -> dict:
