@@ -357,7 +357,7 @@ FLUX3 = CASES["flux3-klein-split"][1]
 FLUX3_BASE = CASES["flux3-klein-base-split"][1]
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_flux3_files_make_its_modular_pipelines_with_every_tensor_of_the_folder(files, tmp_path):
     """FLUX 3 [klein]'s files, the transformer through diffusers' converter (BFL's layout), Qwen3-VL-4B renamed to
     Qwen3VLForConditionalGeneration's names, FLUX.2's VAE: the family's modular pipeline (its blocks given the
@@ -402,7 +402,7 @@ def test_flux3_files_make_its_modular_pipelines_with_every_tensor_of_the_folder(
         api.make_file_spec(assemble.FileChoice(**FLUX3), roots(files), offload="model")
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_flux3_int8_convrot_file_stays_quantized_and_equals_comfy_kitchens_dequantized_file(files):
     """flux3-image-klein-base-int8-convrot (its templates' file): every block's attention and feed-forward layers
     kept as comfy-kitchen QuantizedTensors through diffusers' FLUX 3 converter, each equal to the dequantized file's
@@ -434,7 +434,7 @@ def test_flux3_int8_convrot_file_stays_quantized_and_equals_comfy_kitchens_dequa
         assert torch.equal(ours(**args)[0], theirs(**args)[0])
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_flux3_reads_a_quantized_qwen3vl_4b_with_its_tied_lm_head(files, tmp_path):
     """The templates' qwen3vl_4b_int8_convrot for FLUX 3 (Qwen3VLForConditionalGeneration, whose lm_head Qwen3-VL-4B
     ties to the embeddings, which the file does not repeat): quantized by comfy-kitchen (int8 per row: ConvRot's
@@ -469,7 +469,7 @@ def test_flux3_reads_a_quantized_qwen3vl_4b_with_its_tied_lm_head(files, tmp_pat
         assert torch.equal(got, value), key
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_ideogram4_files_load_as_the_folder_both_transformers_through_the_familys_converter(files, tmp_path):
     """Ideogram 4's two files (its template's ideogram4_* and ideogram4_unconditional_*, ComfyUI's layout: fused
     attention.qkv, attention.o) through the family's converter (diffusers 0.42.1 has none), Qwen3-VL-8B renamed to
@@ -500,7 +500,7 @@ def test_ideogram4_files_load_as_the_folder_both_transformers_through_the_family
         ("transformer", "a.safetensors"), ("unconditional_transformer", "b.sft")]
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_quantized_ideogram4_files_stay_quantized_through_the_familys_converter(files, tmp_path):
     """Both of Ideogram 4's tiny transformers in ComfyUI's quantized layout, int8 per row (quantized by
     comfy-kitchen; ConvRot's 256-wide groups: the test below): the fused qkv rows are split still quantized by the
@@ -535,7 +535,7 @@ def test_quantized_ideogram4_files_stay_quantized_through_the_familys_converter(
 
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_ideogram4_scaled_fp8_files_load_within_fp8s_rounding(files):
     """The template's files are ComfyUI's scaled fp8 (ideogram4_fp8_scaled, ideogram4_unconditional_fp8_scaled):
     dequantized with their scales before the family's converter splits the fused qkv, so every weight of both
@@ -563,7 +563,7 @@ def ideogram4_quant(comfyui_files, comfyui_dir, monkeypatch_module):
     return comfyui_files("ideogram4", "ideogram4-quant", folder="comfyui-ideogram4-quant")
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_ideogram4_int8_convrot_files_stay_quantized_and_equal_comfy_kitchens_dequantized_files(ideogram4_quant):
     """ideogram4_int8_convrot and ideogram4_unconditional_int8_convrot (its template's files, on 256-wide tiny
     transformers): every block's matrices kept as comfy-kitchen QuantizedTensors in ConvRot through the family's
@@ -625,7 +625,7 @@ IDEOGRAM4_WRONG = {
 }
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 @pytest.mark.parametrize("case", sorted(IDEOGRAM4_WRONG))
 def test_ideogram4_files_that_do_not_make_its_pipeline_are_named_with_the_fix(files, case):
     choice, words = IDEOGRAM4_WRONG[case]

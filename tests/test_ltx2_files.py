@@ -41,7 +41,7 @@ def _spec(files: Path, **choice) -> api.PipelineSpec:
     return api.make_file_spec(assemble.FileChoice(**choice), _roots(files / "models"))
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_the_checkpoint_and_gemma_make_ltx2_with_the_sizes_of_their_tensors(files, tmp_path):
     """Each part read as its layout says (diffusers' converters for the DiT and both VAEs, the family's renaming
     for the connectors and the vocoder, Gemma in transformers' names with its tokenizer from the file), every size
@@ -82,7 +82,7 @@ def test_the_checkpoint_and_gemma_make_ltx2_with_the_sizes_of_their_tensors(file
     assert {c.name: c.layout for c in renamed.source.components} == {k: v[0] for k, v in layouts.items()}
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_a_checkpoint_without_its_audio_vae_and_a_wrong_text_encoder_are_refused_naming_the_fix(files, tmp_path):
     """Each refused before any worker starts, naming the input, the file and the fix."""
     import torch

@@ -83,7 +83,7 @@ def _from_files(pipe_configs: dict, models, names: dict, transformer: str) -> di
     return out
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 @pytest.mark.parametrize("transformer", ["diffusion_model", "pruned"])
 def test_comfyui_files_make_the_diffusers_folders_video_and_sound(built, files, transformer):
     """t2va with every component read from ComfyUI's files equals the folder's (≤ 1e-4): the full transformer
@@ -104,7 +104,7 @@ def test_comfyui_files_make_the_diffusers_folders_video_and_sound(built, files, 
     assert np.abs(got_audio - audio).max() <= 1e-4
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_a_pruned_files_curve_table_is_what_its_transformer_runs(tiny_models, files):
     """The pruned transformer reads its adaln_t_table (a zeroed table changes its velocity), and equals the
     full file's transformer at timesteps between the table's grid points."""
@@ -166,7 +166,7 @@ def test_load_tpu_pipeline_files_makes_the_reference_video_and_sound(built, file
     assert np.abs(out["audio"] - want_audio).max() <= 1e-4
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_renamed_files_are_told_by_their_headers(files, tmp_path, comfyui_dir, monkeypatch):
     """Each file under a name that says nothing is recognised from its tensors: the transformer (full or pruned)
     as MiniMax H3's, the two VAEs apart, the text encoder as Qwen3-VL; listed in the right dropdowns."""
@@ -193,7 +193,7 @@ def test_renamed_files_are_told_by_their_headers(files, tmp_path, comfyui_dir, m
     assert spec.component_config("transformer")["time_embed_dim"] == 16  # the curve's width
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 @pytest.mark.parametrize(("changes", "message"), [
     ({"audio_vae": None}, r"audio_vae: MiniMax H3 .* none was chosen\. Put minimax_h3_audio_vae_fp32\.safetensors "
                           r"in ComfyUI's models/vae folder and choose it in audio_vae"),
@@ -210,7 +210,7 @@ def test_a_missing_or_misplaced_vae_is_refused_naming_the_fix(files, comfyui_dir
         api.make_file_spec(_choice(names, **changes), _roots(models), "float32", "cpu")
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_reference_images_are_refused_for_files_naming_the_folder_that_takes_them(files, comfyui_dir, monkeypatch):
     """The files give the fl2va transformer; ref2va's is another file the loader does not read: refused before
     any worker starts, naming the way that works."""
@@ -249,7 +249,7 @@ def test_the_templates_quantized_files_equal_themselves_dequantized(built, files
     assert np.abs(got["audio"] - want["audio"]).max() <= 1e-3
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_the_ref2va_file_is_refused_by_its_name(files, tmp_path, comfyui_dir, monkeypatch):
     """The ref2va transformer holds the same tensors as the fl2va one; its name tells it, and it is refused rather
     than run as the other."""

@@ -78,7 +78,7 @@ def load_files(source: FileSource, family: Pipeline, dtype: Any, status: Callabl
 
 def _component(root: Path, name: str, cls: type, part: FileComponent, dtype: Any, extra: dict) -> Any:
     """One weighted component from its file (see the module's docstring)."""
-    converters = families.converters("VAE")
+    converters = families.family_table("VAE_CONVERTERS")
     if part.layout in converters:
         sd = {k: v.to(torch.float32) for k, v in loading._state_dict(part, torch.float32).items()}
         config = dict(cls.load_config(str(root), subfolder=name))
