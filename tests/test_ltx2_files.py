@@ -134,7 +134,7 @@ LTX25_REFUSAL = (
     "models/checkpoints) loads.")
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_ltx25s_split_files_are_refused_naming_them_and_the_way_that_works(files, comfyui_files):
     """LTX-2.5's files as its templates name them (tiny-ltx25's, ComfyUI's layouts, int8 ConvRot by comfy-kitchen):
     its DiT is told from LTX-2.3's by its tensors and refused before any worker starts, whatever else is chosen
