@@ -189,9 +189,9 @@ def videos(ctx: Ctx) -> list[dict]:
     rows.append(_against_plain_row(ctx, MM, mm, {**mm_shape, "guidance": 1.0}, {},
                                    _video_text(mm, mm_shape, "guidance distilled (one pass per step), 24 fps"),
                                    "s/video"))
-    # 22 fps for the layouts: Context Parallel 2 splits the sound's audio latents too (25 a second), odd at 25 fps
-    # for every 8k + 1 frames; at 22 fps 9 frames make 10, 33 make 38 (the pack refuses an odd count)
-    rows += _layouts(ctx, ltx, ltx_shape, {"negative_prompt": NEGATIVE, "frame_rate": 22.0},
+    # the templates' 25 fps for the layouts too: Context Parallel 2 splits the video's tokens; the sound's audio
+    # latents (25 a second: as many as the frames, odd) run whole on every rank
+    rows += _layouts(ctx, ltx, ltx_shape, {"negative_prompt": NEGATIVE, "frame_rate": 25.0},
                      ((LTX_CFG, CFG_TARGET, "cfg", 3.0), (LTX_CP, CP_TARGET, "cp", 1.0)))
     rows += _layouts(ctx, mm, mm_shape, {}, ((MM_CFG, CFG_TARGET, "cfg", 1.0), (MM_CP, CP_TARGET, "cp", 1.0)))
     return rows

@@ -100,6 +100,9 @@ FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/fami
                    "Load CLIP Vision reads), the CLIP vision encoder that reads the start image. Leave '(none)' "
                    "for every other model (Wan 2.2's image-to-video models read the start image through the VAE "
                    "only).",
+    "audio_vae": "Only for a model that makes video with sound from files (MiniMax H3): its audio VAE "
+                 "(minimax_h3_audio_vae_fp32.safetensors, models/vae), which decodes the sound. Leave '(none)' for "
+                 "every other model.",
     "checkpoint": f"An all-in-one checkpoint (models/checkpoints) of {families.single_file_names()} (with or "
                   "without its text encoders). Its parts are used unless chosen above; leave '(none)' when "
                   "using a diffusion model.",
@@ -159,16 +162,18 @@ class LoadTPUPipelineFiles:
                                       FILE_TOOLTIPS["diffusion_model_2"]}),
                 "clip_vision": ([NONE, *files["clip_vision"]], {"default": NONE, "tooltip":
                                 FILE_TOOLTIPS["clip_vision"]}),
+                "audio_vae": ([NONE, *files["vae"]], {"default": NONE, "tooltip": FILE_TOOLTIPS["audio_vae"]}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     @staticmethod
     def _choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
-                flux_kontext="auto", diffusion_model_2=NONE, clip_vision=NONE) -> FileChoice:
+                flux_kontext="auto", diffusion_model_2=NONE, clip_vision=NONE, audio_vae=NONE) -> FileChoice:
         return FileChoice(checkpoint=checkpoint, diffusion_model=diffusion_model,
                           text_encoders=(text_encoder_1, text_encoder_2, text_encoder_3), vae=vae,
-                          flux_kontext=flux_kontext, diffusion_model_2=diffusion_model_2, clip_vision=clip_vision)
+                          flux_kontext=flux_kontext, diffusion_model_2=diffusion_model_2, clip_vision=clip_vision,
+                          audio_vae=audio_vae)
 
     @classmethod
     def VALIDATE_INPUTS(cls, device="auto"):
@@ -182,9 +187,10 @@ class LoadTPUPipelineFiles:
         return True
 
     def describe(self, diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint, dtype,
-                 device, offload, flux_kontext="auto", diffusion_model_2=NONE, clip_vision=NONE, unique_id=None):
+                 device, offload, flux_kontext="auto", diffusion_model_2=NONE, clip_vision=NONE, audio_vae=NONE,
+                 unique_id=None):
         choice = self._choice(diffusion_model, text_encoder_1, text_encoder_2, text_encoder_3, vae, checkpoint,
-                              flux_kontext, diffusion_model_2, clip_vision)
+                              flux_kontext, diffusion_model_2, clip_vision, audio_vae)
         spec = api.make_file_spec(choice, comfy_bridge.file_roots(), dtype, device, offload)
         comfy_bridge.send_text(unique_id, api.describe_files(spec))
         return (spec,)

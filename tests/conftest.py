@@ -35,27 +35,33 @@ COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 TPU_VENV = os.environ.get("TPU_VENV")
 
 # The test tiers, as registered in pyproject.toml; `pytest -m unit` is the daily loop, plain `pytest` runs all.
-TIERS = {"unit", "workers", "server", "frontend", "soak"}
+TIERS = {"unit", "pipelines", "workers", "server", "frontend", "soak"}
+# what the unit tier may not use: comfyui_files builds ComfyUI's files of every family it is given (a minute of
+# CPU on a fresh clone), so its tests are of the pipelines tier
+NOT_UNIT = {"comfyui_files"}
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: absent with -p no:xdist
 def pytest_xdist_auto_num_workers(config) -> int:
-    """`-n auto` (scripts/test.sh): one xdist worker per CPU core, the unit tier included (measured with 368 unit
-    tests on this 2-core machine: 89 s in one process, 55 s on two workers)."""
+    """`-n auto` (scripts/test.sh): one xdist worker per CPU core, the unit tier included (its 309 tests: 27 s of
+    CPU in one process, 37 s on two workers, each of which imports torch and diffusers: about 19 s a core)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
-    """Every test carries exactly one tier marker, so that `-m` selects each test into exactly one tier.
+    """Every test carries exactly one tier marker, so that `-m` selects each test into exactly one tier, and no
+    unit test uses comfyui_files (NOT_UNIT), so that the daily loop stays under a minute on a fresh clone.
 
-    In a run of unit tests only (the daily loop), those that read comfyui_files' files go last: the main
+    In a run of in-process tests only (unit, pipelines), those that read comfyui_files' files go last: the main
     process then never waits for their background builder (tiny_models), which runs on the other core."""
     wrong = []
     for item in items:
         tiers = sorted(TIERS & {m.name for m in item.iter_markers()})
         if len(tiers) != 1:
             wrong.append(f"{item.nodeid}: {', '.join(tiers) or 'no tier'}")
+        elif tiers == ["unit"] and (uses := sorted(NOT_UNIT & set(item.fixturenames))):
+            wrong.append(f"{item.nodeid}: unit, but uses {', '.join(uses)}: mark it pipelines")
     if wrong:
         raise pytest.UsageError(
             f"each test needs exactly one of the markers {', '.join(sorted(TIERS))} (pytestmark = "
@@ -63,7 +69,7 @@ def pytest_collection_modifyitems(config, items):
         )
     result = yield  # `-m` deselects here
     xdist_groups.write_units(config, items)  # on an xdist worker: which tests run together
-    if items and all(item.get_closest_marker("unit") for item in items):
+    if items and all(item.get_closest_marker("unit") or item.get_closest_marker("pipelines") for item in items):
         items.sort(key=lambda item: "comfyui_files" in item.fixturenames)  # stable: each group keeps its order
     return result
 
@@ -98,18 +104,25 @@ def _shared_dir(tmp_path_factory, name: str) -> Path:
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory, request) -> Path:
     """A diffusers models folder holding tiny-flux, tiny-sd3, tiny-sdxl, ... (random weights, built here, once
-    per run: the xdist workers share it).
+    per run: the xdist workers share it). Each family under a lock of its own, each xdist worker starting at its
+    own place in the list, so that on a fresh clone the workers build different families at once.
 
-    Then it starts the builder of comfyui_files' folder in the background, for the families that the selected
-    tests' modules declare (COMFYUI_FILES = (...)): one builder process for all of them (each start imports
-    torch, diffusers and ComfyUI: ~5 s of CPU), and it runs on the second core while the first tests run. It
-    holds the folder's lock until it is done; where another xdist worker's builder holds it, none starts."""
-    from backend.tiny_models import build_all
+    Then it starts the builder of comfyui_files' folder in the background, for the families that the modules of
+    the selected tests that use comfyui_files declare (COMFYUI_FILES = (...)): one builder process for all of
+    them (each start imports torch, diffusers and ComfyUI: ~5 s of CPU), and it runs on the second core while
+    the first tests run. It holds the folder's lock until it is done; where another xdist worker's builder holds
+    it, none starts."""
+    from backend.tiny_models import FAMILIES, MORE, build_all
 
     root = Path(os.environ.get("COMFYUI_TPU_TEST_MODELS") or _shared_dir(tmp_path_factory, "models"))
-    with building(root):
-        build_all(root)
-    modules = dict.fromkeys(getattr(item, "module", None) for item in request.session.items)
+    names = FAMILIES + MORE
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    start = len(names) * int(worker.removeprefix("gw") or 0) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    for family in names[start:] + names[:start]:
+        with building(root.parent / f".{root.name}-locks" / f"tiny-{family}"):  # the locks beside the folder
+            build_all(root, families=[family])
+    modules = dict.fromkeys(getattr(item, "module", None) for item in request.session.items
+                            if "comfyui_files" in item.fixturenames)  # not a module's tests that never read them
     families = tuple(dict.fromkeys(f for module in modules for f in getattr(module, "COMFYUI_FILES", ())))
     out = _files_folder(root)
     if COMFYUI_DIR and families and not file_fixtures.built(out, families):

@@ -31,10 +31,10 @@ import sys
 from pathlib import Path
 
 # "flux1-3072" (1 GB), "flux1-vae" (170 MB), "flux1tools" and "flux1redux" (the FLUX.1 tools, issue 26) and
-# "zimage-quant" (ComfyUI's quantized files, issue 33) only when asked
+# "zimage-quant" (ComfyUI's quantized files, issue 33) and "ltx25" (LTX-2.5's split files) only when asked
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan", "krea2", "qwenimage21",
-            "flux3", "ideogram4", "ltx2")
-VERSION = "14"  # bump to rebuild cached fixtures after changing this file
+            "flux3", "ideogram4", "ltx2", "minimax_h3")
+VERSION = "15"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
 FILES = {
@@ -101,6 +101,20 @@ FILES = {
     # VAE files it reads), beside the same file dequantized by comfy-kitchen
     "krea2-quant": {"int8_convrot": "krea2_turbo-tiny_int8_convrot.safetensors",
                     "int8_convrot_dequantized": "krea2_turbo-tiny_int8_convrot-dequantized.safetensors"},
+    # MiniMax H3 (issue 37) as its templates name the files: the fl2va transformer full and pruned (ComfyUI's curve
+    # form), Qwen3-VL, both VAEs; and the diffusers folder they were written from (ref-minimax-h3)
+    # as the templates' quantized ones (comfy-kitchen's quantize: the pruned transformer's and the VAE decoder's
+    # Linear layers int8 ConvRot, Qwen3-VL's nvfp4 with AWQ smoothing), each beside itself dequantized
+    "minimax_h3": {"diffusion_model": "minimax_h3_fl2va-tiny_bf16.safetensors",
+                   "pruned": "minimax_h3_fl2va_pruned-tiny.safetensors",
+                   "qwen3vl": "qwen3vl_32b_minimax_h3-tiny.safetensors",
+                   "vae": "minimax_h3_video_vae-tiny.safetensors", "audio_vae": "minimax_h3_audio_vae-tiny_fp32.safetensors",
+                   "int8": "minimax_h3_fl2va_pruned-tiny_int8_convrot.safetensors",
+                   "int8_dequantized": "minimax_h3_fl2va_pruned-tiny_int8_convrot-dequantized.safetensors",
+                   "vae_int8": "minimax_h3_video_vae-tiny_int8_convrot.safetensors",
+                   "vae_int8_dequantized": "minimax_h3_video_vae-tiny_int8_convrot-dequantized.safetensors",
+                   "qwen3vl_nvfp4": "qwen3vl_32b_minimax_h3-tiny_nvfp4_awq.safetensors",
+                   "qwen3vl_nvfp4_dequantized": "qwen3vl_32b_minimax_h3-tiny_nvfp4_awq-dequantized.safetensors"},
     "qwenimage21": {"diffusion_model": "qwen_image_2.1-tiny.safetensors", "qwen3vl": "qwen3vl_8b-tiny.safetensors",
                     "vae": "qwen_image_2.1_vae-tiny.safetensors"},
     # FLUX 3 [klein] as its templates name the files (after "flux2" and "krea2": it reads Krea 2's Qwen3-VL-4B file
@@ -139,6 +153,12 @@ FILES = {
              # as its templates name it: ComfyUI's fp4 mixed (nvfp4 + fp8), beside it dequantized by comfy-kitchen
              "gemma3_fp4_mixed": "gemma_3_12B_it_fp4_mixed.safetensors",
              "gemma3_fp4_mixed_dequantized": "gemma_3_12B_it_fp4_mixed-dequantized.safetensors"},
+    # LTX-2.5's split files as its templates (video_ltx2_5_t2v, _i2v) name them, in a folder of their own (not read
+    # from files yet: refused naming them): the DiT with its connectors (int8 ConvRot), Gemma 4 with the connectors'
+    # text projection beside it (int8 ConvRot), the video VAE, the audio VAE with its vocoder
+    "ltx25": {"dit": "ltx-2.5-22b-distilled-transformer-comfy-int8-convrot.safetensors",
+              "gemma4": "gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors",
+              "vae": "ltx-2.5-video-vae-bf16.safetensors", "audio_vae": "ltx-2.5-audio-vae-bf16.safetensors"},
 }
 
 
@@ -1144,6 +1164,11 @@ QUANT_SPECS = {
                      {"convrot": True, "convrot_groupsize": 256}),
     "nvfp4": ("nvfp4", "TensorCoreNVFP4Layout", {}, {}),
     "fp8": ("float8_e4m3fn", "TensorCoreFP8Layout", {}, {}),
+    # ConvRot over groups of 16 (a power of 4, as comfy-kitchen's Hadamard needs): the tiny MiniMax H3's layers
+    # are 16 to 64 wide, where the released files rotate groups of 64
+    "int8_convrot_16": ("int8_tensorwise", "TensorWiseINT8Layout",
+                        {"per_channel": True, "convrot": True, "convrot_groupsize": 16},
+                        {"convrot": True, "convrot_groupsize": 16}),
 }
 
 
@@ -1745,12 +1770,259 @@ def _ltx2_bwe():
         "num_mel_channels": 16}))
 
 
+def _ltx25(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """LTX-2.5's split files of tiny-ltx25 (ComfyUI's loaders: UNETLoader, CLIPLoader "ltxv", two VAELoaders). The
+    DiT in Lightricks' names under `model.diffusion_model.` with its two connectors (as LTX-2.3's checkpoint holds
+    them); Gemma 4 as ComfyUI's Gemma4Transformer names it (comfy/text_encoders/gemma4.py: `model.` + transformers'
+    language-model names, checked below) with the connectors' `text_embedding_projection.` beside it; the video VAE
+    unprefixed (comfy/sd.py's LTX VAE keys); the audio VAE under `audio_vae.` with its vocoder under `vocoder.`
+    (comfy/sd.py's "LTX Audio" branch: a vocoder key, `audio_vae.` read as its autoencoder). The DiT's and
+    Gemma's block matrices quantized by comfy-kitchen (int8 ConvRot where 256 input features fit, else int8 per
+    row: tiny-ltx25 is too narrow for ConvRot's groups, so int8 per row throughout)."""
+    import torch
+    from diffusers import LTX2Pipeline
+
+    pipe = LTX2Pipeline.from_pretrained(str(tiny / "tiny-ltx25"), local_files_only=True)
+    names, models = FILES["ltx25"], out / "models"
+    links = {}
+    for key, value in _sd(pipe.connectors).items():
+        for old, new in (("video_connector.", "model.diffusion_model.video_embeddings_connector."),
+                         ("audio_connector.", "model.diffusion_model.audio_embeddings_connector."),
+                         ("video_text_proj_in.", "text_embedding_projection.video_aggregate_embed."),
+                         ("audio_text_proj_in.", "text_embedding_projection.audio_aggregate_embed.")):
+            if key.startswith(old):
+                links[new + _ltx2_native({key[len(old):]: None}, top=()).popitem()[0].replace(
+                    "transformer_blocks.", "transformer_1d_blocks.", 1)] = value
+    dit = {**{f"model.diffusion_model.{k}": v for k, v in _ltx2_native(_sd(pipe.transformer)).items()},
+           **{k: v for k, v in links.items() if k.startswith("model.diffusion_model.")}}
+    language = pipe.text_encoder.model.language_model.state_dict()
+    gemma = {**{f"model.{k}": v for k, v in language.items()},
+             **{k: v for k, v in links.items() if k.startswith("text_embedding_projection.")}}
+    assert {f"model.language_model.{k[len('model.'):]}" for k in gemma if k.startswith("model.")} == set(
+        pipe.text_encoder.state_dict()) - {"lm_head.weight"}, "ComfyUI's Gemma 4 names are transformers' under model."
+    for sd, name, inside in ((dit, "dit", (".transformer_blocks.", ".transformer_1d_blocks.")),
+                             (gemma, "gemma4", ("model.layers.",))):
+        plan = {k[: -len(".weight")]: "int8_convrot" if fits("int8_convrot", v.shape) else "int8_rowwise"
+                for k, v in sd.items() if k.endswith(".weight") and v.ndim == 2 and any(i in k for i in inside)}
+        folder = "diffusion_models" if name == "dit" else "text_encoders"
+        _save(quantize_comfy(sd, plan)[0], models / folder / names[name])
+
+    def bf16(sd: dict) -> dict:  # as the files' names say
+        return {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in sd.items()}
+
+    _save(bf16(_ltx2_vae_native(_sd(pipe.vae))), models / "vae" / names["vae"])
+    _save(bf16({**{f"audio_vae.{k}": v for k, v in _ltx2_vae_native(_sd(pipe.audio_vae)).items()},
+                **{f"vocoder.{k}": v for k, v in _ltx2_native(_sd(pipe.vocoder), top=(), inner=(
+                    ("conv_in.", "conv_pre."), ("conv_out.", "conv_post."), ("upsamplers.", "ups."),
+                    ("resnets.", "resblocks."))).items()}}), models / "vae" / names["audio_vae"])
+
+
+MINIMAX_H3_NAMES = {  # ComfyUI's names (comfy/ldm/minimax/model.py) -> diffusers' (its converter's rename table)
+    "video_patch_proj.": "proj_in.", "audio_patch_proj.": "audio_proj_in.", "condition_proj.": "context_embedder.",
+    "time_embedder.proj_in.": "time_embedder.linear_1.", "time_embedder.proj_out.": "time_embedder.linear_2.",
+    "final_layer.norm.": "norm_out.norm.", "final_layer.adaln_proj.linear.": "norm_out.linear.",
+    "final_layer.video_out.": "proj_out.", "final_layer.audio_out.": "audio_proj_out.",
+    ".attn.q_norm.": ".attn.norm_q.", ".attn.k_norm.": ".attn.norm_k.", ".attn.out_proj.": ".attn.to_out.0.",
+    ".mlp.fc1.": ".ff.net.0.proj.", ".mlp.fc2.": ".ff.net.2."}
+CURVE_GRID = 1025  # the rows of adaln_t_table in every published pruned file
+
+
+def minimax_h3_transformer_file(transformer) -> dict:
+    """MiniMax H3's transformer in ComfyUI's layout (comfy/ldm/minimax/model.py: `blocks.*`, `token_refiner.blocks.*`,
+    the fused `attn.qkv_proj`, `mlp.fc1`/`fc2`, `final_layer.*`, the `rope.inv_freq` buffer): the names from ComfyUI's
+    module tree, the tensors from diffusers' own converter run backwards (probe_invert: the real converter must
+    give every tensor back exactly)."""
+    import torch
+    from diffusers.loaders.single_file_utils import convert_minimax_h3_transformer_checkpoint_to_diffusers
+
+    sd, config = _sd(transformer), dict(transformer.config)
+    back = {v: k for k, v in MINIMAX_H3_NAMES.items()}
+    shapes = {}
+    for key, value in sd.items():
+        name = key.replace("transformer_blocks.", "blocks.", 1).replace("token_refiner.refiner_blocks.",
+                                                                         "token_refiner.blocks.", 1)
+        top = next((t for t in back if not t.startswith(".") and name.startswith(t)), None)
+        name = back[top] + name[len(top):] if top else name
+        for theirs, ours in back.items():
+            name = name.replace(theirs, ours) if theirs.startswith(".") else name
+        if name.endswith((".attn.to_k.weight", ".attn.to_v.weight")):
+            continue
+        if name.endswith(".attn.to_q.weight"):
+            name, value = name.replace(".to_q.", ".qkv_proj."), torch.cat([value] * 3)
+        shapes[name] = tuple(value.shape)
+    out = probe_invert(convert_minimax_h3_transformer_checkpoint_to_diffusers, shapes, sd, config=config)
+    dim = config["rope_freq_dim"]
+    out["rope.inv_freq"] = 1.0 / config["rope_theta"] ** (torch.arange(0, 2 * dim, 2, dtype=torch.float32) / (2 * dim))
+    return out
+
+
+def minimax_h3_pruned(transformer, comfy_sd: dict) -> dict:
+    """The same transformer in ComfyUI's "pruned" curve form, as Comfy-Org's minimax_h3_*_pruned_* files hold it: the
+    AdaLN input silu(time_embedder(t)) sampled at CURVE_GRID points of t in [0, 1] and turned by an orthogonal basis
+    (the files reduce it to its first 8 coordinates; the tiny one keeps all of them, so the curve is the model's
+    own between the grid's linear pieces) as `adaln_t_table`, every AdaLN projection turned by the same basis, the
+    time embedder gone."""
+    import torch
+
+    with torch.no_grad():
+        t = torch.linspace(0.0, 1.0, CURVE_GRID)
+        curve = torch.nn.functional.silu(transformer.time_embedder(transformer.time_proj(t)).float())
+    basis = torch.linalg.qr(_seeded_randn(81, (curve.shape[1], curve.shape[1])))[0]
+    out = {k: v for k, v in comfy_sd.items() if not k.startswith("time_embedder.")}
+    out["adaln_t_table"] = curve @ basis
+    for key in [k for k in out if k.endswith("adaln_proj.linear.weight")]:
+        out[key] = (out[key].float() @ basis).to(out[key].dtype)
+    return out
+
+
+def _seeded_randn(seed: int, shape: tuple):
+    import torch
+
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def minimax_h3_qwen3vl_file(model) -> dict:
+    """Qwen3-VL as ComfyUI's qwen3vl_32b_minimax_h3 file holds it (comfy/text_encoders/llama.py Qwen3VL_32BConfig,
+    comfy/sd.py's detection by `model.layers.49.`): cut after layer 50 (of the tiny's 51, as of the published 64),
+    without the final norm and lm_head; ComfyUI's names (qwen3vl_file)."""
+    last = f"model.layers.{MINIMAX_H3_TEXT_LAYER}."
+    return {k: v for k, v in qwen3vl_file(model).items()
+            if not k.startswith(last) and k not in ("model.norm.weight", "lm_head.weight")}
+
+
+MINIMAX_H3_TEXT_LAYER = 50  # MiniMax H3 reads hidden_states[50]: the output of layer 50, the input of layer 51
+
+
+def minimax_h3_video_vae_file(vae) -> dict:
+    """MiniMax H3's video VAE in ComfyUI's layout (comfy/ldm/minimax/vae.py, MiniMax's own names): the encoder's
+    `down.{i}.block.{j}` / `downsample.conv`, the ViT decoder's `x_embedder`, fused per-head `attn.to_qkv`,
+    `attn.to_out`, `ff.w1` ([gate; up]) and `ff.w2`, its `mask_token` buffer, and the latent statistics as
+    tensors."""
+    import torch
+
+    config, heads = vae.config, vae.config.decoder_num_attention_heads
+    out = {}
+    for key, value in _sd(vae).items():
+        if key.startswith("encoder.down_blocks."):
+            level, rest = key[len("encoder.down_blocks."):].split(".", 1)
+            rest = rest.replace("resnets.", "block.", 1).replace("conv_shortcut.", "nin_shortcut.", 1)
+            key = f"encoder.down.{level}.{rest.replace('downsamplers.0.', 'downsample.', 1)}"
+        key = key.replace("decoder.proj_in.", "decoder.x_embedder.").replace(".attn.to_out.0.", ".attn.to_out.")
+        if ".attn.to_k." in key or ".attn.to_v." in key:
+            continue
+        if ".attn.to_q." in key:
+            q, k, v = (_sd(vae)[key.replace("decoder.x_embedder.", "decoder.proj_in.").replace(".to_q.", f".{n}.")]
+                       for n in ("to_q", "to_k", "to_v"))
+            per_head = [t.reshape(heads, -1, *t.shape[1:]) for t in (q, k, v)]
+            key, value = key.replace(".to_q.", ".to_qkv."), torch.stack(per_head, 1).reshape(-1, *q.shape[1:])
+        if ".ff.net.0.proj." in key:
+            up, gate = value.chunk(2, dim=0)
+            key, value = key.replace(".ff.net.0.proj.", ".ff.w1."), torch.cat([gate, up])
+        out[key.replace(".ff.net.2.", ".ff.w2.")] = value
+    out["decoder.mask_token"] = torch.zeros(1, 1, out["decoder.x_embedder.weight"].shape[0])
+    out["latents_mean"], out["latents_std"] = (torch.tensor(config[k], dtype=torch.float32)
+                                               for k in ("latents_mean", "latents_std"))
+    return out
+
+
+def minimax_h3_audio_vae_file(vae) -> dict:
+    """MiniMax H3's audio VAE in ComfyUI's layout (comfy/ldm/minimax/audio_vae.py): diffusers' names, each weight
+    norm folded into a plain `.weight` (g * v / |v|), and the latent statistics as tensors."""
+    import torch
+
+    sd, out = _sd(vae), {}
+    for key, value in sd.items():
+        if key.endswith(".weight_g"):
+            continue
+        if key.endswith(".weight_v"):
+            base = key[: -len(".weight_v")]
+            g = sd[f"{base}.weight_g"]
+            out[f"{base}.weight"] = g * value / value.norm(dim=(1, 2), keepdim=True)
+            continue
+        out[key] = value
+    out["latents_mean"], out["latents_std"] = (torch.tensor(vae.config[k], dtype=torch.float32)
+                                               for k in ("latents_mean", "latents_std"))
+    return out
+
+
+def _minimax_h3(tiny: Path, comfyui_dir: str, out: Path) -> None:
+    """MiniMax H3's files from tiny-minimax-h3 (the reference is that folder itself): the fl2va transformer
+    (the `transformer` partition, which t2va and fl2va run) full and pruned, Qwen3-VL in ComfyUI's names, both
+    VAEs in ComfyUI's layouts."""
+    import tempfile
+
+    import torch
+    from diffusers.modular_pipelines import ModularPipeline
+    from transformers import Qwen2Tokenizer, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
+
+    pipe = ModularPipeline.from_pretrained(str(tiny / "tiny-minimax-h3"))
+    pipe.load_components(dtype=torch.float32)
+    # the reference (diffusers/ref-minimax-h3): the folder with ComfyUI's vocabulary (the text encoder rebuilt for
+    # it), the pack's processor settings, and the values no tensor holds as the pack derives them for these widths
+    # (the VAE decoder's and the audio VAE's one head, the VAE's 8 groups)
+    tokenizer = Qwen2Tokenizer.from_pretrained(str(_comfy_tokenizers(comfyui_dir) / "text_encoders" / "qwen25_tokenizer"))
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save_pretrained(tmp)
+        for f in (_config_dir("minimax_h3") / "processor").iterdir():
+            shutil.copy(f, Path(tmp) / f.name)
+        processor = Qwen3VLProcessor.from_pretrained(tmp)
+    pipe.update_components(
+        tokenizer=tokenizer, processor=processor,
+        text_encoder=_qwen3vl(Qwen3VLForConditionalGeneration, tokenizer, "minimax_h3", pipe.text_encoder.config, 82,
+                              vision_heads=4, tied=False),
+        vae=_reconfigured(pipe.vae, decoder_num_attention_heads=1, decoder_attention_head_dim=16, norm_num_groups=8),
+        audio_vae=_reconfigured(pipe.audio_vae, num_attention_heads=1))
+    pipe.save_pretrained(str(out / "diffusers" / "ref-minimax-h3"))
+    names, models = FILES["minimax_h3"], out / "models"
+    comfy_sd = minimax_h3_transformer_file(pipe.transformer)
+    _save(comfy_sd, models / "diffusion_models" / names["diffusion_model"])
+    _save(minimax_h3_pruned(pipe.transformer, comfy_sd), models / "diffusion_models" / names["pruned"])
+    _save(minimax_h3_qwen3vl_file(pipe.text_encoder), models / "text_encoders" / names["qwen3vl"])
+    _save(minimax_h3_video_vae_file(pipe.vae), models / "vae" / names["vae"])
+    _save(minimax_h3_audio_vae_file(pipe.audio_vae), models / "vae" / names["audio_vae"])
+    _minimax_h3_quantized(minimax_h3_pruned(pipe.transformer, comfy_sd), minimax_h3_video_vae_file(pipe.vae),
+                          minimax_h3_qwen3vl_file(pipe.text_encoder), names, models)
+
+
+def _minimax_h3_quantized(pruned: dict, vae: dict, text: dict, names: dict, models: Path) -> None:
+    """The quantized files as Comfy-Org's MiniMax H3 templates hold them, written by comfy-kitchen: the pruned
+    transformer's block Linear layers (attention qkv and out, feed-forward fc1 and fc2: 4 of each block) and the
+    video VAE decoder's (to_qkv, to_out, w1, w2) int8 ConvRot; Qwen3-VL's language-model Linear layers nvfp4 where
+    their sizes take it, AWQ-smoothed (the weight stored divided by a per-column `pre_quant_scale` the input is
+    multiplied by); each beside the same file dequantized by comfy-kitchen (the smoothing folded back)."""
+    import torch
+
+    def plan(sd: dict, prefix: str, layers: tuple[str, ...], spec: str) -> dict[str, str]:
+        return {k[: -len(".weight")]: spec for k, v in sd.items()
+                if k.startswith(prefix) and k.endswith(layers) and fits(spec, tuple(v.shape))}
+
+    for sd, prefix, layers, name in (
+            (pruned, "blocks.", (".attn.qkv_proj.weight", ".attn.out_proj.weight", ".mlp.fc1.weight",
+                                 ".mlp.fc2.weight"), "int8"),
+            (vae, "decoder.transformer_blocks.", (".attn.to_qkv.weight", ".attn.to_out.weight", ".ff.w1.weight",
+                                                  ".ff.w2.weight"), "vae_int8")):
+        tensors, metadata, deq = quantize_comfy(sd, plan(sd, prefix, layers, "int8_convrot_16"))
+        role = "diffusion_models" if name == "int8" else "vae"
+        _save(tensors, models / role / names[name], metadata)
+        _save(deq, models / role / names[f"{name}_dequantized"])
+    layers = plan(text, "model.layers.", tuple(f".{p}_proj.weight" for p in ("q", "o", "gate", "up", "down")), "nvfp4")
+    scales = {layer: torch.rand(text[f"{layer}.weight"].shape[1], generator=torch.Generator().manual_seed(83 + i)) + 0.5
+              for i, layer in enumerate(sorted(layers))}
+    smoothed = {**text, **{f"{layer}.weight": text[f"{layer}.weight"] / s for layer, s in scales.items()}}
+    tensors, metadata, deq = quantize_comfy(smoothed, layers)
+    _save({**tensors, **{f"{layer}.pre_quant_scale": s for layer, s in scales.items()}},
+          models / "text_encoders" / names["qwen3vl_nvfp4"], metadata)
+    _save({**deq, **{f"{layer}.weight": deq[f"{layer}.weight"] * s for layer, s in scales.items()}},
+          models / "text_encoders" / names["qwen3vl_nvfp4_dequantized"])
+
+
 BUILDERS = {"flux1": _flux1, "flux2": _flux2, "flux2dev": _flux2dev, "sd3": _sd3, "sdxl": _sdxl,
             "qwenimage": _qwenimage, "zimage": _zimage, "wan": _wan, "flux1-3072": _flux1_3072,
             "flux1-vae": _flux1_vae, "flux1tools": _flux1tools, "flux1redux": _flux1redux,
             "zimage-quant": _zimage_quant, "qwenimage-quant": _qwenimage_quant, "krea2": _krea2,
             "qwenimage21": _qwenimage21, "krea2-quant": _krea2_quant, "flux3": _flux3, "ideogram4": _ideogram4,
-            "ideogram4-quant": _ideogram4_quant, "ltx2": _ltx2}
+            "ideogram4-quant": _ideogram4_quant, "ltx2": _ltx2, "ltx25": _ltx25,
+            "minimax_h3": _minimax_h3}
 
 
 def build(out: Path, tiny: Path, comfyui_dir: str, families=FAMILIES) -> Path:

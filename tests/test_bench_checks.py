@@ -51,7 +51,7 @@ def test_per_round_ratios_and_the_whole_video_at_a_real_share():
 def test_a_layout_the_pack_refuses_becomes_a_row_with_its_reason(tiny_models):
     """The 2026 families' layout rows (bench/families26.py): an accepted layout is measured, a refused one gets the
     pack's own refusal as its reason, checked before any worker starts (MiniMax H3's CFG Parallel: guidance
-    distilled, one pass); LTX-2's Context Parallel is accepted (its own plan), at the layouts' 22 fps sizes."""
+    distilled, one pass); LTX-2's Context Parallel is accepted (its own plan), at the layouts' 25 fps sizes."""
     from backend.controller import api
     from backend.protocol.spec import SampleRequest
     from bench.families26 import _layout_spec
@@ -62,5 +62,5 @@ def test_a_layout_the_pack_refuses_becomes_a_row_with_its_reason(tiny_models):
     cp = _layout_spec(ltx, "cp")
     assert cp.world_size == 2
     for shape in (dict(width=64, height=64, frames=9), dict(width=320, height=192, frames=33)):  # quick, full
-        api.check_request(cp, SampleRequest(prompt="a fox", frame_rate=22.0, **shape))
+        api.check_request(cp, SampleRequest(prompt="a fox", frame_rate=25.0, **shape))
     assert "guidance distilled" in _layout_spec(minimax, "cfg")

@@ -26,7 +26,7 @@ def test_each_family_names_its_configs_parts_and_pipelines(family_id):
     assert family.id == family_id and family.pipelines
     for configs in family.all_configs:
         folder = config_dir(configs.folder)
-        index = read_json(folder / "model_index.json")
+        index = read_index(folder)  # a modular family's is modular_model_index.json
         assert index["_class_name"] in {p.class_name for p in family.pipelines}, configs.folder
         assert (folder / family.denoiser / "config.json").is_file()
         assert configs is not family.experts or (folder / f"{family.denoiser}_2" / "config.json").is_file()

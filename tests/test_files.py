@@ -86,6 +86,11 @@ CASES = {
     "flux3-klein-base-split": ("ref-flux3-base", dict(diffusion_model="flux3-image-klein-base-tiny.safetensors",
                                                       text_encoders=("qwen3vl_4b-tiny.safetensors",),
                                                       vae="flux2-vae-tiny.safetensors"), 4.0),
+    # MiniMax H3 as its templates name the files (the fl2va transformer, Qwen3-VL-32B, the video and audio VAEs;
+    # frames and sound from them: tests/test_minimax_h3_files.py)
+    "minimax_h3-split": ("ref-minimax-h3", dict(diffusion_model="minimax_h3_fl2va-tiny_bf16.safetensors", text_encoders=(
+        "qwen3vl_32b_minimax_h3-tiny.safetensors",), vae="minimax_h3_video_vae-tiny.safetensors",
+        audio_vae="minimax_h3_audio_vae-tiny_fp32.safetensors"), 1.0),
 }
 FLUX1 = CASES["flux1-split"][1]
 COMFYUI_FILES = (*file_fixtures.FAMILIES, "flux1-3072")  # comfyui_files' families, built from the start (conftest)
@@ -130,7 +135,7 @@ def assert_error(words: list[str], call, *args, **kwargs) -> str:
 # ---- what the controller reads from the files (headers only)
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_each_dropdown_lists_only_the_files_that_fit_its_role(files, tmp_path):
     listed = api.list_files(roots(files))
     assert {"flux1-tiny.safetensors", "flux2-klein-tiny-Q8_0.gguf", "qwen-image-tiny.safetensors",
@@ -142,7 +147,10 @@ def test_each_dropdown_lists_only_the_files_that_fit_its_role(files, tmp_path):
     assert set(listed["vae"]) == {"ae-tiny.safetensors", "flux2-vae-tiny.safetensors", "sd3-vae-tiny.safetensors",
                                   "qwen_image_vae-tiny.safetensors", "wan_2.1_vae-tiny.safetensors",
                                   "wan2.2_vae-tiny.safetensors", "qwen_image_vae-krea2-tiny.safetensors",
-                                  "qwen_image_2.1_vae-tiny.safetensors"}
+                                  "qwen_image_2.1_vae-tiny.safetensors", "minimax_h3_video_vae-tiny.safetensors",
+                                  "minimax_h3_audio_vae-tiny_fp32.safetensors",
+                                  "minimax_h3_video_vae-tiny_int8_convrot.safetensors",
+                                  "minimax_h3_video_vae-tiny_int8_convrot-dequantized.safetensors"}
     assert listed["clip_vision"] == ["clip_vision_h-tiny.safetensors"]
     assert {"sdxl-tiny.safetensors", "sd3-tiny-noT5.safetensors"} <= set(listed["checkpoint"])
     assert not set(listed["vae"]) & (set(listed["text_encoder"]) | set(listed["diffusion_model"]))
@@ -169,7 +177,7 @@ SIZES = {"num_layers", "num_single_layers", "attention_head_dim", "num_attention
          "adaln_dim", "llm_features_dim", "mrope_section"}
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_each_family_and_layout_is_recognised_with_sizes_from_its_tensors(files, case):
     folder, choice, _ = CASES[case]
@@ -183,9 +191,16 @@ def test_each_family_and_layout_is_recognised_with_sizes_from_its_tensors(files,
             assert not mine, name
             continue
         mine, theirs = {**mine, **mine.get("text_config", {})}, {**theirs, **theirs.get("text_config", {})}
+        theirs.update(CUT_SHORT.get((case, name), {}))
         keys = SIZES & set(mine) & set(theirs)  # every size the reference has is the one read from the files
         assert keys, name
         assert {k: mine[k] for k in keys} == {k: theirs[k] for k in keys}, name
+
+
+# files that hold less than their reference: MiniMax H3's Qwen3-VL is cut after layer 50 as ComfyUI ships it (its
+# reference keeps the tiny's 51 layers; the pipeline reads the output of layer 50 either way)
+CUT_SHORT = {("minimax_h3-split", "text_encoder"): {"num_hidden_layers": 50}}
+VIDEO_CASES = ("minimax_h3-split",)  # their frames and sound from the files: tests/test_minimax_h3_files.py
 
 
 @pytest.mark.unit
@@ -199,7 +214,7 @@ def test_each_family_that_loads_from_files_has_its_tiny_files_and_cases(family):
     assert any(case.startswith(family) for case in [*CASES, *WAN_CASES, *ltx2]), f"no case of {family!r} in CASES"
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_files_read_without_a_converter_for_their_size_say_how_they_load(files):
     spec = file_spec(files, **FLUX1)
     transformer = spec.source.component("transformer")
@@ -223,7 +238,7 @@ QWEN21 = CASES["qwenimage21-split"][1]
 IDEOGRAM4 = CASES["ideogram4-split"][1]
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_qwen_image_21_files_load_as_the_folder(files):
     """Qwen-Image 2.1's files: the transformer through diffusers' converter (ComfyUI's fused gate and up rows split
     back), Qwen3-VL-8B renamed to Qwen3VLForConditionalGeneration's names (its untied lm_head too), the RGBA VAE
@@ -242,7 +257,7 @@ def test_qwen_image_21_files_load_as_the_folder(files):
     assert "lm_head.weight" in pipe.text_encoder.state_dict()
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_krea2_files_load_as_the_folder_and_a_renamed_file_as_raw(files):
     """Krea 2's files, read through diffusers' converter (the transformer) and ComfyUI's Qwen3-VL names renamed
     to transformers' (the text encoder): every tensor the reference folder's, exactly; Turbo is told by the file
@@ -271,7 +286,7 @@ def krea2_quant(comfyui_files, comfyui_dir, monkeypatch_module):
     return comfyui_files("krea2", "krea2-quant", folder="comfyui-krea2-quant")
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_krea2_int8_convrot_file_stays_quantized_and_equals_comfy_kitchens_dequantized_file(krea2_quant):
     """krea2_turbo_int8_convrot (its template's file): each block's attention and feed-forward layers kept as
     comfy-kitchen QuantizedTensors through diffusers' Krea 2 converter, each equal to the dequantized file's
@@ -301,7 +316,7 @@ def test_krea2_int8_convrot_file_stays_quantized_and_equals_comfy_kitchens_dequa
         assert torch.equal(ours(**args)[0], theirs(**args)[0])
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_quantized_qwen_image_21_and_qwen3vl_files_stay_quantized_through_their_converters(files, tmp_path):
     """Qwen-Image 2.1's transformer and Qwen3-VL-8B in ComfyUI's quantized layout (int8 per row, quantized by
     comfy-kitchen; ConvRot needs 256 input features, wider than these tiny models): ComfyUI's fused gate-and-up rows
@@ -342,7 +357,7 @@ FLUX3 = CASES["flux3-klein-split"][1]
 FLUX3_BASE = CASES["flux3-klein-base-split"][1]
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_flux3_files_make_its_modular_pipelines_with_every_tensor_of_the_folder(files, tmp_path):
     """FLUX 3 [klein]'s files, the transformer through diffusers' converter (BFL's layout), Qwen3-VL-4B renamed to
     Qwen3VLForConditionalGeneration's names, FLUX.2's VAE: the family's modular pipeline (its blocks given the
@@ -387,7 +402,7 @@ def test_flux3_files_make_its_modular_pipelines_with_every_tensor_of_the_folder(
         api.make_file_spec(assemble.FileChoice(**FLUX3), roots(files), offload="model")
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_flux3_int8_convrot_file_stays_quantized_and_equals_comfy_kitchens_dequantized_file(files):
     """flux3-image-klein-base-int8-convrot (its templates' file): every block's attention and feed-forward layers
     kept as comfy-kitchen QuantizedTensors through diffusers' FLUX 3 converter, each equal to the dequantized file's
@@ -419,7 +434,7 @@ def test_flux3_int8_convrot_file_stays_quantized_and_equals_comfy_kitchens_dequa
         assert torch.equal(ours(**args)[0], theirs(**args)[0])
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_flux3_reads_a_quantized_qwen3vl_4b_with_its_tied_lm_head(files, tmp_path):
     """The templates' qwen3vl_4b_int8_convrot for FLUX 3 (Qwen3VLForConditionalGeneration, whose lm_head Qwen3-VL-4B
     ties to the embeddings, which the file does not repeat): quantized by comfy-kitchen (int8 per row: ConvRot's
@@ -454,7 +469,7 @@ def test_flux3_reads_a_quantized_qwen3vl_4b_with_its_tied_lm_head(files, tmp_pat
         assert torch.equal(got, value), key
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_ideogram4_files_load_as_the_folder_both_transformers_through_the_familys_converter(files, tmp_path):
     """Ideogram 4's two files (its template's ideogram4_* and ideogram4_unconditional_*, ComfyUI's layout: fused
     attention.qkv, attention.o) through the family's converter (diffusers 0.42.1 has none), Qwen3-VL-8B renamed to
@@ -485,7 +500,7 @@ def test_ideogram4_files_load_as_the_folder_both_transformers_through_the_family
         ("transformer", "a.safetensors"), ("unconditional_transformer", "b.sft")]
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_quantized_ideogram4_files_stay_quantized_through_the_familys_converter(files, tmp_path):
     """Both of Ideogram 4's tiny transformers in ComfyUI's quantized layout, int8 per row (quantized by
     comfy-kitchen; ConvRot's 256-wide groups: the test below): the fused qkv rows are split still quantized by the
@@ -520,7 +535,7 @@ def test_quantized_ideogram4_files_stay_quantized_through_the_familys_converter(
 
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_ideogram4_scaled_fp8_files_load_within_fp8s_rounding(files):
     """The template's files are ComfyUI's scaled fp8 (ideogram4_fp8_scaled, ideogram4_unconditional_fp8_scaled):
     dequantized with their scales before the family's converter splits the fused qkv, so every weight of both
@@ -548,7 +563,7 @@ def ideogram4_quant(comfyui_files, comfyui_dir, monkeypatch_module):
     return comfyui_files("ideogram4", "ideogram4-quant", folder="comfyui-ideogram4-quant")
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_ideogram4_int8_convrot_files_stay_quantized_and_equal_comfy_kitchens_dequantized_files(ideogram4_quant):
     """ideogram4_int8_convrot and ideogram4_unconditional_int8_convrot (its template's files, on 256-wide tiny
     transformers): every block's matrices kept as comfy-kitchen QuantizedTensors in ConvRot through the family's
@@ -610,7 +625,7 @@ IDEOGRAM4_WRONG = {
 }
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 @pytest.mark.parametrize("case", sorted(IDEOGRAM4_WRONG))
 def test_ideogram4_files_that_do_not_make_its_pipeline_are_named_with_the_fix(files, case):
     choice, words = IDEOGRAM4_WRONG[case]
@@ -644,14 +659,14 @@ KREA2_WRONG = {
 }
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 @pytest.mark.parametrize("case", sorted(KREA2_WRONG))
 def test_qwen3vl_families_files_that_do_not_make_their_pipeline_are_named_with_the_fix(files, case):
     choice, words = KREA2_WRONG[case]
     assert_error(words, file_spec, files, **choice)
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_qwen_image_releases_load_as_their_comfyui_template_files_say(files):
     """Comfy-Org's Qwen-Image files hold one layout: 2511 tells itself by its marker tensor (zero_cond_t), the
     edit releases by their file names (Edit Plus, with the processor); 2512 is Qwen-Image (families/qwenimage.py
@@ -682,7 +697,7 @@ def test_qwen_image_releases_load_as_their_comfyui_template_files_say(files):
     assert spec.component_config("transformer")["use_additional_t_cond"] is False
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_a_qwen_image_layered_file_is_refused_by_name(files):
     """Qwen-Image's tensors plus Layered's addition_t_embedding: refused, not loaded as Qwen-Image without it."""
     from safetensors.torch import load_file, save_file
@@ -728,7 +743,7 @@ WRONG = {
 }
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 @pytest.mark.parametrize("case", sorted(WRONG))
 def test_files_that_do_not_make_a_pipeline_are_named_with_the_fix(files, case):
     choice, words = WRONG[case]
@@ -741,7 +756,7 @@ def test_files_that_do_not_make_a_pipeline_are_named_with_the_fix(files, case):
         (files / "models" / "text_encoders" / "t5.gguf").unlink(missing_ok=True)
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_unreadable_files_are_named_with_the_fix(files, tmp_path, monkeypatch):
     good = files / "models" / "diffusion_models" / "flux1-tiny.safetensors"
     dm = tmp_path / "diffusion_models"
@@ -776,7 +791,7 @@ def _rewritten(src: Path, out: Path, change) -> Path:
     return out
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_a_header_that_does_not_match_its_tensors_names_the_model_file(files, tmp_path):
     """Shapes that do not match the bytes stored, and a tensor stored the wrong way round (the right number of
     bytes): the diffusion model file is named as damaged, before any worker reads it, and the VAE is not blamed."""
@@ -825,7 +840,7 @@ def _huge_header(path: Path) -> Path:
     return path
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_one_huge_header_or_a_symlink_loop_neither_stalls_nor_empties_the_lists(files, tmp_path, monkeypatch):
     """A legal header far larger than any model's is refused from its first 8 bytes (listed, so that choosing
     it says why), a `loop -> .` link is followed once, each file is read once for every role and every
@@ -853,7 +868,7 @@ def test_one_huge_header_or_a_symlink_loop_neither_stalls_nor_empties_the_lists(
                  {**roots(files), "diffusion_model": [str(dm)]})
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_listing_past_its_time_lists_the_unread_files_where_they_are(files, tmp_path, monkeypatch, caplog):
     te = tmp_path / "text_encoders"
     te.mkdir()
@@ -868,7 +883,7 @@ def test_listing_past_its_time_lists_the_unread_files_where_they_are(files, tmp_
     assert "listed 3 model files without reading them" in caplog.text
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_gguf_is_refused_on_tpu_and_with_shard_tp(files, monkeypatch):
     choice = dict(CASES["flux2-klein-split"][1], diffusion_model="flux2-klein-tiny-Q8_0.gguf")
     spec = file_spec(files, **choice)
@@ -984,7 +999,7 @@ WAN_SIZES = {"in_channels", "out_channels", "num_layers", "attention_head_dim", 
              "patch_size", "image_size", "projection_dim"}
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_wan_files_make_the_published_pipelines_with_sizes_from_their_tensors(files):
     """Each choice makes its published model (configs, experts, Wan 2.2's VAE and its 32-pixel size step) with
     the reference's sizes, and takes a start image where the model does (Wan 2.2 TI2V 5B by its expand_timesteps,
@@ -1034,7 +1049,7 @@ def test_wan_files_make_the_published_pipelines_with_sizes_from_their_tensors(fi
             assert torch.allclose(mine[key], value, rtol=0, atol=float(value.abs().max()) / 16), (name, key)
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_umt5_tokenizer_from_the_file_encodes_as_sentencepiece_does(files, tmp_path):
     """The tokenizer the worker makes of the `spiece_model` tensor gives SentencePiece's own ids (plus the end
     token T5 appends), normalization included (full-width letters, accents, repeated spaces)."""
@@ -1092,7 +1107,7 @@ WAN_WRONG = {
 }
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 @pytest.mark.parametrize("case", sorted(WAN_WRONG))
 def test_wan_files_that_do_not_make_a_pipeline_are_named_with_the_fix(files, case):
     choice, words = WAN_WRONG[case]
@@ -1127,7 +1142,7 @@ def _reference(files: Path, folder: str, dtype_name: str = "float32"):
     return loading.load_pipeline(str(files / "diffusers" / folder), getattr(torch, dtype_name), lambda text: None)
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_fp8_files_load_upcast_to_the_compute_dtype(files):
     """Plain fp8 files (float8_e5m2 transformer, float8_e4m3fn T5) load as their fp8 values in bfloat16,
     exactly: the transformer through ComfyUI's key map, T5 through transformers."""
@@ -1145,7 +1160,7 @@ def test_fp8_files_load_upcast_to_the_compute_dtype(files):
             assert torch.equal(mine[key], rounded.to(torch.bfloat16)), key
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_comfyui_scaled_fp8_is_dequantized_with_its_scales(files):
     """ComfyUI's scaled fp8 (weights quantized by ComfyUI's own quantizer, per-layer scales): each weight is the
     fp8 value times its scale, i.e. the original within fp8's rounding (3 mantissa bits: relative error below
@@ -1168,7 +1183,7 @@ def test_comfyui_scaled_fp8_is_dequantized_with_its_scales(files):
     assert float((unscaled - reference).abs().max() / reference.abs().max()) > 0.5
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_zimage_bf16_fp8_and_scaled_fp8_files_load_as_their_rounding(files):
     """Z-Image's diffusion model as artists download it in bf16 and fp8 (ComfyUI's layout, through diffusers'
     converter): every weight is the reference's rounded to the file's precision (fp8: matrices only), exactly;
@@ -1194,7 +1209,7 @@ def test_zimage_bf16_fp8_and_scaled_fp8_files_load_as_their_rounding(files):
         assert error < 1 / 16, (key, error)
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_flux1_at_the_published_width_goes_through_diffusers_own_converter(files):
     """FLUX.1 files of the published width (3072) are read by diffusers' single-file converter, which
     hard-codes it: a 3072-wide transformer with 1 double and 1 single block (about 1 GB) loads exactly."""
@@ -1220,7 +1235,7 @@ def scheduler_is_dev(spec) -> bool:
 
 
 @pytest.mark.workers
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", sorted(c for c in CASES if c not in VIDEO_CASES))
 def test_same_seed_same_image_from_the_files_as_from_the_folder(files, case):
     folder, choice, guidance = CASES[case]
     req = request(guidance)

@@ -71,7 +71,7 @@ def assert_refused(words: list[str], call, *args, **kwargs) -> None:
     assert all(w in str(e.value) for w in words), str(e.value)
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_each_tool_is_told_from_its_file_and_bad_inputs_are_refused_before_anything_runs(files):
     fill, depth = spec(files, "flux1-fill-tiny.safetensors"), spec(files, "flux1-depth-tiny.safetensors")
     assert (fill.class_name, depth.class_name) == ("FluxFillPipeline", "FluxControlPipeline")
@@ -277,7 +277,7 @@ def dev(files: Path) -> api.PipelineSpec:
     return spec(files, "flux1-kontext-tiny.safetensors", "off")
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_redux_reads_comfyuis_style_model_and_clip_vision_files_and_refuses_what_does_not_fit(files):
     flux, style, siglip = dev(files), redux_file(files, STYLE), redux_file(files, SIGLIP)
     ours, text = api.with_redux(flux, style, siglip, picture(), 0.8, 0.5)

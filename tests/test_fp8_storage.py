@@ -143,7 +143,7 @@ def _file_spec(files: Path, dtype="auto", **chosen):
     return api.make_file_spec(assemble.FileChoice(**chosen), roots, dtype, "cpu")
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_an_fp8_file_keeps_its_fp8_dtype_and_scaled_fp8_is_refused(fp8_files):
     flux = dict(text_encoders=("t5xxl-tiny.safetensors", "clip_l-tiny.safetensors"), vae="ae-tiny.safetensors")
     fp8 = _file_spec(fp8_files, diffusion_model="flux1-tiny-fp8-e5m2.safetensors", **flux)

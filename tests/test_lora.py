@@ -80,7 +80,7 @@ def test_each_format_gives_the_layers_peft_made(tiny_models, pipes, lora_dir, na
 
 # ---- the in-place route against diffusers' own fuse_lora, in this process
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 @pytest.mark.parametrize(("name", "dtype"), [("tiny-flux", torch.float32), ("tiny-sdxl", torch.float32),
                                              ("tiny-flux", torch.bfloat16)], ids=["flux-fp32", "sdxl-fp32", "flux-bf16"])
 def test_in_place_loras_equal_diffusers_fused_loras_bit_for_bit(tiny_models, lora_dir, name, dtype):
@@ -122,7 +122,7 @@ def test_in_place_loras_equal_diffusers_fused_loras_bit_for_bit(tiny_models, lor
     assert np.array_equal(_generate(ours), base)
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_strength_changes_never_recompile_a_compiled_denoiser(tiny_models, lora_dir):
     """The module tree never changes (no peft wrappers in the live model), so the compiled graph is reused:
     any recompile raises under torch.compiler.set_stance('fail_on_recompile')."""

@@ -135,14 +135,21 @@ def test_image_and_audio_to_video_equals_plain_diffusers_and_keeps_the_sound(tin
 
 
 @pytest.mark.workers
-def test_image_and_audio_to_video_under_context_parallel_equals_one_worker(tiny_models):
-    """Context Parallel 2 (families/ltx2/cp.py's plan) splits the kept sound's latents as it does a made one's, and
-    the video's tokens: 9 frames at 22 fps (10 audio latents, 8 video tokens), frames and waveform within
-    TOLERANCE of one worker (LTX2ConditionPipeline, a timestep per video token)."""
-    req, starts, audio = _request(batch_size=2, frame_rate=22.0), _start_images(), _sound(9 / 22)
+@pytest.mark.parametrize("rate, latents", [(25.0, 9), (22.0, 10)])
+def test_image_and_audio_to_video_under_context_parallel_equals_one_worker(tiny_models, rate, latents):
+    """Context Parallel 2 (families/ltx2/cp.py's plan) splits the video's tokens (8 at 9 frames, 64x64) and the
+    kept sound's latents where they split as a made one's: at 25 fps, the templates' rate, the sound's 9 audio
+    latents stay whole on every rank (the Sample's notes say so), at 22 fps its 10 are split; frames and waveform
+    within TOLERANCE of one worker (LTX2ConditionPipeline, a timestep per video token)."""
+    req, starts, audio = _request(batch_size=2, frame_rate=rate), _start_images(), _sound(9 / rate)
     one = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), req, starts, audio=audio))
     cp, _ = api.context_parallel(_spec(tiny_models), 2)
-    out = api.run_sample_outputs(api.prepare_sample(cp, req, starts, audio=audio))
+    prepared = api.prepare_sample(cp, req, starts, audio=audio)
+    whole = [n for n in prepared.notes if "so the sound runs whole on every rank" in n]
+    assert whole == ([f"Context Parallel 2: 9 frames at 25 fps make {latents} audio latents, which 2 ranks cannot "
+                      "split evenly, so the sound runs whole on every rank (its attention repeated on each; the "
+                      "video's tokens are split); the result is the same as on one rank."] if latents % 2 else [])
+    out = api.run_sample_outputs(prepared)
     assert [e["denoiser"]["context_parallel"] for e in (w["experts"] for w in api.worker_info())] == [True] * 2
     for key in ("images", "audio"):
         assert out[key].shape == one[key].shape and np.abs(out[key] - one[key]).max() <= TOLERANCE, key

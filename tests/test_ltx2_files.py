@@ -41,7 +41,7 @@ def _spec(files: Path, **choice) -> api.PipelineSpec:
     return api.make_file_spec(assemble.FileChoice(**choice), _roots(files / "models"))
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_the_checkpoint_and_gemma_make_ltx2_with_the_sizes_of_their_tensors(files, tmp_path):
     """Each part read as its layout says (diffusers' converters for the DiT and both VAEs, the family's renaming
     for the connectors and the vocoder, Gemma in transformers' names with its tokenizer from the file), every size
@@ -82,7 +82,7 @@ def test_the_checkpoint_and_gemma_make_ltx2_with_the_sizes_of_their_tensors(file
     assert {c.name: c.layout for c in renamed.source.components} == {k: v[0] for k, v in layouts.items()}
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_a_checkpoint_without_its_audio_vae_and_a_wrong_text_encoder_are_refused_naming_the_fix(files, tmp_path):
     """Each refused before any worker starts, naming the input, the file and the fix."""
     import torch
@@ -119,8 +119,47 @@ def test_a_checkpoint_without_its_audio_vae_and_a_wrong_text_encoder_are_refused
         api.make_file_spec(assemble.FileChoice(checkpoint=NAMES["checkpoint"], text_encoders=(
             "gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors",)), _roots(models))
     assert str(e.value) == ("text_encoder_1: 'gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors' is a "
-                            "Gemma 4 text encoder, which LTX-2 does not use; it needs Gemma 3 12B "
-                            "(gemma_3_12B_it*.safetensors).")
+                            "Gemma 4 text encoder, which LTX-2 does not use from files (LTX-2.5's, whose split files "
+                            "are not read from files yet: load LTX-2.5 from its diffusers folder in Load TPU "
+                            "Pipeline); it needs Gemma 3 12B (gemma_3_12B_it*.safetensors).")
+
+
+LTX25 = file_fixtures.FILES["ltx25"]
+LTX25_REFUSAL = (
+    "diffusion_model: 'ltx-2.5-22b-distilled-transformer-comfy-int8-convrot.safetensors' is LTX-2.5's DiT (no "
+    "feed-forward biases), whose split files are not read yet: beside it, it needs its connectors' text projection in "
+    "gemma4-12b-with-proj-ltx-2.5-*.safetensors (Gemma 4, in models/text_encoders) and its audio VAE and vocoder in "
+    "ltx-2.5-audio-vae-*.safetensors (models/vae). Load LTX-2.5 from its diffusers folder in Load TPU Pipeline "
+    "instead; of LTX-2's files, LTX-2.3's all-in-one checkpoint (ltx-2.3-22b-dev-fp8.safetensors, in "
+    "models/checkpoints) loads.")
+
+
+@pytest.mark.pipelines
+def test_ltx25s_split_files_are_refused_naming_them_and_the_way_that_works(files, comfyui_files):
+    """LTX-2.5's files as its templates name them (tiny-ltx25's, ComfyUI's layouts, int8 ConvRot by comfy-kitchen):
+    its DiT is told from LTX-2.3's by its tensors and refused before any worker starts, whatever else is chosen
+    (alone; with the video VAE and Gemma 4; with the audio VAE in vae), naming the files it needs beside it, that
+    they are not read yet, and what loads instead (its diffusers folder, LTX-2.3's checkpoint); the files are
+    what the templates' loaders read (the DiT holds its connectors, Gemma 4 its text projection, the audio VAE
+    file its vocoder)."""
+    from backend.families.ltx2 import files as ltx2_files
+
+    root = comfyui_files("ltx25", folder="comfyui-ltx25") / "models"
+    roots = _roots(root)
+    dit = headers.read_header(root / "diffusion_models" / LTX25["dit"])
+    assert "model.diffusion_model.audio_embeddings_connector.transformer_1d_blocks.0.attn1.to_q.weight" in dit.logical
+    assert any(k.endswith(".comfy_quant") for k in dit.shapes), "quantized by comfy-kitchen"
+    gemma = headers.read_header(root / "text_encoders" / LTX25["gemma4"]).shapes
+    assert "text_embedding_projection.video_aggregate_embed.weight" in gemma and "model.layers.0.layer_scalar" in gemma
+    audio = headers.read_header(root / "vae" / LTX25["audio_vae"]).shapes
+    assert "vocoder.resblocks.0.convs1.0.weight" in audio and "audio_vae.decoder.conv_in.conv.weight" in audio
+    under = "model.diffusion_model."  # LTX-2.3's DiT (its feed-forward biases): not refused
+    assert ltx2_files.refused(headers.read_header(files / "models" / "checkpoints" / NAMES["checkpoint"]).strip(under)) == ""
+    for choice in (dict(), dict(vae=LTX25["vae"], text_encoders=(LTX25["gemma4"],)),
+                   dict(vae=LTX25["audio_vae"], text_encoders=(LTX25["gemma4"],))):
+        with pytest.raises(ModelError) as e:
+            api.make_file_spec(assemble.FileChoice(diffusion_model=LTX25["dit"], **choice), roots)
+        assert str(e.value) == LTX25_REFUSAL, choice
 
 
 def _videos(spec: api.PipelineSpec, starts: np.ndarray | None, audio: dict | None = None) -> dict:

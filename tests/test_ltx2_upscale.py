@@ -144,11 +144,13 @@ def test_two_stages_equal_plain_diffusers(tiny_models, upscaler, cls):
 
 
 @pytest.mark.workers
-def test_two_stages_under_context_parallel_equal_one_worker(tiny_models, upscaler):
-    """Context Parallel 2 splits both stages (LTX-2's corrected plan, families/ltx2/cp.py): at 22 fps the sound's 10
-    audio latents and the video's tokens (8 at stage 1's 64x64, 32 at 128x128) split evenly; frames and sound within
-    TOLERANCE of one worker."""
-    req = SampleRequest(**{**LTX, "frame_rate": 22.0}, batch_size=2, upscale_model=upscaler)
+@pytest.mark.parametrize("rate", [25.0, 22.0])
+def test_two_stages_under_context_parallel_equal_one_worker(tiny_models, upscaler, rate):
+    """Context Parallel 2 splits both stages (LTX-2's corrected plan, families/ltx2/cp.py): the video's tokens (8 at
+    stage 1's 64x64, 32 at 128x128) split evenly, and the sound's 10 audio latents at 22 fps; at 25 fps, the
+    templates' rate, its 9 stay whole on every rank in both stages. Frames and sound within TOLERANCE of one
+    worker."""
+    req = SampleRequest(**{**LTX, "frame_rate": rate}, batch_size=2, upscale_model=upscaler)
     one = api.run_sample_outputs(api.prepare_sample(_spec(tiny_models), req), lambda m: None)
     cp, _ = api.context_parallel(_spec(tiny_models), 2)
     out = api.run_sample_outputs(api.prepare_sample(cp, req), lambda m: None)

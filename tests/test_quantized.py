@@ -76,7 +76,7 @@ def _load(spec):
 # ---- the controller: headers only
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_quantized_files_are_listed_and_recognised_by_their_header(files, tmp_path):
     listed = api.list_files(roots(files))
     assert {NAMES["int8_convrot"], NAMES["fp4_mixed"]} <= set(listed["diffusion_model"])
@@ -121,7 +121,7 @@ def _rewrite(src: Path, dst: Path, change) -> Path:
     return dst
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_damaged_quantized_files_are_refused_naming_the_file_the_tensor_and_the_fix(files, tmp_path):
     import torch
 
@@ -163,7 +163,7 @@ def test_damaged_quantized_files_are_refused_naming_the_file_the_tensor_and_the_
         api.make_file_spec(choice, {**roots(files), "diffusion_model": [str(folder)]})
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_offload_auto_counts_what_a_tpu_dequantizes_at_load(files):
     spec = spec_of(files, NAMES["fp4_mixed"])
     stored = offload.dequantized_at_load(spec, {"transformer": 100}, 2)
@@ -176,7 +176,7 @@ def test_offload_auto_counts_what_a_tpu_dequantizes_at_load(files):
     assert offload.dequantized_at_load(int8, {"transformer": 100}, 2) == {"transformer": 100}, "int8 stays"
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 def test_shard_tp_counts_the_dequantized_shards_and_sequential_offload_is_refused(files):
     """Shard TP dequantizes the transformer at load (diffusers' plan slices plain weights only), so offload 'auto'
     counts it at its float size; Z-Image has no plan at all, which is what its refusal says. Sequential offload
@@ -211,7 +211,7 @@ def quantized_float_bytes(header, float_size: int) -> int:
 # ---- the worker's loading, in this process
 
 
-@pytest.mark.unit
+@pytest.mark.pipelines
 @pytest.mark.parametrize("name", ["int8_convrot", "fp4_mixed"])
 def test_quantized_layers_stay_quantized_and_equal_comfy_kitchens_dequantized_file(files, name):
     import torch

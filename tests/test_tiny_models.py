@@ -15,7 +15,7 @@ from backend.families import PIPELINES
 from backend.protocol.spec import listed_components, read_index
 from backend.tiny_models import FAMILIES, MORE, build_all, build_tiny_pipeline
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.pipelines
 
 PIPELINE_CLASSES = {
     "flux": "FluxPipeline",

@@ -95,7 +95,7 @@ def test_a_failing_step_is_reported_with_its_traceback_and_its_dependents_are_sk
                                       "skipped  fourth (0.0 s)"]
 
 
-@pytest.mark.unit
+@pytest.mark.workers
 def test_the_tpu_only_probes_measure_what_they_report_when_pointed_at_the_cpu():
     """The two probes a TPU runs (a seeded device draw against the CPU's; SDXL's time_proj in an eager mode against
     the CPU), run here against the CPU itself, with a stand-in for torch.tpu's eager-mode switch: 0 difference."""
@@ -139,7 +139,7 @@ def test_the_per_kind_steps_come_from_the_registry(monkeypatch):
     assert steps["a kind of its own"][0] == "sample a tiny a kind of its own model (Another kind)"
 
 
-@pytest.mark.unit
+@pytest.mark.workers
 def test_the_quantized_file_step_runs_comfy_kitchens_layers_as_each_device_does(tiny_models):
     """tiny FLUX's T5 quantized by comfy-kitchen (int8, nvfp4, fp8) and read as the pack reads ComfyUI's files: on
     the CPU every layer stays a comfy-kitchen tensor; as a TPU runs them (the same probe told the device is a TPU,

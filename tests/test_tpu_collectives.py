@@ -95,8 +95,9 @@ SIDES = range(256, 1280 + 1, 16)
 @pytest.mark.parametrize("family_id", sorted(FAMILIES))
 def test_every_context_parallel_size_the_pack_allows_splits_evenly(family_id):
     """For each pipeline of the family with a context-parallel plan, each degree 2..8 and every size (and video
-    frame count) on a grid: accepted exactly when every sequence the declaration says is split (image or video
-    tokens, audio, the padded prompt) divides the degree; refused naming width/height (or the degree) otherwise."""
+    frame count) on a grid: accepted exactly when every sequence the declaration says must split (image or video
+    tokens, audio unless left whole where uneven, the padded prompt) divides the degree; refused naming
+    width/height (or the degree) otherwise."""
     from backend.controller import cp_sizes
 
     classes = [c for c in CP_PIPELINES if PIPELINES[c].family == family_id]
@@ -110,7 +111,7 @@ def test_every_context_parallel_size_the_pack_allows_splits_evenly(family_id):
             spec = _spec(class_name, degree)
             for side in SIDES:
                 for n in frames:
-                    parts = cp_sizes.cp_sequence(spec, side, side + 16, n)
+                    parts = cp_sizes.must_split(spec, side, side + 16, n)
                     even = all(t % degree == 0 for t in parts.values())
                     try:
                         cp_sizes.check_cp_size(spec, side, side + 16, n)
@@ -123,7 +124,8 @@ def test_every_context_parallel_size_the_pack_allows_splits_evenly(family_id):
 
 def test_a_video_with_sound_declares_its_audio_tokens_and_the_checks_follow(monkeypatch):
     """A family that declares audio in its split sequence (split apart, or packed after the video's) gets the
-    same check with no code of its own: stand-in declarations on the first video pipeline with a plan."""
+    same check with no code of its own, and audio it leaves whole where uneven (cp_whole_if_uneven) is accepted
+    with a note: stand-in declarations on the first video pipeline with a plan."""
     from backend.controller import cp_sizes
 
     video = next(c for c in CP_PIPELINES if PIPELINES[c].frame_step)
@@ -131,17 +133,23 @@ def test_a_video_with_sound_declares_its_audio_tokens_and_the_checks_follow(monk
     spec = _spec(video, 2)
     size = 16 * spec.size_factor  # 256 tokens a latent frame: the video's split is even
     latent = 3 * 256
-    monkeypatch.setitem(PIPELINES, video, replace(PIPELINES[video], cp_tokens=lambda n, v, a: {"video": v,
-                                                                                                 "audio": 2 * n}))
+    monkeypatch.setitem(PIPELINES, video, replace(PIPELINES[video], cp_whole_if_uneven=(),
+                                                  cp_tokens=lambda n, v, a: {"video": v, "audio": 2 * n}))
     cp_sizes.check_cp_size(spec, size, size, frames)
     assert cp_sizes.cp_sequence(spec, size, size, frames) == {"video": latent, "audio": 2 * frames}
-    monkeypatch.setitem(PIPELINES, video, replace(PIPELINES[video], cp_tokens=lambda n, v, a: {"video": v,
-                                                                                                 "audio": 3 * n}))
+    assert cp_sizes.note(spec, size, size, frames) is None
+    monkeypatch.setitem(PIPELINES, video, replace(PIPELINES[video], cp_whole_if_uneven=(),
+                                                  cp_tokens=lambda n, v, a: {"video": v, "audio": 3 * n}))
     with pytest.raises(ParallelError, match=rf"frames: {frames} frames at 24 fps make a sound of {3 * frames} "
                                             r"audio latents .*degree 2 cannot split evenly; use another frame "
                                             "count or frame rate"):
         cp_sizes.check_cp_size(spec, size, size, frames)
-    monkeypatch.setitem(PIPELINES, video, replace(PIPELINES[video], cp_tokens=lambda n, v, a: {
+    monkeypatch.setitem(PIPELINES, video, replace(PIPELINES[video], cp_whole_if_uneven=("audio",),
+                                                  cp_tokens=lambda n, v, a: {"video": v, "audio": 3 * n}))
+    cp_sizes.check_cp_size(spec, size, size, frames)  # left whole on every rank, said in the Sample's notes
+    assert f"make {3 * frames} audio latents, which 2 ranks cannot split evenly, so the sound runs whole" in \
+        cp_sizes.note(spec, size, size, frames)
+    monkeypatch.setitem(PIPELINES, video, replace(PIPELINES[video], cp_whole_if_uneven=(), cp_tokens=lambda n, v, a: {
         "video and audio": v + 3 * n}))
     with pytest.raises(ParallelError, match=rf"makes {latent + 3 * frames} video and audio tokens.*degree 2"):
         cp_sizes.check_cp_size(spec, size, size, frames)

@@ -79,8 +79,9 @@ def test_wan_video_tokens_and_images_are_checked_before_any_worker(tiny_models):
 @pytest.mark.unit
 def test_ltx2_sizes_frame_rate_and_sound_components_are_checked_before_any_worker(tiny_models, tmp_path):
     """Sides of 32 (its VAE's 32x packing), a frame rate in range, a folder that holds the audio VAE and the
-    vocoder (the sound's parts), and under Context Parallel video tokens and audio latents that split evenly (no
-    plan pads them) with Ulysses: each refused naming the input, the value and the fix (the nearest values)."""
+    vocoder (the sound's parts), and under Context Parallel video tokens that split evenly (no plan pads them) with
+    Ulysses: each refused naming the input, the value and the fix (the nearest values). Audio latents that do not
+    split (9 at 25 fps: as many as the frames) are accepted, the notes saying the sound runs whole on every rank."""
     ltx = _spec(tiny_models, "tiny-ltx2")
     assert ltx.size_factor == 32 and ltx.start_image, "LTX-2 takes a start image (LTX2ImageToVideoPipeline)"
     api.check_request(ltx, _request(**LTX))
@@ -89,21 +90,24 @@ def test_ltx2_sizes_frame_rate_and_sound_components_are_checked_before_any_worke
     with pytest.raises(SampleError, match=r"frame_rate: 0.5 frames per second is out of range for LTX-2; use 1 to 240"):
         api.check_request(ltx, _request(**{**LTX, "frame_rate": 0.5}))
     cp, text = api.context_parallel(ltx, 2)
-    assert "LTX-2's sound is split too: its audio latents" in text
+    assert "LTX-2's sound is split too where its audio latents" in text and "the sound runs whole on every" in text
     api.check_request(cp, _request(**{**LTX, "frame_rate": 22.0}))  # 8 video tokens, 10 audio latents
-    with pytest.raises(ParallelError, match=r"frames: 9 frames at 25 fps make a sound of 9 audio latents .*Context "
-                                            r"Parallel degree 2 cannot split evenly; use frame_rate 23 or 27 at 9 "
-                                            r"frames, or another degree"):  # at 25 fps every 8k + 1 frames is odd
-        api.check_request(cp, _request(**LTX))
+    assert not [n for n in api.describe_inputs(cp, _request(**{**LTX, "frame_rate": 22.0})) if "runs whole" in n]
+    api.check_request(cp, _request(**LTX))  # 9 audio latents: at 25 fps every 8k + 1 frames make an odd count
+    assert [n for n in api.describe_inputs(cp, _request(**LTX)) if n.startswith("Context Parallel")] == [
+        "Context Parallel 2: 9 frames at 25 fps make 9 audio latents, which 2 ranks cannot split evenly, so the "
+        "sound runs whole on every rank (its attention repeated on each; the video's tokens are split); the result "
+        "is the same as on one rank."]
+    assert not [n for n in api.describe_inputs(ltx, _request(**LTX)) if "runs whole" in n], "one rank splits nothing"
     with pytest.raises(ParallelError, match=r"width/height: 96x96 at 17 frames makes 27 video tokens, which Context "
                                             r"Parallel degree 2 cannot split evenly; .*\(the nearest: width 64 or "
-                                            r"128, height 64 or 128, frames 25\)"):  # 9: 9 audio latents at 24 fps
-        api.check_request(cp, _request(**{**LTX, "width": 96, "height": 96, "frames": 17, "frame_rate": 24.0}))
+                                            r"128, height 64 or 128, frames 9 or 25\)"):  # the sound need not split
+        api.check_request(cp, _request(**{**LTX, "width": 96, "height": 96, "frames": 17, "frame_rate": 25.0}))
     two_stage = dict(LTX, width=192, height=192, frames=17, frame_rate=24.0, upscale_model="x2.safetensors",
                      upscale_sigmas=(0.85, 0.725, 0.4219))  # 108 tokens at 192x192, 27 in the first stage's 96x96
     with pytest.raises(ParallelError, match=r"width/height: 192x192 at 17 frames makes 27 video tokens \(with "
                                             r"upscale_model its first stage runs at 96x96: .*\(the nearest: width "
-                                            r"128 or 256, height 128 or 256, frames 25\)"):
+                                            r"128 or 256, height 128 or 256, frames 9 or 25\)"):
         api.check_request(cp, _request(**two_stage))
     with pytest.raises(ParallelError, match=r"mode: 'ring' cannot be used with LTX-2: its prompt is padded to 1024 "
                                             r"tokens with a mask of its padding.*Use 'ulysses'"):
@@ -468,29 +472,36 @@ def test_both_experts_compile_and_prompts_seeds_steps_never_recompile(tiny_model
 
 # ---- two ranks (last: the tests above run on one worker, so the group is started once for them)
 
-# LTX-2's videos for the layouts: 9 frames at 22 fps, whose sound (round(9 / 22 × 25) = 10 audio latents) splits
-# over 2 context ranks as its video does (2 latent frames × 2 × 2 = 8 tokens); at 25 fps it is 9, refused
+# LTX-2's videos for the layouts: 9 frames (2 latent frames × 2 × 2 = 8 video tokens, split over 2 context ranks)
+# at 25 fps, the templates' rate, whose sound is 9 audio latents (as many as the frames: odd, so it runs whole on
+# every rank), and at 22 fps, whose sound (round(9 / 22 × 25) = 10 audio latents) is split as the video is
 LTX_SPLIT = {**LTX, "frame_rate": 22.0}
 LTX_MODES = ("text to video", "image to video")
 
 
 @pytest.fixture(scope="module")
-def ltx_one_worker(tiny_models) -> dict[tuple[str, str], dict[str, np.ndarray]]:
+def ltx_one_worker(tiny_models) -> dict[tuple[str, str, float], dict[str, np.ndarray]]:
     """Two videos with sound (seeds 11, 12) from one worker, with CFG (guidance 3, batched), by model (LTX-2,
-    LTX-2.5) and mode (text to video; image to video from two start images: a timestep per video token)."""
-    req = _request(batch_size=2, **LTX_SPLIT)
-    return {(name, mode): api.run_sample_outputs(api.prepare_sample(
-        _spec(tiny_models, name), req, _start_images(req.width) if mode == "image to video" else None))
-        for name in ("tiny-ltx2", "tiny-ltx25") for mode in LTX_MODES}
+    LTX-2.5), mode (text to video; image to video from two start images: a timestep per video token) and frame
+    rate (25 fps for both models, 22 for LTX-2)."""
+    made = {}
+    for name, rate in (("tiny-ltx2", 25.0), ("tiny-ltx25", 25.0), ("tiny-ltx2", 22.0)):
+        req = _request(batch_size=2, **{**LTX, "frame_rate": rate})
+        for mode in LTX_MODES:
+            made[name, mode, rate] = api.run_sample_outputs(api.prepare_sample(
+                _spec(tiny_models, name), req, _start_images(req.width) if mode == "image to video" else None))
+    return made
 
 
 @pytest.mark.workers
-@pytest.mark.parametrize("name, layout", [("tiny-wan", "context"), ("tiny-wan", "cfg"), ("tiny-wan", "data"),
-                                          ("tiny-ltx2", "context"), ("tiny-ltx25", "context"), ("tiny-ltx2", "cfg"),
-                                          ("tiny-ltx2", "data")])
-def test_layouts_of_two_ranks_equal_one_worker(tiny_models, one_worker, ltx_one_worker, name, layout):
-    """LTX-2's Context Parallel splits the video's tokens and the sound's (and every rotary table) over the ranks
-    by the family's corrected plan (families/ltx2/cp.py), gathering both outputs; its CFG Parallel splits its
+@pytest.mark.parametrize("name, layout, rate", [
+    ("tiny-wan", "context", None), ("tiny-wan", "cfg", None), ("tiny-wan", "data", None),
+    ("tiny-ltx2", "context", 25.0), ("tiny-ltx2", "context", 22.0), ("tiny-ltx25", "context", 25.0),
+    ("tiny-ltx2", "cfg", 25.0), ("tiny-ltx2", "data", 25.0)])
+def test_layouts_of_two_ranks_equal_one_worker(tiny_models, one_worker, ltx_one_worker, name, layout, rate):
+    """LTX-2's Context Parallel splits the video's tokens (and their rotary tables) over the ranks by the family's
+    corrected plan (families/ltx2/cp.py) and the sound's where its audio latents split (22 fps: 10), gathering
+    both outputs; at 25 fps (9 audio latents, odd) the sound runs whole on every rank. Its CFG Parallel splits its
     doubled batch and gathers both predictions: frames and sound within CP_TOLERANCE of one worker, in text and
     image to video (LTX-2 and LTX-2.5 under Context Parallel)."""
     spec = _spec(tiny_models, name)
@@ -500,15 +511,18 @@ def test_layouts_of_two_ranks_equal_one_worker(tiny_models, one_worker, ltx_one_
     api.load(spec)
     before = [w["steps"] for w in api.worker_info()]
     ltx = name.startswith("tiny-ltx")
-    req = _request(batch_size=2, **(LTX_SPLIT if ltx else {}))
+    req = _request(batch_size=2, **({**LTX, "frame_rate": rate} if ltx else {}))
     # CFG Parallel of a doubled batch (LTX-2) runs half batches, not bit-identical to the whole one (cfg_parallel.py)
     exact = layout == "data" or (layout == "cfg" and spec.family.cfg_passes == "branches")
     for mode in LTX_MODES if ltx else LTX_MODES[:1]:
         said: list[str] = []
         image = _start_images(req.width) if mode == "image to video" else None
-        out = api.run_sample_outputs(api.prepare_sample(spec, req, image), lambda m, said=said: said.append(m.text)
+        prepared = api.prepare_sample(spec, req, image)
+        out = api.run_sample_outputs(prepared, lambda m, said=said: said.append(m.text)
                                      if isinstance(m, Status) else None)
-        one = ltx_one_worker[name, mode] if ltx else {"images": one_worker}
+        one = ltx_one_worker[name, mode, rate] if ltx else {"images": one_worker}
+        whole = [n for n in prepared.notes if "the sound runs whole on every rank" in n]
+        assert len(whole) == (layout == "context" and rate == 25.0), (mode, prepared.notes)
         assert out.keys() == one.keys() and out["images"].shape == one["images"].shape, mode
         assert not [t for t in said if t.startswith("CFG Parallel: this Sample runs one")], "CFG Parallel split"
         for key in ("images", "audio") if ltx else ("images",):
@@ -517,8 +531,8 @@ def test_layouts_of_two_ranks_equal_one_worker(tiny_models, one_worker, ltx_one_
             else:
                 assert np.abs(out[key] - one[key]).max() <= CP_TOLERANCE, (mode, key)
     if ltx:
-        assert not np.array_equal(ltx_one_worker[name, LTX_MODES[0]]["images"],
-                                  ltx_one_worker[name, LTX_MODES[1]]["images"]), "the start images count"
+        assert not np.array_equal(ltx_one_worker[name, LTX_MODES[0], rate]["images"],
+                                  ltx_one_worker[name, LTX_MODES[1], rate]["images"]), "the start images count"
     steps = [w["steps"] - b for w, b in zip(api.worker_info(), before, strict=True)]
     runs = len(LTX_MODES) if ltx else 1
     assert steps == [runs * (2 if layout == "data" else 4)] * 2, "data: a video each; split models: both, every step"
@@ -544,7 +558,7 @@ def test_ltx2_context_parallel_with_interleaved_rotary_embeddings_equals_one_wor
     assert [e["denoiser"]["context_parallel"] for e in (w["experts"] for w in api.worker_info())] == [True] * 2
     for key in ("images", "audio"):
         assert out[key].shape == ref[key].shape and np.abs(out[key] - ref[key]).max() <= CP_TOLERANCE, key
-    split = ltx_one_worker["tiny-ltx2", "text to video"]["images"]
+    split = ltx_one_worker["tiny-ltx2", "text to video", 22.0]["images"]
     assert np.abs(ref["images"] - split).max() > 100 * CP_TOLERANCE, "another rotary layout: other frames"
 
 

@@ -25,7 +25,7 @@ import pytest
 SHARED_SERVER = {"server", "ui"}
 SHARED_UNIT = "comfyui"
 # rough seconds per test of each tier on 2 busy cores, for the order in which units start
-TIER_SECONDS = {"unit": 0.5, "workers": 10.0, "server": 15.0, "frontend": 8.0, "soak": 120.0}
+TIER_SECONDS = {"unit": 0.5, "pipelines": 3.0, "workers": 10.0, "server": 15.0, "frontend": 8.0, "soak": 120.0}
 _KEY = "comfyui_tpu_units"  # the xdist worker input naming the folder of the units' files
 
 

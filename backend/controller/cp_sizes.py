@@ -5,9 +5,10 @@ imports torch.
 What is split comes from the pipeline's declaration (`Pipeline.cp_tokens`): image tokens, a video's latent frames
 × the image's, and a video's sound (LTX-2's audio latents, split apart from the video's). A count that does not
 split is refused naming the input that sets it (width/height and frames for the video; frames and frame_rate for
-the sound) and the nearest values that split evenly. diffusers' plans pad nothing (their sharder asserts an even
-split); prompt-length text is padded in the worker (`parallel.even_text`), where reference images' tokens are
-checked too.
+the sound) and the nearest values that split evenly, except a sequence the plan leaves whole on every rank where
+it does not split (`Pipeline.cp_whole_if_uneven`: LTX-2's sound, odd at 25 fps), which `note` says for the
+Sample. diffusers' plans pad nothing (their sharder asserts an even split); prompt-length text is padded in the
+worker (`parallel.even_text`), where reference images' tokens are checked too.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def cp_sequence(spec: PipelineSpec, width: int, height: int, frames: int = 0,
                 frame_rate: float = 24.0) -> dict[str, int]:
     """The token counts Context Parallel splits for this size, by what they are, as the pipeline declares them
     (`Pipeline.cp_tokens`): the image's tokens, a video's (its latent frames × the image's), and any audio (the
-    sound's latents for frames / frame_rate seconds, `sound_input.audio_latents`)."""
+    sound's latents for frames / frame_rate seconds, `sound_input.audio_latents`; LTX-2's is left whole where it
+    does not split: `must_split`)."""
     family = spec.family
     latent_frames = (frames - 1) // family.frame_step + 1 if family.frame_step and frames else 1
     tokens = latent_frames * (width // spec.size_factor) * (height // spec.size_factor)
@@ -36,21 +38,43 @@ def cp_sequence(spec: PipelineSpec, width: int, height: int, frames: int = 0,
     return {"video" if family.frame_step else "image": tokens}
 
 
+def must_split(spec: PipelineSpec, width: int, height: int, frames: int = 0,
+               frame_rate: float = 24.0) -> dict[str, int]:
+    """`cp_sequence` less what the plan may leave whole on every rank (`Pipeline.cp_whole_if_uneven`): the
+    sequences that must split evenly."""
+    whole = spec.family.cp_whole_if_uneven
+    return {what: t for what, t in cp_sequence(spec, width, height, frames, frame_rate).items() if what not in whole}
+
+
+def note(spec: PipelineSpec, width: int, height: int, frames: int = 0, frame_rate: float = 24.0) -> str | None:
+    """What Context Parallel leaves whole on every rank for this size, for the Sample's notes (LTX-2's sound where
+    its audio latents do not split evenly: cp_whole_if_uneven); None where everything is split."""
+    degree, whole = spec.cp_degree, spec.family.cp_whole_if_uneven
+    uneven = [f"{t} {what} latents" for what, t in cp_sequence(spec, width, height, frames, frame_rate).items()
+              if degree > 1 and what in whole and t % degree]
+    if not uneven:
+        return None
+    return (f"Context Parallel {degree}: {frames} frames at {frame_rate:g} fps make {' and '.join(uneven)}, which "
+            f"{degree} ranks cannot split evenly, so the sound runs whole on every rank (its attention repeated on "
+            "each; the video's tokens are split); the result is the same as on one rank.")
+
+
 def check_cp_size(spec: PipelineSpec, width: int, height: int, frames: int = 0, frame_rate: float = 24.0,
                   upscale: bool = False) -> None:
-    """Every sequence Context Parallel splits splits evenly over the context ranks, or a ParallelError names the
-    input, the count and the nearest values at which every sequence splits. With `upscale` (LTX-2's two stages,
-    Sample Video's upscale_model) the first stage, at half the width and height, is checked too."""
+    """Every sequence Context Parallel must split (`must_split`) splits evenly over the context ranks, or a
+    ParallelError names the input, the count and the nearest values at which every such sequence splits. With
+    `upscale` (LTX-2's two stages, Sample Video's upscale_model) the first stage, at half the width and height, is
+    checked too."""
     degree = spec.cp_degree
     if degree == 1:
         return
     halves = (2, 1) if upscale else (1,)  # the stages' sizes: the first at half the width and height
 
     def fits(w: int = width, h: int = height, n: int = frames, rate: float = frame_rate) -> bool:
-        return all(t % degree == 0 for d in halves for t in cp_sequence(spec, w // d, h // d, n, rate).values())
+        return all(t % degree == 0 for d in halves for t in must_split(spec, w // d, h // d, n, rate).values())
 
     for d in halves:
-        for what, tokens in cp_sequence(spec, width // d, height // d, frames, frame_rate).items():
+        for what, tokens in must_split(spec, width // d, height // d, frames, frame_rate).items():
             if tokens % degree:
                 _refuse(spec, width, height, frames, frame_rate, what, tokens, d, fits)
 

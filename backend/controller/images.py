@@ -113,6 +113,11 @@ def _video_images(spec: PipelineSpec, image: np.ndarray | None, end_image: np.nd
         if not family.video_references:
             raise ModelError(f"reference_images: '{spec.name}' ({family.name}, {spec.class_name}) takes no reference "
                              "images; disconnect them, or load a model that does (MiniMax H3).")
+        if spec.source is not None:  # files: the fl2va transformer only (the ref2va one is another file)
+            raise ModelError(f"reference_images: '{spec.name}' was loaded from ComfyUI's files, which give "
+                             f"{family.name} its fl2va transformer (text, first / last frame); reference to video "
+                             "runs its ref2va transformer, which Load TPU Pipeline (ComfyUI files) does not read yet. "
+                             "Disconnect the reference_images, or load the diffusers folder in Load TPU Pipeline.")
         arrays["references"] = refs = checked_image(references, "reference_images")
         if len(refs) > family.video_references:
             raise ModelError(f"reference_images: {len(refs)} images, and {family.name} takes at most "

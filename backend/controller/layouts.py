@@ -409,9 +409,10 @@ def plan_cp(spec: PipelineSpec, degree: int, mode: str) -> tuple[PipelineSpec, s
                  f"sequence, split as a whole: its length must be a multiple of {degree}, which the workers check "
                  "at the first step (it follows the prompt: a word more or less changes it).")
     elif spec.family.sound and spec.family.cp_tokens is not None:
-        text += (f" {spec.family.name}'s sound is split too: its audio latents (as many as frames / frame_rate "
-                 f"seconds take) must be a multiple of {degree}, as the video's tokens, checked before any worker "
-                 "starts.")
+        text += (f" {spec.family.name}'s sound is split too where its audio latents (as many as frames / "
+                 f"frame_rate seconds take) are a multiple of {degree}; where they are not (at 25 fps they are as "
+                 "many as the frames, odd) the sound runs whole on every rank, with the same result. The video's "
+                 f"tokens must be a multiple of {degree}, checked before any worker starts.")
     elif spec.family.variable_text:
         text += (f" {spec.family.name}'s text length follows the prompt: its prompt embeddings are padded with "
                  f"masked tokens to a multiple of {degree}, so every rank gets the same number of tokens.")

@@ -18,6 +18,7 @@ from ..protocol.spec import PipelineSpec, SampleRequest
 from . import (
     conditioning,
     controlnets,
+    cp_sizes,
     group,
     images,
     latency,
@@ -101,7 +102,8 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
         req = dataclasses.replace(req, tiled_vae=True)
     req, scheduled = sigmas.apply(spec, req, starts)
     said = [samplers.check(spec, req, starts), prompt_weights.note(req), tiling, scheduled, sound_input.note(spec, audio),
-            sound_input.reference_note(spec, req, reference_audio)]
+            sound_input.reference_note(spec, req, reference_audio),
+            cp_sizes.note(spec, req.width, req.height, req.frames, req.frame_rate)]
     if conditioned is not None:
         arrays, notes = {**arrays, **conditioned.arrays}, [*conditioned.notes, *notes]
     return PreparedSample(spec, req, arrays, tuple(notes + [text for text in said if text]))

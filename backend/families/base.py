@@ -134,6 +134,10 @@ class Pipeline:
     # checks follow the declaration, with no code of its own (controller/cp_sizes.py).
     text_tokens: int = 512
     cp_tokens: Callable[[int, int, int], Mapping[str, int]] | None = None
+    # The sequences of cp_tokens that the plan leaves whole on every rank where they do not split evenly, instead
+    # of refusing the size (LTX-2's "audio": its sound at 25 fps has as many latents as the frames, always odd;
+    # its cp.py's whole_sound), which the Sample's notes say
+    cp_whole_if_uneven: tuple[str, ...] = ()
     # The transformer argument whose first dimension is the one sequence diffusers' plan splits, where the
     # transformer packs its inputs into one: MiniMax H3 packs the prompt's, the images', the sound's and the video's
     # rows, described by "position_ids" [rows, 3]. Its length follows the prompt, so the worker checks that it
@@ -328,6 +332,12 @@ class ModelFamily:
     single_file: bool = False  # diffusers' pipeline loader reads its all-in-one checkpoints
     files: bool = True  # its artists' files load (False: they are recognised, and refused naming the way that works)
     files_refused: str = ""  # why they do not load (files=False), said in the refusal
+    # denoiser shapes -> what a variant whose files do not load yet is, and the way that works (said in the refusal,
+    # before the other files are asked for: LTX-2.5's split DiT); "" for the variants that load
+    variant_refused: Callable[[Shapes], str] | None = None
+    # its sound's VAE from files (Load TPU Pipeline's audio_vae input): (VAE kind of families/vaes.py, what artists
+    # call the file); (): it makes no sound, or reads none from files
+    audio_vae: tuple[str, str] = ()
     # (denoiser shapes, CLIP-L shapes, CLIP-G shapes) -> None when the CLIP pair fits, else the width it reads
     clip_pair: Callable[[Shapes, Shapes, Shapes], int | None] | None = None
     # (denoiser shapes, text kinds chosen) -> the published model the files are (default: the first configs)

@@ -8,6 +8,7 @@ Several families share a kind (T5-XXL: FLUX.1 and SD3), so kinds live here and a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .base import Shapes, count, head_dim, scaled
 
@@ -19,6 +20,7 @@ class TextEncoderKind:
     tokenizer: str  # ComfyUI's bundled tokenizer folder (relative to its comfy package); "": the file holds one
     tokenizer_tensor: str = ""  # the tensor of the file that holds its tokenizer (as ComfyUI reads it)
     tokenizer_layout: str = ""  # how the worker makes a tokenizer of that tensor, where not FILE_TOKENIZERS' way
+    unread: str = ""  # recognised, read by no family from files yet: why, and the way round (for the refusal)
 
     @property
     def short(self) -> str:
@@ -43,8 +45,9 @@ KINDS = {k.id: k for k in (
     # LTX-2.3's: a SentencePiece BPE model in the file too, read as Gemma's (families/ltx2/convert.py)
     TextEncoderKind("gemma3", "Gemma 3 12B (gemma_3_12B_it*.safetensors)", "", "spiece_model", "gemma-spiece"),
     # LTX-2.5's (gemma4-12b-with-proj-ltx-2.5-*: its text projection beside it): recognised, read by no family yet
-    TextEncoderKind("gemma4", "Gemma 4 (LTX-2.5's gemma4-12b-with-proj-*, not read from files yet: load LTX-2.5 "
-                              "from its diffusers folder)", ""),
+    TextEncoderKind("gemma4", "Gemma 4 (gemma4-12b-with-proj-ltx-2.5-*.safetensors)", "",
+                    unread="LTX-2.5's, whose split files are not read from files yet: load LTX-2.5 from its diffusers "
+                           "folder in Load TPU Pipeline"),
 )}
 
 # the tensors of text-encoder files that hold their tokenizer -> how the worker reads it (loader layout)
@@ -119,9 +122,33 @@ def layout(kind: str, s: Shapes, sizes: dict, published: dict) -> str:
         return "openclip"
     if kind == "mistral" and sizes["num_hidden_layers"] < published["num_hidden_layers"]:
         return "hf-no-final-norm"
-    if kind == "qwen3vl":
-        return "qwen3vl-comfy"
+    if kind == "qwen3vl":  # MiniMax H3's (qwen3vl_32b_minimax_h3): 50 of the 64 layers, no final norm, no lm_head
+        return "qwen3vl-comfy" if "model.norm.weight" in s else "qwen3vl-comfy-truncated"
     return "hf"
+
+
+TRUNCATED_LACKS = ("language_model.norm.weight", "lm_head.weight")  # what a cut-short Qwen3-VL file does not hold
+
+
+def may_lack(layout: str, key: str) -> bool:
+    """Whether a text encoder of loader layout `layout` is whole without tensor `key` of its class (a cut-short
+    Qwen3-VL: its final norm and lm_head, which without_final_norm replaces)."""
+    return layout == "qwen3vl-comfy-truncated" and key.endswith(TRUNCATED_LACKS)
+
+
+def without_final_norm(model: Any, layout: str) -> Any:
+    """A text encoder of a file cut short, as ComfyUI runs it: without the final norm (its last hidden state is
+    the last layer's output); a Qwen3-VL also without its lm_head, which nothing reads."""
+    import torch
+
+    if layout == "hf-no-final-norm":
+        model.model.norm = torch.nn.Identity()
+    elif layout == "qwen3vl-comfy-truncated":
+        text = getattr(model, "model", model).language_model  # ForConditionalGeneration's, or the bare model's
+        text.norm = torch.nn.Identity()
+        if hasattr(model, "lm_head"):
+            model.lm_head = torch.nn.Identity()
+    return model
 
 
 def qwen3vl_keys(sd: dict, class_name: str) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Shapes, count, groups
+from .base import Shapes, count, groups, head_dim
 
 
 @dataclass(frozen=True)
@@ -21,8 +21,14 @@ KINDS = {k.id: k for k in (
     # Qwen-Image 2.1's 16x RGBA VAE: Wan 2.2's residual layout, one more level, 1-frame (2D) convolutions
     VaeKind("vae-qwenimage21", "qwenimage21-vae"),
     VaeKind("vae-ltx2", "ltx2-vae"),  # LTX-2's video VAE (32x spatial, 8x temporal), in Lightricks' names
-    VaeKind("vae-minimax-h3", "minimax-h3-vae"),  # MiniMax H3's video VAE (diffusers folders only for now)
+    # MiniMax H3's video VAE (a causal 3D encoder, a ViT decoder: MiniMax's names) and its audio VAE (ComfyUI's
+    # layout: diffusers' names with the weight norms folded): families/minimax_h3/convert.py reads both
+    VaeKind("vae-minimax-h3", "minimax-h3-vae"),
+    VaeKind("vae-minimax-h3-audio", "minimax-h3-audio-vae"),
 )}
+MINIMAX_H3_VIDEO = "decoder.register_tokens"  # the ViT decoder's register tokens: MiniMax H3's video VAE
+MINIMAX_H3_AUDIO = ("pre_block.attn.q_bias", "dec_in_proj.weight")  # its audio VAE's attention projection
+MINIMAX_H3_LATENTS_PER_SECOND = 40  # both released audio VAEs (32 kHz with hop 800; the tiny 8 kHz with hop 200)
 # The decode's peak memory above the loaded VAE, in bytes per output pixel in float32 (about half in bfloat16 and
 # float16): bench/vae_memory.py, each published config with random weights on the CPU, the slope of the peak RSS
 # through three small sizes (bench/README.md has the table). By layout: "ldm-vae" is the largest of FLUX.1's ae,
@@ -37,6 +43,10 @@ WAN22_KEY = "encoder.downsamples.0.downsamples.0.residual.0.gamma"  # Wan 2.2's 
 
 def recognise(s: Shapes) -> str | None:
     """The VAE kind the shapes hold, None when they hold none."""
+    if MINIMAX_H3_VIDEO in s and "decoder.x_embedder.weight" in s and "encoder.down.0.block.0.conv1.weight" in s:
+        return "vae-minimax-h3"
+    if all(k in s for k in MINIMAX_H3_AUDIO):
+        return "vae-minimax-h3-audio"
     if "encoder.conv_in.weight" in s and "decoder.conv_out.weight" in s and "encoder.down.0.block.0.conv1.weight" in s:
         return "vae-flux2" if "bn.running_mean" in s else "vae-ldm"
     if "encoder.conv1.weight" in s and "decoder.head.2.weight" in s and "conv2.weight" in s:
@@ -58,6 +68,10 @@ def width(kind: str, s: Shapes) -> int:
         return s["conv2.weight"][0]
     if kind == "vae-ltx2":
         return s[LTX2_KEY][1]
+    if kind == "vae-minimax-h3":
+        return s["post_quant_conv.weight"][0]
+    if kind == "vae-minimax-h3-audio":
+        return s["dec_in_proj.weight"][1]
     return s["decoder.conv_in.weight"][1]
 
 
@@ -75,6 +89,10 @@ def sizes(kind: str, s: Shapes, published: dict) -> dict:
         return _qwenimage21_sizes(s, published)
     if kind == "vae-ltx2":
         return _ltx2_sizes(s, published)
+    if kind == "vae-minimax-h3":
+        return _minimax_h3_sizes(s, published)
+    if kind == "vae-minimax-h3-audio":
+        return _minimax_h3_audio_sizes(s, published)
     levels = count(s, "encoder.down.")
     channels = [s[f"encoder.down.{i}.block.0.conv2.weight"][0] for i in range(levels)]
     return {"block_out_channels": channels, "layers_per_block": count(s, "encoder.down.0.block."),
@@ -141,6 +159,46 @@ def _qwenimage21_sizes(s: Shapes, published: dict) -> dict:
     if z != published["z_dim"]:  # the published latent statistics are for its own channels
         out.update(latents_mean=[0.0] * z, latents_std=[1.0] * z)
     return out
+
+
+def _minimax_h3_sizes(s: Shapes, published: dict) -> dict:
+    """MiniMax H3's video VAE: its encoder's widths and blocks, its ViT decoder's width, depth and feed-forward
+    from the tensors; head counts and GroupNorm groups are in no tensor: the published head size and groups,
+    fitted to narrower widths. (Its latent statistics are tensors of the file: the worker reads them.)"""
+    levels = count(s, "encoder.down.")
+    channels = [s[f"encoder.down.{i}.block.0.conv2.weight"][0] for i in range(levels)]
+    dim = s["decoder.x_embedder.weight"][0]
+    head = head_dim(dim, published["decoder_attention_head_dim"]) if dim != published["decoder_num_attention_heads"] \
+        * published["decoder_attention_head_dim"] else published["decoder_attention_head_dim"]
+    return {"block_out_channels": channels, "layers_per_block": count(s, "encoder.down.0.block."),
+            "latent_channels": s["post_quant_conv.weight"][0], "in_channels": s["encoder.conv_in.weight"][1],
+            "norm_num_groups": groups(channels, published["norm_num_groups"]),
+            "decoder_num_layers": count(s, "decoder.transformer_blocks."), "decoder_attention_head_dim": head,
+            "decoder_num_attention_heads": dim // head,
+            "decoder_num_register_tokens": s[MINIMAX_H3_VIDEO][1],
+            "decoder_ffn_mult": s["decoder.transformer_blocks.0.ff.w1.weight"][0] // (2 * dim)}
+
+
+def _minimax_h3_audio_sizes(s: Shapes, published: dict) -> dict:
+    """MiniMax H3's audio VAE: its encoder's and decoder's widths and strides from the tensors (each encoder
+    block's last kernel is twice its stride; BigVGAN pairs a rate u with a kernel of 2u - u % 2), its sample rate
+    from its 40 latents a second; the attention heads are in no tensor (the published head size, fitted)."""
+    blocks = count(s, "encoder.block.") - 3  # the first convolution, then the strided blocks, then Snake and the last
+    rates = [s[f"encoder.block.{i + 1}.block.4.weight"][2] // 2 for i in range(blocks)]
+    ups = [s[f"decoder.ups.{i}.0.weight"][2] for i in range(count(s, "decoder.ups."))]
+    kernels = count(s, "decoder.resblocks.") // len(ups)
+    latent_dim = s["dec_in_proj.weight"][0]
+    head = head_dim(latent_dim, published["latent_dim"] // published["num_attention_heads"])
+    hop = 1
+    for r in rates:
+        hop *= r
+    return {"encoder_dim": s["encoder.block.0.weight"][0], "encoder_rates": rates, "latent_dim": latent_dim,
+            "latent_channels": s["dec_in_proj.weight"][1], "num_attention_heads": latent_dim // head,
+            "decoder_dim": s["decoder.conv_pre.weight"][0], "decoder_rates": [(k + 1) // 2 for k in ups],
+            "decoder_kernel_sizes": ups,
+            "resblock_kernel_sizes": [s[f"decoder.resblocks.{j}.convs1.0.weight"][2] for j in range(kernels)],
+            "resblock_dilation_sizes": published["resblock_dilation_sizes"][:kernels],
+            "sampling_rate": MINIMAX_H3_LATENTS_PER_SECOND * hop}
 
 
 def config_layout(config: dict) -> str:

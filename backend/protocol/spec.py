@@ -240,7 +240,7 @@ class FileSource:
         return {**base, **json.loads(self.overrides).get(name, {})}
 
     def index(self) -> dict:
-        return {**read_json(self.config_dir / "model_index.json"), **json.loads(self.overrides).get("", {})}
+        return {**read_index(self.config_dir), **json.loads(self.overrides).get("", {})}
 
     def component(self, name: str) -> FileComponent | None:
         return next((c for c in self.components if c.name == name), None)

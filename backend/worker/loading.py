@@ -34,7 +34,8 @@ from .storage import keep_float32, load_stored
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
-RENAMED = {"qwen3vl-comfy": text_encoders.qwen3vl_keys}  # ... in transformers' classes under ComfyUI's names
+# ... in transformers' classes under ComfyUI's names (a Qwen3-VL cut short: without its final norm and lm_head)
+RENAMED = {"qwen3vl-comfy": text_encoders.qwen3vl_keys, "qwen3vl-comfy-truncated": text_encoders.qwen3vl_keys}
 # the parts of an all-in-one checkpoint the pipeline's own loader reads: the denoisers of the families whose
 # all-in-one files diffusers reads (their layout is the family id), LDM VAEs and CLIP/T5 text encoders
 CHECKPOINT_NATIVE = (*(f.id for f in FAMILIES.values() if f.single_file), "ldm-vae", "hf", "openclip")
@@ -422,7 +423,7 @@ def _quantized_component(root: Path, name: str, cls: type, part: FileComponent, 
             sd = {k[len(base):] if k.startswith(base) else k: v for k, v in sd.items()}
         model.load_state_dict(sd, strict=False, assign=True)
         model.tie_weights()  # a tied lm_head, absent from ComfyUI's files (Gemma's, Qwen3-VL-4B's)
-        missing = [k for k, t in model.state_dict().items() if t.is_meta]
+        missing = [k for k, t in model.state_dict().items() if t.is_meta and not text_encoders.may_lack(part.layout, k)]
         if missing:
             raise ValueError(f"the file lacks {len(missing)} tensors of {cls.__name__} (first: '{missing[0]}')")
         model = _finish_text_encoder(model.eval(), part)
@@ -450,9 +451,7 @@ def _finish_text_encoder(model: Any, part: FileComponent) -> Any:
     if isinstance(projection, torch.nn.Linear) and not _has_key(part, "text_projection.weight"):
         with torch.no_grad():
             projection.weight.copy_(torch.eye(*projection.weight.shape, dtype=projection.weight.dtype))
-    if part.layout == "hf-no-final-norm":
-        model.model.norm = torch.nn.Identity()
-    return model
+    return text_encoders.without_final_norm(model, part.layout)
 
 
 def _has_key(part: FileComponent, key: str) -> bool:

@@ -40,13 +40,18 @@ def _declared(family: Pipeline) -> Any:
 
 
 def load(model_path: str, family: Pipeline, dtype: Any, status: Callable[[str], None],
-         extra: dict[str, dict] | None = None) -> Any:
+         extra: dict[str, dict] | None = None, source: Any = None) -> Any:
     """The modular pipeline in `model_path`, on the CPU: the family's blocks (its workflow, without the sub-blocks
     it leaves out) made into a pipeline from the folder's index, then each weighted component the index lists
     loaded from its subfolder, announced through `status`. The from_config parts (scheduler, image processor,
     guider) come from the blocks' own specs. A component that fails raises an OSError naming it. `extra`: further
     from_pretrained arguments by component (parallel.load_kwargs: Context Parallel's config), kept for the
-    components a later task loads (for_task)."""
+    components a later task loads (for_task). `source`: artists' files instead of the folder (a FileSource:
+    worker/modular_files.py)."""
+    if source is not None:
+        from .modular_files import load_files
+
+        return load_files(source, family, dtype, status, extra)
     modular = _declared(family)
     pipe = _blocks(modular).init_pipeline(model_path)
     _EXTRA[pipe] = extra or {}
@@ -62,6 +67,13 @@ def _blocks(modular: Any) -> Any:
     for name in modular.without:
         blocks.sub_blocks.pop(name, None)
     return blocks
+
+
+def own_files(source: Any) -> bool:
+    """Whether artists' files (a FileSource) make a modular pipeline from a configs folder that is itself modular
+    (modular_model_index.json: MiniMax H3, worker/modular_files.py: `load` with `source`), rather than from a
+    model_index.json naming the modular class (FLUX 3: worker/loading.py's load_files, then `from_files`)."""
+    return source is not None and not (source.config_dir / "model_index.json").is_file()
 
 
 def from_files(root: Path, index: dict, family: Pipeline, loaded: dict[str, Any]) -> Any:

@@ -179,9 +179,11 @@ def load_kwargs(spec: PipelineSpec, kind: str) -> dict[str, dict] | None:
 def planned_cp_config(spec: PipelineSpec) -> Callable[..., Any]:
     """diffusers' ContextParallelConfig, made to carry the plans the family declares in place of diffusers' own
     `_cp_plan` (Pipeline.cp_plan_module: that module's PLANS, by denoiser class; LTX-2's does not fit its rotary
-    embeddings). This is the one place a family's plan is applied: diffusers' enable_parallelism, which every
-    context-parallel load reaches (from_pretrained's parallel_config, a converted or modular denoiser), takes
-    the plan for the model's class and config (`_use_family_plans`). A family without one keeps diffusers'."""
+    embeddings), and what follows each call's shapes once it is applied (its FOLLOW, by class, where it has one:
+    LTX-2's sound stays whole where it does not split). This is the one place a family's plan is applied:
+    diffusers' enable_parallelism, which every context-parallel load reaches (from_pretrained's parallel_config,
+    a converted or modular denoiser), takes the plan for the model's class and config (`_use_family_plans`). A
+    family without one keeps diffusers'."""
     from diffusers import ContextParallelConfig
 
     module = spec.family.cp_plan_module
@@ -189,12 +191,13 @@ def planned_cp_config(spec: PipelineSpec) -> Callable[..., Any]:
         return ContextParallelConfig
     from .. import families
 
-    plans = families.module(spec.family.family, module).PLANS
+    declared = families.module(spec.family.family, module)
+    plans, follow = declared.PLANS, getattr(declared, "FOLLOW", {})
     _use_family_plans()
 
     def config(**kwargs: Any) -> Any:
         made = ContextParallelConfig(**kwargs)
-        made.family_plans = plans  # read by _use_family_plans; diffusers reads its own fields only
+        made.family_plans, made.family_follow = plans, follow  # read by _use_family_plans; diffusers reads its own
         return made
 
     return config
@@ -202,7 +205,7 @@ def planned_cp_config(spec: PipelineSpec) -> Callable[..., Any]:
 
 def _use_family_plans() -> None:
     """diffusers' enable_parallelism given the family's plan for this model (`planned_cp_config`) where the
-    context-parallel config carries one and the caller passed none; idempotent."""
+    context-parallel config carries one and the caller passed none, then its FOLLOW for the model; idempotent."""
     from diffusers.models.modeling_utils import ModelMixin
 
     original = ModelMixin.enable_parallelism
@@ -212,9 +215,13 @@ def _use_family_plans() -> None:
     def enable_parallelism(self, *, config, cp_plan=None):
         cp = getattr(config, "context_parallel_config", config)
         make = getattr(cp, "family_plans", {}).get(type(self).__name__)
-        if cp_plan is None and make is not None:
-            cp_plan = make(self.config)
-        return original(self, config=config, cp_plan=cp_plan)
+        if cp_plan is not None or make is None:
+            return original(self, config=config, cp_plan=cp_plan)
+        cp_plan = make(self.config)
+        original(self, config=config, cp_plan=cp_plan)
+        follow = getattr(cp, "family_follow", {}).get(type(self).__name__)
+        if follow is not None:
+            follow(self, cp_plan)
 
     enable_parallelism._family_plans = True
     ModelMixin.enable_parallelism = enable_parallelism

@@ -203,10 +203,10 @@ class Runtime:
             quantized_file = spec.source is not None and spec.source.quantized() is not None
             if (stored is not None or quantized_file) and self.kind == "cpu":  # both allocate weights per call
                 storage.return_freed_blocks()
-            if spec.source is not None:  # artists' files (a modular family's too: its blocks get the parts)
+            if spec.source is not None and not modular.own_files(spec.source):  # artists' files (FLUX 3's too)
                 pipe = loading.load_files(spec.source, _DTYPES[dtype_name], self.status, extra, stored)
-            elif spec.family.modular is not None:
-                pipe = modular.load(spec.model_path, spec.family, _DTYPES[dtype_name], self.status, extra)
+            elif spec.family.modular is not None:  # a folder, or files of a modular configs folder (MiniMax H3)
+                pipe = modular.load(spec.model_path, spec.family, _DTYPES[dtype_name], self.status, extra, spec.source)
             else:
                 pipe = loading.load_pipeline(spec.model_path, _DTYPES[dtype_name], self.status, extra, spec.variant,
                                              stored)

@@ -8,7 +8,6 @@ ComfyUI's own key maps and tokenizers are used from ComfyUI's process, found wit
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -16,12 +15,11 @@ from pathlib import Path
 
 from ... import families
 from ...families import Configs, ModelFamily, config_dir, image_encoders, text_encoders, vaes
-from ...families.base import count
 from ...families.flux1 import KONTEXT_CHOICES
 from ...protocol import quantized
 from ...protocol.errors import ModelError
-from ...protocol.spec import FileComponent, FileSource, read_json
-from . import experts
+from ...protocol.spec import FileComponent, FileSource, read_index, read_json
+from . import comfy_code, experts
 from .headers import FLOAT_DTYPES, GGUF, Header, read_header
 from .listing import NONE, resolve_file
 from .recognise import Contents, Part, file_contents, short_name
@@ -38,6 +36,7 @@ class FileChoice:
     flux_kontext: str = "auto"  # flux1.KONTEXT_CHOICES: whether a FLUX.1 [dev]-shaped file is Kontext
     diffusion_model_2: str | None = None  # the second expert of a two-expert model (Wan 2.2 A14B's low noise)
     clip_vision: str | None = None  # a CLIP vision encoder (models/clip_vision: Wan 2.1 I2V's clip_vision_h)
+    audio_vae: str | None = None  # the sound's VAE of a model that makes sound (models/vae: MiniMax H3's audio VAE)
 
     def chosen(self, value: str | None) -> bool:
         return bool(value) and value.strip() != NONE
@@ -72,8 +71,9 @@ class _Draft:
         return config_dir(self.configs.folder)
 
     def index(self) -> dict:
-        """The model_index the pipeline loads with: the published one, with the family's variant over it."""
-        return {**read_json(self.folder / "model_index.json"), **self.overrides.get("", {})}
+        """The index the pipeline loads with (model_index.json, a modular pipeline's modular_model_index.json): the
+        published one, with the family's variant over it."""
+        return {**read_index(self.folder), **self.overrides.get("", {})}
 
     def override(self, component: str, values: dict) -> None:
         self.overrides[component] = {**self.overrides.get(component, {}), **values}
@@ -106,6 +106,8 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
         raise ModelError(f"diffusion_model: '{main.path.name}' is {article} {family.name} model, which ComfyUI-TPU loads from "
                          f"a diffusers folder only so far{why}: put the diffusers version of the model in "
                          "models/diffusers and choose it in Load TPU Pipeline.")
+    if family.variant_refused and (why := family.variant_refused(denoiser.shapes)):
+        raise ModelError(f"{main.input}: '{main.path.name}' is {why}.")
     texts = _text_encoders(family, chosen)
     second = chosen.get("diffusion_model_2")
     configs = family.published(denoiser.shapes, frozenset(texts))
@@ -137,6 +139,7 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
         _add_denoiser(draft, second, family.pair.component if family.pair else f"{family.denoiser}_2")
     _add_vae(draft)
     _add_family_parts(draft, chosen)
+    _add_audio_vae(draft, chosen.get("audio_vae"))
     for slot in configs.text_encoders:
         _add_text_encoder(draft, slot.component, slot.kind)
     _add_image_encoder(draft, chosen.get("clip_vision"))
@@ -180,7 +183,7 @@ def _read_choice(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> dict
     inputs = [("checkpoint", "checkpoint", choice.checkpoint), ("diffusion_model", "diffusion_model",
                                                                  choice.diffusion_model),
               ("diffusion_model_2", "diffusion_model", choice.diffusion_model_2), ("vae", "vae", choice.vae),
-              ("clip_vision", "clip_vision", choice.clip_vision)]
+              ("clip_vision", "clip_vision", choice.clip_vision), ("audio_vae", "vae", choice.audio_vae)]
     inputs += [(f"text_encoder_{i}", "text_encoder", v) for i, v in enumerate(choice.text_encoders, 1)]
     for name, role, value in inputs:
         if not choice.chosen(value):
@@ -227,9 +230,10 @@ def _text_encoders(family: ModelFamily, chosen: dict[str, _Chosen]) -> dict[str,
         found["clip-g" if "clip-g" in wanted and clips[0][0].width >= 1024 else "clip-l"] = clips[0]
     for kind, (_, c) in found.items():
         if kind not in wanted and c.input != "checkpoint":
+            unread = text_encoders.KINDS[kind].unread if kind in text_encoders.KINDS else ""
             raise ModelError(
                 f"{c.input}: '{c.path.name}' is a {short_name(kind)} text encoder, which {family.name} does not "
-                f"use; it needs {' and '.join(map(_wanted, wanted))}.")
+                f"use{f' from files ({unread})' if unread else ''}; it needs {' and '.join(map(_wanted, wanted))}.")
     return found
 
 
@@ -336,7 +340,7 @@ def _add_denoiser(p: _Draft, main: _Chosen, component: str) -> None:
             p.override(name, values)
         p.notes += notes
     layout = family.layout(denoiser.shapes, denoiser.prefix, quant, main.path.name)
-    key_map = _flux1_key_map(denoiser.shapes) if layout == "flux1-comfy-map" else ()
+    key_map = comfy_code.flux1_key_map(denoiser.shapes) if layout == "flux1-comfy-map" else ()
     p.parts.append(FileComponent(component, str(main.path), layout, denoiser.prefix, quant, header.size, key_map))
 
 
@@ -375,6 +379,30 @@ def _add_family_parts(p: _Draft, chosen: dict[str, _Chosen]) -> None:
             p.override("", {name: [p.index()[name][0], sizes["_class_name"]]})
         _unsupported_quant(c)
         p.parts.append(FileComponent(name, str(c.path), layout, prefix, _quant(c.contents.header, tuple(prefix.split("|"))), c.contents.header.size))
+
+
+def _add_audio_vae(p: _Draft, c: _Chosen | None) -> None:
+    """The sound's VAE (ModelFamily.audio_vae: MiniMax H3's), fitting the denoiser's sound; refused where none is."""
+    model = f"{p.family.name} ('{p.main.path.name}')"
+    if not p.family.audio_vae:
+        if c is not None:
+            raise ModelError(f"audio_vae: '{c.path.name}' was chosen, but {model} reads no audio VAE from files. "
+                             f"Set audio_vae to '{NONE}'.")
+        return
+    kind, wanted = p.family.audio_vae
+    if c is None:
+        raise ModelError(f"audio_vae: {model} makes its video with sound, which its audio VAE decodes; none was "
+                         f"chosen. Put {wanted} in ComfyUI's models/vae folder and choose it in audio_vae.")
+    vae = c.contents.vae
+    if vae is None or vae.kind != kind:
+        raise ModelError(_not_a(c, "audio VAE", f"{p.family.name}'s audio VAE ({wanted})"))
+    if vae.width != (channels := p.overrides.get(p.family.denoiser, {}).get("audio_in_channels")):
+        raise ModelError(f"audio_vae: '{c.path.name}' is an audio VAE with {vae.width} latent channels; {model} "
+                         f"reads {channels}. Choose its audio VAE ({wanted}).")
+    _unsupported_quant(c)
+    p.override("audio_vae", vaes.sizes(kind, vae.shapes, read_json(p.folder / "audio_vae" / "config.json")))
+    p.parts.append(FileComponent("audio_vae", str(c.path), vaes.layout(kind, vae.shapes), vae.prefix,
+                                 _quant(c.contents.header, vae.prefix), c.contents.header.size))
 
 
 def _add_image_encoder(p: _Draft, c: _Chosen | None) -> None:
@@ -442,7 +470,7 @@ def _tokenizer(tok_name: str, kind: str, c: _Chosen) -> FileComponent:
                              f"Comfy-Org's {short_name(kind)} files hold); use one of those files.")
         layout = text_encoders.KINDS[kind].tokenizer_layout or text_encoders.FILE_TOKENIZERS[tensor]
         return FileComponent(tok_name, str(c.path), layout)
-    comfy = comfy_package_dir()
+    comfy = comfy_code.comfy_package_dir()
     if comfy is None:
         raise ModelError("ComfyUI's bundled tokenizers (its comfy package) were not found: files from "
                          "ComfyUI's folders are read inside ComfyUI.")
@@ -465,39 +493,3 @@ def _described(p: _Draft) -> tuple[str, str, FileSource]:
     source = FileSource(configs=p.configs.folder, components=tuple(p.parts),
                         overrides=json.dumps(overrides, sort_keys=True), notes=tuple(p.notes))
     return p.index()["_class_name"], str(p.main.path), source
-
-
-def comfy_package_dir() -> Path | None:
-    """ComfyUI's `comfy` package folder (its bundled tokenizers live there), without importing it."""
-    spec = importlib.util.find_spec("comfy")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
-
-
-def _flux1_key_map(shapes: Mapping[str, tuple]) -> tuple[tuple, ...]:
-    """ComfyUI's own FLUX.1 key map (diffusers key -> BFL key, slice, transform), inverted by the worker: for
-    widths diffusers' converter does not read. Needs ComfyUI (`comfy.utils`), present in ComfyUI's process."""
-    try:
-        import comfy.utils
-    except ImportError:
-        raise ModelError("diffusion_model: this FLUX.1 file is not 3072 wide, which diffusers' converter needs; "
-                         "reading other widths uses ComfyUI's own key map, and ComfyUI is not importable here. "
-                         "Run it from ComfyUI.") from None
-    key_map = comfy.utils.flux_to_diffusers({"depth": count(shapes, "double_blocks."),
-                                             "depth_single_blocks": count(shapes, "single_blocks."),
-                                             "hidden_size": shapes["img_in.weight"][0]})
-    entries = []
-    for target, src in sorted(key_map.items()):
-        if isinstance(src, str):
-            src = (src, None)
-        name, offset = src[0], src[1]
-        transform = src[2] if len(src) > 2 else None
-        if name not in shapes:
-            continue
-        if transform not in (None, comfy.utils.swap_scale_shift):
-            raise ModelError(f"diffusion_model: ComfyUI's FLUX.1 key map uses a transform ({transform}) ComfyUI-TPU "
-                             "does not know; this ComfyUI version is not supported for FLUX.1 files of this width.")
-        dim, start, length = offset if offset is not None else (-1, 0, 0)
-        entries.append((target, name, dim, start, length, "swap_scale_shift" if transform else ""))
-    return tuple(entries)

@@ -14,9 +14,10 @@ Sample Video's audio_guidance (LTX-2.5's dual CFG guider) sets audio_guidance_sc
 the templates' two stages (two_stage.py). LTX-2.5's Gemma 4 text encoder loads in the same pipeline.
 
 Context Parallel splits the video's tokens and the sound's by diffusers' plan, corrected in cp.py (diffusers'
-does not fit LTX-2's per-head rotary embeddings and leaves the sound whole on every rank); both counts must split
-evenly (the sound's follows frames / frame_rate), checked before any worker starts; Ulysses only (ring applies
-the split prompt's mask wrongly). CFG Parallel splits the doubled batch (both predictions, video and audio, are
+does not fit LTX-2's per-head rotary embeddings and leaves the sound whole on every rank); the video's tokens
+must split evenly, checked before any worker starts; the sound's latents (frames / frame_rate seconds of them:
+at 25 fps as many as the frames, odd) are split where they split evenly and otherwise stay whole on every rank
+(cp.py's whole_sound; the Sample's notes say so); Ulysses only (ring applies the split prompt's mask wrongly). CFG Parallel splits the doubled batch (both predictions, video and audio, are
 gathered); Data Parallel runs copies. No tensor-parallel plan.
 
 Artists' files: LTX-2.3's all-in-one checkpoint (ltx-2.3-22b-dev-fp8.safetensors in models/checkpoints: the DiT
@@ -49,12 +50,13 @@ NO_CACHE = ("first block: diffusers' FirstBlockCache finds a model's blocks thro
 
 
 def _cp_tokens(frames: int, video: int, audio: int) -> dict[str, int]:
-    """Context Parallel splits the video's tokens and the sound's (its audio latents) apart (cp.py's plan)."""
+    """Context Parallel splits the video's tokens and the sound's (its audio latents) apart (cp.py's plan); the
+    sound stays whole where it does not split (cp_whole_if_uneven)."""
     return {"video": video, "audio": audio}
 
 
 _VIDEO = dict(cfg_doubles_batch=True, cfg_passes="batch", cp_plan=True, cp_plan_module="cp", cp_masked_text=True,
-              text_tokens=1024, cp_tokens=_cp_tokens,
+              text_tokens=1024, cp_tokens=_cp_tokens, cp_whole_if_uneven=("audio",),
               frame_step=8, sigmas="always",
               sound=("audio_vae", "vocoder"), sound_rate="vocoder.output_sampling_rate", frame_rate_arg="frame_rate",
               guidance_also=("audio_guidance_scale",), call_args=OFF, check_kind="video with sound",
@@ -79,6 +81,5 @@ FAMILY = ModelFamily(
     width_key="patchify_proj.weight", width_agrees=("adaln_single.emb.timestep_embedder.linear_1.weight", 0),
     sizes=files.transformer_sizes, text_widths=text_widths, vae="vae-ltx2", vae_hint="the LTX-2 checkpoint's own VAE",
     latent_packing=1, file_parts=files.parts, file_parts_needed=files.PARTS,
-    file_parts_hint="LTX-2.3's all-in-one checkpoint (ltx-2.3-22b-dev-fp8.safetensors, in models/checkpoints) in "
-                    "checkpoint, which holds them",
+    file_parts_hint=f"{files.LTX23_CHECKPOINT} in checkpoint, which holds them", variant_refused=files.refused,
 )

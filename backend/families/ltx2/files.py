@@ -22,6 +22,12 @@ _VIDEO = "model.diffusion_model.video_embeddings_connector."
 _AUDIO = "model.diffusion_model.audio_embeddings_connector."
 _PROJECTION = "text_embedding_projection."
 PARTS = ("connectors", "audio_vae", "vocoder")  # what the pipeline needs beyond the DiT, the VAE and Gemma
+LTX23_CHECKPOINT = "LTX-2.3's all-in-one checkpoint (ltx-2.3-22b-dev-fp8.safetensors, in models/checkpoints)"
+# LTX-2.5's split files as its templates (video_ltx2_5_t2v, _i2v) name them: the DiT with its two connectors
+# (diffusion_models), Gemma 4 with the connectors' text projection beside it (text_encoders, CLIPLoader "ltxv"), the
+# video VAE and the audio VAE with its vocoder (vae, two VAELoaders)
+LTX25_FILES = ("its connectors' text projection in gemma4-12b-with-proj-ltx-2.5-*.safetensors (Gemma 4, in "
+               "models/text_encoders) and its audio VAE and vocoder in ltx-2.5-audio-vae-*.safetensors (models/vae)")
 
 
 def _heads(s: Shapes, attention: str, width: int, published_head: int) -> int:
@@ -166,3 +172,16 @@ def parts(s: Shapes, published: Callable[[str], dict], chosen: Mapping[str, Shap
         found["vocoder"] = ("vocoder.", "ltx2-vocoder",
                             _vocoder(vocoder, published("vocoder"), audio_config or published("audio_vae")))
     return found
+
+
+
+def refused(dit: Shapes) -> str:
+    """Why an LTX-2.5 DiT does not load from files yet (its feed-forward layers have no biases, as LTX-2.5's published
+    config; LTX-2.3's have): its other parts lie in split files the loader does not read (Gemma 4 in ComfyUI's
+    layout with the connectors' text projection; the audio VAE, with its vocoder, in a second `vae` file). ""
+    for LTX-2.3's."""
+    if "transformer_blocks.0.ff.net.0.proj.bias" in dit:
+        return ""
+    return (f"LTX-2.5's DiT (no feed-forward biases), whose split files are not read yet: beside it, it needs "
+            f"{LTX25_FILES}. Load LTX-2.5 from its diffusers folder in Load TPU Pipeline instead; of LTX-2's files, "
+            f"{LTX23_CHECKPOINT} loads")

@@ -1,7 +1,8 @@
 """MiniMax H3 (MiniMax): video with sound, which diffusers runs only as a modular pipeline
 (`modular_pipelines/minimax_h3`): one folder (modular_model_index.json) serves text to video with audio (t2va),
 first/last frame (fl2va) and reference (ref2va) workflows; joint video and audio latents in one transformer call,
-guidance distilled (one pass per step), 24 fps, 5 to 15 s. Diffusers folders only for now. Sample Video's inputs
+guidance distilled (one pass per step), 24 fps, 5 to 15 s. From a diffusers folder, or from ComfyUI's files (the
+transformer full or "pruned", Qwen3-VL, the video VAE and the audio VAE: convert.py reads them). Sample Video's inputs
 pick the workflow: text alone t2va, a start and/or end image fl2va (the `transformer` partition, loaded with the
 pipeline), reference images ref2va (`transformer_ref`, loaded the first time a request has reference images)."""
 
@@ -9,19 +10,44 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..base import ModelFamily, Modular, Pipeline, Shapes
-
-
-def _no_files(*_args: object) -> dict:
-    raise NotImplementedError("MiniMax H3's single files are not read yet: use a diffusers folder")
+from ..base import Configs, ModelFamily, Modular, Pipeline, Shapes, TextSlot, count
 
 
 def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
-    return _no_files()
+    """The transformer's sizes from ComfyUI's tensors (comfy/ldm/minimax/model.py's names): widths, depths, heads
+    (the fused qkv over the per-head q_norm), the AdaLN input (a pruned file's curve width) and, in a full file,
+    the time embedder's."""
+    head = s["blocks.0.attn.q_norm.weight"][0]
+    patch = published["patch_size"][0] * published["patch_size"][1] * published["patch_size"][2]
+    out = {"hidden_size": s["video_patch_proj.weight"][0], "num_layers": count(s, "blocks."),
+           "num_refiner_layers": count(s, "token_refiner.blocks."), "attention_head_dim": head,
+           "num_attention_heads": s["blocks.0.attn.qkv_proj.weight"][0] // (3 * head),
+           "ffn_dim": s["blocks.0.mlp.fc2.weight"][1], "in_channels": s["video_patch_proj.weight"][1] // patch,
+           "audio_in_channels": s["audio_patch_proj.weight"][1], "text_dim": s["condition_proj.weight"][1],
+           "time_embed_dim": s["blocks.0.adaln_proj.linear.weight"][1]}
+    if "rope.inv_freq" in s:
+        out["rope_freq_dim"] = s["rope.inv_freq"][0]
+    if "time_embedder.proj_in.weight" in s:
+        out["time_embed_hidden_dim"], out["freq_dim"] = s["time_embedder.proj_in.weight"]
+    return out
 
 
 def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
-    return _no_files()
+    return {"qwen3vl": s["condition_proj.weight"][1]}
+
+
+def variant(sizes: dict, file_name: str, configs: Configs, kontext: str) -> tuple[dict[str, dict], tuple[str, ...]]:
+    """The fl2va transformer (text, first / last frame: `transformer`). The ref2va one holds the same tensors (only
+    its name tells it: minimax_h3_ref2va_*) and runs as the `transformer_ref` partition, which the files path does not
+    build yet: refused rather than run as the other."""
+    if "ref2v" in file_name.lower():
+        from ...protocol.errors import ModelError
+
+        raise ModelError(f"diffusion_model: '{file_name}' is MiniMax H3's reference-to-video (ref2va) transformer, "
+                         "which Load TPU Pipeline (ComfyUI files) does not load yet (its files give the fl2va "
+                         "transformer: text, first / last frame to video). Choose minimax_h3_fl2va_*, or load the "
+                         "diffusers folder in Load TPU Pipeline for reference images.")
+    return {}, ()
 
 
 # seen on tiny-minimax-h3 (diffusers 0.42.1, MiniMaxH3LoopDenoiser): dynamo's recompile guards named
@@ -62,9 +88,10 @@ FAMILY = ModelFamily(
                  no_step_cache="diffusers' modular MiniMax H3 blocks call the transformer without the cache "
                                "contexts that diffusers' cache hooks keep their state by"),
     ),
-    configs=(),
+    configs=(Configs("minimax_h3", (TextSlot("text_encoder", "qwen3vl"),)),),
     # ComfyUI's detection keys (comfy/model_detection.py): the video and the audio patch projections
     denoiser_keys=("video_patch_proj.weight", "audio_patch_proj.weight"),
     width_key="video_patch_proj.weight", width_agrees=("condition_proj.weight", 0), sizes=sizes,
-    text_widths=text_widths, vae="vae-minimax-h3", vae_hint="MiniMax H3's minimax_h3_video_vae", files=False,
+    text_widths=text_widths, variant=variant, vae="vae-minimax-h3", vae_hint="MiniMax H3's minimax_h3_video_vae",
+    audio_vae=("vae-minimax-h3-audio", "minimax_h3_audio_vae_fp32.safetensors"),
 )

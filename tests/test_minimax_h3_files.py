@@ -1,0 +1,268 @@
+"""MiniMax H3 from ComfyUI's own files (issue 37, "Files"): the fl2va transformer (full and "pruned", ComfyUI's curve
+form), the video and audio VAEs in ComfyUI's layouts and Qwen3-VL in ComfyUI's names (tests/file_fixtures.py
+writes them from tiny-minimax-h3 with ComfyUI's vocabulary: the reference folder diffusers/ref-minimax-h3), read by
+the family's converters (backend/families/minimax_h3/convert.py) into diffusers' MiniMaxH3ModularPipeline: its
+frames and waveform equal the reference folder's, in diffusers alone and through Load TPU Pipeline (ComfyUI
+files)'s path (the pack's API, a worker); the files are told by their headers; a missing audio VAE is refused."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from backend.controller import api
+from backend.controller.files import assemble, listing
+from backend.families import text_encoders
+from backend.families.minimax_h3 import convert
+from backend.families.text_encoders import qwen3vl_keys
+from backend.protocol.errors import ModelError
+from backend.protocol.spec import SampleRequest
+
+COMFYUI_FILES = ("minimax_h3",)
+FRAMES = 124  # the shortest video the model makes (17·7 + 5)
+
+
+@pytest.fixture(scope="module")
+def built(comfyui_files):
+    return comfyui_files(*COMFYUI_FILES)
+
+
+@pytest.fixture(scope="module")
+def files(built):
+    import file_fixtures
+
+    return built / "models", file_fixtures.FILES["minimax_h3"]
+
+
+def _roots(models) -> dict[str, list[str]]:
+    return {role: [str(models / folder)] for role, folder in listing.ROLE_FOLDERS.items()}
+
+
+def _choice(names: dict, transformer: str = "diffusion_model", **changes) -> assemble.FileChoice:
+    return assemble.FileChoice(**{"diffusion_model": names[transformer], "text_encoders": (names["qwen3vl"],),
+                                  "vae": names["vae"], "audio_vae": names["audio_vae"], **changes})
+
+
+def _t2va(folder, workflow: str = "t2va", inputs: dict | None = None, **components):
+    from diffusers.modular_pipelines import ModularPipeline
+
+    pipe = ModularPipeline.from_pretrained(str(folder), workflow=workflow)
+    pipe.load_components(dtype=torch.float32)
+    if components:
+        pipe.update_components(**components)
+    state = pipe(prompt="a robot dancing", height=32, width=32, num_frames=FRAMES, num_inference_steps=2,
+                 generator=torch.Generator("cpu").manual_seed(5), output_type="np", **(inputs or {}))
+    return np.asarray(state.get("videos"), dtype=np.float32), state.get("audio").float().numpy()
+
+
+def _from_files(pipe_configs: dict, models, names: dict, transformer: str) -> dict:
+    """Each component read from its ComfyUI file by the family's converters, under the folder's configs."""
+    from diffusers import AutoencoderKLMiniMaxH3, AutoencoderKLMiniMaxH3Audio, MiniMaxH3Transformer3DModel
+    from safetensors.torch import load_file
+    from transformers import Qwen3VLForConditionalGeneration
+
+    out = {"transformer": convert.load_transformer(MiniMaxH3Transformer3DModel, load_file(
+        models / "diffusion_models" / names[transformer]), dict(pipe_configs["transformer"]))}
+    for name, cls, fn in (("vae", AutoencoderKLMiniMaxH3, convert.video_vae),
+                          ("audio_vae", AutoencoderKLMiniMaxH3Audio, convert.audio_vae)):
+        sd, config = load_file(models / "vae" / names[name]), dict(pipe_configs[name])
+        converted = fn(sd, config)
+        model = cls.from_config({**config, **convert.latent_statistics(sd)})
+        model.load_state_dict(converted, strict=True)
+        out[name] = model.eval()
+    config = copy.deepcopy(pipe_configs["text_encoder"])
+    config.text_config.num_hidden_layers = 50  # ComfyUI's file: cut after layer 50, no final norm, no lm_head
+    te = Qwen3VLForConditionalGeneration(config)
+    missing, unexpected = te.load_state_dict(qwen3vl_keys(load_file(models / "text_encoders" / names["qwen3vl"]),
+                                                          type(te).__name__), strict=False)
+    assert not unexpected and sorted(missing) == ["lm_head.weight", "model.language_model.norm.weight"]
+    out["text_encoder"] = convert.text_encoder(text_encoders.without_final_norm(te.eval(), "qwen3vl-comfy-truncated"))
+    return out
+
+
+@pytest.mark.pipelines
+@pytest.mark.parametrize("transformer", ["diffusion_model", "pruned"])
+def test_comfyui_files_make_the_diffusers_folders_video_and_sound(built, files, transformer):
+    """t2va with every component read from ComfyUI's files equals the folder's (≤ 1e-4): the full transformer
+    through diffusers' converter, the pruned one (its curve table in the time embedder's place, AdaLN without the
+    SiLU) within the curve's linear interpolation between its 1025 points (measured: 2e-7)."""
+    from diffusers.modular_pipelines import ModularPipeline
+
+    folder = built / "diffusers" / "ref-minimax-h3"
+    pipe = ModularPipeline.from_pretrained(str(folder), workflow="t2va")
+    pipe.load_components(dtype=torch.float32)
+    configs = {n: getattr(pipe, n).config for n in ("transformer", "vae", "audio_vae", "text_encoder")}
+    models, names = files
+    frames, audio = _t2va(folder)
+    got_frames, got_audio = _t2va(folder, **_from_files(configs, models, names, transformer))
+    assert got_frames.shape == frames.shape == (1, FRAMES, 32, 32, 3)
+    assert got_audio.shape == audio.shape
+    assert np.abs(got_frames - frames).max() <= 1e-4
+    assert np.abs(got_audio - audio).max() <= 1e-4
+
+
+@pytest.mark.pipelines
+def test_a_pruned_files_curve_table_is_what_its_transformer_runs(tiny_models, files):
+    """The pruned transformer reads its adaln_t_table (a zeroed table changes its velocity), and equals the
+    full file's transformer at timesteps between the table's grid points."""
+    from diffusers import MiniMaxH3Transformer3DModel
+    from safetensors.torch import load_file
+
+    models, names = files
+    config = dict(MiniMaxH3Transformer3DModel.load_config(str(tiny_models / "tiny-minimax-h3"), subfolder="transformer"))
+    pruned_sd = load_file(models / "diffusion_models" / names["pruned"])
+    assert convert.CURVE_TABLE in pruned_sd and not any(k.startswith("time_embedder.") for k in pruned_sd)
+    full = convert.load_transformer(MiniMaxH3Transformer3DModel, load_file(
+        models / "diffusion_models" / names["diffusion_model"]), config)
+    pruned = convert.load_transformer(MiniMaxH3Transformer3DModel, pruned_sd, config)
+    zeroed = convert.load_transformer(MiniMaxH3Transformer3DModel,
+                                      {**pruned_sd, convert.CURVE_TABLE: torch.zeros_like(pruned_sd[convert.CURVE_TABLE])},
+                                      config)
+    g = torch.Generator().manual_seed(0)
+    rows = 3 + 8 + 6  # text, video, audio
+    args = dict(hidden_states=torch.randn(1, 8, 16, generator=g), audio_hidden_states=torch.randn(1, 6, 4, generator=g),
+                encoder_hidden_states=torch.randn(1, 3, 16, generator=g), timestep=torch.tensor([0.3137, 0.7712]),
+                timestep_indices=torch.tensor([0] * 11 + [1] * 6), token_tags=torch.tensor([1] * 3 + [0] * 8 + [2] * 6),
+                position_ids=torch.randn(rows, 3, generator=g), video_indices=torch.arange(3, 11),
+                audio_indices=torch.arange(11, 17), text_indices=torch.arange(3), return_dict=False)
+    with torch.no_grad():
+        want, got, off = full(**args), pruned(**args), zeroed(**args)
+    assert (got[0] - want[0]).abs().max() <= 1e-5 and (got[1] - want[1]).abs().max() <= 1e-5
+    assert (off[0] - want[0]).abs().max() > 1e-2
+
+
+@pytest.mark.workers
+def test_load_tpu_pipeline_files_makes_the_reference_video_and_sound(built, files, comfyui_dir, monkeypatch):
+    """Load TPU Pipeline (ComfyUI files)'s path: the four files described from their headers (the configs of the
+    published model with the files' sizes over them), loaded in a worker into the modular pipeline; t2va with the
+    full and then the pruned transformer, and fl2va (a start frame) with the pruned one (the released file is
+    the fl2va transformer), equal the reference folder's frames and waveform (≤ 1e-4)."""
+    import PIL.Image
+
+    monkeypatch.syspath_prepend(str(comfyui_dir))  # ComfyUI's bundled tokenizers, as in ComfyUI's process
+    models, names = files
+    want_frames, want_audio = _t2va(built / "diffusers" / "ref-minimax-h3")
+    req = SampleRequest(prompt="a robot dancing", width=32, height=32, frames=FRAMES, steps=2, guidance=1.0, seed=5,
+                        batch_size=1)
+    for transformer in ("diffusion_model", "pruned"):
+        spec = api.make_file_spec(_choice(names, transformer), _roots(models), "float32", "cpu")
+        assert spec.class_name == "MiniMaxH3ModularPipeline"
+        assert spec.component_config("transformer")["num_layers"] == 2
+        assert spec.component_config("audio_vae")["sampling_rate"] == 8000  # 40 latents a second, hop 200
+        out = api.run_sample_outputs(api.prepare_sample(spec, req))
+        assert out["images"].shape == (FRAMES, 32, 32, 3)
+        assert np.abs(out["images"] - want_frames[0]).max() <= 1e-4
+        assert out["audio"].shape == want_audio.shape
+        assert np.abs(out["audio"] - want_audio).max() <= 1e-4
+        assert int(out["audio_rate"][0]) == 8000
+    first = np.random.default_rng(1).random((1, 32, 32, 3), dtype=np.float32)
+    want_frames, want_audio = _t2va(built / "diffusers" / "ref-minimax-h3", "fl2va",
+                                    {"image": PIL.Image.fromarray((first[0] * 255).round().astype(np.uint8))})
+    out = api.run_sample_outputs(api.prepare_sample(spec, req, first))
+    assert np.abs(out["images"] - want_frames[0]).max() <= 1e-4
+    assert np.abs(out["audio"] - want_audio).max() <= 1e-4
+
+
+@pytest.mark.pipelines
+def test_renamed_files_are_told_by_their_headers(files, tmp_path, comfyui_dir, monkeypatch):
+    """Each file under a name that says nothing is recognised from its tensors: the transformer (full or pruned)
+    as MiniMax H3's, the two VAEs apart, the text encoder as Qwen3-VL; listed in the right dropdowns."""
+    import shutil
+
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+    renamed = {}
+    for key, role in (("diffusion_model", "diffusion_models"), ("pruned", "diffusion_models"), ("vae", "vae"),
+                      ("audio_vae", "vae"), ("qwen3vl", "text_encoders")):
+        (tmp_path / role).mkdir(exist_ok=True)
+        renamed[key] = f"model_{key}.safetensors"
+        shutil.copy(models / role / names[key], tmp_path / role / renamed[key])
+    listed = listing.list_files(_roots(tmp_path))
+    assert {renamed["diffusion_model"], renamed["pruned"]} <= set(listed["diffusion_model"])
+    assert {renamed["vae"], renamed["audio_vae"]} <= set(listed["vae"])
+    assert renamed["qwen3vl"] in listed["text_encoder"]
+    spec = api.make_file_spec(_choice(renamed, "pruned"), _roots(tmp_path), "float32", "cpu")
+    assert spec.family.name == "MiniMax H3"
+    layouts = {c.name: c.layout for c in spec.source.components}
+    assert (layouts["audio_vae"], layouts["vae"], layouts["text_encoder"]) == (
+        "minimax-h3-audio-vae", "minimax-h3-vae", "qwen3vl-comfy-truncated")
+    assert spec.component_config("text_encoder")["text_config"]["num_hidden_layers"] == 50
+    assert spec.component_config("transformer")["time_embed_dim"] == 16  # the curve's width
+
+
+@pytest.mark.pipelines
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"audio_vae": None}, r"audio_vae: MiniMax H3 .* none was chosen\. Put minimax_h3_audio_vae_fp32\.safetensors "
+                          r"in ComfyUI's models/vae folder and choose it in audio_vae"),
+    ({"audio_vae": "vae"}, r"audio_vae: 'minimax_h3_video_vae-tiny\.safetensors' is not a audio VAE .* choose "
+                           r"MiniMax H3's audio VAE"),
+    ({"vae": "audio_vae"}, r"vae: 'minimax_h3_audio_vae-tiny_fp32\.safetensors' is a VAE with 4 latent channels of "
+                           r"another kind; .*minimax_h3_video_vae"),
+])
+def test_a_missing_or_misplaced_vae_is_refused_naming_the_fix(files, comfyui_dir, monkeypatch, changes, message):
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+    changes = {k: names[v] if v else None for k, v in changes.items()}
+    with pytest.raises(ModelError, match=message):
+        api.make_file_spec(_choice(names, **changes), _roots(models), "float32", "cpu")
+
+
+@pytest.mark.pipelines
+def test_reference_images_are_refused_for_files_naming_the_folder_that_takes_them(files, comfyui_dir, monkeypatch):
+    """The files give the fl2va transformer; ref2va's is another file the loader does not read: refused before
+    any worker starts, naming the way that works."""
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+    spec = api.make_file_spec(_choice(names), _roots(models), "float32", "cpu")
+    req = SampleRequest(prompt="a robot", width=32, height=32, frames=FRAMES, steps=2, guidance=1.0, seed=5,
+                        batch_size=1)
+    with pytest.raises(ModelError, match=r"reference_images: .* ComfyUI's files, .* ref2va transformer, which Load "
+                                         r"TPU Pipeline \(ComfyUI files\) does not read yet\. .* diffusers folder"):
+        api.prepare_sample(spec, req, references=np.zeros((1, 64, 64, 3), np.float32))
+
+
+@pytest.mark.workers
+def test_the_templates_quantized_files_equal_themselves_dequantized(built, files, comfyui_dir, monkeypatch):
+    """The templates' layout: the pruned int8 ConvRot transformer, the int8 ConvRot video VAE and the nvfp4 AWQ
+    Qwen3-VL (comfy-kitchen's own quantize), read through comfy-kitchen (the transformer's and the text encoder's
+    layers kept quantized, each dequantized as it runs; the VAE dequantized at load): t2va equals the same files
+    dequantized by comfy-kitchen, loaded the same way (≤ 1e-3: the AWQ smoothing multiplies the input where the
+    dequantized file has it folded into the weight, a float32 rounding apart through 51 layers; measured 1.0e-4)."""
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+    req = SampleRequest(prompt="a robot dancing", width=32, height=32, frames=FRAMES, steps=2, guidance=1.0, seed=5,
+                        batch_size=1)
+    outs = {}
+    for case, suffix in (("quantized", ""), ("dequantized", "_dequantized")):
+        choice = _choice(names, f"int8{suffix}", vae=names[f"vae_int8{suffix}"],
+                         text_encoders=(names[f"qwen3vl_nvfp4{suffix}"],))
+        spec = api.make_file_spec(choice, _roots(models), "float32", "cpu")
+        quant = {c.name: c.quant for c in spec.source.components}
+        assert (quant["transformer"], quant["vae"], quant["text_encoder"]) == (
+            ("comfy-quant",) * 3 if case == "quantized" else ("",) * 3)
+        outs[case] = api.run_sample_outputs(api.prepare_sample(spec, req))
+    want, got = outs["dequantized"], outs["quantized"]
+    assert np.abs(got["images"] - want["images"]).max() <= 1e-3
+    assert np.abs(got["audio"] - want["audio"]).max() <= 1e-3
+
+
+@pytest.mark.pipelines
+def test_the_ref2va_file_is_refused_by_its_name(files, tmp_path, comfyui_dir, monkeypatch):
+    """The ref2va transformer holds the same tensors as the fl2va one; its name tells it, and it is refused rather
+    than run as the other."""
+    import shutil
+
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+    for role in ("diffusion_models", "vae", "text_encoders"):
+        shutil.copytree(models / role, tmp_path / role)
+    shutil.copy(models / "diffusion_models" / names["int8"],
+                tmp_path / "diffusion_models" / "minimax_h3_ref2va_pruned_int8_convrot.safetensors")
+    with pytest.raises(ModelError, match=r"diffusion_model: 'minimax_h3_ref2va_pruned_int8_convrot\.safetensors' is "
+                                         r"MiniMax H3's reference-to-video \(ref2va\) transformer, .* Choose "
+                                         r"minimax_h3_fl2va_\*"):
+        api.make_file_spec(_choice({**names, "int8": "minimax_h3_ref2va_pruned_int8_convrot.safetensors"}, "int8"),
+                           _roots(tmp_path), "float32", "cpu")
