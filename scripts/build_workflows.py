@@ -524,12 +524,28 @@ def _template_prompt(name: str) -> str:
     return max(texts, key=len)
 
 
+# MiniMax H3's files as its t2v and i2v templates name them (the audio VAE in its own input)
+MINIMAX_FILES = {"diffusion_model": "minimax_h3_fl2va_pruned_int8_convrot.safetensors",
+                 "text_encoder_1": "qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors", "text_encoder_2": "(none)",
+                 "text_encoder_3": "(none)", "vae": "minimax_h3_video_vae_int8_convrot.safetensors",
+                 "checkpoint": "(none)", "audio_vae": "minimax_h3_audio_vae_fp32.safetensors"}
+MINIMAX_FILES_NOTE = """**Files**: the template's own: `minimax_h3_fl2va_pruned_int8_convrot` (diffusion_model, kept
+quantized), `qwen3vl_32b_minimax_h3_nvfp4_awq` (text_encoder_1, kept quantized), `minimax_h3_video_vae_int8_convrot`
+(vae) and `minimax_h3_audio_vae_fp32` (**audio_vae**). A diffusers folder of MiniMax H3 loads too, in Load TPU
+Pipeline (`MiniMax-H3`)."""
+MINIMAX_FOLDER_NOTE = """**Model**: a diffusers folder of MiniMax H3 (modular_model_index.json) in
+`models/diffusers/MiniMax-H3`: reference images need its `transformer_ref` (loaded the first time), which the
+template's files do not give (its ref2va file is refused by name)."""
+
+
 def _minimax_h3(name: str) -> dict:
-    """ComfyUI's MiniMax H3 templates on the pack (video_minimax_h3_t2v / _i2v / _r2v): Load TPU Pipeline (the
-    MiniMax H3 diffusers folder) [+ Load Image: the first frame; two Load Image -> Batch Images: the references]
+    """ComfyUI's MiniMax H3 templates on the pack (video_minimax_h3_t2v / _i2v / _r2v): Load TPU Pipeline (ComfyUI
+    files: the templates' own, for t2v and i2v; the MiniMax H3 diffusers folder for r2v, whose reference images
+    need its transformer_ref, which no ComfyUI file gives) [+ Load Image: the first frame; two Load Image -> Batch Images: the references]
     -> Sample Video (TPU) -> frames and sound into ComfyUI's own Create Video -> Save Video. Node ids: Load 1,
     Sample Video 2, Create Video 3, the note 4, Save Video 5, Load Image 6 (and 7), Batch Images 8."""
     kind = name.rsplit("_", 1)[1]
+    files = kind != "r2v"
     width, height = (640, 640) if kind == "i2v" else (864, 480)  # ResolutionSelector 1:1 / 16:9, 0.4 MP, x32
     sample = {"prompt": _template_prompt(name), "negative_prompt": "", "width": width, "height": height,
               "frames": 124, "steps": 20, "guidance": 1.0, "seed": 0, "control_after_generate": "randomize",
@@ -544,7 +560,7 @@ def _minimax_h3(name: str) -> dict:
     note = f"""
 ## MiniMax H3 {what}, with sound
 
-{inputs}**Load TPU Pipeline** (MiniMax H3) → **Sample Video (TPU)** ({width}×{height}, **124 frames** = 5 s at
+{inputs}**Load TPU Pipeline{" (ComfyUI files)" if files else ""}** (MiniMax H3) → **Sample Video (TPU)** ({width}×{height}, **124 frames** = 5 s at
 its fixed **24 fps**, **20 steps**) → its **frames** and **audio** into ComfyUI's own **Create Video** (fps 24) →
 **Save Video** (mp4: H.264 and AAC).
 
@@ -554,12 +570,14 @@ guidance and the negative prompt are unused; the template's res_multistep / simp
 scheduler here. Its turbo LoRA (off in the template) goes through **Load LoRA (TPU)** with 8 steps (first /
 last frame) or 4 (references).{audio}
 
-**Model**: a diffusers folder of MiniMax H3 (modular_model_index.json) in `models/diffusers/MiniMax-H3`; one
-folder serves all three templates (reference images load its `transformer_ref` the first time). ComfyUI's
-pruned int8 files do not load yet. Licence: MiniMax H3 Community License, not valid in the EU, the UK, Korea and
-the USA.
+{MINIMAX_FILES_NOTE if files else MINIMAX_FOLDER_NOTE} Licence: MiniMax H3 Community License, not valid in the
+EU, the UK, Korea and the USA.
 """
+    below = 510 if files else 360  # under the loader
     nodes = [
+        {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 330],
+         "widgets": {**MINIMAX_FILES, "dtype": "auto", "device": "auto", "offload": "auto"}}
+        if files else
         {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
          "widgets": {"model": "MiniMax-H3", "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}},
         {"id": 2, "type": "TPUSampleVideo", "pos": [410, 130], "size": [400, 600], "widgets": sample},
@@ -570,7 +588,7 @@ the USA.
     links = [[1, "pipeline", 2, "pipeline"], [2, "frames", 3, "images"], [2, "audio", 3, "audio"],
              [3, 0, 5, "video"]]
     if kind == "i2v":
-        nodes.append({"id": 6, "type": "LoadImage", "pos": [40, 360], "size": [330, 380],
+        nodes.append({"id": 6, "type": "LoadImage", "pos": [40, below], "size": [330, 380],
                       "widgets": {"image": "example.png"}})
         links.append([6, "IMAGE", 2, "start_image"])
     if kind == "r2v":
@@ -580,14 +598,17 @@ the USA.
                    "widgets": {"image": "reference.png"}},
                   {"id": 8, "type": "ImageBatch", "pos": [410, 790], "size": [300, 0], "widgets": {}}]
         links += [[6, "IMAGE", 8, "image1"], [7, "IMAGE", 8, "image2"], [8, "IMAGE", 2, "reference_images"]]
-    nodes.append(_note(4, [750, 790] if kind == "r2v" else [40, 360 if kind == "t2v" else 790], note,
+    nodes.append(_note(4, [750, 790] if kind == "r2v" else [40, below if kind == "t2v" else below + 430], note,
                        size=(740, 420)))
     return {"name": name, "nodes": nodes, "links": links,
             "extra": {"description": f"MiniMax H3 {what} with sound, as ComfyUI's {name} template: "
                                      + (f"{inputs.replace('**', '')}" if inputs else "")
-                                     + f"Load TPU Pipeline (MiniMax-H3) -> Sample Video ({width}x{height}, 124 "
-                                     "frames at 24 fps, 20 steps) -> frames and audio -> Create Video (24 fps) -> "
-                                     "Save Video (mp4 with sound). Needs models/diffusers/MiniMax-H3."}}
+                                     + ("Load TPU Pipeline (ComfyUI files: minimax_h3_fl2va_pruned_int8_convrot, "
+                                        "qwen3vl_32b_minimax_h3_nvfp4_awq, minimax_h3_video_vae_int8_convrot, "
+                                        "minimax_h3_audio_vae_fp32)" if files else "Load TPU Pipeline (MiniMax-H3)")
+                                     + f" -> Sample Video ({width}x{height}, 124 frames at 24 fps, 20 steps) -> "
+                                     "frames and audio -> Create Video (24 fps) -> Save Video (mp4 with sound)."
+                                     + ("" if files else " Needs models/diffusers/MiniMax-H3.")}}
 
 
 def _qwen_image_21_edit() -> dict:

@@ -43,7 +43,7 @@ CHROMIUM_NAMES = ("chromium-headless-shell", "chromium", "chromium-browser")
 # converted, and the tests swap real names for tiny models through them (clip_name1, clip_name2: ComfyUI's own
 # CLIP loaders, feeding CLIP Text Encode into Sample's positive)
 MODEL_INPUTS = ("model", "diffusion_model", "text_encoder_1", "text_encoder_2", "text_encoder_3", "vae", "checkpoint",
-                "clip_name1", "clip_name2", "diffusion_model_2")
+                "clip_name1", "clip_name2", "diffusion_model_2", "audio_vae")
 # Inputs naming files or pictures the user supplies (LoRAs, ControlNets, Redux's files, Load Image's picture):
 # building and exporting a workflow accepts any value there, as for MODEL_INPUTS
 USER_FILE_INPUTS = ("lora_name", "controlnet_name", "image", "style_model_name", "clip_vision_name", "upscale_model",

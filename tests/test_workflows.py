@@ -98,6 +98,11 @@ TINY = {
     # LTX-2.3's checkpoint (fp8, as published) and Gemma 3 in fp4 mixed (nvfp4 + fp8), named as the templates name them
     "ltx-2.3-22b-dev-fp8.safetensors": "ltx-2.3-22b-dev-fp8.safetensors",
     "gemma_3_12B_it_fp4_mixed.safetensors": "gemma_3_12B_it_fp4_mixed.safetensors",
+    # MiniMax H3's t2v / i2v templates' files, quantized as theirs (file_fixtures.py minimax_h3)
+    "minimax_h3_fl2va_pruned_int8_convrot.safetensors": "minimax_h3_fl2va_pruned-tiny_int8_convrot.safetensors",
+    "qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors": "qwen3vl_32b_minimax_h3-tiny_nvfp4_awq.safetensors",
+    "minimax_h3_video_vae_int8_convrot.safetensors": "minimax_h3_video_vae-tiny_int8_convrot.safetensors",
+    "minimax_h3_audio_vae_fp32.safetensors": "minimax_h3_audio_vae-tiny_fp32.safetensors",
     "(none)": "(none)",
 }
 REAL_NAMES = {name for name in TINY if not name.startswith("tiny-")} - {"(none)"}  # tiny_demo runs as shipped
@@ -126,7 +131,7 @@ REDUX = {"style_models/flux1-redux-dev.safetensors": "style_models/flux1-redux-t
 SIZE_FACTOR = 16  # of the tiny models the workflows run on (FLUX.1, SD3, FLUX.2, Z-Image, Wan)
 # the families whose tiny files the workflows use (comfyui_files' families, built from the start: conftest)
 COMFYUI_FILES = ("flux1", "flux1tools", "flux1redux", "zimage", "zimage-quant", "wan", "qwenimage", "qwenimage-quant",
-                 "flux2", "krea2", "krea2-quant", "qwenimage21", "flux3", "ideogram4", "ltx2")
+                 "flux2", "krea2", "krea2-quant", "qwenimage21", "flux3", "ideogram4", "ltx2", "minimax_h3")
 # names the frontend may not find here (not installed where the UI loads)
 ALLOWED = {**{name: set(TINY) for name in MODEL_INPUTS}, "lora_name": set(LORAS), "image": set(INPUTS),
            "audio": set(SOUNDS),
@@ -150,7 +155,9 @@ CPU_SETTINGS_OF = {"tiny-ltx2": {"TPUSampleVideo": {"width": 128, "height": 128,
                    "ltx-2.3-22b-dev-fp8.safetensors": {"TPUSampleVideo": {"width": 128, "height": 128, "frames": 9}},
                    "tiny-ltx25": {"TPUSampleVideo": {"width": 128, "height": 128, "frames": 9}},
                    # tiny-minimax-h3: sides of 32, and its shortest video (17n + 5 frames, at least 5 s at 24 fps)
-                   "tiny-minimax-h3": {"TPUSampleVideo": {"width": 32, "height": 32, "frames": 124}}}
+                   "tiny-minimax-h3": {"TPUSampleVideo": {"width": 32, "height": 32, "frames": 124}},
+                   "minimax_h3_fl2va_pruned-tiny_int8_convrot.safetensors":
+                       {"TPUSampleVideo": {"width": 32, "height": 32, "frames": 124}}}
 # A saved mp4's sound against its frames: LTX-2's audio VAE makes whole latents of 4 mel frames (100 a second), up
 # to 2 mel frames either side of frames / fps, and is causal (3 mel frames short); AAC pads to 1024-sample frames,
 # with one frame of priming
