@@ -68,7 +68,7 @@ def _text_to_image(*, title: str, model: str, offload: str, prompt: str, width: 
             {"id": 3, "type": "SaveImage", "pos": [x + 440, 130], "size": [360, 470],
              "widgets": {"filename_prefix": prefix}},
             # with nodes in between, the note spans the width under Load and them
-            _note(4, [40, 360 if files is None else 480], note, size=(x - 80 if between else 330, note_height)),
+            _note(4, [40, 360 if files is None else 520], note, size=(x - 80 if between else 330, note_height)),
             *middle,
         ],
         "links": [[a, "pipeline", b, "pipeline"] for a, b in zip(chain[:-1], chain[1:], strict=True)]
@@ -121,17 +121,17 @@ def _flux1_tool(*, title: str, diffusion_model: str, prompt: str, steps: int, gu
         {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 300],
          "widgets": {"diffusion_model": diffusion_model, **FLUX1_TEXT_FILES, "dtype": "auto", "device": "auto",
                      "offload": "model", "flux_kontext": "auto"}},
-        {"id": 5, "type": "LoadImage", "pos": [40, 480], "size": [330, 380], "widgets": {"image": "example.png"}},
+        {"id": 5, "type": "LoadImage", "pos": [40, 520], "size": [330, 380], "widgets": {"image": "example.png"}},
         {"id": 2, "type": "TPUSample", "pos": [x, 130], "size": [400, 560], "widgets": sample},
         {"id": 3, "type": "SaveImage", "pos": [x + 440, 130], "size": [360, 470],
          "widgets": {"filename_prefix": prefix}},
-        _note(4, [40, 910], note, size=(x + 800, 280)),
+        _note(4, [40, 950], note, size=(x + 800, 280)),
     ]
     links = [[1, "pipeline", 2, "pipeline"], [2, "images", 3, "images"]]
     if pad is None:
         links.append([5, "IMAGE", 2, "image"])
     else:
-        nodes.append({"id": 6, "type": "ImagePadForOutpaint", "pos": [410, 480], "size": [300, 0], "widgets": pad})
+        nodes.append({"id": 6, "type": "ImagePadForOutpaint", "pos": [410, 520], "size": [300, 0], "widgets": pad})
         links += [[5, "IMAGE", 6, "image"], [6, "IMAGE", 2, "image"], [6, "MASK", 2, "mask"]]
     return {"name": title, "nodes": nodes, "links": links, "extra": {"description": description}}
 def _qwen_edit_int8() -> dict:
@@ -161,10 +161,10 @@ steps 4, guidance 1.
                      "text_encoder_1": "qwen_2.5_vl_7b_fp8_scaled.safetensors", "text_encoder_2": "(none)",
                      "text_encoder_3": "(none)", "vae": "qwen_image_vae.safetensors", "checkpoint": "(none)",
                      "dtype": "auto", "device": "auto", "offload": "auto"}},
-        {"id": 5, "type": "LoadImage", "pos": [40, 480], "size": [330, 380], "widgets": {"image": "example.png"}},
+        {"id": 5, "type": "LoadImage", "pos": [40, 520], "size": [330, 380], "widgets": {"image": "example.png"}},
         {"id": 2, "type": "TPUSample", "pos": [410, 130], "size": [400, 560], "widgets": sample},
         {"id": 3, "type": "SaveImage", "pos": [850, 130], "size": [360, 470], "widgets": {"filename_prefix": "Qwen_Edit_2511"}},
-        _note(4, [40, 910], note, size=(1170, 300)),
+        _note(4, [40, 950], note, size=(1170, 300)),
     ]
     links = [[1, "pipeline", 2, "pipeline"], [2, "images", 3, "images"], [5, "IMAGE", 2, "image"]]
     return {"name": "qwen_image_edit_2511_int8", "nodes": nodes, "links": links, "extra": {"description": (
@@ -398,7 +398,7 @@ def _ltx2_two_stage(*, name: str, model: str, start_image: bool, prompt: str, fr
               "steps": 8, "guidance": 1.0, "seed": 0, "control_after_generate": "randomize", "batch_size": 1,
               "frame_rate": frame_rate, "upscale_model": upscaler, "upscale_sigmas": "0.85, 0.7250, 0.4219, 0.0",
               "audio_guidance": audio_guidance}
-    below = 130 if files is None else 160  # the files loader is taller
+    below = 130 if files is None else 310  # the files loader is taller
     nodes = [{"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
               "widgets": {"model": model, "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}}
              if files is None else
@@ -641,14 +641,14 @@ left out.
         "nodes": [
             {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 300],
              "widgets": {**QWEN_IMAGE_21_FILES, "dtype": "auto", "device": "auto", "offload": "auto"}},
-            {"id": 5, "type": "LoadImage", "pos": [40, 480], "size": [330, 380], "widgets": {"image": "example.png"}},
-            {"id": 6, "type": "LoadImage", "pos": [40, 910], "size": [330, 380],
+            {"id": 5, "type": "LoadImage", "pos": [40, 520], "size": [330, 380], "widgets": {"image": "example.png"}},
+            {"id": 6, "type": "LoadImage", "pos": [40, 950], "size": [330, 380],
              "widgets": {"image": "reference.png"}},
-            {"id": 7, "type": "ImageBatch", "pos": [410, 480], "size": [300, 0], "widgets": {}},
+            {"id": 7, "type": "ImageBatch", "pos": [410, 520], "size": [300, 0], "widgets": {}},
             {"id": 2, "type": "TPUSample", "pos": [750, 130], "size": [400, 600], "widgets": sample},
             {"id": 3, "type": "SaveImage", "pos": [1190, 130], "size": [360, 470],
              "widgets": {"filename_prefix": "qwen-image-2.1-edit"}},
-            _note(4, [410, 910], note, size=(740, 380)),
+            _note(4, [410, 950], note, size=(740, 380)),
         ],
         "links": [[1, "pipeline", 2, "pipeline"], [5, "IMAGE", 7, "image1"], [6, "IMAGE", 7, "image2"],
                   [7, "IMAGE", 2, "image"], [2, "images", 3, "images"]],
@@ -697,7 +697,7 @@ def _one_reference_edit(*, name: str, files: dict, prompt: str, sample: dict, pr
     nodes = [
         {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 300],
          "widgets": {**files, "dtype": "auto", "device": "auto", "offload": "auto"}},
-        {"id": 5, "type": "LoadImage", "pos": [40, 480], "size": [330, 380], "widgets": {"image": "example.png"}},
+        {"id": 5, "type": "LoadImage", "pos": [40, 520], "size": [330, 380], "widgets": {"image": "example.png"}},
         {"id": 2, "type": "TPUSample", "pos": [750, 130], "size": [400, 600], "widgets": widgets},
         {"id": 3, "type": "SaveImage", "pos": [1190, 130], "size": [360, 470], "widgets": {"filename_prefix": prefix}},
         _note(4, [410, 760], note, size=(1140, 380)),
