@@ -104,8 +104,9 @@ FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/fami
                  "(minimax_h3_audio_vae_fp32.safetensors, models/vae), which decodes the sound. Leave '(none)' for "
                  "every other model.",
     "checkpoint": f"An all-in-one checkpoint (models/checkpoints) of {families.single_file_names()} (with or "
-                  "without its text encoders). Its parts are used unless chosen above; leave '(none)' when "
-                  "using a diffusion model.",
+                  "without its text encoders), or LTX-2.3's ltx-2.3-22b-dev-fp8 (its DiT, VAEs and vocoder; its "
+                  "Gemma 3 file in a text encoder input). Its parts are used unless chosen above; leave '(none)' "
+                  "when using a diffusion model.",
 }
 
 
@@ -113,8 +114,9 @@ class LoadTPUPipelineFiles:
     DESCRIPTION = ("Builds a pipeline from the model files you already have in ComfyUI's folders, as its own loaders "
                    "read them, for " + families.names(families.FROM_FILES, " and ") + ": a diffusion model with its "
                    "text encoders and VAE (the split layout of ComfyUI's guides and templates; Wan 2.2 A14B's two "
-                   "experts, and Ideogram 4's two transformers, in diffusion_model and diffusion_model_2), or an all-in-one checkpoint ("
-                   + families.single_file_names() + "); which files each model takes is on this node's help page. "
+                   "experts, and Ideogram 4's two transformers, in diffusion_model and diffusion_model_2; MiniMax "
+                   "H3's audio VAE in audio_vae), or an all-in-one checkpoint (" + families.single_file_names()
+                   + "; LTX-2.3's with its Gemma 3 file); which files each model takes is on this node's help page. "
                    "The files "
                    "are checked here (family, sizes, that they fit together) without reading their weights; "
                    "they load in a worker process on the first Sample and stay warm. Nothing is downloaded: the "
