@@ -85,7 +85,8 @@ FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/fami
                        "in bf16, fp16, fp32 or fp8 (fp8 stays fp8 with dtype auto in eager modes), or GGUF (CPU and GPU "
                        "only). Qwen-Image-Edit files load as edit models when their name says 'edit' (as ComfyUI's "
                        "templates name them: qwen_image_edit_2509_...); Edit-2511 files are told by their content. "
-                       "Leave '(none)' when using a checkpoint.",
+                       "LTX-2.3 comes as a checkpoint (below); LTX-2.5's split DiT is refused by name (its diffusers "
+                       "folder loads). Leave '(none)' when using a checkpoint.",
     "text_encoder": "A text encoder file (models/text_encoders or models/clip), in any order. "
                     f"{families.text_encoders_needed()}. With a checkpoint, only to replace or add to the ones "
                     "it holds.",
@@ -102,7 +103,7 @@ FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/fami
                    "only).",
     "audio_vae": "Only for a model that makes video with sound from files (MiniMax H3): its audio VAE "
                  "(minimax_h3_audio_vae_fp32.safetensors, models/vae), which decodes the sound. Leave '(none)' for "
-                 "every other model.",
+                 "every other model (LTX-2.3's audio VAE is in its checkpoint).",
     "checkpoint": f"An all-in-one checkpoint (models/checkpoints) of {families.single_file_names()} (with or "
                   "without its text encoders), or LTX-2.3's ltx-2.3-22b-dev-fp8 (its DiT, VAEs and vocoder; its "
                   "Gemma 3 file in a text encoder input). Its parts are used unless chosen above; leave '(none)' "
