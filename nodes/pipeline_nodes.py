@@ -44,7 +44,8 @@ class LoadTPUPipeline:
         models = api.list_models(comfy_bridge.diffusers_roots())
         return {
             "required": {
-                "model": (models, {"tooltip": "A diffusers model folder (one holding model_index.json) found in "
+                "model": (models, {"tooltip": "A diffusers model folder (one holding model_index.json, or a modular "
+                                              "pipeline's modular_model_index.json: FLUX 3 [klein], MiniMax H3) found in "
                                               "ComfyUI's models/diffusers folder (a symlink to a folder elsewhere "
                                               "works), or a diffusers model in the Hugging Face cache "
                                               "(HF_HOME, as `hf download` leaves it) by its repo id. Put new "
