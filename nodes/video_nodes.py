@@ -63,7 +63,8 @@ class TPUSampleVideo:
                 "guidance": ("FLOAT", {"default": 5.0, "min": 0.0, "max": 30.0, "step": 0.1, "round": 0.01,
                              "tooltip": "How strongly to follow the prompt (CFG: above 1 runs the model twice per "
                                         "step, with the negative prompt). Wan 2.1: 5-6. LTX-2: the "
-                                        "video's and the sound's CFG alike; distilled: 1."}),
+                                        "video's and the sound's CFG alike; distilled: 1. MiniMax H3: unused "
+                                        "(guidance-distilled)."}),
                 "seed": ("INT", {"default": 0, "min": 0, "max": 0xFFFFFFFFFFFFFFFF, "control_after_generate": True,
                          "tooltip": "Random seed. The same seed, size, frames and settings give the same video."}),
             },
