@@ -44,7 +44,8 @@ class LoadTPUPipeline:
         models = api.list_models(comfy_bridge.diffusers_roots())
         return {
             "required": {
-                "model": (models, {"tooltip": "A diffusers model folder (one holding model_index.json) found in "
+                "model": (models, {"tooltip": "A diffusers model folder (one holding model_index.json, or a modular "
+                                              "pipeline's modular_model_index.json: FLUX 3 [klein], MiniMax H3) found in "
                                               "ComfyUI's models/diffusers folder (a symlink to a folder elsewhere "
                                               "works), or a diffusers model in the Hugging Face cache "
                                               "(HF_HOME, as `hf download` leaves it) by its repo id. Put new "
@@ -85,7 +86,8 @@ FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/fami
                        "in bf16, fp16, fp32 or fp8 (fp8 stays fp8 with dtype auto in eager modes), or GGUF (CPU and GPU "
                        "only). Qwen-Image-Edit files load as edit models when their name says 'edit' (as ComfyUI's "
                        "templates name them: qwen_image_edit_2509_...); Edit-2511 files are told by their content. "
-                       "Leave '(none)' when using a checkpoint.",
+                       "LTX-2.3 comes as a checkpoint (below); LTX-2.5's split DiT is refused by name (its diffusers "
+                       "folder loads). Leave '(none)' when using a checkpoint.",
     "text_encoder": "A text encoder file (models/text_encoders or models/clip), in any order. "
                     f"{families.text_encoders_needed()}. With a checkpoint, only to replace or add to the ones "
                     "it holds.",
@@ -102,10 +104,11 @@ FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/fami
                    "only).",
     "audio_vae": "Only for a model that makes video with sound from files (MiniMax H3): its audio VAE "
                  "(minimax_h3_audio_vae_fp32.safetensors, models/vae), which decodes the sound. Leave '(none)' for "
-                 "every other model.",
+                 "every other model (LTX-2.3's audio VAE is in its checkpoint).",
     "checkpoint": f"An all-in-one checkpoint (models/checkpoints) of {families.single_file_names()} (with or "
-                  "without its text encoders). Its parts are used unless chosen above; leave '(none)' when "
-                  "using a diffusion model.",
+                  "without its text encoders), or LTX-2.3's ltx-2.3-22b-dev-fp8 (its DiT, VAEs and vocoder; its "
+                  "Gemma 3 file in a text encoder input). Its parts are used unless chosen above; leave '(none)' "
+                  "when using a diffusion model.",
 }
 
 
@@ -113,8 +116,9 @@ class LoadTPUPipelineFiles:
     DESCRIPTION = ("Builds a pipeline from the model files you already have in ComfyUI's folders, as its own loaders "
                    "read them, for " + families.names(families.FROM_FILES, " and ") + ": a diffusion model with its "
                    "text encoders and VAE (the split layout of ComfyUI's guides and templates; Wan 2.2 A14B's two "
-                   "experts, and Ideogram 4's two transformers, in diffusion_model and diffusion_model_2), or an all-in-one checkpoint ("
-                   + families.single_file_names() + "); which files each model takes is on this node's help page. "
+                   "experts, and Ideogram 4's two transformers, in diffusion_model and diffusion_model_2; MiniMax "
+                   "H3's audio VAE in audio_vae), or an all-in-one checkpoint (" + families.single_file_names()
+                   + "; LTX-2.3's with its Gemma 3 file); which files each model takes is on this node's help page. "
                    "The files "
                    "are checked here (family, sizes, that they fit together) without reading their weights; "
                    "they load in a worker process on the first Sample and stay warm. Nothing is downloaded: the "

@@ -19,8 +19,11 @@ class TPUCFGParallel:
                    "chips at once, so one image comes about twice as fast when the model runs classifier-free "
                    f"guidance: {families.cfg_parallel_names()} (true CFG: true_cfg_scale in Sampling Options; "
                    "the others with their guidance on). Guidance-distilled models ("
-                   f"{families.pipeline_names(lambda p: not p.cfg_passes, ', ')}, FLUX.1 without true CFG) run one pass "
-                   "and are refused or gain nothing. Same image as one chip: bit for bit where the two passes are "
+                   f"{families.pipeline_names(lambda p: not p.cfg_passes and not (p.modular and p.modular.guider), ', ')}"
+                   ", FLUX.1 without true CFG) run one pass and are refused or gain nothing; "
+                   f"{families.pipeline_names(lambda p: bool(p.modular and p.modular.guider))} (its guider runs both "
+                   f"passes in its own loop) and {families.pipeline_names(lambda p: p.cfg_passes == 'models')} (two "
+                   "transformers) are refused too. Same image as one chip: bit for bit where the two passes are "
                    f"two calls ({families.pipeline_names(lambda p: p.cfg_passes == 'branches')}), within about 1e-5 "
                    f"where they are one batch ({families.pipeline_names(lambda p: p.cfg_passes == 'batch')}). The "
                    "text next to the node says what it does for the chosen model.")
@@ -50,7 +53,7 @@ class TPUContextParallel:
     DESCRIPTION = ("Splits the transformer's tokens (the image and the prompt) over several chips for every "
                    "block, with diffusers' own context parallelism: one large image comes sooner. "
                    f"{families.context_parallel_names()} can be split (their transformers have a context-parallel "
-                   f"plan); {families.context_parallel_names(split=False)} cannot (use CFG Parallel for them). "
+                   f"plan); {families.context_parallel_names(split=False)} cannot (CFG Parallel or Data Parallel instead). "
                    "Pays off on long sequences (large images); text "
                    "encoders and VAE run on every chip. Images match one chip within about 1e-6.")
     CATEGORY = CATEGORY

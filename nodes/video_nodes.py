@@ -27,15 +27,17 @@ class TPUSampleVideo:
                    "MiniMax H3 with sound; text to video, image to video from a start image, MiniMax H3's first / "
                    "last frame and reference images, with reference sounds, to video). The frames come out as an image "
                    "batch, one frame after another, for Create Video, Save Animated WEBP or any node that takes "
-                   "frames; LTX-2's sound comes out as audio for Create Video's audio input, and an audio in (Load "
-                   "Audio) makes the video to that sound (image + audio to video). The same seed gives "
+                   "frames; LTX-2's and MiniMax H3's sound comes out as audio for Create Video's audio input, and "
+                   "an audio in (Load Audio) makes LTX-2's video to that sound (image + audio to video). The same "
+                   "seed gives "
                    "the same video. Shows progress with seconds per step and can be cancelled.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("IMAGE", "AUDIO")
     RETURN_NAMES = ("frames", "audio")
     OUTPUT_TOOLTIPS = ("The video's frames in order (with several videos, one video after another).",
                        "The video's sound (LTX-2: stereo at its vocoder's rate, as long as the frames at frame_rate; "
-                       "with several videos, one waveform each). Models without sound (Wan) give none: connect it "
+                       "MiniMax H3: at its audio VAE's rate; with several videos, one waveform each). Models without "
+                       "sound (Wan) give none: connect it "
                        "to Create Video, which then makes a video without sound.")
     FUNCTION = "sample"
 
@@ -43,14 +45,14 @@ class TPUSampleVideo:
     def INPUT_TYPES(cls):
         return {
             "required": {
-                "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline: a video model (Wan, LTX-2)."}),
+                "pipeline": ("TPU_PIPELINE", {"tooltip": "From Load TPU Pipeline: a video model (Wan, LTX-2, MiniMax H3)."}),
                 "prompt": ("STRING", {"multiline": True, "default": "", "tooltip": "What the video should show."}),
                 "negative_prompt": ("STRING", {"multiline": True, "default": "", "tooltip":
                                     "What the video should not show (used when guidance is above 1)."}),
                 "width": ("INT", {"default": 832, "min": 16, "max": 8192, "step": 16, "tooltip":
-                          "Frame width in pixels, a multiple of 16 for Wan (832 for 480p, 1280 for 720p), of 32 for LTX-2."}),
+                          "Frame width in pixels, a multiple of 16 for Wan (832 for 480p, 1280 for 720p), of 32 for LTX-2 and MiniMax H3."}),
                 "height": ("INT", {"default": 480, "min": 16, "max": 8192, "step": 16, "tooltip":
-                           "Frame height in pixels, a multiple of 16 for Wan (480 or 720), of 32 for LTX-2."}),
+                           "Frame height in pixels, a multiple of 16 for Wan (480 or 720), of 32 for LTX-2 and MiniMax H3."}),
                 "frames": ("INT", {"default": 81, "min": 1, "max": 1021, "step": 1, "tooltip":
                            "Frames of the video: 1 + a multiple of 4 for Wan (81 is about 5 s at 16 fps), 1 + a multiple of 8 "
                            "for LTX-2 (121 is about 5 s at 24 fps), 5 + a multiple of 17 for MiniMax H3 (124 to 345, "
@@ -61,7 +63,8 @@ class TPUSampleVideo:
                 "guidance": ("FLOAT", {"default": 5.0, "min": 0.0, "max": 30.0, "step": 0.1, "round": 0.01,
                              "tooltip": "How strongly to follow the prompt (CFG: above 1 runs the model twice per "
                                         "step, with the negative prompt). Wan 2.1: 5-6. LTX-2: the "
-                                        "video's and the sound's CFG alike; distilled: 1."}),
+                                        "video's and the sound's CFG alike; distilled: 1. MiniMax H3: unused "
+                                        "(guidance-distilled)."}),
                 "seed": ("INT", {"default": 0, "min": 0, "max": 0xFFFFFFFFFFFFFFFF, "control_after_generate": True,
                          "tooltip": "Random seed. The same seed, size, frames and settings give the same video."}),
             },
@@ -72,12 +75,12 @@ class TPUSampleVideo:
                 "start_image": ("IMAGE", {"tooltip":
                                 "Image to video: the first frame of the video (e.g. from Load Image), stretched to "
                                 "width × height. Needs a model that takes one (Wan 2.2 TI2V 5B, Wan 2.2 I2V A14B, Wan "
-                                "2.1 I2V, LTX-2); video i starts from image i of this batch (cycling when it has "
+                                "2.1 I2V, LTX-2, MiniMax H3); video i starts from image i of this batch (cycling when it has "
                                 "fewer)."}),
                 "frame_rate": ("FLOAT", {"default": 24.0, "min": 1.0, "max": 240.0, "step": 1.0, "tooltip":
                                "Frames per second, for models that take it (LTX-2: the sound's length and the "
-                               "motion's timing; give Create Video the same fps). Wan makes 16 fps and ignores "
-                               "it."}),
+                               "motion's timing; give Create Video the same fps). Wan (16 fps; Wan 2.2 5B: 24) and "
+                               "MiniMax H3 (24 fps) ignore it."}),
                 "upscale_model": (["none", *comfy_bridge.safetensors_files("latent_upscale_models")],
                                   {"default": "none", "tooltip":
                                    "LTX-2's two-stage upscale, as ComfyUI's LTX-2.3 / 2.5 templates run it: an x2 "

@@ -15,7 +15,7 @@ import pytest
 from backend import families
 from backend import tiny_models as tiny
 from backend.families import CONFIGS, FAMILIES, PIPELINES, config_dir, text_encoders, vaes
-from backend.protocol.spec import read_index, read_json
+from backend.protocol.spec import read_index
 
 pytestmark = pytest.mark.unit
 
