@@ -158,7 +158,10 @@ FILES = {
     # text projection beside it (int8 ConvRot), the video VAE, the audio VAE with its vocoder
     "ltx25": {"dit": "ltx-2.5-22b-distilled-transformer-comfy-int8-convrot.safetensors",
               "gemma4": "gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors",
-              "vae": "ltx-2.5-video-vae-bf16.safetensors", "audio_vae": "ltx-2.5-audio-vae-bf16.safetensors"},
+              "vae": "ltx-2.5-video-vae-bf16.safetensors", "audio_vae": "ltx-2.5-audio-vae-bf16.safetensors",
+              # the two quantized files dequantized by comfy-kitchen (what the int8 files are compared against)
+              "dit_dequantized": "ltx-2.5-tiny-transformer-dequantized.safetensors",
+              "gemma4_dequantized": "gemma4-tiny-with-proj-ltx-2.5-dequantized.safetensors"},
 }
 
 
@@ -1798,6 +1801,9 @@ def _ltx25(tiny: Path, comfyui_dir: str, out: Path) -> None:
     language = pipe.text_encoder.model.language_model.state_dict()
     gemma = {**{f"model.{k}": v for k, v in language.items()},
              **{k: v for k, v in links.items() if k.startswith("text_embedding_projection.")}}
+    # its tokenizer inside, as ComfyUI's Gemma 4 files keep it (the bytes of a tokenizer.json)
+    tokenizer_json = (tiny / "tiny-ltx25" / "tokenizer" / "tokenizer.json").read_bytes()
+    gemma["tokenizer_json"] = torch.frombuffer(bytearray(tokenizer_json), dtype=torch.uint8)
     assert {f"model.language_model.{k[len('model.'):]}" for k in gemma if k.startswith("model.")} == set(
         pipe.text_encoder.state_dict()) - {"lm_head.weight"}, "ComfyUI's Gemma 4 names are transformers' under model."
     for sd, name, inside in ((dit, "dit", (".transformer_blocks.", ".transformer_1d_blocks.")),
@@ -1805,7 +1811,9 @@ def _ltx25(tiny: Path, comfyui_dir: str, out: Path) -> None:
         plan = {k[: -len(".weight")]: "int8_convrot" if fits("int8_convrot", v.shape) else "int8_rowwise"
                 for k, v in sd.items() if k.endswith(".weight") and v.ndim == 2 and any(i in k for i in inside)}
         folder = "diffusion_models" if name == "dit" else "text_encoders"
-        _save(quantize_comfy(sd, plan)[0], models / folder / names[name])
+        quant, _, deq = quantize_comfy(sd, plan)
+        _save(quant, models / folder / names[name])
+        _save(deq, models / folder / names[f"{name}_dequantized"])
 
     def bf16(sd: dict) -> dict:  # as the files' names say
         return {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in sd.items()}

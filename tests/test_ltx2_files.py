@@ -162,6 +162,71 @@ def test_ltx25s_split_files_are_refused_naming_them_and_the_way_that_works(files
         assert str(e.value) == LTX25_REFUSAL, choice
 
 
+def _gemma4_part(tmp_path: Path, path: Path, quant: str) -> tuple[object, object]:
+    """LTX-2.5's Gemma 4 file read as the worker reads a text encoder part (ComfyUI's names renamed: layout
+    gemma4-comfy), its config the pack's published Gemma 4 12B with the sizes of the file's tensors; and its
+    tokenizer made from the file's `tokenizer_json` tensor."""
+    import json
+
+    import torch
+    from transformers import AutoTokenizer, Gemma4UnifiedForConditionalGeneration
+
+    from backend.families import config_dir, text_encoders
+    from backend.families.ltx2.convert import gemma4_tokenizer
+    from backend.protocol.spec import FileComponent
+    from backend.worker import loading
+
+    shapes = headers.read_header(path)
+    assert text_encoders.recognise(shapes.logical) == "gemma4"
+    published = read_json(config_dir("ltx-2.5") / "text_encoder" / "config.json")
+    sizes = text_encoders.sizes("gemma4", shapes.logical, published)
+    assert text_encoders.layout("gemma4", shapes.logical, sizes, published) == "gemma4-comfy"
+    folder = tmp_path / quant / "text_encoder"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({**published, **sizes}))
+    part = FileComponent("text_encoder", str(path), "gemma4-comfy", "", quant, path.stat().st_size)
+    model = loading._load_file_component(folder.parent, "text_encoder", Gemma4UnifiedForConditionalGeneration,
+                                         part, torch.float32, {})
+    gemma4_tokenizer(path, config_dir("ltx-2.5") / "tokenizer", tmp_path / quant / "tokenizer")
+    return model.eval(), AutoTokenizer.from_pretrained(str(tmp_path / quant / "tokenizer"))
+
+
+@pytest.mark.pipelines
+def test_ltx25s_gemma4_file_reads_as_tiny_ltx25s_text_encoder(comfyui_files, tiny_models, tmp_path):
+    """LTX-2.5's Gemma 4 file (ComfyUI's names, int8 by comfy-kitchen, the text projection and the tokenizer
+    beside it) loads as Gemma4UnifiedForConditionalGeneration with the sizes of its tensors (its global layers'
+    head size and K/V heads apart) and its lm_head tied to the embedding: every hidden state within 1e-4 of
+    tiny-ltx25's own text encoder given the same (comfy-kitchen dequantized) weights, the int8 file's within 1e-4
+    of the dequantized file's, and the file's tokenizer gives tiny-ltx25's token ids."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer, Gemma4UnifiedForConditionalGeneration
+
+    from backend.families import text_encoders
+
+    models = comfyui_files("ltx25", folder="comfyui-ltx25") / "models" / "text_encoders"
+    tiny = tiny_models / "tiny-ltx25"
+    reference = Gemma4UnifiedForConditionalGeneration.from_pretrained(str(tiny / "text_encoder")).eval()
+
+    deq = text_encoders.gemma4_keys(load_file(str(models / LTX25["gemma4_dequantized"])),
+                                    "Gemma4UnifiedForConditionalGeneration")
+    reference.load_state_dict(deq, strict=False)
+    assert set(deq) == set(reference.state_dict()) - {"lm_head.weight"}
+    ids = AutoTokenizer.from_pretrained(str(tiny / "tokenizer"))(FOX, return_tensors="pt").input_ids
+    outputs = {}
+    for name, quant in (("gemma4_dequantized", ""), ("gemma4", "comfy-quant")):
+        model, tokenizer = _gemma4_part(tmp_path, models / LTX25[name], quant)
+        assert torch.equal(tokenizer(FOX, return_tensors="pt").input_ids, ids)
+        assert model.lm_head.weight.data_ptr() == model.model.language_model.embed_tokens.weight.data_ptr()
+        with torch.no_grad():
+            outputs[name] = torch.stack(model(input_ids=ids, output_hidden_states=True).hidden_states)
+    with torch.no_grad():
+        expected = torch.stack(reference(input_ids=ids, output_hidden_states=True).hidden_states)
+    assert expected.abs().max() > 0.1
+    torch.testing.assert_close(outputs["gemma4_dequantized"], expected, atol=TOLERANCE, rtol=0)
+    torch.testing.assert_close(outputs["gemma4"], outputs["gemma4_dequantized"], atol=TOLERANCE, rtol=0)
+
+
 def _videos(spec: api.PipelineSpec, starts: np.ndarray | None, audio: dict | None = None) -> dict:
     return api.run_sample_outputs(api.prepare_sample(spec, SampleRequest(**LTX), starts, audio=audio), lambda m: None)
 

@@ -35,7 +35,8 @@ from .storage import keep_float32, load_stored
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
 # ... in transformers' classes under ComfyUI's names (a Qwen3-VL cut short: without its final norm and lm_head)
-RENAMED = {"qwen3vl-comfy": text_encoders.qwen3vl_keys, "qwen3vl-comfy-truncated": text_encoders.qwen3vl_keys}
+RENAMED = {"qwen3vl-comfy": text_encoders.qwen3vl_keys, "qwen3vl-comfy-truncated": text_encoders.qwen3vl_keys,
+           "gemma4-comfy": text_encoders.gemma4_keys}
 # the parts of an all-in-one checkpoint the pipeline's own loader reads: the denoisers of the families whose
 # all-in-one files diffusers reads (their layout is the family id), LDM VAEs and CLIP/T5 text encoders
 CHECKPOINT_NATIVE = (*(f.id for f in FAMILIES.values() if f.single_file), "ldm-vae", "hf", "openclip")
