@@ -109,8 +109,9 @@ def test_a_checkpoint_without_its_audio_vae_and_a_wrong_text_encoder_are_refused
         api.make_file_spec(assemble.FileChoice(checkpoint=NAMES["checkpoint"], text_encoders=("qwen_3_4b.safetensors",)),
                            _roots(models))
     assert str(e.value) == ("text_encoder_1: 'qwen_3_4b.safetensors' is a Qwen3 text encoder, which LTX-2 does not "
-                            "use; it needs Gemma 3 12B (gemma_3_12B_it*.safetensors).")
-    # LTX-2.5's Gemma 4 (its text projection beside it, K and V shared in its global layers): named, not read
+                            "use; it needs Gemma 3 12B (gemma_3_12B_it*.safetensors) or Gemma 4 "
+                            "(gemma4-12b-with-proj-ltx-2.5-*.safetensors).")
+    # LTX-2.5's Gemma 4 (its text projection beside it) with LTX-2.3's DiT: Gemma 3 is asked for
     gemma = headers.read_header(folder / NAMES["gemma3"])
     gemma4 = {k: torch.zeros(v) for k, v in gemma.shapes.items() if k.startswith("model.")}
     gemma4["text_embedding_projection.video_aggregate_embed.weight"] = torch.zeros(16, 96)
@@ -118,32 +119,34 @@ def test_a_checkpoint_without_its_audio_vae_and_a_wrong_text_encoder_are_refused
     with pytest.raises(ModelError) as e:
         api.make_file_spec(assemble.FileChoice(checkpoint=NAMES["checkpoint"], text_encoders=(
             "gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors",)), _roots(models))
-    assert str(e.value) == ("text_encoder_1: 'gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors' is a "
-                            "Gemma 4 text encoder, which LTX-2 does not use from files (LTX-2.5's, whose split files "
-                            "are not read from files yet: load LTX-2.5 from its diffusers folder in Load TPU "
-                            "Pipeline); it needs Gemma 3 12B (gemma_3_12B_it*.safetensors).")
+    assert str(e.value) == (
+        "text_encoder: LTX-2 needs Gemma 3 12B (gemma_3_12B_it*.safetensors); Gemma 3 12B (gemma_3_12B_it*.safetensors) "
+        "is missing (chosen: Gemma 4 (gemma4-12b-with-proj-ltx-2.5-*.safetensors) "
+        "(gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors)). Put the file in ComfyUI's models/text_encoders "
+        "(or models/clip) folder and choose it in text_encoder_1, _2 or _3.")
 
 
 LTX25 = file_fixtures.FILES["ltx25"]
-LTX25_REFUSAL = (
-    "diffusion_model: 'ltx-2.5-22b-distilled-transformer-comfy-int8-convrot.safetensors' is LTX-2.5's DiT (no "
-    "feed-forward biases), whose split files are not read yet: beside it, it needs its connectors' text projection in "
-    "gemma4-12b-with-proj-ltx-2.5-*.safetensors (Gemma 4, in models/text_encoders) and its audio VAE and vocoder in "
-    "ltx-2.5-audio-vae-*.safetensors (models/vae). Load LTX-2.5 from its diffusers folder in Load TPU Pipeline "
-    "instead; of LTX-2's files, LTX-2.3's all-in-one checkpoint (ltx-2.3-22b-dev-fp8.safetensors, in "
-    "models/checkpoints) loads.")
+LTX25_TEXT = ("text_encoder: LTX-2 needs Gemma 4 (gemma4-12b-with-proj-ltx-2.5-*.safetensors); Gemma 4 "
+              "(gemma4-12b-with-proj-ltx-2.5-*.safetensors) is missing (chosen: none). Put the file in ComfyUI's "
+              "models/text_encoders (or models/clip) folder and choose it in text_encoder_1, _2 or _3.")
+LTX25_PARTS = (
+    "diffusion_model: LTX-2 also needs its audio_vae, vocoder, which none of the chosen files holds "
+    "('ltx-2.5-22b-distilled-transformer-comfy-int8-convrot.safetensors' is its diffusion model alone). Choose "
+    "gemma4-12b-with-proj-ltx-2.5-*.safetensors (Gemma 4 with the connectors' text projection, models/text_encoders) "
+    "in text_encoder_1 and ltx-2.5-audio-vae-*.safetensors (the audio VAE with its vocoder, models/vae) in audio_vae.")
+LTX25_VAE = ("vae: LTX-2 needs a VAE (its video VAE: ltx-2.5-video-vae-*.safetensors, in models/vae); "
+             "'ltx-2.5-22b-distilled-transformer-comfy-int8-convrot.safetensors' holds none. Put it in ComfyUI's "
+             "models/vae folder and choose it in vae.")
 
 
 @pytest.mark.pipelines
-def test_ltx25s_split_files_are_refused_naming_them_and_the_way_that_works(files, comfyui_files):
-    """LTX-2.5's files as its templates name them (tiny-ltx25's, ComfyUI's layouts, int8 ConvRot by comfy-kitchen):
-    its DiT is told from LTX-2.3's by its tensors and refused before any worker starts, whatever else is chosen
-    (alone; with the video VAE and Gemma 4; with the audio VAE in vae), naming the files it needs beside it, that
-    they are not read yet, and what loads instead (its diffusers folder, LTX-2.3's checkpoint); the files are
-    what the templates' loaders read (the DiT holds its connectors, Gemma 4 its text projection, the audio VAE
-    file its vocoder)."""
-    from backend.families.ltx2 import files as ltx2_files
-
+def test_ltx25s_split_files_short_of_one_are_refused_naming_what_is_missing(files, comfyui_files):
+    """LTX-2.5's files as its templates name them (tiny-ltx25's, ComfyUI's layouts, int8 by comfy-kitchen): its
+    DiT is told from LTX-2.3's by its tensors (no feed-forward biases: configs ltx-2.5); a set short of a file is
+    refused before any worker starts, naming the file missing and the input it goes in (Gemma 4; the audio VAE
+    with its vocoder; the video VAE); the files are what the templates' loaders read (the DiT holds its
+    connectors, Gemma 4 its text projection and its tokenizer, the audio VAE file its vocoder)."""
     root = comfyui_files("ltx25", folder="comfyui-ltx25") / "models"
     roots = _roots(root)
     dit = headers.read_header(root / "diffusion_models" / LTX25["dit"])
@@ -151,15 +154,17 @@ def test_ltx25s_split_files_are_refused_naming_them_and_the_way_that_works(files
     assert any(k.endswith(".comfy_quant") for k in dit.shapes), "quantized by comfy-kitchen"
     gemma = headers.read_header(root / "text_encoders" / LTX25["gemma4"]).shapes
     assert "text_embedding_projection.video_aggregate_embed.weight" in gemma and "model.layers.0.layer_scalar" in gemma
+    assert "tokenizer_json" in gemma
     audio = headers.read_header(root / "vae" / LTX25["audio_vae"]).shapes
     assert "vocoder.resblocks.0.convs1.0.weight" in audio and "audio_vae.decoder.conv_in.conv.weight" in audio
-    under = "model.diffusion_model."  # LTX-2.3's DiT (its feed-forward biases): not refused
-    assert ltx2_files.refused(headers.read_header(files / "models" / "checkpoints" / NAMES["checkpoint"]).strip(under)) == ""
-    for choice in (dict(), dict(vae=LTX25["vae"], text_encoders=(LTX25["gemma4"],)),
-                   dict(vae=LTX25["audio_vae"], text_encoders=(LTX25["gemma4"],))):
+    gemma4 = (LTX25["gemma4"],)
+    for choice, message in ((dict(), LTX25_TEXT), (dict(vae=LTX25["vae"]), LTX25_TEXT),
+                            (dict(vae=LTX25["vae"], text_encoders=gemma4), LTX25_PARTS),
+                            (dict(vae=LTX25["vae"], audio_vae=LTX25["vae"], text_encoders=gemma4), LTX25_PARTS),
+                            (dict(audio_vae=LTX25["audio_vae"], text_encoders=gemma4), LTX25_VAE)):
         with pytest.raises(ModelError) as e:
             api.make_file_spec(assemble.FileChoice(diffusion_model=LTX25["dit"], **choice), roots)
-        assert str(e.value) == LTX25_REFUSAL, choice
+        assert str(e.value) == message, choice
 
 
 def _gemma4_part(tmp_path: Path, path: Path, quant: str) -> tuple[object, object]:
@@ -308,4 +313,36 @@ def test_the_templates_gemma_in_fp4_mixed_gives_the_videos_of_it_dequantized_by_
     mine, theirs = _videos(quant, None), _videos(deq, None)
     assert mine["images"].shape == (18, 64, 64, 3) and mine["images"].std() > 0
     assert np.abs(mine["images"] - theirs["images"]).max() <= TOLERANCE
+    assert np.abs(mine["audio"] - theirs["audio"]).max() <= TOLERANCE
+
+
+def _ltx25_spec(root: Path, dit: str = "dit", gemma4: str = "gemma4") -> api.PipelineSpec:
+    return api.make_file_spec(assemble.FileChoice(diffusion_model=LTX25[dit], text_encoders=(LTX25[gemma4],),
+                                                  vae=LTX25["vae"], audio_vae=LTX25["audio_vae"]),
+                              _roots(root / "models"), "float32")
+
+
+@pytest.mark.workers
+def test_ltx25s_split_files_give_the_videos_of_them_dequantized_by_comfy_kitchen(comfyui_files):
+    """LTX-2.5's four files as its templates name them: the int8 DiT (its connectors' blocks inside, their text
+    projection read from Gemma 4's file: one part from two files), Gemma 4 int8 in ComfyUI's names with its
+    tokenizer inside, the video VAE, the audio VAE with its vocoder (in audio_vae); text to video through the
+    workers: frames and sound within 1e-4 of the same files dequantized by comfy-kitchen."""
+    root = comfyui_files("ltx25", folder="comfyui-ltx25")
+    quant = _ltx25_spec(root)
+    assert quant.class_name == "LTX2Pipeline" and quant.source.configs == "ltx-2.5"
+    layouts = {c.name: (c.layout, Path(c.path).name, tuple(Path(m).name for m in c.more), c.quant)
+               for c in quant.source.components}
+    assert layouts == {
+        "transformer": ("ltx2", LTX25["dit"], (), "comfy-quant"), "vae": ("ltx2-vae", LTX25["vae"], (), ""),
+        "connectors": ("ltx2-connectors", LTX25["dit"], (LTX25["gemma4"],), "comfy-quant"),
+        "audio_vae": ("ltx2-audio-vae", LTX25["audio_vae"], (), ""),
+        "vocoder": ("ltx2-vocoder", LTX25["audio_vae"], (), ""),
+        "text_encoder": ("gemma4-comfy", LTX25["gemma4"], (), "comfy-quant"),
+        "tokenizer": ("gemma4-json", LTX25["gemma4"], (), "")}
+    deq = _ltx25_spec(root, "dit_dequantized", "gemma4_dequantized")
+    mine, theirs = _videos(quant, None), _videos(deq, None)
+    assert mine["images"].shape == theirs["images"].shape == (18, 64, 64, 3) and mine["images"].std() > 0
+    assert np.abs(mine["images"] - theirs["images"]).max() <= TOLERANCE
+    assert mine["audio"].shape == theirs["audio"].shape and np.abs(mine["audio"]).max() > 0
     assert np.abs(mine["audio"] - theirs["audio"]).max() <= TOLERANCE

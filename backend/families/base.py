@@ -364,10 +364,11 @@ class ModelFamily:
     # files (LTX-2's text connectors, audio VAE and vocoder, in its checkpoint): (a file's shapes, every key; the
     # published config of a component by name; the denoiser's shapes as "denoiser" and the text encoders' by kind)
     # -> {component: (key prefix, loader layout, config sizes)} of those the file holds; ValueError says what does
-    # not fit. `file_parts_hint` names the file that holds them, for the refusal when no chosen file does.
+    # not fit. `file_parts_hint` names the files that hold them, by configs folder (a published model's), for the
+    # refusal when no chosen file does.
     file_parts: Callable[[Shapes, Callable[[str], dict], Mapping[str, Shapes]], dict[str, tuple[str, str, dict]]] | None = None
     file_parts_needed: tuple[str, ...] = ()
-    file_parts_hint: str = ""
+    file_parts_hint: Mapping[str, str] = field(default_factory=dict)
     # the Load TPU Pipeline (ComfyUI files) input that chooses among its variants where the file cannot tell
     # ("flux_kontext": whether a FLUX.1 [dev]-shaped file is Kontext); "" where it has none
     variant_input: str = ""

@@ -47,9 +47,7 @@ KINDS = {k.id: k for k in (
     # LTX-2.5's (gemma4-12b-with-proj-ltx-2.5-*: its text projection beside it); its tokenizer is the file's
     # `tokenizer_json` tensor (a tokenizer.json's bytes), as ComfyUI's Gemma4SDTokenizer reads it
     TextEncoderKind("gemma4", "Gemma 4 (gemma4-12b-with-proj-ltx-2.5-*.safetensors)", "", "tokenizer_json",
-                    "gemma4-json",
-                    unread="LTX-2.5's, whose split files are not read from files yet: load LTX-2.5 from its diffusers "
-                           "folder in Load TPU Pipeline"),
+                    "gemma4-json"),
 )}
 
 # the tensors of text-encoder files that hold their tokenizer -> how the worker reads it (loader layout)
