@@ -346,3 +346,18 @@ def test_ltx25s_split_files_give_the_videos_of_them_dequantized_by_comfy_kitchen
     assert np.abs(mine["images"] - theirs["images"]).max() <= TOLERANCE
     assert mine["audio"].shape == theirs["audio"].shape and np.abs(mine["audio"]).max() > 0
     assert np.abs(mine["audio"] - theirs["audio"]).max() <= TOLERANCE
+
+
+@pytest.mark.workers
+def test_ltx25s_split_files_give_the_videos_of_tiny_ltx25_as_a_diffusers_folder(comfyui_files):
+    """Text to video from LTX-2.5's four files and from tiny-ltx25 as a diffusers folder (the reference: the
+    weights the files hold, the int8 ones dequantized by comfy-kitchen, the bf16 ones rounded) through the
+    workers, in float32: frames and sound agree within 1e-4, the sound at the vocoder's rate."""
+    root = comfyui_files("ltx25", folder="comfyui-ltx25")
+    mine = _videos(_ltx25_spec(root), None)
+    theirs = _videos(api.make_spec("ref-ltx25", [str(root / "diffusers")], "float32"), None)
+    assert mine["images"].shape == theirs["images"].shape == (18, 64, 64, 3) and mine["images"].std() > 0
+    assert np.abs(mine["images"] - theirs["images"]).max() <= TOLERANCE
+    assert mine["audio"].shape == theirs["audio"].shape and mine["audio"].shape[:2] == (2, 2)
+    assert np.abs(mine["audio"]).max() > 0 and np.abs(mine["audio"] - theirs["audio"]).max() <= TOLERANCE
+    assert int(mine["audio_rate"][0]) == int(theirs["audio_rate"][0]) == 8000
