@@ -26,7 +26,9 @@ with its text connectors, the video VAE, the audio VAE and the vocoder) with Com
 read the DiT (LTX-2.3's prompt AdaLN renamed first: 0.42.1's converter misses it) and both VAEs, the family's own
 renaming (convert.py) the connectors and the vocoder, which diffusers has no converter for; sizes from the tensors
 (files.py, vaes.py); LTX-2.3's vocoder with bandwidth extension as diffusers' LTX2VocoderWithBWE. LTX-2.5's split
-files are not read yet (its Gemma 4 is refused by name).
+files load too (configs ltx-2.5, told by a DiT without feed-forward biases): the DiT with its connectors' blocks,
+Gemma 4 in ComfyUI's names with the connectors' text projection and its tokenizer (text_encoders.py), the video VAE,
+and the audio VAE with its vocoder in the loader's audio_vae input.
 """
 
 from __future__ import annotations
