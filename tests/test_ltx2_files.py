@@ -361,3 +361,36 @@ def test_ltx25s_split_files_give_the_videos_of_tiny_ltx25_as_a_diffusers_folder(
     assert mine["audio"].shape == theirs["audio"].shape and mine["audio"].shape[:2] == (2, 2)
     assert np.abs(mine["audio"]).max() > 0 and np.abs(mine["audio"] - theirs["audio"]).max() <= TOLERANCE
     assert int(mine["audio_rate"][0]) == int(theirs["audio_rate"][0]) == 8000
+
+
+@pytest.mark.unit
+def test_gemma4_12bs_sizes_from_its_shapes_are_comfyuis_gemma4_12b_config():
+    """The shapes of ComfyUI's Gemma 4 12B (48 layers, 3840 wide, every 6th layer global: 512-wide heads, one K/V
+    head, K = V, no v_proj; the others 256-wide heads, 8 K/V heads) give the published config back, and
+    transformers builds each layer as ComfyUI's Gemma4_12B_Config does (window 1024, partial rotary 0.25)."""
+    from transformers import Gemma4UnifiedConfig
+
+    from backend.families import config_dir, text_encoders
+
+    shapes = {"model.embed_tokens.weight": (262144, 3840), "model.norm.weight": (3840,),
+              "text_embedding_projection.video_aggregate_embed.weight": (4096, 3840 * 49)}
+    for i in range(48):
+        a, glob = f"model.layers.{i}.", i % 6 == 5
+        head, kv = (512, 1) if glob else (256, 8)
+        shapes.update({a + "self_attn.q_proj.weight": (16 * head, 3840), a + "self_attn.k_proj.weight": (kv * head, 3840),
+                       a + "self_attn.q_norm.weight": (head,), a + "self_attn.k_norm.weight": (head,),
+                       a + "self_attn.o_proj.weight": (3840, 16 * head), a + "mlp.gate_proj.weight": (15360, 3840),
+                       a + "pre_feedforward_layernorm.weight": (3840,), a + "layer_scalar": (1,)})
+        if not glob:
+            shapes[a + "self_attn.v_proj.weight"] = (kv * head, 3840)
+    assert text_encoders.recognise(shapes) == "gemma4"
+    published = read_json(config_dir("ltx-2.5") / "text_encoder" / "config.json")
+    sizes = text_encoders.sizes("gemma4", shapes, published)
+    text = sizes["text_config"]
+    assert {k: text[k] for k in published["text_config"]} == published["text_config"]
+    assert text["layer_types"] == (["sliding_attention"] * 5 + ["full_attention"]) * 8
+    config = Gemma4UnifiedConfig.from_dict({**published, **sizes}).text_config
+    layers = [(c.head_dim, c.num_key_value_heads) for c in (config.per_layer_config[i] for i in range(48))]
+    assert layers == ([(256, 8)] * 5 + [(512, 1)]) * 8
+    assert (config.sliding_window, config.attention_k_eq_v) == (1024, True)
+    assert config.rope_parameters["full_attention"]["partial_rotary_factor"] == 0.25
