@@ -349,13 +349,17 @@ def test_ltx25s_split_files_give_the_videos_of_them_dequantized_by_comfy_kitchen
 
 
 @pytest.mark.workers
-def test_ltx25s_split_files_give_the_videos_of_tiny_ltx25_as_a_diffusers_folder(comfyui_files):
-    """Text to video from LTX-2.5's four files and from tiny-ltx25 as a diffusers folder (the reference: the
-    weights the files hold, the int8 ones dequantized by comfy-kitchen, the bf16 ones rounded) through the
-    workers, in float32: frames and sound agree within 1e-4, the sound at the vocoder's rate."""
+@pytest.mark.parametrize("mode", ["text to video", "image to video"])
+def test_ltx25s_split_files_give_the_videos_of_tiny_ltx25_as_a_diffusers_folder(comfyui_files, mode):
+    """Two videos from LTX-2.5's four files and from tiny-ltx25 as a diffusers folder (the reference: the weights
+    the files hold, the int8 ones dequantized by comfy-kitchen, the bf16 ones rounded) through the workers, in
+    float32, text to video and image to video (start images 0 and 1): frames and sound agree within 1e-4, the
+    sound at the vocoder's rate."""
+    starts = (np.random.default_rng(5).integers(0, 256, (2, 64, 64, 3)) / 255).astype(np.float32) \
+        if mode == "image to video" else None
     root = comfyui_files("ltx25", folder="comfyui-ltx25")
-    mine = _videos(_ltx25_spec(root), None)
-    theirs = _videos(api.make_spec("ref-ltx25", [str(root / "diffusers")], "float32"), None)
+    mine = _videos(_ltx25_spec(root), starts)
+    theirs = _videos(api.make_spec("ref-ltx25", [str(root / "diffusers")], "float32"), starts)
     assert mine["images"].shape == theirs["images"].shape == (18, 64, 64, 3) and mine["images"].std() > 0
     assert np.abs(mine["images"] - theirs["images"]).max() <= TOLERANCE
     assert mine["audio"].shape == theirs["audio"].shape and mine["audio"].shape[:2] == (2, 2)
