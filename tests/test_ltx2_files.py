@@ -157,6 +157,8 @@ def test_ltx25s_split_files_short_of_one_are_refused_naming_what_is_missing(file
     assert "tokenizer_json" in gemma
     audio = headers.read_header(root / "vae" / LTX25["audio_vae"]).shapes
     assert "vocoder.resblocks.0.convs1.0.weight" in audio and "audio_vae.decoder.conv_in.conv.weight" in audio
+    # the vae lists (vae, audio_vae) offer both VAE files
+    assert {LTX25["vae"], LTX25["audio_vae"]} <= set(listing.list_files(roots)["vae"])
     gemma4 = (LTX25["gemma4"],)
     for choice, message in ((dict(), LTX25_TEXT), (dict(vae=LTX25["vae"]), LTX25_TEXT),
                             (dict(vae=LTX25["vae"], text_encoders=gemma4), LTX25_PARTS),
