@@ -111,6 +111,13 @@ def test_a_checkpoint_without_its_audio_vae_and_a_wrong_text_encoder_are_refused
     assert str(e.value) == ("text_encoder_1: 'qwen_3_4b.safetensors' is a Qwen3 text encoder, which LTX-2 does not "
                             "use; it needs Gemma 3 12B (gemma_3_12B_it*.safetensors) or Gemma 4 "
                             "(gemma4-12b-with-proj-ltx-2.5-*.safetensors).")
+    # an audio VAE file beside LTX-2.3's checkpoint, which holds its own
+    shutil.copy(tmp_path / "qwen_3_4b.safetensors", models / "vae" / "audio.safetensors")
+    with pytest.raises(ModelError) as e:
+        api.make_file_spec(assemble.FileChoice(checkpoint=NAMES["checkpoint"], text_encoders=(NAMES["gemma3"],),
+                                               audio_vae="audio.safetensors"), _roots(models))
+    assert str(e.value) == (f"audio_vae: 'audio.safetensors' was chosen, but LTX-2 ('{NAMES['checkpoint']}') reads its "
+                            f"audio VAE from '{NAMES['checkpoint']}'. Set audio_vae to '(none)'.")
     # LTX-2.5's Gemma 4 (its text projection beside it) with LTX-2.3's DiT: Gemma 3 is asked for
     gemma = headers.read_header(folder / NAMES["gemma3"])
     gemma4 = {k: torch.zeros(v) for k, v in gemma.shapes.items() if k.startswith("model.")}

@@ -388,8 +388,9 @@ def _add_audio_vae(p: _Draft, c: _Chosen | None) -> None:
     model = f"{p.family.name} ('{p.main.path.name}')"
     if not p.family.audio_vae:  # LTX-2's audio VAE and vocoder: family parts, found in that file too
         if c is not None and not any(part.path == str(c.path) for part in p.parts):
-            raise ModelError(f"audio_vae: '{c.path.name}' was chosen, but {model} reads no audio VAE from files. "
-                             f"Set audio_vae to '{NONE}'.")
+            own = next((Path(part.path).name for part in p.parts if part.name == "audio_vae"), "")
+            reads = f"reads its audio VAE from '{own}'" if own else "reads no audio VAE from files"
+            raise ModelError(f"audio_vae: '{c.path.name}' was chosen, but {model} {reads}. Set audio_vae to '{NONE}'.")
         return
     kind, wanted = p.family.audio_vae
     if c is None:
