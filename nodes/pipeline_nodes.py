@@ -102,9 +102,10 @@ FILE_TOOLTIPS = {  # the families' own modules say what each reads (backend/fami
                    "Load CLIP Vision reads), the CLIP vision encoder that reads the start image. Leave '(none)' "
                    "for every other model (Wan 2.2's image-to-video models read the start image through the VAE "
                    "only).",
-    "audio_vae": "Only for a model that makes video with sound from files (MiniMax H3): its audio VAE "
-                 "(minimax_h3_audio_vae_fp32.safetensors, models/vae), which decodes the sound. Leave '(none)' for "
-                 "every other model (LTX-2.3's audio VAE is in its checkpoint).",
+    "audio_vae": "Only for a model that makes video with sound from split files (MiniMax H3, LTX-2.5): its audio "
+                 "VAE (minimax_h3_audio_vae_fp32.safetensors; ltx-2.5-audio-vae-bf16.safetensors, its vocoder "
+                 "inside; models/vae), which decodes the sound. Leave '(none)' for every other model (LTX-2.3's "
+                 "checkpoint holds its own).",
     "checkpoint": f"An all-in-one checkpoint (models/checkpoints) of {families.single_file_names()} (with or "
                   "without its text encoders), or LTX-2.3's ltx-2.3-22b-dev-fp8 (its DiT, VAEs and vocoder; its "
                   "Gemma 3 file in a text encoder input). Its parts are used unless chosen above; leave '(none)' "

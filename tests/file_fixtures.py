@@ -34,7 +34,7 @@ from pathlib import Path
 # "zimage-quant" (ComfyUI's quantized files, issue 33) and "ltx25" (LTX-2.5's split files) only when asked
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan", "krea2", "qwenimage21",
             "flux3", "ideogram4", "ltx2", "minimax_h3")
-VERSION = "15"  # bump to rebuild cached fixtures after changing this file
+VERSION = "16"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
 FILES = {
@@ -158,7 +158,10 @@ FILES = {
     # text projection beside it (int8 ConvRot), the video VAE, the audio VAE with its vocoder
     "ltx25": {"dit": "ltx-2.5-22b-distilled-transformer-comfy-int8-convrot.safetensors",
               "gemma4": "gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors",
-              "vae": "ltx-2.5-video-vae-bf16.safetensors", "audio_vae": "ltx-2.5-audio-vae-bf16.safetensors"},
+              "vae": "ltx-2.5-video-vae-bf16.safetensors", "audio_vae": "ltx-2.5-audio-vae-bf16.safetensors",
+              # the two quantized files dequantized by comfy-kitchen (what the int8 files are compared against)
+              "dit_dequantized": "ltx-2.5-tiny-transformer-dequantized.safetensors",
+              "gemma4_dequantized": "gemma4-tiny-with-proj-ltx-2.5-dequantized.safetensors"},
 }
 
 
@@ -1784,37 +1787,70 @@ def _ltx25(tiny: Path, comfyui_dir: str, out: Path) -> None:
 
     pipe = LTX2Pipeline.from_pretrained(str(tiny / "tiny-ltx25"), local_files_only=True)
     names, models = FILES["ltx25"], out / "models"
-    links = {}
+    # the published values that change no tensor, as in LTX-2.3's fixture (and Gemma 4 12B's window and length)
+    pipe.transformer = _reconfigured(pipe.transformer, rope_double_precision=True)
+    pipe.connectors = _reconfigured(pipe.connectors, rope_double_precision=True, connector_rope_base_seq_len=4096)
+    pipe.vae = _reconfigured(pipe.vae, upsample_residual=[True, True, True])
+    pipe.audio_vae = _reconfigured(pipe.audio_vae, resolution=256)
+    text = {**pipe.text_encoder.config.text_config.to_dict(), "sliding_window": 1024, "max_position_embeddings": 131072}
+    pipe.text_encoder = _reconfigured(pipe.text_encoder, text_config=text)
+    links, link_names = {}, {}  # the connectors' tensors in ComfyUI's names; diffusers' name -> ComfyUI's
     for key, value in _sd(pipe.connectors).items():
         for old, new in (("video_connector.", "model.diffusion_model.video_embeddings_connector."),
                          ("audio_connector.", "model.diffusion_model.audio_embeddings_connector."),
                          ("video_text_proj_in.", "text_embedding_projection.video_aggregate_embed."),
                          ("audio_text_proj_in.", "text_embedding_projection.audio_aggregate_embed.")):
             if key.startswith(old):
-                links[new + _ltx2_native({key[len(old):]: None}, top=()).popitem()[0].replace(
-                    "transformer_blocks.", "transformer_1d_blocks.", 1)] = value
+                link_names[key] = new + _ltx2_native({key[len(old):]: None}, top=()).popitem()[0].replace(
+                    "transformer_blocks.", "transformer_1d_blocks.", 1)
+                links[link_names[key]] = value
     dit = {**{f"model.diffusion_model.{k}": v for k, v in _ltx2_native(_sd(pipe.transformer)).items()},
            **{k: v for k, v in links.items() if k.startswith("model.diffusion_model.")}}
     language = pipe.text_encoder.model.language_model.state_dict()
     gemma = {**{f"model.{k}": v for k, v in language.items()},
              **{k: v for k, v in links.items() if k.startswith("text_embedding_projection.")}}
+    # its tokenizer inside, as ComfyUI's Gemma 4 files keep it (the bytes of a tokenizer.json)
+    tokenizer_json = (tiny / "tiny-ltx25" / "tokenizer" / "tokenizer.json").read_bytes()
+    gemma["tokenizer_json"] = torch.frombuffer(bytearray(tokenizer_json), dtype=torch.uint8)
     assert {f"model.language_model.{k[len('model.'):]}" for k in gemma if k.startswith("model.")} == set(
         pipe.text_encoder.state_dict()) - {"lm_head.weight"}, "ComfyUI's Gemma 4 names are transformers' under model."
+    stored = {}  # every tensor as the files store it (dequantized by comfy-kitchen, bf16), in ComfyUI's names
     for sd, name, inside in ((dit, "dit", (".transformer_blocks.", ".transformer_1d_blocks.")),
                              (gemma, "gemma4", ("model.layers.",))):
         plan = {k[: -len(".weight")]: "int8_convrot" if fits("int8_convrot", v.shape) else "int8_rowwise"
                 for k, v in sd.items() if k.endswith(".weight") and v.ndim == 2 and any(i in k for i in inside)}
         folder = "diffusion_models" if name == "dit" else "text_encoders"
-        _save(quantize_comfy(sd, plan)[0], models / folder / names[name])
+        quant, _, deq = quantize_comfy(sd, plan)
+        _save(quant, models / folder / names[name])
+        _save(deq, models / folder / names[f"{name}_dequantized"])
+        stored.update(deq)
 
     def bf16(sd: dict) -> dict:  # as the files' names say
         return {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in sd.items()}
 
-    _save(bf16(_ltx2_vae_native(_sd(pipe.vae))), models / "vae" / names["vae"])
-    _save(bf16({**{f"audio_vae.{k}": v for k, v in _ltx2_vae_native(_sd(pipe.audio_vae)).items()},
-                **{f"vocoder.{k}": v for k, v in _ltx2_native(_sd(pipe.vocoder), top=(), inner=(
-                    ("conv_in.", "conv_pre."), ("conv_out.", "conv_post."), ("upsamplers.", "ups."),
-                    ("resnets.", "resblocks."))).items()}}), models / "vae" / names["audio_vae"])
+    vocoder_inner = (("conv_in.", "conv_pre."), ("conv_out.", "conv_post."), ("upsamplers.", "ups."),
+                     ("resnets.", "resblocks."))
+    vae = bf16(_ltx2_vae_native(_sd(pipe.vae)))
+    audio = bf16({**{f"audio_vae.{k}": v for k, v in _ltx2_vae_native(_sd(pipe.audio_vae)).items()},
+                  **{f"vocoder.{k}": v for k, v in _ltx2_native(_sd(pipe.vocoder), top=(), inner=vocoder_inner).items()}})
+    _save(vae, models / "vae" / names["vae"])
+    _save(audio, models / "vae" / names["audio_vae"])
+    # the reference: tiny-ltx25 as a diffusers folder with the weights the files hold (each tensor found by its
+    # ComfyUI name: the DiT's and Gemma's dequantized by comfy-kitchen, the VAEs' and the vocoder's bf16-rounded)
+    stored.update(vae)
+    stored.update(audio)
+    native = {"transformer": lambda k: "model.diffusion_model." + next(iter(_ltx2_native({k: None}))),
+              "connectors": link_names.__getitem__,
+              "text_encoder": lambda k: "model.embed_tokens.weight" if k == "lm_head.weight"
+              else "model." + k[len("model.language_model."):],
+              "vae": lambda k: next(iter(_ltx2_vae_native({k: None}))),
+              "audio_vae": lambda k: "audio_vae." + next(iter(_ltx2_vae_native({k: None}))),
+              "vocoder": lambda k: "vocoder." + next(iter(_ltx2_native({k: None}, top=(), inner=vocoder_inner)))}
+    for component, name_of in native.items():
+        module = getattr(pipe, component)
+        own = module.state_dict()
+        module.load_state_dict({k: stored[name_of(k)].to(v.dtype) for k, v in own.items()})
+    pipe.save_pretrained(str(out / "diffusers" / "ref-ltx25"), safe_serialization=True)
 
 
 MINIMAX_H3_NAMES = {  # ComfyUI's names (comfy/ldm/minimax/model.py) -> diffusers' (its converter's rename table)

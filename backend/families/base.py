@@ -332,9 +332,6 @@ class ModelFamily:
     single_file: bool = False  # diffusers' pipeline loader reads its all-in-one checkpoints
     files: bool = True  # its artists' files load (False: they are recognised, and refused naming the way that works)
     files_refused: str = ""  # why they do not load (files=False), said in the refusal
-    # denoiser shapes -> what a variant whose files do not load yet is, and the way that works (said in the refusal,
-    # before the other files are asked for: LTX-2.5's split DiT); "" for the variants that load
-    variant_refused: Callable[[Shapes], str] | None = None
     # its sound's VAE from files (Load TPU Pipeline's audio_vae input): (VAE kind of families/vaes.py, what artists
     # call the file); (): it makes no sound, or reads none from files
     audio_vae: tuple[str, str] = ()
@@ -364,10 +361,11 @@ class ModelFamily:
     # files (LTX-2's text connectors, audio VAE and vocoder, in its checkpoint): (a file's shapes, every key; the
     # published config of a component by name; the denoiser's shapes as "denoiser" and the text encoders' by kind)
     # -> {component: (key prefix, loader layout, config sizes)} of those the file holds; ValueError says what does
-    # not fit. `file_parts_hint` names the file that holds them, for the refusal when no chosen file does.
+    # not fit. `file_parts_hint` names the files that hold them, by configs folder (a published model's), for the
+    # refusal when no chosen file does.
     file_parts: Callable[[Shapes, Callable[[str], dict], Mapping[str, Shapes]], dict[str, tuple[str, str, dict]]] | None = None
     file_parts_needed: tuple[str, ...] = ()
-    file_parts_hint: str = ""
+    file_parts_hint: Mapping[str, str] = field(default_factory=dict)
     # the Load TPU Pipeline (ComfyUI files) input that chooses among its variants where the file cannot tell
     # ("flux_kontext": whether a FLUX.1 [dev]-shaped file is Kontext); "" where it has none
     variant_input: str = ""

@@ -20,7 +20,6 @@ class TextEncoderKind:
     tokenizer: str  # ComfyUI's bundled tokenizer folder (relative to its comfy package); "": the file holds one
     tokenizer_tensor: str = ""  # the tensor of the file that holds its tokenizer (as ComfyUI reads it)
     tokenizer_layout: str = ""  # how the worker makes a tokenizer of that tensor, where not FILE_TOKENIZERS' way
-    unread: str = ""  # recognised, read by no family from files yet: why, and the way round (for the refusal)
 
     @property
     def short(self) -> str:
@@ -44,10 +43,10 @@ KINDS = {k.id: k for k in (
                     "spiece_model"),
     # LTX-2.3's: a SentencePiece BPE model in the file too, read as Gemma's (families/ltx2/convert.py)
     TextEncoderKind("gemma3", "Gemma 3 12B (gemma_3_12B_it*.safetensors)", "", "spiece_model", "gemma-spiece"),
-    # LTX-2.5's (gemma4-12b-with-proj-ltx-2.5-*: its text projection beside it): recognised, read by no family yet
-    TextEncoderKind("gemma4", "Gemma 4 (gemma4-12b-with-proj-ltx-2.5-*.safetensors)", "",
-                    unread="LTX-2.5's, whose split files are not read from files yet: load LTX-2.5 from its diffusers "
-                           "folder in Load TPU Pipeline"),
+    # LTX-2.5's (gemma4-12b-with-proj-ltx-2.5-*: its text projection beside it); its tokenizer is the file's
+    # `tokenizer_json` tensor (a tokenizer.json's bytes), as ComfyUI's Gemma4SDTokenizer reads it
+    TextEncoderKind("gemma4", "Gemma 4 (gemma4-12b-with-proj-ltx-2.5-*.safetensors)", "", "tokenizer_json",
+                    "gemma4-json"),
 )}
 
 # the tensors of text-encoder files that hold their tokenizer -> how the worker reads it (loader layout)
@@ -122,6 +121,8 @@ def layout(kind: str, s: Shapes, sizes: dict, published: dict) -> str:
         return "openclip"
     if kind == "mistral" and sizes["num_hidden_layers"] < published["num_hidden_layers"]:
         return "hf-no-final-norm"
+    if kind == "gemma4":  # ComfyUI's names: the language model under `model.`, the text projection beside it
+        return "gemma4-comfy"
     if kind == "qwen3vl":  # MiniMax H3's (qwen3vl_32b_minimax_h3): 50 of the 64 layers, no final norm, no lm_head
         return "qwen3vl-comfy" if "model.norm.weight" in s else "qwen3vl-comfy-truncated"
     return "hf"
@@ -169,6 +170,16 @@ def qwen3vl_keys(sd: dict, class_name: str) -> dict:
     return out
 
 
+def gemma4_keys(sd: dict, class_name: str) -> dict:
+    """A Gemma 4 file in ComfyUI's layout (comfy/text_encoders/gemma4.py: transformers' language-model names under
+    `model.`, LTX-2.5's `text_embedding_projection.` beside them, which the connectors read) under the names of
+    Gemma4UnifiedForConditionalGeneration (`model.language_model.*`); its lm_head is tied to the embedding
+    (tie_word_embeddings), which the file does not hold."""
+    outer = "model." if class_name.endswith("ForConditionalGeneration") else ""
+    return {f"{outer}language_model.{k[len('model.'):]}": v for k, v in sd.items()
+            if k.startswith(("model.embed_tokens.", "model.layers.", "model.norm."))}
+
+
 # ---- config sizes from the tensors (laid over the published text encoder's config)
 
 
@@ -177,6 +188,8 @@ def sizes(kind: str, s: Shapes, published: dict) -> dict:
         return _clip_sizes(s)
     if kind in ("t5", "umt5"):
         return _t5_sizes(s)
+    if kind == "gemma4":
+        return _gemma4_sizes(s, published)
     return _llm_sizes(s, published)
 
 
@@ -247,6 +260,24 @@ def _llm_sizes(s: Shapes, published: dict) -> dict:
         published_blocks = published["vision_config"]["fullatt_block_indexes"]
         vision["fullatt_block_indexes"] = [b for b in published_blocks if b < vision["depth"]] or [vision["depth"] - 1]
     return {"text_config": {**text, **out}, "vision_config": {**published["vision_config"], **vision}}
+
+
+def _gemma4_sizes(s: Shapes, published: dict) -> dict:
+    """Gemma 4's text tower (Gemma4UnifiedTextConfig) from its tensors: the sliding layers' sizes as any decoder's,
+    the global layers' (every `pattern`-th, the last always: the published 5:1) head size from their q_norm, their
+    K/V heads from k_proj, and whether they share K and V (no v_proj). The window is in no tensor: the published
+    one. No vision or audio tower: the pipeline runs none."""
+    text = published["text_config"]
+    out = _llm_sizes(s, text)
+    layers, pattern = out["num_hidden_layers"], 6
+    types = ["sliding_attention" if (i + 1) % pattern and i < layers - 1 else "full_attention" for i in range(layers)]
+    first = f"model.layers.{types.index('full_attention')}.self_attn."
+    head = s[first + "q_norm.weight"][0]
+    return {**{k: v for k, v in published.items() if k not in ("vision_config", "audio_config")},
+            "vision_config": None, "audio_config": None,
+            "text_config": {**text, **out, "layer_types": types, "global_head_dim": head,
+                            "num_global_key_value_heads": s[first + "k_proj.weight"][0] // head,
+                            "attention_k_eq_v": first + "v_proj.weight" not in s}}
 
 
 def _qwen3vl_vision(s: Shapes, published: dict) -> dict:

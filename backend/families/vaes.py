@@ -21,6 +21,9 @@ KINDS = {k.id: k for k in (
     # Qwen-Image 2.1's 16x RGBA VAE: Wan 2.2's residual layout, one more level, 1-frame (2D) convolutions
     VaeKind("vae-qwenimage21", "qwenimage21-vae"),
     VaeKind("vae-ltx2", "ltx2-vae"),  # LTX-2's video VAE (32x spatial, 8x temporal), in Lightricks' names
+    # LTX-2's audio VAE (2D causal convolutions over mel frames), read as a family part (ltx2/files.py): LTX-2.5's
+    # file of it (`audio_vae.`, its vocoder beside it) is recognised so that the vae lists offer it
+    VaeKind("vae-ltx2-audio", "ltx2-audio-vae"),
     # MiniMax H3's video VAE (a causal 3D encoder, a ViT decoder: MiniMax's names) and its audio VAE (ComfyUI's
     # layout: diffusers' names with the weight norms folded): families/minimax_h3/convert.py reads both
     VaeKind("vae-minimax-h3", "minimax-h3-vae"),
@@ -53,6 +56,8 @@ def recognise(s: Shapes) -> str | None:
         return "vae-qwenimage21" if WAN22_KEY in s and s["encoder.conv1.weight"][2] == 1 else "vae-wan"
     if len(s.get(LTX2_KEY, ())) == 5 and "per_channel_statistics.mean-of-means" in s:  # causal 3D convolutions
         return "vae-ltx2"
+    if len(s.get(LTX2_KEY, ())) == 4 and "encoder.conv_in.conv.weight" in s:
+        return "vae-ltx2-audio"
     return None
 
 
@@ -66,7 +71,7 @@ def width(kind: str, s: Shapes) -> int:
     """The VAE's latent channels."""
     if kind in ("vae-wan", "vae-qwenimage21"):
         return s["conv2.weight"][0]
-    if kind == "vae-ltx2":
+    if kind in ("vae-ltx2", "vae-ltx2-audio"):
         return s[LTX2_KEY][1]
     if kind == "vae-minimax-h3":
         return s["post_quant_conv.weight"][0]

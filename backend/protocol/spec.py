@@ -213,6 +213,7 @@ class FileComponent:
     quant: str = ""  # "" (plain, fp8 included: upcast on load) | "scaled-fp8" (ComfyUI's) | "gguf"
     size_bytes: int = 0
     key_map: tuple[tuple, ...] = ()  # ComfyUI's key map where diffusers has no converter for the file's size
+    more: tuple[str, ...] = ()  # further files holding tensors of the part (LTX-2.5's connectors: DiT and Gemma 4)
 
 
 # a component's config file, by kind: a model's, a scheduler's, an image processor's
@@ -254,7 +255,8 @@ class FileSource:
 
     @classmethod
     def from_dict(cls, data: dict) -> FileSource:
-        parts = tuple(FileComponent(**{**c, "key_map": tuple(tuple(e) for e in c.get("key_map", ()))})
+        parts = tuple(FileComponent(**{**c, "key_map": tuple(tuple(e) for e in c.get("key_map", ())),
+                                       "more": tuple(c.get("more", ()))})
                       for c in data["components"])
         return cls(**{**data, "components": parts, "notes": tuple(data.get("notes", ()))})
 

@@ -35,7 +35,7 @@ from .storage import keep_float32, load_stored
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
 # ... in transformers' classes under ComfyUI's names (a Qwen3-VL cut short: without its final norm and lm_head)
-RENAMED = {"qwen3vl-comfy": text_encoders.qwen3vl_keys, "qwen3vl-comfy-truncated": text_encoders.qwen3vl_keys}
+RENAMED = {**dict.fromkeys(("qwen3vl-comfy", "qwen3vl-comfy-truncated"), text_encoders.qwen3vl_keys), "gemma4-comfy": text_encoders.gemma4_keys}
 # the parts of an all-in-one checkpoint the pipeline's own loader reads: the denoisers of the families whose
 # all-in-one files diffusers reads (their layout is the family id), LDM VAEs and CLIP/T5 text encoders
 CHECKPOINT_NATIVE = (*(f.id for f in FAMILIES.values() if f.single_file), "ldm-vae", "hf", "openclip")
@@ -317,12 +317,13 @@ def _state_dict(part: FileComponent, dtype: Any, cls: type | None = None) -> dic
     that keep no quantized layer read); ComfyUI's names as class `cls` names them where its layout says (RENAMED)."""
     from safetensors import safe_open
 
-    if part.quant == "comfy-quant":
-        sd = quantized.dequantized(*quantized.state_dict(part.path, part.prefix, dtype))
-    else:
-        prefixes, strip = tuple(part.prefix.split("|")), 0 if "|" in part.prefix else len(part.prefix)
-        with safe_open(part.path, "pt") as f:
-            sd = {k[strip:]: f.get_tensor(k) for k in f.keys() if k.startswith(prefixes)}
+    sd, prefixes, strip = {}, tuple(part.prefix.split("|")), 0 if "|" in part.prefix else len(part.prefix)
+    for path in (part.path, *part.more):  # a part in two files: LTX-2.5's connectors
+        if part.quant == "comfy-quant":
+            sd.update(quantized.dequantized(*quantized.state_dict(path, part.prefix, dtype)))
+            continue
+        with safe_open(path, "pt") as f:
+            sd.update({k[strip:]: f.get_tensor(k) for k in f.keys() if k.startswith(prefixes)})
     if part.quant == "scaled-fp8":
         sd = dequantize_scaled_fp8(sd, dtype)
     return RENAMED[part.layout](sd, cls.__name__) if cls is not None and part.layout in RENAMED else sd

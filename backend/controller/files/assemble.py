@@ -106,8 +106,6 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
         raise ModelError(f"diffusion_model: '{main.path.name}' is {article} {family.name} model, which ComfyUI-TPU loads from "
                          f"a diffusers folder only so far{why}: put the diffusers version of the model in "
                          "models/diffusers and choose it in Load TPU Pipeline.")
-    if family.variant_refused and (why := family.variant_refused(denoiser.shapes)):
-        raise ModelError(f"{main.input}: '{main.path.name}' is {why}.")
     texts = _text_encoders(family, chosen)
     second = chosen.get("diffusion_model_2")
     configs = family.published(denoiser.shapes, frozenset(texts))
@@ -130,7 +128,7 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
             "it in text_encoder_1, _2 or _3.")
     vae_file = chosen.get("vae") or (main if main.contents.vae is not None else None)
     if vae_file is None:
-        raise ModelError(f"vae: {family.name} needs a VAE ({family.vae_hint}); '{main.path.name}' holds "
+        raise ModelError(f"vae: {family.name} needs a VAE ({configs.vae_hint or family.vae_hint}); '{main.path.name}' holds "
                          "none. Put it in ComfyUI's models/vae folder and choose it in vae.")
     draft = _Draft(family, configs, main, denoiser, texts, vae_file, kontext=choice.flux_kontext)
     _check_fit(draft)
@@ -228,12 +226,12 @@ def _text_encoders(family: ModelFamily, chosen: dict[str, _Chosen]) -> dict[str,
         found["clip-l"], found["clip-g"] = clips
     elif clips:  # one CLIP: CLIP-G is 1280 wide, CLIP-L 768 (narrower test models count as CLIP-L)
         found["clip-g" if "clip-g" in wanted and clips[0][0].width >= 1024 else "clip-l"] = clips[0]
+    needs = " or ".join(dict.fromkeys(" and ".join(_wanted(s.kind) for s in c.text_encoders) for c in family.configs))
     for kind, (_, c) in found.items():
         if kind not in wanted and c.input != "checkpoint":
-            unread = text_encoders.KINDS[kind].unread if kind in text_encoders.KINDS else ""
             raise ModelError(
                 f"{c.input}: '{c.path.name}' is a {short_name(kind)} text encoder, which {family.name} does not "
-                f"use{f' from files ({unread})' if unread else ''}; it needs {' and '.join(map(_wanted, wanted))}.")
+                f"use; it needs {needs}.")
     return found
 
 
@@ -245,7 +243,7 @@ def _check_fit(p: _Draft) -> None:
     family, main, s = p.family, p.main, p.denoiser.shapes
     vae = p.vae_file.contents.vae
     if vae is None:
-        raise ModelError(_not_a(p.vae_file, "VAE", family.vae_hint))
+        raise ModelError(_not_a(p.vae_file, "VAE", p.configs.vae_hint or family.vae_hint))
     _check_own_shapes(p)
     latent = family.latent_channels(s)
     if vae.kind != family.vae or vae.width != latent:
@@ -372,22 +370,24 @@ def _add_family_parts(p: _Draft, chosen: dict[str, _Chosen]) -> None:
     if missing:
         raise ModelError(f"{p.main.input}: {family.name} also needs its {', '.join(missing)}, which none of the "
                          f"chosen files holds ('{p.main.path.name}' is its diffusion model alone). Choose "
-                         f"{family.file_parts_hint}.")
+                         f"{family.file_parts_hint[p.configs.folder]}.")
     for name, (c, (prefix, layout, sizes)) in found.items():  # a "_class_name" among the sizes: another class
-        p.override(name, {k: v for k, v in sizes.items() if k != "_class_name"})
+        p.override(name, {k: v for k, v in sizes.items() if not k.startswith("_")})  # "_also": a second file's kind
         if "_class_name" in sizes:
             p.override("", {name: [p.index()[name][0], sizes["_class_name"]]})
         _unsupported_quant(c)
-        p.parts.append(FileComponent(name, str(c.path), layout, prefix, _quant(c.contents.header, tuple(prefix.split("|"))), c.contents.header.size))
+        more = (str(p.texts[sizes["_also"]][1].path),) if "_also" in sizes else ()
+        p.parts.append(FileComponent(name, str(c.path), layout, prefix, _quant(c.contents.header, tuple(prefix.split("|"))), c.contents.header.size, more=more))
 
 
 def _add_audio_vae(p: _Draft, c: _Chosen | None) -> None:
     """The sound's VAE (ModelFamily.audio_vae: MiniMax H3's), fitting the denoiser's sound; refused where none is."""
     model = f"{p.family.name} ('{p.main.path.name}')"
-    if not p.family.audio_vae:
-        if c is not None:
-            raise ModelError(f"audio_vae: '{c.path.name}' was chosen, but {model} reads no audio VAE from files. "
-                             f"Set audio_vae to '{NONE}'.")
+    if not p.family.audio_vae:  # LTX-2's audio VAE and vocoder: family parts, found in that file too
+        if c is not None and not any(part.path == str(c.path) for part in p.parts):
+            own = next((Path(part.path).name for part in p.parts if part.name == "audio_vae"), "")
+            reads = f"reads its audio VAE from '{own}'" if own else "reads no audio VAE from files"
+            raise ModelError(f"audio_vae: '{c.path.name}' was chosen, but {model} {reads}. Set audio_vae to '{NONE}'.")
         return
     kind, wanted = p.family.audio_vae
     if c is None:

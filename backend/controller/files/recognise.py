@@ -15,7 +15,7 @@ from ...families import image_encoders, text_encoders, vaes
 from .headers import Header, read_header
 
 DENOISER_PREFIXES = ("model.diffusion_model.", "diffusion_model.", "")
-VAE_PREFIXES = ("first_stage_model.", "vae.", "")
+VAE_PREFIXES = ("first_stage_model.", "vae.", "", "audio_vae.")  # the last: LTX-2.5's audio VAE file
 USED_TEXT_KINDS = ("clip", *text_encoders.KINDS)  # the text encoders a family reads ("clip": CLIP-L or -G)
 
 

@@ -26,7 +26,9 @@ with its text connectors, the video VAE, the audio VAE and the vocoder) with Com
 read the DiT (LTX-2.3's prompt AdaLN renamed first: 0.42.1's converter misses it) and both VAEs, the family's own
 renaming (convert.py) the connectors and the vocoder, which diffusers has no converter for; sizes from the tensors
 (files.py, vaes.py); LTX-2.3's vocoder with bandwidth extension as diffusers' LTX2VocoderWithBWE. LTX-2.5's split
-files are not read yet (its Gemma 4 is refused by name).
+files load too (configs ltx-2.5, told by a DiT without feed-forward biases): the DiT with its connectors' blocks,
+Gemma 4 in ComfyUI's names with the connectors' text projection and its tokenizer (text_encoders.py), the video VAE,
+and the audio VAE with its vocoder in the loader's audio_vae input.
 """
 
 from __future__ import annotations
@@ -64,6 +66,11 @@ _VIDEO = dict(cfg_doubles_batch=True, cfg_passes="batch", cp_plan=True, cp_plan_
               latent_upscale="two_stage", audio_via="LTX2ConditionPipeline", audio_module="audio")
 
 
+def _configs(s: Shapes, kinds: frozenset[str]) -> Configs:
+    """LTX-2.5 for a DiT without feed-forward biases (as LTX-2.5's published config), else LTX-2.3."""
+    return FAMILY.configs[0 if "transformer_blocks.0.ff.net.0.proj.bias" in s else 1]
+
+
 def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
     """None from the DiT: its connectors read the text encoder's stacked layers (checked in files.parts)."""
     return {}
@@ -75,11 +82,14 @@ FAMILY = ModelFamily(
                         start_image_via="LTX2ImageToVideoPipeline"),
                Pipeline("LTX2ImageToVideoPipeline", "LTX-2", 1, "guidance_scale", False, **_VIDEO,
                         start_image=True, needs_image=True)),
-    configs=(Configs("ltx-2.3", (TextSlot("text_encoder", "gemma3"),), name="LTX-2.3"),),
+    configs=(Configs("ltx-2.3", (TextSlot("text_encoder", "gemma3"),), name="LTX-2.3"),
+             Configs("ltx-2.5", (TextSlot("text_encoder", "gemma4"),), name="LTX-2.5",
+                     vae_hint="its video VAE: ltx-2.5-video-vae-*.safetensors, in models/vae"),), configs_for=_configs,
     # ComfyUI's layout of an LTX-AV (LTX-2.x) DiT: LTX's timestep AdaLN plus the audio stream's
     denoiser_keys=("adaln_single.emb.timestep_embedder.linear_1.bias", "audio_adaln_single.linear.weight"),
     width_key="patchify_proj.weight", width_agrees=("adaln_single.emb.timestep_embedder.linear_1.weight", 0),
     sizes=files.transformer_sizes, text_widths=text_widths, vae="vae-ltx2", vae_hint="the LTX-2 checkpoint's own VAE",
     latent_packing=1, file_parts=files.parts, file_parts_needed=files.PARTS,
-    file_parts_hint=f"{files.LTX23_CHECKPOINT} in checkpoint, which holds them", variant_refused=files.refused,
+    file_parts_hint={"ltx-2.3": f"{files.LTX23_CHECKPOINT} in checkpoint, which holds them",
+                     "ltx-2.5": files.LTX25_FILES},
 )

@@ -120,5 +120,21 @@ def gemma_tokenizer(te_file: Any, shipped: Any, target: Any) -> None:
     shutil.copy(Path(shipped) / "tokenizer_config.json", target / "tokenizer_config.json")
 
 
+def gemma4_tokenizer(te_file: Any, shipped: Any, target: Any) -> None:
+    """Gemma 4's tokenizer from the `tokenizer_json` tensor of LTX-2.5's Gemma 4 file (a tokenizer.json's bytes, as
+    ComfyUI's Gemma4SDTokenizer reads it: Gemma 4 ships no SentencePiece model), with the pack's settings."""
+    import shutil
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    target = Path(target)
+    target.mkdir(parents=True, exist_ok=True)
+    with safe_open(str(te_file), "pt") as f:
+        (target / "tokenizer.json").write_bytes(f.get_tensor("tokenizer_json").numpy().tobytes())
+    shutil.copy(Path(shipped) / "tokenizer_config.json", target / "tokenizer_config.json")
+
+
 # Tokenizers made from a tensor of the text encoder's file, by loader layout
-TOKENIZERS: dict[str, Callable[[Any, Any, Any], None]] = {"gemma-spiece": gemma_tokenizer}
+TOKENIZERS: dict[str, Callable[[Any, Any, Any], None]] = {"gemma-spiece": gemma_tokenizer,
+                                                          "gemma4-json": gemma4_tokenizer}

@@ -25,9 +25,11 @@ PARTS = ("connectors", "audio_vae", "vocoder")  # what the pipeline needs beyond
 LTX23_CHECKPOINT = "LTX-2.3's all-in-one checkpoint (ltx-2.3-22b-dev-fp8.safetensors, in models/checkpoints)"
 # LTX-2.5's split files as its templates (video_ltx2_5_t2v, _i2v) name them: the DiT with its two connectors
 # (diffusion_models), Gemma 4 with the connectors' text projection beside it (text_encoders, CLIPLoader "ltxv"), the
-# video VAE and the audio VAE with its vocoder (vae, two VAELoaders)
-LTX25_FILES = ("its connectors' text projection in gemma4-12b-with-proj-ltx-2.5-*.safetensors (Gemma 4, in "
-               "models/text_encoders) and its audio VAE and vocoder in ltx-2.5-audio-vae-*.safetensors (models/vae)")
+# video VAE and the audio VAE with its vocoder (vae, two VAELoaders: here vae and audio_vae)
+LTX25_FILES = ("gemma4-12b-with-proj-ltx-2.5-*.safetensors (Gemma 4 with the connectors' text projection, "
+               "models/text_encoders) in text_encoder_1 and ltx-2.5-audio-vae-*.safetensors (the audio VAE with its "
+               "vocoder, models/vae) in audio_vae")
+TEXTS = ("gemma3", "gemma4")  # LTX-2.3's text encoder, LTX-2.5's
 
 
 def _heads(s: Shapes, attention: str, width: int, published_head: int) -> int:
@@ -57,8 +59,8 @@ def transformer_sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -
                use_prompt_embeddings="caption_projection.linear_1.weight" in s)
     if out["use_prompt_embeddings"]:  # LTX-2.0's caption projection (LTX-2.3 projects per modality before)
         out["caption_channels"] = s["caption_projection.linear_1.weight"][1]
-    elif "gemma3" in texts:
-        out["caption_channels"] = texts["gemma3"]["model.embed_tokens.weight"][1]
+    elif text := next((texts[k] for k in TEXTS if k in texts), None):
+        out["caption_channels"] = text["model.embed_tokens.weight"][1]
     return out
 
 
@@ -76,7 +78,7 @@ def _connectors(s: Shapes, published: dict, text: Shapes | None) -> dict:
     hidden = text["model.embed_tokens.weight"][1] if text else published["caption_channels"]
     if stacked % hidden:
         raise ValueError(f"its text projection reads {stacked} features, which is no number of layers of the "
-                         f"{hidden}-wide text encoder chosen: choose the Gemma 3 text encoder made for it")
+                         f"{hidden}-wide text encoder chosen: choose the Gemma text encoder made for it")
     out = dict(caption_channels=hidden, text_proj_in_factor=stacked // hidden, per_modality_projections=per_modality,
                proj_bias=projection + ".bias" in s)
     for name, part, published_head in (("video", video, published["video_connector_attention_head_dim"]),
@@ -155,12 +157,19 @@ def _vocoder(s: Shapes, published: dict, audio: dict) -> dict:
 
 def parts(s: Shapes, published: Callable[[str], dict], chosen: Mapping[str, Shapes]) -> dict[str, tuple[str, str, dict]]:
     """The parts of PARTS a file holds (`s`: every key of it), each as (key prefix, loader layout, config sizes);
-    `chosen`: the denoiser's shapes ("denoiser") and the text encoders' by kind. Raises ValueError saying what
+    `chosen`: the denoiser's shapes ("denoiser") and the text encoders' by kind. The connectors' blocks lie in the
+    DiT, their text projection beside them (LTX-2.3's checkpoint) or in Gemma 4's file (LTX-2.5's split files:
+    "_also" names that text encoder kind, whose file the part is read from too). Raises ValueError saying what
     does not fit."""
     found: dict[str, tuple[str, str, dict]] = {}
-    if _VIDEO + "transformer_1d_blocks.0.attn1.to_q.weight" in s and any(k.startswith(_PROJECTION) for k in s):
-        found["connectors"] = (CONNECTORS, "ltx2-connectors",
-                               _connectors(s, published("connectors"), chosen.get("gemma3")))
+    text = next((chosen[k] for k in TEXTS if k in chosen), None)
+    if _VIDEO + "transformer_1d_blocks.0.attn1.to_q.weight" in s:
+        if any(k.startswith(_PROJECTION) for k in s):
+            found["connectors"] = (CONNECTORS, "ltx2-connectors", _connectors(s, published("connectors"), text))
+        elif "gemma4" in chosen and any(k.startswith(_PROJECTION) for k in chosen["gemma4"]):
+            both = {**s, **{k: v for k, v in chosen["gemma4"].items() if k.startswith(_PROJECTION)}}
+            found["connectors"] = (CONNECTORS, "ltx2-connectors",
+                                   {**_connectors(both, published("connectors"), text), "_also": "gemma4"})
     audio = _under(s, "audio_vae.")
     audio_config = None
     if "decoder.conv_in.conv.weight" in audio and "denoiser" in chosen:
@@ -173,15 +182,3 @@ def parts(s: Shapes, published: Callable[[str], dict], chosen: Mapping[str, Shap
                             _vocoder(vocoder, published("vocoder"), audio_config or published("audio_vae")))
     return found
 
-
-
-def refused(dit: Shapes) -> str:
-    """Why an LTX-2.5 DiT does not load from files yet (its feed-forward layers have no biases, as LTX-2.5's published
-    config; LTX-2.3's have): its other parts lie in split files the loader does not read (Gemma 4 in ComfyUI's
-    layout with the connectors' text projection; the audio VAE, with its vocoder, in a second `vae` file). ""
-    for LTX-2.3's."""
-    if "transformer_blocks.0.ff.net.0.proj.bias" in dit:
-        return ""
-    return (f"LTX-2.5's DiT (no feed-forward biases), whose split files are not read yet: beside it, it needs "
-            f"{LTX25_FILES}. Load LTX-2.5 from its diffusers folder in Load TPU Pipeline instead; of LTX-2's files, "
-            f"{LTX23_CHECKPOINT} loads")
