@@ -1642,6 +1642,20 @@ def _ltx2_vae_native(sd: dict) -> dict:
     return out
 
 
+def _ltx2_connector_name(key: str) -> str:
+    """A key of diffusers' LTX2TextConnectors -> ComfyUI's: the connectors' blocks in the DiT
+    (`model.diffusion_model.*_embeddings_connector`), their text projection beside the text encoder
+    (`text_embedding_projection.*_aggregate_embed`)."""
+    for old, new in (("video_connector.", "model.diffusion_model.video_embeddings_connector."),
+                     ("audio_connector.", "model.diffusion_model.audio_embeddings_connector."),
+                     ("video_text_proj_in.", "text_embedding_projection.video_aggregate_embed."),
+                     ("audio_text_proj_in.", "text_embedding_projection.audio_aggregate_embed.")):
+        if key.startswith(old):
+            return new + _ltx2_native({key[len(old):]: None}, top=()).popitem()[0].replace(
+                "transformer_blocks.", "transformer_1d_blocks.", 1)
+    raise KeyError(f"not a key of LTX-2's connectors: {key}")
+
+
 def _fp8_rounded(module):
     """`module` with its matrices and convolutions rounded through float8_e4m3fn, as the fp8 file stores them."""
     import torch
@@ -1716,15 +1730,7 @@ def _ltx2(tiny: Path, comfyui_dir: str, out: Path) -> None:
               "audio_vae": _ltx2_vae_native(audio_vae), "vocoder": _ltx2_native(_sd(pipe.vocoder), top=(), inner=(
                   ("conv_in.", "conv_pre."), ("conv_out.", "conv_post."), ("upsamplers.", "ups."),
                   ("resnets.", "resblocks.")))}
-    links = {}
-    for key, value in _sd(pipe.connectors).items():
-        for old, new in (("video_connector.", "model.diffusion_model.video_embeddings_connector."),
-                         ("audio_connector.", "model.diffusion_model.audio_embeddings_connector."),
-                         ("video_text_proj_in.", "text_embedding_projection.video_aggregate_embed."),
-                         ("audio_text_proj_in.", "text_embedding_projection.audio_aggregate_embed.")):
-            if key.startswith(old):
-                links[new + _ltx2_native({key[len(old):]: None}, top=()).popitem()[0].replace(
-                    "transformer_blocks.", "transformer_1d_blocks.", 1)] = value
+    links = {_ltx2_connector_name(k): v for k, v in _sd(pipe.connectors).items()}
     # diffusers' own converters (and the pack's, where diffusers has none) give the diffusers names back
     assert set(convert_ltx2_transformer_to_diffusers(prompt_adaln(dict(native["transformer"])))) == set(transformer)
     assert set(convert_ltx2_vae_to_diffusers(dict(native["vae"]))) == set(vae)
@@ -1794,16 +1800,9 @@ def _ltx25(tiny: Path, comfyui_dir: str, out: Path) -> None:
     pipe.audio_vae = _reconfigured(pipe.audio_vae, resolution=256)
     text = {**pipe.text_encoder.config.text_config.to_dict(), "sliding_window": 1024, "max_position_embeddings": 131072}
     pipe.text_encoder = _reconfigured(pipe.text_encoder, text_config=text)
-    links, link_names = {}, {}  # the connectors' tensors in ComfyUI's names; diffusers' name -> ComfyUI's
-    for key, value in _sd(pipe.connectors).items():
-        for old, new in (("video_connector.", "model.diffusion_model.video_embeddings_connector."),
-                         ("audio_connector.", "model.diffusion_model.audio_embeddings_connector."),
-                         ("video_text_proj_in.", "text_embedding_projection.video_aggregate_embed."),
-                         ("audio_text_proj_in.", "text_embedding_projection.audio_aggregate_embed.")):
-            if key.startswith(old):
-                link_names[key] = new + _ltx2_native({key[len(old):]: None}, top=()).popitem()[0].replace(
-                    "transformer_blocks.", "transformer_1d_blocks.", 1)
-                links[link_names[key]] = value
+    connectors_sd = _sd(pipe.connectors)  # the connectors' tensors in ComfyUI's names; diffusers' name -> ComfyUI's
+    link_names = {k: _ltx2_connector_name(k) for k in connectors_sd}
+    links = {link_names[k]: v for k, v in connectors_sd.items()}
     dit = {**{f"model.diffusion_model.{k}": v for k, v in _ltx2_native(_sd(pipe.transformer)).items()},
            **{k: v for k, v in links.items() if k.startswith("model.diffusion_model.")}}
     language = pipe.text_encoder.model.language_model.state_dict()
