@@ -543,7 +543,8 @@ last frame) or 4 (references).{audio}
 
 **Model**: a diffusers folder of MiniMax H3 (modular_model_index.json) in `models/diffusers/MiniMax-H3`; one
 folder serves all three templates (reference images load its `transformer_ref` the first time). ComfyUI's
-pruned int8 files do not load yet. Licence: MiniMax H3 Community License, not valid in the EU, the UK, Korea and
+pruned int8 files load through Load TPU Pipeline (ComfyUI files) instead: `minimax_h3_fl2va_…` for text and first
+/ last frame, `minimax_h3_ref2va_…` (the r2v template's) for reference images only. Licence: MiniMax H3 Community License, not valid in the EU, the UK, Korea and
 the USA.
 """
     nodes = [
