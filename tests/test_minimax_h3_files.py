@@ -257,6 +257,17 @@ def test_the_templates_quantized_files_equal_themselves_dequantized(built, files
     assert np.abs(got["audio"] - want["audio"]).max() <= 1e-3
 
 
+def _published(built, tmp_path):
+    """The reference folder at the published reference size (the tiny folder lowers it to 64)."""
+    import json
+    import shutil
+
+    shutil.copytree(built / "diffusers" / "ref-minimax-h3", tmp_path / "ref-published")
+    index = tmp_path / "ref-published" / "modular_model_index.json"
+    index.write_text(json.dumps({**json.loads(index.read_text()), "reference_image_short_edge": 2048}))
+    return api.make_spec("ref-published", [str(tmp_path)])
+
+
 @pytest.mark.workers
 def test_the_ref2va_file_makes_the_reference_folders_ref2va(built, files, comfyui_dir, monkeypatch, tmp_path):
     """The r2v template's files (the ref2va transformer, told by its name, as `transformer_ref`, the only denoiser
@@ -265,9 +276,6 @@ def test_the_ref2va_file_makes_the_reference_folders_ref2va(built, files, comfyu
     (the template's) equal the reference folder at that size through the same worker (≤ 1e-5; measured 0 and
     2e-7), and plain diffusers' ref2va within 1e-3, as the folder does through a worker (its thousands of reference
     rows sum in another order there: 1.5e-4 on the frames, 8e-6 on the sound, the same for the folder)."""
-    import json
-    import shutil
-
     import PIL.Image
     from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ImageReference
 
@@ -277,13 +285,9 @@ def test_the_ref2va_file_makes_the_reference_folders_ref2va(built, files, comfyu
     pictures = [MiniMaxH3ImageReference(PIL.Image.fromarray((r * 255).round().astype(np.uint8))) for r in refs]
     plain_frames, plain_audio = _t2va(built / "diffusers" / "ref-minimax-h3", "ref2va", {"references": pictures},
                                       reference_image_short_edge=2048)
-    shutil.copytree(built / "diffusers" / "ref-minimax-h3", tmp_path / "ref-published")
-    index = tmp_path / "ref-published" / "modular_model_index.json"
-    index.write_text(json.dumps({**json.loads(index.read_text()), "reference_image_short_edge": 2048}))
     req = SampleRequest(prompt="a robot dancing", width=32, height=32, frames=FRAMES, steps=2, guidance=1.0, seed=5,
                         batch_size=1)
-    want = api.run_sample_outputs(api.prepare_sample(api.make_spec("ref-published", [str(tmp_path)]), req,
-                                                     references=refs))
+    want = api.run_sample_outputs(api.prepare_sample(_published(built, tmp_path), req, references=refs))
     for transformer in ("ref2va_full", "ref2va"):
         spec = api.make_file_spec(_choice(names, transformer), _roots(models), "float32", "cpu")
         assert [c.name for c in spec.source.components if c.name.startswith("transformer")] == ["transformer_ref"]
@@ -295,3 +299,31 @@ def test_the_ref2va_file_makes_the_reference_folders_ref2va(built, files, comfyu
         assert np.abs(out["audio"] - want["audio"]).max() <= 1e-5
         assert np.abs(out["images"] - plain_frames[0]).max() <= 1e-3
         assert np.abs(out["audio"] - plain_audio).max() <= 1e-3
+
+
+@pytest.mark.workers
+def test_a_lora_goes_onto_the_ref2va_file(built, files, comfyui_dir, monkeypatch, tmp_path):
+    """A turbo-style LoRA in ComfyUI's names (Load LoRA, as the r2v template's LoraLoaderModelOnly) on the ref2va
+    file, the pipeline's only transformer (`transformer_ref`; diffusers reads the LoRA onto `transformer`): equal
+    to the reference folder at the published reference size with the same LoRA, whose worker writes it onto its
+    `transformer_ref` (tests/test_minimax_h3.py checks that against diffusers' own load and fuse), ≤ 1e-5; and
+    not the video without it."""
+    from test_minimax_h3 import _comfy_lora
+
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+    lora = tmp_path / "minimax_h3_ref2v_turbo_4step_tiny_comfyui.safetensors"
+    _comfy_lora(built / "diffusers" / "ref-minimax-h3", lora)
+    refs = np.random.default_rng(3).random((1, 64, 64, 3), dtype=np.float32)
+    req = SampleRequest(prompt="a robot dancing", width=32, height=32, frames=FRAMES, steps=2, guidance=1.0, seed=5,
+                        batch_size=1)
+    folder, _ = api.with_lora(_published(built, tmp_path), str(lora), 0.8)
+    want = api.run_sample_outputs(api.prepare_sample(folder, req, references=refs))
+    spec, _ = api.with_lora(api.make_file_spec(_choice(names, "ref2va_full"), _roots(models), "float32", "cpu"),
+                            str(lora), 0.8)
+    out = api.run_sample_outputs(api.prepare_sample(spec, req, references=refs))
+    assert np.abs(out["images"] - want["images"]).max() <= 1e-5
+    assert np.abs(out["audio"] - want["audio"]).max() <= 1e-5
+    without = api.run_sample_outputs(api.prepare_sample(api.make_file_spec(
+        _choice(names, "ref2va_full"), _roots(models), "float32", "cpu"), req, references=refs))
+    assert np.abs(without["images"] - out["images"]).max() > 1e-3  # the LoRA changed the video

@@ -193,7 +193,8 @@ def skeleton(pipe: Any) -> Any:
         if name == "transformer_ref" and getattr(pipe, "transformer", None) is None:  # MiniMax H3's ref2va file
             # alone: diffusers reads a LoRA onto `transformer` (the same module names), on_partitions moves it
             with torch.device("meta"):
-                weightless["transformer"] = _weightless(type(module).from_config(module.config), dtype)
+                twin = type(module).from_config(module.config)
+            weightless["transformer"] = _weightless(twin, dtype)
     if not hasattr(type(pipe), "from_pipe"):
         skel = pipe.blocks.init_pipeline()
         skel.update_components(**weightless)
