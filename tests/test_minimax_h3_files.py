@@ -327,3 +327,27 @@ def test_a_lora_goes_onto_the_ref2va_file(built, files, comfyui_dir, monkeypatch
     without = api.run_sample_outputs(api.prepare_sample(api.make_file_spec(
         _choice(names, "ref2va_full"), _roots(models), "float32", "cpu"), req, references=refs))
     assert np.abs(without["images"] - out["images"]).max() > 1e-3  # the LoRA changed the video
+
+
+@pytest.mark.pipelines
+def test_a_files_pipeline_loads_what_its_files_hold_and_no_partition_later(files, comfyui_dir, monkeypatch):
+    """A files pipeline is made of its files up front (the folder they were laid out in is gone after): the fl2va
+    file's holds `transformer` and no `transformer_ref`, and asking it for ref2va names what is missing rather
+    than read the gone folder; the ref2va file's holds `transformer_ref` alone, its one denoiser."""
+    from backend.worker import compiler, modular
+    from backend.worker.modular_files import load_files
+
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+    spec = api.make_file_spec(_choice(names, "pruned"), _roots(models), "float32", "cpu")
+    pipe = load_files(spec.source, spec.family, torch.float32, lambda text: None)
+    assert pipe.transformer is not None and pipe.transformer_ref is None
+    assert modular.for_task(pipe, spec.family, "start", lambda text: None) is pipe  # fl2va: its own transformer
+    with pytest.raises(ValueError, match=r"MiniMax H3 ref2va needs transformer_ref, which the chosen files do not "
+                                         r"hold \(.*minimax_h3_fl2va_pruned-tiny\.safetensors"):
+        modular.for_task(pipe, spec.family, "reference", lambda text: None)
+    spec = api.make_file_spec(_choice(names, "ref2va"), _roots(models), "float32", "cpu")
+    pipe = load_files(spec.source, spec.family, torch.float32, lambda text: None)
+    assert pipe.transformer is None and pipe.transformer_ref is not None
+    assert compiler.denoiser(pipe) == ("transformer_ref", pipe.transformer_ref)
+    assert compiler.experts(pipe) == (pipe.transformer_ref,)
