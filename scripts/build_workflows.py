@@ -534,14 +534,15 @@ quantized), `qwen3vl_32b_minimax_h3_nvfp4_awq` (text_encoder_1, kept quantized),
 (vae) and `minimax_h3_audio_vae_fp32` (**audio_vae**). A diffusers folder of MiniMax H3 loads too, in Load TPU
 Pipeline (`MiniMax-H3`)."""
 MINIMAX_FOLDER_NOTE = """**Model**: a diffusers folder of MiniMax H3 (modular_model_index.json) in
-`models/diffusers/MiniMax-H3`: reference images need its `transformer_ref` (loaded the first time), which the
-template's files do not give (its ref2va file is refused by name)."""
+`models/diffusers/MiniMax-H3` (reference images load its `transformer_ref` the first time). The template's own
+`minimax_h3_ref2va_pruned_int8_convrot` loads through Load TPU Pipeline (ComfyUI files) instead, for reference
+images only, with the same text encoder and VAEs as the other MiniMax H3 templates."""
 
 
 def _minimax_h3(name: str) -> dict:
     """ComfyUI's MiniMax H3 templates on the pack (video_minimax_h3_t2v / _i2v / _r2v): Load TPU Pipeline (ComfyUI
-    files: the templates' own, for t2v and i2v; the MiniMax H3 diffusers folder for r2v, whose reference images
-    need its transformer_ref, which no ComfyUI file gives) [+ Load Image: the first frame; two Load Image -> Batch Images: the references]
+    files: the templates' own, for t2v and i2v; the MiniMax H3 diffusers folder for r2v; its ref2va file loads in
+    the files loader too) [+ Load Image: the first frame; two Load Image -> Batch Images: the references]
     -> Sample Video (TPU) -> frames and sound into ComfyUI's own Create Video -> Save Video. Node ids: Load 1,
     Sample Video 2, Create Video 3, the note 4, Save Video 5, Load Image 6 (and 7), Batch Images 8."""
     kind = name.rsplit("_", 1)[1]

@@ -34,7 +34,7 @@ from pathlib import Path
 # "zimage-quant" (ComfyUI's quantized files, issue 33) and "ltx25" (LTX-2.5's split files) only when asked
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan", "krea2", "qwenimage21",
             "flux3", "ideogram4", "ltx2", "minimax_h3")
-VERSION = "16"  # bump to rebuild cached fixtures after changing this file
+VERSION = "17"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
 FILES = {
@@ -107,6 +107,9 @@ FILES = {
     # Linear layers int8 ConvRot, Qwen3-VL's nvfp4 with AWQ smoothing), each beside itself dequantized
     "minimax_h3": {"diffusion_model": "minimax_h3_fl2va-tiny_bf16.safetensors",
                    "pruned": "minimax_h3_fl2va_pruned-tiny.safetensors",
+                   # the ref2va transformer (the `transformer_ref` partition), full and pruned (the r2v template's)
+                   "ref2va_full": "minimax_h3_ref2va-tiny_bf16.safetensors",
+                   "ref2va": "minimax_h3_ref2va_pruned-tiny.safetensors",
                    "qwen3vl": "qwen3vl_32b_minimax_h3-tiny.safetensors",
                    "vae": "minimax_h3_video_vae-tiny.safetensors", "audio_vae": "minimax_h3_audio_vae-tiny_fp32.safetensors",
                    "int8": "minimax_h3_fl2va_pruned-tiny_int8_convrot.safetensors",
@@ -1982,8 +1985,8 @@ def minimax_h3_audio_vae_file(vae) -> dict:
 
 def _minimax_h3(tiny: Path, comfyui_dir: str, out: Path) -> None:
     """MiniMax H3's files from tiny-minimax-h3 (the reference is that folder itself): the fl2va transformer
-    (the `transformer` partition, which t2va and fl2va run) full and pruned, Qwen3-VL in ComfyUI's names, both
-    VAEs in ComfyUI's layouts."""
+    (the `transformer` partition, which t2va and fl2va run) and the ref2va one (`transformer_ref`), each full and
+    pruned, Qwen3-VL in ComfyUI's names, both VAEs in ComfyUI's layouts."""
     import tempfile
 
     import torch
@@ -2012,6 +2015,9 @@ def _minimax_h3(tiny: Path, comfyui_dir: str, out: Path) -> None:
     comfy_sd = minimax_h3_transformer_file(pipe.transformer)
     _save(comfy_sd, models / "diffusion_models" / names["diffusion_model"])
     _save(minimax_h3_pruned(pipe.transformer, comfy_sd), models / "diffusion_models" / names["pruned"])
+    ref_sd = minimax_h3_transformer_file(pipe.transformer_ref)
+    _save(ref_sd, models / "diffusion_models" / names["ref2va_full"])
+    _save(minimax_h3_pruned(pipe.transformer_ref, ref_sd), models / "diffusion_models" / names["ref2va"])
     _save(minimax_h3_qwen3vl_file(pipe.text_encoder), models / "text_encoders" / names["qwen3vl"])
     _save(minimax_h3_video_vae_file(pipe.vae), models / "vae" / names["vae"])
     _save(minimax_h3_audio_vae_file(pipe.audio_vae), models / "vae" / names["audio_vae"])

@@ -1,5 +1,5 @@
-"""MiniMax H3 from ComfyUI's own files (issue 37, "Files"): the fl2va transformer (full and "pruned", ComfyUI's curve
-form), the video and audio VAEs in ComfyUI's layouts and Qwen3-VL in ComfyUI's names (tests/file_fixtures.py
+"""MiniMax H3 from ComfyUI's own files (issue 37, "Files"): the fl2va and the ref2va transformers (full and "pruned",
+ComfyUI's curve form; the ref2va one as `transformer_ref`, reference images only), the video and audio VAEs in ComfyUI's layouts and Qwen3-VL in ComfyUI's names (tests/file_fixtures.py
 writes them from tiny-minimax-h3 with ComfyUI's vocabulary: the reference folder diffusers/ref-minimax-h3), read by
 the family's converters (backend/families/minimax_h3/convert.py) into diffusers' MiniMaxH3ModularPipeline: its
 frames and waveform equal the reference folder's, in diffusers alone and through Load TPU Pipeline (ComfyUI
@@ -211,17 +211,25 @@ def test_a_missing_or_misplaced_vae_is_refused_naming_the_fix(files, comfyui_dir
 
 
 @pytest.mark.pipelines
-def test_reference_images_are_refused_for_files_naming_the_folder_that_takes_them(files, comfyui_dir, monkeypatch):
-    """The files give the fl2va transformer; ref2va's is another file the loader does not read: refused before
-    any worker starts, naming the way that works."""
+@pytest.mark.parametrize(("transformer", "references", "message"), [
+    ("pruned", np.zeros((1, 64, 64, 3), np.float32),
+     r"reference_images: 'minimax_h3_fl2va_pruned-tiny\.safetensors' is MiniMax H3's fl2va transformer .* Choose "
+     r"minimax_h3_ref2va_\* as the diffusion_model of Load TPU Pipeline \(ComfyUI files\)"),
+    ("ref2va", None, r"reference_images: 'minimax_h3_ref2va_pruned-tiny\.safetensors' is MiniMax H3's ref2va "
+                     r"transformer, which makes video from reference images only\. Connect them .* choose "
+                     r"minimax_h3_fl2va_\*"),
+])
+def test_each_transformer_file_refuses_the_others_task(files, comfyui_dir, monkeypatch, transformer, references,
+                                                        message):
+    """The fl2va file does not run reference images, nor the ref2va file text alone (each is one partition of
+    MiniMax H3: `transformer`, `transformer_ref`): refused before any worker starts, naming the file that does."""
     monkeypatch.syspath_prepend(str(comfyui_dir))
     models, names = files
-    spec = api.make_file_spec(_choice(names), _roots(models), "float32", "cpu")
+    spec = api.make_file_spec(_choice(names, transformer), _roots(models), "float32", "cpu")
     req = SampleRequest(prompt="a robot", width=32, height=32, frames=FRAMES, steps=2, guidance=1.0, seed=5,
                         batch_size=1)
-    with pytest.raises(ModelError, match=r"reference_images: .* ComfyUI's files, .* ref2va transformer, which Load "
-                                         r"TPU Pipeline \(ComfyUI files\) does not read yet\. .* diffusers folder"):
-        api.prepare_sample(spec, req, references=np.zeros((1, 64, 64, 3), np.float32))
+    with pytest.raises(ModelError, match=message):
+        api.prepare_sample(spec, req, references=references)
 
 
 @pytest.mark.workers
@@ -249,20 +257,97 @@ def test_the_templates_quantized_files_equal_themselves_dequantized(built, files
     assert np.abs(got["audio"] - want["audio"]).max() <= 1e-3
 
 
-@pytest.mark.pipelines
-def test_the_ref2va_file_is_refused_by_its_name(files, tmp_path, comfyui_dir, monkeypatch):
-    """The ref2va transformer holds the same tensors as the fl2va one; its name tells it, and it is refused rather
-    than run as the other."""
+def _published(built, tmp_path):
+    """The reference folder at the published reference size (the tiny folder lowers it to 64)."""
+    import json
     import shutil
+
+    shutil.copytree(built / "diffusers" / "ref-minimax-h3", tmp_path / "ref-published")
+    index = tmp_path / "ref-published" / "modular_model_index.json"
+    index.write_text(json.dumps({**json.loads(index.read_text()), "reference_image_short_edge": 2048}))
+    return api.make_spec("ref-published", [str(tmp_path)])
+
+
+@pytest.mark.workers
+def test_the_ref2va_file_makes_the_reference_folders_ref2va(built, files, comfyui_dir, monkeypatch, tmp_path):
+    """The r2v template's files (the ref2va transformer, told by its name, as `transformer_ref`, the only denoiser
+    of the pipeline: no `transformer` loads) with a reference image, at the published reference size (a 2048-pixel
+    short edge, which the pack's configs keep and the tiny folder lowers to 64): the full file and the pruned one
+    (the template's) equal the reference folder at that size through the same worker (≤ 1e-5; measured 0 and
+    2e-7), and plain diffusers' ref2va within 1e-3, as the folder does through a worker (its thousands of reference
+    rows sum in another order there: 1.5e-4 on the frames, 8e-6 on the sound, the same for the folder)."""
+    import PIL.Image
+    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ImageReference
 
     monkeypatch.syspath_prepend(str(comfyui_dir))
     models, names = files
-    for role in ("diffusion_models", "vae", "text_encoders"):
-        shutil.copytree(models / role, tmp_path / role)
-    shutil.copy(models / "diffusion_models" / names["int8"],
-                tmp_path / "diffusion_models" / "minimax_h3_ref2va_pruned_int8_convrot.safetensors")
-    with pytest.raises(ModelError, match=r"diffusion_model: 'minimax_h3_ref2va_pruned_int8_convrot\.safetensors' is "
-                                         r"MiniMax H3's reference-to-video \(ref2va\) transformer, .* Choose "
-                                         r"minimax_h3_fl2va_\*"):
-        api.make_file_spec(_choice({**names, "int8": "minimax_h3_ref2va_pruned_int8_convrot.safetensors"}, "int8"),
-                           _roots(tmp_path), "float32", "cpu")
+    refs = np.random.default_rng(3).random((1, 64, 64, 3), dtype=np.float32)
+    pictures = [MiniMaxH3ImageReference(PIL.Image.fromarray((r * 255).round().astype(np.uint8))) for r in refs]
+    plain_frames, plain_audio = _t2va(built / "diffusers" / "ref-minimax-h3", "ref2va", {"references": pictures},
+                                      reference_image_short_edge=2048)
+    req = SampleRequest(prompt="a robot dancing", width=32, height=32, frames=FRAMES, steps=2, guidance=1.0, seed=5,
+                        batch_size=1)
+    want = api.run_sample_outputs(api.prepare_sample(_published(built, tmp_path), req, references=refs))
+    for transformer in ("ref2va_full", "ref2va"):
+        spec = api.make_file_spec(_choice(names, transformer), _roots(models), "float32", "cpu")
+        assert [c.name for c in spec.source.components if c.name.startswith("transformer")] == ["transformer_ref"]
+        assert spec.component_config("transformer_ref")["num_layers"] == 2
+        out = api.run_sample_outputs(api.prepare_sample(spec, req, references=refs))
+        assert out["images"].shape == want["images"].shape == (FRAMES, 32, 32, 3)
+        assert out["audio"].shape == want["audio"].shape == plain_audio.shape
+        assert np.abs(out["images"] - want["images"]).max() <= 1e-5
+        assert np.abs(out["audio"] - want["audio"]).max() <= 1e-5
+        assert np.abs(out["images"] - plain_frames[0]).max() <= 1e-3
+        assert np.abs(out["audio"] - plain_audio).max() <= 1e-3
+
+
+@pytest.mark.workers
+def test_a_lora_goes_onto_the_ref2va_file(built, files, comfyui_dir, monkeypatch, tmp_path):
+    """A turbo-style LoRA in ComfyUI's names (Load LoRA, as the r2v template's LoraLoaderModelOnly) on the ref2va
+    file, the pipeline's only transformer (`transformer_ref`; diffusers reads the LoRA onto `transformer`): equal
+    to the reference folder at the published reference size with the same LoRA, whose worker writes it onto its
+    `transformer_ref` (tests/test_minimax_h3.py checks that against diffusers' own load and fuse), ≤ 1e-5; and
+    not the video without it."""
+    from test_minimax_h3 import _comfy_lora
+
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+    lora = tmp_path / "minimax_h3_ref2v_turbo_4step_tiny_comfyui.safetensors"
+    _comfy_lora(built / "diffusers" / "ref-minimax-h3", lora)
+    refs = np.random.default_rng(3).random((1, 64, 64, 3), dtype=np.float32)
+    req = SampleRequest(prompt="a robot dancing", width=32, height=32, frames=FRAMES, steps=2, guidance=1.0, seed=5,
+                        batch_size=1)
+    folder, _ = api.with_lora(_published(built, tmp_path), str(lora), 0.8)
+    want = api.run_sample_outputs(api.prepare_sample(folder, req, references=refs))
+    spec, _ = api.with_lora(api.make_file_spec(_choice(names, "ref2va_full"), _roots(models), "float32", "cpu"),
+                            str(lora), 0.8)
+    out = api.run_sample_outputs(api.prepare_sample(spec, req, references=refs))
+    assert np.abs(out["images"] - want["images"]).max() <= 1e-5
+    assert np.abs(out["audio"] - want["audio"]).max() <= 1e-5
+    without = api.run_sample_outputs(api.prepare_sample(api.make_file_spec(
+        _choice(names, "ref2va_full"), _roots(models), "float32", "cpu"), req, references=refs))
+    assert np.abs(without["images"] - out["images"]).max() > 1e-3  # the LoRA changed the video
+
+
+@pytest.mark.pipelines
+def test_a_files_pipeline_loads_what_its_files_hold_and_no_partition_later(files, comfyui_dir, monkeypatch):
+    """A files pipeline is made of its files up front (the folder they were laid out in is gone after): the fl2va
+    file's holds `transformer` and no `transformer_ref`, and asking it for ref2va names what is missing rather
+    than read the gone folder; the ref2va file's holds `transformer_ref` alone, its one denoiser."""
+    from backend.worker import compiler, modular
+    from backend.worker.modular_files import load_files
+
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+    spec = api.make_file_spec(_choice(names, "pruned"), _roots(models), "float32", "cpu")
+    pipe = load_files(spec.source, spec.family, torch.float32, lambda text: None)
+    assert pipe.transformer is not None and pipe.transformer_ref is None
+    assert modular.for_task(pipe, spec.family, "start", lambda text: None) is pipe  # fl2va: its own transformer
+    with pytest.raises(ValueError, match=r"MiniMax H3 ref2va needs transformer_ref, which the chosen files do not "
+                                         r"hold \(.*minimax_h3_fl2va_pruned-tiny\.safetensors"):
+        modular.for_task(pipe, spec.family, "reference", lambda text: None)
+    spec = api.make_file_spec(_choice(names, "ref2va"), _roots(models), "float32", "cpu")
+    pipe = load_files(spec.source, spec.family, torch.float32, lambda text: None)
+    assert pipe.transformer is None and pipe.transformer_ref is not None
+    assert compiler.denoiser(pipe) == ("transformer_ref", pipe.transformer_ref)
+    assert compiler.experts(pipe) == (pipe.transformer_ref,)

@@ -11,6 +11,7 @@ each video (image to video). Numpy only: no torch in ComfyUI's process.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -104,6 +105,7 @@ def _video_images(spec: PipelineSpec, image: np.ndarray | None, end_image: np.nd
                   references: np.ndarray | None) -> dict[str, np.ndarray]:
     """Sample Video's end image and reference images, for the models that take them (MiniMax H3)."""
     family, arrays = spec.family, {}
+    _files_task(spec, references)
     if end_image is not None:
         if not family.end_image:
             raise ModelError(f"end_image: '{spec.name}' ({family.name}, {spec.class_name}) takes no end image; "
@@ -113,11 +115,6 @@ def _video_images(spec: PipelineSpec, image: np.ndarray | None, end_image: np.nd
         if not family.video_references:
             raise ModelError(f"reference_images: '{spec.name}' ({family.name}, {spec.class_name}) takes no reference "
                              "images; disconnect them, or load a model that does (MiniMax H3).")
-        if spec.source is not None:  # files: the fl2va transformer only (the ref2va one is another file)
-            raise ModelError(f"reference_images: '{spec.name}' was loaded from ComfyUI's files, which give "
-                             f"{family.name} its fl2va transformer (text, first / last frame); reference to video "
-                             "runs its ref2va transformer, which Load TPU Pipeline (ComfyUI files) does not read yet. "
-                             "Disconnect the reference_images, or load the diffusers folder in Load TPU Pipeline.")
         arrays["references"] = refs = checked_image(references, "reference_images")
         if len(refs) > family.video_references:
             raise ModelError(f"reference_images: {len(refs)} images, and {family.name} takes at most "
@@ -128,6 +125,26 @@ def _video_images(spec: PipelineSpec, image: np.ndarray | None, end_image: np.nd
                              "start / end image, not both at once; disconnect the start_image and end_image, or "
                              "the reference_images.")
     return arrays
+
+
+def _files_task(spec: PipelineSpec, references: np.ndarray | None) -> None:
+    """From ComfyUI's files, MiniMax H3's transformer is one of its two files: the fl2va one (`transformer`: text,
+    first / last frame) or the ref2va one (`transformer_ref`: reference images), each running its own tasks."""
+    if spec.source is None or spec.family.video_references == 0:
+        return
+    ref, other = spec.source.component("transformer_ref"), spec.source.component("transformer")
+    name = Path((ref or other).path).name if (ref or other) else spec.name
+    if references is not None and ref is None:
+        raise ModelError(f"reference_images: '{name}' is {spec.family.name}'s fl2va transformer (text, first / last "
+                         "frame to video); reference images run its ref2va transformer, another file. Choose "
+                         "minimax_h3_ref2va_* as the diffusion_model of Load TPU Pipeline (ComfyUI files) (as "
+                         "the video_minimax_h3_r2v template does), or disconnect the reference_images.")
+    if references is None and other is None:
+        raise ModelError(f"reference_images: '{name}' is {spec.family.name}'s ref2va transformer, which makes video "
+                         "from reference images only. Connect them (up to "
+                         f"{spec.family.video_references}) to Sample Video's reference_images, or choose "
+                         "minimax_h3_fl2va_* as the diffusion_model of Load TPU Pipeline (ComfyUI files) for "
+                         "text or a first / last frame.")
 
 
 def starts_from_image(spec: PipelineSpec, arrays: dict[str, np.ndarray]) -> bool:

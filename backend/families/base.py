@@ -326,6 +326,9 @@ class ModelFamily:
     # the input carries a condition too (FLUX.1 Fill: masked image and mask; Depth, Canny: the control image)
     out_key: str = ""
     denoiser: str = "transformer"  # the denoiser's component name
+    # (file name) -> the component a denoiser file loads as, where its name tells (MiniMax H3's ref2va file:
+    # `transformer_ref`); None: `denoiser`
+    denoiser_for: Callable[[str], str] | None = None
     # denoiser channels per VAE latent channel in the layer latent_channels reads (out_key's output, else
     # width_key's input; 2x2 packed latents: 4)
     latent_packing: int = 4

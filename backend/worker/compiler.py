@@ -85,7 +85,9 @@ def _dynamo_counts() -> dict[str, float]:
 
 
 def denoiser(pipe) -> tuple[str, Any]:
-    for name in ("transformer", "unet"):
+    """The pipeline's denoiser: its transformer or UNet, else (a MiniMax H3 pipeline of its ref2va file alone) its
+    `transformer_ref`."""
+    for name in ("transformer", "unet", "transformer_ref"):
         module = getattr(pipe, name, None)
         if module is not None:
             return name, module

@@ -190,6 +190,11 @@ def skeleton(pipe: Any) -> Any:
             copy = type(module)._from_config(module.config) if hasattr(module, "_from_config") else \
                 type(module).from_config(module.config)
         weightless[name] = _weightless(copy, dtype)
+        if name == "transformer_ref" and getattr(pipe, "transformer", None) is None:  # MiniMax H3's ref2va file
+            # alone: diffusers reads a LoRA onto `transformer` (the same module names), on_partitions moves it
+            with torch.device("meta"):
+                twin = type(module).from_config(module.config)
+            weightless["transformer"] = _weightless(twin, dtype)
     if not hasattr(type(pipe), "from_pipe"):
         skel = pipe.blocks.init_pipeline()
         skel.update_components(**weightless)
@@ -305,10 +310,12 @@ def on_partitions(layers: Resolved, pipe: Any) -> Resolved:
     """A LoRA on MiniMax H3, whose one folder holds two partitions of the same module names: diffusers reads it onto
     `transformer` (t2va, fl2va); it goes to `transformer_ref` (ref2va) too once that is loaded, as ComfyUI's Load
     LoRA goes onto whichever of its two model files is loaded (what load_lora_weights(...,
-    load_into_transformer_ref=True) reads for it)."""
+    load_into_transformer_ref=True) reads for it); only there when it is the one loaded (its ref2va file alone)."""
     if getattr(pipe, "transformer_ref", None) is None:
         return layers
-    return {**layers, **{("transformer_ref", m): layer for (c, m), layer in layers.items() if c == "transformer"}}
+    kept = layers if getattr(pipe, "transformer", None) is not None else {
+        key: layer for key, layer in layers.items() if key[0] != "transformer"}
+    return {**kept, **{("transformer_ref", m): layer for (c, m), layer in layers.items() if c == "transformer"}}
 
 
 class Loras:

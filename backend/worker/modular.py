@@ -31,6 +31,8 @@ from ..protocol.units import format_bytes
 
 # the from_pretrained arguments each loaded pipeline's components took (load's `extra`), for those loaded later
 _EXTRA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# the FileSource of each pipeline made of artists' files (worker/modular_files.py), whose folder is gone after loading
+_FILES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _declared(family: Pipeline) -> Any:
@@ -124,6 +126,9 @@ def for_task(pipe: Any, family: Pipeline, kind: str, status: Callable[[str], Non
     if not workflow:
         return pipe
     missing = {n for n in _components(pipe, workflow) if getattr(pipe, n, None) is None}
+    if missing and pipe in _FILES:  # its files were all loaded up front (the controller refuses this first)
+        raise ValueError(f"{family.name} {workflow} needs {', '.join(sorted(missing))}, which the chosen files do "
+                         f"not hold ({', '.join(Path(c.path).name for c in _FILES[pipe].components)})")
     if missing:
         loaded = next(m for m in pipe.components.values() if isinstance(m, torch.nn.Module))
         dtype, where = getattr(pipe, "transformer", loaded).dtype, getattr(pipe, "transformer", loaded).device

@@ -50,9 +50,13 @@ def load_files(source: FileSource, family: Pipeline, dtype: Any, status: Callabl
         for name in declared.without:
             blocks.sub_blocks.pop(name, None)
         pipe = blocks.init_pipeline(str(root))
-        modular._EXTRA[pipe] = extra or {}
-        names = [n for n in pipe._component_specs
-                 if n in modular._components(pipe, declared.workflow if declared.tasks else "")]
+        modular._EXTRA[pipe], modular._FILES[pipe] = extra or {}, source
+        # every component the files hold (MiniMax H3's ref2va file: `transformer_ref`, which the later task runs;
+        # the folder is gone by then), and the workflow's light ones; no model without its file
+        workflow = modular._components(pipe, declared.workflow if declared.tasks else "")
+        names = [n for n, spec in pipe._component_specs.items()
+                 if (source.component(n) is not None and n in modular._components(pipe, ""))
+                 or (n in workflow and not _a_model(spec.type_hint))]
         files = {n: p for n in names if (p := source.component(n)) is not None and p.layout not in TOKENIZER_LAYOUTS}
         light = [n for n in names if n not in files]  # from the folder: tokenizers, processor, schedulers
         weighted = list(files.items())
@@ -74,6 +78,10 @@ def load_files(source: FileSource, family: Pipeline, dtype: Any, status: Callabl
         pipe.load_components(names=light, pretrained_model_name_or_path=str(root))
         pipe.update_components(**loaded)
     return pipe
+
+
+def _a_model(cls: Any) -> bool:
+    return isinstance(cls, type) and issubclass(cls, torch.nn.Module)
 
 
 def _component(root: Path, name: str, cls: type, part: FileComponent, dtype: Any, extra: dict) -> Any:

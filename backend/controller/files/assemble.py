@@ -132,7 +132,7 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
                          "none. Put it in ComfyUI's models/vae folder and choose it in vae.")
     draft = _Draft(family, configs, main, denoiser, texts, vae_file, kontext=choice.flux_kontext)
     _check_fit(draft)
-    _add_denoiser(draft, main, family.denoiser)
+    _add_denoiser(draft, main, family.denoiser_for(main.path.name) if family.denoiser_for else family.denoiser)
     if second:
         _add_denoiser(draft, second, family.pair.component if family.pair else f"{family.denoiser}_2")
     _add_vae(draft)

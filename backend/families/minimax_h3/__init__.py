@@ -4,7 +4,8 @@ first/last frame (fl2va) and reference (ref2va) workflows; joint video and audio
 guidance distilled (one pass per step), 24 fps, 5 to 15 s. From a diffusers folder, or from ComfyUI's files (the
 transformer full or "pruned", Qwen3-VL, the video VAE and the audio VAE: convert.py reads them). Sample Video's inputs
 pick the workflow: text alone t2va, a start and/or end image fl2va (the `transformer` partition, loaded with the
-pipeline), reference images ref2va (`transformer_ref`, loaded the first time a request has reference images)."""
+pipeline), reference images ref2va (`transformer_ref`, loaded the first time a request has reference images; from
+files, the ref2va file alone is that partition, and runs reference images only)."""
 
 from __future__ import annotations
 
@@ -36,17 +37,18 @@ def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
     return {"qwen3vl": s["condition_proj.weight"][1]}
 
 
-def variant(sizes: dict, file_name: str, configs: Configs, kontext: str) -> tuple[dict[str, dict], tuple[str, ...]]:
-    """The fl2va transformer (text, first / last frame: `transformer`). The ref2va one holds the same tensors (only
-    its name tells it: minimax_h3_ref2va_*) and runs as the `transformer_ref` partition, which the files path does not
-    build yet: refused rather than run as the other."""
-    if "ref2v" in file_name.lower():
-        from ...protocol.errors import ModelError
+def denoiser_for(file_name: str) -> str:
+    """The ref2va transformer holds the same tensors as the fl2va one (ComfyUI tells them by the node that runs
+    them, not by their tensors): its name (minimax_h3_ref2va_*, the r2v template's file) tells it, and it loads as
+    the `transformer_ref` partition that diffusers' ref2va blocks run; any other as `transformer` (t2va, fl2va)."""
+    return "transformer_ref" if "ref2v" in file_name.lower() else "transformer"
 
-        raise ModelError(f"diffusion_model: '{file_name}' is MiniMax H3's reference-to-video (ref2va) transformer, "
-                         "which Load TPU Pipeline (ComfyUI files) does not load yet (its files give the fl2va "
-                         "transformer: text, first / last frame to video). Choose minimax_h3_fl2va_*, or load the "
-                         "diffusers folder in Load TPU Pipeline for reference images.")
+
+def variant(sizes: dict, file_name: str, configs: Configs, kontext: str) -> tuple[dict[str, dict], tuple[str, ...]]:
+    """A ref2va file's sizes under `transformer` too (the same model): what the controller reads of the denoiser
+    (heads, frames, sound channels) reads that config; no `transformer` loads without its file."""
+    if denoiser_for(file_name) == "transformer_ref":
+        return {"transformer": sizes}, ()
     return {}, ()
 
 
@@ -92,6 +94,7 @@ FAMILY = ModelFamily(
     # ComfyUI's detection keys (comfy/model_detection.py): the video and the audio patch projections
     denoiser_keys=("video_patch_proj.weight", "audio_patch_proj.weight"),
     width_key="video_patch_proj.weight", width_agrees=("condition_proj.weight", 0), sizes=sizes,
-    text_widths=text_widths, variant=variant, vae="vae-minimax-h3", vae_hint="MiniMax H3's minimax_h3_video_vae",
+    text_widths=text_widths, variant=variant, denoiser_for=denoiser_for, vae="vae-minimax-h3",
+    vae_hint="MiniMax H3's minimax_h3_video_vae",
     audio_vae=("vae-minimax-h3-audio", "minimax_h3_audio_vae_fp32.safetensors"),
 )
