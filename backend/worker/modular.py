@@ -88,7 +88,8 @@ def from_files(root: Path, index: dict, family: Pipeline, loaded: dict[str, Any]
     light = {}
     for name, (library, class_name) in listed_components(index).items():
         if name not in loaded:
-            light[name] = getattr(importlib.import_module(library), class_name).from_pretrained(str(root / name))
+            light[name] = getattr(importlib.import_module(library), class_name).from_pretrained(
+                str(root / name), local_files_only=True, use_safetensors=True)  # a tokenizer, a processor
     pipe.update_components(**{k: v for k, v in loaded.items() if v is not None}, **light)
     return pipe
 

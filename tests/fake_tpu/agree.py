@@ -188,6 +188,7 @@ def family_layouts(cases: list[dict]) -> None:
     from backend.controller import api, devices
     from backend.controller.components import Components
     from backend.protocol.errors import TPUError
+    from backend.protocol.spec import read_index
 
     work = Path(tempfile.mkdtemp(prefix="fake-tpu-"))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT)])
@@ -199,7 +200,7 @@ def family_layouts(cases: list[dict]) -> None:
         if not models.exists():
             if family.configs:  # the published model's configs (no weights)
                 shutil.copytree(families.config_dir(family.configs[0].folder), models / family.id)
-                index = json.loads((models / family.id / "model_index.json").read_text())
+                index = read_index(models / family.id)  # a modular family's is modular_model_index.json
                 for part in (k for k, v in index.items() if not k.startswith("_") and isinstance(v, list) and v[0]):
                     (models / family.id / part).mkdir(exist_ok=True)  # tokenizers: no files needed for a layout
             else:  # a family of diffusers folders only: its tiny pipeline (a few MB)
