@@ -329,6 +329,9 @@ class ModelFamily:
     # (file name) -> the component a denoiser file loads as, where its name tells (MiniMax H3's ref2va file:
     # `transformer_ref`); None: `denoiser`
     denoiser_for: Callable[[str], str] | None = None
+    # (file name by component of the files, whether the request has reference images) -> why its files cannot run
+    # the request, "" where they can (MiniMax H3's fl2va and ref2va files each run their own tasks); None: any
+    files_task: Callable[[Mapping[str, str], bool], str] | None = None
     # denoiser channels per VAE latent channel in the layer latent_channels reads (out_key's output, else
     # width_key's input; 2x2 packed latents: 4)
     latent_packing: int = 4
