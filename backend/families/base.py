@@ -218,6 +218,7 @@ class Pipeline:
     # family's folder, torch, worker only: waveform -> the audio VAE's latents). "": AUDIO is refused.
     audio_via: str = ""
     audio_module: str = ""
+    audio_min_steps: int = 1  # the fewest steps audio_via takes (LTX2ConditionPipeline: 2, below it an IndexError)
     # the __call__ argument that takes Sample Video's frame rate (LTX-2: frame_rate, which sets the sound's length
     # and the positions of the video tokens in time); "": the model has a fixed rate (Wan: 16 fps), none is passed
     frame_rate_arg: str = ""
