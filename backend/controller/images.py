@@ -109,12 +109,14 @@ def _video_images(spec: PipelineSpec, image: np.ndarray | None, end_image: np.nd
     if end_image is not None:
         if not family.end_image:
             raise ModelError(f"end_image: '{spec.name}' ({family.name}, {spec.class_name}) takes no end image; "
-                             "disconnect it, or load a model that ends on a given frame (MiniMax H3).")
+                             "disconnect it, or load a model that ends on a given frame "
+                             f"({families.family_names(lambda p: p.end_image)}).")
         arrays["last_image"] = checked_image(end_image, "end_image")
     if references is not None:
         if not family.video_references:
             raise ModelError(f"reference_images: '{spec.name}' ({family.name}, {spec.class_name}) takes no reference "
-                             "images; disconnect them, or load a model that does (MiniMax H3).")
+                             "images; disconnect them, or load a model that does "
+                             f"({families.family_names(lambda p: bool(p.video_references))}).")
         arrays["references"] = refs = checked_image(references, "reference_images")
         if len(refs) > family.video_references:
             raise ModelError(f"reference_images: {len(refs)} images, and {family.name} takes at most "
