@@ -184,6 +184,11 @@ def gemma4_keys(sd: dict, class_name: str) -> dict:
             if k.startswith(("model.embed_tokens.", "model.layers.", "model.norm."))}
 
 
+# the loader layouts (layout()) read in transformers' classes under ComfyUI's names -> how each renames its keys
+# (a Qwen3-VL cut short: without its final norm and lm_head)
+RENAMED = {**dict.fromkeys(("qwen3vl-comfy", "qwen3vl-comfy-truncated"), qwen3vl_keys), "gemma4-comfy": gemma4_keys}
+
+
 # ---- config sizes from the tensors (laid over the published text encoder's config)
 
 

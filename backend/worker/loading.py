@@ -34,8 +34,8 @@ from .storage import in_dtype, keep_float32, load_stored
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
-# ... in transformers' classes under ComfyUI's names (a Qwen3-VL cut short: without its final norm and lm_head)
-RENAMED = {**dict.fromkeys(("qwen3vl-comfy", "qwen3vl-comfy-truncated"), text_encoders.qwen3vl_keys), "gemma4-comfy": text_encoders.gemma4_keys}
+# ... in transformers' classes under ComfyUI's names: the text encoder kinds declare them (families/text_encoders.py)
+RENAMED = text_encoders.RENAMED
 # the parts of an all-in-one checkpoint the pipeline's own loader reads: the denoisers of the families whose
 # all-in-one files diffusers reads (their layout is the family id), LDM VAEs and CLIP/T5 text encoders
 CHECKPOINT_NATIVE = (*(f.id for f in FAMILIES.values() if f.single_file), "ldm-vae", "hf", "openclip")
