@@ -109,12 +109,14 @@ def _video_images(spec: PipelineSpec, image: np.ndarray | None, end_image: np.nd
     if end_image is not None:
         if not family.end_image:
             raise ModelError(f"end_image: '{spec.name}' ({family.name}, {spec.class_name}) takes no end image; "
-                             "disconnect it, or load a model that ends on a given frame (MiniMax H3).")
+                             "disconnect it, or load a model that ends on a given frame "
+                             f"({families.family_names(lambda p: p.end_image)}).")
         arrays["last_image"] = checked_image(end_image, "end_image")
     if references is not None:
         if not family.video_references:
             raise ModelError(f"reference_images: '{spec.name}' ({family.name}, {spec.class_name}) takes no reference "
-                             "images; disconnect them, or load a model that does (MiniMax H3).")
+                             "images; disconnect them, or load a model that does "
+                             f"({families.family_names(lambda p: bool(p.video_references))}).")
         arrays["references"] = refs = checked_image(references, "reference_images")
         if len(refs) > family.video_references:
             raise ModelError(f"reference_images: {len(refs)} images, and {family.name} takes at most "
@@ -128,23 +130,12 @@ def _video_images(spec: PipelineSpec, image: np.ndarray | None, end_image: np.nd
 
 
 def _files_task(spec: PipelineSpec, references: np.ndarray | None) -> None:
-    """From ComfyUI's files, MiniMax H3's transformer is one of its two files: the fl2va one (`transformer`: text,
-    first / last frame) or the ref2va one (`transformer_ref`: reference images), each running its own tasks."""
-    if spec.source is None or spec.family.video_references == 0:
-        return
-    ref, other = spec.source.component("transformer_ref"), spec.source.component("transformer")
-    name = Path((ref or other).path).name if (ref or other) else spec.name
-    if references is not None and ref is None:
-        raise ModelError(f"reference_images: '{name}' is {spec.family.name}'s fl2va transformer (text, first / last "
-                         "frame to video); reference images run its ref2va transformer, another file. Choose "
-                         "minimax_h3_ref2va_* as the diffusion_model of Load TPU Pipeline (ComfyUI files) (as "
-                         "the video_minimax_h3_r2v template does), or disconnect the reference_images.")
-    if references is None and other is None:
-        raise ModelError(f"reference_images: '{name}' is {spec.family.name}'s ref2va transformer, which makes video "
-                         "from reference images only. Connect them (up to "
-                         f"{spec.family.video_references}) to Sample Video's reference_images, or choose "
-                         "minimax_h3_fl2va_* as the diffusion_model of Load TPU Pipeline (ComfyUI files) for "
-                         "text or a first / last frame.")
+    """Refused before any worker: a request the files cannot run (the family's files_task: MiniMax H3's fl2va and
+    ref2va transformer files each run their own tasks)."""
+    check = families.family_of(spec.family).files_task if spec.source is not None else None
+    why = check({c.name: Path(c.path).name for c in spec.source.components}, references is not None) if check else ""
+    if why:
+        raise ModelError(f"reference_images: {why}")
 
 
 def starts_from_image(spec: PipelineSpec, arrays: dict[str, np.ndarray]) -> bool:

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..families import family_of
+from ..families.text_encoders import KINDS
 from ..protocol import quantized
 from ..protocol.errors import CompileError, ModelError
 from ..protocol.spec import PipelineSpec
@@ -81,13 +83,12 @@ def choose_offload(spec: PipelineSpec, model: Components | None = None) -> Offlo
 
 def _check_sequential(spec: PipelineSpec, mode: str) -> None:
     """Sequential offload moves each layer's weights around its call, which comfy-kitchen's quantized tensors are
-    not tested under: refused for ComfyUI's quantized files, with the way out. And for a Gemma text encoder
-    (LTX-2's Gemma 3 and Gemma 4): accelerate 1.15's layer hooks fail on its tied embedding weights (their input
-    embedding's weight comes back a plain tensor; plain diffusers' enable_sequential_cpu_offload fails the same)."""
+    not tested under: refused for ComfyUI's quantized files, with the way out. And for a family whose text encoder
+    kind declares that accelerate's layer hooks fail on its tied embeddings (LTX-2's Gemma 3 and Gemma 4)."""
     if mode != "sequential":
         return
     encoder = str(spec.component_config("text_encoder").get("model_type", ""))
-    if encoder.startswith("gemma"):
+    if any(KINDS[kind].tied_embeddings_break_sequential_offload for kind in family_of(spec.family).text_kinds()):
         raise ModelError(f"offload: sequential offload cannot run {spec.family.name}'s {encoder} text encoder: "
                          "accelerate's layer-by-layer hooks fail on its tied embedding weights (a TypeError in its "
                          "first layer, plain diffusers' enable_sequential_cpu_offload included). Choose offload "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from .. import families
 from ..protocol.errors import SampleError
 from ..protocol.spec import PipelineSpec, SampleRequest
 from . import (
@@ -114,8 +115,8 @@ def _check_upscale(spec: PipelineSpec, req: SampleRequest) -> None:
     if not req.upscale_model:
         return
     if not spec.family.latent_upscale:
-        raise SampleError(f"upscale_model: {spec.family.name} has no two-stage latent upscale (LTX-2 has); choose "
-                          "none.")
+        raise SampleError(f"upscale_model: {spec.family.name} has no two-stage latent upscale "
+                          f"({families.family_names(lambda p: bool(p.latent_upscale))} has); choose none.")
     step = 2 * spec.size_factor
     for name in ("width", "height"):
         if (value := getattr(req, name)) % step:

@@ -42,10 +42,10 @@ def arrays(spec: PipelineSpec, req: SampleRequest, audio: dict | None) -> dict[s
         raise ModelError(f"audio: '{spec.name}' ({family.name}) takes no sound in (image + audio to video); the "
                          f"families that take one: {audio_families()}. Disconnect the audio from Sample Video, "
                          "or load one of those models.")
-    if req.steps < 2:  # diffusers 0.42.1's LTX2ConditionPipeline finds no step index for 1 step (an IndexError)
+    if req.steps < family.audio_min_steps:
         raise ModelError(f"steps: {req.steps} with an audio input is too few: image + audio to video runs "
-                         f"diffusers' {family.audio_via}, which takes at least 2 steps; set steps to 2 or more, "
-                         "or disconnect the audio.")
+                         f"diffusers' {family.audio_via}, which takes at least {family.audio_min_steps} steps; set "
+                         f"steps to {family.audio_min_steps} or more, or disconnect the audio.")
     wave, rate = _waveform(audio)
     target, hop = _rates(spec)
     if target <= 0 or hop <= 0:

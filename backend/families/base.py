@@ -218,6 +218,7 @@ class Pipeline:
     # family's folder, torch, worker only: waveform -> the audio VAE's latents). "": AUDIO is refused.
     audio_via: str = ""
     audio_module: str = ""
+    audio_min_steps: int = 1  # the fewest steps audio_via takes (LTX2ConditionPipeline: 2, below it an IndexError)
     # the __call__ argument that takes Sample Video's frame rate (LTX-2: frame_rate, which sets the sound's length
     # and the positions of the video tokens in time); "": the model has a fixed rate (Wan: 16 fps), none is passed
     frame_rate_arg: str = ""
@@ -329,6 +330,9 @@ class ModelFamily:
     # (file name) -> the component a denoiser file loads as, where its name tells (MiniMax H3's ref2va file:
     # `transformer_ref`); None: `denoiser`
     denoiser_for: Callable[[str], str] | None = None
+    # (file name by component of the files, whether the request has reference images) -> why its files cannot run
+    # the request, "" where they can (MiniMax H3's fl2va and ref2va files each run their own tasks); None: any
+    files_task: Callable[[Mapping[str, str], bool], str] | None = None
     # denoiser channels per VAE latent channel in the layer latent_channels reads (out_key's output, else
     # width_key's input; 2x2 packed latents: 4)
     latent_packing: int = 4

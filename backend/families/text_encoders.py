@@ -20,6 +20,9 @@ class TextEncoderKind:
     tokenizer: str  # ComfyUI's bundled tokenizer folder (relative to its comfy package); "": the file holds one
     tokenizer_tensor: str = ""  # the tensor of the file that holds its tokenizer (as ComfyUI reads it)
     tokenizer_layout: str = ""  # how the worker makes a tokenizer of that tensor, where not FILE_TOKENIZERS' way
+    # accelerate 1.15's layer-by-layer hooks (sequential offload) fail on its tied embedding weights: the input
+    # embedding's weight comes back a plain tensor (Gemma's; plain diffusers' enable_sequential_cpu_offload too)
+    tied_embeddings_break_sequential_offload: bool = False
 
     @property
     def short(self) -> str:
@@ -42,11 +45,12 @@ KINDS = {k.id: k for k in (
     TextEncoderKind("umt5", "UMT5-XXL (umt5_xxl_fp16.safetensors or umt5_xxl_fp8_e4m3fn_scaled.safetensors)", "",
                     "spiece_model"),
     # LTX-2.3's: a SentencePiece BPE model in the file too, read as Gemma's (families/ltx2/convert.py)
-    TextEncoderKind("gemma3", "Gemma 3 12B (gemma_3_12B_it*.safetensors)", "", "spiece_model", "gemma-spiece"),
+    TextEncoderKind("gemma3", "Gemma 3 12B (gemma_3_12B_it*.safetensors)", "", "spiece_model", "gemma-spiece",
+                    tied_embeddings_break_sequential_offload=True),
     # LTX-2.5's (gemma4-12b-with-proj-ltx-2.5-*: its text projection beside it); its tokenizer is the file's
     # `tokenizer_json` tensor (a tokenizer.json's bytes), as ComfyUI's Gemma4SDTokenizer reads it
     TextEncoderKind("gemma4", "Gemma 4 (gemma4-12b-with-proj-ltx-2.5-*.safetensors)", "", "tokenizer_json",
-                    "gemma4-json"),
+                    "gemma4-json", tied_embeddings_break_sequential_offload=True),
 )}
 
 # the tensors of text-encoder files that hold their tokenizer -> how the worker reads it (loader layout)
@@ -178,6 +182,11 @@ def gemma4_keys(sd: dict, class_name: str) -> dict:
     outer = "model." if class_name.endswith("ForConditionalGeneration") else ""
     return {f"{outer}language_model.{k[len('model.'):]}": v for k, v in sd.items()
             if k.startswith(("model.embed_tokens.", "model.layers.", "model.norm."))}
+
+
+# the loader layouts (layout()) read in transformers' classes under ComfyUI's names -> how each renames its keys
+# (a Qwen3-VL cut short: without its final norm and lm_head)
+RENAMED = {**dict.fromkeys(("qwen3vl-comfy", "qwen3vl-comfy-truncated"), qwen3vl_keys), "gemma4-comfy": gemma4_keys}
 
 
 # ---- config sizes from the tensors (laid over the published text encoder's config)

@@ -30,12 +30,12 @@ from ..protocol import settings
 from ..protocol.spec import CONFIG_FILES, DENOISERS, FileComponent, FileSource, listed_components, read_json
 from ..protocol.units import format_bytes
 from . import modular, quantized
-from .storage import keep_float32, load_stored
+from .storage import in_dtype, keep_float32, load_stored
 
 _WEIGHT_LIBRARIES = ("diffusers", "transformers")
 HF_LAYOUTS = ("hf", "hf-no-final-norm")  # text encoders in transformers' own layout
-# ... in transformers' classes under ComfyUI's names (a Qwen3-VL cut short: without its final norm and lm_head)
-RENAMED = {**dict.fromkeys(("qwen3vl-comfy", "qwen3vl-comfy-truncated"), text_encoders.qwen3vl_keys), "gemma4-comfy": text_encoders.gemma4_keys}
+# ... in transformers' classes under ComfyUI's names: the text encoder kinds declare them (families/text_encoders.py)
+RENAMED = text_encoders.RENAMED
 # the parts of an all-in-one checkpoint the pipeline's own loader reads: the denoisers of the families whose
 # all-in-one files diffusers reads (their layout is the family id), LDM VAEs and CLIP/T5 text encoders
 CHECKPOINT_NATIVE = (*(f.id for f in FAMILIES.values() if f.single_file), "ldm-vae", "hf", "openclip")
@@ -112,8 +112,7 @@ def load_pipeline(model_path: str, dtype: Any, status: Callable[[str], None],
         status(f"loading {part.describe()} · component {i} of {len(parts)}")
         extra = (extra_kwargs or {}).get(part.name, {})
         try:
-            loaded[part.name] = (_stored(part.cls, Path(model_path) / part.name, part.name, dtype, storage, extra,
-                                         variant)
+            loaded[part.name] = (_stored(part.cls, Path(model_path) / part.name, part.name, dtype, storage, extra, variant)
                                  or part.cls.from_pretrained(model_path, subfolder=part.name, **common, **extra))
         except OSError as e:
             raise OSError(f"component '{part.name}': {e}") from e
@@ -463,16 +462,17 @@ def _has_key(part: FileComponent, key: str) -> bool:
 
 
 def _converted(root: Path, name: str, cls: type, sd: dict, dtype: Any, convert: Callable[[dict, dict], dict]) -> Any:
-    """Component `name` from a layout diffusers' single-file loader does not map (FLUX.2's, Qwen-Image's and Wan's
-    VAEs, LTX-2's connectors and vocoder, Ideogram 4's transformer): `convert`, the converter of the family that owns the layout, then a strict
-    load into the class built from the folder's config (computed buffers real), cast as from_single_file casts."""
+    """Component `name` from a layout diffusers' single-file loader does not map (FLUX.2's, Qwen-Image's, Wan's, MiniMax H3's
+    VAEs, LTX-2's connectors and vocoder, Ideogram 4's transformer): its family's `convert`, which may complete the config
+    from the file (MiniMax H3's latent statistics) before the class is built from it; a strict load, cast as from_pretrained casts."""
     from accelerate import init_empty_weights
 
-    config = cls.load_config(str(root), subfolder=name)
+    config = dict(cls.load_config(str(root), subfolder=name))
+    converted = convert(sd, config)
     with init_empty_weights(include_buffers=False):
         model = cls.from_config(config)
-    model.load_state_dict(convert(sd, config), strict=True, assign=True)
-    return model.to(dtype).eval()
+    model.load_state_dict(converted, strict=True, assign=True)
+    return in_dtype(model, dtype)
 
 
 def _shard_after_load(model: Any, extra: dict) -> Any:

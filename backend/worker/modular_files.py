@@ -7,9 +7,8 @@ components (tokenizer, processor, schedulers) load from it, and each weighted on
 - a denoiser in its family's layout through the family's `load_transformer` (convert.py: MiniMax H3's full and
   pruned files), ComfyUI's quantized layers kept quantized (worker/quantized.py), tensor parallelism or Context
   Parallel set up after, as for any converted denoiser;
-- a VAE through its family's VAE converter (convert.VAE_CONVERTERS; quantized layers dequantized at load), its
-  config completed from the file;
-- a text encoder as worker/loading.py reads it (ComfyUI's Qwen3-VL names, its quantized layers).
+- a VAE and a text encoder as worker/loading.py reads them (a VAE through its family's converter,
+  convert.VAE_CONVERTERS, which completes its config from the file; ComfyUI's Qwen3-VL names, quantized layers).
 
 Runs inside a worker process.
 """
@@ -25,12 +24,12 @@ from typing import Any
 
 import torch
 
-from .. import families
 from ..families import FAMILIES, Pipeline, conversions
 from ..families.text_encoders import TOKENIZER_LAYOUTS
 from ..protocol.spec import FileComponent, FileSource
 from ..protocol.units import format_bytes
 from . import loading, modular, quantized
+from .storage import in_dtype
 
 
 def load_files(source: FileSource, family: Pipeline, dtype: Any, status: Callable[[str], None],
@@ -86,14 +85,6 @@ def _a_model(cls: Any) -> bool:
 
 def _component(root: Path, name: str, cls: type, part: FileComponent, dtype: Any, extra: dict) -> Any:
     """One weighted component from its file (see the module's docstring)."""
-    converters = families.family_table("VAE_CONVERTERS")
-    if part.layout in converters:
-        sd = {k: v.to(torch.float32) for k, v in loading._state_dict(part, torch.float32).items()}
-        config = dict(cls.load_config(str(root), subfolder=name))
-        converted = converters[part.layout](sd, config)  # a VAE's converter completes its config from the file
-        model = cls.from_config(config)
-        model.load_state_dict(converted, strict=True)
-        return _in_dtype(model, dtype)
     family = conversions(part.layout) if part.layout in FAMILIES else None
     if family is not None and hasattr(family, "load_transformer"):
         config = dict(cls.load_config(str(root), subfolder=name))
@@ -106,25 +97,14 @@ def _component(root: Path, name: str, cls: type, part: FileComponent, dtype: Any
                 quantized.finish(model, extras)
         else:
             model = family.load_transformer(cls, loading._state_dict(part, dtype), config)
-        return loading._shard_after_load(_in_dtype(model, dtype), extra)  # quantized layers as they are
+        return loading._shard_after_load(in_dtype(model, dtype), extra)  # quantized layers as they are
     return loading._load_file_component(root, name, cls, part, dtype, extra)
-
-
-def _in_dtype(model: Any, dtype: Any) -> Any:
-    """`model` computing in `dtype`, its `_keep_in_fp32_modules` in float32 as diffusers' from_pretrained keeps them
-    (matched on the parts of the names, as diffusers matches them: MiniMax H3's patch projections, time embedder,
-    output heads, most of its audio VAE); comfy-kitchen's quantized weights as they are."""
-    keep = set(getattr(model, "_keep_in_fp32_modules", None) or ())
-    for name, param in model.named_parameters():
-        if type(param.data).__name__ != "QuantizedTensor" and param.is_floating_point():
-            param.data = param.data.to(torch.float32 if keep & set(name.split(".")) else dtype)
-    return model.eval()
 
 
 def _float32_as_stored(part: FileComponent, sd: dict) -> dict:
     """The file's float32 tensors that quantized.state_dict gave in the compute dtype, read again as stored: the
     parts diffusers and ComfyUI keep in float32 (MiniMax H3's patch projections, output heads, a pruned file's curve
-    table) keep their precision; _in_dtype casts the rest."""
+    table) keep their precision; in_dtype casts the rest."""
     from safetensors import safe_open
 
     with safe_open(part.path, "pt") as f:

@@ -50,6 +50,20 @@ def keep_float32(model: Any) -> Any:
     return model
 
 
+def in_dtype(model: Any, dtype: Any) -> Any:
+    """`model` computing in `dtype`, cast as diffusers' from_pretrained casts it: whole where its class keeps nothing
+    in float32; else parameter by parameter, its `_keep_in_fp32_modules` (matched on the parts of the names, as
+    diffusers matches them: MiniMax H3's patch projections, time embedder, output heads, most of its audio VAE) left
+    in float32, its buffers as built and comfy-kitchen's quantized weights as they are."""
+    keep = set(getattr(model, "_keep_in_fp32_modules", None) or ())
+    if not keep:
+        return model.to(dtype).eval()
+    for name, param in model.named_parameters():
+        if type(param.data).__name__ != "QuantizedTensor" and param.is_floating_point():
+            param.data = param.data.to(torch.float32 if keep & set(name.split(".")) else dtype)
+    return model.eval()
+
+
 def cast_layerwise(module: torch.nn.Module, storage: torch.dtype, compute: torch.dtype) -> None:
     """diffusers' layerwise casting of `module` with the pack's skip patterns (what every fp8 denoiser gets)."""
     from diffusers.hooks import apply_layerwise_casting

@@ -452,7 +452,7 @@ def _add_text_encoder(p: _Draft, name: str, kind: str) -> None:
                          "(diffusion model, text encoders, VAE) as separate files instead.")
     layout = text_encoders.layout(kind, part.shapes, sizes, published)
     if layout == "hf-no-final-norm":
-        p.notes.append(f"{c.path.name}: {sizes['num_hidden_layers']} of Mistral's {published['num_hidden_layers']} "
+        p.notes.append(f"{c.path.name}: {sizes['num_hidden_layers']} of {short_name(kind)}'s {published['num_hidden_layers']} "
                        "layers, read without the final norm as ComfyUI does")  # the one pruned text encoder
     quant = _quant(header, part.prefix)
     if layout == "openclip" and quant:

@@ -52,6 +52,26 @@ def variant(sizes: dict, file_name: str, configs: Configs, kontext: str) -> tupl
     return {}, ()
 
 
+def files_task(files: Mapping[str, str], references: bool) -> str:
+    """Why the files cannot run the request ("" where they can): from ComfyUI's files the transformer is one of two
+    files, the fl2va one (`transformer`: text, first / last frame) or the ref2va one (`transformer_ref`: reference
+    images), each running its own tasks. `files`: the file name of each component the files hold."""
+    name = files.get("transformer_ref") or files.get("transformer", "")
+    if references and "transformer_ref" not in files:
+        return (f"'{name}' is MiniMax H3's fl2va transformer (text, first / last frame to video); reference images run "
+                "its ref2va transformer, another file. Choose minimax_h3_ref2va_* as the diffusion_model of Load TPU "
+                "Pipeline (ComfyUI files) (as the video_minimax_h3_r2v template does), or disconnect the "
+                "reference_images.")
+    if not references and "transformer" not in files:
+        return (f"'{name}' is MiniMax H3's ref2va transformer, which makes video from reference images only. Connect "
+                f"them (up to {VIDEO_REFERENCES}) to Sample Video's reference_images, or choose minimax_h3_fl2va_* as "
+                "the diffusion_model of Load TPU Pipeline (ComfyUI files) for text or a first / last frame.")
+    return ""
+
+
+VIDEO_REFERENCES = 9  # reference images diffusers' ref2va takes at most
+
+
 # seen on tiny-minimax-h3 (diffusers 0.42.1, MiniMaxH3LoopDenoiser): dynamo's recompile guards named
 # `encoder_hidden_states` (size 7 for one prompt, 28 for another) and `timestep` (size 1 at one step, 2 at the next)
 NO_STATIC_SHAPES = ("its transformer reads the prompt's rows inside one packed sequence with no attention mask "
@@ -76,7 +96,7 @@ FAMILY = ModelFamily(
         # (cp_packed) and the controller has no text length to check (text_tokens 0)
         Pipeline("MiniMaxH3ModularPipeline", "MiniMax H3", 1, "guidance_scale", False,
                  frame_step=17, frame_first=5, frames_range=(124, 345), min_steps=2, sound=("audio_vae",),
-                 sound_rate="audio_vae.sampling_rate", start_image=True, end_image=True, video_references=9,
+                 sound_rate="audio_vae.sampling_rate", start_image=True, end_image=True, video_references=VIDEO_REFERENCES,
                  cp_plan=True, cp_packed="position_ids", text_tokens=0,
                  cp_tokens=_packed,
                  modular=Modular("MiniMaxH3Blocks", workflow="t2va", outputs=("videos", "audio"),
@@ -94,7 +114,7 @@ FAMILY = ModelFamily(
     # ComfyUI's detection keys (comfy/model_detection.py): the video and the audio patch projections
     denoiser_keys=("video_patch_proj.weight", "audio_patch_proj.weight"),
     width_key="video_patch_proj.weight", width_agrees=("condition_proj.weight", 0), sizes=sizes,
-    text_widths=text_widths, variant=variant, denoiser_for=denoiser_for, vae="vae-minimax-h3",
+    text_widths=text_widths, variant=variant, denoiser_for=denoiser_for, files_task=files_task, vae="vae-minimax-h3",
     vae_hint="MiniMax H3's minimax_h3_video_vae",
     audio_vae=("vae-minimax-h3-audio", "minimax_h3_audio_vae_fp32.safetensors"),
 )
