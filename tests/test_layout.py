@@ -97,3 +97,10 @@ def test_the_import_reader_sees_relative_imports():
     assert {"backend.protocol.messages", "backend.worker.compiler", "torch"} <= names
     names = {name for name, _ in _imports(BACKEND / "controller" / "api.py")}
     assert {"backend.controller", "backend.protocol.spec"} <= names
+
+
+def test_every_backend_module_stays_within_500_lines():
+    """A module past 500 lines holds more than one concern: split it by job (the house's rule)."""
+    long = {str(p.relative_to(ROOT)): n for p in sorted(BACKEND.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > 500}
+    assert long == {}

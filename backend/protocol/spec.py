@@ -1,9 +1,7 @@
 """What both processes agree on: the immutable descriptions that flow through the node graph and over the link
-(the families they name live in backend/families).
-
-Nodes build these; the controller checks them once and the worker follows them. A new seed or prompt reuses
-everything, a new model reloads, a new device kind or chip count restarts the worker group.
-"""
+(the families they name live in backend/families). Nodes build these; the controller checks them once and the
+worker follows them. A new seed or prompt reuses everything, a new model reloads, a new device kind or chip count
+restarts the worker group."""
 
 from __future__ import annotations
 
