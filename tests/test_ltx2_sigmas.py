@@ -106,3 +106,23 @@ def test_the_templates_stage1_sigmas_equal_plain_diffusers_called_with_them(tiny
     own = api.run_sample_outputs(api.prepare_sample(api.make_spec("tiny-ltx2", [str(tiny_models)]), req, start),
                                  lambda m: None)
     assert np.abs(own["images"] - out["images"]).max() > 1e-3, "LTX-2's own (shifted) schedule: another video"
+
+
+@pytest.mark.workers
+def test_compiled_the_sigmas_build_no_graph_of_their_own(tiny_models):
+    """In compiled mode the templates' sigmas run on the warm-up's graph (their timesteps are values, not shapes):
+    0 unexpected recompiles over seeds, and the frames of eager mode on the same sigmas."""
+    spec, _ = api.with_compile(api.make_spec("tiny-ltx2", [str(tiny_models)]), "whole denoiser", "eager",
+                               "64x64x9f", False)
+    spec, _ = api.sampling_options(spec, sigmas=DISTILLED)
+    warm = api.load(spec)["compile"]
+    video = dict(LTX, width=64, height=64, frame_rate=24.0)
+    for seed in (11, 3):
+        out = api.run_sample_outputs(api.prepare_sample(spec, SampleRequest(**{**video, "seed": seed})))
+    stats = api.compile_stats()
+    assert (stats["compiles"], stats["graphs"], stats["unexpected_recompiles"], stats["hits"]) == (
+        1, warm["graphs"], 0, 2), stats
+    eager, _ = _options(tiny_models)
+    plain = api.run_sample_outputs(api.prepare_sample(eager, SampleRequest(**{**video, "seed": 3})))
+    for key in ("images", "audio"):
+        assert np.abs(out[key] - plain[key]).max() <= TOLERANCE, key
