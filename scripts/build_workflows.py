@@ -351,8 +351,8 @@ def _ltx2_image_to_video() -> dict:
         lora="ltx_2.3_22b_distilled_1.1_lora_dynamic_fro09_avg_rank_111_bf16.safetensors",
         description="LTX-2.3 image to video with sound, as ComfyUI's video_ltx2_3_i2v template: Load Image (start "
                     "frame) + Load TPU Pipeline (ComfyUI files: ltx-2.3-22b-dev-fp8, gemma_3_12B_it_fp4_mixed) -> "
-                    "Load LoRA (its distilled LoRA, 0.5) -> Sample Video "
-                    "(1280x704, 121 frames at 25 fps, 8 steps at half size, guidance 1, then the x2 spatial "
+                    "Load LoRA (its distilled LoRA, 0.5) -> Sampling Options (its stage-1 ManualSigmas) -> Sample "
+                    "Video (1280x704, 121 frames at 25 fps, 8 steps at half size, guidance 1, then the x2 spatial "
                     "upscaler and 3 steps on 0.85, 0.725, 0.4219) -> frames and audio -> Create Video (25 fps) -> "
                     "Save Video (mp4 with sound). Needs the template's files: the checkpoint in models/checkpoints, "
                     "Gemma in models/text_encoders, the LoRA in models/loras and the upscaler in "
@@ -361,23 +361,28 @@ def _ltx2_image_to_video() -> dict:
 ## LTX-2.3 image to video, with sound, in two stages
 
 **Load Image** (the first frame) and **Load TPU Pipeline (ComfyUI files)** (LTX-2.3 dev) → **Load LoRA (TPU)** (the template's
-distilled LoRA at **0.5**) → **Sample Video (TPU)** (`start_image`; 1280×704, 121 frames at **25 fps**, **8
-steps, guidance 1**, `upscale_model` the ×2 spatial upscaler) → **Create Video** (fps 25) → **Save Video**.
+distilled LoRA at **0.5**) → **Sampling Options** (`sigmas`: the template's stage-1 ManualSigmas) → **Sample
+Video (TPU)** (`start_image`; 1280×704, 121 frames at **25 fps**, **8 steps, guidance 1**, `upscale_model` the
+×2 spatial upscaler) → **Create Video** (fps 25) → **Save Video**.
 
-As ComfyUI's `video_ltx2_3_i2v` template runs it: 8 distilled steps at half size (640×352), its ×2 latent
-upscaler (`ltx-2.3-spatial-upscaler-x2-1.1` in `models/latent_upscale_models`), then 3 steps at full size on
-the template's ManualSigmas **0.85, 0.725, 0.4219** (`upscale_sigmas`), with the stage-1 sound carried over.
-1280×720 and 126 frames become 1280×704 (two stages: multiples of 64) and 121 frames (8k + 1). The template's
-stage-1 ManualSigmas (the 8 distilled values), its start-frame strength 0.7 and its prompt enhancer (off by
-default) are not carried over: stage 1 runs LTX-2's own schedule for 8 steps, the start frame at full strength.
+As ComfyUI's `video_ltx2_3_i2v` template runs it: 8 distilled steps at half size (640×352) on its stage-1
+ManualSigmas **1.0, 0.99375, 0.9875, 0.98125, 0.975, 0.909375, 0.725, 0.421875** (Sampling Options' `sigmas`,
+run as given), its ×2 latent upscaler (`ltx-2.3-spatial-upscaler-x2-1.1` in `models/latent_upscale_models`),
+then 3 steps at full size on its ManualSigmas **0.85, 0.725, 0.4219** (`upscale_sigmas`), with the stage-1
+sound carried over; Euler in both, as the template. 1280×720 and 126 frames become 1280×704 (two stages:
+multiples of 64) and 121 frames (8k + 1). Not carried over: its start-frame strength 0.7 (the start frame at
+full strength) and its prompt enhancer (off by default).
 
 **Files**: the template's own: `models/checkpoints/ltx-2.3-22b-dev-fp8.safetensors` (the DiT, both VAEs, the
 vocoder) and `models/text_encoders/gemma_3_12B_it_fp4_mixed.safetensors` (kept quantized). A diffusers folder of
-LTX-2.3 dev loads too, in Load TPU Pipeline (`LTX-2`). The template's Gemma LoRA (abliterated, on the text
-encoder) is not carried over.
+LTX-2.3 dev loads too, in Load TPU Pipeline (`LTX-2`). The template's Gemma LoRA (`gemma-3-12b-it-abliterated_lora_rank64_bf16`, LoraLoader 1 / 1) feeds only its
+prompt enhancer (TextGenerateLTX2Prompt, off by default): the prompt is encoded without it, so the video does
+not depend on it (diffusers' LTX-2 LoRA loader takes the transformer and connectors only, no Gemma).
 """)
 
 
+# the LTX-2.3 / 2.5 templates' stage-1 ManualSigmas (diffusers' DISTILLED_SIGMA_VALUES, then ComfyUI's final 0)
+LTX23_STAGE1_SIGMAS = "1.0, 0.99375, 0.9875, 0.98125, 0.975, 0.909375, 0.725, 0.421875, 0.0"
 # LTX-2.3's files as its templates name them (Load TPU Pipeline (ComfyUI files): the all-in-one checkpoint and Gemma 3)
 LTX23_FILES = {"diffusion_model": "(none)", "text_encoder_1": "gemma_3_12B_it_fp4_mixed.safetensors",
                "text_encoder_2": "(none)", "text_encoder_3": "(none)", "vae": "(none)",
@@ -392,8 +397,9 @@ def _ltx2_two_stage(*, name: str, model: str, start_image: bool, prompt: str, fr
     """An LTX-2.3 / 2.5 template on the pack: [Load Image ->] Load TPU Pipeline (with `files`: Load TPU Pipeline
     (ComfyUI files)) [-> Load LoRA] [and Load Audio, the sound kept] -> Sample Video with the x2 upscaler
     (1280x704, 121 frames, 8 steps, guidance 1; stage 2 on the templates' sigmas) -> Create Video -> Save Video.
-    Node ids: Load 1, Sample Video 2, Create Video 3, the note 4, Save Video 5, Load Image 6, Load LoRA 7, Load
-    Audio 8."""
+    Stage 1 runs the templates' own ManualSigmas (LTX23_STAGE1_SIGMAS) as Sampling Options' sigmas, the 8 steps
+    following them. Node ids: Load 1, Sample Video 2, Create Video 3, the note 4, Save Video 5, Load Image 6, Load
+    LoRA 7, Load Audio 8, Sampling Options 9."""
     sample = {"prompt": prompt, "negative_prompt": negative, "width": 1280, "height": 704, "frames": frames,
               "steps": 8, "guidance": 1.0, "seed": 0, "control_after_generate": "randomize", "batch_size": 1,
               "frame_rate": frame_rate, "upscale_model": upscaler, "upscale_sigmas": "0.85, 0.7250, 0.4219, 0.0",
@@ -404,18 +410,21 @@ def _ltx2_two_stage(*, name: str, model: str, start_image: bool, prompt: str, fr
              if files is None else
              {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 330],
               "widgets": {**files, "dtype": "auto", "device": "auto", "offload": "auto"}},
-             {"id": 2, "type": "TPUSampleVideo", "pos": [410, 130], "size": [400, 640], "widgets": sample},
-             {"id": 3, "type": "CreateVideo", "pos": [850, 130], "size": [300, 120], "widgets": {"fps": frame_rate}},
-             {"id": 5, "type": "SaveVideo", "pos": [1190, 130], "size": [420, 500],
+             {"id": 9, "type": "TPUSamplingOptions", "pos": [410, 130], "size": [300, 0],
+              "widgets": {"prompt_cache": True, "batched": False, "true_cfg_scale": 1.0, "step_cache": "off",
+                          "cache_threshold": 0.0, "sigmas": LTX23_STAGE1_SIGMAS}},
+             {"id": 2, "type": "TPUSampleVideo", "pos": [750, 130], "size": [400, 640], "widgets": sample},
+             {"id": 3, "type": "CreateVideo", "pos": [1190, 130], "size": [300, 120], "widgets": {"fps": frame_rate}},
+             {"id": 5, "type": "SaveVideo", "pos": [1530, 130], "size": [420, 500],
               "widgets": {"filename_prefix": prefix, "format": "auto", "codec": "auto"}},
              _note(4, [40, 820] if files is None else [410, 820], note, size=(770, 400))]
-    links = [[2, "frames", 3, "images"], [2, "audio", 3, "audio"], [3, 0, 5, "video"]]
+    links = [[2, "frames", 3, "images"], [2, "audio", 3, "audio"], [3, 0, 5, "video"], [9, "pipeline", 2, "pipeline"]]
     if lora:
         nodes.append({"id": 7, "type": "TPULoadLoRA", "pos": [40, below + 210], "size": [330, 130],
                       "widgets": {"lora_name": lora, "strength": 0.5, "strength_text_encoder": 1.0}})
-        links += [[1, "pipeline", 7, "pipeline"], [7, "pipeline", 2, "pipeline"]]
+        links += [[1, "pipeline", 7, "pipeline"], [7, "pipeline", 9, "pipeline"]]
     else:
-        links.append([1, "pipeline", 2, "pipeline"])
+        links.append([1, "pipeline", 9, "pipeline"])
     if start_image:
         nodes.append({"id": 6, "type": "LoadImage", "pos": [40, below + (370 if lora else 230)], "size": [330, 300],
                       "widgets": {"image": image}})
@@ -430,17 +439,20 @@ def _ltx2_two_stage(*, name: str, model: str, start_image: bool, prompt: str, fr
 _LTX25_NOTE = """
 ## LTX-2.5 {what}, with sound, in two stages
 
-{load}**Load TPU Pipeline** (LTX-2.5 distilled) → **Sample Video (TPU)** ({start}1280×704, 121 frames at **24
-fps**, **8 steps, guidance 1, audio_guidance 1**, `upscale_model` its ×2 latent upscaler) → **Create Video**
-(fps 24) → **Save Video** (mp4 with sound).
+{load}**Load TPU Pipeline** (LTX-2.5 distilled) → **Sampling Options** (`sigmas`: the template's stage-1
+ManualSigmas) → **Sample Video (TPU)** ({start}1280×704, 121 frames at **24 fps**, **8 steps, guidance 1,
+audio_guidance 1**, `upscale_model` its ×2 latent upscaler) → **Create Video** (fps 24) → **Save Video** (mp4
+with sound).
 
-As ComfyUI's `{name}` template runs it: 8 distilled steps at half size, its ×2 latent upscaler
-(`ltx-2.5-latent-spatial-upscaler-x2-bf16-1.0` in `models/latent_upscale_models`), then 3 steps at full size on
-the template's ManualSigmas **0.85, 0.725, 0.4219**. Its **LTXV Dual CFG Guider** (video_cfg 1, audio_cfg 1) is
-`guidance` and `audio_guidance`: plain CFG on the video and on the sound, one pass a step at 1. 1280×720 becomes
-1280×704 (two stages: multiples of 64); 5 s at 24 fps is 121 frames. Not carried over: the stage-1 ManualSigmas
-(LTX-2's own schedule for 8 steps runs), its `euler_ancestral` sampler (euler here){strength} and the Gemma 4
-prompt enhancer (on in the template).
+As ComfyUI's `{name}` template runs it: 8 distilled steps at half size on its stage-1 ManualSigmas **1.0,
+0.99375, 0.9875, 0.98125, 0.975, 0.909375, 0.725, 0.421875** (Sampling Options' `sigmas`, run as given), its ×2
+latent upscaler (`ltx-2.5-latent-spatial-upscaler-x2-bf16-1.0` in `models/latent_upscale_models`), then 3 steps
+at full size on its ManualSigmas **0.85, 0.725, 0.4219** (`upscale_sigmas`). Its **LTXV Dual CFG Guider**
+(video_cfg 1, audio_cfg 1) is `guidance` and `audio_guidance`: plain CFG on the video and on the sound, one pass
+a step at 1. 1280×720 becomes 1280×704 (two stages: multiples of 64); 5 s at 24 fps is 121 frames. Not carried
+over: its `euler_ancestral` sampler in both stages (Euler runs: diffusers' LTXEulerAncestralRFScheduler would
+draw each step's noise without the call's generator, since LTX2Pipeline hands scheduler.step none, so the video
+would not follow the seed){strength} and the Gemma 4 prompt enhancer (on in the template).
 
 **Model**: a diffusers folder of LTX-2.5 in `models/diffusers/LTX-2.5` (LTX2Pipeline with its Gemma 4 text
 encoder, as diffusers 0.42.1 loads it); ComfyUI's split `ltx-2.5-*` files do not load yet.
@@ -457,8 +469,8 @@ def _ltx25(image: bool) -> dict:
         prefix=f"video/LTX-2.5_{'i2v' if image else 't2v'}",
         description=f"LTX-2.5 {what} with sound, as ComfyUI's {name} template: "
                     + ("Load Image (start frame) + " if image else "")
-                    + "Load TPU Pipeline (LTX-2.5) -> Sample Video (1280x704, 121 frames at 24 fps, 8 steps at half "
-                      "size, guidance 1 and audio_guidance 1 as its dual CFG guider, then the x2 latent upscaler "
+                    + "Load TPU Pipeline (LTX-2.5) -> Sampling Options (its stage-1 ManualSigmas) -> Sample Video "
+                      "(1280x704, 121 frames at 24 fps, 8 steps at half size, guidance 1 and audio_guidance 1 as its dual CFG guider, then the x2 latent upscaler "
                       "and 3 steps on 0.85, 0.725, 0.4219) -> frames and audio -> Create Video (24 fps) -> Save "
                       "Video (mp4 with sound). Needs models/diffusers/LTX-2.5 and the upscaler in "
                       "models/latent_upscale_models.",
@@ -479,25 +491,28 @@ def _ltx2_image_audio_to_video() -> dict:
 ## LTX-2.3 image + audio to video, in two stages
 
 **Load Image** (the first frame), **Load Audio** (the sound) and **Load TPU Pipeline (ComfyUI files)** (LTX-2.3
-dev) → **Load LoRA (TPU)** (the template's distilled LoRA at **0.5**) → **Sample Video (TPU)** (`start_image`,
-`audio`; 1280×704, 217 frames at **24 fps** = 9 s, **8 steps, guidance 1**, `upscale_model` the ×2 spatial
-upscaler) → **Create Video** (fps 24) → **Save Video** (mp4 with sound).
+dev) → **Load LoRA (TPU)** (the template's distilled LoRA at **0.5**) → **Sampling Options** (`sigmas`: the
+template's stage-1 ManualSigmas) → **Sample Video (TPU)** (`start_image`, `audio`; 1280×704, 217 frames at **24
+fps** = 9 s, **8 steps, guidance 1**, `upscale_model` the ×2 spatial upscaler) → **Create Video** (fps 24) →
+**Save Video** (mp4 with sound).
 
 The model **keeps the sound** and makes the frames to go with it (a talking or singing character): the
 template's LTXVAudioVAEEncode and SetLatentNoiseMask(0) on the audio. The sound must last as long as the video:
 frames / frame_rate seconds (a longer file: trim it first with Trim Audio Duration, as the template does to its
 9 s). It is resampled to the model's rate.
 
-As ComfyUI's `video_ltx2_3_ia2v` template runs it: 8 distilled steps at half size (640×352), its ×2 latent
-upscaler (`ltx-2.3-spatial-upscaler-x2-1.1` in `models/latent_upscale_models`), then 3 steps at full size on
-the template's ManualSigmas **0.85, 0.725, 0.4219** (`upscale_sigmas`), the sound kept in both. 1280×720 and
-9 s become 1280×704 (two stages: multiples of 64) and 217 frames (8k + 1). Not carried over: the stage-1
-ManualSigmas (LTX-2's own schedule for 8 steps runs), the start-frame strength 0.7, the Gemma LoRA and the
-prompt enhancer (off by default).
+As ComfyUI's `video_ltx2_3_ia2v` template runs it: 8 distilled steps at half size (640×352) on its stage-1
+ManualSigmas **1.0, 0.99375, 0.9875, 0.98125, 0.975, 0.909375, 0.725, 0.421875** (Sampling Options' `sigmas`,
+run as given), its ×2 latent upscaler (`ltx-2.3-spatial-upscaler-x2-1.1` in `models/latent_upscale_models`),
+then 3 steps at full size on its ManualSigmas **0.85, 0.725, 0.4219** (`upscale_sigmas`), the sound kept in
+both; Euler in both, as the template. 1280×720 and 9 s become 1280×704 (two stages: multiples of 64) and 217
+frames (8k + 1). Not carried over: the start-frame strength 0.7 and the prompt enhancer (off by default).
 
 **Files**: the template's own: `models/checkpoints/ltx-2.3-22b-dev-fp8.safetensors`,
 `models/text_encoders/gemma_3_12B_it_fp4_mixed.safetensors`, and its `cactus_man.png` and `ltx_23_audio.mp3`
-in ComfyUI's input folder.
+in ComfyUI's input folder. The template's Gemma LoRA (`gemma-3-12b-it-abliterated_lora_rank64_bf16`, LoraLoader 1 / 1) feeds only its
+prompt enhancer (TextGenerateLTX2Prompt, off by default): the prompt is encoded without it, so the video does
+not depend on it (diffusers' LTX-2 LoRA loader takes the transformer and connectors only, no Gemma).
 """
     return _ltx2_two_stage(
         name="video_ltx2_3_ia2v", model="", files=LTX23_FILES, start_image=True, image="cactus_man.png",
@@ -506,8 +521,8 @@ in ComfyUI's input folder.
         lora="ltx_2.3_22b_distilled_1.1_lora_dynamic_fro09_avg_rank_111_bf16.safetensors", note=note,
         description="LTX-2.3 image + audio to video in two stages, as ComfyUI's video_ltx2_3_ia2v template: Load "
                     "Image (start frame) + Load Audio (the sound, kept) + Load TPU Pipeline (ComfyUI files: "
-                    "ltx-2.3-22b-dev-fp8, gemma_3_12B_it_fp4_mixed) -> Load LoRA (its distilled LoRA, 0.5) -> Sample "
-                    "Video (1280x704, 217 frames at 24 fps, 8 steps at half size, guidance 1, then the x2 spatial "
+                    "ltx-2.3-22b-dev-fp8, gemma_3_12B_it_fp4_mixed) -> Load LoRA (its distilled LoRA, 0.5) -> Sampling "
+                    "Options (its stage-1 ManualSigmas) -> Sample Video (1280x704, 217 frames at 24 fps, 8 steps at half size, guidance 1, then the x2 spatial "
                     "upscaler and 3 steps on 0.85, 0.725, 0.4219) -> frames and audio -> Create Video (24 fps) -> "
                     "Save Video (mp4 with sound). Needs the template's files, the LoRA in models/loras and the "
                     "upscaler in models/latent_upscale_models.")

@@ -5,7 +5,9 @@ argument (controller side; no torch).
 ComfyUI's list ends with the final sigma 0; diffusers' `sigmas` excludes it (the scheduler appends it), so a
 trailing 0 is dropped and the steps are the sigmas left. The pipeline's scheduler treats them as its own
 `set_timesteps(sigmas=...)` does (Qwen-Image 2.1 and Krea 2 still apply their timestep shift where their
-scheduler config shifts: the same as plain diffusers called with these sigmas).
+scheduler config shifts: the same as plain diffusers called with these sigmas). LTX-2 runs them as given, as
+ComfyUI's ManualSigmas does (Pipeline.sigmas_as_given: its scheduler without the dynamic shift, as diffusers' own
+two-stage recipe runs stage 2; the shift by the token count would warp the templates' distilled schedule).
 """
 
 from __future__ import annotations
@@ -64,8 +66,9 @@ def describe(spec: PipelineSpec) -> str:
     """What the sigmas do, for Sampling Options' text ('' without)."""
     if not spec.sigmas:
         return ""
+    given = " (as given: its scheduler's shift off, as ComfyUI's ManualSigmas)" if spec.family.sigmas_as_given else ""
     return (f"sigmas: {len(spec.sigmas)} steps on your schedule ({', '.join(f'{s:g}' for s in spec.sigmas)}, then "
-            "0), handed to the pipeline as diffusers' sigmas; Sample's steps follow it.")
+            f"0), handed to the pipeline as diffusers' sigmas{given}; Sample's steps follow it.")
 
 
 def apply(spec: PipelineSpec, req: SampleRequest, starts_from_image: bool) -> tuple[SampleRequest, str]:

@@ -175,6 +175,9 @@ class Pipeline:
     # its call takes `sigmas=`, a schedule of the artist's own (Sampling Options' sigmas: Qwen-Image 2.1 Turbo's
     # ManualSigmas), which also sets the step count
     sigmas_arg: bool = False
+    # those sigmas run as given, as ComfyUI's ManualSigmas runs them: its scheduler's dynamic shift and
+    # shift_terminal switched off for them (LTX-2's shift by the token count would warp a distilled schedule)
+    sigmas_as_given: bool = False
     # The step caches (spec.STEP_CACHES) that suit it: diffusers' hooks know its blocks and the pipeline runs its
     # denoiser under cache contexts; MagCache also needs the model's magnitude ratios (diffusers ships FLUX.1's)
     step_caches: tuple[str, ...] = ()

@@ -232,6 +232,10 @@ class Compiler:
         import torch
 
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        if hasattr(logging.Logger, "warning_once"):  # transformers' patch, which diffusers' hooks call
+            # diffusers' context-parallel hooks warn once, inside the graph, where they leave an input the plan
+            # does not fit whole (LTX-2's [batch] timestep): a log call Dynamo cannot trace in one graph
+            torch._dynamo.config.ignore_logging_functions.add(logging.Logger.warning_once)
         options = {"fullgraph": True, "dynamic": False, "backend": plan.backend}
         if plan.target == "whole denoiser":
             module.compile(**options)

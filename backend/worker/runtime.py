@@ -393,12 +393,12 @@ class Runtime:
         own = {**self.own_scheduler.config, "_class_name": type(self.own_scheduler).__name__}
         chosen = samplers.resolve(own, spec.family, req.sampler, req.scheduler,
                                   image_input=kind in (images.IMG2IMG, images.INPAINT, images.LATENT))
+        if spec.sigmas and spec.family.sigmas_as_given:  # Sampling Options' sigmas unshifted (LTX-2: base.py)
+            own, chosen = {**own, "use_dynamic_shifting": False, "shift_terminal": None}, chosen or (own["_class_name"], {})
         if chosen is None:
             return self.own_scheduler
         import diffusers
-
-        name, options = chosen
-        return getattr(diffusers, name).from_config(samplers.scheduler_config(own, name, options, seed))
+        return getattr(diffusers, chosen[0]).from_config(samplers.scheduler_config(own, *chosen, seed))
 
     def _cfg_split(self, pipe: Any, spec: PipelineSpec, kwargs: dict, say: bool) -> Any:
         """CFG Parallel for one call: split when the pipeline runs two passes, else both ranks run it whole."""

@@ -59,7 +59,7 @@ def _cp_tokens(frames: int, video: int, audio: int) -> dict[str, int]:
 
 _VIDEO = dict(cfg_doubles_batch=True, cfg_passes="batch", cp_plan=True, cp_plan_module="cp", cp_masked_text=True,
               text_tokens=1024, cp_tokens=_cp_tokens, cp_whole_if_uneven=("audio",),
-              frame_step=8, sigmas="always",
+              frame_step=8, sigmas="always", sigmas_arg=True, sigmas_as_given=True,
               sound=("audio_vae", "vocoder"), sound_rate="vocoder.output_sampling_rate", frame_rate_arg="frame_rate",
               guidance_also=("audio_guidance_scale",), call_args=OFF, check_kind="video with sound",
               step_caches=("taylorseer",), taylorseer_modules=TAYLORSEER_MODULES, no_step_cache=NO_CACHE,
