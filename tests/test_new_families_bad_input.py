@@ -167,6 +167,22 @@ def test_ltx2_sides_its_vae_cannot_decode_are_refused_naming_the_least(tiny_mode
     api.check_request(_minimax(tiny_models), SampleRequest(**{**MINIMAX, "width": 32}))  # MiniMax H3's VAE takes 32
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("height, width", [(512, 64), (64, 512)])
+def test_a_minimax_reference_image_beyond_four_to_one_is_refused_before_any_worker(tiny_models, monkeypatch, height,
+                                                                                   width):
+    """diffusers' MiniMax H3 blocks raise a bare ValueError ("A reference image must be within 1:4 and 4:1") in the
+    worker, after it has loaded; the pack refuses it first, naming the size and the fix; 4:1 runs."""
+    _no_worker(monkeypatch)
+    spec, req = _minimax(tiny_models), SampleRequest(**MINIMAX)
+    with pytest.raises(ModelError, match=rf"^reference_images: {width}x{height}: MiniMax H3 takes reference images "
+                                         r"whose sides differ by at most 4:1 .*Crop it nearer a square"):
+        api.prepare_sample(spec, req, references=np.zeros((1, height, width, 3), np.float32))
+    four = (256, 64) if height > width else (64, 256)
+    assert api.prepare_sample(spec, req, references=np.zeros((1, *four, 3), np.float32)).arrays["references"].shape[
+        1:3] == four
+
+
 # ---- ComfyUI's files: a text encoder too shallow, a quantized layer mislabelled
 
 NEW_FILES = ("flux2", "krea2", "qwenimage21", "flux3", "ideogram4")  # FLUX 3 reads Krea 2's Qwen3-VL, FLUX.2's VAE

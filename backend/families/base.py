@@ -94,6 +94,9 @@ class Modular:
     decode: str = ""
     # the blocks' class of one reference image, in diffusers.modular_pipelines ("minimax_h3.MiniMaxH3ImageReference")
     image_reference: str = ""
+    # ... whose sides may differ by at most this factor (MiniMax H3's blocks raise a bare ValueError beyond 4:1);
+    # 0: any
+    reference_aspect: float = 0.0
     # the blocks' class of one reference sound (MiniMax H3's ref2va: "minimax_h3.MiniMaxH3AudioReference", the
     # prompt's <Audio 1>, ...): Sample Video's reference_audio, at most `audio_references` of them, beside reference
     # images, read for `fps`-frame-a-second videos (the rest is cut); "": reference_audio is refused
