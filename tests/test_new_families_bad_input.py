@@ -168,6 +168,58 @@ def test_ltx2_sides_its_vae_cannot_decode_are_refused_naming_the_least(tiny_mode
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("sigmas, shown", [((float("nan"), 0.5), "nan, 0.5"), ((float("inf"),), "inf"),
+                                           ((5.0, 0.5), "5, 0.5"), ((0.4, 0.9), "0.4, 0.9")])
+def test_ltx2_stage_two_sigmas_the_node_would_refuse_are_refused_through_the_api_too(tiny_models, tmp_path,
+                                                                                    monkeypatch, sigmas, shown):
+    """Sample Video's text is checked by the node (two_stage.parse_sigmas); a request built otherwise (a script, the
+    API) with a NaN ran to NaN frames blamed on "NaN or infinity in the model's weights"; now the same rule refuses
+    it before any worker, naming upscale_sigmas; the templates' values (a last 0 too) pass."""
+    from backend.families.ltx2 import two_stage
+
+    _no_worker(monkeypatch)
+    req = dict(LTX, width=128, height=128, upscale_model=str(tmp_path / "ltx-2.3-spatial-upscaler-x2.safetensors"))
+    with pytest.raises(InputError, match=rf"^upscale_sigmas: {shown} must be falling values in \(0, 1\]"):
+        api.prepare_sample(_ltx(tiny_models), SampleRequest(**req, upscale_sigmas=sigmas))
+    api.check_request(_ltx(tiny_models), SampleRequest(**req, upscale_sigmas=(*two_stage.TEMPLATE_SIGMAS, 0.0)))
+
+
+IMAGE = dict(prompt="a red fox", width=64, height=64, steps=2, guidance=3.5, seed=1)
+HELD = {  # tiny model -> (its request, a memory bomb, a frame count or side it cannot make)
+    "tiny-qwenimage21": (IMAGE, dict(width=2048, height=2048, batch_size=64), dict(width=48)),
+    "tiny-krea2": (IMAGE, dict(width=2048, height=2048, batch_size=64), dict(width=40)),
+    "tiny-ideogram4": (IMAGE, dict(width=2048, height=2048, batch_size=64), dict(height=24)),
+    "tiny-flux3": (IMAGE, dict(width=2048, height=2048, batch_size=64), dict(frames=9)),
+    "tiny-ltx2": (LTX, dict(width=1024, height=1024, frames=1017, batch_size=64), dict(frames=10)),
+    "tiny-minimax-h3": ({**MINIMAX, "prompt": "a robot dancing"}, dict(width=1024, height=1024, frames=345,
+                                                                         batch_size=64), dict(frames=362)),
+}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", sorted(HELD))
+def test_what_held_on_the_new_families_guidance_memory_bombs_and_sizes(tiny_models, monkeypatch, name):
+    """The cases that were refused already (a compact table): guidance NaN or infinite, a prompt whose frames or
+    images (and sound) the host cannot hold, a size or frame count the model cannot make; each before any worker,
+    within 2 s, naming the input."""
+    monkeypatch.setenv("COMFYUI_TPU_MAX_MEGAPIXELS", "100")
+    monkeypatch.setattr(devices, "host_memory", lambda: (16 * 2**30, 8 * 2**30))
+    _no_worker(monkeypatch)
+    spec, (base, bomb, unmade) = api.make_spec(name, [str(tiny_models)]), HELD[name]
+    for change, error, words in (({"guidance": float("nan")}, InputError, r"^guidance: nan is not a number"),
+                                 ({"guidance": float("inf")}, InputError, r"^guidance: inf is not a number"),
+                                 (bomb, ModelError, r"^batch_size, (frames, )?width/height: 64 (videos|images) of "
+                                                    r"(1024x1024 × \d+ frames|2048x2048) are .* at most \d+ at this "
+                                                    r"size"),
+                                 (unmade, ModelError, rf"^({'|'.join(unmade)}|pipeline): ")):
+        started = time.monotonic()
+        with pytest.raises(error, match=words):
+            api.prepare_sample(spec, SampleRequest(**{**base, **change}))
+        assert time.monotonic() - started < 2, change
+    api.prepare_sample(spec, SampleRequest(**base))
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("height, width", [(512, 64), (64, 512)])
 def test_a_minimax_reference_image_beyond_four_to_one_is_refused_before_any_worker(tiny_models, monkeypatch, height,
                                                                                    width):

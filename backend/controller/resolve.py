@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from .. import families
 from ..protocol.errors import SampleError
 from ..protocol.spec import PipelineSpec, SampleRequest
 from . import (
@@ -127,3 +128,5 @@ def _check_upscale(spec: PipelineSpec, req: SampleRequest) -> None:
     if not req.upscale_sigmas:
         raise SampleError("upscale_sigmas: none given; the second stage needs its sigmas, e.g. the templates' "
                           "0.85, 0.725, 0.4219.")
+    families.module(spec.family.family, spec.family.latent_upscale).check_sigmas(
+        req.upscale_sigmas, ", ".join(f"{s:g}" if isinstance(s, (int, float)) else repr(s) for s in req.upscale_sigmas))
