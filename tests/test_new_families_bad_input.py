@@ -3,8 +3,9 @@ and ComfyUI's quantized files under a careless or hostile artist's input, each r
 with the pack's error naming the input, the value and the fix (the cases that were holes), or taken as ComfyUI
 takes it: Sample Video's AUDIO (LTX-2) and reference_audio (MiniMax H3) at rates no sound has, integer or
 overloud samples, batches that do not match the videos, a tensor without data; the sound counted in the output
-bound; LTX-2's sides below what its VAE decodes; a Qwen3-VL text encoder of the width but too few layers; a
-quantized layer whose comfy_quant marker names another format than its bytes hold. The cases that held before
+bound; LTX-2's sides below what its VAE decodes and stage-2 sigmas that are not numbers; a MiniMax H3 reference
+image beyond 4:1; a Qwen3-VL text encoder of the width but too few layers; a quantized layer whose comfy_quant
+marker names another format than its bytes hold; and, as a compact table, what held. The cases that held before
 (bad audio, an hour of sound, memory bombs, wrong-family files) are tests/test_ltx2_audio.py, test_minimax_h3.py,
 test_files.py and test_quantized.py."""
 
