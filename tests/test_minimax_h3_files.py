@@ -197,7 +197,7 @@ def test_renamed_files_are_told_by_their_headers(files, tmp_path, comfyui_dir, m
 @pytest.mark.parametrize(("changes", "message"), [
     ({"audio_vae": None}, r"audio_vae: MiniMax H3 .* none was chosen\. Put minimax_h3_audio_vae_fp32\.safetensors "
                           r"in ComfyUI's models/vae folder and choose it in audio_vae"),
-    ({"audio_vae": "vae"}, r"audio_vae: 'minimax_h3_video_vae-tiny\.safetensors' is not a audio VAE .* choose "
+    ({"audio_vae": "vae"}, r"audio_vae: 'minimax_h3_video_vae-tiny\.safetensors' is not an audio VAE .* choose "
                            r"MiniMax H3's audio VAE"),
     ({"vae": "audio_vae"}, r"vae: 'minimax_h3_audio_vae-tiny_fp32\.safetensors' is a VAE with 4 latent channels of "
                            r"another kind; .*minimax_h3_video_vae"),

@@ -118,6 +118,12 @@ def _video_images(spec: PipelineSpec, image: np.ndarray | None, end_image: np.nd
                              "images; disconnect them, or load a model that does "
                              f"({families.family_names(lambda p: bool(p.video_references))}).")
         arrays["references"] = refs = checked_image(references, "reference_images")
+        aspect = family.modular.reference_aspect if family.modular else 0.0
+        if aspect and (wide := [f"{w}x{h}" for h, w in {r.shape[:2] for r in refs}
+                                if max(w, h) > aspect * min(w, h)]):
+            raise ModelError(f"reference_images: {', '.join(sorted(wide))}: {family.name} takes reference images "
+                             f"whose sides differ by at most {aspect:g}:1 (its blocks refuse others). Crop it nearer a "
+                             "square (ComfyUI's ImageCrop), or pad it.")
         if len(refs) > family.video_references:
             raise ModelError(f"reference_images: {len(refs)} images, and {family.name} takes at most "
                              f"{family.video_references}; batch fewer (Image Batch of at most "

@@ -214,19 +214,24 @@ def model_max_side(transformer_config: dict, size_factor: int) -> int | None:
 
 
 def check_size(info: ModelInfo, width: int, height: int, max_side: int = 8192) -> None:
-    """Width/height must be positive multiples of the pipeline's factor and not absurdly large."""
+    """Width/height must be multiples of the pipeline's factor, from its smallest side (Pipeline.min_size_multiples)
+    and not absurdly large."""
     f = info.size_factor
-    model_max = info.max_side
+    model_max, least = info.max_side, f * info.family.min_size_multiples
     for name, value in (("width", width), ("height", height)):
+        if 0 < value < least and not value % f:
+            raise ModelError(f"{name}: {value} is less than {info.family.name} can make: its VAE needs at least "
+                             f"{info.family.min_size_multiples} latent pixels a side, {least} pixels; use {least} or "
+                             "more.")
         if value <= 0 or value > max_side:
-            raise ModelError(f"{name}: {value} is out of range; use a value between {f} and {max_side}.")
+            raise ModelError(f"{name}: {value} is out of range; use a value between {least} and {max_side}.")
         if model_max is not None and value > model_max:
             raise ModelError(f"{name}: {value} is more than '{Path(info.path).name}' can make: its "
                              f"transformer's position embedding covers at most {model_max} pixels per side; "
                              f"use at most {model_max}.")
         if value % f:
             lo, hi = (value // f) * f, (value // f + 1) * f
-            near = f"{lo} or {hi}" if lo else str(hi)
+            near = f"{lo} or {hi}" if lo >= least else str(max(hi, least))
             raise ModelError(f"{name}: {value} is not a multiple of {f}, which {info.family.name} needs; "
                              f"use {near}.")
 

@@ -135,12 +135,13 @@ def check(spec: PipelineSpec, width: int, height: int, batch: int = 1, name: str
 
 
 def check_output(spec: PipelineSpec, width: int, height: int, images: int, frames: int = 0,
-                 name: str = "batch_size") -> None:
-    """Refuses a whole prompt's output (every image, every video's frames, as float32 pixels held OUTPUT_COPIES
-    times by the worker and ComfyUI) beyond the host's free memory, before any worker starts: the run would
-    otherwise end in the OOM killer. `name`: the input that sets the count (batch_size, a latent's batch)."""
+                 name: str = "batch_size", sound: int = 0) -> None:
+    """Refuses a whole prompt's output (every image, every video's frames and its `sound` bytes, as float32 held
+    OUTPUT_COPIES times by the worker and ComfyUI) beyond the host's free memory, before any worker starts: the
+    run would otherwise end in the OOM killer. `name`: the input that sets the count (batch_size, a latent's
+    batch)."""
     total, free = devices.host_memory()
-    per = width * height * 3 * 4 * max(1, frames)
+    per = width * height * 3 * 4 * max(1, frames) + sound
     need = per * images * OUTPUT_COPIES
     if need <= free:
         return
@@ -148,8 +149,10 @@ def check_output(spec: PipelineSpec, width: int, height: int, images: int, frame
     noun = ("video" if frames else "image") + ("s" if images != 1 else "")
     what = f"{images} {noun} of {width}x{height}" + (f" × {frames} frames" if frames else "")
     inputs = f"{name}, frames, width/height" if frames else f"{name}, width/height"
-    raise ModelError(f"{inputs}: {what} {'are' if images != 1 or frames else 'is'} {format_bytes(per * images)} of float32 pixels, which the worker and "
-                     f"ComfyUI hold about {OUTPUT_COPIES} times on their way out ({format_bytes(need)}), more than this "
-                     f"host's {format_bytes(free)} of free memory (of {format_bytes(total)}): at most {fits} at this "
-                     f"size{' and length' if frames else ''}. Make fewer {'videos' if frames else 'images'}"
-                     f"{', fewer frames' if frames else ''} or a smaller size, or split the run over several prompts.")
+    kind = "float32 pixels" + (f" and sound ({format_bytes(sound)} a video)" if sound else "")
+    raise ModelError(f"{inputs}: {what} {'are' if images != 1 or frames else 'is'} {format_bytes(per * images)} of "
+                     f"{kind}, which the worker and ComfyUI hold about {OUTPUT_COPIES} times on their way out "
+                     f"({format_bytes(need)}), more than this host's {format_bytes(free)} of free memory (of "
+                     f"{format_bytes(total)}): at most {fits} at this size{' and length' if frames else ''}. Make "
+                     f"fewer {'videos' if frames else 'images'}{', fewer frames' if frames else ''} or a smaller "
+                     "size, or split the run over several prompts.")

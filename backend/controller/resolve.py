@@ -30,6 +30,7 @@ from . import (
     pixels,
     redux,
     sampling_options,
+    sound_input,
     storage,
 )
 from .components import Components
@@ -87,7 +88,8 @@ def _check_values(spec: PipelineSpec, req: SampleRequest) -> None:
         raise SampleError(f"frame_rate: {req.frame_rate:g} frames per second is out of range for {spec.family.name}; "
                           "use 1 to 240 (the LTX-2 templates use 24 and 25).")
     pixels.check(spec, req.width, req.height, req.batch_size)
-    pixels.check_output(spec, req.width, req.height, len(req.images()), req.frames)
+    pixels.check_output(spec, req.width, req.height, len(req.images()), req.frames,
+                        sound=sound_input.output_bytes(spec, req))
     if req.steps < (least := spec.family.min_steps):
         whose = f" for {spec.family.name} (its scheduler takes at least {least})" if least > 1 else ""
         raise SampleError(f"steps: {req.steps} is too small{whose}; use at least {least}.")
@@ -126,3 +128,5 @@ def _check_upscale(spec: PipelineSpec, req: SampleRequest) -> None:
     if not req.upscale_sigmas:
         raise SampleError("upscale_sigmas: none given; the second stage needs its sigmas, e.g. the templates' "
                           "0.85, 0.725, 0.4219.")
+    families.module(spec.family.family, spec.family.latent_upscale).check_sigmas(
+        req.upscale_sigmas, ", ".join(f"{s:g}" if isinstance(s, (int, float)) else repr(s) for s in req.upscale_sigmas))

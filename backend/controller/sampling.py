@@ -101,7 +101,7 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
     if tiling := pixels.video_tiling(spec, req.width, req.height):
         req = dataclasses.replace(req, tiled_vae=True)
     req, scheduled = sigmas.apply(spec, req, starts)
-    said = [samplers.check(spec, req, starts), prompt_weights.note(req), tiling, scheduled, sound_input.note(spec, audio),
+    said = [samplers.check(spec, req, starts), prompt_weights.note(req), tiling, scheduled, sound_input.note(spec, req, audio),
             sound_input.reference_note(spec, req, reference_audio),
             cp_sizes.note(spec, req.width, req.height, req.frames, req.frame_rate)]
     if conditioned is not None:

@@ -8,7 +8,9 @@ resampled to the audio VAE's rate where it has another (as ComfyUI's LTXVAudioVA
 comfy.audio.resample); mono is used on both channels (as ComfyUI's encoder does). A sound shorter than the video,
 or more than LONGER_S longer, is refused with the frames that would fit it; within that, it is cut to exactly the
 audio latents the frames take (the pipeline counts round(seconds × latents per second) of them). Video i takes
-waveform i of the batch (cycling, as start images do).
+waveform i of the batch (cycling, as start images do; the note says so). Integer samples are scaled to -1..1 as
+ComfyUI's Load Audio does (comfy_extras/nodes_audio.py f32_pcm); a float waveform far beyond full scale (integer
+samples stored as floats) is refused: the model would hear noise, or overflow.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from ..protocol.spec import PipelineSpec, SampleRequest
 LONGER_S = 0.5  # a sound may run this much past the video's end (the frames come in steps of 8): the rest is cut
 MEL_PER_LATENT = 4  # the LTX-2 audio VAE's time compression (mel frames per latent; causal: the first 3 are one)
 MIN_LATENTS = 4  # fewer (a video of a few frames) leave the STFT shorter than its own window
-MAX_RATE = 768_000
+MIN_RATE, MAX_RATE = 1000, 768_000  # below 1 kHz there is no sound to resample (libswresample gives nothing)
+LOUDEST = 16.0  # a float waveform's peak beyond this (24 dB over full scale) is not a sound but integers or overflow
+FULL_SCALE = {"int16": 2 ** 15, "int32": 2 ** 31}  # ComfyUI's f32_pcm: the integer PCM formats it reads
 
 
 def audio_families() -> str:
@@ -57,11 +61,7 @@ def arrays(spec: PipelineSpec, req: SampleRequest, audio: dict | None) -> dict[s
                          f"sound ({latents} audio latents, at least {MIN_LATENTS}); make more frames (at least "
                          f"{_frames_for(MIN_LATENTS * MEL_PER_LATENT * hop / target, req, family.frame_step)}).")
     _check_length(wave.shape[2] / rate, req, family.frame_step, (MEL_PER_LATENT * latents - MEL_PER_LATENT) * hop / target)
-    wave = np.asarray(wave, dtype=np.float32)  # measured first: an hour of sound is refused before it is copied
-    if not np.isfinite(wave).all():
-        raise ModelError("audio: the waveform holds values that are not numbers (NaN or infinity), which the model "
-                         "would turn into noise; check the nodes that made it (a file that decodes wrongly, or "
-                         "audio math).")
+    wave = _samples(wave[:len(req.images())], "audio")  # measured first: an hour of sound is refused uncopied
     if rate != target:
         wave = resample(wave, rate, target)
     needed = (MEL_PER_LATENT * latents - MEL_PER_LATENT) * hop + 2 * hop  # the middle of the latents' window
@@ -86,13 +86,35 @@ def audio_latents(spec: PipelineSpec, frames: int, frame_rate: float) -> int:
     return round(frames / frame_rate * target / hop / MEL_PER_LATENT)
 
 
-def note(spec: PipelineSpec, audio: dict | None) -> str | None:
-    """What happens to the sound (for the node's text): kept, and resampled where its rate differs."""
+def note(spec: PipelineSpec, req: SampleRequest, audio: dict | None) -> str | None:
+    """What happens to the sound (for the node's text): kept, resampled where its rate differs, and which video
+    takes which sound where the batches differ."""
     if audio is None:
         return None
     rate, target = int(audio["sample_rate"]), int(spec.component_config("audio_vae")["sample_rate"])
     resampled = f", resampled from {rate} Hz to the model's {target} Hz" if rate != target else ""
-    return f"audio: the video is made to this sound, which it keeps{resampled}."
+    sounds, videos = len(_waveform(audio)[0]), len(req.images())
+    batch, unused = "", f"sound {sounds} is" if sounds == videos + 1 else f"sounds {videos + 1} to {sounds} are"
+    if sounds != videos:
+        batch = (f" {sounds} sound{'s' if sounds > 1 else ''} for {videos} video{'s' if videos > 1 else ''}: video i "
+                 "takes sound i" + (f" (cycling: i mod {sounds})." if sounds < videos else f"; {unused} not used."))
+    return f"audio: the video is made to this sound, which it keeps{resampled}.{batch}"
+
+
+def output_bytes(spec: PipelineSpec, req: SampleRequest) -> int:
+    """Bytes of the sound one video hands back beside its frames (float32 [channels, samples] at the rate
+    Pipeline.sound_rate names; LTX-2's vocoder and MiniMax H3's audio VAE make stereo), for the output bound;
+    0 for a model without sound."""
+    family = spec.family
+    if not family.sound or not family.sound_rate or req.frames <= 0:
+        return 0
+    component, key = family.sound_rate.split(".", 1)
+    config = spec.component_config(component)
+    rate, channels = config.get(key, 0), config.get("out_channels", 2)
+    fps = family.modular.fps if family.modular and family.modular.fps else req.frame_rate
+    if not isinstance(rate, (int, float)) or rate <= 0 or not fps or fps <= 0:
+        return 0
+    return math.ceil(req.frames / fps * rate) * int(channels) * 4
 
 
 def reference_families() -> str:
@@ -121,10 +143,7 @@ def reference_arrays(spec: PipelineSpec, req: SampleRequest, audio: dict | None,
     if len(wave) > modular.audio_references:
         raise ModelError(f"reference_audio: {len(wave)} sounds in its batch; {family.name} takes at most "
                          f"{modular.audio_references} (<Audio 1> to <Audio {modular.audio_references}>); give fewer.")
-    wave = np.asarray(wave[:, :, :math.ceil(req.frames / modular.fps * rate)], dtype=np.float32)  # cut, then copied
-    if not np.isfinite(wave).all():
-        raise ModelError("reference_audio: the waveform holds values that are not numbers (NaN or infinity); check "
-                         "the nodes that made it (a file that decodes wrongly, or audio math).")
+    wave = _samples(wave[:, :, :math.ceil(req.frames / modular.fps * rate)], "reference_audio")  # cut, then copied
     target = int(spec.component_config("audio_vae").get("sampling_rate", 0))
     if target <= 0:
         raise ModelError(f"reference_audio: '{spec.name}' has no audio VAE config with a sampling_rate "
@@ -152,21 +171,46 @@ def _waveform(audio: dict, name: str = "audio") -> tuple[np.ndarray, int]:
         raise ModelError(f"{name}: {type(audio).__name__} is not ComfyUI's AUDIO ({{'waveform': [batch, channels, "
                          "samples], 'sample_rate': N}}); connect Load Audio or another AUDIO output.")
     rate = audio["sample_rate"]
-    if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or not 0 < int(rate) <= MAX_RATE:
-        raise ModelError(f"{name}: sample_rate {rate!r} is not a number of samples a second between 1 and "
+    if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or not MIN_RATE <= int(rate) <= MAX_RATE:
+        raise ModelError(f"{name}: sample_rate {rate!r} is not a number of samples a second between {MIN_RATE} and "
                          f"{MAX_RATE}; check the node that made the audio (Load Audio gives the file's own).")
     w = audio["waveform"]
     if hasattr(w, "detach"):  # a torch tensor; half precision has no numpy view
+        if w.is_meta:
+            raise ModelError(f"{name}: the waveform is a tensor on the 'meta' device, which holds no samples; check "
+                             "the node that made the audio.")
         w = w.detach().cpu()
         w = (w.float() if w.is_floating_point() and w.element_size() == 2 else w).numpy()
     w = np.asarray(w)
     if w.ndim == 2:
         w = w[None]
-    if w.ndim != 3 or w.shape[0] < 1 or w.shape[1] not in (1, 2) or w.shape[2] < 1 or w.dtype.kind not in "fiu":
+    if w.dtype.kind in "iu" and w.dtype.name not in FULL_SCALE:
+        raise ModelError(f"{name}: the waveform holds {w.dtype} samples, which ComfyUI's AUDIO does not (it holds "
+                         f"float samples within -1..1, or 16- or 32-bit integers, which Load Audio scales); convert "
+                         "it to float32 within -1..1, or load the file with Load Audio.")
+    if w.ndim != 3 or w.shape[0] < 1 or w.shape[1] not in (1, 2) or w.shape[2] < 1 or w.dtype.kind not in "fi":
         raise ModelError(f"{name}: a waveform of shape {list(w.shape)} ({w.dtype}) cannot be used; it must be [batch, "
                          "channels, samples] with 1 (mono) or 2 (stereo) channels and some samples (mix other "
                          "channel counts down to stereo first).")
     return w, int(rate)
+
+
+def _samples(wave: np.ndarray, name: str) -> np.ndarray:
+    """The (already cut) waveform as float32 within full scale: integer PCM scaled as ComfyUI's f32_pcm; refused
+    where it is not numbers or far beyond full scale, naming the peak (the model would hear noise or overflow:
+    MiniMax H3's video then comes out NaN, blamed on the weights)."""
+    scale = FULL_SCALE.get(wave.dtype.name)
+    wave = np.asarray(wave, dtype=np.float32) / scale if scale else np.asarray(wave, dtype=np.float32)
+    if not np.isfinite(wave).all():
+        raise ModelError(f"{name}: the waveform holds values that are not numbers (NaN or infinity), which the model "
+                         "would turn into noise; check the nodes that made it (a file that decodes wrongly, or "
+                         "audio math).")
+    if (peak := float(np.abs(wave).max())) > LOUDEST:
+        raise ModelError(f"{name}: the waveform's peak is {peak:.3g}, where ComfyUI's AUDIO holds float samples "
+                         f"within -1..1 (1 is full scale; at most {LOUDEST:g} is taken): the model would hear noise. "
+                         "It looks like integer samples stored as floats (divide 16-bit ones by 32768) or audio "
+                         "math gone wrong; scale it into -1..1.")
+    return wave
 
 
 def _check_length(seconds: float, req: SampleRequest, step: int, least: float) -> None:

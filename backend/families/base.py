@@ -94,6 +94,9 @@ class Modular:
     decode: str = ""
     # the blocks' class of one reference image, in diffusers.modular_pipelines ("minimax_h3.MiniMaxH3ImageReference")
     image_reference: str = ""
+    # ... whose sides may differ by at most this factor (MiniMax H3's blocks raise a bare ValueError beyond 4:1);
+    # 0: any
+    reference_aspect: float = 0.0
     # the blocks' class of one reference sound (MiniMax H3's ref2va: "minimax_h3.MiniMaxH3AudioReference", the
     # prompt's <Audio 1>, ...): Sample Video's reference_audio, at most `audio_references` of them, beside reference
     # images, read for `fps`-frame-a-second videos (the rest is cut); "": reference_audio is refused
@@ -195,6 +198,9 @@ class Pipeline:
     frames_range: tuple[int, int] = (1, 0)
     # the fewest steps its scheduler takes (MiniMax H3's: 2; diffusers raises a bare ValueError below)
     min_steps: int = 1
+    # the fewest multiples of the size factor a side takes (LTX-2's: 2, its video VAE's decoder pads by reflection,
+    # which torch refuses on a latent 1 pixel wide)
+    min_size_multiples: int = 1
     # A video pipeline that takes Sample Video's start image as the first frame of each video (image to video:
     # `image=`, a PIL image); with needs_image it makes no video without one.
     start_image: bool = False
@@ -326,6 +332,9 @@ class ModelFamily:
     vae: str  # the VAE kind it decodes with (a key of vaes.KINDS)
     vae_hint: str  # what artists call its VAE file
     absent_keys: tuple[str, ...] = ()  # keys its files never hold (tells it from a family with the same keys)
+    # (kind, layers): the fewest decoder layers a text encoder kind must have, where the pipeline reads the hidden
+    # states of fixed layers (FLUX 3: hidden_states[32]); a file of the width but fewer layers would fail mid-run
+    text_layers: tuple[tuple[str, int], ...] = ()
     # the denoiser's last layer: its shape[0] is the output channels, which differ from the input channels where
     # the input carries a condition too (FLUX.1 Fill: masked image and mask; Depth, Canny: the control image)
     out_key: str = ""

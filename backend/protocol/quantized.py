@@ -183,14 +183,17 @@ def _check(la: Layer, shapes: Mapping[str, tuple], dtypes: Mapping[str, str]) ->
     if fmt.startswith("float8"):
         need("weight_scale", ("F32",), [(), (1,)])
     elif fmt == "int8_tensorwise":
-        need("weight_scale", ("F32",), [(), (1,), (rows,), (rows, 1)])
+        # ConvRot rotates each row's groups, so its scale is per row (comfy-kitchen quantizes it per_channel only): a
+        # ConvRot marker over a tensorwise scale is a mislabelled plain int8 layer, which would load rotated, wrong
+        need("weight_scale", ("F32",), [(rows,), (rows, 1)] if la.option("convrot", False) else
+             [(), (1,), (rows,), (rows, 1)])
         if la.option("convrot", False):
             g = int(la.option("convrot_groupsize", 256))
             if g < 4 or math.log(g, 4) % 1 or cols % g:
                 la.problems.append((weight, f"has {cols} input features, which ConvRot groups of {g} (a power of "
                                     "4 dividing them) cannot rotate", REDOWNLOAD))
     elif fmt == "convrot_w4a4":
-        need("weight_scale", ("F32",), [(rows,), (rows, 1)])
+        need("weight_scale", ("F32",), [(rows,)])  # comfy-kitchen's dequantize takes exactly one scale a row, 1-D
         if k % int(la.option("convrot_groupsize", 256)) or k % 64:
             la.problems.append((weight, f"has {k} input features, not a multiple of its ConvRot group and 64",
                                 REDOWNLOAD))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ... import families
 from ...families import Configs, ModelFamily, config_dir, image_encoders, text_encoders, vaes
+from ...families.base import count
 from ...families.flux1 import KONTEXT_CHOICES
 from ...protocol import quantized
 from ...protocol.errors import ModelError
@@ -196,7 +197,9 @@ def _read_choice(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> dict
 
 
 def _not_a(c: _Chosen, what: str, wanted: str) -> str:
-    return f"{c.input}: '{c.path.name}' is not a {what} ComfyUI-TPU can use ({c.contents.describe()}); choose {wanted}."
+    article = "an" if what[:1].lower() in "aeiou" else "a"
+    return (f"{c.input}: '{c.path.name}' is not {article} {what} ComfyUI-TPU can use ({c.contents.describe()}); "
+            f"choose {wanted}.")
 
 
 def _text_encoders(family: ModelFamily, chosen: dict[str, _Chosen]) -> dict[str, tuple[Part, _Chosen]]:
@@ -265,6 +268,13 @@ def _check_fit(p: _Draft) -> None:
             raise ModelError(f"{c.input}: '{c.path.name}' is a {short_name(kind)} text encoder "
                              f"{part.width} wide; this {family.name} model ('{main.path.name}') reads "
                              f"{width}-wide text features. Choose {_wanted(kind)} made for it.")
+    for kind, least in family.text_layers:
+        if kind in p.texts and (layers := count(p.texts[kind][0].shapes, "model.layers.")) < least:
+            c = p.texts[kind][1]
+            raise ModelError(f"{c.input}: '{c.path.name}' is a {short_name(kind)} text encoder of {layers} layers; "
+                             f"{family.name} reads the hidden states of fixed layers, as deep as its layer {least}, so "
+                             f"it needs at least {least}. Choose {_wanted(kind)} made for it (the whole model, not a "
+                             "pruned one).")
 
 
 def _check_own_shapes(p: _Draft) -> None:

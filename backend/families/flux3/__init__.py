@@ -27,6 +27,7 @@ _ENCODER = ("flux3", "CLIPTextEncode")  # its templates: CLIPLoader type flux3 (
 
 # the Qwen3-VL hidden states the blocks stack (their text_encoder_out_layers: 4, 8, ..., 32) into one text feature
 TEXT_TAPS = 8
+TEXT_LAYERS = 32  # the deepest of them: hidden_states[32], the output of layer 32
 
 
 def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
@@ -75,5 +76,6 @@ FAMILY = ModelFamily(
                    "early_stream_modulations.image.lin.weight"),
     absent_keys=("double_blocks.0.img_attn.qkv.weight",),
     width_key="emb_in.image.weight", width_agrees=("txt_in.weight", 0), sizes=sizes, text_widths=text_widths,
+    text_layers=(("qwen3vl", TEXT_LAYERS),),
     vae="vae-flux2", vae_hint="FLUX.2's flux2-vae.safetensors", variant=variant,
 )

@@ -34,6 +34,7 @@ from ..base import Configs, ModelFamily, Pair, Pipeline, Shapes, TextSlot, count
 # the Qwen3-VL layers whose hidden states the transformer reads, concatenated per token (diffusers'
 # QWEN3_VL_ACTIVATION_LAYERS: 0, 3, ..., 33, 35)
 TAPPED_LAYERS = 13
+TEXT_LAYERS = 36  # layer 35's output, the deepest of them: Qwen3-VL-8B's 36 layers
 
 
 def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
@@ -64,6 +65,7 @@ FAMILY = ModelFamily(
     configs=(Configs("ideogram4", (TextSlot("text_encoder", "qwen3vl"),)),),
     denoiser_keys=("embed_image_indicator.weight", "input_proj.weight", "llm_cond_proj.weight"),
     width_key="input_proj.weight", width_agrees=("llm_cond_proj.weight", 0), sizes=sizes, text_widths=text_widths,
+    text_layers=(("qwen3vl", TEXT_LAYERS),),
     vae="vae-flux2", vae_hint="flux2-vae.safetensors",
     pair=Pair("unconditional_transformer", "the conditional transformer", "the unconditional transformer",
               "unconditional", "ideogram4_unconditional_*.safetensors"),

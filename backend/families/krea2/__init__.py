@@ -49,6 +49,10 @@ def sizes(s: Shapes, published: dict, texts: Mapping[str, Shapes]) -> dict:
             "axes_dims_rope": scaled(published["axes_dims_rope"], head, even=True)}
 
 
+# Krea2Pipeline stacks the Qwen3-VL hidden states of its text_encoder_select_layers (2, 5, ..., 35: model_index)
+TEXT_LAYERS = 35
+
+
 def text_widths(s: Shapes, kinds: frozenset[str]) -> dict[str, int]:
     return {"qwen3vl": s["txtfusion.layerwise_blocks.0.prenorm.scale"][0]}
 
@@ -76,5 +80,6 @@ FAMILY = ModelFamily(
     configs=(Configs("krea2", (TextSlot("text_encoder", "qwen3vl"),)),),
     denoiser_keys=("txtfusion.projector.weight", "first.weight", "blocks.0.attn.wq.weight"),
     width_key="first.weight", width_agrees=("blocks.0.attn.wq.weight", 1), sizes=sizes, text_widths=text_widths,
+    text_layers=(("qwen3vl", TEXT_LAYERS),),
     vae="vae-wan", vae_hint="qwen_image_vae.safetensors", variant=variant,
 )

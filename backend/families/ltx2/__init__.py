@@ -1,6 +1,7 @@
 """LTX-2 (Lightricks LTX-2.x, LTX-2.3's layout): video with sound. One DiT over video and audio tokens (each
 stream attends to the other) with the Gemma 3 text encoder and LTX-2's text connectors; the video VAE packs 32x32
-pixels and 8 frames into a latent (a video has 8k + 1 frames, sides multiples of 32), the audio VAE and the
+pixels and 8 frames into a latent (a video has 8k + 1 frames, sides multiples of 32 from 64: its decoder's
+reflection padding needs 2 latent pixels a side, as ComfyUI's LTX nodes' minimum of 64), the audio VAE and the
 vocoder make the sound, which comes back beside the frames (`.audio` [B, 2, samples] at the vocoder's rate).
 
 CFG is batched ([negative, positive] in one call on a doubled batch). The pack maps Sample's guidance onto
@@ -59,7 +60,7 @@ def _cp_tokens(frames: int, video: int, audio: int) -> dict[str, int]:
 
 _VIDEO = dict(cfg_doubles_batch=True, cfg_passes="batch", cp_plan=True, cp_plan_module="cp", cp_masked_text=True,
               text_tokens=1024, cp_tokens=_cp_tokens, cp_whole_if_uneven=("audio",),
-              frame_step=8, sigmas="always", sigmas_arg=True, sigmas_as_given=True,
+              frame_step=8, sigmas="always", sigmas_arg=True, sigmas_as_given=True, min_size_multiples=2,
               sound=("audio_vae", "vocoder"), sound_rate="vocoder.output_sampling_rate", frame_rate_arg="frame_rate",
               guidance_also=("audio_guidance_scale",), call_args=OFF, check_kind="video with sound",
               step_caches=("taylorseer",), taylorseer_modules=TAYLORSEER_MODULES, no_step_cache=NO_CACHE,

@@ -18,7 +18,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from ...protocol.errors import ModelError
+from ...protocol.errors import ModelError, SampleError
 
 # the templates' stage-2 ManualSigmas (ComfyUI's trailing 0.0 left out: diffusers' scheduler appends it)
 TEMPLATE_SIGMAS = (0.85, 0.725, 0.4219)
@@ -81,12 +81,21 @@ def parse_sigmas(text: str) -> tuple[float, ...]:
     except ValueError:
         raise ValueError(f"upscale_sigmas: {text!r} is not a list of numbers; write them as ManualSigmas does, "
                          "e.g. '0.85, 0.725, 0.4219'") from None
+    return check_sigmas(values, repr(text))
+
+
+def check_sigmas(values: Any, shown: str) -> tuple[float, ...]:
+    """Stage 2's sigmas, falling values in (0, 1] (a NaN would run to NaN frames, then blamed on the weights):
+    SampleError naming `shown` (the input as the artist wrote it) and the fix otherwise. Controller side too: the
+    API's requests are checked as the node's text is."""
+    values = list(values)
     if values and values[-1] == 0:
         values.pop()
-    if not values or any(not 0 < v <= 1 for v in values) or any(a <= b for a, b in pairwise(values)):
-        raise ValueError(f"upscale_sigmas: {text!r} must be falling values in (0, 1] (a last 0 may follow), e.g. "
-                         "the templates' '0.85, 0.725, 0.4219'")
-    return tuple(values)
+    if (not values or any(not isinstance(v, (int, float)) or not 0 < v <= 1 for v in values)
+            or any(a <= b for a, b in pairwise(values))):
+        raise SampleError(f"upscale_sigmas: {shown} must be falling values in (0, 1] (a last 0 may follow), e.g. "
+                          "the templates' '0.85, 0.725, 0.4219'")
+    return tuple(float(v) for v in values)
 
 
 def continued(callback: Any, offset: int) -> Any:

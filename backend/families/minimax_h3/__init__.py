@@ -103,6 +103,7 @@ FAMILY = ModelFamily(
                                  components=("text_encoder", "transformer", "vae", "audio_vae"),
                                  tasks=(("start", "fl2va"), ("reference", "ref2va")),
                                  image_reference="minimax_h3.MiniMaxH3ImageReference", decode="decode",
+                                 reference_aspect=4.0,  # diffusers' before_encoder: "within 1:4 and 4:1"
                                  # diffusers' ref2va: at most 3 reference sounds, cut to the video's length at its
                                  # 24 fps (MINIMAX_H3_FPS)
                                  audio_reference="minimax_h3.MiniMaxH3AudioReference", audio_references=3, fps=24.0),
