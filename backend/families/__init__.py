@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
-from .base import Configs, ControlNets, Embeddings, ModelFamily, Modular, Pipeline, Shapes, TextSlot
+from .base import Configs, ControlNets, Embeddings, ModelFamily, Modular, Pipeline, Shapes, TextSlot, count
 
 _HERE = Path(__file__).resolve().parent
 _MODULES: tuple[ModuleType, ...] = tuple(sorted(
@@ -180,4 +180,4 @@ def text_encoders_needed() -> str:
 __all__ = ["CONFIGS", "FAMILIES", "FROM_FILES", "PIPELINES", "Configs", "config_dir", "conversions", "family_table", "tiny_builders", "ControlNets", "Embeddings", "ModelFamily", "Modular", "Pipeline", "TextSlot", "conditioned_names", "family_of", "names",
            "recognise", "single_file_names", "true_cfg_names", "text_encoders_needed", "pipeline_names", "family_names",
            "inpainting_names", "reference_names", "cfg_parallel_names", "context_parallel_names", "shard_tp_names",
-           "controlnet_names", "step_cache_names"]
+           "controlnet_names", "step_cache_names", "count"]

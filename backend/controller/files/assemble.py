@@ -1,10 +1,8 @@
-"""The files a user chose, checked to make one pipeline of a supported family, and described
-(`spec.FileSource`): the pack's configs of the published model (its family folder's configs/) with the sizes read from the
-files' tensors laid over them, so that trimmed or variant files load, and every file with how the worker must
-read it. What differs between families is read from their modules (backend/families).
-
-ComfyUI's own key maps and tokenizers are used from ComfyUI's process, found without importing torch.
-"""
+"""The files a user chose, checked to make one pipeline of a supported family, and described (`spec.FileSource`):
+the pack's configs of the published model (its family folder's configs/) with the sizes read from the files'
+tensors laid over them, so that trimmed or variant files load, and every file with how the worker must read it.
+What differs between families is read from their modules (backend/families); ComfyUI's own key maps and
+tokenizers are used from ComfyUI's process, found without importing torch."""
 
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ... import families
-from ...families import Configs, ModelFamily, config_dir, image_encoders, text_encoders, vaes
-from ...families.base import count
+from ...families import Configs, ModelFamily, config_dir, count, image_encoders, text_encoders, vaes
 from ...families.flux1 import KONTEXT_CHOICES
 from ...protocol import quantized
 from ...protocol.errors import ModelError
@@ -93,8 +90,8 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
                          f"'{NONE}' (a checkpoint holds its diffusion model).")
     denoiser = main.contents.denoiser
     if denoiser is None:
-        raise ModelError(_not_a(main, "diffusion model", f"a {families.names(families.FROM_FILES)} diffusion model (or a checkpoint "
-                                "holding one)"))
+        raise ModelError(_not_a(main, "diffusion model",
+                                f"a {families.names(families.FROM_FILES)} diffusion model (or a checkpoint holding one)"))
     family = denoiser.family
     if choice.flux_kontext not in KONTEXT_CHOICES:
         raise ModelError(f"flux_kontext: '{choice.flux_kontext}' is not one of {', '.join(KONTEXT_CHOICES)}.")
@@ -103,10 +100,9 @@ def describe_files(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> tu
                          "(flux1-kontext-dev.safetensors). Set flux_kontext to auto, or choose a FLUX.1 Kontext file.")
     if not family.files:
         why = f" ({family.files_refused})" if family.files_refused else ""
-        article = "an" if family.name[0] in "AEIOU" else "a"
-        raise ModelError(f"diffusion_model: '{main.path.name}' is {article} {family.name} model, which ComfyUI-TPU loads from "
-                         f"a diffusers folder only so far{why}: put the diffusers version of the model in "
-                         "models/diffusers and choose it in Load TPU Pipeline.")
+        raise ModelError(f"diffusion_model: '{main.path.name}' is {'an' if family.name[0] in 'AEIOU' else 'a'} "
+                         f"{family.name} model, which ComfyUI-TPU loads from a diffusers folder only so far{why}: put "
+                         "the diffusers version of the model in models/diffusers and choose it in Load TPU Pipeline.")
     texts = _text_encoders(family, chosen)
     second = chosen.get("diffusion_model_2")
     configs = family.published(denoiser.shapes, frozenset(texts))
@@ -197,9 +193,8 @@ def _read_choice(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> dict
 
 
 def _not_a(c: _Chosen, what: str, wanted: str) -> str:
-    article = "an" if what[:1].lower() in "aeiou" else "a"
-    return (f"{c.input}: '{c.path.name}' is not {article} {what} ComfyUI-TPU can use ({c.contents.describe()}); "
-            f"choose {wanted}.")
+    return (f"{c.input}: '{c.path.name}' is not {'an' if what[:1].lower() in 'aeiou' else 'a'} {what} ComfyUI-TPU "
+            f"can use ({c.contents.describe()}); choose {wanted}.")
 
 
 def _text_encoders(family: ModelFamily, chosen: dict[str, _Chosen]) -> dict[str, tuple[Part, _Chosen]]:
@@ -272,9 +267,9 @@ def _check_fit(p: _Draft) -> None:
         if kind in p.texts and (layers := count(p.texts[kind][0].shapes, "model.layers.")) < least:
             c = p.texts[kind][1]
             raise ModelError(f"{c.input}: '{c.path.name}' is a {short_name(kind)} text encoder of {layers} layers; "
-                             f"{family.name} reads the hidden states of fixed layers, as deep as its layer {least}, so "
-                             f"it needs at least {least}. Choose {_wanted(kind)} made for it (the whole model, not a "
-                             "pruned one).")
+                             f"{family.name} reads the hidden states of fixed layers, as deep as its layer {least}, "
+                             f"so it needs at least {least}. Choose {_wanted(kind)} made for it (the whole model, "
+                             "not a pruned one).")
 
 
 def _check_own_shapes(p: _Draft) -> None:
