@@ -273,6 +273,9 @@ def test_an_int8_convrot_layer_on_a_tpu_compiles_to_plain_aten_ops():
         exact = qt.dequantize()
     layer = quantized.PlainQuantLinear(qt._qdata, qt._params.scale, None, 256)
     assert torch.equal(layer.dequantized_weight(torch.float32), exact)
+    other = quantized.PlainQuantLinear(qt._qdata, qt._params.scale, None, 256)  # one rotation for all layers
+    assert other.hadamard is layer.hadamard and "hadamard" not in dict(other.named_buffers())
+    assert other.to("meta").hadamard is quantized.shared_hadamard(256, torch.device("meta")), "moved: that device's"
     graphs = []
 
     def backend(gm, inputs):
