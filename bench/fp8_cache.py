@@ -111,9 +111,10 @@ def dit_qwen(ctx: Ctx) -> str:
 
 # ---- fp8 storage
 
-def _memory(ctx: Ctx, groups: Groups, name: str, spec, req, warm=None) -> dict:
+def _memory(ctx: Ctx, groups: Groups, name: str, spec, req, warm=None, load_first: bool = False) -> dict:
     """What `spec` adds to group `name`'s worker RSS: at its peak while loading and drawing one image, and after
-    (counted from the RSS after `warm`'s first image: tiny-flux unless given)."""
+    (counted from the RSS after `warm`'s first image: tiny-flux unless given); `load_first`: also at the peak while
+    loading alone and once loaded (a load request before the image)."""
     import psutil
 
     from backend.controller import api
@@ -131,13 +132,17 @@ def _memory(ctx: Ctx, groups: Groups, name: str, spec, req, warm=None) -> dict:
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
+    load = {}
     try:
+        if load_first:
+            groups.groups[name].load(groups.api.checked(spec))
+            load = {"load_peak_mb": (peak[0] - before) / MB, "loaded_mb": (proc.memory_info().rss - before) / MB}
         groups.sample(name, req, spec)
     finally:
         stop.set()
         watcher.join()
     after = proc.memory_info().rss
-    return {"before_mb": before / MB, "peak_mb": (peak[0] - before) / MB, "held_mb": (after - before) / MB}
+    return {"before_mb": before / MB, **load, "peak_mb": (peak[0] - before) / MB, "held_mb": (after - before) / MB}
 
 
 def fp8_storage(ctx: Ctx) -> list[dict]:

@@ -202,6 +202,22 @@ def test_shard_tp_counts_the_dequantized_shards_and_sequential_offload_is_refuse
     assert offload.resolve_offload(spec.with_changes(offload="model")).offload == "model"
 
 
+@pytest.mark.pipelines
+def test_sequential_offload_chosen_by_auto_and_fp8_storage_are_refused_for_quantized_files(files, monkeypatch):
+    """docs/quantized.md's rules beside the asked-for sequential offload above: 'auto' may not choose it either
+    (a device too small for any part), and fp8 storage would round the quantized weights a second time."""
+    from backend.controller import storage
+
+    monkeypatch.setattr(offload.devices, "device_memory_bytes", lambda kind: 1)
+    spec = spec_of(files, NAMES["int8_convrot"], offload="auto").with_changes(kind="tpu")
+    assert offload.choose_offload(spec).mode == "sequential"
+    with pytest.raises(InputError, match="sequential offload cannot run 'z_image_turbo-tiny_int8_convrot"):
+        offload.resolve_offload(spec)
+    with pytest.raises(InputError, match="float8_e4m3fn storage needs plain weights; 'z_image_turbo-tiny_int8_convrot"
+                                         ".*ComfyUI's quantized format.*Choose dtype auto"):
+        storage.resolve_storage(spec_of(files, NAMES["int8_convrot"], dtype="float8_e4m3fn"))
+
+
 def quantized_float_bytes(header, float_size: int) -> int:
     from backend.protocol import quantized
 
@@ -273,6 +289,9 @@ def test_an_int8_convrot_layer_on_a_tpu_compiles_to_plain_aten_ops():
         exact = qt.dequantize()
     layer = quantized.PlainQuantLinear(qt._qdata, qt._params.scale, None, 256)
     assert torch.equal(layer.dequantized_weight(torch.float32), exact)
+    other = quantized.PlainQuantLinear(qt._qdata, qt._params.scale, None, 256)  # one rotation for all layers
+    assert other.hadamard is layer.hadamard and "hadamard" not in dict(other.named_buffers())
+    assert other.to("meta").hadamard is quantized.shared_hadamard(256, torch.device("meta")), "moved: that device's"
     graphs = []
 
     def backend(gm, inputs):

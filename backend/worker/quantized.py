@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -49,10 +50,14 @@ def state_dict(path: str, prefix: str, dtype: torch.dtype) -> tuple[dict, dict]:
     smooth their input."""
     from safetensors import safe_open
 
+    from .storage import file_tensors
+
     prefixes, strip = tuple(prefix.split("|")), 0 if "|" in prefix else len(prefix)
-    with safe_open(path, "pt") as f:  # own copies: a view of the file's mapping would keep all its pages resident
-        sd = {k[strip:]: f.get_tensor(k).clone() for k in f.keys() if k.startswith(prefixes)}
+    with safe_open(path, "pt") as f:
         metadata = f.metadata() or {}
+    # own copies, read a few at a time: the file's pages leave memory as it goes (the load's peak is about the
+    # quantized size, not twice it); a view of the file's mapping would keep all of its pages resident
+    sd = {k[strip:]: t.clone() for k, t in file_tensors([Path(path)], lambda k: k.startswith(prefixes))}
     listed = json.loads(metadata.get("_quantization_metadata", "{}") or "{}").get("layers", {})
     confs = {k[strip:]: ({"format": v} if isinstance(v, str) else v) for k, v in listed.items()
              if k.startswith(prefixes)}
@@ -335,6 +340,18 @@ def hadamard(size: int) -> torch.Tensor:
     return h / size ** 0.5
 
 
+_HADAMARDS: dict[tuple[int, str], torch.Tensor] = {}
+
+
+def shared_hadamard(size: int, device: torch.device) -> torch.Tensor:
+    """One rotation per group size and device, shared by every layer (as comfy-kitchen caches its own): a copy
+    per layer costs 256 KB at a group of 256, and diffusers splits a fused qkv into three layers."""
+    key = (size, str(device))
+    if key not in _HADAMARDS:
+        _HADAMARDS[key] = hadamard(size).to(device)
+    return _HADAMARDS[key]
+
+
 class PlainQuantLinear(torch.nn.Module):
     """An int8 (ConvRot included) or fp8 Linear held as plain buffers (`qweight`, `wscale` in float32) and
     dequantized per call in aten ops only (a cast, a multiply, ConvRot's group matmul), which any device and
@@ -351,7 +368,15 @@ class PlainQuantLinear(torch.nn.Module):
         self.register_buffer("wscale", wscale.float())
         self.bias = bias
         self.group = group
-        self.register_buffer("hadamard", hadamard(group) if group else None, persistent=False)
+        self.hadamard = shared_hadamard(group, qweight.device) if group else None  # not a buffer: see _apply
+
+    def _apply(self, fn: Callable, recurse: bool = True) -> PlainQuantLinear:
+        """Moved (`.to(device)`), the layer takes the new device's shared rotation; a buffer would be copied
+        once per layer."""
+        super()._apply(fn, recurse)
+        if self.group:
+            self.hadamard = shared_hadamard(self.group, self.qweight.device)
+        return self
 
     @classmethod
     def of(cls, linear: DequantLinear) -> PlainQuantLinear:

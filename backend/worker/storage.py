@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +121,7 @@ def load_stored(cls: type, folder: Path, storage: torch.dtype, compute: torch.dt
     cast_layerwise(model, storage, compute)
     keep32 = set(getattr(model, "_keep_in_fp32_modules", None) or ())
     empty = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    for name, tensor in _tensors(files):
+    for name, tensor in file_tensors(files):
         if name not in empty:
             continue  # as diffusers: keys the model does not have are left out
         value = tensor
@@ -159,14 +159,17 @@ def _weight_files(folder: Path, variant: str) -> list[Path]:
     return [single] if single.is_file() else []
 
 
-def _tensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor of `files`, read through a fresh mapping every _CHUNK_ELEMENTS: safetensors maps a whole file
-    and its tensors view that mapping, whose pages stay in memory until the file is closed and no view is left."""
+def file_tensors(files: list[Path], wanted: Callable[[str], bool] | None = None
+                 ) -> Iterator[tuple[str, torch.Tensor]]:
+    """The tensors of `files` (those whose name is `wanted`), read through a fresh mapping every _CHUNK_ELEMENTS:
+    safetensors maps a whole file and its tensors view that mapping, whose pages stay in memory until the file is
+    closed and no view is left. A caller that keeps a tensor keeps its own copy."""
     from safetensors import safe_open
 
     for file in files:
         with safe_open(str(file), "pt") as f:
-            sizes = {k: math.prod(f.get_slice(k).get_shape()) for k in f.keys()}
+            sizes = {k: math.prod(f.get_slice(k).get_shape()) for k in f.keys()
+                     if wanted is None or wanted(k)}
         chunks: list[list[str]] = [[]]
         for key, size in sizes.items():
             if chunks[-1] and sum(sizes[k] for k in chunks[-1]) + size > _CHUNK_ELEMENTS:
