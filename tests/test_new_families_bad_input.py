@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from backend.controller import api, devices, group, sound_input
+from backend.controller import api, devices, group, pixels, sound_input
 from backend.protocol.errors import InputError, ModelError
 from backend.protocol.spec import SampleRequest
 
@@ -140,9 +140,11 @@ def test_the_output_bound_counts_the_sound_each_video_hands_back(tiny_models, mo
     sound = int(np.ceil(req.frames / frame_rate * rate)) * 2 * 4
     assert sound_input.output_bytes(spec, req) == sound > 0
     frames = req.width * req.height * 3 * 4 * req.frames * 4  # held 4 times (pixels.OUTPUT_COPIES)
-    monkeypatch.setattr(devices, "host_memory", lambda: (2**30, frames + sound * 4))
+    decode = pixels.sound_bytes(spec, req.frames, req.frame_rate)  # a cpu worker decodes the sound on the host
+    assert decode > 0
+    monkeypatch.setattr(devices, "host_memory", lambda: (2**30, frames + sound * 4 + decode))
     api.prepare_sample(spec, req)  # exactly fits
-    monkeypatch.setattr(devices, "host_memory", lambda: (2**30, frames + sound * 2))
+    monkeypatch.setattr(devices, "host_memory", lambda: (2**30, frames + sound * 2 + decode))
     with pytest.raises(ModelError, match=rf"^batch_size, frames, width/height: 1 video of {req.width}x{req.height} × "
                                          rf"{req.frames} frames are .* of float32 pixels and sound \(.* a video\).*at "
                                          r"most 0 at this size and length"):

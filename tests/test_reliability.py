@@ -524,6 +524,61 @@ def test_the_pixel_budget_follows_a_workers_memory_and_size_from_image_is_held_t
         pixels.budget(spec)
 
 
+@pytest.mark.unit
+def test_every_registered_familys_vae_and_sound_decode_has_its_measured_figure(monkeypatch):
+    """Each published model's VAE (every configs folder's vae/config.json) is a class bench/vae_memory.py measured,
+    so the pixel budget takes its own figure, never the fallback for an unmeasured class (the largest measured); a
+    video family's VAE has a video figure, and a family with sound its sound decode's (LTX-2.3's vocoder with
+    bandwidth extension too, which only its files hold). LTX-2's video VAE decodes every frame at once: a frame
+    costs more the more frames; MiniMax H3's decodes clip by clip: a frame costs the same at any length. A cpu
+    worker decodes the sound on the host: the output bound counts it there, not for a device."""
+    import json
+
+    from backend import families
+    from backend.controller import devices, pixels
+    from backend.families import vaes
+    from backend.families.ltx2.files import BWE
+    from backend.protocol.errors import ModelError
+    from backend.protocol.spec import PipelineSpec
+
+    seen = set()
+    for family in families.FAMILIES.values():
+        for configs in family.configs:
+            folder = families.CONFIGS[configs.folder]
+            config = json.loads((folder / "vae" / "config.json").read_text())
+            assert config["_class_name"] in vaes.MEASURED, (configs.folder, config["_class_name"])
+            layout = vaes.config_layout(config)
+            assert layout in vaes.DECODE_BYTES, (configs.folder, layout)
+            seen.add(layout)
+            for pipeline in family.pipelines:
+                if pipeline.frame_step:
+                    assert layout in {*vaes.VIDEO_DECODE_BYTES, *vaes.WHOLE_VIDEO_DECODE_BYTES}, configs.folder
+                if pipeline.sound:
+                    part = json.loads((folder / pipeline.sound[-1] / "config.json").read_text())
+                    assert part["_class_name"] in vaes.SOUND_DECODE_BYTES, (configs.folder, part["_class_name"])
+    assert {"qwenimage21-vae", "ltx2-vae", "minimax-h3-vae", "flux2-vae", "wan-vae"} <= seen
+    assert vaes.sound_decode_bytes({"_class_name": "LTX2VocoderWithBWE", **BWE}) == \
+        vaes.SOUND_DECODE_BYTES["LTX2VocoderWithBWE"]
+    ltx2, minimax = {"_class_name": "AutoencoderKLLTX2Video"}, {"_class_name": "AutoencoderKLMiniMaxH3"}
+    assert vaes.decode_bytes(ltx2, video=True, frames=121) == 121 * vaes.WHOLE_VIDEO_DECODE_BYTES["ltx2-vae"]
+    assert vaes.decode_bytes(ltx2) == vaes.DECODE_BYTES["ltx2-vae"]
+    assert vaes.decode_bytes(minimax, video=True, frames=124) == vaes.decode_bytes(minimax, video=True, frames=345) \
+        == vaes.VIDEO_DECODE_BYTES["minimax-h3-vae"]
+    assert vaes.decode_bytes({"_class_name": "AutoencoderKLSomethingNew"}) == max(vaes.DECODE_BYTES.values())
+    # 121 frames of 512x512 at 25 fps: 4.84 s of LTX-2's sound, decoded by a cpu worker beside the frames
+    spec = PipelineSpec(model_path=str(families.CONFIGS["ltx-2.3"]), class_name="LTX2Pipeline", size_factor=32,
+                        kind="cpu")
+    sound = pixels.sound_bytes(spec, 121, 25.0)
+    assert sound == int(121 / 25 * vaes.SOUND_DECODE_BYTES["LTX2Vocoder"])
+    frames = 512 * 512 * 3 * 4 * 121 * pixels.OUTPUT_COPIES
+    monkeypatch.setattr(devices, "host_memory", lambda: (64 * 2**30, frames + sound))
+    pixels.check_output(spec, 512, 512, 1, 121, frame_rate=25.0)
+    monkeypatch.setattr(devices, "host_memory", lambda: (64 * 2**30, frames + sound // 2))
+    with pytest.raises(ModelError, match=r"1 video of 512x512 × 121 frames .* and a sound decode of"):
+        pixels.check_output(spec, 512, 512, 1, 121, frame_rate=25.0)
+    pixels.check_output(spec.with_changes(kind="tpu"), 512, 512, 1, 121, frame_rate=25.0)  # decoded on the device
+
+
 # ---- round four (issue 34): the LATENT, CONDITIONING, ControlNet and video surfaces under bad input
 def _no_worker(monkeypatch) -> None:
     """Any request to a worker group fails the test: the check under test must come before one starts."""

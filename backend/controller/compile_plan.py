@@ -90,6 +90,6 @@ def resolve_compile(spec: PipelineSpec) -> PipelineSpec:
         why = " (forced by offload 'model'; set offload to 'none')" if plan.target != target else ""
         raise CompileError(f"target: SD3's transformer has no repeated blocks to compile{why}. "
                            "Choose target 'whole denoiser'.")
-    tiled = tuple(size for size in plan.warmup if size[3] and pixels.video_tiling(spec, size[0], size[1]))
+    tiled = tuple(size for size in plan.warmup if size[3] and pixels.video_tiling(spec, size[0], size[1], size[3]))
     return spec.with_changes(compile=replace(plan, target=target, backend=backend, notes=tuple(notes),
                                              tiled_vae=tiled))

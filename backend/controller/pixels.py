@@ -72,9 +72,21 @@ def memory(spec: PipelineSpec) -> tuple[int, str] | None:
     return max(0, total - weights), f"a {kind} device has {format_bytes(total)}{kept}"
 
 
-def per_pixel(spec: PipelineSpec, video: bool = False) -> int:
-    """Bytes one output pixel takes at the decode's peak, in the pipeline's dtype (a video's: per frame pixel)."""
-    return vaes.decode_bytes(spec.component_config("vae"), video) * _FLOAT_BYTES[_dtype(spec)] // 4
+def per_pixel(spec: PipelineSpec, video: bool = False, frames: int = 1) -> int:
+    """Bytes one output pixel takes at the decode's peak, in the pipeline's dtype (a video's of `frames`: per frame
+    pixel)."""
+    return vaes.decode_bytes(spec.component_config("vae"), video, frames) * _FLOAT_BYTES[_dtype(spec)] // 4
+
+
+def sound_bytes(spec: PipelineSpec, frames: int, frame_rate: float) -> int:
+    """The peak of one video's sound decode (it lasts as long as the video: frames / frame_rate seconds, MiniMax
+    H3's at its fixed rate), in the pipeline's dtype; 0 for a model without sound."""
+    if not spec.family.sound or frames <= 0:
+        return 0
+    fps = spec.family.modular.fps if spec.family.modular is not None and spec.family.modular.fps else frame_rate
+    seconds = frames / fps if fps > 0 else 0.0
+    each = vaes.sound_decode_bytes(spec.component_config(spec.family.sound[-1]))
+    return int(seconds * each) * _FLOAT_BYTES[_dtype(spec)] // 4
 
 
 def budget(spec: PipelineSpec) -> tuple[int, str] | None:
@@ -98,14 +110,14 @@ def budget(spec: PipelineSpec) -> tuple[int, str] | None:
     return have // each, f"{where}, and decoding an image takes about {each / 1024:.1f} KiB per pixel in {_dtype(spec)}"
 
 
-def video_tiling(spec: PipelineSpec, width: int, height: int) -> str | None:
-    """A video pipeline's VAE decodes in tiles when its untiled peak (the video decode's bytes per frame pixel) is
-    over the pixel budget's memory: the note that says so, else None. Frames of at most one tile are never
-    tiled."""
+def video_tiling(spec: PipelineSpec, width: int, height: int, frames: int = 1) -> str | None:
+    """A video pipeline's VAE decodes in tiles when its untiled peak (the video decode's bytes per frame pixel, for
+    `frames` where the VAE decodes them all at once: LTX-2's) is over the pixel budget's memory: the note that says
+    so, else None. Frames of at most one tile are never tiled."""
     if not spec.family.frame_step or max(width, height) <= VIDEO_TILE or (found := budget(spec)) is None:
         return None
     most, why = found
-    ratio = per_pixel(spec, video=True) / per_pixel(spec)
+    ratio = per_pixel(spec, video=True, frames=frames) / per_pixel(spec)
     untiled = int(most / ratio)
     if width * height <= untiled:
         return None
@@ -135,24 +147,27 @@ def check(spec: PipelineSpec, width: int, height: int, batch: int = 1, name: str
 
 
 def check_output(spec: PipelineSpec, width: int, height: int, images: int, frames: int = 0,
-                 name: str = "batch_size", sound: int = 0) -> None:
+                 name: str = "batch_size", sound: int = 0, frame_rate: float = 24.0) -> None:
     """Refuses a whole prompt's output (every image, every video's frames and its `sound` bytes, as float32 held
     OUTPUT_COPIES times by the worker and ComfyUI) beyond the host's free memory, before any worker starts: the
-    run would otherwise end in the OOM killer. `name`: the input that sets the count (batch_size, a latent's
-    batch)."""
+    run would otherwise end in the OOM killer. A cpu worker decodes a video's sound on the host too, beside the
+    frames it holds: one sound decode's peak is added (sound_bytes; at `frame_rate`). `name`: the input that sets
+    the count (batch_size, a latent's batch)."""
     total, free = devices.host_memory()
     per = width * height * 3 * 4 * max(1, frames) + sound
-    need = per * images * OUTPUT_COPIES
+    decode = sound_bytes(spec, frames, frame_rate) if (spec.kind or "cpu") == "cpu" else 0
+    need = per * images * OUTPUT_COPIES + decode
     if need <= free:
         return
-    fits = max(0, free // (per * OUTPUT_COPIES))
+    fits = max(0, (free - decode) // (per * OUTPUT_COPIES))
     noun = ("video" if frames else "image") + ("s" if images != 1 else "")
     what = f"{images} {noun} of {width}x{height}" + (f" × {frames} frames" if frames else "")
     inputs = f"{name}, frames, width/height" if frames else f"{name}, width/height"
     kind = "float32 pixels" + (f" and sound ({format_bytes(sound)} a video)" if sound else "")
     raise ModelError(f"{inputs}: {what} {'are' if images != 1 or frames else 'is'} {format_bytes(per * images)} of "
-                     f"{kind}, which the worker and ComfyUI hold about {OUTPUT_COPIES} times on their way out "
-                     f"({format_bytes(need)}), more than this host's {format_bytes(free)} of free memory (of "
-                     f"{format_bytes(total)}): at most {fits} at this size{' and length' if frames else ''}. Make "
-                     f"fewer {'videos' if frames else 'images'}{', fewer frames' if frames else ''} or a smaller "
-                     "size, or split the run over several prompts.")
+                     f"{kind}, which the worker and ComfyUI hold about {OUTPUT_COPIES} times on their way out"
+                     f"{f', and a sound decode of {format_bytes(decode)}' if decode else ''} ({format_bytes(need)}), "
+                     f"more than this host's {format_bytes(free)} of free memory (of {format_bytes(total)}): at most "
+                     f"{fits} at this size{' and length' if frames else ''}. Make fewer "
+                     f"{'videos' if frames else 'images'}{', fewer frames' if frames else ''} or a smaller size, or "
+                     "split the run over several prompts.")

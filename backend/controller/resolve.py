@@ -89,7 +89,7 @@ def _check_values(spec: PipelineSpec, req: SampleRequest) -> None:
                           "use 1 to 240 (the LTX-2 templates use 24 and 25).")
     pixels.check(spec, req.width, req.height, req.batch_size)
     pixels.check_output(spec, req.width, req.height, len(req.images()), req.frames,
-                        sound=sound_input.output_bytes(spec, req))
+                        sound=sound_input.output_bytes(spec, req), frame_rate=req.frame_rate)
     if req.steps < (least := spec.family.min_steps):
         whose = f" for {spec.family.name} (its scheduler takes at least {least})" if least > 1 else ""
         raise SampleError(f"steps: {req.steps} is too small{whose}; use at least {least}.")

@@ -98,7 +98,7 @@ def prepare_sample(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | N
         starts = req.denoise < 1
     arrays.update(controlnets.arrays(spec))
     arrays.update(redux.arrays(spec))
-    if tiling := pixels.video_tiling(spec, req.width, req.height):
+    if tiling := pixels.video_tiling(spec, req.width, req.height, req.frames):
         req = dataclasses.replace(req, tiled_vae=True)
     req, scheduled = sigmas.apply(spec, req, starts)
     said = [samplers.check(spec, req, starts), prompt_weights.note(req), tiling, scheduled, sound_input.note(spec, req, audio),

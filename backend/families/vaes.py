@@ -35,11 +35,23 @@ MINIMAX_H3_LATENTS_PER_SECOND = 40  # both released audio VAEs (32 kHz with hop 
 # The decode's peak memory above the loaded VAE, in bytes per output pixel in float32 (about half in bfloat16 and
 # float16): bench/vae_memory.py, each published config with random weights on the CPU, the slope of the peak RSS
 # through three small sizes (bench/README.md has the table). By layout: "ldm-vae" is the largest of FLUX.1's ae,
-# SD3's and SDXL's (one decoder design, blocks of 128-512 channels); Wan's one frame (Qwen-Image's images).
-DECODE_BYTES = {"ldm-vae": 3_700, "flux2-vae": 3_300, "wan-vae": 8_300, "wan22-vae": 7_600}
-# Wan's video decode, per pixel of one frame, whatever the frame count (it decodes one latent frame, 4 frames, at
-# a time, its causal convolutions keeping 2 frames of their input).
-VIDEO_DECODE_BYTES = {"wan-vae": 18_500, "wan22-vae": 21_100}
+# SD3's and SDXL's (one decoder design, blocks of 128-512 channels); Wan's one frame (Qwen-Image's and Krea 2's
+# images; FLUX.3 and Ideogram 4 decode with FLUX.2's VAE); Qwen-Image 2.1's RGBA images. LTX-2's one frame and
+# MiniMax H3's are the largest point's peak per pixel (their lines lie under fixed costs or scatter); MiniMax H3
+# decodes no single frame: its figure is a frame's in a tiled clip (Sample Video's tiles), its untiled one below.
+DECODE_BYTES = {"ldm-vae": 3_700, "flux2-vae": 3_300, "wan-vae": 8_300, "wan22-vae": 7_600, "qwenimage21-vae": 13_000,
+                "ltx2-vae": 600, "minimax-h3-vae": 2_000}
+# A video's decode, per pixel of one frame, whatever the frame count: Wan's decodes one latent frame (4 frames) at
+# a time, its causal convolutions keeping 2 frames of their input; MiniMax H3's one clip of 7 latent frames
+# (17 frames and the overlap the next clip blends) at a time.
+VIDEO_DECODE_BYTES = {"wan-vae": 18_500, "wan22-vae": 21_100, "minimax-h3-vae": 8_100}
+# LTX-2's video VAE decodes every latent frame at once (diffusers' framewise decoding is off): its figure is per
+# pixel of every frame, so a frame costs more the more frames there are (decode_bytes multiplies).
+WHOLE_VIDEO_DECODE_BYTES = {"ltx2-vae": 350}
+# The sound's decode (LTX-2: its audio VAE, then the vocoder; MiniMax H3: its audio VAE), bytes per second of
+# sound in float32, by the class that makes the waveform: LTX-2's vocoder (24 kHz), LTX-2.3's files' vocoder with
+# bandwidth extension (48 kHz), MiniMax H3's audio VAE (32 kHz, stereo as a batch of 2).
+SOUND_DECODE_BYTES = {"LTX2Vocoder": 95_000_000, "LTX2VocoderWithBWE": 210_000_000, "AutoencoderKLMiniMaxH3Audio": 70_000_000}
 LTX2_KEY = "decoder.conv_in.conv.weight"
 WAN22_KEY = "encoder.downsamples.0.downsamples.0.residual.0.gamma"  # Wan 2.2's VAE: residual down/up blocks
 
@@ -208,22 +220,34 @@ def _minimax_h3_audio_sizes(s: Shapes, published: dict) -> dict:
 
 def config_layout(config: dict) -> str:
     """A VAE's layout from its config.json (its diffusers class; Wan 2.2's residual blocks)."""
+    cls = config.get("_class_name", "AutoencoderKL")
+    if cls in _OWN_LAYOUT:
+        return _OWN_LAYOUT[cls]
     if "z_dim" in config:
         return "wan22-vae" if config.get("is_residual") else "wan-vae"
-    return "flux2-vae" if config.get("_class_name") == "AutoencoderKLFlux2" else "ldm-vae"
+    return "flux2-vae" if cls == "AutoencoderKLFlux2" else "ldm-vae"
 
 
-# the VAE classes whose decode was measured (bench/vae_memory.py), by the layout config_layout gives them
-MEASURED = {"AutoencoderKL": "ldm-vae", "AutoencoderKLFlux2": "flux2-vae", "AutoencoderKLWan": "wan-vae",
-            "AutoencoderKLQwenImage": "wan-vae"}
+_OWN_LAYOUT = {"AutoencoderKLQwenImage21": "qwenimage21-vae", "AutoencoderKLLTX2Video": "ltx2-vae",
+               "AutoencoderKLMiniMaxH3": "minimax-h3-vae"}
+# the VAE classes whose decode was measured (bench/vae_memory.py): every registered family's (a test holds it)
+MEASURED = frozenset({"AutoencoderKL", "AutoencoderKLFlux2", "AutoencoderKLWan", "AutoencoderKLQwenImage",
+                      *_OWN_LAYOUT})
 
 
-def decode_bytes(config: dict, video: bool = False) -> int:
-    """The decode's peak bytes per output pixel in float32 for the VAE of `config` (a video's: per frame pixel).
-    A VAE class not measured yet (LTX-2's, Qwen-Image 2.1's, MiniMax H3's) counts as the largest measured one, so
-    the budget errs on the side of a refusal rather than of the OOM killer."""
-    cls = config.get("_class_name", "AutoencoderKL")
-    if cls not in MEASURED:
+def decode_bytes(config: dict, video: bool = False, frames: int = 1) -> int:
+    """The decode's peak bytes per output pixel in float32 for the VAE of `config` (a video's of `frames`: per
+    frame pixel). A VAE class not measured (none of the registered families' is: a test holds it) counts as the
+    largest measured one, so the budget errs on the side of a refusal rather than of the OOM killer."""
+    if config.get("_class_name", "AutoencoderKL") not in MEASURED:
         return max(VIDEO_DECODE_BYTES.values()) if video else max(DECODE_BYTES.values())
     found = config_layout(config)
+    if video and found in WHOLE_VIDEO_DECODE_BYTES:
+        return WHOLE_VIDEO_DECODE_BYTES[found] * max(1, frames)
     return (VIDEO_DECODE_BYTES.get(found) if video else None) or DECODE_BYTES[found]
+
+
+def sound_decode_bytes(config: dict) -> int:
+    """The sound decode's peak bytes per second of sound in float32, from the config of the part that makes the
+    waveform (the vocoder, or the audio VAE); a class not measured counts as the largest measured."""
+    return SOUND_DECODE_BYTES.get(config.get("_class_name", ""), max(SOUND_DECODE_BYTES.values()))
