@@ -10,9 +10,12 @@ with the refusal's own words, and is measured as soon as the pack accepts it.
 
 Models: the images run the families' tiny builders (backend/families/<id>/tiny.py) at a size where one image takes
 about a second on one core; the videos run `dit-ltx2` and `dit-minimax-h3`, made here from the tiny folders with a
-wider transformer (4 heads of 64, 4 blocks: the shape of dit-wan's), so that the denoising is most of a video as in
-the real models (random weights, seeded). `--quick` runs the tiny folders at their smallest sizes: it only checks
-that the rows run.
+wider and deeper transformer (8 heads of 64, 6 blocks; LTX-2's sound stream 8 heads of 32), so that the denoising
+is most of a video as in the real models (random weights, seeded). The throughput rows run a small video (a fixed
+cost of ours still shows there); the layout rows a bigger one, whose denoising takes seconds on one worker, as
+dit-wan's layout rows had: at a third of a second the 2-rank exchanges outweighed the split work. Each layout row
+has an A/A control: a second, identical one-worker group in the same rounds (its denoising against the first's).
+`--quick` runs the tiny folders at their smallest sizes: it only checks that the rows run.
 """
 
 from __future__ import annotations
@@ -57,12 +60,18 @@ ROUNDS = 5  # at most, after 1 warm-up (as the Wan rows)
 # What LTX-2's worker passes beside the guidance (backend/families/ltx2 OFF: STG, modality isolation and rescale off)
 LTX_OFF = {"stg_scale": 0.0, "modality_scale": 1.0, "guidance_rescale": 0.0, "audio_stg_scale": 0.0,
            "audio_modality_scale": 1.0, "audio_guidance_rescale": 0.0, "spatio_temporal_guidance_blocks": None}
-# The wider transformers of the dit- folders: config changes per component (the rest is the tiny folder's)
-_DIT_LTX2 = {"transformer": {"num_attention_heads": 4, "attention_head_dim": 64, "cross_attention_dim": 256,
-                             "num_layers": 4},
-             "connectors": {"video_connector_num_attention_heads": 4, "video_connector_attention_head_dim": 64,
-                            "video_hidden_dim": 256}}
-_MM_DIT = {"num_attention_heads": 4, "attention_head_dim": 64, "hidden_size": 256, "ffn_dim": 1024, "num_layers": 4}
+# The transformers of the dit- folders, sized so that one worker's denoising takes seconds on one CPU thread as
+# dit-wan's did for its layout rows (8 heads of 64, 6 blocks; a 2-rank layout's exchanges then weigh what they
+# would on a real model, not 2x the work): config changes per component (the rest is the tiny folder's)
+# LTX-2's sound stream at half the video's width as in the published model (8 heads of 32; the attention between
+# the streams runs the video's 8 heads over it, so its width must split into them)
+_DIT_LTX2 = {"transformer": {"num_attention_heads": 8, "attention_head_dim": 64, "cross_attention_dim": 512,
+                             "num_layers": 6, "audio_num_attention_heads": 8, "audio_attention_head_dim": 32,
+                             "audio_cross_attention_dim": 256},
+             "connectors": {"video_connector_num_attention_heads": 8, "video_connector_attention_head_dim": 64,
+                            "video_hidden_dim": 512, "audio_connector_num_attention_heads": 8,
+                            "audio_connector_attention_head_dim": 32, "audio_hidden_dim": 256}}
+_MM_DIT = {"num_attention_heads": 8, "attention_head_dim": 64, "hidden_size": 512, "ffn_dim": 2048, "num_layers": 6}
 _DIT_MINIMAX = {"transformer": _MM_DIT, "transformer_ref": _MM_DIT}
 
 
@@ -76,7 +85,8 @@ def dit_folder(ctx: Ctx, tiny: str, name: str, changes: dict[str, dict]) -> str:
 
     build_all(ctx.models_dir, families=(tiny,))
     target_dir = ctx.models_dir / name
-    if (target_dir / ".complete").exists():
+    made = json.dumps(changes, sort_keys=True)  # a folder made with other changes is made again
+    if (target_dir / ".complete").exists() and (target_dir / ".complete").read_text() == made:
         return name
     tmp = target_dir.with_name(f"{name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -88,7 +98,7 @@ def dit_folder(ctx: Ctx, tiny: str, name: str, changes: dict[str, dict]) -> str:
         model = cls.from_config({**config, **change}).eval()
         shutil.rmtree(tmp / component)
         model.save_pretrained(tmp / component, safe_serialization=True)
-    (tmp / ".complete").write_text("")
+    (tmp / ".complete").write_text(made)
     shutil.rmtree(target_dir, ignore_errors=True)
     os.replace(tmp, target_dir)
     return name
@@ -168,8 +178,9 @@ def _noise_note(details: dict) -> list[str]:
 
 def videos(ctx: Ctx) -> list[dict]:
     """LTX-2 (dit-ltx2: 33 frames of 320x192, 4 steps, guidance 3 with a negative prompt, CFG on a doubled batch)
-    and MiniMax H3 (dit-minimax-h3: its shortest video, 124 frames, at 64x64, 4 steps; guidance distilled, one
-    pass), each against its plain pipeline, then its layouts against one worker."""
+    and MiniMax H3 (dit-minimax-h3: its shortest video, 124 frames, at 128x128, 4 steps; guidance distilled, one
+    pass), each against its plain pipeline, then its layouts against one worker at 512x320 (LTX-2) and 256x256
+    (MiniMax H3)."""
     rows: list[dict] = []
     ltx = "tiny-ltx2" if ctx.quick else dit_folder(ctx, "ltx2", "dit-ltx2", _DIT_LTX2)
     mm = "tiny-minimax-h3" if ctx.quick else dit_folder(ctx, "minimax-h3", "dit-minimax-h3", _DIT_MINIMAX)
@@ -177,10 +188,15 @@ def videos(ctx: Ctx) -> list[dict]:
         from backend.tiny_models import build_all
 
         build_all(ctx.models_dir, families=("ltx2", "minimax-h3"))
+    # the throughput rows: a small video (about a second of CPU), where a fixed cost of ours would still show; the
+    # layout rows: more video tokens (LTX-2 800 next to its prompt's 1024, MiniMax H3 4x its throughput row's), so
+    # that one worker's denoising takes seconds, as a real video's steps do, and the 2-rank exchanges weigh less
     ltx_shape = dict(width=64, height=64, frames=9, steps=2) if ctx.quick else dict(width=320, height=192,
                                                                                     frames=33, steps=4)
-    mm_shape = dict(width=32 if ctx.quick else 64, height=32 if ctx.quick else 64, frames=124,
-                    steps=2 if ctx.quick else 4)
+    ltx_layout = ltx_shape if ctx.quick else dict(ltx_shape, width=512, height=320)
+    mm_shape = dict(width=32, height=32, frames=124, steps=2) if ctx.quick else dict(width=128, height=128,
+                                                                                     frames=124, steps=4)
+    mm_layout = mm_shape if ctx.quick else dict(mm_shape, width=256, height=256)
     ltx_plain = {"frame_rate": 25.0, "extra": {**LTX_OFF, "audio_guidance_scale": 3.0}}  # as the worker passes
     rows.append(_against_plain_row(
         ctx, LTX, ltx, {**ltx_shape, "guidance": 3.0}, ltx_plain,
@@ -191,9 +207,9 @@ def videos(ctx: Ctx) -> list[dict]:
                                    "s/video"))
     # the templates' 25 fps for the layouts too: Context Parallel 2 splits the video's tokens; the sound's audio
     # latents (25 a second: as many as the frames, odd) run whole on every rank
-    rows += _layouts(ctx, ltx, ltx_shape, {"negative_prompt": NEGATIVE, "frame_rate": 25.0},
+    rows += _layouts(ctx, ltx, ltx_layout, {"negative_prompt": NEGATIVE, "frame_rate": 25.0},
                      ((LTX_CFG, CFG_TARGET, "cfg", 3.0), (LTX_CP, CP_TARGET, "cp", 1.0)))
-    rows += _layouts(ctx, mm, mm_shape, {}, ((MM_CFG, CFG_TARGET, "cfg", 1.0), (MM_CP, CP_TARGET, "cp", 1.0)))
+    rows += _layouts(ctx, mm, mm_layout, {}, ((MM_CFG, CFG_TARGET, "cfg", 1.0), (MM_CP, CP_TARGET, "cp", 1.0)))
     return rows
 
 
@@ -253,6 +269,9 @@ def _layouts(ctx: Ctx, model: str, shape: dict, request: dict,
     if not runs:
         return rows
     specs["one"] = one
+    aa = min(guidance for *_, guidance in runs)  # the A/A control: a second, identical worker at this guidance
+    if not ctx.quick:  # (as the throughput rows' twin: not in the smoke test)
+        specs["twin"] = one
     phases: dict[str, list[dict]] = {}
     rounds, warmup = min(ctx.repeats, ROUNDS), min(ctx.warmup, 1)
     groups = Groups(ctx, specs)
@@ -275,6 +294,8 @@ def _layouts(ctx: Ctx, model: str, shape: dict, request: dict,
         for _ids, _tgt, layout, guidance in runs:
             contestants[f"one@{guidance:g}"] = contestant(f"one@{guidance:g}", "one", guidance)
             contestants[layout] = contestant(layout, layout, guidance)
+        if "twin" in specs:
+            contestants["twin"] = contestant("twin", "twin", aa)
         times = alternate(contestants, rounds, warmup)
     finally:
         groups.close()
@@ -282,6 +303,12 @@ def _layouts(ctx: Ctx, model: str, shape: dict, request: dict,
     def phase(name: str, key: str) -> list[float]:
         return [p[key] for p in phases[name]]
 
+    twin = {}
+    if "twin" in phases:  # one worker against its twin, on the same phase: how far noise alone moves the ratio
+        ratio = median(phase(f"one@{aa:g}", "denoise_s")) / median(phase("twin", "denoise_s"))
+        twin = {"aa_denoise_ratio": ratio, "aa_guidance": aa, "aa_spread": spread(phase(f"one@{aa:g}", "denoise_s"),
+                                                                                  phase("twin", "denoise_s")),
+                "aa_twin_denoise_s": summary(phase("twin", "denoise_s"))}
     for ids, tgt, layout, guidance in runs:
         base = f"one@{guidance:g}"
         denoise = median(phase(base, "denoise_s")) / median(phase(layout, "denoise_s"))
@@ -294,11 +321,14 @@ def _layouts(ctx: Ctx, model: str, shape: dict, request: dict,
             ours=summary(phase(layout, "denoise_s")), plain=summary(phase(base, "denoise_s")),
             notes=[f"whole video {whole:.3f} (one worker {median(times[base]):.2f} s, the layout "
                    f"{median(times[layout]):.2f} s; the VAE decodes on the first rank only); CPU seconds a video "
-                   f"per rank: one worker {cpu[base]}, the layout {cpu[layout]}"],
+                   f"per rank: one worker {cpu[base]}, the layout {cpu[layout]}",
+                   f"A/A: one worker's denoising ÷ its twin's {twin['aa_denoise_ratio']:.3f} at guidance {aa:g} "
+                   f"(per-round quartiles {twin['aa_spread']['paired_ratio_quartiles']})" if twin else
+                   "A/A: not run (--quick)"],
             details={"workload": _video_text(model, shape, f"guidance {guidance:g}"),
                      **spread(phase(base, "denoise_s"), phase(layout, "denoise_s")), "whole_video_ratio": whole,
                      "whole_video_s": {base: summary(times[base]), layout: summary(times[layout])},
                      "vae_s_median": {k: median(phase(k, "vae_s")) for k in (base, layout)},
-                     "cpu_s_per_video_per_rank_median": cpu, "rounds": rounds, "warmup": warmup}))
+                     "cpu_s_per_video_per_rank_median": cpu, **twin, "rounds": rounds, "warmup": warmup}))
     return rows
 

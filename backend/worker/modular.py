@@ -33,6 +33,8 @@ from ..protocol.units import format_bytes
 _EXTRA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # the FileSource of each pipeline made of artists' files (worker/modular_files.py), whose folder is gone after loading
 _FILES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# each pipeline's call arguments (`parameters`), with the blocks they were read from
+_PARAMETERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _declared(family: Pipeline) -> Any:
@@ -149,13 +151,21 @@ def for_task(pipe: Any, family: Pipeline, kind: str, status: Callable[[str], Non
 
 def parameters(pipe: Any, family: Pipeline) -> Collection[str]:
     """The arguments the call takes, by name: a modular pipeline's blocks' inputs (and the guidance, where its
-    guider takes it), else the pipeline's `__call__` signature."""
+    guider takes it), else the pipeline's `__call__` signature. A modular pipeline's are read once per pipeline and
+    set of sub-blocks: diffusers recomputes `input_names` over every nested block on each read (about 5 ms on the
+    CPU for MiniMax H3's blocks), and a worker call reads them several times (seen as ~4 % of a small video)."""
     if family.modular is None:
         return inspect.signature(pipe.__call__).parameters
-    names = {*pipe.blocks.input_names, "callback_on_step_end"}  # the step callback: call() runs it
+    blocks = pipe.blocks
+    key = (id(blocks), tuple(blocks.sub_blocks))
+    kept = _PARAMETERS.get(pipe)
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    names = {*blocks.input_names, "callback_on_step_end"}  # the step callback: call() runs it
     if family.modular.guider:
         names.add(family.guidance_arg)
-    return names
+    _PARAMETERS[pipe] = (key, frozenset(names))
+    return _PARAMETERS[pipe][1]
 
 
 def image_references(family: Pipeline, pictures: list) -> list:

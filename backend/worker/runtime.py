@@ -350,11 +350,11 @@ class Runtime:
             latent_out += [latents.comfy_layout(pipe, spec.family, z) for z in taken]
         if not layout.leader or not (out or latent_out):
             return None
-        sent = {"images": np.ascontiguousarray(np.concatenate(out))} if out else {}
+        sent = {"images": images.joined(out)} if out else {}
         if latent_out:
-            sent["latents"] = np.ascontiguousarray(np.concatenate(latent_out))
+            sent["latents"] = images.joined(latent_out)
         if audio_out:  # the sound of each video, and its rate (ComfyUI's AUDIO)
-            sent["audio"] = np.ascontiguousarray(np.concatenate(audio_out))
+            sent["audio"] = images.joined(audio_out)
             sent["audio_rate"] = np.array([sound.rate(pipe, spec.family)], np.int64)
         return sent
 
