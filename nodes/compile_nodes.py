@@ -81,7 +81,9 @@ class TPUCompile:
                 "warmup": ("STRING", {"default": "1024x1024", "tooltip":
                            "Sizes to compile now, before the first prompt: WIDTHxHEIGHT, comma separated, with an "
                            "optional xBATCH (e.g. '1024x1024, 832x1216x2'); videos with their frames as "
-                           "xFRAMESf (e.g. '832x480x81f'). Empty: compile each size on its first Sample instead."}),
+                           "xFRAMESf (e.g. '832x480x81f'); LTX-2's at Sample Video's frame_rate, written after "
+                           "them where it is not 24 (e.g. '768x512x121f@25fps': the sound's length is a shape). "
+                           "Empty: compile each size on its first Sample instead."}),
                 "snap_to_warmup": ("BOOLEAN", {"default": False, "tooltip":
                                    "On: a Sample at a size that was not warmed up uses the closest warm-up size "
                                    "(same shape first) instead of compiling a new one; the image then has that size "

@@ -17,7 +17,7 @@ from ..backend.controller import api
 from ..backend.families.ltx2 import two_stage
 from ..backend.protocol.errors import SampleError
 from ..backend.protocol.messages import steps_per_image
-from ..backend.protocol.spec import SampleRequest
+from ..backend.protocol.spec import DEFAULT_FRAME_RATE, SampleRequest
 from . import comfy_bridge
 from .pipeline_nodes import CATEGORY
 
@@ -77,7 +77,8 @@ class TPUSampleVideo:
                                 "width × height. Needs a model that takes one (Wan 2.2 TI2V 5B, Wan 2.2 I2V A14B, Wan "
                                 "2.1 I2V, LTX-2, MiniMax H3); video i starts from image i of this batch (cycling when it has "
                                 "fewer)."}),
-                "frame_rate": ("FLOAT", {"default": 24.0, "min": 1.0, "max": 240.0, "step": 1.0, "tooltip":
+                "frame_rate": ("FLOAT", {"default": DEFAULT_FRAME_RATE, "min": 1.0, "max": 240.0, "step": 1.0,
+                                         "tooltip":
                                "Frames per second, for models that take it (LTX-2: the sound's length and the "
                                "motion's timing; give Create Video the same fps). Wan (16 fps; Wan 2.2 5B: 24) and "
                                "MiniMax H3 (24 fps) ignore it."}),
@@ -121,9 +122,9 @@ class TPUSampleVideo:
         }
 
     def sample(self, pipeline, prompt, negative_prompt, width, height, frames, steps, guidance, seed, batch_size=1,
-               start_image=None, frame_rate=24.0, upscale_model="none", upscale_sigmas="0.85, 0.725, 0.4219",
-               audio_guidance=-1.0, audio=None, end_image=None, reference_images=None, reference_audio=None,
-               unique_id=None):
+               start_image=None, frame_rate=DEFAULT_FRAME_RATE, upscale_model="none",
+               upscale_sigmas="0.85, 0.725, 0.4219", audio_guidance=-1.0, audio=None, end_image=None,
+               reference_images=None, reference_audio=None, unique_id=None):
         started, queued = comfy_bridge.now(), comfy_bridge.queued_at()
         image = start_image.cpu().numpy() if start_image is not None else None
         request = SampleRequest(prompt=prompt, negative_prompt=negative_prompt, width=width, height=height,

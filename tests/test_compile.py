@@ -77,18 +77,57 @@ def cache_dir(tmp_path_factory):
 # ---- controller-side checks (no worker)
 
 @pytest.mark.unit
-def test_warmup_list_parses_sizes_batches_and_frames_and_names_bad_entries():
+def test_warmup_list_parses_sizes_batches_frames_and_frame_rates_and_names_bad_entries():
     assert compile_plan.parse_warmup("1024x1024, 832x1216x2; 64 X 64\n") == (
-        (1024, 1024, 1, 0), (832, 1216, 2, 0), (64, 64, 1, 0))
+        (1024, 1024, 1, 0, 0.0), (832, 1216, 2, 0, 0.0), (64, 64, 1, 0, 0.0))
     assert compile_plan.parse_warmup("  ") == ()
-    assert compile_plan.parse_warmup("64x64, 64x64x1") == ((64, 64, 1, 0),)
+    assert compile_plan.parse_warmup("64x64, 64x64x1") == ((64, 64, 1, 0, 0.0),)
     assert compile_plan.parse_warmup("832x480x81f, 32x32x5fx2, 32x32 x 5 F") == (
-        (832, 480, 1, 81), (32, 32, 2, 5), (32, 32, 1, 5))
-    assert CompilePlan(warmup=((832, 480, 1, 81), (64, 64, 2, 0))).warmup_text() == "832x480x81f, 64x64x2"
+        (832, 480, 1, 81, 0.0), (32, 32, 2, 5, 0.0), (32, 32, 1, 5, 0.0))
+    # a video's frame rate after it (LTX-2's sound lasts frames / frame_rate seconds): '@RATEfps', 'fps' optional
+    assert compile_plan.parse_warmup("768x512x121f@25fps, 64x64x9fx2 @ 22.5 FPS, 64x64x9f@24") == (
+        (768, 512, 1, 121, 25.0), (64, 64, 2, 9, 22.5), (64, 64, 1, 9, 24.0))
+    assert CompilePlan(warmup=((832, 480, 1, 81), (64, 64, 2, 0), (64, 64, 2, 9, 22.5))).warmup_text() == (
+        "832x480x81f, 64x64x2, 64x64x9fx2@22.5fps")
+    text = "832x480x81f, 64x64x2, 768x512x121f@25fps"
+    assert compile_plan.parse_warmup(CompilePlan(warmup=compile_plan.parse_warmup(text)).warmup_text()) == (
+        compile_plan.parse_warmup(text)), "the text a plan writes reads back as the same plan"
     for bad, words in (("1024", "'1024' is not a size"), ("64x64x0", "batch 0"), ("axb", "WIDTHxHEIGHT"),
-                       ("32x32x0f", "0 frames"), ("32x32x2x5f", "xFRAMESf")):
+                       ("32x32x0f", "0 frames"), ("32x32x2x5f", "xFRAMESf"), ("64x64@25fps", "no frames.*x121f@25fps"),
+                       ("64x64x9f@0fps", "0 fps .* 1 to 240"), ("64x64x9f@300fps", "300 fps"),
+                       ("64x64x9f25fps", "@RATEfps")):
         with pytest.raises(CompileError, match=words):
             compile_plan.parse_warmup(bad)
+
+
+@pytest.mark.unit
+def test_warmup_frame_rate_defaults_to_sample_videos_for_ltx2_and_is_refused_where_nothing_takes_it(tiny_models):
+    """LTX-2's sound has frames / frame_rate seconds of latents, a shape of its own: a warm-up without a frame rate
+    runs at Sample Video's default frame_rate (the plan says it), one with runs at it; any other model has no frame
+    rate to set, and a warm-up naming one is refused before any worker starts, naming the input and the fix."""
+    import inspect
+
+    from backend.protocol.spec import DEFAULT_FRAME_RATE, PipelineSpec, warmup_request
+
+    assert SampleRequest(prompt="").frame_rate == DEFAULT_FRAME_RATE == 24.0
+    video_nodes = (ROOT / "nodes" / "video_nodes.py").read_text()
+    assert '"frame_rate": ("FLOAT", {"default": DEFAULT_FRAME_RATE,' in video_nodes, "Sample Video's default"
+    ltx = _spec(tiny_models, "tiny-ltx2")
+    spec, _ = api.with_compile(ltx, "whole denoiser", "eager", "64x64x9f, 64x64x17f@25fps, 64x64x9f@24fps", False)
+    assert spec.compile.warmup == ((64, 64, 1, 9, DEFAULT_FRAME_RATE), (64, 64, 1, 17, 25.0))
+    assert spec.compile.warmup_text() == "64x64x9f@24fps, 64x64x17f@25fps"
+    spec = PipelineSpec.from_dict(json.loads(json.dumps(spec.to_dict())))  # as the worker reads it
+    assert [warmup_request(spec, *size).frame_rate for size in spec.compile.warmup] == [24.0, 25.0]
+    assert [size.label() for size in spec.compile.warmup] == ["64x64x9 frames at 24 fps (batch 1)",
+                                                              "64x64x17 frames at 25 fps (batch 1)"]
+    assert inspect.signature(warmup_request).parameters["frame_rate"].default == 0.0
+    assert warmup_request(ltx, 64, 64, 1, 9).frame_rate == DEFAULT_FRAME_RATE
+    for name, warmup in (("tiny-wan", "32x32x5f@16fps"), ("tiny-flux", "64x64x5f@25fps")):
+        with pytest.raises(CompileError, match=rf"warmup: '{warmup}' names a frame rate, and .* takes none .*"
+                                               rf"Remove '@\d+fps': write '{warmup.split('@')[0]}'"):
+            api.with_compile(_spec(tiny_models, name), "whole denoiser", "eager", warmup, False)
+    wan, _ = api.with_compile(_spec(tiny_models, "tiny-wan"), "whole denoiser", "eager", "32x32x5f", False)
+    assert wan.compile.warmup == ((32, 32, 1, 5, 0.0),), "a model without a frame rate gets none"
 
 
 @pytest.mark.unit

@@ -191,7 +191,7 @@ def test_compiled_start_image_and_image_and_audio_compile_once_and_never_again(t
         said = []
         api.run_sample_outputs(api.prepare_sample(spec, _request(), starts, audio=sound),
                                lambda m, said=said: said.append(m.text) if isinstance(m, Status) else None)
-        assert f"compiling 64x64x9 frames (batch 1, CFG, {task}) for the first time…" in said, said
+        assert f"compiling 64x64x9 frames (batch 1, CFG, 9 audio latents, {task}) for the first time…" in said, said
         first = api.compile_stats()
         assert first["unexpected_recompiles"] == 0, said
         for change in (dict(seed=4, steps=3), dict(prompt="a lighthouse on a cliff at dusk, oil painting", seed=2)):

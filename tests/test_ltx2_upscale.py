@@ -169,7 +169,7 @@ def test_compiled_two_stages_compile_once_and_never_again(tiny_models, upscaler)
     said = []
     api.run_sample_outputs(api.prepare_sample(spec, SampleRequest(**LTX, upscale_model=upscaler), None),
                            lambda m: said.append(m.text) if isinstance(m, Status) else None)
-    assert "compiling 128x128x9 frames (batch 1, CFG, two stages) for the first time…" in said, said
+    assert "compiling 128x128x9 frames (batch 1, CFG, 9 audio latents, two stages) for the first time…" in said, said
     first = api.compile_stats()
     assert first["unexpected_recompiles"] == 0, said
     for change in (dict(seed=4, steps=3), dict(prompt="a lighthouse on a cliff at dusk, oil painting", seed=2)):

@@ -316,9 +316,9 @@ def test_the_video_vae_tiles_where_the_pixel_budget_says(tiny_models, monkeypatc
     assert not flux.req.tiled_vae
     # a compile warm-up decodes as the Sample of its size does (the plan travels to the worker as plain data)
     compiled = api.checked(api.with_compile(wan, "repeated blocks", "eager", "1280x720x5f, 1920x1088x5f", False)[0])
-    assert compiled.compile.tiled_vae == ((1920, 1088, 1, 5),)
+    assert compiled.compile.tiled_vae == ((1920, 1088, 1, 5, 0.0),)
     compiled = PipelineSpec.from_dict(json.loads(json.dumps(compiled.to_dict())))
-    assert [warmup_request(compiled, w, h, b, f).tiled_vae for w, h, b, f in compiled.compile.warmup] == [False, True]
+    assert [warmup_request(compiled, *size).tiled_vae for size in compiled.compile.warmup] == [False, True]
 
 
 @pytest.mark.workers

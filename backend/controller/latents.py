@@ -134,7 +134,7 @@ def check(spec: PipelineSpec, req: SampleRequest, image_connected: bool) -> None
                          f"(it is {req.denoise:g}); to start from a picture with a ControlNet, connect it to Sample's "
                          "image input instead (VAE Decode turns the latent into one).")
     plan = spec.compile_plan()
-    warm = sorted({(w, h) for w, h, _, _ in plan.warmup}) if plan is not None and plan.snap_to_warmup else []
+    warm = sorted({(w, h) for w, h, *_ in plan.warmup}) if plan is not None and plan.snap_to_warmup else []
     if req.denoise < 1 and warm and (req.width, req.height) not in warm:
         raise ModelError(f"latent: it is {req.width}x{req.height}, not one of the warm-up sizes Compile snaps to "
                          f"({', '.join(f'{w}x{h}' for w, h in warm)}), and a latent below denoise 1 cannot be "

@@ -58,8 +58,8 @@ def with_mode(spec: PipelineSpec, mode: str) -> tuple[PipelineSpec, list[str]]:
 def with_compile(spec: PipelineSpec, target: str, backend: str, warmup: str,
                  snap_to_warmup: bool = False) -> tuple[PipelineSpec, list[str]]:
     """`spec` in compiled mode with this plan, checked against the model and device; and notes for the user."""
-    shapes = compile_plan.parse_warmup(warmup)
-    for w, h, _, frames in shapes:
+    shapes = compile_plan.frame_rates(spec.family, compile_plan.parse_warmup(warmup))
+    for w, h, _, frames, _ in shapes:
         if spec.family.frame_step and not frames:
             raise CompileError(f"warmup: {w}x{h} has no frames, and {spec.family.name} makes videos, each frame "
                                f"count a shape of its own: write them as xFRAMESf, e.g. '{w}x{h}x81f'.")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..families import PIPELINES, Pipeline, config_dir
+from .warmup import DEFAULT_FRAME_RATE, CompilePlan, WarmupSize
 
 # the components that denoise (Wan 2.2 A14B's low-noise expert, Ideogram 4's second model, MiniMax H3's ref2va
 # partition): fp8 storage, compiling, step caching and a LoRA's model strength apply to them
@@ -95,26 +96,6 @@ def mode_note(kind: str, mode: str) -> str | None:
         return ("debug eager on CUDA: launch blocking needs CUDA_LAUNCH_BLOCKING=1 in ComfyUI's environment "
                 "before the workers start; running strict eager.")
     return None
-
-
-@dataclass(frozen=True)
-class CompilePlan:
-    """How the denoiser (transformer or UNet) is compiled, and which shapes to compile up front."""
-
-    target: str = "whole denoiser"
-    backend: str = "auto"
-    # (width, height, batch, frames) compiled before the first prompt; frames 0: an image
-    warmup: tuple[tuple[int, int, int, int], ...] = ()
-    snap_to_warmup: bool = False  # round a requested size to the nearest warmed-up one
-    notes: tuple[str, ...] = ()  # how the controller adjusted the plan for this device, said when it applies
-    # the warm-up sizes whose video VAE decodes in tiles, as a Sample of that size does (the controller's pixel
-    # budget: controller.pixels.video_tiling), so that a warm-up decodes the way the run will
-    tiled_vae: tuple[tuple[int, int, int, int], ...] = ()
-
-    def warmup_text(self) -> str:
-        """'1024x1024, 832x1216x2, 832x480x81f': the warm-up sizes as the Compile node's input writes them."""
-        return ", ".join(f"{w}x{h}" + (f"x{f}f" if f else "") + (f"x{b}" if b != 1 else "")
-                         for w, h, b, f in self.warmup)
 
 
 # Load LoRA (TPU) on a model of two experts (Wan 2.2 A14B): the expert(s) a LoRA is written into, as an artist's
@@ -366,9 +347,7 @@ class PipelineSpec:
     def from_dict(cls, data: dict) -> PipelineSpec:
         plan = data.get("compile")
         if isinstance(plan, dict):
-            plan = CompilePlan(**{**plan, "warmup": tuple(tuple(s) for s in plan.get("warmup", ())),
-                                  "tiled_vae": tuple(tuple(s) for s in plan.get("tiled_vae", ())),
-                                  "notes": tuple(plan.get("notes", ()))})
+            plan = CompilePlan(**{**plan, "notes": tuple(plan.get("notes", ()))})
         source = data.get("source")
         if isinstance(source, dict):
             source = FileSource.from_dict(source)
@@ -396,7 +375,8 @@ class SampleRequest:
     prompt_per_line: bool = False  # each non-empty line is a prompt; batch_size images each
     denoise: float = 1.0  # with an input image or latent: how much of it is repainted (0 keeps it, 1 all)
     frames: int = 0  # frames of each video (video pipelines: Sample Video); 0: an image
-    frame_rate: float = 24.0  # frames per second of each video, for models that take it (Pipeline.frame_rate_arg)
+    # frames per second of each video, for models that take it (Pipeline.frame_rate_arg)
+    frame_rate: float = DEFAULT_FRAME_RATE
     tiled_vae: bool = False  # the video VAE decodes in tiles (the controller sets it: controller.pixels.video_tiling)
     sampler: str = "default"  # ComfyUI's sampler name (protocol.samplers); default: the pipeline's own scheduler
     scheduler: str = "default"  # ComfyUI's scheduler (schedule) name; default: the pipeline's own schedule
@@ -427,14 +407,18 @@ class SampleRequest:
                 for j in range(self.batch_size)]
 
 
-def warmup_request(spec: PipelineSpec, width: int, height: int, batch: int, frames: int = 0) -> SampleRequest:
+def warmup_request(spec: PipelineSpec, width: int, height: int, batch: int, frames: int = 0,
+                   frame_rate: float = 0.0) -> SampleRequest:
     """A compile warm-up: WARMUP_STEPS steps (a per-step recompile would show), CFG on where it changes shapes
     (as these models are used), and `batch` images for every data-parallel replica, so each of them compiles; a
-    video's VAE decodes as a Sample of its size would (tiled or whole)."""
+    video's VAE decodes as a Sample of its size would (tiled or whole); a video at `frame_rate` (0: Sample
+    Video's default), which sets LTX-2's sound's length."""
     guidance = 5.0 if spec.family.cfg_doubles_batch else 3.5
-    tiled = spec.compile is not None and (width, height, batch, frames) in spec.compile.tiled_vae
+    size = WarmupSize(width, height, batch, frames, frame_rate)
+    tiled = spec.compile is not None and size in spec.compile.tiled_vae
     return SampleRequest(prompt="warm-up", width=width, height=height, steps=WARMUP_STEPS, guidance=guidance,
-                         batch_size=batch * spec.dp_replicas, frames=frames, tiled_vae=tiled)
+                         batch_size=batch * spec.dp_replicas, frames=frames, tiled_vae=tiled,
+                         frame_rate=frame_rate or DEFAULT_FRAME_RATE)
 
 
 def share(n: int, replicas: int, replica: int) -> range:

@@ -5,8 +5,10 @@ the execution mode and the warm-up loop; the cache folder lives in `compile_cach
 un-compiling the loaded pipeline's denoiser (no reload), knowing the shape signatures it has seen,
 announcing a compile before it starts, and counting compiles and reuses from dynamo's own counters.
 
-A shape signature is what makes a static-shape graph recompile: width, height, batch, whether CFG doubles
-the denoiser's batch (SD3, SDXL, Z-Image), and the text length. Text length is kept fixed: `max_sequence_length`
+A shape signature is what makes a static-shape graph recompile: width, height, batch, a video's frames and its
+sound's latents (LTX-2: frames / frame_rate seconds of them; the frame rate itself reaches the graph as a float,
+which Dynamo does not specialize on), whether CFG doubles the denoiser's batch (SD3, SDXL, Z-Image), and the text
+length. Text length is kept fixed: `max_sequence_length`
 is passed explicitly (Sample's CONDITIONING arrives padded to the length that gives: controller/conditioning.py),
 and Qwen-Image (whose prompt embeddings are as long as the prompt) gets its embeddings
 padded, with an attention mask, to 128-token buckets. Z-Image's transformer pads the prompt itself (to 32 tokens,
@@ -29,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..protocol.errors import CompileError
-from ..protocol.spec import DENOISERS, CompilePlan, PipelineSpec
+from ..protocol.spec import DENOISERS, CompilePlan, PipelineSpec, WarmupSize
 from . import modular
 from .compile_cache import CACHE_INFO
 from .parallel import pad_tokens
@@ -62,9 +64,13 @@ class Shape:
     # whose denoiser sees a timestep per token), or in two stages (LTX-2's upscale: a half-size graph too): a
     # graph the text-to-video warm-up does not build, compiled once and announced ("": none of these)
     task: str = ""
+    # the sound's latents beside the frames (LTX-2: frames / frame_rate seconds of them, so that another frame rate
+    # can be another shape: `sound_latents`); 0: no sound, or one whose length the frames fix
+    sound: int = 0
 
     def label(self) -> str:
         extra = (", CFG" if self.cfg else "") + (f", prompt ≤ {self.text} tokens" if self.variable_text else "")
+        extra += f", {self.sound} audio latents" if self.sound else ""
         extra += f", {self.task}" if self.task else ""
         extra += f", ControlNet {self.control}" if self.control else ""
         extra += f", negative prompt ≤ {self.negative_text} tokens" if self.negative_text else ""
@@ -169,6 +175,17 @@ def _float_timestep(call: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def sound_latents(pipe: Any, spec: PipelineSpec, kwargs: dict) -> int:
+    """The sound's latents LTX-2's denoiser sees for this call: frames / frame_rate seconds of them, counted as
+    diffusers' LTX-2 pipelines count them (image + audio's given sound is cut to that length by the controller:
+    controller/sound_input.py); 0 for a model that takes no frame rate."""
+    arg = spec.family.frame_rate_arg
+    if not (arg and kwargs.get("num_frames")):
+        return 0
+    per_second = pipe.audio_sampling_rate / pipe.audio_hop_length / float(pipe.audio_vae_temporal_compression_ratio)
+    return round(kwargs["num_frames"] / kwargs[arg] * per_second)
+
+
 def _default(pipe: Any, spec: PipelineSpec, name: str) -> Any:
     """The default of the call's argument `name`: its `__call__` signature's, or a modular pipeline's block input's."""
     if spec.family.modular is None:
@@ -197,12 +214,12 @@ class Compiler:
         self.applied: tuple | None = None  # (target, backend, model, dtype) it was compiled with
         self.plan: CompilePlan | None = None
         self.seen: set[Shape] = set()  # signatures compiled for the current module and plan
-        self.warmed: set[tuple[int, int, int, int]] = set()
+        self.warmed: set[WarmupSize] = set()
         self.shapes: dict[str, dict] = {}  # statistics per model, plan and shape (kept across plan changes)
         self.totals = {"compiles": 0, "hits": 0, "compile_s": 0.0, "graphs": 0, "unexpected_recompiles": 0,
                        "disk_hits": 0, "disk_misses": 0}
 
-    def apply(self, pipe: Any, spec: PipelineSpec, dtype_name: str) -> list[tuple[int, int, int, int]]:
+    def apply(self, pipe: Any, spec: PipelineSpec, dtype_name: str) -> list[WarmupSize]:
         """Compiles (or un-compiles) the denoiser of `pipe` (both experts of a pair) for the spec's plan, without
         reloading anything; returns the warm-up shapes not compiled yet (the runtime runs them and calls
         `warmed_up`)."""
@@ -225,7 +242,7 @@ class Compiler:
         self._component = f"{spec.name}/{name} ({dtype_name}, {plan.target}, {plan.backend})"
         return [s for s in plan.warmup if s not in self.warmed]
 
-    def warmed_up(self, shape: tuple[int, int, int, int]) -> None:
+    def warmed_up(self, shape: WarmupSize) -> None:
         self.warmed.add(shape)
 
     def _compile(self, name: str, module: Any, plan: CompilePlan, class_name: str, contiguous: bool = False) -> None:
@@ -282,7 +299,7 @@ class Compiler:
         via = {spec.family.start_image_via: "start image", spec.family.audio_via: "image + audio"}
         task = ", ".join(t for t in (via.get(type(pipe).__name__, "") if spec.family.frame_step else "",
                                      "two stages" if two_stages else "") if t)
-        shape = replace(shape, task=task)
+        shape = replace(shape, task=task, sound=sound_latents(pipe, spec, kwargs))
         new = shape not in self.seen
         key = f"{self._component} {shape.label()}"
         entry = self.shapes.setdefault(key, {"component": self._component, "shape": shape.label(), "compiles": 0,
@@ -339,7 +356,7 @@ class Compiler:
         if not (self.plan.snap_to_warmup and self.plan.warmup):
             return
         w, h = kwargs["width"], kwargs["height"]
-        sizes = sorted({(sw, sh) for sw, sh, _, _ in self.plan.warmup})
+        sizes = sorted({(sw, sh) for sw, sh, *_ in self.plan.warmup})
         if (w, h) in sizes:
             return
         sw, sh = min(sizes, key=lambda s: (abs(math.log(s[0] / s[1] * h / w)), abs(s[0] * s[1] - w * h)))

@@ -142,12 +142,12 @@ class Runtime:
         tp = (parallel.spec_mesh(spec, self.kind)["tp"], "transformer") if spec.tp_degree > 1 else None
         self.loras.apply(self.pipe, spec.loras, spec.family.name, tp)
         for i, todo in enumerate(pending := self.compiler.apply(self.pipe, spec, self.dtype_name(spec)), 1):
-            w, h, b, frames = todo
-            req = warmup_request(spec, w, h, b, frames)
+            w, h, *_ = todo
+            req = warmup_request(spec, *todo)
             # a pair: both experts compile in the warm-up (which runs the pipeline's own scheduler)
             steps = steps_for_every_expert(self.pipe, self.own_scheduler, req.steps)
-            self.status(f"warm-up {i}/{len(pending)}: {w}x{h}" + (f"x{frames} frames" if frames else "")
-                        + f" (batch {b})" + (f", {steps} steps so that both experts run" if steps != req.steps else ""))
+            self.status(f"warm-up {i}/{len(pending)}: {todo.label()}"
+                        + (f", {steps} steps so that both experts run" if steps != req.steps else ""))
             # edit and image-to-video models need an image: a grey one of the size (reference images add their
             # own tokens)
             grey = {"image": np.full((1, h, w, 3), 0.5, np.float32)} if spec.family.needs_image else {}
