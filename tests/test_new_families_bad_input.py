@@ -238,6 +238,21 @@ def test_a_minimax_reference_image_beyond_four_to_one_is_refused_before_any_work
         1:3] == four
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("name", ["tiny-flux3", "tiny-flux3-base"])
+def test_more_reference_images_than_flux3_takes_are_refused_before_any_worker(tiny_models, monkeypatch, name):
+    """FLUX 3 [klein] takes at most 10 reference images (diffusers' blocks say so): 11 are refused at once, naming
+    the count and the fix, where each would otherwise be encoded and add its tokens to every step; 10 pass."""
+    _no_worker(monkeypatch)
+    spec, req = api.make_spec(name, [str(tiny_models)]), SampleRequest(**IMAGE)
+    started = time.monotonic()
+    with pytest.raises(ModelError, match=r"^image: 11 reference images; FLUX 3 \[klein\]( base)? takes at most 10\. "
+                                         r"Batch fewer \(Image Batch of at most 10\)"):
+        api.prepare_sample(spec, req, image=np.zeros((11, 64, 64, 3), np.float32))
+    assert time.monotonic() - started < 2
+    assert api.prepare_sample(spec, req, image=np.zeros((10, 64, 64, 3), np.float32)).arrays["image"].shape[0] == 10
+
+
 # ---- ComfyUI's files: a text encoder too shallow, a quantized layer mislabelled
 
 NEW_FILES = ("flux2", "krea2", "qwenimage21", "flux3", "ideogram4")  # FLUX 3 reads Krea 2's Qwen3-VL, FLUX.2's VAE

@@ -75,6 +75,9 @@ def as_arrays(spec: PipelineSpec, req: SampleRequest, image: np.ndarray | None,
                              f"denoise does not apply; set denoise to 1 (it is {req.denoise}).")
         if family.control_image:
             return arrays
+        if family.max_references and len(image) > family.max_references:
+            raise ModelError(f"image: {len(image)} reference images; {family.name} takes at most "
+                             f"{family.max_references}. Batch fewer (Image Batch of at most {family.max_references}).")
         small = [f"{w}x{h}" for h, w in {i.shape[:2] for i in image} if min(h, w) < MIN_REFERENCE_SIDE]
         if small:
             raise ModelError(f"image: reference images must be at least {MIN_REFERENCE_SIDE} pixels on each side; "

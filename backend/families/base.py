@@ -270,6 +270,9 @@ class Pipeline:
     # why Sample's image cannot go to it (diffusers' pipeline takes none and has no image-to-image one), said when
     # one is connected; "" where images go somewhere (img2img, references, a control image)
     no_image: str = ""
+    # the most reference images its pipeline takes where the model's makers state one (FLUX 3: diffusers' blocks,
+    # "at most 10"); 0: none stated
+    max_references: int = 0
     # The kind of pipeline `tpu-check` runs a step of its own for (tpu_check.KIND_STEPS: "video with sound",
     # "modular pipeline", "quantized file", ...), with the family's first tiny model; "": "video" where it makes
     # videos, else "image" (what tpu-check's main steps run)

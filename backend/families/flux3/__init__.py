@@ -64,10 +64,10 @@ FAMILY = ModelFamily(
     id="flux3", order=25, tiny=("flux3", "flux3-base"), name="FLUX 3 [klein]",
     pipelines=(
         Pipeline("Flux3DistilledModularPipeline", "FLUX 3 [klein]", 2, "guidance_scale", False, references=True,
-                 latent_patch=2, modular=Modular("Flux3DistilledAutoBlocks", without=_UPSAMPLER),
+                 max_references=10, latent_patch=2, modular=Modular("Flux3DistilledAutoBlocks", without=_UPSAMPLER),
                  no_step_cache=NO_CACHE, comfy_encoder=_ENCODER, check_kind="modular pipeline"),
         Pipeline("Flux3ModularPipeline", "FLUX 3 [klein] base", 2, "guidance_scale", False, references=True,
-                 latent_patch=2, modular=Modular("Flux3AutoBlocks", without=_UPSAMPLER, guider=True),
+                 max_references=10, latent_patch=2, modular=Modular("Flux3AutoBlocks", without=_UPSAMPLER, guider=True),
                  no_step_cache=NO_CACHE, comfy_encoder=_ENCODER),
     ),
     configs=(Configs("flux3", (TextSlot("text_encoder", "qwen3vl"),)),),
