@@ -562,6 +562,10 @@ def test_every_registered_familys_vae_and_sound_decode_has_its_measured_figure(m
     ltx2, minimax = {"_class_name": "AutoencoderKLLTX2Video"}, {"_class_name": "AutoencoderKLMiniMaxH3"}
     assert vaes.decode_bytes(ltx2, video=True, frames=121) == 121 * vaes.WHOLE_VIDEO_DECODE_BYTES["ltx2-vae"]
     assert vaes.decode_bytes(ltx2) == vaes.DECODE_BYTES["ltx2-vae"]
+    # tiled, LTX-2 decodes frame-wise: a tile holds diffusers' 16 frames and the one it blends, not all 121
+    assert vaes.decode_bytes(ltx2, video=True, frames=121, tiled=True) == 17 * vaes.WHOLE_VIDEO_DECODE_BYTES["ltx2-vae"]
+    assert vaes.decode_bytes(ltx2, video=True, frames=9, tiled=True) == 9 * vaes.WHOLE_VIDEO_DECODE_BYTES["ltx2-vae"]
+    assert (vaes.video_tile(ltx2), vaes.video_tile({"z_dim": 16}), vaes.frame_tile({"z_dim": 16})) == (512, 256, None)
     assert vaes.decode_bytes(minimax, video=True, frames=124) == vaes.decode_bytes(minimax, video=True, frames=345) \
         == vaes.VIDEO_DECODE_BYTES["minimax-h3-vae"]
     assert vaes.decode_bytes({"_class_name": "AutoencoderKLSomethingNew"}) == max(vaes.DECODE_BYTES.values())

@@ -30,6 +30,11 @@ CP_TOLERANCE = PLAIN_TOLERANCE = 1e-4
 # Tiled against whole VAE decoding on the tiny random-weight VAE (320x32 frames: tiles at 0 and 192, blended over
 # 192..256): seen max 0.148 at the seam, 0.023 left of it, mean 0.0064 (pixels in 0..1)
 TILE_MAX, TILE_MEAN = 0.2, 0.01
+# tiny-ltx2's random-weight VAE on a random latent, tiled as the worker tiles it against whole: 544x64 frames in
+# 512-pixel tiles, seen max 0.58, mean 0.021; 25 frames frame-wise (tiles of 17 frames, blended over 8), seen max
+# 0.96-1.06, mean 0.12-0.13 (seeds 0-2; its non-causal decoder sees no frames beyond a tile's, and random weights
+# make every frame depend on all of them). Far apart on random weights: real weights are not checked here.
+LTX_TILE_MAX, LTX_TILE_MEAN, LTX_FRAMES_MEAN = 0.65, 0.03, 0.15
 FOX = "a red fox in the snow"
 
 
@@ -344,6 +349,87 @@ def test_frames_over_the_budget_decode_in_tiles_close_to_whole(tiny_models, monk
     assert np.array_equal(frames, plain[True]), "diffusers' tiled decode"
     difference = np.abs(plain[True] - plain[False])
     assert 0 < difference.max() <= TILE_MAX and difference.mean() <= TILE_MEAN
+
+
+@pytest.mark.unit
+def test_ltx2_tiles_are_its_vaes_and_split_frames_where_the_budget_needs(tiny_models, monkeypatch):
+    """LTX-2's VAE decodes every frame at once (350 bytes per pixel of every frame: families/vaes.py), so at 0.05
+    megapixels 25 frames tile even at 64x64: frame-wise, in tiles of 17 frames (diffusers' 16 and the frame it
+    blends), the tiled figure counting those; wider frames also in its 512×512 tiles (not Wan's 256); 17 frames
+    or fewer of at most 512 pixels never tile."""
+    monkeypatch.setenv(settings.MAX_MEGAPIXELS.name, "0.05")
+    ltx = _spec(tiny_models, "tiny-ltx2")
+    why = f"({{}} megapixels per frame untiled: {settings.MAX_MEGAPIXELS.name}=0.05)"
+    both = api.prepare_sample(ltx, _request(**{**LTX, "width": 544, "frames": 25}))
+    assert both.req.tiled_vae and both.notes[-1] == (
+        "VAE: decoding in 512×512 tiles of 17 frames (blended at the seams), because decoding 544x64 frames whole "
+        "takes about 14.6× an image's memory per pixel; tiled, about 9.9×, more than the pixel budget allows "
+        + why.format("0.00"))
+    frames = api.prepare_sample(ltx, _request(**{**LTX, "frames": 25}))
+    assert frames.req.tiled_vae and frames.notes[-1].startswith("VAE: decoding in tiles of 17 frames (blended")
+    wide = api.prepare_sample(ltx, _request(**{**LTX, "width": 544, "frames": 9}))
+    assert wide.req.tiled_vae and wide.notes[-1] == (
+        "VAE: decoding in 512×512 tiles (blended at the seams), because decoding 544x64 frames whole takes about "
+        "5.2× an image's memory per pixel, more than the pixel budget allows " + why.format("0.01"))
+    for kw in ({"width": 512, "frames": 17}, {"frames": 9}):
+        assert not api.prepare_sample(ltx, _request(**{**LTX, **kw})).req.tiled_vae
+
+
+@pytest.mark.unit
+def test_ltx2_tiled_decode_holds_a_tiles_frames_close_to_whole(tiny_models):
+    """tiny-ltx2's VAE (in this process) as the worker sets it (worker/images.tile_vae): tiled, diffusers' tiled
+    and frame-wise decode (equal to plain diffusers with both on), whose decoder never sees more than a tile's 3
+    latent frames (17 frames); untiled, the whole decode, every frame at once. Within LTX_TILE_* of each other."""
+    from diffusers import AutoencoderKLLTX2Video
+
+    from backend.worker import images
+
+    vae = AutoencoderKLLTX2Video.from_pretrained(str(tiny_models / "tiny-ltx2" / "vae"), local_files_only=True).eval()
+    seen: list[int] = []
+    vae.decoder.register_forward_pre_hook(lambda module, args: seen.append(args[0].shape[2]))
+    decoded = {}
+    with torch.inference_mode():
+        for shape in ((4, 2, 2), (2, 2, 17)):  # 25 frames of 64x64; 9 frames of 64x544
+            z = torch.randn(1, vae.config.latent_channels, *shape, generator=torch.Generator().manual_seed(0))
+            for tiled in (True, False):
+                seen.clear()
+                images.tile_vae(vae, tiled)
+                decoded[shape, tiled] = vae.decode(z).sample
+                assert max(seen) == (min(shape[0], 3) if tiled else shape[0]) and vae.use_framewise_decoding == tiled
+            vae.enable_tiling()
+            vae.use_framewise_decoding = True
+            assert torch.equal(decoded[shape, True], vae.decode(z).sample), "diffusers' tiled, frame-wise decode"
+    for shape, most, mean in (((4, 2, 2), 1.1, LTX_FRAMES_MEAN), ((2, 2, 17), LTX_TILE_MAX, LTX_TILE_MEAN)):
+        difference = (decoded[shape, True] - decoded[shape, False]).abs() / 2  # -1..1 to the frames' 0..1
+        assert 0 < difference.max() <= most and difference.mean() <= mean, shape
+
+
+@pytest.mark.workers
+def test_ltx2_frames_over_the_budget_decode_frame_wise_in_the_worker(tiny_models, monkeypatch):
+    """At 0.05 megapixels tiny-ltx2's 25 frames of 64x64 decode frame-wise in the worker: equal to plain diffusers'
+    LTX2Pipeline with vae.enable_tiling() and use_framewise_decoding on (within PLAIN_TOLERANCE), and not to its
+    whole decode."""
+    from diffusers import LTX2Pipeline
+
+    monkeypatch.setenv(settings.MAX_MEGAPIXELS.name, "0.05")
+    req = _request(**{**LTX, "frames": 25, "steps": 2})
+    prepared = api.prepare_sample(_spec(tiny_models, "tiny-ltx2"), req)
+    assert prepared.req.tiled_vae
+    frames = api.run_sample(prepared)
+    pipe = LTX2Pipeline.from_pretrained(str(tiny_models / "tiny-ltx2"), dtype=torch.float32, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    plain = {}
+    for tiled in (True, False):
+        pipe.vae.enable_tiling() if tiled else pipe.vae.disable_tiling()
+        pipe.vae.use_framewise_decoding = tiled
+        with torch.inference_mode():
+            plain[tiled] = pipe(prompt=FOX, negative_prompt="blurry", height=64, width=64, num_frames=25,
+                                frame_rate=req.frame_rate, num_inference_steps=2, guidance_scale=req.guidance,
+                                output_type="np", generator=[torch.Generator("cpu").manual_seed(11)],
+                                **dict(OFF, audio_guidance_scale=req.guidance)).frames[0]
+    assert frames.shape == (25, 64, 64, 3)
+    assert np.abs(frames - plain[True]).max() <= PLAIN_TOLERANCE, "diffusers' tiled, frame-wise decode"
+    assert np.abs(frames - plain[False]).max() > PLAIN_TOLERANCE, "not the whole decode"
 
 
 # ---- Wan 2.2 A14B's two experts (tiny-wan22: the published boundary 0.875 and flow shift 12; 3 steps: high, high,

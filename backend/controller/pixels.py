@@ -26,7 +26,6 @@ from .offload import _FLOAT_BYTES
 # once: the worker's outputs and their concatenation, the hand-over in /dev/shm, and ComfyUI's IMAGE (issue 34:
 # 16 × 1024², 201 MB of pixels, took the worker +560 MB and ComfyUI +230 MB).
 OUTPUT_COPIES = 4
-VIDEO_TILE = 256  # diffusers' tile_sample_min_height / _width for AutoencoderKLWan: smaller frames are never tiled
 
 
 def _dtype(spec: PipelineSpec) -> str:
@@ -72,10 +71,10 @@ def memory(spec: PipelineSpec) -> tuple[int, str] | None:
     return max(0, total - weights), f"a {kind} device has {format_bytes(total)}{kept}"
 
 
-def per_pixel(spec: PipelineSpec, video: bool = False, frames: int = 1) -> int:
+def per_pixel(spec: PipelineSpec, video: bool = False, frames: int = 1, tiled: bool = False) -> int:
     """Bytes one output pixel takes at the decode's peak, in the pipeline's dtype (a video's of `frames`: per frame
-    pixel)."""
-    return vaes.decode_bytes(spec.component_config("vae"), video, frames) * _FLOAT_BYTES[_dtype(spec)] // 4
+    pixel; `tiled`: of one tile's frames, vaes.decode_bytes)."""
+    return vaes.decode_bytes(spec.component_config("vae"), video, frames, tiled) * _FLOAT_BYTES[_dtype(spec)] // 4
 
 
 def sound_bytes(spec: PipelineSpec, frames: int, frame_rate: float) -> int:
@@ -113,17 +112,26 @@ def budget(spec: PipelineSpec) -> tuple[int, str] | None:
 def video_tiling(spec: PipelineSpec, width: int, height: int, frames: int = 1) -> str | None:
     """A video pipeline's VAE decodes in tiles when its untiled peak (the video decode's bytes per frame pixel, for
     `frames` where the VAE decodes them all at once: LTX-2's) is over the pixel budget's memory: the note that says
-    so, else None. Frames of at most one tile are never tiled."""
-    if not spec.family.frame_step or max(width, height) <= VIDEO_TILE or (found := budget(spec)) is None:
+    so, else None. Frames of at most one tile (vaes.video_tile; and of at most one tile's frames where the VAE
+    decodes frame-wise: vaes.frame_tile) are never tiled."""
+    if not spec.family.frame_step:
+        return None
+    config = spec.component_config("vae")
+    side, clip = vaes.video_tile(config), vaes.frame_tile(config)
+    spatial, framewise = max(width, height) > side, clip is not None and frames > clip
+    if not (spatial or framewise) or (found := budget(spec)) is None:
         return None
     most, why = found
     ratio = per_pixel(spec, video=True, frames=frames) / per_pixel(spec)
     untiled = int(most / ratio)
     if width * height <= untiled:
         return None
-    return (f"VAE: decoding in {VIDEO_TILE}×{VIDEO_TILE} tiles (blended at the seams), because decoding {width}x{height} "
-            f"frames whole takes about {ratio:.1f}× an image's memory per pixel, more than the pixel budget allows "
-            f"({untiled / 1e6:.2f} megapixels per frame untiled: {why})")
+    tiles = " ".join(([f"{side}×{side}"] if spatial else []) + ["tiles"] + ([f"of {clip} frames"] if framewise else []))
+    tiled = (f"; tiled, about {per_pixel(spec, video=True, frames=frames, tiled=True) / per_pixel(spec):.1f}×"
+             if framewise else "")
+    return (f"VAE: decoding in {tiles} (blended at the seams), because decoding {width}x{height} "
+            f"frames whole takes about {ratio:.1f}× an image's memory per pixel{tiled}, more than the pixel budget "
+            f"allows ({untiled / 1e6:.2f} megapixels per frame untiled: {why})")
 
 
 def check(spec: PipelineSpec, width: int, height: int, batch: int = 1, name: str = "width/height",

@@ -48,6 +48,10 @@ VIDEO_DECODE_BYTES = {"wan-vae": 18_500, "wan22-vae": 21_100, "minimax-h3-vae": 
 # LTX-2's video VAE decodes every latent frame at once (diffusers' framewise decoding is off): its figure is per
 # pixel of every frame, so a frame costs more the more frames there are (decode_bytes multiplies).
 WHOLE_VIDEO_DECODE_BYTES = {"ltx2-vae": 350}
+# diffusers' tile sizes when tiled (tile_sample_min_height / _width; Wan's 256 every 192 where not listed): LTX-2's
+# 512 every 448, and its frame-wise decode (use_framewise_decoding, which the worker turns on with its tiles) takes
+# tile_sample_min_num_frames (16) and the one frame it blends at a time, so its tiles hold 17 frames, not all.
+VIDEO_TILE, VIDEO_TILES, FRAME_TILES = 256, {"ltx2-vae": 512}, {"ltx2-vae": 16}
 # The sound's decode (LTX-2: its audio VAE, then the vocoder; MiniMax H3: its audio VAE), bytes per second of
 # sound in float32, by the class that makes the waveform: LTX-2's vocoder (24 kHz), LTX-2.3's files' vocoder with
 # bandwidth extension (48 kHz), MiniMax H3's audio VAE (32 kHz, stereo as a batch of 2).
@@ -235,15 +239,28 @@ MEASURED = frozenset({"AutoencoderKL", "AutoencoderKLFlux2", "AutoencoderKLWan",
                       *_OWN_LAYOUT})
 
 
-def decode_bytes(config: dict, video: bool = False, frames: int = 1) -> int:
+def video_tile(config: dict) -> int:
+    """The side of the VAE's square tiles in pixels when it decodes a video in tiles (diffusers' default)."""
+    return VIDEO_TILES.get(config_layout(config), VIDEO_TILE)
+
+
+def frame_tile(config: dict) -> int | None:
+    """The frames one tile of a tiled decode holds where the VAE decodes them frame-wise (LTX-2's), else None."""
+    found = FRAME_TILES.get(config_layout(config))
+    return None if found is None else found + 1
+
+
+def decode_bytes(config: dict, video: bool = False, frames: int = 1, tiled: bool = False) -> int:
     """The decode's peak bytes per output pixel in float32 for the VAE of `config` (a video's of `frames`: per
-    frame pixel). A VAE class not measured (none of the registered families' is: a test holds it) counts as the
-    largest measured one, so the budget errs on the side of a refusal rather than of the OOM killer."""
+    frame pixel; `tiled`: of a tile's frames where they are fewer). A VAE class not measured (none of the
+    registered families' is: a test holds it) counts as the largest measured one, so the budget errs on the side
+    of a refusal rather than of the OOM killer."""
     if config.get("_class_name", "AutoencoderKL") not in MEASURED:
         return max(VIDEO_DECODE_BYTES.values()) if video else max(DECODE_BYTES.values())
     found = config_layout(config)
     if video and found in WHOLE_VIDEO_DECODE_BYTES:
-        return WHOLE_VIDEO_DECODE_BYTES[found] * max(1, frames)
+        held = min(frames, frame_tile(config) or frames) if tiled else frames
+        return WHOLE_VIDEO_DECODE_BYTES[found] * max(1, held)
     return (VIDEO_DECODE_BYTES.get(found) if video else None) or DECODE_BYTES[found]
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..families import Pipeline
+from ..families import Pipeline, vaes
 from ..protocol.errors import Interrupted
 from ..protocol.spec import PipelineSpec, SampleRequest
 from .latents import PLAUSIBLE, _replaced
@@ -269,6 +269,15 @@ def decode_progress(vae: Any, say: Callable[[str], None], stop: Callable[[], boo
             yield
     finally:
         hook.remove()
+
+
+def tile_vae(vae: Any, tiled: bool) -> None:
+    """A video VAE decodes in diffusers' tiles when the controller says (controller.pixels.video_tiling), and
+    frame-wise too where it would otherwise decode every frame at once (LTX-2's: use_framewise_decoding, tiles of
+    vaes.frame_tile frames), so that its tiles do not each hold the whole video."""
+    vae.enable_tiling() if tiled else vae.disable_tiling()
+    if vaes.frame_tile({**vae.config, "_class_name": type(vae).__name__}) is not None:
+        vae.use_framewise_decoding = tiled
 
 
 def decode_note(spec: PipelineSpec, req: SampleRequest) -> str:

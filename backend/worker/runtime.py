@@ -280,10 +280,8 @@ class Runtime:
         if spec.family.modular is not None:  # a partition its task loaded now (transformer_ref) gets the LoRAs
             self.loras.apply(self.pipe, spec.loras, spec.family.name)
         device.eager_workarounds(self.kind, pipe)  # TPU: the UNets' time_proj on the CPU (device.py)
-        if spec.family.frame_step and req.tiled_vae:  # diffusers' tiled decoding (and start image encoding)
-            pipe.vae.enable_tiling()
-        elif spec.family.frame_step:
-            pipe.vae.disable_tiling()
+        if spec.family.frame_step:  # diffusers' tiled decoding (and start image encoding)
+            images.tile_vae(pipe.vae, req.tiled_vae)
         self.prompts.wrap(pipe)  # an image pipeline made from the loaded one shares its prompt cache
         prior = self.redux.prior_for(self.pipe, spec, self.device)
         if self.should_stop():
