@@ -740,6 +740,10 @@ WRONG = {
                        ["no model was chosen"]),
     "GGUF text encoder": (dict(FLUX1, text_encoders=("clip_l-tiny.safetensors", "t5.gguf")),
                           ["'t5.gguf' is a GGUF file", "diffusion models only"]),
+    "one text encoder chosen twice": (dict(FLUX1, text_encoders=("clip_l-tiny.safetensors", "t5xxl-tiny.safetensors",
+                                                                  "t5xxl-tiny.safetensors")),
+                                      ["text_encoder_3: 't5xxl-tiny.safetensors' is a T5", "as text_encoder_2 "
+                                       "('t5xxl-tiny.safetensors') is", "one of each kind", "Set text_encoder_3 to"]),
 }
 
 

@@ -175,8 +175,7 @@ def _wanted(kind: str) -> str:
 
 def _read_choice(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> dict[str, _Chosen]:
     chosen: dict[str, _Chosen] = {}
-    inputs = [("checkpoint", "checkpoint", choice.checkpoint), ("diffusion_model", "diffusion_model",
-                                                                 choice.diffusion_model),
+    inputs = [("checkpoint", "checkpoint", choice.checkpoint), ("diffusion_model", "diffusion_model", choice.diffusion_model),
               ("diffusion_model_2", "diffusion_model", choice.diffusion_model_2), ("vae", "vae", choice.vae),
               ("clip_vision", "clip_vision", choice.clip_vision), ("audio_vae", "vae", choice.audio_vae)]
     inputs += [(f"text_encoder_{i}", "text_encoder", v) for i, v in enumerate(choice.text_encoders, 1)]
@@ -186,8 +185,7 @@ def _read_choice(choice: FileChoice, roots: Mapping[str, Iterable[str]]) -> dict
         path = resolve_file(value, role, roots.get(role, ()))
         if path.suffix.lower() in GGUF and role != "diffusion_model":
             raise ModelError(f"{name}: '{path.name}' is a GGUF file; ComfyUI-TPU reads GGUF diffusion models only "
-                             "(through diffusers). Use the .safetensors version of this "
-                             f"{role.replace('_', ' ')}.")
+                             f"(through diffusers). Use the .safetensors version of this {role.replace('_', ' ')}.")
         chosen[name] = _Chosen(name, path, file_contents(path, name))
     return chosen
 
@@ -198,8 +196,8 @@ def _not_a(c: _Chosen, what: str, wanted: str) -> str:
 
 
 def _text_encoders(family: ModelFamily, chosen: dict[str, _Chosen]) -> dict[str, tuple[Part, _Chosen]]:
-    """The text encoders by kind ("clip-l", "clip-g", "t5", ...): from the checkpoint, then the chosen
-    files (which win). Two CLIPs are told apart by width (CLIP-L is the narrower, as in every model)."""
+    """The text encoders by kind ("clip-l", "t5", ...): the checkpoint's, then the chosen files' (which win; one
+    file a kind). Two CLIPs are told apart by width (CLIP-L is the narrower, as in every model)."""
     wanted = family.text_kinds()
     found: dict[str, tuple[Part, _Chosen]] = {}
     ckpt = chosen.get("checkpoint")
@@ -212,13 +210,15 @@ def _text_encoders(family: ModelFamily, chosen: dict[str, _Chosen]) -> dict[str,
         if part is None or c.contents.denoiser is not None or (part.kind != "clip"
                                                                 and part.kind not in text_encoders.KINDS):
             raise ModelError(_not_a(c, "text encoder", " or ".join(map(_wanted, wanted))))
+        if part.kind != "clip" and (o := found.get(part.kind, (0, ckpt))[1]) is not ckpt:  # the same kind twice
+            raise ModelError(f"{c.input}: '{c.path.name}' is a {short_name(part.kind)} text encoder, as {o.input} "
+                             f"('{o.path.name}') is; a model reads one of each kind. Set {c.input} to '{NONE}'.")
         if part.kind == "clip":
             clips.append((part, c))
         else:
             found[part.kind] = (part, c)
     if len(clips) > 2:
-        raise ModelError(f"{clips[2][1].input}: three CLIP text encoders were chosen; models use at most two "
-                         "(CLIP-L and CLIP-G).")
+        raise ModelError(f"{clips[2][1].input}: three CLIP text encoders were chosen; models use at most two (CLIP-L and CLIP-G).")
     clips.sort(key=lambda pc: pc[0].width)
     if len(clips) == 2:
         found["clip-l"], found["clip-g"] = clips
