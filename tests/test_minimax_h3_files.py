@@ -351,3 +351,70 @@ def test_a_files_pipeline_loads_what_its_files_hold_and_no_partition_later(files
     assert pipe.transformer is None and pipe.transformer_ref is not None
     assert compiler.denoiser(pipe) == ("transformer_ref", pipe.transformer_ref)
     assert compiler.experts(pipe) == (pipe.transformer_ref,)
+
+
+def _templates(names: dict, suffix: str = "", transformer: str = "int8") -> assemble.FileChoice:
+    """The templates' files (the pruned int8 ConvRot transformer, the int8 ConvRot video VAE, the nvfp4 AWQ
+    Qwen3-VL), or with `suffix` "_dequantized" the same files dequantized by comfy-kitchen."""
+    return _choice(names, f"{transformer}{suffix}", vae=names[f"vae_int8{suffix}"],
+                   text_encoders=(names[f"qwen3vl_nvfp4{suffix}"],))
+
+
+@pytest.mark.workers
+def test_a_lora_on_the_quantized_fl2va_file_equals_it_on_the_file_dequantized(built, files, comfyui_dir,
+                                                                              monkeypatch, tmp_path):
+    """The i2v template's transformer (the pruned int8 ConvRot fl2va file) with a turbo-style LoRA in ComfyUI's
+    names (minimax_h3_fl2v_turbo_8step_*, on exactly the layers the file keeps int8: qkv, out, fc1, fc2), fl2va
+    from a start frame: the LoRA's delta kept beside each quantized weight (docs/quantized.md) gives the video of
+    the same LoRA on the same file dequantized by comfy-kitchen (≤ 1e-5; measured 0), and not the video without
+    it. The text encoder and the VAE are the plain files: with the templates' nvfp4 AWQ Qwen3-VL too the LoRA's
+    large random deltas carry its float32 rounding (1e-4 without the LoRA) to 1.1e-3."""
+    from test_minimax_h3 import _comfy_lora
+
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+    lora = tmp_path / "minimax_h3_fl2v_turbo_8step_tiny_comfyui.safetensors"
+    _comfy_lora(built / "diffusers" / "ref-minimax-h3", lora)
+    first = np.random.default_rng(1).random((1, 32, 32, 3), dtype=np.float32)
+    req = SampleRequest(prompt="a robot dancing", width=32, height=32, frames=FRAMES, steps=2, guidance=1.0, seed=5,
+                        batch_size=1)
+    outs = {}
+    for case in ("int8", "int8_dequantized"):
+        spec = api.make_file_spec(_choice(names, case), _roots(models), "float32", "cpu")
+        assert spec.source.component("transformer").quant == ("comfy-quant" if case == "int8" else "")
+        spec, text = api.with_lora(spec, str(lora), 0.8)
+        assert lora.name in text
+        outs[case] = api.run_sample_outputs(api.prepare_sample(spec, req, first))
+    got, want = outs["int8"], outs["int8_dequantized"]
+    assert got["images"].shape == (FRAMES, 32, 32, 3)
+    assert np.abs(got["images"] - want["images"]).max() <= 1e-5
+    assert np.abs(got["audio"] - want["audio"]).max() <= 1e-5
+    without = api.run_sample_outputs(api.prepare_sample(api.make_file_spec(
+        _choice(names, "int8"), _roots(models), "float32", "cpu"), req, first))
+    assert np.abs(without["images"] - got["images"]).max() > 1e-2  # the LoRA changed the video
+
+
+@pytest.mark.workers
+def test_context_parallel_2_with_the_templates_files_equals_one_worker(built, files, comfyui_dir, monkeypatch):
+    """Context Parallel 2 (two CPU ranks, gloo; diffusers' _cp_plan on the converted transformer, its int8 layers
+    kept quantized: the ranks split the packed rows, never the weights) with the t2v/i2v templates' quantized
+    files and then the r2v template's ref2va file (`transformer_ref`, the pipeline's only denoiser; a reference
+    image at the published 2048-pixel short edge: 8654 rows): the frames and waveform of one worker within 1e-4,
+    for t2va, fl2va and ref2va. Each prompt makes an even number of rows (fl2va's start frame adds 73)."""
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+    first = np.random.default_rng(1).random((1, 32, 32, 3), dtype=np.float32)
+    refs = np.random.default_rng(3).random((1, 64, 64, 3), dtype=np.float32)
+    for choice, prompt, image, references in ((_templates(names), "a robot dancing", None, None),
+                                              (_templates(names), "a robot dancing!", first, None),
+                                              (_choice(names, "ref2va"), "a robot dancing", None, refs)):
+        req = SampleRequest(prompt=prompt, width=32, height=32, frames=FRAMES, steps=2, guidance=1.0, seed=5,
+                            batch_size=1)
+        one = api.make_file_spec(choice, _roots(models), "float32", "cpu")
+        cp, text = api.context_parallel(one, 2)
+        assert cp.cp_degree == 2, text
+        want = api.run_sample_outputs(api.prepare_sample(one, req, image, references=references))
+        got = api.run_sample_outputs(api.prepare_sample(cp, req, image, references=references))
+        assert got["images"].shape == want["images"].shape == (FRAMES, 32, 32, 3)
+        assert np.abs(got["images"] - want["images"]).max() <= 1e-4, prompt
+        assert np.abs(got["audio"] - want["audio"]).max() <= 1e-4, prompt
