@@ -418,3 +418,40 @@ def test_context_parallel_2_with_the_templates_files_equals_one_worker(built, fi
         assert got["images"].shape == want["images"].shape == (FRAMES, 32, 32, 3)
         assert np.abs(got["images"] - want["images"]).max() <= 1e-4, prompt
         assert np.abs(got["audio"] - want["audio"]).max() <= 1e-4, prompt
+
+
+@pytest.mark.pipelines
+def test_offload_auto_counts_the_templates_files_as_the_worker_loads_them(files, comfyui_dir, monkeypatch):
+    """Offload 'auto' with the templates' quantized files counts each at the size the worker holds it in
+    (docs/quantized.md), in bfloat16: the int8 transformer kept (its stored size) on a GPU and a TPU alike; the int8
+    video VAE at its dequantized size everywhere (the family's converter reads plain weights: the size of the file
+    dequantized by comfy-kitchen); the nvfp4 AWQ text encoder kept on a GPU and dequantized at load on a TPU (the
+    dequantized file's size: the smoothing folded in). So with memory between the two totals a GPU runs it as it
+    is and a TPU cannot: a modular pipeline has no offload to fall back on, and the refusal does not offer fp8
+    storage, which these files refuse. The loader's note says the VAE is dequantized at load."""
+    from backend.controller import offload
+    from backend.controller.files import headers
+
+    monkeypatch.syspath_prepend(str(comfyui_dir))
+    models, names = files
+
+    def size(role: str, key: str) -> int:
+        return headers.read_header(models / role / names[key]).loaded_bytes(2)
+
+    spec = api.make_file_spec(_templates(names), _roots(models), "bfloat16", "cpu")
+    assert any(n.startswith(names["vae_int8"]) and "dequantized once while loading" in n for n in spec.source.notes)
+    counted = {kind: offload.dequantized_at_load(spec.with_changes(kind=kind), offload.models.weight_bytes(spec, 2), 2)
+               for kind in ("cuda", "tpu")}
+    audio = size("vae", "audio_vae")
+    assert counted["cuda"] == {"transformer": size("diffusion_models", "int8"), "vae": size("vae", "vae_int8_dequantized"),
+                               "audio_vae": audio, "text_encoder": size("text_encoders", "qwen3vl_nvfp4")}
+    assert counted["tpu"] == {**counted["cuda"], "text_encoder": size("text_encoders", "qwen3vl_nvfp4_dequantized")}
+    assert size("vae", "vae_int8") < counted["cuda"]["vae"]  # the count before: the VAE as if kept int8
+    gpu, tpu = (sum(counted[k].values()) for k in ("cuda", "tpu"))
+    assert gpu < tpu
+    memory = int((gpu + tpu) / 2 / offload.OFFLOAD_HEADROOM)
+    monkeypatch.setattr(offload.devices, "device_memory_bytes", lambda kind: memory)
+    assert offload.resolve_offload(spec.with_changes(kind="cuda", offload="auto")).offload == "none"
+    with pytest.raises(ModelError, match=r"offload: auto cannot fit MiniMax H3 on one tpu device: .* text_encoder "
+                                         r".* no CPU offload hooks .*\. Use a device with more memory\.$"):
+        offload.resolve_offload(spec.with_changes(kind="tpu", offload="auto"))
