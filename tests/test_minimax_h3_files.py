@@ -361,53 +361,65 @@ def _templates(names: dict, suffix: str = "", transformer: str = "int8") -> asse
 
 
 @pytest.mark.workers
-def test_a_lora_on_the_quantized_fl2va_file_equals_it_on_the_file_dequantized(built, files, comfyui_dir,
-                                                                              monkeypatch, tmp_path):
-    """The i2v template's transformer (the pruned int8 ConvRot fl2va file) with a turbo-style LoRA in ComfyUI's
-    names (minimax_h3_fl2v_turbo_8step_*, on exactly the layers the file keeps int8: qkv, out, fc1, fc2), fl2va
-    from a start frame: the LoRA's delta kept beside each quantized weight (docs/quantized.md) gives the video of
-    the same LoRA on the same file dequantized by comfy-kitchen (≤ 1e-5; measured 0), and not the video without
-    it. The text encoder and the VAE are the plain files: with the templates' nvfp4 AWQ Qwen3-VL too the LoRA's
-    large random deltas carry its float32 rounding (1e-4 without the LoRA) to 1.1e-3."""
+@pytest.mark.parametrize(("transformer", "lora_name"), [("int8", "minimax_h3_fl2v_turbo_8step_tiny_comfyui"),
+                                                        ("ref2va_int8", "minimax_h3_ref2v_turbo_4step_tiny_comfyui")])
+def test_a_lora_on_a_quantized_transformer_file_equals_it_on_the_file_dequantized(built, files, comfyui_dir,
+                                                                                  monkeypatch, tmp_path, transformer,
+                                                                                  lora_name):
+    """The i2v template's transformer (the pruned int8 ConvRot fl2va file; fl2va from a start frame) and the r2v
+    template's (the int8 ref2va file, `transformer_ref`; a reference image at the published 2048-pixel short edge)
+    with a turbo-style LoRA in ComfyUI's names, as the templates' LoraLoaderModelOnly loads it (on exactly the
+    layers the files keep int8: qkv, out, fc1, fc2): the LoRA's delta kept beside each quantized weight
+    (docs/quantized.md) gives the video of the same LoRA on the same file dequantized by comfy-kitchen (≤ 1e-5;
+    measured 0), and not the video without it. The text encoder and the VAE are the plain files: with the
+    templates' nvfp4 AWQ Qwen3-VL too, the LoRA's large random deltas carry its float32 rounding (1e-4 without the
+    LoRA) to 1.1e-3 on fl2va."""
     from test_minimax_h3 import _comfy_lora
 
     monkeypatch.syspath_prepend(str(comfyui_dir))
     models, names = files
-    lora = tmp_path / "minimax_h3_fl2v_turbo_8step_tiny_comfyui.safetensors"
+    lora = tmp_path / f"{lora_name}.safetensors"
     _comfy_lora(built / "diffusers" / "ref-minimax-h3", lora)
-    first = np.random.default_rng(1).random((1, 32, 32, 3), dtype=np.float32)
+    inputs = ({"references": np.random.default_rng(3).random((1, 64, 64, 3), dtype=np.float32)}
+              if transformer.startswith("ref2va") else
+              {"image": np.random.default_rng(1).random((1, 32, 32, 3), dtype=np.float32)})
     req = SampleRequest(prompt="a robot dancing", width=32, height=32, frames=FRAMES, steps=2, guidance=1.0, seed=5,
                         batch_size=1)
     outs = {}
-    for case in ("int8", "int8_dequantized"):
+    for case in (transformer, f"{transformer}_dequantized"):
         spec = api.make_file_spec(_choice(names, case), _roots(models), "float32", "cpu")
-        assert spec.source.component("transformer").quant == ("comfy-quant" if case == "int8" else "")
+        assert [c.quant for c in spec.source.components if c.name.startswith("transformer")] == [
+            "comfy-quant" if case == transformer else ""]
         spec, text = api.with_lora(spec, str(lora), 0.8)
         assert lora.name in text
-        outs[case] = api.run_sample_outputs(api.prepare_sample(spec, req, first))
-    got, want = outs["int8"], outs["int8_dequantized"]
+        outs[case] = api.run_sample_outputs(api.prepare_sample(spec, req, inputs.get("image"),
+                                                               references=inputs.get("references")))
+    got, want = outs[transformer], outs[f"{transformer}_dequantized"]
     assert got["images"].shape == (FRAMES, 32, 32, 3)
     assert np.abs(got["images"] - want["images"]).max() <= 1e-5
     assert np.abs(got["audio"] - want["audio"]).max() <= 1e-5
     without = api.run_sample_outputs(api.prepare_sample(api.make_file_spec(
-        _choice(names, "int8"), _roots(models), "float32", "cpu"), req, first))
+        _choice(names, transformer), _roots(models), "float32", "cpu"), req, inputs.get("image"),
+        references=inputs.get("references")))
     assert np.abs(without["images"] - got["images"]).max() > 1e-2  # the LoRA changed the video
 
 
 @pytest.mark.workers
 def test_context_parallel_2_with_the_templates_files_equals_one_worker(built, files, comfyui_dir, monkeypatch):
     """Context Parallel 2 (two CPU ranks, gloo; diffusers' _cp_plan on the converted transformer, its int8 layers
-    kept quantized: the ranks split the packed rows, never the weights) with the t2v/i2v templates' quantized
-    files and then the r2v template's ref2va file (`transformer_ref`, the pipeline's only denoiser; a reference
-    image at the published 2048-pixel short edge: 8654 rows): the frames and waveform of one worker within 1e-4,
-    for t2va, fl2va and ref2va. Each prompt makes an even number of rows (fl2va's start frame adds 73)."""
+    kept quantized: the ranks split the packed rows, never the weights) with the templates' quantized files: t2va
+    and fl2va with the t2v / i2v templates' fl2va file, ref2va with the r2v template's ref2va file
+    (`transformer_ref`, the pipeline's only denoiser; a reference image at the published 2048-pixel short edge:
+    8654 rows). The frames and waveform equal one worker's within 1e-4. Each prompt makes an even number of rows
+    (fl2va's start frame adds 73)."""
     monkeypatch.syspath_prepend(str(comfyui_dir))
     models, names = files
     first = np.random.default_rng(1).random((1, 32, 32, 3), dtype=np.float32)
     refs = np.random.default_rng(3).random((1, 64, 64, 3), dtype=np.float32)
     for choice, prompt, image, references in ((_templates(names), "a robot dancing", None, None),
                                               (_templates(names), "a robot dancing!", first, None),
-                                              (_choice(names, "ref2va"), "a robot dancing", None, refs)):
+                                              (_templates(names, transformer="ref2va_int8"), "a robot dancing",
+                                               None, refs)):
         req = SampleRequest(prompt=prompt, width=32, height=32, frames=FRAMES, steps=2, guidance=1.0, seed=5,
                             batch_size=1)
         one = api.make_file_spec(choice, _roots(models), "float32", "cpu")
