@@ -528,15 +528,26 @@ not depend on it (diffusers' LTX-2 LoRA loader takes the transformer and connect
                     "upscaler in models/latent_upscale_models.")
 
 
-def _template_prompt(name: str) -> str:
-    """The prompt a ComfyUI template ships with (comfyui-workflow-templates-json, installed with ComfyUI): its
-    longest text widget outside the notes (MiniMax H3's sit on the subgraph node or a PrimitiveStringMultiline)."""
+def _template(name: str) -> dict:
+    """A ComfyUI template as it ships (comfyui-workflow-templates-json, installed with ComfyUI)."""
     from importlib.resources import files
 
-    wf = json.loads(files("comfyui_workflow_templates_json").joinpath("templates", f"{name}.json").read_text("utf-8"))
-    texts = [v for n in wf["nodes"] if n["type"] not in ("MarkdownNote", "Note")
+    return json.loads(files("comfyui_workflow_templates_json").joinpath("templates", f"{name}.json").read_text("utf-8"))
+
+
+def _template_prompt(name: str) -> str:
+    """The prompt a ComfyUI template ships with: its longest text widget outside the notes (MiniMax H3's sit on the
+    subgraph node or a PrimitiveStringMultiline)."""
+    texts = [v for n in _template(name)["nodes"] if n["type"] not in ("MarkdownNote", "Note")
              for v in (n.get("widgets_values") or []) if isinstance(v, str)]
     return max(texts, key=len)
+
+
+def _template_widgets(name: str, node_type: str) -> list[list]:
+    """The widget values of each node of `node_type` in a ComfyUI template, its subgraphs' nodes included."""
+    wf = _template(name)
+    nodes = [*wf["nodes"], *(n for sg in wf.get("definitions", {}).get("subgraphs", []) for n in sg["nodes"])]
+    return [n["widgets_values"] for n in nodes if n["type"] == node_type]
 
 
 # MiniMax H3's files as its t2v and i2v templates name them (the audio VAE in its own input)
@@ -544,24 +555,35 @@ MINIMAX_FILES = {"diffusion_model": "minimax_h3_fl2va_pruned_int8_convrot.safete
                  "text_encoder_1": "qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors", "text_encoder_2": "(none)",
                  "text_encoder_3": "(none)", "vae": "minimax_h3_video_vae_int8_convrot.safetensors",
                  "checkpoint": "(none)", "audio_vae": "minimax_h3_audio_vae_fp32.safetensors"}
-MINIMAX_FILES_NOTE = """**Files**: the template's own: `minimax_h3_fl2va_pruned_int8_convrot` (diffusion_model, kept
-quantized), `qwen3vl_32b_minimax_h3_nvfp4_awq` (text_encoder_1, kept quantized), `minimax_h3_video_vae_int8_convrot`
+MINIMAX_FILES_NOTE = """**Files**: the template's own: `{transformer}` (diffusion_model, kept
+quantized{what}), `qwen3vl_32b_minimax_h3_nvfp4_awq` (text_encoder_1, kept quantized), `minimax_h3_video_vae_int8_convrot`
 (vae) and `minimax_h3_audio_vae_fp32` (**audio_vae**). A diffusers folder of MiniMax H3 loads too, in Load TPU
-Pipeline (`MiniMax-H3`)."""
-MINIMAX_FOLDER_NOTE = """**Model**: a diffusers folder of MiniMax H3 (modular_model_index.json) in
-`models/diffusers/MiniMax-H3` (reference images load its `transformer_ref` the first time). The template's own
-`minimax_h3_ref2va_pruned_int8_convrot` loads through Load TPU Pipeline (ComfyUI files) instead, for reference
-images only, with the same text encoder and VAEs as the other MiniMax H3 templates."""
+Pipeline (`MiniMax-H3`){folder}."""
+
+
+def _template_references(name: str) -> list[str]:
+    """The pictures a ComfyUI MiniMax H3 r2v template loads, in the order of its node's `ref_images` inputs
+    (<Picture 1>, <Picture 2>, ...)."""
+    wf = _template(name)
+    by_id, links = {n["id"]: n for n in wf["nodes"]}, {link[0]: link for link in wf["links"]}
+    node = next(n for n in wf["nodes"] if n["type"] == "MiniMaxH3ReferenceToVideo")
+    inputs = sorted((i["name"], links[i["link"]][1]) for i in node["inputs"]
+                    if i["name"].startswith("ref_images.") and i.get("link") is not None)
+    return [by_id[source]["widgets_values"][0] for _, source in inputs]
 
 
 def _minimax_h3(name: str) -> dict:
     """ComfyUI's MiniMax H3 templates on the pack (video_minimax_h3_t2v / _i2v / _r2v): Load TPU Pipeline (ComfyUI
-    files: the templates' own, for t2v and i2v; the MiniMax H3 diffusers folder for r2v; its ref2va file loads in
-    the files loader too) [+ Load Image: the first frame; two Load Image -> Batch Images: the references]
-    -> Sample Video (TPU) -> frames and sound into ComfyUI's own Create Video -> Save Video. Node ids: Load 1,
-    Sample Video 2, Create Video 3, the note 4, Save Video 5, Load Image 6 (and 7), Batch Images 8."""
+    files: each template's own; r2v's transformer is its ref2va file, read from the template) [+ Load Image: the
+    first frame; two Load Image -> Batch Images: the template's references] -> Sample Video (TPU) -> frames and
+    sound into ComfyUI's own Create Video -> Save Video. Node ids: Load 1, Sample Video 2, Create Video 3, the note
+    4, Save Video 5, Load Image 6 (and 7), Batch Images 8."""
     kind = name.rsplit("_", 1)[1]
-    files = kind != "r2v"
+    (unet,) = _template_widgets(name, "UNETLoader")
+    files = {**MINIMAX_FILES, "diffusion_model": unet[0]}  # r2v: minimax_h3_ref2va_pruned_int8_convrot
+    assert {w[0] for w in _template_widgets(name, "CLIPLoader") + _template_widgets(name, "VAELoader")} == {
+        files["text_encoder_1"], files["vae"], files["audio_vae"]}, f"{name}: the template's files changed"
+    transformer = unet[0].removesuffix(".safetensors")
     width, height = (640, 640) if kind == "i2v" else (864, 480)  # ResolutionSelector 1:1 / 16:9, 0.4 MP, x32
     sample = {"prompt": _template_prompt(name), "negative_prompt": "", "width": width, "height": height,
               "frames": 124, "steps": 20, "guidance": 1.0, "seed": 0, "control_after_generate": "randomize",
@@ -573,10 +595,20 @@ def _minimax_h3(name: str) -> dict:
     audio = ("" if kind != "r2v" else "\n\nThe prompt's `<Audio 1>` is a reference sound (a voice, music), which the "
              "template leaves unconnected; connect a **Load Audio** to Sample Video's `reference_audio` (up to 3 "
              "sounds, cut to the video's 5 s).")
+    files_note = MINIMAX_FILES_NOTE.format(
+        transformer=transformer,
+        what="; the ref2va transformer, for reference images only: text alone or a start frame needs "
+             "`minimax_h3_fl2va_*`" if kind == "r2v" else "",
+        folder=" for every task (its `transformer_ref` loads with the first reference images)" if kind == "r2v"
+        else "")
+    pictures = _template_references(name) if kind == "r2v" else []
+    references = ("" if kind != "r2v" else f" The template's pictures, `{pictures[0]}` (<Picture 1>) and "
+                  f"`{pictures[1]}` (<Picture 2>), go in ComfyUI's input folder; each is resized to MiniMax H3's "
+                  "2048-pixel short edge (its published config), as diffusers' ref2va does.")
     note = f"""
 ## MiniMax H3 {what}, with sound
 
-{inputs}**Load TPU Pipeline{" (ComfyUI files)" if files else ""}** (MiniMax H3) → **Sample Video (TPU)** ({width}×{height}, **124 frames** = 5 s at
+{inputs}**Load TPU Pipeline (ComfyUI files)** (MiniMax H3) → **Sample Video (TPU)** ({width}×{height}, **124 frames** = 5 s at
 its fixed **24 fps**, **20 steps**) → its **frames** and **audio** into ComfyUI's own **Create Video** (fps 24) →
 **Save Video** (mp4: H.264 and AAC).
 
@@ -586,16 +618,13 @@ guidance and the negative prompt are unused; the template's res_multistep / simp
 scheduler here. Its turbo LoRA (off in the template) goes through **Load LoRA (TPU)** with 8 steps (first /
 last frame) or 4 (references).{audio}
 
-{MINIMAX_FILES_NOTE if files else MINIMAX_FOLDER_NOTE} Licence: MiniMax H3 Community License, not valid in the
+{files_note}{references} Licence: MiniMax H3 Community License, not valid in the
 EU, the UK, Korea and the USA.
 """
-    below = 510 if files else 360  # under the loader
+    below = 510  # under the loader
     nodes = [
         {"id": 1, "type": "LoadTPUPipelineFiles", "pos": [40, 130], "size": [330, 330],
-         "widgets": {**MINIMAX_FILES, "dtype": "auto", "device": "auto", "offload": "auto"}}
-        if files else
-        {"id": 1, "type": "LoadTPUPipeline", "pos": [40, 130], "size": [330, 180],
-         "widgets": {"model": "MiniMax-H3", "dtype": "auto", "device": "auto", "offload": "auto", "model_path": ""}},
+         "widgets": {**files, "dtype": "auto", "device": "auto", "offload": "auto"}},
         {"id": 2, "type": "TPUSampleVideo", "pos": [410, 130], "size": [400, 600], "widgets": sample},
         {"id": 3, "type": "CreateVideo", "pos": [850, 130], "size": [300, 120], "widgets": {"fps": 24.0}},
         {"id": 5, "type": "SaveVideo", "pos": [1190, 130], "size": [420, 500],
@@ -608,23 +637,22 @@ EU, the UK, Korea and the USA.
                       "widgets": {"image": "example.png"}})
         links.append([6, "IMAGE", 2, "start_image"])
     if kind == "r2v":
-        nodes += [{"id": 6, "type": "LoadImage", "pos": [40, 360], "size": [330, 380],
-                   "widgets": {"image": "example.png"}},
-                  {"id": 7, "type": "LoadImage", "pos": [40, 790], "size": [330, 380],
-                   "widgets": {"image": "reference.png"}},
-                  {"id": 8, "type": "ImageBatch", "pos": [410, 790], "size": [300, 0], "widgets": {}}]
+        nodes += [{"id": 6, "type": "LoadImage", "pos": [40, below], "size": [330, 380],
+                   "widgets": {"image": pictures[0]}},
+                  {"id": 7, "type": "LoadImage", "pos": [40, below + 430], "size": [330, 380],
+                   "widgets": {"image": pictures[1]}},
+                  {"id": 8, "type": "ImageBatch", "pos": [410, below + 430], "size": [300, 0], "widgets": {}}]
         links += [[6, "IMAGE", 8, "image1"], [7, "IMAGE", 8, "image2"], [8, "IMAGE", 2, "reference_images"]]
-    nodes.append(_note(4, [750, 790] if kind == "r2v" else [40, below if kind == "t2v" else below + 430], note,
-                       size=(740, 420)))
+    nodes.append(_note(4, [750, below + 430] if kind == "r2v" else [40, below if kind == "t2v" else below + 430],
+                       note, size=(740, 420)))
     return {"name": name, "nodes": nodes, "links": links,
             "extra": {"description": f"MiniMax H3 {what} with sound, as ComfyUI's {name} template: "
                                      + (f"{inputs.replace('**', '')}" if inputs else "")
-                                     + ("Load TPU Pipeline (ComfyUI files: minimax_h3_fl2va_pruned_int8_convrot, "
-                                        "qwen3vl_32b_minimax_h3_nvfp4_awq, minimax_h3_video_vae_int8_convrot, "
-                                        "minimax_h3_audio_vae_fp32)" if files else "Load TPU Pipeline (MiniMax-H3)")
+                                     + f"Load TPU Pipeline (ComfyUI files: {transformer}, "
+                                     "qwen3vl_32b_minimax_h3_nvfp4_awq, minimax_h3_video_vae_int8_convrot, "
+                                     "minimax_h3_audio_vae_fp32)"
                                      + f" -> Sample Video ({width}x{height}, 124 frames at 24 fps, 20 steps) -> "
-                                     "frames and audio -> Create Video (24 fps) -> Save Video (mp4 with sound)."
-                                     + ("" if files else " Needs models/diffusers/MiniMax-H3.")}}
+                                     "frames and audio -> Create Video (24 fps) -> Save Video (mp4 with sound)."}}
 
 
 def _qwen_image_21_edit() -> dict:

@@ -34,7 +34,7 @@ from pathlib import Path
 # "zimage-quant" (ComfyUI's quantized files, issue 33) and "ltx25" (LTX-2.5's split files) only when asked
 FAMILIES = ("flux1", "flux2", "flux2dev", "sd3", "sdxl", "qwenimage", "zimage", "wan", "krea2", "qwenimage21",
             "flux3", "ideogram4", "ltx2", "minimax_h3")
-VERSION = "17"  # bump to rebuild cached fixtures after changing this file
+VERSION = "18"  # bump to rebuild cached fixtures after changing this file
 
 # what each family's files are called (role folder/name), for the tests
 FILES = {
@@ -114,6 +114,8 @@ FILES = {
                    "vae": "minimax_h3_video_vae-tiny.safetensors", "audio_vae": "minimax_h3_audio_vae-tiny_fp32.safetensors",
                    "int8": "minimax_h3_fl2va_pruned-tiny_int8_convrot.safetensors",
                    "int8_dequantized": "minimax_h3_fl2va_pruned-tiny_int8_convrot-dequantized.safetensors",
+                   "ref2va_int8": "minimax_h3_ref2va_pruned-tiny_int8_convrot.safetensors",
+                   "ref2va_int8_dequantized": "minimax_h3_ref2va_pruned-tiny_int8_convrot-dequantized.safetensors",
                    "vae_int8": "minimax_h3_video_vae-tiny_int8_convrot.safetensors",
                    "vae_int8_dequantized": "minimax_h3_video_vae-tiny_int8_convrot-dequantized.safetensors",
                    "qwen3vl_nvfp4": "qwen3vl_32b_minimax_h3-tiny_nvfp4_awq.safetensors",
@@ -2021,15 +2023,15 @@ def _minimax_h3(tiny: Path, comfyui_dir: str, out: Path) -> None:
     _save(minimax_h3_qwen3vl_file(pipe.text_encoder), models / "text_encoders" / names["qwen3vl"])
     _save(minimax_h3_video_vae_file(pipe.vae), models / "vae" / names["vae"])
     _save(minimax_h3_audio_vae_file(pipe.audio_vae), models / "vae" / names["audio_vae"])
-    _minimax_h3_quantized(minimax_h3_pruned(pipe.transformer, comfy_sd), minimax_h3_video_vae_file(pipe.vae),
-                          minimax_h3_qwen3vl_file(pipe.text_encoder), names, models)
+    _minimax_h3_quantized(minimax_h3_pruned(pipe.transformer, comfy_sd), minimax_h3_pruned(pipe.transformer_ref, ref_sd),
+                          minimax_h3_video_vae_file(pipe.vae), minimax_h3_qwen3vl_file(pipe.text_encoder), names, models)
 
 
-def _minimax_h3_quantized(pruned: dict, vae: dict, text: dict, names: dict, models: Path) -> None:
+def _minimax_h3_quantized(pruned: dict, ref_pruned: dict, vae: dict, text: dict, names: dict, models: Path) -> None:
     """The quantized files as Comfy-Org's MiniMax H3 templates hold them, written by comfy-kitchen: the pruned
-    transformer's block Linear layers (attention qkv and out, feed-forward fc1 and fc2: 4 of each block) and the
-    video VAE decoder's (to_qkv, to_out, w1, w2) int8 ConvRot; Qwen3-VL's language-model Linear layers nvfp4 where
-    their sizes take it, AWQ-smoothed (the weight stored divided by a per-column `pre_quant_scale` the input is
+    fl2va and ref2va transformers' block Linear layers (attention qkv and out, feed-forward fc1 and fc2: 4 of each
+    block) and the video VAE decoder's (to_qkv, to_out, w1, w2) int8 ConvRot; Qwen3-VL's language-model Linear
+    layers nvfp4 where their sizes take it, AWQ-smoothed (the weight stored divided by a per-column `pre_quant_scale` the input is
     multiplied by); each beside the same file dequantized by comfy-kitchen (the smoothing folded back)."""
     import torch
 
@@ -2037,13 +2039,13 @@ def _minimax_h3_quantized(pruned: dict, vae: dict, text: dict, names: dict, mode
         return {k[: -len(".weight")]: spec for k, v in sd.items()
                 if k.startswith(prefix) and k.endswith(layers) and fits(spec, tuple(v.shape))}
 
+    blocks = (".attn.qkv_proj.weight", ".attn.out_proj.weight", ".mlp.fc1.weight", ".mlp.fc2.weight")
     for sd, prefix, layers, name in (
-            (pruned, "blocks.", (".attn.qkv_proj.weight", ".attn.out_proj.weight", ".mlp.fc1.weight",
-                                 ".mlp.fc2.weight"), "int8"),
+            (pruned, "blocks.", blocks, "int8"), (ref_pruned, "blocks.", blocks, "ref2va_int8"),
             (vae, "decoder.transformer_blocks.", (".attn.to_qkv.weight", ".attn.to_out.weight", ".ff.w1.weight",
                                                   ".ff.w2.weight"), "vae_int8")):
         tensors, metadata, deq = quantize_comfy(sd, plan(sd, prefix, layers, "int8_convrot_16"))
-        role = "diffusion_models" if name == "int8" else "vae"
+        role = "vae" if name == "vae_int8" else "diffusion_models"
         _save(tensors, models / role / names[name], metadata)
         _save(deq, models / role / names[f"{name}_dequantized"])
     layers = plan(text, "model.layers.", tuple(f".{p}_proj.weight" for p in ("q", "o", "gate", "up", "down")), "nvfp4")

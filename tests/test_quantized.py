@@ -176,6 +176,15 @@ def test_offload_auto_counts_what_a_tpu_dequantizes_at_load(files):
     assert offload.dequantized_at_load(int8, {"transformer": 100}, 2) == {"transformer": 100}, "int8 stays"
 
 
+@pytest.mark.unit
+def test_the_controllers_converted_layouts_are_the_families_converters():
+    """vaes.CONVERTED (what offload 'auto' and the loader's note read without torch) names exactly the layouts the
+    worker reads through a family's converter, dequantizing ComfyUI's quantized layers at load."""
+    from backend.families import family_table, vaes
+
+    assert vaes.CONVERTED == set(family_table("VAE_CONVERTERS"))
+
+
 @pytest.mark.pipelines
 def test_shard_tp_counts_the_dequantized_shards_and_sequential_offload_is_refused(files):
     """Shard TP dequantizes the transformer at load (diffusers' plan slices plain weights only), so offload 'auto'
@@ -221,7 +230,8 @@ def test_sequential_offload_chosen_by_auto_and_fp8_storage_are_refused_for_quant
 def quantized_float_bytes(header, float_size: int) -> int:
     from backend.protocol import quantized
 
-    return quantized.float_bytes(header.shapes, header.quantized, list(header.quantized.layers), float_size)
+    return quantized.float_bytes(header.shapes, header.quantized, list(header.quantized.layers), float_size,
+                                 lambda k: header.tensor_bytes(k, float_size))
 
 
 # ---- the worker's loading, in this process

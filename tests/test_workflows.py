@@ -98,8 +98,9 @@ TINY = {
     # LTX-2.3's checkpoint (fp8, as published) and Gemma 3 in fp4 mixed (nvfp4 + fp8), named as the templates name them
     "ltx-2.3-22b-dev-fp8.safetensors": "ltx-2.3-22b-dev-fp8.safetensors",
     "gemma_3_12B_it_fp4_mixed.safetensors": "gemma_3_12B_it_fp4_mixed.safetensors",
-    # MiniMax H3's t2v / i2v templates' files, quantized as theirs (file_fixtures.py minimax_h3)
+    # MiniMax H3's t2v / i2v and r2v templates' files, quantized as theirs (file_fixtures.py minimax_h3)
     "minimax_h3_fl2va_pruned_int8_convrot.safetensors": "minimax_h3_fl2va_pruned-tiny_int8_convrot.safetensors",
+    "minimax_h3_ref2va_pruned_int8_convrot.safetensors": "minimax_h3_ref2va_pruned-tiny_int8_convrot.safetensors",
     "qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors": "qwen3vl_32b_minimax_h3-tiny_nvfp4_awq.safetensors",
     "minimax_h3_video_vae_int8_convrot.safetensors": "minimax_h3_video_vae-tiny_int8_convrot.safetensors",
     "minimax_h3_audio_vae_fp32.safetensors": "minimax_h3_audio_vae-tiny_fp32.safetensors",
@@ -116,7 +117,9 @@ LORAS = {"flux1_style_lora.safetensors": ("tiny-flux", 0), "flux1_detail_lora.sa
 # LTX-2's x2 latent upscalers the workflows name (models/latent_upscale_models) -> the tiny one's seed
 UPSCALERS = {"ltx-2.3-spatial-upscaler-x2-1.1.safetensors": 0,
              "ltx-2.5-latent-spatial-upscaler-x2-bf16-1.0.safetensors": 1}
-INPUTS = {"example.png": (64, 64), "depth.png": (48, 64), "reference.png": (64, 48), "cactus_man.png": (64, 64)}
+INPUTS = {"example.png": (64, 64), "depth.png": (48, 64), "reference.png": (64, 48), "cactus_man.png": (64, 64),
+          # the r2v template's references: MiniMax H3 resizes each to its published 2048-pixel short edge
+          "red_superboy_on_city_roof.png": (64, 64), "mecha_dragon_lightning.png": (64, 48)}
 # Sounds the workflows name (Load Audio) -> their length in seconds on the CPU: a stereo sine at 44.1 kHz as an mp3
 # (written with PyAV, ComfyUI's own), as long as tiny-ltx2's 9 frames at 24 fps, resampled to its audio VAE's 16 kHz
 SOUNDS = {"ltx_23_audio.mp3": 0.4}
@@ -157,6 +160,8 @@ CPU_SETTINGS_OF = {"tiny-ltx2": {"TPUSampleVideo": {"width": 128, "height": 128,
                    # tiny-minimax-h3: sides of 32, and its shortest video (17n + 5 frames, at least 5 s at 24 fps)
                    "tiny-minimax-h3": {"TPUSampleVideo": {"width": 32, "height": 32, "frames": 124}},
                    "minimax_h3_fl2va_pruned-tiny_int8_convrot.safetensors":
+                       {"TPUSampleVideo": {"width": 32, "height": 32, "frames": 124}},
+                   "minimax_h3_ref2va_pruned-tiny_int8_convrot.safetensors":
                        {"TPUSampleVideo": {"width": 32, "height": 32, "frames": 124}}}
 # A saved mp4's sound against its frames: LTX-2's audio VAE makes whole latents of 4 mel frames (100 a second), up
 # to 2 mel frames either side of frames / fps, and is causal (3 mel frames short); AAC pads to 1024-sample frames,

@@ -5,11 +5,12 @@ weights.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..families import family_of
+from ..families import family_of, vaes
 from ..families.text_encoders import KINDS
 from ..protocol import quantized
 from ..protocol.errors import CompileError, ModelError
@@ -67,10 +68,11 @@ def choose_offload(spec: PipelineSpec, model: Components | None = None) -> Offlo
     if total <= usable:
         return OffloadChoice("none", f"offload auto → none: {what}, within {room}")
     if spec.family.modular is not None:
-        fp8 = "" if spec.storage else " Choose dtype float8_e4m3fn (the denoiser in fp8) if that fits, or"
+        fix = "Use a device with more memory." if spec.storage or (spec.source and spec.source.quantized()) else \
+            "Choose dtype float8_e4m3fn (the denoiser in fp8) if that fits, or use a device with more memory."
         raise ModelError(f"offload: auto cannot fit {spec.family.name} on one {spec.kind} device: {what}, more than "
                          f"{room}, and it is a diffusers modular pipeline, which has no CPU offload hooks to move "
-                         f"parts off the device.{fp8} use a device with more memory.")
+                         f"parts off the device. {fix}")  # fp8 storage is refused for ComfyUI's quantized files
     biggest = max(parts, key=lambda n: parts[n])
     if parts[biggest] <= usable:
         return OffloadChoice("model", f"offload auto → model: {what}, more than {room}; the largest part "
@@ -103,9 +105,10 @@ def _check_sequential(spec: PipelineSpec, mode: str) -> None:
 
 
 def dequantized_at_load(spec: PipelineSpec, parts: dict[str, int], float_bytes: int) -> dict[str, int]:
-    """`parts` with the layers of ComfyUI's quantized files that this device cannot keep quantized (a TPU: the
-    4-bit and block-scaled formats; under Shard TP the whole sharded transformer: docs/quantized.md) counted at
-    their dequantized size."""
+    """`parts` with the layers of ComfyUI's quantized files that the worker dequantizes at load counted at their
+    dequantized size: those this device cannot keep quantized (a TPU: the 4-bit and block-scaled formats), every
+    layer of a part its family's converter reads (plain weights in: MiniMax H3's int8 ConvRot video VAE, on any
+    device) and of the sharded transformer under Shard TP (docs/quantized.md)."""
     out = dict(parts)
     for part in spec.source.components if spec.source else ():
         if part.quant != "comfy-quant" or part.name not in out:
@@ -114,9 +117,11 @@ def dequantized_at_load(spec: PipelineSpec, parts: dict[str, int], float_bytes: 
         q = header.quantized
         if q is not None:
             kind = "tpu" if spec.mode == "compiled" else spec.kind  # compiled: the TPU's plain layers (aten only)
-            layers = list(q.layers) if spec.tp_degree > 1 and part.name == "transformer" else \
-                q.dequantized_at_load(kind)
-            out[part.name] += quantized.float_bytes(header.shapes, q, layers, float_bytes)
+            mine = [p for p in q.layers if p.startswith(tuple(part.prefix.split("|")))]  # this part's, in its file
+            whole = part.layout in vaes.CONVERTED or (spec.tp_degree > 1 and part.name == "transformer")
+            layers = mine if whole else [p for p in q.dequantized_at_load(kind) if p in mine]
+            out[part.name] += quantized.float_bytes(header.shapes, q, layers, float_bytes,
+                                                    functools.partial(header.tensor_bytes, float_bytes=float_bytes))
     return out
 
 

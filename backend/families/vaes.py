@@ -29,6 +29,11 @@ KINDS = {k.id: k for k in (
     VaeKind("vae-minimax-h3", "minimax-h3-vae"),
     VaeKind("vae-minimax-h3-audio", "minimax-h3-audio-vae"),
 )}
+# The loader layouts that the families' convert.py read themselves (their VAE_CONVERTERS; torch, worker only): plain
+# float weights in, so the worker dequantizes ComfyUI's quantized layers in them at load (MiniMax H3's int8 ConvRot
+# video VAE), and offload 'auto' counts them at that size. tests/test_quantized.py checks it is that table's keys.
+CONVERTED = frozenset({"flux2-vae", "wan-vae", "wan22-vae", "qwenimage21-vae", "ltx2-connectors", "ltx2-vocoder",
+                       "ltx2-audio-vae", "minimax-h3-vae", "minimax-h3-audio-vae"})
 MINIMAX_H3_VIDEO = "decoder.register_tokens"  # the ViT decoder's register tokens: MiniMax H3's video VAE
 MINIMAX_H3_AUDIO = ("pre_block.attn.q_bias", "dec_in_proj.weight")  # its audio VAE's attention projection
 MINIMAX_H3_LATENTS_PER_SECOND = 40  # both released audio VAEs (32 kHz with hop 800; the tiny 8 kHz with hop 200)

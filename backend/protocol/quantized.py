@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -84,6 +84,14 @@ class Quantized:
             rot = any(la.option("convrot", False) for la in self.layers.values() if la.format == fmt)
             parts.append(f"{n} {fmt}{' (ConvRot)' if rot else ''}")
         return ", ".join(parts) + " layers"
+
+    def loading_note(self, converted: bool) -> str:
+        """The loader's note on a quantized file: what it holds and how it loads (`converted`: every part of it is
+        read through a family's converter of plain weights, which dequantizes it while loading)."""
+        how = ("dequantized once while loading (the family's converter reads plain weights)" if converted else
+               "kept quantized and dequantized layer by layer as they run (docs/quantized.md says which formats a "
+               "TPU dequantizes at load)")
+        return f"{self.describe()}, {how}"
 
     def dequantized_at_load(self, kind: str) -> list[str]:
         """The layers a `kind` device cannot keep quantized."""
@@ -233,13 +241,17 @@ def logical_shapes(shapes: Mapping[str, tuple], q: Quantized | None) -> dict[str
     return out
 
 
-def float_bytes(shapes: Mapping[str, tuple], q: Quantized, layers: list[str], float_size: int) -> int:
-    """Extra bytes the `layers` take once dequantized at load, over their stored size."""
+def float_bytes(shapes: Mapping[str, tuple], q: Quantized, layers: list[str], float_size: int,
+                counted: Callable[[str], int] | None = None) -> int:
+    """Extra bytes the `layers` take once dequantized at load (their weight in floats of `float_size` bytes, the
+    scales gone: AWQ's `pre_quant_scale` folded in), over what was counted for their stored tensors: `counted`
+    (the bytes counted for one tensor; by default one per element)."""
     extra = 0
     for p in layers:
         la = q.layers[p]
         if la.logical is None:
             continue
-        stored = sum(math.prod(shapes[f"{p}.{s}"]) for s in ("weight", *SIDECARS) if f"{p}.{s}" in shapes)
+        stored = sum(counted(k) if counted else math.prod(shapes[k])
+                     for k in (f"{p}.{s}" for s in ("weight", *SIDECARS)) if k in shapes)
         extra += math.prod(la.logical) * float_size - stored
     return max(extra, 0)

@@ -271,11 +271,12 @@ def decode_progress(vae: Any, say: Callable[[str], None], stop: Callable[[], boo
         hook.remove()
 
 
-def tile_vae(vae: Any, tiled: bool) -> None:
-    """A video VAE decodes in diffusers' tiles when the controller says (controller.pixels.video_tiling), and
-    frame-wise too where it would otherwise decode every frame at once (LTX-2's: use_framewise_decoding, tiles of
-    vaes.frame_tile frames), so that its tiles do not each hold the whole video."""
-    vae.enable_tiling() if tiled else vae.disable_tiling()
+def tile_vae(vae: Any, tiled: bool, by_default: bool = False) -> None:
+    """A video VAE decodes in diffusers' tiles when the controller says (controller.pixels.video_tiling) or where it
+    tiles `by_default` as loaded (MiniMax H3's), and frame-wise too when asked where it would otherwise decode every
+    frame at once (LTX-2's: use_framewise_decoding, tiles of vaes.frame_tile frames), so that its tiles do not each
+    hold the whole video."""
+    vae.enable_tiling() if tiled or by_default else vae.disable_tiling()
     if vaes.frame_tile({**vae.config, "_class_name": type(vae).__name__}) is not None:
         vae.use_framewise_decoding = tiled
 

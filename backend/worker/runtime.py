@@ -189,6 +189,7 @@ class Runtime:
             self.cfg = CFGParallel(experts(pipe), spec.family.cfg_passes, parallel.cfg_group(spec, self.kind),
                                    spec.layout(self.rank).cfg_rank)
         self.pipe, self.loaded, self.own_scheduler = pipe, spec, pipe.scheduler
+        self.vae_tiles = bool(getattr(getattr(pipe, "vae", None), "use_tiling", False))  # the VAE's own default
         self.loads += 1
         self.status(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s")
         if self.should_stop():  # loading cannot stop midway; stop right after it (all TP ranks agree)
@@ -280,8 +281,8 @@ class Runtime:
         if spec.family.modular is not None:  # a partition its task loaded now (transformer_ref) gets the LoRAs
             self.loras.apply(self.pipe, spec.loras, spec.family.name)
         device.eager_workarounds(self.kind, pipe)  # TPU: the UNets' time_proj on the CPU (device.py)
-        if spec.family.frame_step:  # diffusers' tiled decoding (and start image encoding)
-            images.tile_vae(pipe.vae, req.tiled_vae)
+        if spec.family.frame_step:  # tiled when asked, else as the VAE loaded (MiniMax H3's tiles by default, as
+            images.tile_vae(pipe.vae, req.tiled_vae, self.vae_tiles)  # its released frames were made)
         self.prompts.wrap(pipe)  # an image pipeline made from the loaded one shares its prompt cache
         prior = self.redux.prior_for(self.pipe, spec, self.device)
         if self.should_stop():

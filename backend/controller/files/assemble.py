@@ -490,10 +490,9 @@ def _described(p: _Draft) -> tuple[str, str, FileSource]:
     if any(part.quant == "scaled-fp8" for part in p.parts):
         p.notes.append("scaled fp8 weights are dequantized once while loading")
     for path in dict.fromkeys(part.path for part in p.parts if part.quant == "comfy-quant"):  # each file once
-        q = read_header(Path(path)).quantized
-        if q is not None:
-            p.notes.append(f"{Path(path).name}: {q.describe()}, kept quantized and dequantized layer by "
-                           "layer as they run (docs/quantized.md says which formats a TPU dequantizes at load)")
+        if (q := read_header(Path(path)).quantized) is not None:
+            converted = all(part.layout in vaes.CONVERTED for part in p.parts if part.path == path)
+            p.notes.append(f"{Path(path).name}: {q.loading_note(converted)}")
     overrides = {k: v for k, v in p.overrides.items() if v}
     source = FileSource(configs=p.configs.folder, components=tuple(p.parts),
                         overrides=json.dumps(overrides, sort_keys=True), notes=tuple(p.notes))

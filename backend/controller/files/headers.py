@@ -64,9 +64,12 @@ class Header:
 
     def loaded_bytes(self, float_bytes: int) -> int:
         """Bytes its tensors take with floats at `float_bytes` each (others as stored)."""
-        return sum(math.prod(shape) * (float_bytes if self.dtypes[k] in COMPUTE_FLOATS
-                                       else ELEMENT_BYTES.get(self.dtypes[k], 1))
-                   for k, shape in self.shapes.items())
+        return sum(self.tensor_bytes(k, float_bytes) for k in self.shapes)
+
+    def tensor_bytes(self, key: str, float_bytes: int) -> int:
+        """Bytes tensor `key` takes with floats at `float_bytes` each (else as stored): what loaded_bytes counts."""
+        dtype = self.dtypes[key]
+        return math.prod(self.shapes[key]) * (float_bytes if dtype in COMPUTE_FLOATS else ELEMENT_BYTES.get(dtype, 1))
 
 
 class Unreadable(Exception):
