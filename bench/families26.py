@@ -179,7 +179,7 @@ def _noise_note(details: dict) -> list[str]:
 def videos(ctx: Ctx) -> list[dict]:
     """LTX-2 (dit-ltx2: 33 frames of 320x192, 4 steps, guidance 3 with a negative prompt, CFG on a doubled batch)
     and MiniMax H3 (dit-minimax-h3: its shortest video, 124 frames, at 128x128, 4 steps; guidance distilled, one
-    pass), each against its plain pipeline, then its layouts against one worker at 512x320 (LTX-2) and 256x256
+    pass), each against its plain pipeline, then its layouts against one worker at 768x512 (LTX-2) and 256x256
     (MiniMax H3)."""
     rows: list[dict] = []
     ltx = "tiny-ltx2" if ctx.quick else dit_folder(ctx, "ltx2", "dit-ltx2", _DIT_LTX2)
@@ -189,11 +189,12 @@ def videos(ctx: Ctx) -> list[dict]:
 
         build_all(ctx.models_dir, families=("ltx2", "minimax-h3"))
     # the throughput rows: a small video (about a second of CPU), where a fixed cost of ours would still show; the
-    # layout rows: more video tokens (LTX-2 800 next to its prompt's 1024, MiniMax H3 4x its throughput row's), so
+    # layout rows: more video tokens (LTX-2 1920 next to its prompt's 1024, as a template's first stage of 121
+    # frames at half of 768x512 has 1536; MiniMax H3 4x its throughput row's), so
     # that one worker's denoising takes seconds, as a real video's steps do, and the 2-rank exchanges weigh less
     ltx_shape = dict(width=64, height=64, frames=9, steps=2) if ctx.quick else dict(width=320, height=192,
                                                                                     frames=33, steps=4)
-    ltx_layout = ltx_shape if ctx.quick else dict(ltx_shape, width=512, height=320)
+    ltx_layout = ltx_shape if ctx.quick else dict(ltx_shape, width=768, height=512)
     mm_shape = dict(width=32, height=32, frames=124, steps=2) if ctx.quick else dict(width=128, height=128,
                                                                                      frames=124, steps=4)
     mm_layout = mm_shape if ctx.quick else dict(mm_shape, width=256, height=256)
