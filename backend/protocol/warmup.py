@@ -21,6 +21,11 @@ class WarmupSize(NamedTuple):
     # DEFAULT_FRAME_RATE for those models)
     frame_rate: float = 0.0
 
+    def __reduce__(self) -> tuple:
+        """Pickled as a plain tuple: under ComfyUI this module's name is the pack's folder path, which the worker
+        cannot import (CompilePlan reads the tuple back as a WarmupSize)."""
+        return tuple, (tuple(self),)
+
     def text(self) -> str:
         """'832x480x81fx2@25fps', as the Compile node's input writes it."""
         rate = f"@{self.frame_rate:g}fps" if self.frame_rate else ""
