@@ -22,6 +22,7 @@ LTX = dict(prompt="a red fox in the snow", negative_prompt="blurry", width=64, h
 
 @pytest.mark.workers
 def test_a_25_fps_warm_up_compiles_the_25_fps_videos_graph_once_and_never_again(tiny_models):
+    api.shutdown()  # fresh workers: a worker's totals count from its start (a reused one holds earlier tests')
     base = api.make_spec("tiny-ltx2", [str(tiny_models)])
     spec, _ = api.with_compile(base, "whole denoiser", "eager", "64x64x17f@25fps", False)
     said = []

@@ -22,6 +22,7 @@ LTX = dict(prompt="a red fox in the snow", negative_prompt="blurry", width=64, h
 @pytest.mark.parametrize("frames, rate, whole", [(9, 25.0, True), (17, 24.0, False)])
 def test_compiled_under_context_parallel_compiles_once_and_equals_one_eager_worker(tiny_models, frames, rate,
                                                                                     whole):
+    api.shutdown()  # fresh workers: a worker's totals count from its start (a reused one holds earlier tests')
     one = api.make_spec("tiny-ltx2", [str(tiny_models)])
     cp, _ = api.context_parallel(one, 2)
     spec, _ = api.with_compile(cp, "whole denoiser", "eager", f"64x64x{frames}f", False)
