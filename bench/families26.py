@@ -179,8 +179,8 @@ def _noise_note(details: dict) -> list[str]:
 def videos(ctx: Ctx) -> list[dict]:
     """LTX-2 (dit-ltx2: 33 frames of 320x192, 4 steps, guidance 3 with a negative prompt, CFG on a doubled batch)
     and MiniMax H3 (dit-minimax-h3: its shortest video, 124 frames, at 128x128, 4 steps; guidance distilled, one
-    pass), each against its plain pipeline, then its layouts against one worker at 768x512 (LTX-2) and 256x256
-    (MiniMax H3)."""
+    pass), each against its plain pipeline, then its layouts against one worker: LTX-2's CFG Parallel at 768x512 ×
+    33 frames and its Context Parallel at 768x512 × 121 (a template's second stage), MiniMax H3's at 256x256."""
     rows: list[dict] = []
     ltx = "tiny-ltx2" if ctx.quick else dit_folder(ctx, "ltx2", "dit-ltx2", _DIT_LTX2)
     mm = "tiny-minimax-h3" if ctx.quick else dit_folder(ctx, "minimax-h3", "dit-minimax-h3", _DIT_MINIMAX)
@@ -189,12 +189,14 @@ def videos(ctx: Ctx) -> list[dict]:
 
         build_all(ctx.models_dir, families=("ltx2", "minimax-h3"))
     # the throughput rows: a small video (about a second of CPU), where a fixed cost of ours would still show; the
-    # layout rows: more video tokens (LTX-2 1920 next to its prompt's 1024, as a template's first stage of 121
-    # frames at half of 768x512 has 1536; MiniMax H3 4x its throughput row's), so
-    # that one worker's denoising takes seconds, as a real video's steps do, and the 2-rank exchanges weigh less
+    # layout rows: more video tokens, so that one worker's denoising takes seconds, as a real video's steps do, and
+    # the 2-rank exchanges weigh less: LTX-2's CFG Parallel at 1920 (a template's first stage, 121 frames at half
+    # of 768x512, has 1536), its Context Parallel, which splits the tokens, at a template's second stage (121
+    # frames of 768x512: 6144, next to the prompt's 1024), MiniMax H3 4x its throughput row's
     ltx_shape = dict(width=64, height=64, frames=9, steps=2) if ctx.quick else dict(width=320, height=192,
                                                                                     frames=33, steps=4)
-    ltx_layout = ltx_shape if ctx.quick else dict(ltx_shape, width=768, height=512)
+    ltx_cfg = ltx_shape if ctx.quick else dict(ltx_shape, width=768, height=512)
+    ltx_cp = ltx_shape if ctx.quick else dict(ltx_cfg, frames=121)
     mm_shape = dict(width=32, height=32, frames=124, steps=2) if ctx.quick else dict(width=128, height=128,
                                                                                      frames=124, steps=4)
     mm_layout = mm_shape if ctx.quick else dict(mm_shape, width=256, height=256)
@@ -208,8 +210,8 @@ def videos(ctx: Ctx) -> list[dict]:
                                    "s/video"))
     # the templates' 25 fps for the layouts too: Context Parallel 2 splits the video's tokens; the sound's audio
     # latents (25 a second: as many as the frames, odd) run whole on every rank
-    rows += _layouts(ctx, ltx, ltx_layout, {"negative_prompt": NEGATIVE, "frame_rate": 25.0},
-                     ((LTX_CFG, CFG_TARGET, "cfg", 3.0), (LTX_CP, CP_TARGET, "cp", 1.0)))
+    for shape, layout in ((ltx_cfg, (LTX_CFG, CFG_TARGET, "cfg", 3.0)), (ltx_cp, (LTX_CP, CP_TARGET, "cp", 1.0))):
+        rows += _layouts(ctx, ltx, shape, {"negative_prompt": NEGATIVE, "frame_rate": 25.0}, (layout,))
     rows += _layouts(ctx, mm, mm_layout, {}, ((MM_CFG, CFG_TARGET, "cfg", 1.0), (MM_CP, CP_TARGET, "cp", 1.0)))
     return rows
 
