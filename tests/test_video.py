@@ -326,6 +326,22 @@ def test_the_video_vae_tiles_where_the_pixel_budget_says(tiny_models, monkeypatc
     assert [warmup_request(compiled, *size).tiled_vae for size in compiled.compile.warmup] == [False, True]
 
 
+def _plain_tiled_and_whole(pipeline_class, folder, framewise: bool, **call) -> dict[bool, np.ndarray]:
+    """Plain diffusers' frames of one seeded video, with the VAE's tiling on (True; `framewise`: its frame-wise
+    decoding too) and off (False)."""
+    pipe = pipeline_class.from_pretrained(str(folder), dtype=torch.float32, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    plain = {}
+    for tiled in (True, False):
+        pipe.vae.enable_tiling() if tiled else pipe.vae.disable_tiling()
+        if framewise:
+            pipe.vae.use_framewise_decoding = tiled
+        with torch.inference_mode():
+            plain[tiled] = pipe(prompt=FOX, negative_prompt="blurry", output_type="np",
+                                generator=[torch.Generator("cpu").manual_seed(11)], **call).frames[0]
+    return plain
+
+
 @pytest.mark.workers
 def test_frames_over_the_budget_decode_in_tiles_close_to_whole(tiny_models, monkeypatch):
     """A budget of 0.02 megapixels takes 320x32 frames but not their whole decode: the worker decodes in diffusers'
@@ -337,15 +353,8 @@ def test_frames_over_the_budget_decode_in_tiles_close_to_whole(tiny_models, monk
     prepared = api.prepare_sample(_spec(tiny_models), _request(width=320, height=32, steps=1))
     assert prepared.req.tiled_vae
     frames = api.run_sample(prepared)
-    pipe = WanPipeline.from_pretrained(str(tiny_models / "tiny-wan"), dtype=torch.float32, local_files_only=True)
-    pipe.set_progress_bar_config(disable=True)
-    plain = {}
-    for tiled in (True, False):
-        pipe.vae.enable_tiling() if tiled else pipe.vae.disable_tiling()
-        with torch.inference_mode():
-            plain[tiled] = pipe(prompt=FOX, negative_prompt="blurry", height=32, width=320, num_frames=5,
-                                num_inference_steps=1, guidance_scale=5.0, output_type="np",
-                                generator=[torch.Generator("cpu").manual_seed(11)]).frames[0]
+    plain = _plain_tiled_and_whole(WanPipeline, tiny_models / "tiny-wan", False, height=32, width=320, num_frames=5,
+                                   num_inference_steps=1, guidance_scale=5.0)
     assert np.array_equal(frames, plain[True]), "diffusers' tiled decode"
     difference = np.abs(plain[True] - plain[False])
     assert 0 < difference.max() <= TILE_MAX and difference.mean() <= TILE_MEAN
@@ -416,17 +425,9 @@ def test_ltx2_frames_over_the_budget_decode_frame_wise_in_the_worker(tiny_models
     prepared = api.prepare_sample(_spec(tiny_models, "tiny-ltx2"), req)
     assert prepared.req.tiled_vae
     frames = api.run_sample(prepared)
-    pipe = LTX2Pipeline.from_pretrained(str(tiny_models / "tiny-ltx2"), dtype=torch.float32, local_files_only=True)
-    pipe.set_progress_bar_config(disable=True)
-    plain = {}
-    for tiled in (True, False):
-        pipe.vae.enable_tiling() if tiled else pipe.vae.disable_tiling()
-        pipe.vae.use_framewise_decoding = tiled
-        with torch.inference_mode():
-            plain[tiled] = pipe(prompt=FOX, negative_prompt="blurry", height=64, width=64, num_frames=25,
-                                frame_rate=req.frame_rate, num_inference_steps=2, guidance_scale=req.guidance,
-                                output_type="np", generator=[torch.Generator("cpu").manual_seed(11)],
-                                **dict(OFF, audio_guidance_scale=req.guidance)).frames[0]
+    plain = _plain_tiled_and_whole(LTX2Pipeline, tiny_models / "tiny-ltx2", True, height=64, width=64, num_frames=25,
+                                   frame_rate=req.frame_rate, num_inference_steps=2, guidance_scale=req.guidance,
+                                   **dict(OFF, audio_guidance_scale=req.guidance))
     assert frames.shape == (25, 64, 64, 3)
     assert np.abs(frames - plain[True]).max() <= PLAIN_TOLERANCE, "diffusers' tiled, frame-wise decode"
     assert np.abs(frames - plain[False]).max() > PLAIN_TOLERANCE, "not the whole decode"
