@@ -7,9 +7,11 @@ reports through api.compile_stats().
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
+import pickle
 import subprocess
 import textwrap
 import uuid
@@ -22,7 +24,7 @@ import pytest
 from helpers import device_info, run_ok
 
 from backend.controller import api, compile_plan
-from backend.protocol import settings
+from backend.protocol import messages, settings
 from backend.protocol.errors import CompileError
 from backend.protocol.messages import Status, Step
 from backend.protocol.spec import MODE_CHOICES, CompilePlan, SampleRequest
@@ -100,6 +102,15 @@ def test_warmup_list_parses_sizes_batches_frames_and_frame_rates_and_names_bad_e
             compile_plan.parse_warmup(bad)
 
 
+class _BuiltinsOnly(pickle.Unpickler):
+    """Unpickles builtins only: what the worker can read whatever name the pack's modules have in ComfyUI."""
+
+    def find_class(self, module: str, name: str):
+        if module != "builtins":
+            raise pickle.UnpicklingError(f"the wire holds {module}.{name}, which the worker may not import")
+        return super().find_class(module, name)
+
+
 @pytest.mark.unit
 def test_warmup_frame_rate_defaults_to_sample_videos_for_ltx2_and_is_refused_where_nothing_takes_it(tiny_models):
     """LTX-2's sound has frames / frame_rate seconds of latents, a shape of its own: a warm-up without a frame rate
@@ -116,7 +127,10 @@ def test_warmup_frame_rate_defaults_to_sample_videos_for_ltx2_and_is_refused_whe
     spec, _ = api.with_compile(ltx, "whole denoiser", "eager", "64x64x9f, 64x64x17f@25fps, 64x64x9f@24fps", False)
     assert spec.compile.warmup == ((64, 64, 1, 9, DEFAULT_FRAME_RATE), (64, 64, 1, 17, 25.0))
     assert spec.compile.warmup_text() == "64x64x9f@24fps, 64x64x17f@25fps"
-    spec = PipelineSpec.from_dict(json.loads(json.dumps(spec.to_dict())))  # as the worker reads it
+    # as the worker reads it: the link pickles the request, which holds builtins only (under ComfyUI the pack's
+    # modules are named by its folder path, which the worker cannot import)
+    wire = _BuiltinsOnly(io.BytesIO(pickle.dumps(messages.load_request(1, spec)))).load()
+    spec = PipelineSpec.from_dict(wire["spec"])
     assert [warmup_request(spec, *size).frame_rate for size in spec.compile.warmup] == [24.0, 25.0]
     assert [size.label() for size in spec.compile.warmup] == ["64x64x9 frames at 24 fps (batch 1)",
                                                               "64x64x17 frames at 25 fps (batch 1)"]
