@@ -180,7 +180,7 @@ def videos(ctx: Ctx) -> list[dict]:
     """LTX-2 (dit-ltx2: 33 frames of 320x192, 4 steps, guidance 3 with a negative prompt, CFG on a doubled batch)
     and MiniMax H3 (dit-minimax-h3: its shortest video, 124 frames, at 128x128, 4 steps; guidance distilled, one
     pass), each against its plain pipeline, then its layouts against one worker: LTX-2's CFG Parallel at 768x512 ×
-    33 frames and its Context Parallel at 768x512 × 121 (a template's second stage), MiniMax H3's at 256x256."""
+    33 frames and its Context Parallel at 768x512 × 121 (LTX-2's default video), MiniMax H3's at 256x256."""
     rows: list[dict] = []
     ltx = "tiny-ltx2" if ctx.quick else dit_folder(ctx, "ltx2", "dit-ltx2", _DIT_LTX2)
     mm = "tiny-minimax-h3" if ctx.quick else dit_folder(ctx, "minimax-h3", "dit-minimax-h3", _DIT_MINIMAX)
@@ -190,9 +190,10 @@ def videos(ctx: Ctx) -> list[dict]:
         build_all(ctx.models_dir, families=("ltx2", "minimax-h3"))
     # the throughput rows: a small video (about a second of CPU), where a fixed cost of ours would still show; the
     # layout rows: more video tokens, so that one worker's denoising takes seconds, as a real video's steps do, and
-    # the 2-rank exchanges weigh less: LTX-2's CFG Parallel at 1920 (a template's first stage, 121 frames at half
-    # of 768x512, has 1536), its Context Parallel, which splits the tokens, at a template's second stage (121
-    # frames of 768x512: 6144, next to the prompt's 1024), MiniMax H3 4x its throughput row's
+    # the 2-rank exchanges weigh less: LTX-2's CFG Parallel at 1920 (768x512 x 33), its Context Parallel, which
+    # splits the tokens, at LTX-2's default video (121 frames of 768x512, workflows/ltx2_t2v_sound.json: 6144, next
+    # to the prompt's 1024; the LTX-2.3 templates' second stage, 1280x704 x 121, has 14,080), MiniMax H3 4x its
+    # throughput row's
     ltx_shape = dict(width=64, height=64, frames=9, steps=2) if ctx.quick else dict(width=320, height=192,
                                                                                     frames=33, steps=4)
     ltx_cfg = ltx_shape if ctx.quick else dict(ltx_shape, width=768, height=512)

@@ -61,7 +61,7 @@ def test_a_layout_the_pack_refuses_becomes_a_row_with_its_reason(tiny_models):
     assert _layout_spec(ltx, "cfg").world_size == 2
     cp = _layout_spec(ltx, "cp")
     assert cp.world_size == 2
-    # quick; full: the CFG row's 768x512 x 33 and the Context Parallel row's 768x512 x 121 (a template's second stage)
+    # quick; full: the CFG row's 768x512 x 33 and the Context Parallel row's 768x512 x 121 (LTX-2's default video)
     for shape in (dict(width=64, height=64, frames=9), dict(width=768, height=512, frames=33),
                   dict(width=768, height=512, frames=121)):
         api.check_request(cp, SampleRequest(prompt="a fox", frame_rate=25.0, **shape))
